@@ -276,6 +276,18 @@ class ModuleBuilder:
             fn.first_block_start = len(fn.body)
         return rid
 
+    def position(self) -> int:
+        """Word index in the open function where the next instruction goes (see patch_word)."""
+        return len(self._open_function().body)
+
+    def patch_word(self, index: int, value: int) -> None:
+        """Overwrite one word of the open function, e.g. an OpPhi operand known only later."""
+        self._open_function().body[index] = value
+
+    @property
+    def extensions(self) -> list[str]:
+        return sorted(self._extensions)
+
     def function_variable(self, ptr_type: int, initializer: int | None = None) -> int:
         """OpVariable in Function storage, placed at the start of the function's first block."""
         fn = self._open_function()

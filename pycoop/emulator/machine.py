@@ -1,0 +1,251 @@
+"""Runs IR with NumPy, vectorised across the whole dispatch (no op knowledge lives here).
+
+Value layout: a per-invocation scalar is an array broadcastable to (workgroups, invocations
+per workgroup) — uniform values stay (1, 1), workgroup-uniform ones (W, 1). A cooperative
+matrix is (W|1, S|1, rows, cols): one matrix per scope instance (S = subgroups per workgroup
+for Subgroup scope, 1 for Workgroup scope). Divergent control flow runs under boolean masks;
+ops on cooperative matrices check that every scope instance is entirely active or inactive.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from ..errors import EmulatorError
+from ..ir.core import Block, Module, Op, Value
+from ..ops.registry import get
+from ..types import BufferType, Scope
+from .memory import Memory, SharedMemory
+
+
+class Dispatch:
+    """Geometry of one dispatch and the built-in variables."""
+
+    def __init__(self, grid: tuple[int, int, int], wg_size: tuple[int, int, int], subgroup_size: int):
+        self.grid, self.wg_size, self.sgs = grid, wg_size, subgroup_size
+        self.nwg = prod(grid)
+        self.wgs = prod(wg_size)
+        self.nsg = -(-self.wgs // subgroup_size)
+        self.shape = (self.nwg, self.wgs)
+
+    def instance_shape(self, scope: Scope) -> tuple[int, int]:
+        return (self.nwg, self.nsg if scope == Scope.Subgroup else 1)
+
+    def scope_invocations(self, scope: Scope) -> int:
+        return self.sgs if scope == Scope.Subgroup else self.wgs
+
+    def builtin(self, name: str, comp: int) -> np.ndarray:
+        lid = np.arange(self.wgs, dtype=np.uint32)[None, :]
+        wid = np.arange(self.nwg, dtype=np.uint32)[:, None]
+        gx, gy, _ = self.grid
+        sx, sy, _ = self.wg_size
+        def split(i, dims):
+            x, y = dims[0], dims[1]
+            return (i % x, (i // x) % y, i // (x * y))[comp]
+        if name == "local_invocation_index":
+            return lid
+        if name == "local_invocation_id":
+            return split(lid, self.wg_size).astype(np.uint32)
+        if name == "workgroup_id":
+            return split(wid, self.grid).astype(np.uint32)
+        if name == "global_invocation_id":
+            return (split(wid, self.grid) * self.wg_size[comp] + split(lid, self.wg_size)).astype(np.uint32)
+        if name == "num_workgroups":
+            return np.full((1, 1), self.grid[comp], np.uint32)
+        if name == "subgroup_id":
+            return lid // np.uint32(self.sgs)
+        if name == "subgroup_local_id":
+            return lid % np.uint32(self.sgs)
+        if name == "subgroup_size":
+            return np.full((1, 1), self.sgs, np.uint32)
+        if name == "num_subgroups":
+            return np.full((1, 1), self.nsg, np.uint32)
+        raise KeyError(name)
+
+
+class EmuCtx:
+    """Execution state: values, the active mask, dead (returned) invocations, memories."""
+
+    def __init__(self, module: Module, dispatch: Dispatch, memories: dict[Value, Memory]):
+        self.module = module
+        self.dispatch = dispatch
+        self.env: dict[Value, np.ndarray] = {}
+        self.mask: np.ndarray | None = None       # None: every invocation active
+        self.dead: np.ndarray | None = None       # invocations that executed `return`
+        self.memories = memories
+        self.barrier_epoch = 0
+
+    # ---------------------------------------------------------------- execution
+
+    def run_block(self, block: Block) -> list | None:
+        env = self.env
+        for op in block.ops:
+            name = op.name
+            if name == "yield" or name == "condition":
+                return [env[v] for v in op.operands]
+            d = get(name)
+            if d.emulate is None:
+                raise EmulatorError(f"op {name} has no emulator semantics", op.loc)
+            out = d.emulate(self, op, *[env[v] for v in op.operands])
+            if name == "return":
+                return None
+            res = op.results
+            if len(res) == 1:
+                env[res[0]] = out
+            elif res:
+                for r, v in zip(res, out):
+                    env[r] = v
+        return []
+
+    def run_region(self, block: Block, args: list, mask: np.ndarray | None) -> list | None:
+        """Run `block` with its arguments bound to `args` under `mask`; restore the caller's
+        mask (less invocations that returned) afterwards. None if every path returned."""
+        saved = self.mask
+        self.mask = mask
+        for a, v in zip(block.args, args):
+            self.env[a] = v
+        try:
+            out = self.run_block(block)
+        finally:
+            self.mask = saved if self.dead is None else (
+                ~self.dead if saved is None else saved & ~self.dead)
+        return out
+
+    def kill(self, mask: np.ndarray | None) -> None:
+        m = np.ones(self.dispatch.shape, bool) if mask is None else mask
+        self.dead = m.copy() if self.dead is None else (self.dead | m)
+
+    # ---------------------------------------------------------------- checks
+
+    def _full_mask(self) -> np.ndarray:
+        return np.ones(self.dispatch.shape, bool) if self.mask is None else self.mask
+
+    def check_ub(self, bad: np.ndarray, op: Op, message: str) -> None:
+        """Report undefined behaviour if any *active* invocation has `bad` set."""
+        bad = np.asarray(bad)
+        if not bad.any():
+            return
+        b = np.broadcast_to(bad, np.broadcast_shapes(bad.shape, self.dispatch.shape))
+        if self.mask is not None:
+            b = b & self.mask.reshape(self.mask.shape + (1,) * (b.ndim - 2))
+        if b.any():
+            w, i = np.argwhere(b)[0][:2]
+            raise EmulatorError(f"undefined behaviour in workgroup {self._wg_name(w)}, "
+                                f"invocation {i}: {message}", op.loc,
+                                rule="reported by the pycoop emulator")
+
+    def check_instances(self, bad: np.ndarray, active: np.ndarray | None, op: Op, message: str):
+        bad = np.asarray(bad)
+        if active is not None:
+            bad = bad & active
+        if bad.any():
+            w, s = np.argwhere(np.atleast_2d(bad))[0][:2]
+            raise EmulatorError(f"undefined behaviour in workgroup {self._wg_name(w)}, "
+                                f"scope instance {s}: {message}", op.loc,
+                                rule="reported by the pycoop emulator")
+
+    def _wg_name(self, w: int) -> str:
+        gx, gy, _ = self.dispatch.grid
+        return f"({w % gx}, {(w // gx) % gy}, {w // (gx * gy)})"
+
+    def _scope_split(self, x: np.ndarray, scope: Scope) -> np.ndarray:
+        d = self.dispatch
+        if scope == Scope.Subgroup:
+            if d.wgs % d.sgs:
+                raise EmulatorError(f"the workgroup size {d.wgs} is not a multiple of the subgroup "
+                                    f"size {d.sgs}: partial subgroups are not emulated")
+            return x.reshape(x.shape[0], d.nsg, d.sgs)
+        return x.reshape(x.shape[0], 1, d.wgs)
+
+    def scope_active(self, scope: Scope, op: Op) -> np.ndarray | None:
+        """Which scope instances are active (None: all). Raises if an instance is partly active."""
+        if self.mask is None:
+            return None
+        m = self._scope_split(self.mask, scope)
+        anyv, allv = m.any(-1), m.all(-1)
+        if (anyv != allv).any():
+            w, s = np.argwhere(anyv != allv)[0]
+            raise EmulatorError(
+                f"a cooperative operation runs with only part of {scope.value.lower()} {s} of "
+                f"workgroup {self._wg_name(w)} active", op.loc,
+                rule="SPV_KHR_cooperative_matrix: all invocations of the scope instance must be "
+                     "active or none of them",
+                hint="keep cooperative-matrix code under conditions that are uniform across "
+                     "the subgroup/workgroup")
+        return allv
+
+    def scope_uniform(self, take: np.ndarray, scope: Scope, op: Op, message: str) -> np.ndarray:
+        """Reduce a per-invocation bool to one per scope instance; it must be uniform there."""
+        t = np.broadcast_to(take, self.dispatch.shape)
+        t3 = self._scope_split(t, scope)
+        m3 = None if self.mask is None else self._scope_split(self.mask, scope)
+        anyv = t3.any(-1) if m3 is None else (t3 & m3).any(-1)
+        allv = t3.all(-1) if m3 is None else (t3 | ~m3).all(-1)
+        if (anyv != allv).any():
+            w, s = np.argwhere(anyv != allv)[0]
+            raise EmulatorError(f"{message} (workgroup {self._wg_name(w)}, instance {s})", op.loc,
+                                rule="SPV_KHR_cooperative_matrix: operands must be dynamically "
+                                     "uniform within the scope instance")
+        return anyv
+
+    def scope_uniform_value(self, x: np.ndarray, scope: Scope, op: Op, what: str) -> np.ndarray:
+        """The single value of `x` in each scope instance, shape (W|1, S|1); `x` must be
+        uniform among the instance's active invocations."""
+        if x.shape[1] == 1:
+            return x
+        d = self.dispatch
+        x3 = self._scope_split(np.broadcast_to(x, (x.shape[0], d.wgs)), scope)
+        if self.mask is None:
+            first = x3[..., 0]
+            ok = (x3 == first[..., None]).all(-1)
+        else:
+            m3 = self._scope_split(self.mask, scope)
+            lane = m3.argmax(-1)[..., None]
+            first = np.take_along_axis(np.broadcast_to(x3, m3.shape), lane, -1)[..., 0]
+            ok = ((x3 == first[..., None]) | ~m3).all(-1)
+        if not ok.all():
+            w, s = np.argwhere(~ok)[0]
+            raise EmulatorError(f"{what} differs between invocations of {scope.value.lower()} "
+                                f"instance {s} in workgroup {self._wg_name(w)}", op.loc,
+                                rule="SPV_KHR_cooperative_matrix: all operands must be dynamically "
+                                     "uniform within every instance of the scope",
+                                hint="compute it from workgroup_id / subgroup_id, not from the "
+                                     "invocation's own index")
+        return first
+
+    # ---------------------------------------------------------------- memory
+
+    def memory_of(self, v: Value) -> Memory:
+        return self.memories[v]
+
+    def alloc_shared(self, op: Op) -> np.ndarray:
+        t = op.result.type
+        self.memories[op.result] = SharedMemory(t.elem, t.length, self.dispatch, self)
+        return np.zeros((1, 1), np.uint8)     # the handle; data lives in the Memory
+
+    def barrier(self, op: Op) -> None:
+        if self.mask is not None:
+            m = self.mask.any(1) != self.mask.all(1)
+            if m.any():
+                w = int(np.argwhere(m)[0][0])
+                raise EmulatorError(f"barrier reached by only part of workgroup {self._wg_name(w)}",
+                                    op.loc, rule="OpControlBarrier must be executed in uniform "
+                                                 "control flow within the workgroup")
+        self.barrier_epoch += 1
+
+
+def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size: int | None = None):
+    """Execute `module` over `grid` workgroups; buffer arguments (NumPy arrays) are updated in
+    place."""
+    d = Dispatch(grid, module.workgroup_size, subgroup_size or module.subgroup_size)
+    memories: dict[Value, Memory] = {}
+    ctx = EmuCtx(module, d, memories)
+    for p, a, name in zip(module.kernel.params, args, module.param_names):
+        if isinstance(p.type, BufferType):
+            memories[p] = Memory(name, a, p.type.elem)
+            ctx.env[p] = np.zeros((1, 1), np.uint8)
+        else:
+            ctx.env[p] = np.full((1, 1), a, dtype=p.type.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ctx.run_block(module.kernel.body)

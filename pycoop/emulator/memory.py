@@ -1,0 +1,212 @@
+"""Memories the emulator reads and writes: kernel buffers (the user's NumPy arrays, updated in
+place) and workgroup-shared arrays (one segment per workgroup, with race detection between
+barriers). Every access is bounds-checked for the active invocations; an out-of-bounds access
+raises EmulatorError naming the kernel line instead of touching memory.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..errors import EmulatorError
+from ..types import CoopMatType, ScalarType
+
+
+def _block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray:
+    """Index of the last element of a block relative to its first (elements, per instance)."""
+    major, minor = (t.rows, t.cols) if layout == "RowMajorKHR" else (t.cols, t.rows)
+    return (major - 1) * stride.astype(np.int64) + (minor - 1)
+
+
+class Memory:
+    """A kernel buffer: a flat view of the user's array."""
+
+    segment: int | None = None
+
+    def __init__(self, name: str, array: np.ndarray, elem: ScalarType):
+        self.name = name
+        self.elem = elem
+        self.data = array.reshape(-1).view(elem.dtype)
+        self.length = self.data.shape[0]
+
+    # ---------------------------------------------------------------- per invocation
+
+    def _flat(self, ctx, idx: np.ndarray) -> np.ndarray:
+        return idx.astype(np.int64)
+
+    def _oob(self, ctx, op, idx: np.ndarray, what: str):
+        bad = (idx < 0) | (idx >= self.length)
+        ctx.check_ub(bad, op, f"{what} out of bounds of {self._describe()}")
+
+    def _describe(self) -> str:
+        return f"buffer '{self.name}' ({self.length} elements)"
+
+    def gather(self, ctx, op, idx: np.ndarray) -> np.ndarray:
+        idx = idx.astype(np.int64)
+        self._oob(ctx, op, idx, "load")
+        flat = self._flat(ctx, idx)
+        if ctx.mask is not None or flat.size > 1:
+            valid = (idx >= 0) & (idx < self.length)
+            flat = np.where(valid, flat, 0)
+        self._check_race_read(ctx, op, flat)
+        return self.data[flat]
+
+    def scatter(self, ctx, op, idx: np.ndarray, val: np.ndarray) -> None:
+        idx = idx.astype(np.int64)
+        self._oob(ctx, op, idx, "store")
+        shape = np.broadcast_shapes(idx.shape, val.shape, ctx.dispatch.shape)
+        flat = np.broadcast_to(self._flat(ctx, idx), shape)
+        val = np.broadcast_to(val, shape)
+        if ctx.mask is not None:
+            flat, val = flat[ctx.mask], val[ctx.mask]
+        self._record_write(ctx, flat, None)
+        self.data[flat.reshape(-1)] = val.reshape(-1)
+
+    def _check_race_read(self, ctx, op, flat):
+        pass
+
+    def _record_write(self, ctx, flat, writer):
+        pass
+
+    # ---------------------------------------------------------------- cooperative blocks
+
+    def _check_block(self, ctx, op, t, offs, stride, layout, active, what):
+        if t.component.dtype.itemsize != self.elem.dtype.itemsize:
+            raise EmulatorError(f"{what}: the matrix component {t.component} and the array element "
+                                f"{self.elem} differ in size", op.loc)
+        inst = ctx.dispatch.instance_shape(t.scope)
+        offs = np.broadcast_to(offs.astype(np.int64), inst)
+        ext = _block_extent(t, layout, np.asarray(stride))
+        limit = self.segment or self.length
+        bad = (offs < 0) | (offs + ext >= limit)
+        if active is not None:
+            bad = bad & active
+        if bad.any():
+            w, s = np.argwhere(bad)[0]
+            o = int(offs[w, s])
+            e = int(np.broadcast_to(ext, inst)[w, s])
+            raise EmulatorError(
+                f"{what} out of bounds: elements {o}..{o + e} of {self._describe()} "
+                f"(workgroup {ctx._wg_name(w)}, scope instance {s})", op.loc,
+                rule="reported by the pycoop emulator",
+                hint="check the offset and stride against the array size")
+        return offs
+
+    def _indices(self, t, layout, offs, stride):
+        r = np.arange(t.rows, dtype=np.int64)[:, None]
+        c = np.arange(t.cols, dtype=np.int64)[None, :]
+        s = np.asarray(stride, dtype=np.int64)[..., None, None]
+        rel = (r * s + c) if layout == "RowMajorKHR" else (c * s + r)
+        return offs[..., None, None] + rel
+
+    def _segment_base(self, ctx, inst_shape):
+        return 0
+
+    def gather_block(self, ctx, op, offs, stride, layout, active, t: CoopMatType) -> np.ndarray:
+        offs = self._check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix load")
+        if active is not None:
+            offs = np.where(active, offs, 0)
+        base = self._segment_base(ctx, offs.shape)
+        stride = np.asarray(stride)
+        if stride.size == 1:
+            # Uniform stride: every block is a strided window of the flat array, so one
+            # fancy index on the window's first axis copies whole blocks.
+            s = int(stride.reshape(-1)[0])
+            isz = self.data.itemsize
+            ext = int(_block_extent(t, layout, stride).reshape(-1)[0])
+            n = self.data.shape[0] - ext
+            st = (isz, s * isz, isz) if layout == "RowMajorKHR" else (isz, isz, s * isz)
+            win = as_strided(self.data, shape=(n, t.rows, t.cols), strides=st, writeable=False)
+            flat = (offs + base).reshape(-1)
+            self._check_race_block(ctx, op, t, layout, offs + base, stride, active)
+            out = win[flat].reshape(offs.shape + t.shape)
+        else:
+            idx = self._indices(t, layout, offs, stride) + np.asarray(base)[..., None, None]
+            self._check_race_block(ctx, op, t, layout, offs + base, stride, active)
+            out = self.data[idx]
+        return out.view(t.component.dtype) if out.dtype != t.component.dtype else out
+
+    def scatter_block(self, ctx, op, offs, stride, layout, active, mat, t: CoopMatType) -> None:
+        offs = self._check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix store")
+        base = self._segment_base(ctx, offs.shape)
+        idx = self._indices(t, layout, offs + base, stride)
+        vals = np.broadcast_to(mat, offs.shape + t.shape)
+        if active is not None:
+            idx, vals = idx[active], vals[active]
+        self._record_write_block(ctx, t, idx, active)
+        self.data[idx.reshape(-1)] = vals.reshape(-1).view(self.elem.dtype)
+
+    def _check_race_block(self, ctx, op, t, layout, starts, stride, active):
+        pass
+
+    def _record_write_block(self, ctx, t, idx, active):
+        pass
+
+
+class SharedMemory(Memory):
+    """A workgroup-shared array: one segment of `length` elements per workgroup. Reads of an
+    element written since the last barrier by another invocation (or scope instance) are
+    reported as data races."""
+
+    def __init__(self, elem: ScalarType, length: int, dispatch, ctx):
+        self.name = "shared"
+        self.elem = elem
+        self.segment = length
+        self.length = length
+        self.data = np.zeros(dispatch.nwg * length, dtype=elem.dtype)
+        self.writer = np.full(dispatch.nwg * length, -1, dtype=np.int64)
+        self.epoch = np.full(dispatch.nwg * length, -1, dtype=np.int64)
+        self.ctx = ctx
+
+    def _describe(self) -> str:
+        return f"shared array ({self.length} elements per workgroup)"
+
+    def _flat(self, ctx, idx):
+        wg = np.arange(ctx.dispatch.nwg, dtype=np.int64)[:, None] * self.segment
+        return wg + idx
+
+    def _segment_base(self, ctx, inst_shape):
+        return np.arange(ctx.dispatch.nwg, dtype=np.int64)[:, None] * self.segment
+
+    def _who(self, ctx):
+        return np.arange(ctx.dispatch.wgs, dtype=np.int64)[None, :]
+
+    def _check_race_read(self, ctx, op, flat):
+        flat = np.broadcast_to(flat, ctx.dispatch.shape)
+        same_epoch = self.epoch[flat] == ctx.barrier_epoch
+        other = self.writer[flat] != np.broadcast_to(self._who(ctx), flat.shape)
+        ctx.check_ub(same_epoch & other, op,
+                     "data race: this shared-memory element was written by another invocation "
+                     "since the last barrier")
+
+    def _record_write(self, ctx, flat, writer):
+        who = np.broadcast_to(self._who(ctx), ctx.dispatch.shape)
+        if ctx.mask is not None:
+            who = who[ctx.mask]
+        self.writer[flat.reshape(-1)] = who.reshape(-1)
+        self.epoch[flat.reshape(-1)] = ctx.barrier_epoch
+
+    def _instance_ids(self, t, shape):
+        return np.broadcast_to(-2 - np.arange(shape[1], dtype=np.int64)[None, :], shape)
+
+    def _check_race_block(self, ctx, op, t, layout, starts, stride, active):
+        idx = self._indices(t, layout, starts, stride)
+        inst = self._instance_ids(t, starts.shape)[..., None, None]
+        bad = (self.epoch[idx] == ctx.barrier_epoch) & (self.writer[idx] != inst)
+        if active is not None:
+            bad = bad & active[..., None, None]
+        if bad.any():
+            w, s = np.argwhere(bad)[0][:2]
+            raise EmulatorError(f"data race: a cooperative matrix load reads shared memory written "
+                                f"since the last barrier by other invocations (workgroup "
+                                f"{ctx._wg_name(w)}, scope instance {s})", op.loc,
+                                rule="reported by the pycoop emulator",
+                                hint="put pycoop.barrier() between the writes and this load")
+
+    def _record_write_block(self, ctx, t, idx, active):
+        inst_shape = ctx.dispatch.instance_shape(t.scope)
+        ids = np.broadcast_to(self._instance_ids(t, inst_shape)[..., None, None], inst_shape + t.shape)
+        if active is not None:
+            ids = ids[active]
+        self.writer[idx.reshape(-1)] = ids.reshape(-1)
+        self.epoch[idx.reshape(-1)] = ctx.barrier_epoch

@@ -1,0 +1,425 @@
+"""Run-time side of the source transformation: if / for-range / while / and / or / not.
+
+Each helper decides: plain Python values -> ordinary Python semantics at trace time (the
+metaprogramming layer); runtime values -> a structured IR op. Variables assigned in a branch or
+loop body are passed in and out explicitly; containers (lists, tuples, dicts) of values are
+flattened so tiles kept in nested lists can be carried through runtime loops.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import CompileError, Loc
+from ..ir.builder import current_loc, emit, tracer
+from ..ir.core import Block, Value
+from ..ops.core import as_value, const, default_type
+from ..types import ScalarType, bool_
+
+
+class _Undef:
+    """The value of a variable that has no value on this path; any use is an error."""
+
+    def __init__(self, why: str = ""):
+        self.why = why
+
+    def _fail(self, *a, **k):
+        raise CompileError("a variable is used where it has no value" + (f": {self.why}" if self.why else ""),
+                           current_loc(),
+                           hint="assign it before the if/loop so it is defined on every path")
+
+    __getattr__ = __call__ = __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = _fail
+    __rmul__ = __truediv__ = __getitem__ = __setitem__ = __index__ = __iter__ = __neg__ = _fail
+    __lt__ = __le__ = __gt__ = __ge__ = __floordiv__ = __mod__ = _fail
+
+    def __repr__(self) -> str:
+        return "<undefined>"
+
+
+UNDEF = _Undef()
+
+
+class Return:
+    """Marker returned by a generated branch/body function when the user's code returned."""
+
+    def __init__(self, value, values):
+        self.value, self.values = value, values
+
+
+class Result:
+    __slots__ = ("returned", "value", "values")
+
+    def __init__(self, values, returned=False, value=None):
+        self.values, self.returned, self.value = values, returned, value
+
+
+def _loc(pos) -> Loc:
+    f = current_loc()
+    return Loc(f.file, pos[0], pos[1]) if pos else f
+
+
+def _runtime_bool(cond, loc: Loc) -> Value | None:
+    """The IR value of a runtime condition, or None for a Python value."""
+    if not isinstance(cond, Value):
+        return None
+    if cond.type != bool_:
+        raise CompileError(f"condition has type {cond.type}, not bool", loc,
+                           hint="compare explicitly, e.g. `if x != 0:`")
+    return cond
+
+
+# --------------------------------------------------------------------------- pytrees
+
+def _flatten(x, leaves: list) -> Any:
+    if isinstance(x, list):
+        return ("list", [_flatten(v, leaves) for v in x])
+    if isinstance(x, tuple) and type(x) is tuple:
+        return ("tuple", [_flatten(v, leaves) for v in x])
+    if isinstance(x, dict):
+        return ("dict", [(k, _flatten(v, leaves)) for k, v in x.items()])
+    leaves.append(x)
+    return None
+
+
+def _unflatten(tree, it) -> Any:
+    if tree is None:
+        return next(it)
+    kind, items = tree
+    if kind == "list":
+        return [_unflatten(t, it) for t in items]
+    if kind == "tuple":
+        return tuple(_unflatten(t, it) for t in items)
+    return {k: _unflatten(t, it) for k, t in items}
+
+
+def _write_back(orig, new):
+    """Update containers in place so other references to them see the new values."""
+    if isinstance(orig, list) and isinstance(new, list) and len(orig) == len(new):
+        for i, (o, n) in enumerate(zip(orig, new)):
+            orig[i] = _write_back(o, n)
+        return orig
+    if isinstance(orig, dict) and isinstance(new, dict) and orig.keys() == new.keys():
+        for k in orig:
+            orig[k] = _write_back(orig[k], new[k])
+        return orig
+    return new
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, Value)
+
+
+def _same_static(a, b) -> bool:
+    if a is b:
+        return True
+    if _is_number(a) and _is_number(b):
+        return type(a) is type(b) and a == b
+    return False
+
+
+# --------------------------------------------------------------------------- if
+
+def _merge_local(v, branch: int):
+    """A variable first assigned inside the branches: kept if it is a single value (merged like
+    any other), otherwise undefined after the if."""
+    if isinstance(v, (list, tuple, dict)):
+        return _Undef("it is a container first assigned inside an `if` on a runtime condition")
+    return v
+
+
+def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, pos=None) -> Result:
+    loc = _loc(pos)
+    c = _runtime_bool(cond, loc)
+    if c is None:
+        out = (then_fn if cond else else_fn)(*vals)
+        if isinstance(out, Return):
+            return Result(out.values, True, out.value)
+        return Result(out)
+    t = tracer()
+    leaves: list = []
+    trees = [_flatten(v, leaves) for v in vals]
+
+    def fresh():
+        it = iter(leaves)
+        return tuple(_unflatten(tr, it) for tr in trees)
+
+    outs, blocks = [], []
+    for fn in (then_fn, else_fn):
+        blk = Block()
+        with t.region(blk):
+            out = fn(*fresh())
+            if isinstance(out, Return):
+                if out.value is not None:
+                    raise CompileError("returning a value from inside an `if` on a runtime condition",
+                                       loc, hint="assign the value to a variable in both branches and "
+                                                 "return it after the if")
+                if not blk.terminated:
+                    emit("return", [], loc=loc)
+                out = None
+        outs.append(out)
+        blocks.append(blk)
+    terminated = [b.terminated for b in blocks]
+    if all(terminated):
+        emit("if", [c], {"result_types": []}, blocks, loc)
+        emit("return", [], loc=loc)
+        return Result(tuple(UNDEF for _ in vals))
+    flat = []
+    for k, out in enumerate(outs):
+        if out is None:
+            flat.append(None)
+            continue
+        lv: list = []
+        tr = [_flatten(v if not isinstance(v0, _Undef) else _merge_local(v, k), lv)
+              for v, v0 in zip(out, vals)]
+        flat.append((tr, lv))
+    live = [f for f in flat if f is not None]
+    ref_tree, _ = live[0]
+    if any(f[0] != ref_tree for f in live[1:]):
+        raise CompileError("a variable holds containers of different shapes after the two branches",
+                           loc, hint="keep lists/tuples the same length in both branches")
+    n = len(live[0][1])
+    results: list = [None] * n
+    merge_idx, yields = [], [[], []]
+    for i in range(n):
+        cand = [f[1][i] if f is not None else None for f in flat]
+        alive = [cand[k] for k in range(2) if flat[k] is not None]
+        if len(alive) == 1 or _same_static(alive[0], alive[1]):
+            if len(alive) == 1 and isinstance(alive[0], Value):
+                merge_idx.append(i)          # yield it from the one live branch
+                for k in range(2):
+                    yields[k].append(cand[k])
+            else:
+                results[i] = alive[0]
+            continue
+        a, b = alive
+        if isinstance(a, _Undef) or isinstance(b, _Undef):
+            results[i] = _Undef("it is assigned in only one branch of the `if` at line "
+                                f"{loc.line}")
+            continue
+        ta = a.type if isinstance(a, Value) else None
+        tb = b.type if isinstance(b, Value) else None
+        if ta is None and tb is None:
+            if not (_is_number(a) and _is_number(b)):
+                results[i] = _Undef(f"it holds different Python objects after the `if` at line {loc.line}")
+                continue
+            ta = default_type(a) if type(a) is type(b) else default_type(a + b)
+        if ta is not None and tb is not None and ta != tb:
+            results[i] = _Undef(f"it is {ta} in one branch and {tb} in the other (line {loc.line})")
+            continue
+        merge_idx.append(i)
+        yields[0].append(a)
+        yields[1].append(b)
+    typ = []
+    for k, blk in enumerate(blocks):
+        if blk.terminated:
+            continue
+        with t.region(blk):
+            vals_k = []
+            for j, v in enumerate(yields[k]):
+                other = yields[1 - k][j] if j < len(yields[1 - k]) else None
+                like = other.type if isinstance(other, Value) else (
+                    v.type if isinstance(v, Value) else None)
+                vals_k.append(as_value(v, like) if not isinstance(v, Value) else v)
+            emit("yield", vals_k, loc=loc)
+            typ = [v.type for v in vals_k]
+    op = emit("if", [c], {"result_types": typ}, blocks, loc)
+    for i, r in zip(merge_idx, op.results):
+        results[i] = r
+    it = iter(results)
+    merged = tuple(_unflatten(tr, it) for tr in ref_tree)
+    return Result(tuple(_write_back(o, m) for o, m in zip(vals, merged)))
+
+
+# --------------------------------------------------------------------------- loops
+
+def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable,
+                  extra: list[Value]) -> tuple[list[Value], tuple]:
+    """Record a loop op. `extra` are leading carried values (e.g. the induction variable);
+    `make_cond(extra_args, user_vals) -> bool Value`; `run_body(extra_args, user_vals) ->
+    (new_extra, user_out | Return)`. Returns (extra results, user values after the loop)."""
+    t = tracer()
+    leaves: list = []
+    trees = [_flatten(v, leaves) for v in vals]
+    promote: dict[int, ScalarType] = {}
+    for _attempt in range(3):
+        carried = [i for i, v in enumerate(leaves)
+                   if isinstance(v, Value) or i in promote]
+        init = []
+        for i in carried:
+            v = leaves[i]
+            init.append(v if isinstance(v, Value) else const(v, promote[i], loc))
+        cond_blk = Block([Value(v.type) for v in extra] + [Value(v.type) for v in init])
+        body_blk = Block([Value(v.type) for v in extra] + [Value(v.type) for v in init])
+
+        def user_vals(blk):
+            cur = list(leaves)
+            for k, i in enumerate(carried):
+                cur[i] = blk.args[len(extra) + k]
+            it = iter(cur)
+            return tuple(_unflatten(tr, it) for tr in trees)
+
+        with t.region(cond_blk):
+            c = make_cond(cond_blk.args[:len(extra)], user_vals(cond_blk))
+            c = _runtime_bool(c, loc)
+            if c is None:
+                raise CompileError("the loop condition does not depend on runtime values here",
+                                   loc, hint="use a Python-level loop instead")
+            emit("condition", [c], loc=loc)
+        with t.region(body_blk):
+            new_extra, out = run_body(body_blk.args[:len(extra)], user_vals(body_blk))
+            returned = isinstance(out, Return)
+            if returned:
+                if out.value is not None:
+                    raise CompileError("returning a value from inside a runtime loop", loc,
+                                       hint="assign it to a variable and return after the loop")
+                if not body_blk.terminated:
+                    emit("return", [], loc=loc)
+                out = user_vals(body_blk)
+            out_leaves: list = []
+            # variables with no value before the loop are local to the body
+            out_trees = [_flatten(v if not isinstance(v0, _Undef) else v0, out_leaves)
+                         for v, v0 in zip(out, vals)]
+        if out_trees != trees:
+            raise CompileError("a variable changes its container shape inside a runtime loop", loc,
+                               hint="keep lists/tuples the same length across iterations")
+        # which Python leaves change? -> promote them to runtime values and trace again
+        changed = {}
+        for i, (a, b) in enumerate(zip(leaves, out_leaves)):
+            if i in carried or _same_static(a, b) or isinstance(a, _Undef):
+                continue
+            if _is_number(a):
+                changed[i] = b.type if isinstance(b, Value) and isinstance(b.type, ScalarType) \
+                    else default_type(a)
+            else:
+                raise CompileError(f"a variable holding {a!r} is reassigned inside a runtime loop", loc,
+                                   rule="only numbers and pycoop values can be carried through "
+                                        "a loop with a runtime bound")
+        if changed:
+            promote.update(changed)
+            continue
+        break
+    yv = list(new_extra)
+    if not body_blk.terminated:
+        with t.region(body_blk):
+            for k, i in enumerate(carried):
+                v = out_leaves[i]
+                want = init[k].type
+                if not isinstance(v, Value):
+                    if isinstance(v, _Undef):
+                        raise CompileError("a loop-carried variable has no value at the end of the "
+                                           "loop body", loc)
+                    v = as_value(v, want)
+                if v.type != want:
+                    raise CompileError(f"a loop-carried variable changes type from {want} to {v.type}",
+                                       loc, hint="convert it explicitly so it keeps one type")
+                yv.append(v)
+            emit("yield", yv, loc=loc)
+    op = emit("loop", list(extra) + init, {}, [cond_blk, body_blk], loc)
+    res = op.results
+    final = list(leaves)
+    for k, i in enumerate(carried):
+        final[i] = res[len(extra) + k]
+    for i, a in enumerate(leaves):
+        if isinstance(a, _Undef):
+            final[i] = _Undef(f"it is first assigned inside the loop at line {loc.line}, "
+                              "which may run zero times")
+    it = iter(final)
+    after = tuple(_unflatten(tr, it) for tr in trees)
+    return res[:len(extra)], tuple(_write_back(o, m) for o, m in zip(vals, after))
+
+
+def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=None) -> Result:
+    loc = _loc(pos)
+    if not any(isinstance(a, Value) for a in args):
+        i = UNDEF
+        for i in range(*args):
+            out = body_fn(i, *vals)
+            if isinstance(out, Return):
+                return Result((i, *out.values), True, out.value)
+            vals = out
+        return Result((i, *vals))
+    lo, hi, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], 1) if len(args) == 2 else args
+    types_ = {a.type for a in (lo, hi, step) if isinstance(a, Value)}
+    if len(types_) != 1:
+        raise CompileError(f"range() bounds have different types: {', '.join(map(str, types_))}", loc,
+                           hint="cast them to one integer type")
+    it_t = types_.pop()
+    if not (isinstance(it_t, ScalarType) and it_t.is_int):
+        raise CompileError(f"range() needs integer bounds, got {it_t}", loc)
+    if not isinstance(step, Value) and step == 0:
+        raise CompileError("range() step must not be zero", loc)
+    lo, hi, step = (as_value(a, it_t) if not isinstance(a, Value) else a for a in (lo, hi, step))
+    neg = step.op is not None and step.op.name == "const" and step.op.attrs["value"] < 0
+
+    def cond(extra, _vals):
+        i = extra[0]
+        if neg:
+            return i > hi
+        if step.op is not None and step.op.name == "const" or not it_t.signed:
+            return i < hi
+        from ..ops.core import select
+        return select(step > 0, i < hi, i > hi)
+
+    def body(extra, user):
+        out = body_fn(extra[0], *user)
+        return [extra[0] + step], out
+
+    _, after = _runtime_loop(vals, loc, cond, body, [lo])
+    return Result((_Undef("the loop variable of a runtime loop is not defined after it"), *after))
+
+
+def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=None) -> Result:
+    loc = _loc(pos)
+    c = cond_fn(*vals)
+    if not isinstance(c, Value):
+        while c:
+            out = body_fn(*vals)
+            if isinstance(out, Return):
+                return Result(out.values, True, out.value)
+            vals = out
+            c = cond_fn(*vals)
+            if isinstance(c, Value):
+                raise CompileError("this while condition became a runtime value after some "
+                                   "iterations", loc,
+                                   hint="make it depend on runtime values from the start")
+        return Result(vals)
+    _, after = _runtime_loop(vals, loc, lambda e, u: cond_fn(*u), lambda e, u: ([], body_fn(*u)), [])
+    return Result(after)
+
+
+# --------------------------------------------------------------------------- expressions
+
+def and_(a, b_fn: Callable):
+    if not isinstance(a, Value):
+        return b_fn() if a else a
+    return _short_circuit(a, b_fn, True)
+
+
+def or_(a, b_fn: Callable):
+    if not isinstance(a, Value):
+        return a if a else b_fn()
+    return _short_circuit(a, b_fn, False)
+
+
+def _short_circuit(a: Value, b_fn: Callable, is_and: bool):
+    """`a and b` / `a or b` on a runtime bool: b is evaluated only where it matters."""
+    _runtime_bool(a, current_loc())
+    rhs = lambda _: (as_value(b_fn(), bool_),)          # noqa: E731
+    short = lambda _: (not is_and,)                      # noqa: E731
+    r = if_(a, rhs if is_and else short, short if is_and else rhs, (None,), ("_",), None)
+    return r.values[0]
+
+
+def not_(a):
+    if isinstance(a, Value):
+        _runtime_bool(a, current_loc())
+        return ~a
+    return not a
+
+
+def ifexp(c, a_fn: Callable, b_fn: Callable):
+    if not isinstance(c, Value):
+        return a_fn() if c else b_fn()
+    return if_(c, lambda x: (a_fn(),), lambda x: (b_fn(),), (None,), ("_",), None).values[0]

@@ -1,0 +1,341 @@
+"""`@pycoop.kernel` and `@pycoop.func`: signatures, tracing, specialisation, compiled
+artifacts (IR, SPIR-V, ABI) and launches."""
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import time
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import knobs
+from ..errors import ArgumentError, CompileError
+from ..ir.builder import Tracer, trace_scope
+from ..ir.core import Block, Function, Module, Value
+from ..ir.printer import print_module
+from ..ir.verifier import verify
+from ..types import BufferType, ScalarType, Type
+from .transform import transform
+
+__version__ = "0.1.0"
+
+
+class _ConstMarker:
+    """`pycoop.Const` (or `Const[int]`): a compile-time parameter; each value specialises the
+    kernel."""
+
+    def __getitem__(self, _):
+        return self
+
+    def __repr__(self) -> str:
+        return "pycoop.Const"
+
+
+Const = _ConstMarker()
+
+
+def _strip(e: CompileError) -> CompileError:
+    if not knobs.show_internal_frames():
+        e.__traceback__ = None
+        e.__cause__ = None
+        e.__suppress_context__ = True
+    return e
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: Type | None        # None for Const parameters
+    default: object = inspect.Parameter.empty
+
+    @property
+    def is_const(self) -> bool:
+        return self.type is None
+
+
+class func:
+    """`@pycoop.func`: a helper whose Python control flow may depend on runtime values. It is
+    inlined where it is called from a kernel."""
+
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self._traced = None
+
+    def __call__(self, *args, **kwargs):
+        if self._traced is None:
+            try:
+                self._traced = transform(self._fn)
+            except CompileError as e:
+                raise _strip(e) from None
+        return self._traced(*args, **kwargs)
+
+
+class Kernel:
+    def __init__(self, fn, workgroup_size, subgroup_size: int | None = None):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.name = fn.__name__
+        ws = (workgroup_size,) if isinstance(workgroup_size, int) else tuple(workgroup_size)
+        if not 1 <= len(ws) <= 3 or not all(isinstance(x, int) and x > 0 for x in ws):
+            raise CompileError(f"workgroup_size must be 1 to 3 positive ints, got {workgroup_size!r}")
+        self.workgroup_size = tuple(ws) + (1,) * (3 - len(ws))
+        self.subgroup_size = subgroup_size
+        if subgroup_size is not None and (subgroup_size <= 0 or subgroup_size & (subgroup_size - 1)):
+            raise CompileError(f"subgroup_size must be a power of two, got {subgroup_size}")
+        self.params = self._signature()
+        self._traced = None
+        self._cache: dict = {}
+
+    def _signature(self) -> list[Param]:
+        try:
+            hints = typing.get_type_hints(self.fn)
+        except Exception:
+            hints = dict(getattr(self.fn, "__annotations__", {}))
+        out = []
+        for p in inspect.signature(self.fn).parameters.values():
+            ann = hints.get(p.name, p.annotation)
+            if ann is Const:
+                out.append(Param(p.name, None, p.default))
+            elif isinstance(ann, BufferType) or (isinstance(ann, ScalarType) and not ann.is_bool):
+                out.append(Param(p.name, ann, p.default))
+            else:
+                raise CompileError(
+                    f"parameter '{p.name}' of kernel {self.name} has annotation {ann!r}",
+                    None, rule="kernel parameters are annotated pycoop.Buffer[T], a numeric scalar "
+                               "type (u32, f32, ...) or pycoop.Const",
+                    hint=f"e.g. def {self.name}(A: pycoop.Buffer[f32], n: u32, tile: pycoop.Const = 64)")
+        return out
+
+    # ---------------------------------------------------------------- compile
+    def compile(self, *, subgroup_size: int | None = None, **consts) -> "CompiledKernel":
+        """Trace and specialise for the given Const parameters; the result exposes `.ir`,
+        `.spv`, `.spvasm`, `.abi` and `.save()`. Cached per specialisation."""
+        sgs = subgroup_size or self.subgroup_size or knobs.subgroup_size()
+        values = {}
+        for p in self.params:
+            if p.is_const:
+                if p.name in consts:
+                    values[p.name] = consts.pop(p.name)
+                elif p.default is not inspect.Parameter.empty:
+                    values[p.name] = p.default
+                else:
+                    raise ArgumentError(f"{self.name}: compile-time parameter '{p.name}' needs a value")
+        if consts:
+            raise ArgumentError(f"{self.name}: unknown compile-time parameter(s) {sorted(consts)}; "
+                                f"its Const parameters are {[p.name for p in self.params if p.is_const]}")
+        key = (sgs, tuple(sorted((k, repr(v)) for k, v in values.items())))
+        ck = self._cache.get(key)
+        if ck is None:
+            ck = self._cache[key] = CompiledKernel(self, self._trace(values, sgs), values)
+        return ck
+
+    def _trace(self, consts: dict, sgs: int) -> Module:
+        try:
+            if self._traced is None:
+                self._traced = transform(self.fn)
+            t = Tracer(sgs, self.workgroup_size)
+            runtime = [Value(p.type, name=p.name) for p in self.params if not p.is_const]
+            it = iter(runtime)
+            args = [consts[p.name] if p.is_const else next(it) for p in self.params]
+            body = Block()
+            t.blocks.append(body)
+            with trace_scope(t):
+                ret = self._traced(*args)
+            if ret is not None:
+                raise CompileError(f"kernel {self.name} returned {ret!r}; kernels return nothing",
+                                   hint="write results into a buffer parameter")
+            module = Module(Function(self.name, runtime, body), self.workgroup_size, sgs,
+                            [p.name for p in self.params if not p.is_const], shared=t.shared)
+            verify(module)
+            return module
+        except CompileError as e:
+            raise _strip(e) from None
+
+    # ---------------------------------------------------------------- launch
+    def __getitem__(self, grid) -> "_Launcher":
+        return _Launcher(self, grid)
+
+    def __call__(self, *a, **k):
+        raise TypeError(f"launch a kernel with {self.name}[grid](...), e.g. {self.name}[(8, 8)](...)")
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{p.name}: {p.type if p.type else 'Const'}" for p in self.params)
+        return f"<pycoop.kernel {self.name}({sig}) workgroup_size={self.workgroup_size}>"
+
+
+def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None):
+    """Decorator: `@pycoop.kernel(workgroup_size=128)` turns a Python function into a kernel."""
+    if fn is None:
+        return lambda f: Kernel(f, workgroup_size, subgroup_size)
+    return Kernel(fn, workgroup_size, subgroup_size)
+
+
+@dataclass
+class LaunchResult:
+    backend: str
+    time_ms: float          # device time (Vulkan timestamps) or wall time (emulator)
+
+    def __repr__(self) -> str:
+        return f"<launch on {self.backend}: {self.time_ms:.3f} ms>"
+
+
+def _grid(grid) -> tuple[int, int, int]:
+    g = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
+    if not 1 <= len(g) <= 3 or not all(isinstance(x, (int, np.integer)) and x >= 1 for x in g):
+        raise ArgumentError(f"grid must be 1 to 3 positive ints (workgroups per dimension), got {grid!r}")
+    return tuple(int(x) for x in g) + (1,) * (3 - len(g))
+
+
+class _Launcher:
+    def __init__(self, k: Kernel, grid):
+        self.k, self.grid = k, _grid(grid)
+
+    def __call__(self, *args, backend: str | None = None, subgroup_size: int | None = None, **kwargs):
+        k = self.k
+        sig = inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                   default=p.default) for p in k.params])
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            table = "\n".join(f"    {p.name}: {p.type if p.type else 'Const'}" for p in k.params)
+            raise ArgumentError(f"{k.name}: {e}\n  parameters:\n{table}") from None
+        bound.apply_defaults()
+        consts = {p.name: bound.arguments[p.name] for p in k.params if p.is_const}
+        ck = k.compile(subgroup_size=subgroup_size, **consts)
+        return ck.launch(self.grid, [bound.arguments[p.name] for p in k.params if not p.is_const],
+                         backend=backend)
+
+
+def _as_array(name: str, value, t: BufferType) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif hasattr(value, "__array_interface__") or hasattr(value, "__array__"):
+        arr = np.asarray(value)
+    elif hasattr(value, "__dlpack__"):
+        arr = np.from_dlpack(value)
+    else:
+        raise ArgumentError(f"argument '{name}' ({t}) must be an array, got {type(value).__name__}")
+    want = t.elem.dtype
+    if arr.dtype != want:
+        raise ArgumentError(
+            f"argument '{name}' ({t}) must have dtype {want}, got {arr.dtype}; "
+            f"convert it with {name}.astype({want.name!r})")
+    if not arr.flags.c_contiguous:
+        raise ArgumentError(f"argument '{name}' ({t}) must be C-contiguous; "
+                            f"pass np.ascontiguousarray({name}) and copy results back")
+    return arr
+
+
+def _as_scalar(name: str, value, t: ScalarType):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ArgumentError(f"argument '{name}' ({t}) must be a number, got {type(value).__name__}")
+    if t.is_int:
+        if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+            raise ArgumentError(f"argument '{name}' ({t}) must be an integer, got {value!r}")
+        lo, hi = t.min_max()
+        if not lo <= int(value) <= hi:
+            raise ArgumentError(f"argument '{name}' ({t}) = {int(value)} is out of range {lo}..{hi}")
+        return int(value)
+    return float(value)
+
+
+class CompiledKernel:
+    """A traced, specialised kernel and its artifacts."""
+
+    def __init__(self, k: Kernel, module: Module, consts: dict):
+        self.kernel = k
+        self.module = module
+        self.consts = consts
+        self._lowered = None
+        self._written = {op.operands[0] for op in module.walk()
+                         if op.name in ("store", "khr.store") and isinstance(op.operands[0].type, BufferType)}
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    @functools.cached_property
+    def ir(self) -> str:
+        return print_module(self.module)
+
+    def _lower(self):
+        if self._lowered is None:
+            from ..cache import lower_cached
+            self._lowered = lower_cached(self.module, self.ir)
+        return self._lowered
+
+    @property
+    def spv(self) -> bytes:
+        """The validated SPIR-V binary."""
+        return self._lower().spv
+
+    @functools.cached_property
+    def spvasm(self) -> str:
+        from ..spirv.tools import disassemble
+        return disassemble(self.spv)
+
+    @property
+    def abi(self) -> dict:
+        return self._lower().abi
+
+    @property
+    def requirements(self) -> dict:
+        return self._lower().requirements
+
+    def metadata(self) -> dict:
+        """The JSON sidecar of an exported .spv (see docs/abi.md)."""
+        low = self._lower()
+        return {"pycoop_version": __version__, "kernel": self.name, "entry_point": "main",
+                "execution_model": "GLCompute", "spirv_version": "1.6",
+                "workgroup_size": list(self.module.workgroup_size),
+                "subgroup_size": self.module.subgroup_size, "constants": {k: repr(v) for k, v in self.consts.items()},
+                "abi": low.abi, "capabilities": low.capabilities, "extensions": low.extensions,
+                "requirements": {k: (list(map(list, v)) if k == "coopmat_shapes" else v)
+                                 for k, v in low.requirements.items()}}
+
+    def save(self, path) -> Path:
+        """Write `path` (.spv) and `path`.json (entry point, ABI, requirements)."""
+        path = Path(path)
+        path.write_bytes(self.spv)
+        side = path.with_suffix(path.suffix + ".json")
+        side.write_text(json.dumps(self.metadata(), indent=2) + "\n")
+        return path
+
+    def check_args(self, args: list) -> list:
+        out = []
+        names = self.module.param_names
+        for p, name, v in zip(self.module.kernel.params, names, args):
+            if isinstance(p.type, BufferType):
+                arr = _as_array(name, v, p.type)
+                if p in self._written and not arr.flags.writeable:
+                    raise ArgumentError(f"argument '{name}' is written by the kernel but the array is "
+                                        "read-only")
+                out.append(arr)
+            else:
+                out.append(_as_scalar(name, v, p.type))
+        return out
+
+    def launch(self, grid, args: list, *, backend: str | None = None) -> LaunchResult:
+        from ..runtime.backend import choose
+        grid = _grid(grid)
+        arrays = self.check_args(args)
+        be = choose(backend, self)
+        if be == "emulator":
+            from ..emulator.machine import run
+            t0 = time.perf_counter()
+            run(self.module, grid, arrays)
+            return LaunchResult("emulator", (time.perf_counter() - t0) * 1e3)
+        from ..runtime.backend import vulkan_launch
+        return LaunchResult("vulkan", vulkan_launch(self, grid, arrays))
+
+    def __repr__(self) -> str:
+        return f"<pycoop compiled kernel {self.name} {self.consts or ''}>"
+
+    def _repr_html_(self) -> str:
+        from ..jupyter import compiled_kernel_html
+        return compiled_kernel_html(self)

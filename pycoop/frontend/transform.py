@@ -1,0 +1,293 @@
+"""Source transformation of kernel / helper functions so ordinary Python control flow can
+depend on runtime values.
+
+`if`, `for ... in range(...)`, `while`, `and`/`or`/`not` and `x if c else y` are rewritten into
+calls of pycoop.frontend.control, which evaluates them in Python when the condition/bounds are
+plain Python values (metaprogramming: unrolled, specialised) and records structured IR when
+they are runtime values. Line and column numbers of the user's source are preserved.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+
+from ..errors import CompileError, Loc
+
+_PC = "__pc"
+
+
+def _names_stored(stmts: list[ast.stmt], *, bases: bool) -> list[str]:
+    """Names bound by `stmts` (not inside nested functions). With `bases`, also the base name
+    of subscript/attribute targets (containers mutated in place)."""
+    out: dict[str, None] = {}
+
+    class V(ast.NodeVisitor):
+        def visit_Name(self, n):
+            if isinstance(n.ctx, ast.Store) and not n.id.startswith(_PC):
+                out[n.id] = None
+
+        def _base(self, n):
+            while isinstance(n, (ast.Subscript, ast.Attribute)):
+                n = n.value
+            if bases and isinstance(n, ast.Name) and not n.id.startswith(_PC):
+                out[n.id] = None
+
+        def visit_Subscript(self, n):
+            if isinstance(n.ctx, ast.Store):
+                self._base(n)
+            self.generic_visit(n)
+
+        def visit_Attribute(self, n):
+            if isinstance(n.ctx, ast.Store):
+                self._base(n)
+            self.generic_visit(n)
+
+        def visit_AugAssign(self, n):
+            if isinstance(n.target, ast.Name):
+                out[n.target.id] = None
+            else:
+                self._base(n.target)
+            self.visit(n.value)
+
+        def visit_FunctionDef(self, n):
+            if not n.name.startswith(_PC):
+                out[n.name] = None
+
+        visit_AsyncFunctionDef = visit_FunctionDef
+
+        def visit_Lambda(self, n):
+            pass
+
+        def visit_ListComp(self, n):
+            pass
+
+        visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
+
+        def visit_ClassDef(self, n):
+            out[n.name] = None
+
+    for s in stmts:
+        V().visit(s)
+    return list(out)
+
+
+def _has(stmts: list[ast.stmt], kinds: tuple, *, into_loops: bool = True) -> bool:
+    """Whether `stmts` contain a node of `kinds` (not inside nested functions, nor inside nested
+    loops when into_loops is False)."""
+    stack = list(stmts)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, kinds):
+            return True
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if not into_loops and isinstance(n, (ast.For, ast.While)):
+            stack.extend(n.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(n))
+    return False
+
+
+def _call(fn: str, args: list[ast.expr], node: ast.AST) -> ast.Call:
+    c = ast.Call(func=ast.Attribute(value=ast.Name(_PC, ast.Load()), attr=fn, ctx=ast.Load()),
+                 args=args, keywords=[])
+    return ast.copy_location(c, node)
+
+
+def _tuple(names: list[str], ctx) -> ast.Tuple:
+    return ast.Tuple([ast.Name(n, ctx()) for n in names], ctx())
+
+
+def _lambda(body: ast.expr) -> ast.Lambda:
+    args = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[])
+    return ast.copy_location(ast.Lambda(args=args, body=body), body)
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self):
+        self.n = 0
+
+    def _fresh(self, what: str) -> str:
+        self.n += 1
+        return f"{_PC}_{what}_{self.n}"
+
+    def _fn(self, name: str, params: list[str], body: list[ast.stmt], ret: list[str], node) -> ast.FunctionDef:
+        """def name(*params): body; return (ret...) — `return X` inside becomes a Return marker."""
+        body = [_ReturnMarker(ret).visit(s) for s in body]
+        body.append(ast.Return(_tuple(ret, ast.Load)))
+        fn = ast.FunctionDef(
+            name=name,
+            args=ast.arguments(posonlyargs=[], args=[ast.arg(p) for p in params], vararg=None,
+                               kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+            body=body, decorator_list=[], returns=None, type_params=[])
+        return ast.fix_missing_locations(ast.copy_location(fn, node))
+
+    def _finish(self, node, call: ast.Call, names: list[str], has_return: bool) -> list[ast.stmt]:
+        r = self._fresh("r")
+        out: list[ast.stmt] = [ast.Assign([ast.Name(r, ast.Store())], call)]
+        if has_return:
+            out.append(ast.If(test=ast.Attribute(ast.Name(r, ast.Load()), "returned", ast.Load()),
+                              body=[ast.Return(ast.Attribute(ast.Name(r, ast.Load()), "value", ast.Load()))],
+                              orelse=[]))
+        if names:
+            out.append(ast.Assign([_tuple(names, ast.Store)],
+                                  ast.Attribute(ast.Name(r, ast.Load()), "values", ast.Load())))
+        return [ast.fix_missing_locations(ast.copy_location(s, node)) for s in out]
+
+    def _loc_arg(self, node) -> ast.Constant:
+        return ast.Constant((node.lineno, node.col_offset + 1))
+
+    # ---------------------------------------------------------------- statements
+    def visit_If(self, node: ast.If):
+        self.generic_visit(node)
+        names = _names_stored(node.body + node.orelse, bases=True)
+        has_ret = _has(node.body + node.orelse, (ast.Return,))
+        t, e = self._fresh("then"), self._fresh("else")
+        fns = [self._fn(t, names, node.body, names, node),
+               self._fn(e, names, node.orelse or [ast.Pass()], names, node)]
+        call = _call("if_", [node.test, ast.Name(t, ast.Load()), ast.Name(e, ast.Load()),
+                             _tuple(names, ast.Load), ast.Constant(tuple(names)), self._loc_arg(node)],
+                     node)
+        return fns + self._finish(node, call, names, has_ret)
+
+    def visit_For(self, node: ast.For):
+        self.generic_visit(node)
+        it = node.iter
+        is_range = (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                    and not it.keywords and 1 <= len(it.args) <= 3 and isinstance(node.target, ast.Name))
+        if (not is_range or node.orelse
+                or _has(node.body, (ast.Break, ast.Continue), into_loops=False)):
+            return node      # stays a Python loop: its bounds must be known at trace time
+        names = [n for n in _names_stored(node.body, bases=True) if n != node.target.id]
+        has_ret = _has(node.body, (ast.Return,))
+        b = self._fresh("body")
+        fn = self._fn(b, [node.target.id, *names], node.body, names, node)
+        call = _call("for_range", [ast.Tuple(it.args, ast.Load()), ast.Name(b, ast.Load()),
+                                   _tuple(names, ast.Load), ast.Constant(tuple(names)),
+                                   self._loc_arg(node)], node)
+        return [fn] + self._finish(node, call, [node.target.id, *names], has_ret)
+
+    def visit_While(self, node: ast.While):
+        self.generic_visit(node)
+        if node.orelse or _has(node.body, (ast.Break, ast.Continue), into_loops=False):
+            return node
+        names = _names_stored(node.body, bases=True)
+        has_ret = _has(node.body, (ast.Return,))
+        c, b = self._fresh("cond"), self._fresh("body")
+        cond = ast.fix_missing_locations(ast.copy_location(ast.FunctionDef(
+            name=c, args=ast.arguments(posonlyargs=[], args=[ast.arg(p) for p in names], vararg=None,
+                                       kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+            body=[ast.Return(node.test)], decorator_list=[], returns=None, type_params=[]), node))
+        fn = self._fn(b, names, node.body, names, node)
+        call = _call("while_", [ast.Name(c, ast.Load()), ast.Name(b, ast.Load()),
+                                _tuple(names, ast.Load), ast.Constant(tuple(names)),
+                                self._loc_arg(node)], node)
+        return [cond, fn] + self._finish(node, call, names, has_ret)
+
+    # ---------------------------------------------------------------- expressions
+    def visit_BoolOp(self, node: ast.BoolOp):
+        self.generic_visit(node)
+        fn = "and_" if isinstance(node.op, ast.And) else "or_"
+        expr = node.values[0]
+        for v in node.values[1:]:
+            expr = _call(fn, [expr, _lambda(v)], node)
+        return expr
+
+    def visit_UnaryOp(self, node: ast.UnaryOp):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return _call("not_", [node.operand], node)
+        return node
+
+    def visit_IfExp(self, node: ast.IfExp):
+        self.generic_visit(node)
+        return _call("ifexp", [node.test, _lambda(node.body), _lambda(node.orelse)], node)
+
+    def visit_Compare(self, node: ast.Compare):
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        parts, left = [], node.left
+        for op, right in zip(node.ops, node.comparators):
+            parts.append(ast.copy_location(ast.Compare(left, [op], [right]), node))
+            left = right
+        expr = parts[0]
+        for p in parts[1:]:
+            expr = _call("and_", [expr, _lambda(p)], node)
+        return expr
+
+
+class _ReturnMarker(ast.NodeTransformer):
+    """Inside a generated branch/body function: `return X` -> `return __pc.Return(X, (names))`."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+
+    def visit_Return(self, node: ast.Return):
+        value = node.value or ast.Constant(None)
+        return ast.copy_location(ast.Return(_call("Return", [value, _tuple(self.names, ast.Load)], node)),
+                                 node)
+
+    def visit_FunctionDef(self, node):
+        return node     # nested functions keep their own returns
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+
+def transform(fn: types.FunctionType) -> types.FunctionType:
+    """Return `fn` rewritten for tracing (same globals, closure, defaults, file and lines)."""
+    from . import control
+    try:
+        lines, start = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        raise CompileError(f"cannot read the source of {fn.__qualname__}", None,
+                           rule="pycoop traces kernels from their Python source",
+                           hint="define kernels in a file or a notebook cell, not via exec() of a "
+                                "string without source") from None
+    src = "".join(lines)
+    dedented = textwrap.dedent(src)
+    indent = len(src.split("\n", 1)[0]) - len(dedented.split("\n", 1)[0])
+    tree = ast.parse(dedented)
+    ast.increment_lineno(tree, start - 1)
+    for node in ast.walk(tree):
+        if hasattr(node, "col_offset") and indent:
+            node.col_offset += indent
+            if getattr(node, "end_col_offset", None) is not None:
+                node.end_col_offset += indent
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise CompileError(f"{fn.__qualname__} is not a plain function definition", None)
+    fdef.decorator_list = []
+    params = {a.arg for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs}
+    local_names = [n for n in _names_stored(fdef.body, bases=False) if n not in params]
+    fdef = _Rewriter().visit(fdef)
+    if local_names:
+        init = ast.Assign([ast.Name(n, ast.Store()) for n in local_names],
+                          ast.Attribute(ast.Name(_PC, ast.Load()), "UNDEF", ast.Load()))
+        fdef.body.insert(0, ast.fix_missing_locations(ast.copy_location(init, fdef.body[0])))
+    # Wrap in a factory whose parameters are the closure's free variables (plus the control
+    # module), so the rewritten function gets the original cells and globals.
+    free = list(fn.__code__.co_freevars) + [_PC]
+    factory = ast.FunctionDef(
+        name=f"{_PC}_factory",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in free], vararg=None, kwonlyargs=[],
+                           kw_defaults=[], kwarg=None, defaults=[]),
+        body=[fdef, ast.Return(ast.Name(fdef.name, ast.Load()))], decorator_list=[], returns=None,
+        type_params=[])
+    module = ast.fix_missing_locations(ast.Module([ast.copy_location(factory, fdef)], []))
+    code = compile(module, fn.__code__.co_filename, "exec")
+    fcode = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+    icode = next(c for c in fcode.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.__name__)
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    cells[_PC] = types.CellType(control)
+    closure = tuple(cells[n] for n in icode.co_freevars)
+    new = types.FunctionType(icode, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    return new
+
+
+def loc_of(fn_file: str, pos: tuple[int, int]) -> Loc:
+    return Loc(fn_file, pos[0], pos[1])

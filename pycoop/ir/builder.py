@@ -1,0 +1,102 @@
+"""The one builder every traced op goes through.
+
+`emit()` looks the op up in the registry, runs its type rule / checks (which raise
+CompileError at the user's line), records the op with that line in the current block.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import UNKNOWN, CompileError, Loc
+from ..types import Type
+from .core import Block, Op, Value
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_state = threading.local()
+
+
+def current_loc() -> Loc:
+    """Location of the innermost frame outside pycoop (the user's code being traced)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_PKG_DIR):
+            col = 0
+            try:
+                pos = list(f.f_code.co_positions())[f.f_lasti // 2]
+                col = (pos[2] or -1) + 1
+            except (AttributeError, IndexError):
+                pass
+            return Loc(fn, f.f_lineno, col)
+        f = f.f_back
+    return UNKNOWN
+
+
+class Tracer:
+    """State of one trace: a stack of blocks being filled, and module-level collections."""
+
+    def __init__(self, subgroup_size: int, workgroup_size: tuple[int, int, int]):
+        self.blocks: list[Block] = []
+        self.shared: list[Value] = []
+        self.functions: list = []
+        self.subgroup_size = subgroup_size
+        self.workgroup_size = workgroup_size
+
+    @property
+    def block(self) -> Block:
+        return self.blocks[-1]
+
+    @contextmanager
+    def region(self, block: Block):
+        self.blocks.append(block)
+        try:
+            yield block
+        finally:
+            self.blocks.pop()
+
+
+def tracer() -> Tracer:
+    t = getattr(_state, "tracer", None)
+    if t is None:
+        raise CompileError("pycoop ops can only be used inside a @pycoop.kernel while it is traced",
+                           current_loc(),
+                           hint="call the kernel (kernel[grid](...)) or kernel.compile() instead")
+    return t
+
+
+def tracing() -> bool:
+    return getattr(_state, "tracer", None) is not None
+
+
+@contextmanager
+def trace_scope(t: Tracer):
+    prev = getattr(_state, "tracer", None)
+    _state.tracer = t
+    try:
+        yield t
+    finally:
+        _state.tracer = prev
+
+
+def emit(name: str, operands: list[Value], attrs: dict[str, Any] | None = None,
+         regions: list[Block] | None = None, loc: Loc | None = None) -> Op:
+    """Check and record op `name`; return the Op (its results are the new values)."""
+    from ..ops.registry import get
+    d = get(name)
+    attrs = attrs or {}
+    loc = loc or current_loc()
+    result_types: list[Type] = d.infer(operands, attrs, regions, loc)
+    op = Op(name, operands, attrs, result_types, regions, loc)
+    t = tracer()
+    if not t.block.terminated:           # code after a `return` is unreachable: not recorded
+        t.block.ops.append(op)
+    return op
+
+
+def emit1(name: str, operands: list[Value], attrs: dict[str, Any] | None = None,
+          loc: Loc | None = None) -> Value:
+    return emit(name, operands, attrs, None, loc).result

@@ -1,0 +1,34 @@
+"""Structural verifier: SSA values are defined before use in an enclosing scope, regions end
+in the right terminator, and every op's type rule still holds (re-run from the registry)."""
+from __future__ import annotations
+
+from ..errors import CompileError
+from ..ops.registry import get
+from .core import Block, Module
+
+_TERMINATOR = {("if", 0): "yield", ("if", 1): "yield", ("loop", 0): "condition", ("loop", 1): "yield"}
+
+
+def _check_block(block: Block, visible: set, owner: tuple | None) -> None:
+    scope = set(visible) | set(block.args)
+    for i, op in enumerate(block.ops):
+        for v in op.operands:
+            if v not in scope:
+                raise CompileError(f"internal: {op.name} uses a value not defined in scope", op.loc)
+        if op.name in ("yield", "condition", "return") and i != len(block.ops) - 1:
+            raise CompileError(f"internal: {op.name} is not the last op of its block", op.loc)
+        types = get(op.name).infer(op.operands, op.attrs, op.regions, op.loc)
+        if list(types) != [r.type for r in op.results]:
+            raise CompileError(f"internal: {op.name} result types {types} != recorded", op.loc)
+        for k, r in enumerate(op.regions):
+            _check_block(r, scope, (op.name, k))
+            last = r.ops[-1].name if r.ops else None
+            want = _TERMINATOR.get((op.name, k))
+            if want and last not in (want, "return"):
+                raise CompileError(f"internal: region {k} of {op.name} does not end in {want}", op.loc)
+        scope.update(op.results)
+
+
+def verify(m: Module) -> None:
+    """Raise CompileError if the module is malformed (a pycoop bug, not a user error)."""
+    _check_block(m.kernel.body, set(m.kernel.params), None)

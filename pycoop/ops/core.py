@@ -1,0 +1,816 @@
+"""Core scalar ops: constants, built-ins, arithmetic, comparisons, math, casts, select,
+memory (buffers and workgroup arrays) and barriers.
+
+Each op is declared once: its type rule (`_infer_*`), its SPIR-V lowering and its NumPy
+semantics. Arithmetic ops also accept cooperative matrices where SPV_KHR_cooperative_matrix
+allows them (element-wise, same type on both sides).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..errors import CompileError, Loc
+from ..ir.builder import current_loc, emit, emit1, tracer
+from ..ir.core import Value
+from ..types import (BufferType, CoopMatType, ScalarType, SharedArrayType, Type, VectorType,
+                     bool_, f32, i32, u32, scalar_of_dtype)
+from .registry import define, emulation, lowering
+
+# --------------------------------------------------------------------------- constants
+
+def _infer_const(operands, attrs, regions, loc):
+    return [attrs["type"]]
+
+
+define("const", _infer_const, doc="A compile-time constant scalar.")
+
+
+def const(value, type: ScalarType, loc: Loc | None = None) -> Value:
+    loc = loc or current_loc()
+    return emit1("const", [], {"value": _check_literal(value, type, loc), "type": type}, loc)
+
+
+def _check_literal(value, type: ScalarType, loc: Loc):
+    if type.is_bool:
+        if not isinstance(value, (bool, np.bool_)):
+            raise CompileError(f"{value!r} is not a bool", loc)
+        return bool(value)
+    if type.is_int:
+        if isinstance(value, float) and not value.is_integer():
+            raise CompileError(f"{value!r} is not an integer, but the other operand is {type}", loc,
+                               hint=f"cast explicitly, e.g. {type}(x)")
+        v = int(value)
+        lo, hi = type.min_max()
+        if not lo <= v <= hi:
+            raise CompileError(f"constant {v} does not fit in {type} (range {lo}..{hi})", loc,
+                               hint="use a wider type or cast the other operand")
+        return v
+    return float(value)
+
+
+@emulation("const")
+def _emu_const(ctx, op):
+    return np.full((1, 1), op.attrs["value"], dtype=op.attrs["type"].dtype)
+
+
+@lowering("const")
+def _lower_const(ctx, op):
+    ctx.set(op.result, ctx.const(op.attrs["type"], op.attrs["value"]))
+
+
+def default_type(x) -> ScalarType:
+    """Type given to a bare Python number that becomes a runtime value."""
+    if isinstance(x, (bool, np.bool_)):
+        return bool_
+    if isinstance(x, np.generic):
+        t = scalar_of_dtype(x.dtype)
+        if t is not None:
+            return t
+    if isinstance(x, numbers.Integral):
+        return i32
+    if isinstance(x, numbers.Real):
+        return f32
+    raise CompileError(f"cannot use a Python {type(x).__name__} ({x!r}) as a kernel value",
+                       current_loc(),
+                       rule="only numbers, bools and pycoop values can be traced",
+                       hint="compute it in Python before the kernel, or pass it as a parameter")
+
+
+def as_value(x, like: Type | None = None) -> Value:
+    """Turn a Python number into a constant (of `like`'s scalar type if given)."""
+    if isinstance(x, Value):
+        return x
+    if isinstance(like, CoopMatType):
+        like = like.component
+    if isinstance(like, VectorType):
+        like = like.elem
+    t = like if isinstance(like, ScalarType) else default_type(x)
+    if isinstance(x, np.generic):
+        x = x.item()
+    if not isinstance(x, (numbers.Number, np.bool_)):
+        default_type(x)   # raises the untraceable-value error
+    return const(x, t)
+
+
+# --------------------------------------------------------------------------- built-ins
+
+BUILTINS = {
+    # name: (SPIR-V BuiltIn, is vector)
+    "workgroup_id": ("WorkgroupId", True),
+    "local_invocation_id": ("LocalInvocationId", True),
+    "global_invocation_id": ("GlobalInvocationId", True),
+    "num_workgroups": ("NumWorkgroups", True),
+    "local_invocation_index": ("LocalInvocationIndex", False),
+    "subgroup_id": ("SubgroupId", False),
+    "subgroup_local_id": ("SubgroupLocalInvocationId", False),
+    "subgroup_size": ("SubgroupSize", False),
+    "num_subgroups": ("NumSubgroups", False),
+}
+
+
+def _infer_builtin(operands, attrs, regions, loc):
+    return [u32]
+
+
+define("builtin", _infer_builtin, doc="A compute built-in variable (component of a vector built-in).")
+
+
+@emulation("builtin")
+def _emu_builtin(ctx, op):
+    return ctx.dispatch.builtin(op.attrs["name"], op.attrs.get("component", 0))
+
+
+@lowering("builtin")
+def _lower_builtin(ctx, op):
+    name = op.attrs["name"]
+    spv, is_vec = BUILTINS[name]
+    v = ctx.builtin_value(spv, is_vec)
+    if is_vec:
+        v = ctx.emit("OpCompositeExtract", u32, v, op.attrs["component"])
+    ctx.set(op.result, v)
+
+
+class _BuiltinVec:
+    def __init__(self, name: str):
+        self._name = name
+
+    def _get(self, comp: int) -> Value:
+        return emit1("builtin", [], {"name": self._name, "component": comp})
+
+    x = property(lambda self: self._get(0))
+    y = property(lambda self: self._get(1))
+    z = property(lambda self: self._get(2))
+
+    def __repr__(self) -> str:
+        return f"pycoop.{self._name} (use .x/.y/.z inside a kernel)"
+
+
+class _BuiltinScalar:
+    def __init__(self, name: str):
+        self._name = name
+
+    def __call__(self) -> Value:
+        return emit1("builtin", [], {"name": self._name})
+
+    def __repr__(self) -> str:
+        return f"pycoop.{self._name}() (call it inside a kernel)"
+
+
+workgroup_id = _BuiltinVec("workgroup_id")
+local_invocation_id = _BuiltinVec("local_invocation_id")
+global_invocation_id = _BuiltinVec("global_invocation_id")
+num_workgroups = _BuiltinVec("num_workgroups")
+local_invocation_index = _BuiltinScalar("local_invocation_index")
+subgroup_id = _BuiltinScalar("subgroup_id")
+subgroup_local_id = _BuiltinScalar("subgroup_local_id")
+subgroup_size = _BuiltinScalar("subgroup_size")
+num_subgroups = _BuiltinScalar("num_subgroups")
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+# name: (python symbol, float opcode, signed opcode, unsigned opcode, numpy fn)
+def _np_div(a, b):
+    if np.issubdtype(a.dtype, np.integer):
+        # SPIR-V OpSDiv / OpUDiv truncate toward zero.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.abs(a.astype(np.int64) if a.dtype != np.uint64 else a) // np.abs(
+                b.astype(np.int64) if b.dtype != np.uint64 else b)
+            if np.issubdtype(a.dtype, np.signedinteger):
+                q = np.where((a < 0) != (b < 0), -q, q)
+            return q.astype(a.dtype)
+    return np.divide(a, b)
+
+
+def _np_rem(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.fmod(a, b)
+
+
+BINARY = {
+    "add": ("+", "OpFAdd", "OpIAdd", "OpIAdd", np.add),
+    "sub": ("-", "OpFSub", "OpISub", "OpISub", np.subtract),
+    "mul": ("*", "OpFMul", "OpIMul", "OpIMul", np.multiply),
+    "div": ("/", "OpFDiv", "OpSDiv", "OpUDiv", _np_div),
+    "rem": ("%", "OpFRem", "OpSRem", "OpUMod", _np_rem),
+    "and": ("&", None, "OpBitwiseAnd", "OpBitwiseAnd", np.bitwise_and),
+    "or": ("|", None, "OpBitwiseOr", "OpBitwiseOr", np.bitwise_or),
+    "xor": ("^", None, "OpBitwiseXor", "OpBitwiseXor", np.bitwise_xor),
+    "shl": ("<<", None, "OpShiftLeftLogical", "OpShiftLeftLogical", np.left_shift),
+    "shr": (">>", None, "OpShiftRightArithmetic", "OpShiftRightLogical", np.right_shift),
+    "min": ("min", "GLSL:FMin", "GLSL:SMin", "GLSL:UMin", np.minimum),
+    "max": ("max", "GLSL:FMax", "GLSL:SMax", "GLSL:UMax", np.maximum),
+    "pow": ("**", "GLSL:Pow", None, None, np.power),
+}
+_BOOL_BINARY = {"and": "OpLogicalAnd", "or": "OpLogicalOr", "xor": "OpLogicalNotEqual"}
+# Element-wise ops SPV_KHR_cooperative_matrix allows on matrices.
+_COOPMAT_BINARY = {"add", "sub", "mul", "div"}
+
+
+def _elem(t: Type) -> ScalarType | None:
+    if isinstance(t, ScalarType):
+        return t
+    if isinstance(t, (VectorType,)):
+        return t.elem
+    if isinstance(t, CoopMatType):
+        return t.component
+    return None
+
+
+def _infer_binary(operands, attrs, regions, loc):
+    kind = attrs["kind"]
+    a, b = operands
+    sym = BINARY[kind][0]
+    if a.type != b.type:
+        raise CompileError(f"operands of `{sym}` have different types: {a.type} and {b.type}", loc,
+                           rule="arithmetic needs operands of one type (no implicit conversion)",
+                           hint=f"convert one side, e.g. pycoop.cast(x, {a.type})" if isinstance(
+                               a.type, ScalarType) else "convert one side with pycoop.convert")
+    t = a.type
+    e = _elem(t)
+    if e is None:
+        raise CompileError(f"`{sym}` is not defined on {t}", loc)
+    if isinstance(t, CoopMatType) and kind not in _COOPMAT_BINARY:
+        raise CompileError(f"`{sym}` is not defined on cooperative matrices", loc,
+                           rule="SPV_KHR_cooperative_matrix allows only + - * / and negation "
+                                "element-wise on matrices",
+                           hint="use pycoop.nv.per_element for other element-wise functions")
+    if e.is_bool:
+        if kind not in _BOOL_BINARY:
+            raise CompileError(f"`{sym}` is not defined on bool", loc, hint="use & | ^ on bools")
+    else:
+        slot = 1 if e.is_float else (2 if e.signed else 3)
+        if BINARY[kind][slot] is None:
+            raise CompileError(f"`{sym}` is not defined on {e}", loc,
+                               hint="bitwise ops and shifts need integers; ** needs floats")
+    return [t]
+
+
+define("binary", _infer_binary, doc="Element-wise binary arithmetic / bitwise / min / max.")
+
+
+@emulation("binary")
+def _emu_binary(ctx, op, a, b):
+    kind = op.attrs["kind"]
+    e = _elem(op.operands[0].type)
+    if e.is_int and kind in ("div", "rem"):
+        bad = (b == 0)
+        if e.signed:
+            lo = np.array(e.min_max()[0], dtype=a.dtype)
+            bad = bad | ((a == lo) & (b == -1))
+        ctx.check_ub(bad, op, "integer division by zero (or INT_MIN / -1) is undefined")
+        if kind == "rem" and not e.signed:
+            with np.errstate(divide="ignore"):
+                return np.remainder(a, np.where(b == 0, 1, b))
+        b = np.where(b == 0, np.ones_like(b), b)
+    if e.is_int and kind in ("shl", "shr"):
+        ctx.check_ub((b < 0) | (b >= e.bits), op,
+                     f"shifting a {e.bits}-bit integer by a negative amount or >= {e.bits} is undefined")
+    fn = BINARY[kind][4]
+    if e.is_bool:
+        fn = {"and": np.logical_and, "or": np.logical_or, "xor": np.not_equal}[kind]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        r = fn(a, b)
+    return r.astype(a.dtype, copy=False)
+
+
+@lowering("binary")
+def _lower_binary(ctx, op):
+    kind = op.attrs["kind"]
+    t = op.result.type
+    e = _elem(t)
+    if e.is_bool:
+        opname = _BOOL_BINARY[kind]
+    else:
+        opname = BINARY[kind][1 if e.is_float else (2 if e.signed else 3)]
+    a, b = (ctx.id(v) for v in op.operands)
+    if opname.startswith("GLSL:"):
+        ctx.set(op.result, ctx.glsl(opname[5:], t, a, b))
+    else:
+        ctx.set(op.result, ctx.emit(opname, t, a, b))
+
+
+def binary(kind: str, a, b) -> Value:
+    if not isinstance(a, Value) and not isinstance(b, Value):
+        return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+                "min": lambda: min(a, b), "max": lambda: max(a, b)}[kind]()
+    # cooperative matrix times scalar is OpMatrixTimesScalar (KHR)
+    if kind == "mul":
+        at, bt = getattr(a, "type", None), getattr(b, "type", None)
+        if isinstance(at, CoopMatType) and not isinstance(bt, CoopMatType):
+            from .khr import scale
+            return scale(a, b)
+        if isinstance(bt, CoopMatType) and not isinstance(at, CoopMatType):
+            from .khr import scale
+            return scale(b, a)
+    loc = current_loc()
+    a = as_value(a, getattr(b, "type", None))
+    b = as_value(b, a.type)
+    return emit1("binary", [a, b], {"kind": kind}, loc)
+
+
+# --------------------------------------------------------------------------- unary & math
+
+UNARY = {
+    # name: (float op, signed op, unsigned op, numpy)
+    "neg": ("OpFNegate", "OpSNegate", "OpSNegate", np.negative),
+    "not": (None, "OpNot", "OpNot", np.invert),
+    "abs": ("GLSL:FAbs", "GLSL:SAbs", None, np.abs),
+    "exp": ("GLSL:Exp", None, None, np.exp),
+    "exp2": ("GLSL:Exp2", None, None, np.exp2),
+    "log": ("GLSL:Log", None, None, np.log),
+    "log2": ("GLSL:Log2", None, None, np.log2),
+    "sqrt": ("GLSL:Sqrt", None, None, np.sqrt),
+    "rsqrt": ("GLSL:InverseSqrt", None, None, lambda x: 1 / np.sqrt(x)),
+    "sin": ("GLSL:Sin", None, None, np.sin),
+    "cos": ("GLSL:Cos", None, None, np.cos),
+    "tanh": ("GLSL:Tanh", None, None, np.tanh),
+    "floor": ("GLSL:Floor", None, None, np.floor),
+    "ceil": ("GLSL:Ceil", None, None, np.ceil),
+    "trunc": ("GLSL:Trunc", None, None, np.trunc),
+}
+# ExtInst math on 8/16-bit float types other than f16 is not defined: compute in f32 instead.
+
+
+def _infer_unary(operands, attrs, regions, loc):
+    kind = attrs["kind"]
+    t = operands[0].type
+    e = _elem(t)
+    if e is None:
+        raise CompileError(f"{kind} is not defined on {t}", loc)
+    if isinstance(t, CoopMatType) and kind != "neg":
+        raise CompileError(f"{kind} is not defined on cooperative matrices", loc,
+                           rule="SPV_KHR_cooperative_matrix allows only negation as a unary op",
+                           hint="use pycoop.nv.per_element for element-wise math")
+    if e.is_bool:
+        if kind != "not":
+            raise CompileError(f"{kind} is not defined on bool", loc)
+        return [t]
+    slot = 0 if e.is_float else (1 if e.signed else 2)
+    if UNARY[kind][slot] is None:
+        raise CompileError(f"{kind} is not defined on {e}", loc,
+                           hint="math functions need a float operand: cast first")
+    if UNARY[kind][0] and UNARY[kind][0].startswith("GLSL:") and e.is_float and e.bits not in (16, 32) \
+            or (e.encoding and kind not in ("neg",)):
+        raise CompileError(f"{kind} is not available for {e}", loc,
+                           rule="GLSL.std.450 math is defined for 16- and 32-bit IEEE floats",
+                           hint="cast to f32 first")
+    return [t]
+
+
+define("unary", _infer_unary, doc="Element-wise unary arithmetic and math functions.")
+
+
+@emulation("unary")
+def _emu_unary(ctx, op, a):
+    kind = op.attrs["kind"]
+    if op.operands[0].type == bool_ or _elem(op.operands[0].type).is_bool:
+        return np.logical_not(a)
+    with np.errstate(all="ignore"):
+        return UNARY[kind][3](a).astype(a.dtype, copy=False)
+
+
+@lowering("unary")
+def _lower_unary(ctx, op):
+    kind = op.attrs["kind"]
+    t = op.result.type
+    e = _elem(t)
+    a = ctx.id(op.operands[0])
+    if e.is_bool:
+        ctx.set(op.result, ctx.emit("OpLogicalNot", t, a))
+        return
+    opname = UNARY[kind][0 if e.is_float else (1 if e.signed else 2)]
+    if opname.startswith("GLSL:"):
+        ctx.set(op.result, ctx.glsl(opname[5:], t, a))
+    else:
+        ctx.set(op.result, ctx.emit(opname, t, a))
+
+
+def unary(kind: str, x) -> Value:
+    if not isinstance(x, Value):
+        return {"neg": lambda: -x, "abs": lambda: abs(x), "exp": lambda: math.exp(x),
+                "log": lambda: math.log(x), "sqrt": lambda: math.sqrt(x)}.get(
+            kind, lambda: getattr(math, kind)(x))()
+    return emit1("unary", [x], {"kind": kind})
+
+
+def _math(kind):
+    def f(x):
+        return unary(kind, x)
+    f.__name__ = kind
+    f.__doc__ = f"Element-wise {kind} (GLSL.std.450 on the GPU)."
+    return f
+
+
+exp, exp2, log, log2, sqrt, rsqrt = (_math(k) for k in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt"))
+sin, cos, tanh, floor, ceil, trunc = (_math(k) for k in ("sin", "cos", "tanh", "floor", "ceil", "trunc"))
+
+
+def abs_(x):
+    """|x| for ints and floats (a Python number gives Python's abs)."""
+    return unary("abs", x)
+
+
+def minimum(a, b):
+    """Element-wise minimum (NaN handling follows GLSL FMin: unspecified)."""
+    return binary("min", a, b)
+
+
+def maximum(a, b):
+    return binary("max", a, b)
+
+
+# --------------------------------------------------------------------------- comparisons
+
+COMPARE = {
+    # name: (float op, signed op, unsigned op, numpy)
+    "eq": ("OpFOrdEqual", "OpIEqual", "OpIEqual", np.equal),
+    "ne": ("OpFUnordNotEqual", "OpINotEqual", "OpINotEqual", np.not_equal),
+    "lt": ("OpFOrdLessThan", "OpSLessThan", "OpULessThan", np.less),
+    "le": ("OpFOrdLessThanEqual", "OpSLessThanEqual", "OpULessThanEqual", np.less_equal),
+    "gt": ("OpFOrdGreaterThan", "OpSGreaterThan", "OpUGreaterThan", np.greater),
+    "ge": ("OpFOrdGreaterThanEqual", "OpSGreaterThanEqual", "OpUGreaterThanEqual", np.greater_equal),
+}
+
+
+def _infer_compare(operands, attrs, regions, loc):
+    a, b = operands
+    if a.type != b.type:
+        raise CompileError(f"cannot compare {a.type} with {b.type}", loc,
+                           rule="comparisons need operands of one type",
+                           hint=f"cast one side, e.g. pycoop.cast(x, {a.type})")
+    if not isinstance(a.type, ScalarType):
+        raise CompileError(f"comparisons are defined on scalars, not {a.type}", loc)
+    if a.type.is_bool and attrs["kind"] not in ("eq", "ne"):
+        raise CompileError("bools can only be compared with == and !=", loc)
+    return [bool_]
+
+
+define("compare", _infer_compare, doc="Scalar comparison giving a bool.")
+
+
+@emulation("compare")
+def _emu_compare(ctx, op, a, b):
+    return COMPARE[op.attrs["kind"]][3](a, b)
+
+
+@lowering("compare")
+def _lower_compare(ctx, op):
+    t = op.operands[0].type
+    kind = op.attrs["kind"]
+    if t.is_bool:
+        opname = "OpLogicalEqual" if kind == "eq" else "OpLogicalNotEqual"
+    else:
+        opname = COMPARE[kind][0 if t.is_float else (1 if t.signed else 2)]
+    ctx.set(op.result, ctx.emit(opname, bool_, *(ctx.id(v) for v in op.operands)))
+
+
+def compare(kind: str, a, b) -> Value:
+    loc = current_loc()
+    a = as_value(a, getattr(b, "type", None))
+    b = as_value(b, a.type)
+    return emit1("compare", [a, b], {"kind": kind}, loc)
+
+
+# --------------------------------------------------------------------------- select & casts
+
+def _infer_select(operands, attrs, regions, loc):
+    c, a, b = operands
+    if c.type != bool_:
+        raise CompileError(f"select condition must be bool, not {c.type}", loc)
+    if a.type != b.type:
+        raise CompileError(f"select branches have different types: {a.type} and {b.type}", loc)
+    if isinstance(a.type, CoopMatType):
+        raise CompileError("select on cooperative matrices is not allowed", loc,
+                           hint="use an if/else on a scope-uniform condition")
+    return [a.type]
+
+
+define("select", _infer_select, doc="cond ? a : b, per invocation.")
+
+
+@emulation("select")
+def _emu_select(ctx, op, c, a, b):
+    if a.ndim > 2:
+        c = c.reshape(c.shape + (1,) * (a.ndim - 2))
+    return np.where(c, a, b)
+
+
+@lowering("select")
+def _lower_select(ctx, op):
+    ctx.set(op.result, ctx.emit("OpSelect", op.result.type, *(ctx.id(v) for v in op.operands)))
+
+
+def select(cond, a, b) -> Value:
+    """`a` where `cond` else `b` (both evaluated)."""
+    if not isinstance(cond, Value):
+        return a if cond else b
+    loc = current_loc()
+    a = as_value(a, getattr(b, "type", None))
+    b = as_value(b, a.type)
+    return emit1("select", [as_value(cond), a, b], {}, loc)
+
+
+def _cast_opcode(src: ScalarType, dst: ScalarType) -> str:
+    if src.is_float and dst.is_float:
+        return "OpFConvert"
+    if src.is_float:
+        return "OpConvertFToS" if dst.signed else "OpConvertFToU"
+    if dst.is_float:
+        return "OpConvertSToF" if src.signed else "OpConvertUToF"
+    if src.bits == dst.bits:
+        return "OpBitcast"
+    return "OpSConvert" if src.signed else "OpUConvert"
+
+
+def _infer_cast(operands, attrs, regions, loc):
+    src, dst = operands[0].type, attrs["type"]
+    if not isinstance(src, ScalarType) or not isinstance(dst, ScalarType):
+        raise CompileError(f"cannot cast {src} to {dst}", loc,
+                           hint="pycoop.convert converts cooperative matrices")
+    if src.is_bool or dst.is_bool:
+        if not (src.is_bool and dst.is_bool):
+            raise CompileError(f"cannot cast between bool and {dst if src.is_bool else src}", loc,
+                               hint="use pycoop.select(c, 1, 0) or a comparison")
+    return [dst]
+
+
+define("cast", _infer_cast, doc="Scalar numeric conversion (round to nearest even for floats, "
+                                "truncation toward zero for float to int, wrap for int to int).")
+
+
+def convert_array(x: np.ndarray, src: ScalarType, dst: ScalarType) -> np.ndarray:
+    """NumPy semantics of SPIR-V numeric conversion, shared by scalar casts and matrices."""
+    if src == dst:
+        return x
+    if src.is_float and dst.is_int:
+        lo, hi = dst.min_max()
+        # Out-of-range float to int is undefined in SPIR-V; the emulator saturates (and the
+        # caller may report it). Truncation toward zero otherwise.
+        y = np.trunc(x.astype(np.float64))
+        y = np.nan_to_num(np.clip(y, lo, hi))
+        return y.astype(dst.dtype)
+    if src.is_float and dst.is_float and src.encoding is None and dst.encoding is None:
+        return x.astype(dst.dtype)
+    if src.is_float or dst.is_float:
+        # ml_dtypes' casts round to nearest even; go through f32 (exact for every source here).
+        via = x.astype(np.float64) if (src.is_int or src.bits == 64) else x.astype(np.float32)
+        return via.astype(dst.dtype)
+    return x.astype(dst.dtype)      # int -> int: wrap / sign- or zero-extend per source
+
+
+@emulation("cast")
+def _emu_cast(ctx, op, x):
+    src, dst = op.operands[0].type, op.attrs["type"]
+    if src.is_float and dst.is_int:
+        lo, hi = dst.min_max()
+        xf = x.astype(np.float64)
+        ctx.check_ub(~np.isfinite(xf) | (np.trunc(xf) < lo) | (np.trunc(xf) > hi), op,
+                     f"converting an out-of-range float to {dst} is undefined")
+    return convert_array(x, src, dst)
+
+
+@lowering("cast")
+def _lower_cast(ctx, op):
+    src, dst = op.operands[0].type, op.attrs["type"]
+    ctx.set(op.result, ctx.emit(_cast_opcode(src, dst), dst, ctx.id(op.operands[0])))
+
+
+def cast(x, type: ScalarType) -> Value:
+    """Convert a scalar to `type` (f32(x) is the same)."""
+    if isinstance(x, Value) and isinstance(x.type, CoopMatType):
+        from .khr import convert
+        return convert(x, type)
+    x = as_value(x)
+    if x.type == type:
+        return x
+    return emit1("cast", [x], {"type": type})
+
+
+def bitcast(x, type: ScalarType) -> Value:
+    """Reinterpret the bits of a scalar as another scalar type of the same width."""
+    x = as_value(x)
+    return emit1("bitcast", [x], {"type": type})
+
+
+def _infer_bitcast(operands, attrs, regions, loc):
+    src, dst = operands[0].type, attrs["type"]
+    if not (isinstance(src, ScalarType) and isinstance(dst, ScalarType)) or src.bits != dst.bits \
+            or src.is_bool or dst.is_bool:
+        raise CompileError(f"cannot bitcast {src} to {dst}", loc,
+                           rule="OpBitcast needs numeric scalars of the same width")
+    return [dst]
+
+
+define("bitcast", _infer_bitcast, doc="Bit reinterpretation between same-width scalars.")
+
+
+@emulation("bitcast")
+def _emu_bitcast(ctx, op, x):
+    return np.ascontiguousarray(x).view(op.attrs["type"].dtype)
+
+
+@lowering("bitcast")
+def _lower_bitcast(ctx, op):
+    ctx.set(op.result, ctx.emit("OpBitcast", op.attrs["type"], ctx.id(op.operands[0])))
+
+
+def _scalar_call(self: ScalarType, x):
+    """f32(x), u32(x), ...: a cast when traced; a NumPy scalar otherwise."""
+    from ..ir.builder import tracing
+    if tracing():
+        return cast(x, self)
+    return self.dtype.type(x)
+
+
+ScalarType.__call__ = _scalar_call
+
+
+# --------------------------------------------------------------------------- memory
+
+def _infer_load(operands, attrs, regions, loc):
+    mem, idx = operands
+    _check_indexable(mem, idx, loc)
+    return [mem.type.elem]
+
+
+def _check_indexable(mem: Value, idx: Value, loc: Loc):
+    if not isinstance(mem.type, (BufferType, SharedArrayType)):
+        raise CompileError(f"cannot index a value of type {mem.type}", loc)
+    if not (isinstance(idx.type, ScalarType) and idx.type.is_int):
+        raise CompileError(f"index must be an integer, not {idx.type}", loc,
+                           hint="cast it, e.g. u32(i)")
+
+
+define("load", _infer_load, doc="buf[i] / shared[i]: load one element.")
+
+
+def _infer_store(operands, attrs, regions, loc):
+    mem, idx, val = operands
+    _check_indexable(mem, idx, loc)
+    if val.type != mem.type.elem:
+        raise CompileError(f"cannot store a {val.type} into an array of {mem.type.elem}", loc,
+                           hint=f"cast it: {mem.type.elem}(value)")
+    if isinstance(mem.type, BufferType) and mem.type.access == "read":
+        raise CompileError("cannot store into a read-only buffer", loc)
+    return []
+
+
+define("store", _infer_store, doc="buf[i] = v / shared[i] = v: store one element.")
+
+
+@emulation("load")
+def _emu_load(ctx, op, mem, idx):
+    return ctx.memory_of(op.operands[0]).gather(ctx, op, idx)
+
+
+@emulation("store")
+def _emu_store(ctx, op, mem, idx, val):
+    ctx.memory_of(op.operands[0]).scatter(ctx, op, idx, val)
+    return ()
+
+
+@lowering("load")
+def _lower_load(ctx, op):
+    ptr, align = ctx.element_pointer(op.operands[0], op.operands[1])
+    ctx.set(op.result, ctx.emit("OpLoad", op.result.type, ptr, *ctx.memory_access(align)))
+
+
+@lowering("store")
+def _lower_store(ctx, op):
+    ptr, align = ctx.element_pointer(op.operands[0], op.operands[1])
+    ctx.emit("OpStore", None, ptr, ctx.id(op.operands[2]), *ctx.memory_access(align))
+
+
+def load(mem: Value, idx) -> Value:
+    loc = current_loc()
+    return emit1("load", [mem, as_value(idx, u32)], {}, loc)
+
+
+def store(mem: Value, idx, val) -> None:
+    loc = current_loc()
+    val = as_value(val, mem.type.elem if isinstance(mem.type, (BufferType, SharedArrayType)) else None)
+    emit("store", [mem, as_value(idx, u32), val], {}, None, loc)
+
+
+def _infer_shared(operands, attrs, regions, loc):
+    return [SharedArrayType(attrs["elem"], attrs["length"])]
+
+
+define("shared", _infer_shared, doc="A workgroup-shared array (module-level Workgroup variable).")
+
+
+@emulation("shared")
+def _emu_shared(ctx, op):
+    return ctx.alloc_shared(op)
+
+
+@lowering("shared")
+def _lower_shared(ctx, op):
+    ctx.set(op.result, ctx.shared_variable(op.result.type))
+
+
+def shared(elem: ScalarType, length: int) -> Value:
+    """Allocate an array of `length` elements of `elem` in workgroup-shared memory."""
+    loc = current_loc()
+    if not isinstance(elem, ScalarType) or elem.is_bool:
+        raise CompileError(f"shared arrays hold numeric scalars, not {elem!r}", loc)
+    if isinstance(length, Value) or int(length) <= 0:
+        raise CompileError("shared array length must be a positive compile-time int", loc)
+    t = tracer()
+    if len(t.blocks) != 1:
+        raise CompileError("shared arrays must be allocated at the top level of the kernel", loc,
+                           hint="move pycoop.shared(...) before any runtime if/for/while")
+    v = emit1("shared", [], {"elem": elem, "length": int(length)}, loc)
+    t.shared.append(v)
+    return v
+
+
+def _infer_barrier(operands, attrs, regions, loc):
+    return []
+
+
+define("barrier", _infer_barrier,
+       doc="Workgroup execution + memory barrier (OpControlBarrier Workgroup, AcquireRelease).")
+
+
+@emulation("barrier")
+def _emu_barrier(ctx, op):
+    ctx.barrier(op)
+    return ()
+
+
+@lowering("barrier")
+def _lower_barrier(ctx, op):
+    wg = ctx.const(u32, ctx.enum("Scope", "Workgroup"))
+    sem = ctx.const(u32, ctx.enum("MemorySemantics", "AcquireRelease|WorkgroupMemory"))
+    ctx.emit("OpControlBarrier", None, wg, wg, sem)
+
+
+def barrier() -> None:
+    """Wait until every invocation of the workgroup reaches this point; make shared-memory
+    writes before it visible to reads after it."""
+    emit("barrier", [])
+
+
+# --------------------------------------------------------------------------- Value operators
+
+def _install_operators():
+    def bin_(kind, swap=False):
+        if swap:
+            return lambda self, other: binary(kind, other, self)
+        return lambda self, other: binary(kind, self, other)
+
+    for kind, dunder in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "truediv"),
+                         ("rem", "mod"), ("and", "and"), ("or", "or"), ("xor", "xor"),
+                         ("shl", "lshift"), ("shr", "rshift"), ("pow", "pow")]:
+        setattr(Value, f"__{dunder}__", bin_(kind))
+        setattr(Value, f"__r{dunder}__", bin_(kind, True))
+
+    def floordiv(self, other, swap=False):
+        a, b = (other, self) if swap else (self, other)
+        t = _elem(self.type)
+        if t is not None and t.is_float:
+            return floor(binary("div", a, b))
+        return binary("div", a, b)
+
+    def truediv(self, other, swap=False):
+        a, b = (other, self) if swap else (self, other)
+        t = _elem(self.type)
+        if t is not None and t.is_int:
+            raise CompileError("`/` on integers is ambiguous", current_loc(),
+                               hint="use `//` (truncating integer division, as in C and SPIR-V) "
+                                    "or cast to a float type")
+        return binary("div", a, b)
+
+    Value.__floordiv__ = lambda s, o: floordiv(s, o)
+    Value.__rfloordiv__ = lambda s, o: floordiv(s, o, True)
+    Value.__truediv__ = lambda s, o: truediv(s, o)
+    Value.__rtruediv__ = lambda s, o: truediv(s, o, True)
+    Value.__neg__ = lambda s: unary("neg", s)
+    Value.__pos__ = lambda s: s
+    Value.__invert__ = lambda s: unary("not", s)
+    Value.__abs__ = lambda s: unary("abs", s)
+    for kind, dunder in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"),
+                         ("ge", "ge")]:
+        setattr(Value, f"__{dunder}__", (lambda k: lambda self, other: compare(k, self, other))(kind))
+    Value.__hash__ = object.__hash__
+
+    def getitem(self, idx):
+        if isinstance(self.type, (BufferType, SharedArrayType)):
+            return load(self, idx)
+        raise CompileError(f"cannot index a value of type {self.type}", current_loc())
+
+    def setitem(self, idx, val):
+        if isinstance(self.type, (BufferType, SharedArrayType)):
+            return store(self, idx, val)
+        raise CompileError(f"cannot assign into a value of type {self.type}", current_loc())
+
+    Value.__getitem__ = getitem
+    Value.__setitem__ = setitem
+
+
+_install_operators()

@@ -1,0 +1,408 @@
+"""SPV_KHR_cooperative_matrix: matrix types, fill, load/store with layout and stride, MulAdd,
+length, scalar multiply and component-type conversion. Element-wise + - * / and negation
+are the core arithmetic ops (pycoop.ops.core) applied to matrices.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..errors import CompileError, Loc
+from ..ir.builder import current_loc, emit, emit1
+from ..ir.core import Value
+from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, u32)
+from .core import as_value, convert_array
+from .registry import define, emulation, lowering
+
+KHR_CAPS = ("CooperativeMatrixKHR",)
+LAYOUTS = {"row_major": "RowMajorKHR", "col_major": "ColumnMajorKHR",
+           "row": "RowMajorKHR", "col": "ColumnMajorKHR"}
+SPEC = "SPV_KHR_cooperative_matrix"
+
+
+# --------------------------------------------------------------------------- the type
+
+def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
+    loc = loc or current_loc()
+    if not isinstance(key, tuple) or len(key) != 5:
+        raise CompileError("coopmat takes [component, scope, rows, cols, use]", loc,
+                           hint="e.g. pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]")
+    comp, scope, rows, cols, use = key
+    if not isinstance(comp, ScalarType) or comp.is_bool:
+        raise CompileError(f"unsupported cooperative matrix component type {comp!r}", loc,
+                           rule=f"{SPEC}: 'Component Type' must be a scalar numerical type",
+                           hint="use f16, bf16, f32, f64, fp8_e4m3, fp8_e5m2 or an integer type")
+    if not isinstance(scope, Scope):
+        raise CompileError(f"cooperative matrix scope must be pycoop.Subgroup or pycoop.Workgroup, "
+                           f"not {scope!r}", loc)
+    for what, n in (("rows", rows), ("cols", cols)):
+        if isinstance(n, Value) or not isinstance(n, numbers.Integral) or isinstance(n, bool):
+            raise CompileError(f"cooperative matrix {what} must be a compile-time int, got {n!r}", loc,
+                               rule=f"{SPEC}: 'Rows'/'Columns' must be constant instructions",
+                               hint="use a Python int (or a pycoop.Const parameter)")
+        if n <= 0:
+            raise CompileError(f"cooperative matrix {what} must be positive, got {n}", loc)
+    if not isinstance(use, Use):
+        raise CompileError(f"cooperative matrix use must be UseA, UseB or Accumulator, not {use!r}", loc)
+    return CoopMatType(comp, scope, int(rows), int(cols), use)
+
+
+def _type_caps(t: CoopMatType) -> tuple[str, ...]:
+    caps = ["CooperativeMatrixKHR"]
+    if t.component.encoding == "BFloat16KHR":
+        caps.append("BFloat16CooperativeMatrixKHR")
+    elif t.component.encoding:
+        caps.append("Float8CooperativeMatrixEXT")
+    return tuple(caps)
+
+
+def _need_mat(v: Value, what: str, loc: Loc) -> CoopMatType:
+    if not isinstance(v, Value) or not isinstance(v.type, CoopMatType):
+        raise CompileError(f"{what} must be a cooperative matrix, got "
+                           f"{getattr(v, 'type', type(v).__name__)}", loc)
+    return v.type
+
+
+# --------------------------------------------------------------------------- fill
+
+def _infer_fill(operands, attrs, regions, loc):
+    t: CoopMatType = attrs["type"]
+    if operands[0].type != t.component:
+        raise CompileError(f"fill value is {operands[0].type}, matrix component is {t.component}", loc,
+                           rule=f"{SPEC}: the single constituent must have the component type")
+    return [t]
+
+
+define("khr.fill", _infer_fill, capabilities=KHR_CAPS,
+       doc="A matrix with every element equal to a (scope-uniform) scalar.")
+
+
+@emulation("khr.fill")
+def _emu_fill(ctx, op, x):
+    t = op.attrs["type"]
+    x = ctx.scope_uniform_value(x, t.scope, op, "the fill value")
+    return np.broadcast_to(x[..., None, None], x.shape + t.shape).astype(t.component.dtype)
+
+
+@lowering("khr.fill")
+def _lower_fill(ctx, op):
+    t = op.attrs["type"]
+    src = op.operands[0]
+    if src.op is not None and src.op.name == "const":
+        ctx.set(op.result, ctx.constant_composite(t, ctx.id(src)))
+    else:
+        ctx.set(op.result, ctx.emit("OpCompositeConstruct", t, ctx.id(src)))
+
+
+def fill(t: CoopMatType, value) -> Value:
+    loc = current_loc()
+    return emit1("khr.fill", [as_value(value, t.component)], {"type": t}, loc)
+
+
+# --------------------------------------------------------------------------- load / store
+
+def _check_mem(mem: Value, loc: Loc, what: str):
+    if not isinstance(mem, Value) or not isinstance(mem.type, (BufferType, SharedArrayType)):
+        raise CompileError(
+            f"{what} needs a buffer parameter or a shared array, got "
+            f"{getattr(mem, 'type', type(mem).__name__)}", loc,
+            rule=f"{SPEC}: 'Pointer' must point into an array in StorageBuffer, "
+                 "PhysicalStorageBuffer or Workgroup storage",
+            hint="pass a Buffer[...] parameter or a pycoop.shared(...) array")
+
+
+def _check_int(v: Value, what: str, loc: Loc):
+    if not (isinstance(v.type, ScalarType) and v.type.is_int):
+        raise CompileError(f"{what} must be an integer scalar, got {v.type}", loc)
+
+
+def _infer_load(operands, attrs, regions, loc):
+    mem, offset, stride = operands
+    _check_mem(mem, loc, "cooperative matrix load")
+    _check_int(offset, "offset", loc)
+    _check_int(stride, "stride", loc)
+    return [attrs["type"]]
+
+
+def _infer_store(operands, attrs, regions, loc):
+    mem, offset, mat, stride = operands
+    _check_mem(mem, loc, "cooperative matrix store")
+    _check_int(offset, "offset", loc)
+    _check_int(stride, "stride", loc)
+    _need_mat(mat, "the stored object", loc)
+    if isinstance(mem.type, BufferType) and mem.type.access == "read":
+        raise CompileError("cannot store into a read-only buffer", loc)
+    return []
+
+
+define("khr.load", _infer_load, capabilities=KHR_CAPS,
+       doc="OpCooperativeMatrixLoadKHR: element (r, c) from offset + r*stride + c (row major) "
+           "or offset + c*stride + r (column major), in units of the array's element type.")
+define("khr.store", _infer_store, capabilities=KHR_CAPS,
+       doc="OpCooperativeMatrixStoreKHR: the inverse of khr.load.")
+
+
+def _layout(layout: str, loc: Loc) -> str:
+    try:
+        return LAYOUTS[layout]
+    except KeyError:
+        raise CompileError(f"unknown layout {layout!r}", loc,
+                           hint="use 'row_major' or 'col_major'") from None
+
+
+def load(t: CoopMatType, mem: Value, offset, stride, layout: str = "row_major") -> Value:
+    """Load a matrix of type `t` from `mem` (buffer or shared array) at element `offset`."""
+    loc = current_loc()
+    if not isinstance(t, CoopMatType):
+        raise CompileError(f"load needs a coopmat type, got {t!r}", loc)
+    _check_mem(mem, loc, "cooperative matrix load")
+    return emit1("khr.load", [mem, as_value(offset, u32), as_value(stride, u32)],
+                 {"type": t, "layout": _layout(layout, loc)}, loc)
+
+
+def store(mem: Value, offset, mat: Value, stride, layout: str = "row_major") -> None:
+    """Store matrix `mat` into `mem` at element `offset`."""
+    loc = current_loc()
+    _check_mem(mem, loc, "cooperative matrix store")
+    _need_mat(mat, "the stored object", loc)
+    emit("khr.store", [mem, as_value(offset, u32), mat, as_value(stride, u32)],
+         {"layout": _layout(layout, loc)}, None, loc)
+
+
+@emulation("khr.load")
+def _emu_load(ctx, op, mem, offset, stride):
+    t: CoopMatType = op.result.type
+    offs = ctx.scope_uniform_value(offset, t.scope, op, "the load offset")
+    strd = ctx.scope_uniform_value(stride, t.scope, op, "the load stride")
+    active = ctx.scope_active(t.scope, op)
+    return ctx.memory_of(op.operands[0]).gather_block(ctx, op, offs, strd, op.attrs["layout"],
+                                                      active, t)
+
+
+@emulation("khr.store")
+def _emu_store(ctx, op, mem, offset, mat, stride):
+    t: CoopMatType = op.operands[2].type
+    offs = ctx.scope_uniform_value(offset, t.scope, op, "the store offset")
+    strd = ctx.scope_uniform_value(stride, t.scope, op, "the store stride")
+    active = ctx.scope_active(t.scope, op)
+    ctx.check_instances(np.asarray(strd) == 0, active, op,
+                        f"{SPEC}: Stride must be greater than 0 when passed to a store")
+    ctx.memory_of(op.operands[0]).scatter_block(ctx, op, offs, strd, op.attrs["layout"],
+                                                active, mat, t)
+    return ()
+
+
+@lowering("khr.load")
+def _lower_load(ctx, op):
+    t = op.result.type
+    ptr, align = ctx.element_pointer(op.operands[0], op.operands[1])
+    layout = ctx.const(u32, ctx.enum("CooperativeMatrixLayout", op.attrs["layout"]))
+    ctx.set(op.result, ctx.emit("OpCooperativeMatrixLoadKHR", t, ptr, layout,
+                                ctx.id(op.operands[2]), *ctx.memory_access(align)))
+
+
+@lowering("khr.store")
+def _lower_store(ctx, op):
+    ptr, align = ctx.element_pointer(op.operands[0], op.operands[1])
+    layout = ctx.const(u32, ctx.enum("CooperativeMatrixLayout", op.attrs["layout"]))
+    ctx.emit("OpCooperativeMatrixStoreKHR", None, ptr, ctx.id(op.operands[2]), layout,
+             ctx.id(op.operands[3]), *ctx.memory_access(align))
+
+
+# --------------------------------------------------------------------------- MulAdd
+
+def _infer_mul_add(operands, attrs, regions, loc):
+    a, b, c = operands
+    ta, tb, tc = (_need_mat(v, n, loc) for v, n in zip(operands, ("A", "B", "C")))
+    rule = f"{SPEC}: OpCooperativeMatrixMulAddKHR"
+    for t, use, n in ((ta, Use.A, "A"), (tb, Use.B, "B"), (tc, Use.Accumulator, "C")):
+        if t.use != use:
+            raise CompileError(f"operand {n} of mul_add has use {t.use.short}, expected {use.short}",
+                               loc, rule=f"{rule}: {n}'s 'Use' must be {use.value}",
+                               hint="declare the matrix with the matching use (UseA, UseB, Accumulator)")
+    if not (ta.scope == tb.scope == tc.scope):
+        raise CompileError(f"mul_add operands have different scopes: {ta.scope.value}, "
+                           f"{tb.scope.value}, {tc.scope.value}", loc,
+                           rule=f"{rule}: A, B, C and Result Type must have the same scope")
+    m, k = ta.shape
+    k2, n = tb.shape
+    if k != k2 or tc.shape != (m, n):
+        raise CompileError(f"mul_add shapes do not match: A is {m}x{k}, B is {k2}x{n}, "
+                           f"C is {tc.rows}x{tc.cols}", loc,
+                           rule=f"{rule}: A is MxK, B is KxN, C and the result are MxN")
+    kinds = {ta.component.is_float, tb.component.is_float}
+    if len(kinds) != 1 or tc.component.is_float != ta.component.is_float:
+        raise CompileError(f"mul_add mixes float and integer matrices ({ta.component}, "
+                           f"{tb.component}, {tc.component})", loc,
+                           rule="Vulkan: float A/B accumulate into float C, integer into integer")
+    if attrs["saturating"] and tc.component.is_float:
+        raise CompileError("saturating accumulation applies to integer matrices only", loc,
+                           rule=f"{rule}: SaturatingAccumulation with integer components")
+    return [tc]
+
+
+define("khr.mul_add", _infer_mul_add, capabilities=KHR_CAPS,
+       doc="OpCooperativeMatrixMulAddKHR: A*B + C at the accumulator's precision; integer "
+           "signedness from the component types; optional saturating accumulation.")
+
+
+def operand_mask(op) -> list[str]:
+    ta, tb, tc = (v.type for v in op.operands)
+    names = []
+    for t, n in ((ta, "MatrixASignedComponentsKHR"), (tb, "MatrixBSignedComponentsKHR"),
+                 (tc, "MatrixCSignedComponentsKHR"), (op.result.type, "MatrixResultSignedComponentsKHR")):
+        if t.component.is_int and t.component.signed:
+            names.append(n)
+    if op.attrs["saturating"]:
+        names.append("SaturatingAccumulationKHR")
+    return names
+
+
+def mul_add(a: Value, b: Value, c: Value, *, saturating: bool = False) -> Value:
+    """A @ B + C (cooperative). Integer matrices are treated as signed or unsigned according
+    to their component types."""
+    return emit1("khr.mul_add", [a, b, c], {"saturating": bool(saturating)})
+
+
+def _mul_add_numpy(a, b, c, ta, tb, tc, saturating):
+    if tc.component.is_float:
+        acc = np.float64 if tc.component.bits == 64 else np.float32
+        r = np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
+        r += c.astype(acc, copy=False)
+        return r.astype(tc.component.dtype, copy=False)
+    prod = np.matmul(a.astype(np.int64), b.astype(np.int64))
+    lo, hi = tc.component.min_max()
+    if saturating:
+        total = np.clip(prod.astype(object) + c.astype(object), lo, hi) if tc.component.bits == 64 \
+            else np.clip(prod + c.astype(np.int64), lo, hi)
+        return np.asarray(total).astype(tc.component.dtype)
+    return (prod + c.astype(np.int64)).astype(tc.component.dtype)   # low-order bits (wraps)
+
+
+@emulation("khr.mul_add")
+def _emu_mul_add(ctx, op, a, b, c):
+    ta, tb, tc = (v.type for v in op.operands)
+    ctx.scope_active(ta.scope, op)
+    return _mul_add_numpy(a, b, c, ta, tb, tc, op.attrs["saturating"])
+
+
+@lowering("khr.mul_add")
+def _lower_mul_add(ctx, op):
+    mask = operand_mask(op)
+    extra = ["|".join(mask)] if mask else []
+    ctx.set(op.result, ctx.emit("OpCooperativeMatrixMulAddKHR", op.result.type,
+                                *(ctx.id(v) for v in op.operands), *extra))
+
+
+# --------------------------------------------------------------------------- scale, length, convert
+
+def _infer_scale(operands, attrs, regions, loc):
+    m, s = operands
+    t = _need_mat(m, "the matrix", loc)
+    if s.type != t.component:
+        raise CompileError(f"scalar is {s.type}, matrix component is {t.component}", loc,
+                           rule="OpMatrixTimesScalar: the scalar has the component type")
+    if not t.component.is_float:
+        raise CompileError("matrix * scalar (OpMatrixTimesScalar) needs a float component type", loc,
+                           hint="multiply by a filled matrix instead: m * Mat.fill(s)")
+    return [t]
+
+
+define("khr.scale", _infer_scale, capabilities=KHR_CAPS, doc="OpMatrixTimesScalar.")
+
+
+@emulation("khr.scale")
+def _emu_scale(ctx, op, m, s):
+    t = op.result.type
+    s = ctx.scope_uniform_value(s, t.scope, op, "the scalar")
+    return (m * s[..., None, None]).astype(t.component.dtype, copy=False)
+
+
+@lowering("khr.scale")
+def _lower_scale(ctx, op):
+    ctx.set(op.result, ctx.emit("OpMatrixTimesScalar", op.result.type,
+                                *(ctx.id(v) for v in op.operands)))
+
+
+def scale(m: Value, s) -> Value:
+    return emit1("khr.scale", [m, as_value(s, m.type.component)])
+
+
+def _infer_length(operands, attrs, regions, loc):
+    return [u32]
+
+
+define("khr.length", _infer_length, capabilities=KHR_CAPS,
+       doc="OpCooperativeMatrixLengthKHR: elements owned by each invocation. The emulator "
+           "reports ceil(rows*cols / invocations in the scope); devices may differ.")
+
+
+@emulation("khr.length")
+def _emu_length(ctx, op):
+    t = op.attrs["type"]
+    n = ctx.dispatch.scope_invocations(t.scope)
+    return np.full((1, 1), -(-t.rows * t.cols // n), dtype=np.uint32)
+
+
+@lowering("khr.length")
+def _lower_length(ctx, op):
+    ctx.set(op.result, ctx.emit("OpCooperativeMatrixLengthKHR", u32, ctx.type_id(op.attrs["type"])))
+
+
+def length(t: CoopMatType) -> Value:
+    return emit1("khr.length", [], {"type": t})
+
+
+def _conv_opcode(src, dst) -> str:
+    from .core import _cast_opcode
+    return _cast_opcode(src, dst)
+
+
+def _infer_convert(operands, attrs, regions, loc):
+    src = _need_mat(operands[0], "the converted value", loc)
+    dst: CoopMatType = attrs["type"]
+    if (src.scope, src.rows, src.cols) != (dst.scope, dst.rows, dst.cols):
+        raise CompileError(f"cannot convert {src} to {dst}: scope and shape must stay the same", loc,
+                           rule=f"{SPEC}: conversions keep Scope, Rows, Columns and Use")
+    if src.use != dst.use:
+        raise CompileError(f"cannot change the use from {src.use.short} to {dst.use.short} with a "
+                           "component conversion", loc,
+                           rule=f"{SPEC}: conversions keep the Use",
+                           hint="changing the use needs SPV_NV_cooperative_matrix2 (pycoop.nv.convert)")
+    return [dst]
+
+
+define("khr.convert", _infer_convert, capabilities=KHR_CAPS,
+       doc="Component-type conversion of a matrix (OpFConvert, OpConvertFToS, ...).")
+
+
+@emulation("khr.convert")
+def _emu_convert(ctx, op, m):
+    return convert_array(m, op.operands[0].type.component, op.attrs["type"].component)
+
+
+@lowering("khr.convert")
+def _lower_convert(ctx, op):
+    src, dst = op.operands[0].type.component, op.attrs["type"].component
+    ctx.set(op.result, ctx.emit(_conv_opcode(src, dst), op.result.type, ctx.id(op.operands[0])))
+
+
+def convert(m: Value, to) -> Value:
+    """Convert a matrix to another component type (`to` a scalar type or a coopmat type)."""
+    loc = current_loc()
+    t = _need_mat(m, "the converted value", loc)
+    dst = t.with_(component=to) if isinstance(to, ScalarType) else to
+    if not isinstance(dst, CoopMatType):
+        raise CompileError(f"convert target must be a scalar or coopmat type, got {to!r}", loc)
+    if dst == t:
+        return m
+    return emit1("khr.convert", [m], {"type": dst}, loc)
+
+
+# --------------------------------------------------------------------------- sugar on types/values
+
+CoopMatType.fill = fill
+CoopMatType.load = load
+CoopMatType.length = length
+CoopMatType.zeros = lambda self: fill(self, 0)

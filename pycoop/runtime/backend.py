@@ -1,0 +1,75 @@
+"""Backend choice: "auto" | "vulkan" | "emulator" per call, a context manager, or
+PYCOOP_BACKEND. `auto` uses Vulkan when a device supports everything the kernel needs and
+otherwise the emulator, with a one-time notice saying why. Never a silent switch."""
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
+
+from .. import knobs
+from ..errors import BackendUnavailable
+
+_local = threading.local()
+_noticed: set[str] = set()
+BACKENDS = ("auto", "vulkan", "emulator")
+
+
+@contextmanager
+def use_backend(name: str):
+    """`with pycoop.use_backend("emulator"): ...` sets the default backend of launches inside."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    prev = getattr(_local, "backend", None)
+    _local.backend = name
+    try:
+        yield
+    finally:
+        _local.backend = prev
+
+
+def _notice(msg: str) -> None:
+    if msg not in _noticed:
+        _noticed.add(msg)
+        print(f"pycoop: {msg}", file=sys.stderr)
+
+
+def vulkan_missing(ck) -> list[str]:
+    """What the selected Vulkan device lacks for this kernel ([] = runnable), or raises
+    BackendUnavailable when there is no usable Vulkan device at all."""
+    try:
+        from .vulkan import VulkanUnavailable, get_runtime
+    except ImportError as e:          # the loader or pyvulkan is missing
+        raise BackendUnavailable(f"Vulkan is not available: {e}") from None
+    try:
+        rt = get_runtime()
+    except VulkanUnavailable as e:
+        raise BackendUnavailable(f"Vulkan is not available: {e}") from None
+    return rt.capabilities.missing(ck.requirements)
+
+
+def choose(requested: str | None, ck) -> str:
+    name = requested or getattr(_local, "backend", None) or knobs.backend()
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    if name == "emulator":
+        return "emulator"
+    try:
+        missing = vulkan_missing(ck)
+        why = f"the Vulkan device lacks {', '.join(missing)}" if missing else None
+    except BackendUnavailable as e:
+        why = str(e)
+    if why is None:
+        return "vulkan"
+    if name == "vulkan":
+        raise BackendUnavailable(f"cannot run {ck.name} on Vulkan: {why}")
+    _notice(f"running {ck.name} on the emulator because {why} "
+            "(set backend='emulator' or PYCOOP_BACKEND=emulator to silence this)")
+    return "emulator"
+
+
+def vulkan_launch(ck, grid, arrays) -> float:
+    from .vulkan import get_runtime
+    res = get_runtime().launch(ck.spv, "main", grid, dict(ck.abi, required_subgroup_size=None),
+                               arrays)
+    return res.device_time_ms
