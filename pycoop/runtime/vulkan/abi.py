@@ -1,0 +1,146 @@
+"""Binding Python arguments to a compiled kernel's ABI: check everything, then pack.
+
+The ABI dict comes from the compiler: `{"mode", "size", "args": [{"name", "kind", "offset",
+"dtype", "access"?}], "required_subgroup_size"}`. Buffers are u64 device addresses in the
+argument block; scalars are stored by value, little-endian. No Vulkan here: all checks run
+before any GPU work, and every error names the parameter.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import ArgumentError
+
+# pycoop dtype names that numpy spells differently (ml_dtypes registers the float8/bfloat16 names).
+_NUMPY_NAMES = {"float8_e4m3": "float8_e4m3fn", "bool": "bool"}
+ACCESS = ("read", "write", "readwrite")
+MODES = ("push_constants", "arg_buffer")
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_dtype(name: str) -> np.dtype:
+    try:
+        import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 dtype names)
+    except ImportError:
+        pass
+    try:
+        return np.dtype(_NUMPY_NAMES.get(name, name))
+    except TypeError:
+        raise ArgumentError(f"unknown dtype {name!r} in kernel ABI") from None
+
+
+@dataclass
+class BufferBinding:
+    """A numpy array bound to a buffer parameter; `address_offsets` are where its device
+    address goes in the argument block (the same array may be passed for several)."""
+    array: np.ndarray
+    names: list[str]
+    address_offsets: list[int]
+    upload: bool
+    readback: bool
+
+
+@dataclass
+class BoundArguments:
+    block: bytearray
+    buffers: list[BufferBinding]
+
+    def set_address(self, binding: BufferBinding, address: int) -> None:
+        for offset in binding.address_offsets:
+            self.block[offset:offset + 8] = address.to_bytes(8, "little")
+
+
+def check_abi(abi: dict) -> None:
+    if abi.get("mode") not in MODES:
+        raise ArgumentError(f"kernel ABI mode {abi.get('mode')!r} is not one of {MODES}")
+    size = abi.get("size")
+    if not isinstance(size, int) or size < 0:
+        raise ArgumentError(f"kernel ABI size {size!r} is not a byte count")
+
+
+def bind(abi: dict, args: list | tuple) -> BoundArguments:
+    """Check `args` against `abi` (count, kinds, dtypes, contiguity, scalar ranges) and build
+    the argument block with zeroed addresses. Raises ArgumentError naming the parameter."""
+    check_abi(abi)
+    params = abi["args"]
+    if len(args) != len(params):
+        names = [p["name"] for p in params]
+        if len(args) < len(params):
+            missing = ", ".join(names[len(args):])
+            raise ArgumentError(f"missing argument(s) {missing}: kernel takes {len(params)} "
+                                f"({', '.join(names)}), got {len(args)}")
+        raise ArgumentError(f"too many arguments: kernel takes {len(params)} "
+                            f"({', '.join(names)}), got {len(args)}")
+    block = bytearray(abi["size"])
+    buffers: dict[tuple[int, int, str], BufferBinding] = {}
+    for param, value in zip(params, args):
+        name, kind, offset = param["name"], param["kind"], param["offset"]
+        dtype = numpy_dtype(param["dtype"])
+        width = 8 if kind == "buffer" else dtype.itemsize
+        if offset < 0 or offset + width > len(block):
+            raise ArgumentError(f"parameter {name}: offset {offset} + {width} bytes is outside "
+                                f"the {len(block)}-byte argument block")
+        if kind == "buffer":
+            access = param.get("access", "readwrite")
+            if access not in ACCESS:
+                raise ArgumentError(f"parameter {name}: access {access!r} not in {ACCESS}")
+            array = _check_array(name, value, dtype, access)
+            key = (array.__array_interface__["data"][0], array.nbytes, array.dtype.str)
+            binding = buffers.get(key)
+            if binding is None:
+                binding = buffers[key] = BufferBinding(array, [], [], False, False)
+            binding.names.append(name)
+            binding.address_offsets.append(offset)
+            binding.upload |= access != "write"
+            binding.readback |= access != "read"
+        elif kind == "scalar":
+            block[offset:offset + width] = _scalar_bytes(name, value, dtype)
+        else:
+            raise ArgumentError(f"parameter {name}: unknown kind {kind!r}")
+    return BoundArguments(block, list(buffers.values()))
+
+
+def _check_array(name: str, value: Any, dtype: np.dtype, access: str) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise ArgumentError(f"parameter {name}: expected a numpy array of {dtype.name}, got "
+                            f"{type(value).__name__}")
+    if value.dtype != dtype:
+        raise ArgumentError(f"parameter {name}: expected dtype {dtype.name}, got "
+                            f"{value.dtype.name} (convert with .astype(np.{dtype.name}))")
+    if not value.flags.c_contiguous:
+        raise ArgumentError(f"parameter {name}: array is not C-contiguous "
+                            "(use np.ascontiguousarray)")
+    if access != "read" and not value.flags.writeable:
+        raise ArgumentError(f"parameter {name}: the kernel writes it but the array is read-only")
+    return value
+
+
+def _scalar_bytes(name: str, value: Any, dtype: np.dtype) -> bytes:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if dtype.kind in "iu":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise ArgumentError(f"parameter {name}: expected an integer for {dtype.name}, got "
+                                f"{type(value).__name__} {value!r}")
+        info = np.iinfo(dtype)
+        if not info.min <= int(value) <= info.max:
+            raise ArgumentError(f"parameter {name}: {value} is out of range for {dtype.name} "
+                                f"[{info.min}, {info.max}]")
+        return np.array(int(value), dtype=dtype).tobytes()
+    if dtype.kind == "b":
+        if not isinstance(value, (bool, np.bool_)):
+            raise ArgumentError(f"parameter {name}: expected a bool, got {value!r}")
+        return np.array(value, dtype=dtype).tobytes()
+    if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+        raise ArgumentError(f"parameter {name}: expected a number for {dtype.name}, got "
+                            f"{type(value).__name__} {value!r}")
+    with np.errstate(over="ignore"):
+        converted = np.array(value, dtype=dtype)
+    if math.isfinite(float(value)) and not math.isfinite(float(converted)):
+        raise ArgumentError(f"parameter {name}: {value} is out of range for {dtype.name}")
+    return converted.tobytes()

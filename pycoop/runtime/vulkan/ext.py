@@ -1,0 +1,193 @@
+"""What pyvulkan 1.3.275 lacks or gets wrong, in one documented place.
+
+Numbers come from vk.xml (PyPI `vulkan-object` 1.4.366) as transcribed in
+shared/reference/SPIRV_REFERENCE.md, "Vulkan-side numbers" (abbreviated "REF" below), or from
+the Vulkan spec where pyvulkan has the name but a missing/None value ("SPEC").
+
+Structs pyvulkan's (precompiled, closed) cffi `ffi` does not know are declared in a private
+cffi FFI with the same layouts; `struct()` picks whichever FFI knows the type, and `link()`
+chains structs of either FFI through their `pNext` by address.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import cffi
+
+from ._loader import load_vulkan
+from .errors import check
+
+vk = load_vulkan()
+ffi, lib = vk.ffi, vk.lib
+
+# --- constants pyvulkan lacks or has as None ---------------------------------------------
+API_VERSION_1_3 = (1 << 22) | (3 << 12)                    # SPEC: VK_MAKE_API_VERSION(0, 1, 3, 0)
+BUFFER_USAGE_SHADER_DEVICE_ADDRESS = 0x00020000             # SPEC: VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT
+MEMORY_ALLOCATE_DEVICE_ADDRESS = 0x2                       # SPEC: VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT
+SHADER_STAGE_REQUIRE_FULL_SUBGROUPS = 0x2                  # SPEC: VkPipelineShaderStageCreateFlagBits
+
+# sTypes of structs pyvulkan lacks (REF table; 1000000000 + (extension_number - 1) * 1000 + offset)
+STYPE_BFLOAT16_FEATURES = 1000141000          # REF: VK_KHR_shader_bfloat16 (142)
+STYPE_FLOAT8_FEATURES = 1000567000            # REF: VK_EXT_shader_float8 (568)
+STYPE_COOPMAT2_FEATURES = 1000593000          # REF: VK_NV_cooperative_matrix2 (594)
+STYPE_FLEXIBLE_DIMENSIONS_PROPERTIES = 1000593001   # REF: VK_NV_cooperative_matrix2 (594)
+STYPE_COOPMAT2_PROPERTIES = 1000593002        # REF: VK_NV_cooperative_matrix2 (594)
+STYPE_DECODE_VECTOR_FEATURES = 1000689000     # REF: VK_NV_cooperative_matrix_decode_vector (690)
+# VK_QCOM_cooperative_matrix_conversion is registered extension number 173 (not in REF; vk.xml
+# as mirrored by LWJGL's and the Haskell `vulkan` bindings): 1000000000 + 172 * 1000.
+STYPE_QCOM_CONVERSION_FEATURES = 1000172000
+
+# VkComponentTypeKHR (REF: core values 0..10, bfloat16 and float8 from their extensions).
+COMPONENT_TYPES: dict[int, str] = {
+    0: "float16", 1: "float32", 2: "float64", 3: "int8", 4: "int16", 5: "int32", 6: "int64",
+    7: "uint8", 8: "uint16", 9: "uint32", 10: "uint64",
+    1000141000: "bfloat16",       # REF: VK_COMPONENT_TYPE_BFLOAT16_KHR
+    1000567002: "float8_e4m3",    # REF: VK_COMPONENT_TYPE_FLOAT8_E4M3_EXT
+    1000567003: "float8_e5m2",    # REF: VK_COMPONENT_TYPE_FLOAT8_E5M2_EXT
+}
+SCOPES: dict[int, str] = {1: "device", 2: "workgroup", 3: "subgroup", 5: "queue_family"}  # REF: VkScopeKHR
+
+EXTENSIONS = {
+    "coopmat": "VK_KHR_cooperative_matrix",
+    "coopmat2": "VK_NV_cooperative_matrix2",
+    "bfloat16": "VK_KHR_shader_bfloat16",
+    "float8": "VK_EXT_shader_float8",
+    "decode_vector": "VK_NV_cooperative_matrix_decode_vector",
+    "qcom_conversion": "VK_QCOM_cooperative_matrix_conversion",
+    "memory_budget": "VK_EXT_memory_budget",
+}
+
+# --- struct layouts pyvulkan lacks (REF members, in order) -----------------------------------
+_ext_ffi = cffi.FFI()
+_ext_ffi.cdef("""
+typedef uint32_t VkBool32;
+typedef int32_t VkStructureType;
+typedef struct VkPhysicalDeviceCooperativeMatrix2FeaturesNV {
+    VkStructureType sType; void* pNext;
+    VkBool32 cooperativeMatrixWorkgroupScope; VkBool32 cooperativeMatrixFlexibleDimensions;
+    VkBool32 cooperativeMatrixReductions; VkBool32 cooperativeMatrixConversions;
+    VkBool32 cooperativeMatrixPerElementOperations; VkBool32 cooperativeMatrixTensorAddressing;
+    VkBool32 cooperativeMatrixBlockLoads;
+} VkPhysicalDeviceCooperativeMatrix2FeaturesNV;
+typedef struct VkPhysicalDeviceCooperativeMatrix2PropertiesNV {
+    VkStructureType sType; void* pNext;
+    uint32_t cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+    uint32_t cooperativeMatrixFlexibleDimensionsMaxDimension;
+    uint32_t cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+} VkPhysicalDeviceCooperativeMatrix2PropertiesNV;
+typedef struct VkCooperativeMatrixFlexibleDimensionsPropertiesNV {
+    VkStructureType sType; void* pNext;
+    uint32_t MGranularity; uint32_t NGranularity; uint32_t KGranularity;
+    int32_t AType; int32_t BType; int32_t CType; int32_t ResultType;
+    VkBool32 saturatingAccumulation; int32_t scope; uint32_t workgroupInvocations;
+} VkCooperativeMatrixFlexibleDimensionsPropertiesNV;
+typedef struct VkPhysicalDeviceShaderBfloat16FeaturesKHR {
+    VkStructureType sType; void* pNext;
+    VkBool32 shaderBFloat16Type; VkBool32 shaderBFloat16DotProduct;
+    VkBool32 shaderBFloat16CooperativeMatrix;
+} VkPhysicalDeviceShaderBfloat16FeaturesKHR;
+typedef struct VkPhysicalDeviceShaderFloat8FeaturesEXT {
+    VkStructureType sType; void* pNext;
+    VkBool32 shaderFloat8; VkBool32 shaderFloat8CooperativeMatrix;
+} VkPhysicalDeviceShaderFloat8FeaturesEXT;
+typedef struct VkPhysicalDeviceCooperativeMatrixDecodeVectorFeaturesNV {
+    VkStructureType sType; void* pNext;
+    VkBool32 cooperativeMatrixDecodeVector;
+} VkPhysicalDeviceCooperativeMatrixDecodeVectorFeaturesNV;
+typedef struct VkPhysicalDeviceCooperativeMatrixConversionFeaturesQCOM {
+    VkStructureType sType; void* pNext;
+    VkBool32 cooperativeMatrixConversion;
+} VkPhysicalDeviceCooperativeMatrixConversionFeaturesQCOM;
+""")
+
+
+def _ffi_for(type_name: str) -> cffi.FFI:
+    try:
+        ffi.typeof(type_name)
+        return ffi
+    except ffi.error:
+        return _ext_ffi
+
+
+def struct(type_name: str, stype: int, **fields: Any) -> Any:
+    """Allocate a zeroed Vulkan struct (from whichever FFI knows it) with sType set."""
+    return _ffi_for(type_name).new(f"{type_name}*", {"sType": stype, **fields})
+
+
+def struct_array(type_name: str, stype: int, count: int) -> Any:
+    f = _ffi_for(type_name)
+    array = f.new(f"{type_name}[]", max(count, 1))
+    for item in array:
+        item.sType = stype
+    return array
+
+
+def address(cdata: Any) -> int:
+    """The address of a struct of either FFI, as an int."""
+    for f in (ffi, _ext_ffi):
+        try:
+            return int(f.cast("uintptr_t", cdata))
+        except TypeError:
+            continue
+    raise TypeError(f"not a cffi pointer: {cdata!r}")
+
+
+def link(structs: list[Any]) -> Any:
+    """Chain `structs` through pNext in order; returns the head as a pyvulkan `void*`."""
+    for head, tail in zip(structs, structs[1:]):
+        head.pNext = _owner(head).cast("void *", address(tail))
+    return ffi.cast("void *", address(structs[0])) if structs else ffi.NULL
+
+
+def _owner(cdata: Any) -> cffi.FFI:
+    return ffi if isinstance(cdata, ffi.CData) else _ext_ffi
+
+
+# --- functions ------------------------------------------------------------------------------
+def get_buffer_device_address(device: Any, buffer: Any) -> int:
+    """Device address of `buffer` (the pyvulkan wrapper returns its input struct instead)."""
+    info = ffi.new("VkBufferDeviceAddressInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, "buffer": buffer})
+    return int(lib.vkGetBufferDeviceAddress(device, info))
+
+
+def _instance_function(instance: Any, name: str, ctype: str) -> Any:
+    pointer = lib.vkGetInstanceProcAddr(instance, name.encode())
+    if pointer == ffi.NULL:
+        return None
+    return ffi.cast(ctype, pointer)
+
+
+def _enumerate(fn: Any, physical_device: Any, type_name: str, stype: int,
+               what: str) -> list[dict[str, int]]:
+    """Call a count-then-fill query; each entry as a dict of its members (sType/pNext dropped)."""
+    count = ffi.new("uint32_t*")
+    check(fn(physical_device, count, ffi.NULL), what)
+    items = struct_array(type_name, stype, count[0])
+    check(fn(physical_device, count, ffi.cast("void *", address(items))), what)
+    names = [name for name, _ in _ffi_for(type_name).typeof(type_name).fields
+             if name not in ("sType", "pNext")]
+    return [{name: getattr(items[i], name) for name in names} for i in range(count[0])]
+
+
+def cooperative_matrix_properties(instance: Any, physical_device: Any) -> list[dict[str, int]]:
+    """VkCooperativeMatrixPropertiesKHR entries (call only if VK_KHR_cooperative_matrix exists)."""
+    fn = _instance_function(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR",
+                            "VkResult(*)(VkPhysicalDevice, uint32_t*, void*)")
+    if fn is None:
+        return []
+    return _enumerate(fn, physical_device, "VkCooperativeMatrixPropertiesKHR",
+                      vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR,
+                      "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+
+
+def flexible_dimensions_properties(instance: Any, physical_device: Any) -> list[dict[str, int]]:
+    """VkCooperativeMatrixFlexibleDimensionsPropertiesNV entries (VK_NV_cooperative_matrix2)."""
+    fn = _instance_function(instance,
+                            "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV",
+                            "VkResult(*)(VkPhysicalDevice, uint32_t*, void*)")
+    if fn is None:
+        return []
+    return _enumerate(fn, physical_device, "VkCooperativeMatrixFlexibleDimensionsPropertiesNV",
+                      STYPE_FLEXIBLE_DIMENSIONS_PROPERTIES,
+                      "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV")

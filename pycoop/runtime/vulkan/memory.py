@@ -1,0 +1,144 @@
+"""Buffers with device addresses, pooled by size class so launches don't allocate each time.
+
+Kinds: "device" (device-local, for kernels), "host" (host-visible, cached if possible:
+staging for uploads and readbacks), "unified" (device-local and host-visible: kernels read
+it directly, no copies; used where that memory is the normal kind, e.g. lavapipe/integrated).
+Every buffer can be used by kernels through its device address.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from .device import (MEMORY_DEVICE_LOCAL, MEMORY_HOST_CACHED, MEMORY_HOST_COHERENT,
+                     MEMORY_HOST_VISIBLE, Device)
+from .errors import OutOfDeviceMemory, VulkanError, check
+from .ext import (BUFFER_USAGE_SHADER_DEVICE_ADDRESS, MEMORY_ALLOCATE_DEVICE_ADDRESS, ffi,
+                  get_buffer_device_address, lib, vk)
+
+_HOST = MEMORY_HOST_VISIBLE | MEMORY_HOST_COHERENT
+MEMORY_PREFERENCES = {
+    "device": [MEMORY_DEVICE_LOCAL, 0],
+    "host": [_HOST | MEMORY_HOST_CACHED, _HOST],
+    "unified": [MEMORY_DEVICE_LOCAL | _HOST | MEMORY_HOST_CACHED, MEMORY_DEVICE_LOCAL | _HOST, _HOST],
+}
+USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+         | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT | BUFFER_USAGE_SHADER_DEVICE_ADDRESS)
+POOL_LIMIT_BYTES = 512 << 20        # free memory kept for reuse, per kind
+POOL_LIMIT_COUNT = 64               # free buffers kept, per kind (drivers cap allocations)
+
+
+def size_class(size: int) -> int:
+    """Round up to a power of two below 1 MiB, else to an eighth of the next power of two
+    (at most 12.5% waste), so similar sizes share pooled buffers."""
+    size = max(size, 256)
+    power = 1 << (size - 1).bit_length()
+    if power <= 1 << 20:
+        return power
+    step = power // 8
+    return -(-size // step) * step
+
+
+class Allocation:
+    """A VkBuffer bound to its own VkDeviceMemory; `mapped` is set for host-visible kinds."""
+    __slots__ = ("kind", "size", "buffer", "memory", "address", "mapped")
+
+    def __init__(self, kind: str, size: int, buffer: Any, memory: Any, address: int,
+                 mapped: Any):
+        self.kind, self.size, self.buffer, self.memory = kind, size, buffer, memory
+        self.address, self.mapped = address, mapped
+
+
+class Memory:
+    """Allocates, pools and frees buffers; counts what is live so leaks are visible."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self._free: dict[tuple[str, int], list[Allocation]] = defaultdict(list)
+        self._pooled_bytes: dict[str, int] = defaultdict(int)
+        self._pooled_count: dict[str, int] = defaultdict(int)
+        self.live_count = 0          # allocations that exist (in use or pooled)
+        self.live_bytes = 0
+
+    def acquire(self, kind: str, size: int) -> Allocation:
+        capacity = size_class(size)
+        free = self._free.get((kind, capacity))
+        if free:
+            allocation = free.pop()
+            self._pooled_bytes[kind] -= capacity
+            self._pooled_count[kind] -= 1
+            return allocation
+        try:
+            return self._allocate(kind, capacity)
+        except OutOfDeviceMemory:
+            self.trim()
+            return self._allocate(kind, capacity)
+
+    def release(self, allocation: Allocation) -> None:
+        kind = allocation.kind
+        if (self._pooled_bytes[kind] + allocation.size > POOL_LIMIT_BYTES
+                or self._pooled_count[kind] >= POOL_LIMIT_COUNT):
+            self._destroy(allocation)
+            return
+        self._free[(kind, allocation.size)].append(allocation)
+        self._pooled_bytes[kind] += allocation.size
+        self._pooled_count[kind] += 1
+
+    def trim(self) -> None:
+        """Free every pooled buffer."""
+        for allocations in self._free.values():
+            for allocation in allocations:
+                self._destroy(allocation)
+        self._free.clear()
+        self._pooled_bytes.clear()
+        self._pooled_count.clear()
+
+    def _allocate(self, kind: str, size: int) -> Allocation:
+        dev = self.device.handle
+        info = ffi.new("VkBufferCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": size, "usage": USAGE,
+            "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
+        handle = ffi.new("VkBuffer*")
+        check(lib.vkCreateBuffer(dev, info, ffi.NULL, handle), "vkCreateBuffer")
+        buffer = handle[0]
+        try:
+            requirements = ffi.new("VkMemoryRequirements*")
+            lib.vkGetBufferMemoryRequirements(dev, buffer, requirements)
+            type_index = self.device.find_memory_type(requirements.memoryTypeBits,
+                                                      MEMORY_PREFERENCES[kind])
+            if type_index is None:
+                raise VulkanError(f"no memory type for {kind} buffers on {self.device.info.name}")
+            flags = ffi.new("VkMemoryAllocateFlagsInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+                "flags": MEMORY_ALLOCATE_DEVICE_ADDRESS})
+            allocate = ffi.new("VkMemoryAllocateInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, "pNext": flags,
+                "allocationSize": requirements.size, "memoryTypeIndex": type_index})
+            memory_handle = ffi.new("VkDeviceMemory*")
+            check(lib.vkAllocateMemory(dev, allocate, ffi.NULL, memory_handle),
+                  f"allocating {size} bytes of {kind} memory")
+        except BaseException:
+            lib.vkDestroyBuffer(dev, buffer, ffi.NULL)
+            raise
+        memory = memory_handle[0]
+        try:
+            check(lib.vkBindBufferMemory(dev, buffer, memory, 0), "vkBindBufferMemory")
+            mapped = None
+            if self.device.memory_types[type_index] & MEMORY_HOST_VISIBLE:
+                pointer = ffi.new("void**")
+                check(lib.vkMapMemory(dev, memory, 0, size, 0, pointer), "vkMapMemory")
+                mapped = pointer[0]
+        except BaseException:
+            lib.vkDestroyBuffer(dev, buffer, ffi.NULL)
+            lib.vkFreeMemory(dev, memory, ffi.NULL)
+            raise
+        self.live_count += 1
+        self.live_bytes += size
+        return Allocation(kind, size, buffer, memory, get_buffer_device_address(dev, buffer),
+                          mapped)
+
+    def _destroy(self, allocation: Allocation) -> None:
+        lib.vkDestroyBuffer(self.device.handle, allocation.buffer, ffi.NULL)
+        lib.vkFreeMemory(self.device.handle, allocation.memory, ffi.NULL)   # unmaps too
+        self.live_count -= 1
+        self.live_bytes -= allocation.size
