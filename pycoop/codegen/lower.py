@@ -25,6 +25,32 @@ _TYPE_CAPS = {("float", 16, None): ("Float16",), ("float", 64, None): ("Float64"
               ("float", 8, "Float8E4M3EXT"): ("Float8EXT",), ("float", 8, "Float8E5M2EXT"): ("Float8EXT",)}
 _STORAGE_CAPS = {1: "StorageBuffer8BitAccess", 2: "StorageBuffer16BitAccess"}
 _GNU_BUILTINS = {"SubgroupId", "SubgroupLocalInvocationId", "SubgroupSize", "NumSubgroups"}
+# Vulkan device features that enable each SPIR-V capability (VkPhysicalDevice*Features names).
+_FEATURES = {
+    "Float16": "shaderFloat16", "Float64": "shaderFloat64", "Int8": "shaderInt8",
+    "Int16": "shaderInt16", "Int64": "shaderInt64",
+    "StorageBuffer8BitAccess": "storageBuffer8BitAccess",
+    "StorageBuffer16BitAccess": "storageBuffer16BitAccess",
+    "VulkanMemoryModel": "vulkanMemoryModel", "PhysicalStorageBufferAddresses": "bufferDeviceAddress",
+    "CooperativeMatrixKHR": "cooperativeMatrix", "BFloat16TypeKHR": "shaderBFloat16Type",
+    "BFloat16CooperativeMatrixKHR": "shaderBFloat16CooperativeMatrix", "Float8EXT": "shaderFloat8",
+    "Float8CooperativeMatrixEXT": "shaderFloat8CooperativeMatrix",
+}
+
+# Vulkan device extensions that expose each SPIR-V extension.
+_VK_EXTENSIONS = {
+    "SPV_KHR_cooperative_matrix": "VK_KHR_cooperative_matrix",
+    "SPV_NV_cooperative_matrix2": "VK_NV_cooperative_matrix2",
+    "SPV_NV_tensor_addressing": "VK_NV_cooperative_matrix2",
+    "SPV_NV_cooperative_matrix_decode_vector": "VK_NV_cooperative_matrix_decode_vector",
+    "SPV_KHR_bfloat16": "VK_KHR_shader_bfloat16", "SPV_EXT_float8": "VK_EXT_shader_float8",
+    "SPV_QCOM_cooperative_matrix_conversion": "VK_QCOM_cooperative_matrix_conversion",
+}
+
+
+def component_name(t: ScalarType) -> str:
+    """Vulkan component-type name used in device capability lists ("float16", "float8_e4m3")."""
+    return {"fp8_e4m3": "float8_e4m3", "fp8_e5m2": "float8_e5m2"}.get(t.name, str(t.dtype))
 
 
 @dataclass
@@ -50,7 +76,7 @@ class LowerCtx:
         self.current_label: int | None = None
         self.caps: set[str] = set()
         self.coopmat_shapes: set[tuple] = set()
-        self.param_ptrs: dict[Value, int] = {}
+        self.uses_subgroup = False          # subgroup-scope matrices or subgroup built-ins
 
     # ---------------------------------------------------------------- capabilities
     def need(self, cap: str) -> None:
@@ -88,6 +114,7 @@ class LowerCtx:
             return b.type("OpTypeVector", self.type_id(t.elem), t.count)
         if isinstance(t, CoopMatType):
             from ..ops.khr import _type_caps
+            self.uses_subgroup |= t.scope.value == "Subgroup"
             for cap in _type_caps(t):
                 self.need(cap)
             return b.type("OpTypeCooperativeMatrixKHR", self.type_id(t.component),
@@ -179,10 +206,10 @@ class LowerCtx:
             self.need(cap)
         if op.name == "khr.mul_add":
             ta, tb, tc = (v.type for v in op.operands)
-            self.coopmat_shapes.add((ta.rows, tb.cols, ta.cols, str(ta.component.dtype),
-                                     str(tb.component.dtype), str(tc.component.dtype),
-                                     str(op.result.type.component.dtype), op.attrs["saturating"],
-                                     ta.scope.value.lower()))
+            self.coopmat_shapes.add((ta.rows, tb.cols, ta.cols, component_name(ta.component),
+                                     component_name(tb.component), component_name(tc.component),
+                                     component_name(op.result.type.component),
+                                     op.attrs["saturating"], ta.scope.value.lower()))
         d.lower(self, op)
 
     # ---------------------------------------------------------------- memory
@@ -192,6 +219,7 @@ class LowerCtx:
         if var is None:
             if name in _GNU_BUILTINS:
                 self.need("GroupNonUniform")
+                self.uses_subgroup = True
             var = self.b.global_inst("OpVariable", self.ptr_type_input(t), "Input")
             self.b.decorate(var, "BuiltIn", name)
             self._builtins[name] = var
@@ -289,10 +317,14 @@ def lower(module: Module) -> Lowered:
     shared_bytes = sum(v.type.elem.size * v.type.length for v in module.shared)
     reqs = {
         "capabilities": sorted(ctx.caps),
+        "extensions": sorted({_VK_EXTENSIONS[e] for e in b.extensions if e in _VK_EXTENSIONS}),
+        "features": sorted({_FEATURES[c] for c in ctx.caps if c in _FEATURES}),
         "coopmat_shapes": sorted(ctx.coopmat_shapes),
         "workgroup_invocations": module.workgroup_size[0] * module.workgroup_size[1] * module.workgroup_size[2],
         "shared_memory": shared_bytes,
         "push_constants": layout["size"] if layout["mode"] == "push_constants" else 8,
-        "subgroup_size": module.subgroup_size,
     }
+    if ctx.uses_subgroup:
+        reqs["subgroup_size"] = module.subgroup_size
+        layout["required_subgroup_size"] = module.subgroup_size
     return Lowered(b.assemble(), layout, sorted(ctx.caps), b.extensions, reqs)

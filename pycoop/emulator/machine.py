@@ -19,6 +19,19 @@ from ..types import BufferType, Scope
 from .memory import Memory, SharedMemory
 
 
+_F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def convert_float(x: np.ndarray, dtype) -> np.ndarray:
+    """Exact widening of float arrays (f16 through a lookup table: NumPy's own f16 conversion
+    is several times slower without F16C)."""
+    if x.dtype == dtype:
+        return x
+    if x.dtype == np.float16 and dtype == np.float32:
+        return np.take(_F16_TO_F32, x.view(np.uint16))
+    return x.astype(dtype)
+
+
 class Dispatch:
     """Geometry of one dispatch and the built-in variables."""
 
@@ -75,6 +88,7 @@ class EmuCtx:
         self.dead: np.ndarray | None = None       # invocations that executed `return`
         self.memories = memories
         self.barrier_epoch = 0
+        self._blocks: dict[int, tuple] = {}
 
     # ---------------------------------------------------------------- execution
 
@@ -213,6 +227,20 @@ class EmuCtx:
                                 hint="compute it from workgroup_id / subgroup_id, not from the "
                                      "invocation's own index")
         return first
+
+    # ---------------------------------------------------------------- wide copies
+    def remember_blocks(self, value: np.ndarray, blocks: np.ndarray, index: np.ndarray) -> None:
+        """Record that `value` == blocks[index], so a consumer needing `value` in a wider type
+        converts only the distinct blocks (a pure speed-up; `value` stays authoritative)."""
+        self._blocks[id(value)] = (value, blocks, index)
+
+    def widened(self, value: np.ndarray, dtype) -> np.ndarray:
+        """`value` converted to `dtype`, using the distinct blocks recorded for it if any."""
+        hit = self._blocks.get(id(value))
+        if hit is not None and hit[0] is value:
+            _, blocks, index = hit
+            return convert_float(blocks, dtype)[index]
+        return convert_float(value, dtype)
 
     # ---------------------------------------------------------------- memory
 

@@ -119,7 +119,15 @@ class Memory:
             win = as_strided(self.data, shape=(n, t.rows, t.cols), strides=st, writeable=False)
             flat = (offs + base).reshape(-1)
             self._check_race_block(ctx, op, t, layout, offs + base, stride, active)
-            out = win[flat].reshape(offs.shape + t.shape)
+            # Many instances usually load the same block (e.g. every workgroup of a GEMM row
+            # loads the same A tile): copy each distinct block once, then replicate.
+            uniq, inv = np.unique(flat, return_inverse=True)
+            if len(uniq) * 2 <= len(flat):
+                blocks = win[uniq]
+                out = blocks[inv.reshape(-1)].reshape(offs.shape + t.shape)
+                ctx.remember_blocks(out, blocks, inv.reshape(offs.shape))
+            else:
+                out = win[flat].reshape(offs.shape + t.shape)
         else:
             idx = self._indices(t, layout, offs, stride) + np.asarray(base)[..., None, None]
             self._check_race_block(ctx, op, t, layout, offs + base, stride, active)

@@ -265,10 +265,10 @@ def mul_add(a: Value, b: Value, c: Value, *, saturating: bool = False) -> Value:
     return emit1("khr.mul_add", [a, b, c], {"saturating": bool(saturating)})
 
 
-def _mul_add_numpy(a, b, c, ta, tb, tc, saturating):
+def _mul_add_numpy(a, b, c, ta, tb, tc, saturating, widen=lambda x, d: x.astype(d)):
     if tc.component.is_float:
         acc = np.float64 if tc.component.bits == 64 else np.float32
-        r = np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
+        r = np.matmul(widen(a, acc), widen(b, acc))
         r += c.astype(acc, copy=False)
         return r.astype(tc.component.dtype, copy=False)
     prod = np.matmul(a.astype(np.int64), b.astype(np.int64))
@@ -284,7 +284,7 @@ def _mul_add_numpy(a, b, c, ta, tb, tc, saturating):
 def _emu_mul_add(ctx, op, a, b, c):
     ta, tb, tc = (v.type for v in op.operands)
     ctx.scope_active(ta.scope, op)
-    return _mul_add_numpy(a, b, c, ta, tb, tc, op.attrs["saturating"])
+    return _mul_add_numpy(a, b, c, ta, tb, tc, op.attrs["saturating"], ctx.widened)
 
 
 @lowering("khr.mul_add")

@@ -70,6 +70,5 @@ def choose(requested: str | None, ck) -> str:
 
 def vulkan_launch(ck, grid, arrays) -> float:
     from .vulkan import get_runtime
-    res = get_runtime().launch(ck.spv, "main", grid, dict(ck.abi, required_subgroup_size=None),
-                               arrays)
+    res = get_runtime().launch(ck.spv, "main", grid, ck.abi, arrays)
     return res.device_time_ms
