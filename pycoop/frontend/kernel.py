@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import sys
 import time
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,8 +76,9 @@ class func:
 
 
 class Kernel:
-    def __init__(self, fn, workgroup_size, subgroup_size: int | None = None):
+    def __init__(self, fn, workgroup_size, subgroup_size: int | None = None, def_locals=None):
         functools.update_wrapper(self, fn)
+        self._def_locals = def_locals or {}
         self.fn = fn
         self.name = fn.__name__
         ws = (workgroup_size,) if isinstance(workgroup_size, int) else tuple(workgroup_size)
@@ -92,13 +93,21 @@ class Kernel:
         self._cache: dict = {}
 
     def _signature(self) -> list[Param]:
-        try:
-            hints = typing.get_type_hints(self.fn)
-        except Exception:
-            hints = dict(getattr(self.fn, "__annotations__", {}))
+        # String annotations (from __future__ import annotations) are evaluated in the
+        # function's globals plus the locals of the scope that defined it (type variables of
+        # kernel factories are not captured in closures).
+        scope = dict(self._def_locals)
+        scope.update(zip(self.fn.__code__.co_freevars,
+                         (c.cell_contents for c in self.fn.__closure__ or ())))
         out = []
         for p in inspect.signature(self.fn).parameters.values():
-            ann = hints.get(p.name, p.annotation)
+            ann = p.annotation
+            if isinstance(ann, str):
+                try:
+                    ann = eval(ann, self.fn.__globals__, scope)
+                except Exception as e:
+                    raise CompileError(f"cannot evaluate the annotation {ann!r} of parameter "
+                                       f"'{p.name}': {e}") from None
             if ann is Const:
                 out.append(Param(p.name, None, p.default))
             elif isinstance(ann, BufferType) or (isinstance(ann, ScalarType) and not ann.is_bool):
@@ -170,9 +179,10 @@ class Kernel:
 
 def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None):
     """Decorator: `@pycoop.kernel(workgroup_size=128)` turns a Python function into a kernel."""
+    scope = sys._getframe(1).f_locals
     if fn is None:
-        return lambda f: Kernel(f, workgroup_size, subgroup_size)
-    return Kernel(fn, workgroup_size, subgroup_size)
+        return lambda f: Kernel(f, workgroup_size, subgroup_size, scope)
+    return Kernel(fn, workgroup_size, subgroup_size, scope)
 
 
 @dataclass

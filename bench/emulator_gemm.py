@@ -1,0 +1,50 @@
+"""Emulator speed: the KHR GEMM kernel (f16 -> f32, 64x64 workgroup tiles) against NumPy's
+float32 matmul of the same shape, measured in the same process.
+
+    python3 bench/emulator_gemm.py [--size 512] [--repeat 5]
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import numpy as np
+
+from pycoop.kernels.gemm import gemm_khr, gemm_reference
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--repeat", type=int, default=5)
+    a = ap.parse_args()
+    n = a.size
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, n)).astype(np.float16)
+    B = rng.standard_normal((n, n)).astype(np.float16)
+    C = np.zeros((n, n), np.float32)
+    A32, B32 = A.astype(np.float32), B.astype(np.float32)
+    run = lambda: gemm_khr[(n // 64, n // 64)](A, B, C, n, n, n, backend="emulator")  # noqa: E731
+    run()
+    assert np.allclose(C, gemm_reference(A, B), atol=1e-3)
+    t_emu = best(run, a.repeat)
+    t_np = best(lambda: A32 @ B32, a.repeat * 4)
+    print(f"# emulator GEMM {n}^3, f16 -> f32, 64x64 workgroup tiles ({platform.processor() or platform.machine()}, "
+          f"{time.strftime('%Y-%m-%d')})")
+    print(f"{'what':<28}{'ms':>10}{'ratio':>10}")
+    print(f"{'numpy f32 matmul':<28}{t_np:>10.2f}{1.0:>10.2f}")
+    print(f"{'pycoop emulator':<28}{t_emu:>10.2f}{t_emu / t_np:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
