@@ -16,7 +16,7 @@ from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, tracer
 from ..ir.core import Block, Value
 from ..ops.core import as_value, const, default_type
-from ..types import ScalarType, bool_
+from ..types import BufferType, ScalarType, SharedArrayType, bool_
 
 
 class _Undef:
@@ -107,6 +107,11 @@ def _write_back(orig, new):
     return new
 
 
+def _carried(x) -> bool:
+    """Runtime values that flow through branches and loops (memory handles stay fixed)."""
+    return isinstance(x, Value) and not isinstance(x.type, (BufferType, SharedArrayType))
+
+
 def _is_number(x) -> bool:
     return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, Value)
 
@@ -186,7 +191,7 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
         cand = [f[1][i] if f is not None else None for f in flat]
         alive = [cand[k] for k in range(2) if flat[k] is not None]
         if len(alive) == 1 or _same_static(alive[0], alive[1]):
-            if len(alive) == 1 and isinstance(alive[0], Value):
+            if len(alive) == 1 and _carried(alive[0]):
                 merge_idx.append(i)          # yield it from the one live branch
                 for k in range(2):
                     yields[k].append(cand[k])
@@ -197,6 +202,9 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
         if isinstance(a, _Undef) or isinstance(b, _Undef):
             results[i] = _Undef("it is assigned in only one branch of the `if` at line "
                                 f"{loc.line}")
+            continue
+        if not (_carried(a) or _is_number(a)) or not (_carried(b) or _is_number(b)):
+            results[i] = _Undef(f"it holds different objects after the `if` at line {loc.line}")
             continue
         ta = a.type if isinstance(a, Value) else None
         tb = b.type if isinstance(b, Value) else None
@@ -244,8 +252,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
     trees = [_flatten(v, leaves) for v in vals]
     promote: dict[int, ScalarType] = {}
     for _attempt in range(3):
-        carried = [i for i, v in enumerate(leaves)
-                   if isinstance(v, Value) or i in promote]
+        carried = [i for i, v in enumerate(leaves) if _carried(v) or i in promote]
         init = []
         for i in carried:
             v = leaves[i]
