@@ -237,10 +237,13 @@ class EmuCtx:
     def widened(self, value: np.ndarray, dtype) -> np.ndarray:
         """`value` converted to `dtype`, using the distinct blocks recorded for it if any."""
         hit = self._blocks.get(id(value))
-        if hit is not None and hit[0] is value:
-            _, blocks, index = hit
-            return convert_float(blocks, dtype)[index]
-        return convert_float(value, dtype)
+        if hit is None or hit[0] is not value:
+            return convert_float(value, dtype)
+        wide = hit[3].get(dtype) if len(hit) > 3 else None
+        if wide is None:           # one matrix feeds several mul_adds: widen it once
+            wide = convert_float(hit[1], dtype)[hit[2]]
+            self._blocks[id(value)] = (*hit[:3], {**(hit[3] if len(hit) > 3 else {}), dtype: wide})
+        return wide
 
     # ---------------------------------------------------------------- memory
 

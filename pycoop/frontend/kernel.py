@@ -110,6 +110,12 @@ class Kernel:
                                        f"'{p.name}': {e}") from None
             if ann is Const:
                 out.append(Param(p.name, None, p.default))
+            elif isinstance(ann, BufferType) and not (isinstance(ann.elem, ScalarType)
+                                                      and not ann.elem.is_bool):
+                raise CompileError(
+                    f"parameter '{p.name}' of kernel {self.name}: buffers of {ann.elem} are not "
+                    "supported", None, rule="kernel buffers hold numeric scalars",
+                    hint="pass the data as a buffer of its scalar type and index it explicitly")
             elif isinstance(ann, BufferType) or (isinstance(ann, ScalarType) and not ann.is_bool):
                 out.append(Param(p.name, ann, p.default))
             else:
