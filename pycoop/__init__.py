@@ -1,8 +1,8 @@
 """pycoop: an embedded Python DSL for cooperative-matrix GPU kernels.
 
 Kernels written as Python functions are traced into a typed IR, lowered to SPIR-V
-(SPV_KHR_cooperative_matrix and vendor extensions) and run on a Vulkan device or on an exact,
-vectorised NumPy emulator that also reports undefined behaviour.
+(SPV_KHR_cooperative_matrix) and run on a Vulkan device or on a vectorised NumPy emulator
+that implements the specs' semantics and reports undefined behaviour.
 """
 from __future__ import annotations
 

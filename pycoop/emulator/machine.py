@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import EmulatorError
 from ..ir.core import Block, Module, Op, Value
 from ..ops.registry import get
-from ..types import BufferType, Scope
+from ..types import BufferType, CoopMatType, Scope
 from .memory import Memory, SharedMemory
 
 
@@ -270,6 +270,11 @@ def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size
     """Execute `module` over `grid` workgroups; buffer arguments (NumPy arrays) are updated in
     place."""
     d = Dispatch(grid, module.workgroup_size, subgroup_size or module.subgroup_size)
+    if d.wgs % d.sgs and any(isinstance(r.type, CoopMatType) and r.type.scope == Scope.Subgroup
+                             for op in module.walk() for r in op.results):
+        raise EmulatorError(f"the workgroup size {d.wgs} is not a multiple of the subgroup size "
+                            f"{d.sgs}: subgroup-scope matrices with partial subgroups are not "
+                            "emulated", module.kernel.body.ops[0].loc if module.kernel.body.ops else None)
     memories: dict[Value, Memory] = {}
     ctx = EmuCtx(module, d, memories)
     for p, a, name in zip(module.kernel.params, args, module.param_names):

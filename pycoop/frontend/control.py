@@ -186,13 +186,14 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
                            loc, hint="keep lists/tuples the same length in both branches")
     n = len(live[0][1])
     results: list = [None] * n
-    merge_idx, yields = [], [[], []]
+    merge_idx, yields, mtypes = [], [[], []], []      # mtypes: the merged value's type
     for i in range(n):
         cand = [f[1][i] if f is not None else None for f in flat]
         alive = [cand[k] for k in range(2) if flat[k] is not None]
         if len(alive) == 1 or _same_static(alive[0], alive[1]):
             if len(alive) == 1 and _carried(alive[0]):
                 merge_idx.append(i)          # yield it from the one live branch
+                mtypes.append(alive[0].type)
                 for k in range(2):
                     yields[k].append(cand[k])
             else:
@@ -219,6 +220,7 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
         merge_idx.append(i)
         yields[0].append(a)
         yields[1].append(b)
+        mtypes.append(ta if ta is not None else tb)
     typ = []
     for k, blk in enumerate(blocks):
         if blk.terminated:
@@ -226,10 +228,8 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
         with t.region(blk):
             vals_k = []
             for j, v in enumerate(yields[k]):
-                other = yields[1 - k][j] if j < len(yields[1 - k]) else None
-                like = other.type if isinstance(other, Value) else (
-                    v.type if isinstance(v, Value) else None)
-                vals_k.append(as_value(v, like) if not isinstance(v, Value) else v)
+                # both branches yield the merged type (1 and 2.5 merge as f32, not i32/f32)
+                vals_k.append(as_value(v, mtypes[j]) if not isinstance(v, Value) else v)
             emit("yield", vals_k, loc=loc)
             typ = [v.type for v in vals_k]
     op = emit("if", [c], {"result_types": typ}, blocks, loc)

@@ -143,6 +143,8 @@ class _Rewriter(ast.NodeTransformer):
     # ---------------------------------------------------------------- statements
     def visit_If(self, node: ast.If):
         self.generic_visit(node)
+        if _has(node.body + node.orelse, (ast.Break, ast.Continue), into_loops=False):
+            return node      # break/continue belong to an enclosing trace-time loop
         names = _names_stored(node.body + node.orelse, bases=True)
         has_ret = _has(node.body + node.orelse, (ast.Return,))
         t, e = self._fresh("then"), self._fresh("else")

@@ -73,6 +73,9 @@ def default_type(x) -> ScalarType:
         return i32
     if isinstance(x, numbers.Real):
         return f32
+    from ..frontend.control import _Undef
+    if isinstance(x, _Undef):
+        x._fail()          # a variable with no value on this path: say why, not "Python _Undef"
     raise CompileError(f"cannot use a Python {type(x).__name__} ({x!r}) as a kernel value",
                        current_loc(),
                        rule="only numbers, bools and pycoop values can be traced",
@@ -237,7 +240,11 @@ def _infer_binary(operands, attrs, regions, loc):
         raise CompileError(f"`{sym}` is not defined on cooperative matrices", loc,
                            rule="SPV_KHR_cooperative_matrix allows only + - * / and negation "
                                 "element-wise on matrices",
-                           hint="use pycoop.nv.per_element for other element-wise functions")
+                           hint="compute element-wise functions on scalars before loading, or after storing")
+    if e.encoding and not isinstance(t, CoopMatType):
+        raise CompileError(f"`{sym}` is not defined on scalar {e}", loc,
+                           rule=f"SPIR-V arithmetic on {e} exists only for cooperative matrices",
+                           hint=f"cast to f32 first: f32(x) {sym} f32(y)")
     if e.is_bool:
         if kind not in _BOOL_BINARY:
             raise CompileError(f"`{sym}` is not defined on bool", loc, hint="use & | ^ on bools")
@@ -261,7 +268,12 @@ def _emu_binary(ctx, op, a, b):
         if e.signed:
             lo = np.array(e.min_max()[0], dtype=a.dtype)
             bad = bad | ((a == lo) & (b == -1))
-        ctx.check_ub(bad, op, "integer division by zero (or INT_MIN / -1) is undefined")
+        msg = "integer division by zero (or INT_MIN / -1) is undefined"
+        t = op.operands[0].type
+        if isinstance(t, CoopMatType):
+            ctx.check_instances(bad.any((-2, -1)), ctx.scope_active(t.scope, op), op, msg)
+        else:
+            ctx.check_ub(bad, op, msg)
         if kind == "rem" and not e.signed:
             with np.errstate(divide="ignore"):
                 return np.remainder(a, np.where(b == 0, 1, b))
@@ -344,7 +356,7 @@ def _infer_unary(operands, attrs, regions, loc):
     if isinstance(t, CoopMatType) and kind != "neg":
         raise CompileError(f"{kind} is not defined on cooperative matrices", loc,
                            rule="SPV_KHR_cooperative_matrix allows only negation as a unary op",
-                           hint="use pycoop.nv.per_element for element-wise math")
+                           hint="compute element-wise functions on scalars before loading, or after storing")
     if e.is_bool:
         if kind != "not":
             raise CompileError(f"{kind} is not defined on bool", loc)
@@ -573,10 +585,23 @@ def _emu_cast(ctx, op, x):
     return convert_array(x, src, dst)
 
 
+def emit_conversion(ctx, src: ScalarType, dst: ScalarType, result_type: Type, value: int) -> int:
+    """Emit the conversion of `value` (components `src`) to `result_type` (components `dst`).
+    OpUConvert's result must be unsigned: widening/narrowing an unsigned value into a signed
+    type converts to the unsigned type of that width, then bitcasts."""
+    opname = _cast_opcode(src, dst)
+    if opname == "OpUConvert" and dst.signed:
+        from ..types import SCALARS
+        udst = SCALARS[f"u{dst.bits}"]
+        mid = udst if isinstance(result_type, ScalarType) else result_type.with_(component=udst)
+        return ctx.emit("OpBitcast", result_type, ctx.emit("OpUConvert", mid, value))
+    return ctx.emit(opname, result_type, value)
+
+
 @lowering("cast")
 def _lower_cast(ctx, op):
     src, dst = op.operands[0].type, op.attrs["type"]
-    ctx.set(op.result, ctx.emit(_cast_opcode(src, dst), dst, ctx.id(op.operands[0])))
+    ctx.set(op.result, emit_conversion(ctx, src, dst, dst, ctx.id(op.operands[0])))
 
 
 def cast(x, type: ScalarType) -> Value:
@@ -634,6 +659,7 @@ ScalarType.__call__ = _scalar_call
 def _infer_load(operands, attrs, regions, loc):
     mem, idx = operands
     _check_indexable(mem, idx, loc)
+    check_readable(mem, loc)
     return [mem.type.elem]
 
 
@@ -646,6 +672,13 @@ def _check_indexable(mem: Value, idx: Value, loc: Loc):
 
 
 define("load", _infer_load, doc="buf[i] / shared[i]: load one element.")
+
+
+def check_readable(mem: Value, loc: Loc):
+    if isinstance(mem.type, BufferType) and mem.type.access == "write":
+        raise CompileError("cannot read from a write-only buffer", loc,
+                           rule="WriteBuffer parameters are not uploaded to the device",
+                           hint="annotate the parameter pycoop.Buffer[...] to read and write it")
 
 
 def _infer_store(operands, attrs, regions, loc):

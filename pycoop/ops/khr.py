@@ -12,7 +12,7 @@ from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1
 from ..ir.core import Value
 from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, u32)
-from .core import as_value, convert_array
+from .core import as_value, check_readable, convert_array
 from .registry import define, emulation, lowering
 
 KHR_CAPS = ("CooperativeMatrixKHR",)
@@ -120,6 +120,7 @@ def _check_int(v: Value, what: str, loc: Loc):
 def _infer_load(operands, attrs, regions, loc):
     mem, offset, stride = operands
     _check_mem(mem, loc, "cooperative matrix load")
+    check_readable(mem, loc)
     _check_int(offset, "offset", loc)
     _check_int(stride, "stride", loc)
     return [attrs["type"]]
@@ -369,7 +370,8 @@ def _infer_convert(operands, attrs, regions, loc):
         raise CompileError(f"cannot change the use from {src.use.short} to {dst.use.short} with a "
                            "component conversion", loc,
                            rule=f"{SPEC}: conversions keep the Use",
-                           hint="changing the use needs SPV_NV_cooperative_matrix2 (pycoop.nv.convert)")
+                           hint="changing the use is not part of SPV_KHR_cooperative_matrix; store and load "
+                                "the matrix with the other use instead")
     return [dst]
 
 
@@ -379,13 +381,21 @@ define("khr.convert", _infer_convert, capabilities=KHR_CAPS,
 
 @emulation("khr.convert")
 def _emu_convert(ctx, op, m):
-    return convert_array(m, op.operands[0].type.component, op.attrs["type"].component)
+    src, dst = op.operands[0].type.component, op.attrs["type"].component
+    if src.is_float and dst.is_int:
+        lo, hi = dst.min_max()
+        x = np.trunc(m.astype(np.float64))
+        bad = (~np.isfinite(x) | (x < lo) | (x > hi)).any((-2, -1))
+        ctx.check_instances(bad, ctx.scope_active(op.result.type.scope, op), op,
+                            f"converting an out-of-range float to {dst} is undefined")
+    return convert_array(m, src, dst)
 
 
 @lowering("khr.convert")
 def _lower_convert(ctx, op):
     src, dst = op.operands[0].type.component, op.attrs["type"].component
-    ctx.set(op.result, ctx.emit(_conv_opcode(src, dst), op.result.type, ctx.id(op.operands[0])))
+    from .core import emit_conversion
+    ctx.set(op.result, emit_conversion(ctx, src, dst, op.result.type, ctx.id(op.operands[0])))
 
 
 def convert(m: Value, to) -> Value:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -83,17 +80,6 @@ def test_overlay():
     assert e.value == 0x4 and [p.kind for p in e.parameters] == ["IdRef"]
     assert e.capabilities == ("CooperativeMatrixDecodeVectorNV",)
     assert grammar.enum_value("TensorAddressingOperands", "DecodeFunc|DecodeVectorFunc") == 0x6
-
-
-def test_load_is_fast():
-    code = ("import time; t = time.perf_counter(); from pycoop.spirv import grammar; grammar._table(); "
-            "print(time.perf_counter() - t)")
-    best = min(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                    cwd=grammar.GRAMMAR_JSON.parents[2]).stdout) for _ in range(3))
-    assert best < 0.05  # generous bound for loaded CI machines; typically ~5 ms including imports
-    t = time.perf_counter()
-    grammar._table()
-    assert time.perf_counter() - t < 0.001  # cached
 
 
 def test_regenerate_cli(tmp_path, monkeypatch, capsys):

@@ -7,8 +7,11 @@ VK_ERROR_OUT_OF_POOL_MEMORY is +1000069000); the numbers are from the Vulkan spe
 """
 from __future__ import annotations
 
+from ...errors import ArgumentError, PycoopError  # noqa: F401  (ArgumentError re-exported)
 
-class VulkanError(RuntimeError):
+
+
+class VulkanError(PycoopError, RuntimeError):
     """A Vulkan call failed; `result` is the VkResult code (None when not from a call)."""
 
     def __init__(self, message: str, result: int | None = None):
@@ -38,10 +41,6 @@ class OutOfHostMemory(VulkanError):
 
 class PipelineError(VulkanError):
     """The driver rejected a shader module or compute pipeline (invalid or unsupported SPIR-V)."""
-
-
-class ArgumentError(TypeError):
-    """A kernel argument does not match the kernel's ABI; raised before any GPU work."""
 
 
 # VkResult codes (Vulkan spec, "VkResult").
