@@ -13,6 +13,7 @@ from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2
                        local_invocation_id, local_invocation_index, log, log2, maximum as max,
                        minimum as min, num_subgroups, num_workgroups, rsqrt, select, shared, sin,
                        sqrt, subgroup_id, subgroup_local_id, subgroup_size, tanh, trunc, workgroup_id)
+from .ops.composite import make_array, make_vector
 from .ops.khr import convert, fill, length, load, mul_add, store
 from .runtime.backend import use_backend
 from .types import (Buffer, ReadBuffer, WriteBuffer, CoopMatType, ScalarType, Scope, StorageClass, Use,
@@ -32,7 +33,7 @@ __all__ = [
     "local_invocation_id", "local_invocation_index", "log", "log2", "max", "min", "num_subgroups",
     "num_workgroups", "rsqrt", "select", "shared", "sin", "sqrt", "subgroup_id", "subgroup_local_id",
     "subgroup_size", "tanh", "trunc", "workgroup_id",
-    "convert", "fill", "length", "load", "mul_add", "store", "use_backend",
+    "make_array", "make_vector", "convert", "fill", "length", "load", "mul_add", "store", "use_backend",
     "Buffer", "ReadBuffer", "WriteBuffer", "CoopMatType", "ScalarType", "Scope", "StorageClass", "Use",
     "array", "bf16", "bool_", "coopmat", "f16", "f32", "f64", "fp8_e4m3", "fp8_e5m2", "i8", "i16",
     "i32", "i64", "struct", "u8", "u16", "u32", "u64", "vec",

@@ -12,7 +12,7 @@ from ..ir.core import Block, Module, Op, Value
 from ..ops.registry import get
 from ..spirv import grammar
 from ..spirv.builder import ModuleBuilder
-from ..types import (BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, StorageClass,
+from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, StorageClass,
                      Type, VectorType, u32)
 from . import abi as abi_mod
 
@@ -131,6 +131,8 @@ class LowerCtx:
             if t.access == "read":
                 b.member_decorate(st, 0, "NonWritable")
             return b.type("OpTypePointer", "PhysicalStorageBuffer", st)
+        if isinstance(t, ArrayType):
+            return b.type("OpTypeArray", self.type_id(t.elem), self.const(u32, t.length))
         if isinstance(t, SharedArrayType):
             return b.type("OpTypeArray", self.type_id(t.elem), self.const(u32, t.length))
         if isinstance(t, PointerType):

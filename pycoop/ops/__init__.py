@@ -1,2 +1,2 @@
 """Op families; importing this package registers every op in the registry."""
-from . import control, core, khr  # noqa: F401
+from . import composite, control, core, khr  # noqa: F401

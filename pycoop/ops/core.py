@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1, tracer
 from ..ir.core import Value
-from ..types import (BufferType, CoopMatType, ScalarType, SharedArrayType, Type, VectorType,
+from ..types import (ArrayType, BufferType, CoopMatType, ScalarType, SharedArrayType, Type, VectorType,
                      bool_, f32, i32, u32, scalar_of_dtype)
 from .registry import define, emulation, lowering
 
@@ -835,6 +835,9 @@ def _install_operators():
     def getitem(self, idx):
         if isinstance(self.type, (BufferType, SharedArrayType)):
             return load(self, idx)
+        if isinstance(self.type, (ArrayType, VectorType)):
+            from .composite import extract
+            return extract(self, idx)
         raise CompileError(f"cannot index a value of type {self.type}", current_loc())
 
     def setitem(self, idx, val):
