@@ -169,7 +169,9 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
     if all(terminated):
         emit("if", [c], {"result_types": []}, blocks, loc)
         emit("return", [], loc=loc)
-        return Result(tuple(UNDEF for _ in vals))
+        # every path returned: the caller returns too (code after the `if` is unreachable and
+        # is not traced, so it cannot fail on variables the branches assigned)
+        return Result(vals, True, None)
     flat = []
     for k, out in enumerate(outs):
         if out is None:

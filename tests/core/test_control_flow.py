@@ -1,0 +1,657 @@
+"""Control flow: runtime for / while / if recorded as structured IR, Python-level control flow
+unrolled at trace time, short-circuit boolean operators, early returns, helpers, and the
+compile errors for ill-formed control flow."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import pycoop
+from pycoop import f32, i32, u32
+
+from core_helpers import SETTINGS, emu, line_of
+
+WG = 16
+
+
+def ops_of(k, **consts):
+    return [op.name for op in k.compile(**consts).module.walk()]
+
+
+# --------------------------------------------------------------------------- runtime for
+
+@pycoop.kernel(workgroup_size=WG)
+def k_range3(out: pycoop.Buffer[i32], lo: i32, hi: i32, step: i32):
+    i = pycoop.local_invocation_index()
+    s = 0
+    cnt = 0
+    for j in range(lo, hi, step):
+        s = s + j
+        cnt += 1
+    out[i] = s * 1000 + cnt
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_range_neg_const(out: pycoop.Buffer[i32], lo: i32, hi: i32):
+    i = pycoop.local_invocation_index()
+    s = 0
+    for j in range(hi, lo, -3):
+        s = s * 7 + j            # order-sensitive
+    out[i] = s
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_range_per_invocation(out: pycoop.Buffer[u32], n: u32):
+    i = pycoop.local_invocation_index()
+    s = u32(0)
+    for j in range(i, n):       # trip count differs per invocation
+        s = s + j * j
+    out[i] = s
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_range_only_stores(out: pycoop.Buffer[u32], n: u32):
+    i = pycoop.local_invocation_index()
+    for j in range(n):          # nothing carried but the induction variable
+        out[i * 8 + j] = j + i
+
+
+@SETTINGS
+@given(st.integers(-30, 30), st.integers(-30, 30), st.integers(-7, 7).filter(lambda s: s != 0))
+def test_runtime_range_with_runtime_bounds_and_step(lo, hi, step):
+    out = np.zeros(WG, np.int32)
+    emu(k_range3, 1, out, lo, hi, step)
+    r = range(lo, hi, step)
+    assert (out == sum(r) * 1000 + len(r)).all()
+
+
+@SETTINGS
+@given(st.integers(-40, 40), st.integers(-40, 40))
+def test_runtime_range_with_negative_constant_step(lo, hi):
+    out = np.zeros(WG, np.int32)
+    emu(k_range_neg_const, 1, out, lo, hi)
+    s = 0
+    for j in range(hi, lo, -3):
+        s = (s * 7 + j)
+    s = (s + 2 ** 31) % 2 ** 32 - 2 ** 31
+    assert (out == s).all()
+
+
+@SETTINGS
+@given(st.integers(0, 40))
+def test_runtime_range_trip_count_per_invocation(n):
+    out = np.zeros(WG, np.uint32)
+    emu(k_range_per_invocation, 1, out, n)
+    assert out.tolist() == [sum(j * j for j in range(i, n)) for i in range(WG)]
+    assert ops_of(k_range_per_invocation).count("loop") == 1
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 8])
+def test_runtime_range_with_no_carried_values(n):
+    out = np.zeros(WG * 8, np.uint32)
+    emu(k_range_only_stores, 1, out, n)
+    exp = np.zeros((WG, 8), np.uint32)
+    for i in range(WG):
+        for j in range(n):
+            exp[i, j] = i + j
+    np.testing.assert_array_equal(out.reshape(WG, 8), exp)
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_nested(out: pycoop.Buffer[i32], n: i32, m: i32):
+    i = pycoop.local_invocation_index()
+    total = 0
+    for a in range(n):
+        row = 0
+        for b in range(a, m):
+            row = row + a * b
+            total = total + 1
+        total = total + row
+    out[i] = total
+
+
+@SETTINGS
+@given(st.integers(-2, 9), st.integers(-2, 9))
+def test_nested_runtime_loops(n, m):
+    out = np.zeros(WG, np.int32)
+    emu(k_nested, 1, out, n, m)
+    total = 0
+    for a in range(n):
+        row = 0
+        for b in range(a, m):
+            row += a * b
+            total += 1
+        total += row
+    assert (out == total).all()
+    assert ops_of(k_nested).count("loop") == 2
+
+
+# --------------------------------------------------------------------------- while
+
+@pycoop.kernel(workgroup_size=WG)
+def k_collatz(out: pycoop.Buffer[u32], start: u32):
+    x = pycoop.local_invocation_index() + start
+    steps = u32(0)
+    while x != 1 and x != 0:
+        if x % 2 == 0:
+            x = x // 2
+        else:
+            x = 3 * x + 1
+        steps += 1
+    out[pycoop.local_invocation_index()] = steps
+
+
+def collatz(x):
+    s = 0
+    while x not in (0, 1):
+        x = x // 2 if x % 2 == 0 else 3 * x + 1
+        s += 1
+    return s
+
+
+@SETTINGS
+@given(st.integers(0, 500))
+def test_while_on_runtime_condition_with_divergent_body(start):
+    out = np.zeros(WG, np.uint32)
+    emu(k_collatz, 1, out, start)
+    assert out.tolist() == [collatz(start + i) for i in range(WG)]
+
+
+# --------------------------------------------------------------------------- if / elif / else
+
+@pycoop.kernel(workgroup_size=WG)
+def k_classify(A: pycoop.Buffer[f32], out: pycoop.Buffer[i32], lo: f32, hi: f32):
+    i = pycoop.global_invocation_id.x
+    x = A[i]
+    y = x
+    if x < lo:
+        k = -1
+        y = lo
+    elif x > hi:
+        k = 1
+        y = hi
+    elif x == 0.0:
+        k = 100
+    else:
+        k = 0
+    out[i] = k
+    A[i] = y
+
+
+@SETTINGS
+@given(st.lists(st.floats(-10, 10, width=32), min_size=32, max_size=32),
+       st.floats(-5, 0, width=32), st.floats(0, 5, width=32))
+def test_divergent_if_elif_else(xs, lo, hi):
+    a = np.array(xs, np.float32)
+    a[::5] = 0.0
+    orig = a.copy()
+    out = np.zeros(32, np.int32)
+    emu(k_classify, 2, a, out, lo, hi)
+    lo32, hi32 = np.float32(lo), np.float32(hi)
+    exp_k = np.select([orig < lo32, orig > hi32, orig == 0], [-1, 1, 100], 0)
+    np.testing.assert_array_equal(out, exp_k)
+    np.testing.assert_array_equal(a, np.clip(orig, lo32, hi32))
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_list_carry(out: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    acc = [0, i, [i * 2, 1]]
+    for t in range(n):
+        acc[0] = acc[0] + acc[1]
+        acc[1] = acc[1] + 1
+        acc[2][1] = acc[2][1] * 2
+        if t % 2 == 0:
+            acc[2][0] = acc[2][0] - t
+    out[i * 4] = acc[0]
+    out[i * 4 + 1] = acc[1]
+    out[i * 4 + 2] = acc[2][0]
+    out[i * 4 + 3] = acc[2][1]
+
+
+@SETTINGS
+@given(st.integers(-1, 12))
+def test_lists_of_values_carried_through_loops_and_ifs(n):
+    out = np.zeros(WG * 4, np.int32)
+    emu(k_list_carry, 1, out, n)
+    for i in range(WG):
+        acc = [0, i, [i * 2, 1]]
+        for t in range(n):
+            acc[0] += acc[1]
+            acc[1] += 1
+            acc[2][1] *= 2
+            if t % 2 == 0:
+                acc[2][0] -= t
+        assert out[i * 4: i * 4 + 4].tolist() == [acc[0], acc[1], acc[2][0], acc[2][1]]
+
+
+# --------------------------------------------------------------------------- early return
+
+@pycoop.kernel(workgroup_size=WG)
+def k_early_return(out: pycoop.Buffer[i32], n: u32):
+    i = pycoop.global_invocation_id.x
+    out[i] = 1
+    if i < n:
+        return
+    out[i] = 2
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_return_in_loop(out: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    s = 0
+    for j in range(n):
+        if j == i:
+            out[i] = -s
+            return
+        s = s + j
+    out[i] = s
+
+
+@pytest.mark.parametrize("n", [0, 5, 16, 40])
+def test_early_return_only_some_invocations_exit(n):
+    out = np.zeros(48, np.int32)
+    emu(k_early_return, 3, out, n)
+    np.testing.assert_array_equal(out, np.where(np.arange(48) < n, 1, 2))
+
+
+@pytest.mark.parametrize("n", [0, 3, 16, 20])
+def test_return_inside_a_runtime_loop(n):
+    out = np.zeros(WG, np.int32)
+    emu(k_return_in_loop, 1, out, n)
+    exp = [(-sum(range(i))) if i < n else sum(range(n)) for i in range(WG)]
+    assert out.tolist() == exp
+
+
+# --------------------------------------------------------------------------- boolean operators
+
+@pycoop.kernel(workgroup_size=WG)
+def k_short_circuit(A: pycoop.Buffer[i32], out: pycoop.Buffer[i32], n: u32):
+    i = pycoop.global_invocation_id.x
+    pos = 1 if (i < n and A[i] > 0) else 0
+    neg = 0
+    if i >= n or A[i] < 0:
+        neg = 2
+    if not (i < n and A[i] != 0):
+        neg = neg + 4
+    chained = 0
+    if 0 < i < n:
+        chained = 8
+    out[i] = pos + neg + chained
+
+
+@SETTINGS
+@given(st.lists(st.integers(-3, 3), min_size=0, max_size=32))
+def test_and_or_not_ternary_short_circuit(xs):
+    """`i < n and A[i] > 0` must not load A[i] for i >= n (A has exactly n elements)."""
+    n = len(xs)
+    a = np.array(xs, np.int32) if n else np.zeros(0, np.int32)
+    out = np.zeros(32, np.int32)
+    emu(k_short_circuit, 2, a if n else np.zeros(1, np.int32)[:0], out, n)
+    exp = []
+    for i in range(32):
+        pos = 1 if (i < n and xs[i] > 0) else 0
+        neg = 2 if (i >= n or xs[i] < 0) else 0
+        if not (i < n and xs[i] != 0):
+            neg += 4
+        exp.append(pos + neg + (8 if 0 < i < n else 0))
+    assert out.tolist() == exp
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_no_short_circuit(A: pycoop.Buffer[i32], out: pycoop.Buffer[i32], n: u32):
+    i = pycoop.global_invocation_id.x
+    ok = (i < n) & (A[i] > 0)       # `&` evaluates both sides
+    out[i] = pycoop.select(ok, 1, 0)
+
+
+def test_bitwise_and_on_bools_evaluates_both_sides():
+    with pytest.raises(pycoop.EmulatorError, match="load out of bounds") as ei:
+        emu(k_no_short_circuit, 1, np.ones(4, np.int32), np.zeros(16, np.int32), 4)
+    assert ei.value.loc.line == line_of(k_no_short_circuit, "ok = (i < n)")
+
+
+# --------------------------------------------------------------------------- trace-time control flow
+
+@pycoop.kernel(workgroup_size=WG)
+def k_unrolled(A: pycoop.Buffer[f32], taps: pycoop.Const = 3, mode: pycoop.Const = "sum"):
+    i = pycoop.global_invocation_id.x
+    acc = A[i]
+    for t in range(1, taps):               # Python ints: unrolled
+        if mode == "sum":                  # Python condition: resolved at trace time
+            acc = acc + A[i + t]
+        else:
+            acc = pycoop.max(acc, A[i + t])
+    k = 0
+    while k < 2:                           # Python while: unrolled
+        acc = acc * 2.0
+        k += 1
+    A[i] = acc
+
+
+@pytest.mark.parametrize("taps,mode", [(1, "sum"), (3, "sum"), (4, "max")])
+def test_python_loops_and_ifs_are_unrolled_at_trace_time(taps, mode):
+    names = ops_of(k_unrolled, taps=taps, mode=mode)
+    assert "loop" not in names and "if" not in names
+    assert names.count("load") == taps
+    assert names.count("binary") == 2 * (taps - 1) + 2     # i + t, the combine, two doublings
+    a = np.arange(64, dtype=np.float32)
+    orig = a.copy()
+    emu(k_unrolled, 1, a, taps=taps, mode=mode)
+    win = np.stack([orig[t:t + WG] for t in range(taps)])
+    ref = (win.sum(0) if mode == "sum" else win.max(0)) * 4
+    np.testing.assert_array_equal(a[:WG], ref)
+    np.testing.assert_array_equal(a[WG:], orig[WG:])
+
+
+# --------------------------------------------------------------------------- helpers
+
+@pycoop.func
+def clamp_add(x, lo, hi, d):
+    y = x + d
+    if y < lo:
+        y = lo
+    elif y > hi:
+        y = hi
+    return y
+
+
+def twice(x):       # plain helper: no runtime control flow, inlined as Python
+    return x * 2 + 1
+
+
+@pycoop.func
+def sum_to(n):
+    s = 0
+    for j in range(n):
+        s = s + j
+    return s
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_helpers(A: pycoop.Buffer[i32], lo: i32, hi: i32):
+    i = pycoop.global_invocation_id.x
+    A[i] = twice(clamp_add(A[i], lo, hi, 3)) + sum_to(A[i] % 4)
+
+
+@SETTINGS
+@given(st.lists(st.integers(-50, 50), min_size=16, max_size=16), st.integers(-20, 0),
+       st.integers(0, 20))
+def test_func_helpers_with_runtime_control_flow(xs, lo, hi):
+    a = np.array(xs, np.int32)
+    emu(k_helpers, 1, a, lo, hi)
+    c_mod = lambda x, m: x - int(x / m) * m   # noqa: E731  (C remainder)
+    exp = [(min(max(x + 3, lo), hi) * 2 + 1) + sum(range(c_mod(x, 4))) for x in xs]
+    assert a.tolist() == exp
+
+
+# --------------------------------------------------------------------------- compile errors
+
+@pycoop.kernel(workgroup_size=WG)
+def k_one_branch_var(A: pycoop.Buffer[f32]):
+    i = pycoop.global_invocation_id.x
+    if A[i] > 0.0:
+        z = A[i] * 2.0
+    A[i] = z + 1.0
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_loop_defined_var(A: pycoop.Buffer[f32], n: u32):
+    i = pycoop.global_invocation_id.x
+    for j in range(n):
+        w = A[i]
+    A[i] = w
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_type_change(A: pycoop.Buffer[f32], n: u32):
+    i = pycoop.global_invocation_id.x
+    x = A[i]
+    for j in range(n):
+        x = pycoop.cast(x, i32)
+    A[i] = 0.0
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_branch_type_mismatch(A: pycoop.Buffer[f32]):
+    i = pycoop.global_invocation_id.x
+    if A[i] > 0.0:
+        v = A[i]
+    else:
+        v = pycoop.cast(A[i], i32)
+    A[i] = v
+
+
+def undecorated_helper(x):
+    if x > 0.0:
+        return x
+    return -x
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_undecorated(A: pycoop.Buffer[f32]):
+    i = pycoop.global_invocation_id.x
+    A[i] = undecorated_helper(A[i])
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_return_value(A: pycoop.Buffer[f32]):
+    i = pycoop.global_invocation_id.x
+    if A[i] > 0.0:
+        return 1
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_float_range(A: pycoop.Buffer[f32], n: f32):
+    for j in range(n):
+        A[0] = 1.0
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_int_condition(A: pycoop.Buffer[i32]):
+    i = pycoop.global_invocation_id.x
+    if A[i]:
+        A[i] = 0
+
+
+def test_variable_defined_in_one_branch_then_used():
+    with pytest.raises(pycoop.CompileError, match="no value.*only one branch") as ei:
+        k_one_branch_var.compile()
+    assert ei.value.line == line_of(k_one_branch_var, "A[i] = z + 1.0")
+    assert "line %d" % line_of(k_one_branch_var, "if A[i] > 0.0") in str(ei.value)
+
+
+def test_variable_first_defined_in_loop_then_used():
+    with pytest.raises(pycoop.CompileError, match="first assigned inside the loop") as ei:
+        k_loop_defined_var.compile()
+    assert ei.value.line == line_of(k_loop_defined_var, "A[i] = w")
+
+
+def test_loop_carried_type_change():
+    with pytest.raises(pycoop.CompileError, match="changes type from f32 to i32") as ei:
+        k_type_change.compile()
+    assert ei.value.line == line_of(k_type_change, "for j in range(n)")
+
+
+def test_branch_type_mismatch_used_after():
+    with pytest.raises(pycoop.CompileError, match="f32 in one branch and i32 in the other") as ei:
+        k_branch_type_mismatch.compile()
+    assert ei.value.line == line_of(k_branch_type_mismatch, "A[i] = v")
+
+
+def test_runtime_if_in_undecorated_helper():
+    with pytest.raises(pycoop.CompileError, match="plain bool") as ei:
+        k_undecorated.compile()
+    assert ei.value.line == line_of(undecorated_helper, "if x > 0.0")
+    assert "@pycoop.func" in str(ei.value)
+
+
+def test_other_control_flow_errors():
+    with pytest.raises(pycoop.CompileError, match="returning a value") as ei:
+        k_return_value.compile()
+    assert ei.value.line == line_of(k_return_value, "if A[i] > 0.0")
+    with pytest.raises(pycoop.CompileError, match="integer bounds") as ei:
+        k_float_range.compile()
+    assert ei.value.line == line_of(k_float_range, "for j in range(n)")
+    with pytest.raises(pycoop.CompileError, match="not bool") as ei:
+        k_int_condition.compile()
+    assert ei.value.line == line_of(k_int_condition, "if A[i]:")
+
+
+def test_runtime_if_and_loop_are_structured_ops():
+    names = ops_of(k_classify)
+    assert names.count("if") == 3 and "loop" not in names
+    names = ops_of(k_collatz)
+    assert names.count("loop") == 1 and "condition" in names
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_merge_int_float(A: pycoop.Buffer[f32], B: pycoop.Buffer[f32]):
+    i = pycoop.local_invocation_index()
+    x = 1 if i < 5 else 2.5              # Python int and float literals merge as f32
+    y = 3
+    if i % 2 == 0:
+        y = 0.5
+    A[i] = x
+    B[i] = y
+
+
+def test_python_numbers_of_different_types_merge_as_one_runtime_type():
+    ck = k_merge_int_float.compile()
+    for op in ck.module.walk():
+        if op.name == "if":
+            assert [r.type for r in op.results] == [f32]
+            for blk in op.regions:
+                assert [v.type for v in blk.ops[-1].operands] == [f32]    # both yields
+    a, b = np.zeros(WG, np.float32), np.zeros(WG, np.float32)
+    emu(k_merge_int_float, 1, a, b)
+    np.testing.assert_array_equal(a, np.where(np.arange(WG) < 5, 1.0, 2.5))
+    np.testing.assert_array_equal(b, np.where(np.arange(WG) % 2 == 0, 0.5, 3.0))
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_loop_var_after(A: pycoop.Buffer[i32], n: i32):
+    for j in range(n):
+        A[0] = j
+    A[1] = j
+
+
+def test_runtime_loop_variable_is_undefined_after_the_loop():
+    with pytest.raises(pycoop.CompileError, match="loop variable of a runtime loop") as ei:
+        k_loop_var_after.compile()
+    assert ei.value.line == line_of(k_loop_var_after, "A[1] = j")
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_workgroup_uniform_if(A: pycoop.Buffer[f32]):
+    s = pycoop.shared(f32, WG)
+    l = pycoop.local_invocation_index()
+    g = pycoop.global_invocation_id.x
+    if pycoop.workgroup_id.x % 2 == 1:     # uniform per workgroup: barrier allowed inside
+        s[l] = A[g]
+        pycoop.barrier()
+        A[g] = s[WG - 1 - l]
+
+
+def test_barrier_under_workgroup_uniform_condition():
+    a = np.arange(4 * WG, dtype=np.float32)
+    orig = a.copy().reshape(4, WG)
+    emu(k_workgroup_uniform_if, 4, a)
+    exp = orig.copy()
+    exp[1::2] = exp[1::2, ::-1]
+    np.testing.assert_array_equal(a.reshape(4, WG), exp)
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_while_return(A: pycoop.Buffer[i32], lim: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    x = i - i
+    while x < 100:
+        x = x + i + 1
+        if x > lim:
+            A[i] = -x
+            return
+    A[i] = x
+
+
+@pytest.mark.parametrize("lim", [-1, 50, 99, 200])
+def test_return_inside_while(lim):
+    a = np.zeros(WG, np.int32)
+    emu(k_while_return, 1, a, lim)
+
+    def ref(i):
+        x = 0
+        while x < 100:
+            x += i + 1
+            if x > lim:
+                return -x
+        return x
+    assert a.tolist() == [ref(i) for i in range(WG)]
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_all_branches_return(A: pycoop.Buffer[i32]):
+    i = pycoop.local_invocation_index()
+    if i < 4:
+        A[i] = 1
+        return
+    elif i < 8:
+        A[i] = 2
+        return
+    else:
+        return
+    A[i] = 3                 # unreachable: not traced, so no error about A or i
+
+
+def test_code_after_an_if_whose_branches_all_return_is_unreachable():
+    a = np.zeros(WG, np.int32)
+    emu(k_all_branches_return, 1, a)
+    assert a.tolist() == [1] * 4 + [2] * 4 + [0] * (WG - 8)
+    stores = [op for op in k_all_branches_return.compile().module.walk() if op.name == "store"]
+    assert len(stores) == 2
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_unsigned_step(A: pycoop.Buffer[u32], lo: u32, hi: u32, st: u32):
+    c = u32(0)
+    for j in range(lo, hi, st):
+        c += j
+    A[pycoop.local_invocation_index()] = c
+
+
+@SETTINGS
+@given(st.integers(0, 50), st.integers(0, 50), st.integers(1, 9))
+def test_runtime_range_with_unsigned_runtime_step(lo, hi, step):
+    a = np.zeros(WG, np.uint32)
+    emu(k_unsigned_step, 1, a, lo, hi, step)
+    assert (a == sum(range(lo, hi, step))).all()
+
+
+@pycoop.func
+def relu_with_returns(x):
+    if x > 0.0:
+        return x
+    return 0.0
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_func_returns_value_in_if(A: pycoop.Buffer[f32]):
+    i = pycoop.local_invocation_index()
+    A[i] = relu_with_returns(A[i])
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_while_becomes_runtime(A: pycoop.Buffer[i32]):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    x = 0
+    while x < 100:
+        x = x + i + 1
+    A[i] = x
+
+
+def test_documented_limitations_are_clear_compile_errors():
+    with pytest.raises(pycoop.CompileError, match="returning a value from inside an `if`") as ei:
+        k_func_returns_value_in_if.compile()
+    assert ei.value.line == line_of(relu_with_returns, "if x > 0.0")
+    with pytest.raises(pycoop.CompileError, match="became a runtime value") as ei:
+        k_while_becomes_runtime.compile()
+    assert ei.value.line == line_of(k_while_becomes_runtime, "while x < 100")

@@ -1,0 +1,181 @@
+"""Launch-time argument checking (ArgumentError naming the parameter, before any work is done)
+and backend selection."""
+import numpy as np
+import pytest
+
+import pycoop
+from pycoop import f16, f32, i8, i32, u32
+
+WG = 32
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_scale(X: pycoop.ReadBuffer[f32], Y: pycoop.Buffer[f32], a: f32, n: u32):
+    i = pycoop.global_invocation_id.x
+    if i < n:
+        Y[i] = X[i] * a
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_small_ints(Y: pycoop.Buffer[i32], s: i8, u: u32):
+    i = pycoop.global_invocation_id.x
+    Y[i] = pycoop.cast(s, i32) + pycoop.cast(u, i32)
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_tiled(Y: pycoop.Buffer[f32], tile: pycoop.Const = 4):
+    i = pycoop.global_invocation_id.x
+    Y[i] = f32(tile)
+
+
+def args_ok(n=40):
+    return np.arange(n, dtype=np.float32), np.zeros(n, np.float32), 2.0, n
+
+
+def test_valid_launch_on_the_emulator():
+    x, y, a, n = args_ok()
+    r = k_scale[2](x, y, a, n, backend="emulator")
+    assert isinstance(r, pycoop.LaunchResult) and r.backend == "emulator" and r.time_ms >= 0
+    np.testing.assert_array_equal(y, x * 2)
+    y2 = np.zeros_like(y)
+    k_scale[(2, 1, 1)](X=x, Y=y2, a=3.0, n=n, backend="emulator")     # keywords, 3-D grid
+    np.testing.assert_array_equal(y2, x * 3)
+
+
+def test_use_backend_context_sets_the_default_backend():
+    x, y, a, n = args_ok()
+    with pycoop.use_backend("emulator"):
+        r = k_scale[2](x, y, 4.0, n)
+    assert r.backend == "emulator"
+    np.testing.assert_array_equal(y, x * 4)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        with pycoop.use_backend("cuda"):
+            pass
+    with pytest.raises(ValueError, match="backend must be one of"):
+        k_scale[2](x, y, a, n, backend="metal")
+
+
+def test_use_backend_context_nests_and_restores(monkeypatch):
+    from pycoop.runtime import backend as be
+    monkeypatch.setenv("PYCOOP_BACKEND", "emulator")
+    ck = k_scale.compile()
+    with pycoop.use_backend("emulator"):
+        with pycoop.use_backend("auto"):
+            assert be._local.backend == "auto"
+        assert be.choose(None, ck) == "emulator"
+    assert getattr(be._local, "backend", None) is None
+    assert be.choose(None, ck) == "emulator"      # from PYCOOP_BACKEND
+    assert be.choose("emulator", ck) == "emulator"
+
+
+@pytest.mark.parametrize("bad,name,msg", [
+    (dict(X=np.zeros(40, np.float64)), "X", "dtype float32, got float64"),
+    (dict(Y=np.zeros(40, np.float16)), "Y", "dtype float32, got float16"),
+    (dict(X=np.zeros((40, 2), np.float32)[:, 0]), "X", "C-contiguous"),
+    (dict(Y=np.zeros(80, np.float32)[::2]), "Y", "C-contiguous"),
+    (dict(X=[1.0, 2.0]), "X", "must be an array, got list"),
+    (dict(X="not an array"), "X", "must be an array"),
+    (dict(n=-1), "n", "out of range 0..4294967295"),
+    (dict(n=2 ** 32), "n", "out of range"),
+    (dict(n=3.5), "n", "must be an integer"),
+    (dict(n=True), "n", "must be a number"),
+    (dict(a="2"), "a", "must be a number"),
+    (dict(a=np.zeros(3)), "a", "must be a number"),
+])
+def test_bad_arguments_raise_argument_error_naming_the_parameter(bad, name, msg):
+    x, y, a, n = args_ok()
+    kw = dict(X=x, Y=y, a=a, n=n)
+    kw.update(bad)
+    before = y.copy()
+    with pytest.raises(pycoop.ArgumentError, match=msg) as ei:
+        k_scale[2](**kw, backend="emulator")
+    assert f"'{name}'" in str(ei.value)
+    assert isinstance(ei.value, TypeError)        # ArgumentError is also a TypeError
+    np.testing.assert_array_equal(y, before)      # nothing ran
+
+
+def test_scalar_ranges_follow_the_parameter_type():
+    y = np.zeros(WG, np.int32)
+    k_small_ints[1](y, -128, 2 ** 32 - 1, backend="emulator")
+    assert (y == -128 + -1).all()                 # u32 max cast to i32 wraps to -1
+    with pytest.raises(pycoop.ArgumentError, match=r"'s' \(i8\) = 128 is out of range -128..127"):
+        k_small_ints[1](y, 128, 0, backend="emulator")
+    k_small_ints[1](y, np.int64(5), np.uint32(7), backend="emulator")
+    assert (y == 12).all()
+
+
+def test_missing_and_extra_arguments():
+    x, y, a, n = args_ok()
+    with pytest.raises(pycoop.ArgumentError, match="missing a required argument: 'n'") as ei:
+        k_scale[2](x, y, a, backend="emulator")
+    assert "parameters:" in str(ei.value) and "n: u32" in str(ei.value)
+    with pytest.raises(pycoop.ArgumentError, match="too many"):
+        k_scale[2](x, y, a, n, 5, backend="emulator")
+    with pytest.raises(pycoop.ArgumentError, match="unexpected keyword argument 'm'"):
+        k_scale[2](x, y, a, n, m=3, backend="emulator")
+
+
+def test_read_only_array_written_by_the_kernel():
+    x, y, a, n = args_ok()
+    y.flags.writeable = False
+    with pytest.raises(pycoop.ArgumentError, match="'Y' is written by the kernel but the array is "
+                                                   "read-only"):
+        k_scale[2](x, y, a, n, backend="emulator")
+    x.flags.writeable = False               # X is only read: a read-only array is fine
+    y2 = np.zeros(n, np.float32)
+    k_scale[2](x, y2, a, n, backend="emulator")
+    np.testing.assert_array_equal(y2, x * 2)
+
+
+@pytest.mark.parametrize("grid", [0, -1, (1, 0), (1, 2, 3, 4), (), (2.0,), "2", (8, -1),
+                                  pytest.param(1.5, marks=pytest.mark.xfail(
+                                      strict=True, raises=TypeError,
+                                      reason="bug (pycoop/frontend/kernel.py _grid, not fixed "
+                                             "here): a non-iterable grid raises a bare TypeError"))])
+def test_bad_grid(grid):
+    with pytest.raises(pycoop.ArgumentError, match="grid must be 1 to 3 positive ints"):
+        k_scale[grid]
+
+
+def test_const_parameters_at_launch():
+    y = np.zeros(WG, np.float32)
+    k_tiled[1](y, backend="emulator")
+    assert (y == 4).all()
+    k_tiled[1](y, tile=7, backend="emulator")
+    assert (y == 7).all()
+    with pytest.raises(pycoop.ArgumentError, match="unknown compile-time parameter"):
+        k_tiled.compile(tile=2, other=3)
+
+
+def test_calling_a_kernel_directly_explains_how_to_launch():
+    with pytest.raises(TypeError, match=r"k_scale\[grid\]"):
+        k_scale(*args_ok())
+
+
+def test_bad_kernel_declarations():
+    with pytest.raises(pycoop.CompileError, match="workgroup_size"):
+        pycoop.kernel(workgroup_size=(0, 1))(lambda A: None)
+    with pytest.raises(pycoop.CompileError, match="power of two"):
+        pycoop.kernel(workgroup_size=32, subgroup_size=24)(lambda A: None)
+
+    def untyped(A, n):
+        pass
+    with pytest.raises(pycoop.CompileError, match="parameter 'A' of kernel untyped"):
+        pycoop.kernel(untyped)
+
+    def bool_param(flag: pycoop.bool_):
+        pass
+    with pytest.raises(pycoop.CompileError, match="parameter 'flag'"):
+        pycoop.kernel(bool_param)
+
+
+def test_buffer_of_f16_requires_float16_arrays():
+    @pycoop.kernel(workgroup_size=WG)
+    def k_half(H: pycoop.Buffer[f16]):
+        i = pycoop.global_invocation_id.x
+        H[i] = H[i] + 1.0
+    h = np.zeros(WG, np.float16)
+    k_half[1](h, backend="emulator")
+    assert (h == 1).all()
+    with pytest.raises(pycoop.ArgumentError, match="'H'.*astype\\('float16'\\)"):
+        k_half[1](np.zeros(WG, np.float32), backend="emulator")
