@@ -148,16 +148,25 @@ class StructType(Type):
             a = alignment(t, self.layout)
             off = (off + a - 1) // a * a
             out.append(off)
-            off += t.size
+            off += size_in(t, self.layout)
         return tuple(out)
 
     @property
     def size(self) -> int:
         if not self.fields:
             return 0
-        end = self.offsets[-1] + self.fields[-1][1].size
+        end = self.offsets[-1] + size_in(self.fields[-1][1], self.layout)
         a = alignment(self, self.layout)
         return (end + a - 1) // a * a
+
+
+def size_in(t: Type, layout: Layout) -> int:
+    """Size of `t` inside a struct of `layout`: array elements are padded to their alignment
+    (a std430 array of vec3 has a 16-byte stride)."""
+    if isinstance(t, ArrayType):
+        a = alignment(t.elem, layout)
+        return (size_in(t.elem, layout) + a - 1) // a * a * t.length
+    return t.size
 
 
 def alignment(t: Type, layout: Layout) -> int:
@@ -217,6 +226,32 @@ class SharedArrayType(Type):
 
     def __repr__(self) -> str:
         return f"shared<{self.elem}[{self.length}]>"
+
+
+# --------------------------------------------------------------------------- tensor addressing (NV)
+
+CLAMP_MODES = ("undefined", "constant", "clamp_to_edge", "repeat", "mirror_repeat")
+
+
+@dataclass(frozen=True)
+class TensorLayoutType(Type):
+    """OpTypeTensorLayoutNV: `dim` dimensions (1..5) and a clamp mode (index into CLAMP_MODES)."""
+    dim: int
+    clamp_mode: int
+
+    def __repr__(self) -> str:
+        return f"tensor_layout<{self.dim}, {CLAMP_MODES[self.clamp_mode]}>"
+
+
+@dataclass(frozen=True)
+class TensorViewType(Type):
+    """OpTypeTensorViewNV: `dim` dimensions, whether it has its own dimensions, a permutation."""
+    dim: int
+    has_dimensions: bool
+    permutation: tuple[int, ...]
+
+    def __repr__(self) -> str:
+        return f"tensor_view<{self.dim}, {self.has_dimensions}, {list(self.permutation)}>"
 
 
 # --------------------------------------------------------------------------- cooperative matrices

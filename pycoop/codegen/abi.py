@@ -16,7 +16,8 @@ PUSH_CONSTANT_LIMIT = 128
 def _member(t: Type) -> tuple[int, int, str]:
     """(size, alignment, dtype name) of a parameter in the argument block."""
     if isinstance(t, BufferType):
-        return 8, 8, str(t.elem.dtype) if isinstance(t.elem, ScalarType) else "struct"
+        # buffers of blocks (structs) travel as raw bytes
+        return 8, 8, str(t.elem.dtype) if isinstance(t.elem, ScalarType) else "uint8"
     assert isinstance(t, ScalarType)
     size = 4 if t.is_bool else t.size
     return size, size, "uint32" if t.is_bool else str(t.dtype)

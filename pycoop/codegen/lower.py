@@ -13,6 +13,7 @@ from ..ops.registry import get
 from ..spirv import grammar
 from ..spirv.builder import ModuleBuilder
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, StorageClass,
+                     StructType,
                      Type, VectorType, u32)
 from . import abi as abi_mod
 
@@ -35,6 +36,7 @@ _FEATURES = {
     "CooperativeMatrixKHR": "cooperativeMatrix", "BFloat16TypeKHR": "shaderBFloat16Type",
     "BFloat16CooperativeMatrixKHR": "shaderBFloat16CooperativeMatrix", "Float8EXT": "shaderFloat8",
     "Float8CooperativeMatrixEXT": "shaderFloat8CooperativeMatrix",
+    "CooperativeMatrixConversionQCOM": "cooperativeMatrixConversion",
 }
 
 # Vulkan device extensions that expose each SPIR-V extension.
@@ -77,6 +79,7 @@ class LowerCtx:
         self.caps: set[str] = set()
         self.coopmat_shapes: set[tuple] = set()
         self.uses_subgroup = False          # subgroup-scope matrices or subgroup built-ins
+        self._functions: dict = {}
 
     # ---------------------------------------------------------------- capabilities
     def need(self, cap: str) -> None:
@@ -123,7 +126,7 @@ class LowerCtx:
                           self.const(u32, self.enum("CooperativeMatrixUse", t.use.value)))
         if isinstance(t, BufferType):
             self._storage_caps(t.elem)
-            arr = b.type("OpTypeRuntimeArray", self.type_id(t.elem), unique=True)
+            arr = b.type("OpTypeRuntimeArray", self._explicit(t.elem), unique=True)
             b.decorate(arr, "ArrayStride", t.elem.size)
             st = b.type("OpTypeStruct", arr, unique=True)
             b.decorate(st, "Block")
@@ -136,8 +139,47 @@ class LowerCtx:
         if isinstance(t, SharedArrayType):
             return b.type("OpTypeArray", self.type_id(t.elem), self.const(u32, t.length))
         if isinstance(t, PointerType):
+            if t.storage == StorageClass.PhysicalStorageBuffer:
+                pointee = self._explicit(t.pointee)
+                if isinstance(t.pointee, ScalarType):
+                    # OpPtrAccessChain on a PhysicalStorageBuffer pointer needs its stride
+                    pid = b.type("OpTypePointer", t.storage.value, pointee, unique=True)
+                    b.decorate(pid, "ArrayStride", t.pointee.size)
+                    return pid
+                return b.type("OpTypePointer", t.storage.value, pointee)
             return b.type("OpTypePointer", t.storage.value, self.type_id(t.pointee))
+        if isinstance(t, StructType):
+            return self._explicit(t)
         raise TypeError(f"no SPIR-V type for {t}")
+
+    def _explicit(self, t: Type) -> int:
+        """Id of `t` with an explicit memory layout (Offset / ArrayStride decorations), as
+        types in PhysicalStorageBuffer memory need; plain types are shared otherwise."""
+        if isinstance(t, ScalarType):
+            self._storage_caps(t)
+            return self.type_id(t)
+        key = ("explicit", t)
+        tid = self._types.get(key)
+        if tid is not None:
+            return tid
+        b = self.b
+        if isinstance(t, ArrayType):
+            tid = b.type("OpTypeArray", self._explicit(t.elem), self.const(u32, t.length), unique=True)
+            b.decorate(tid, "ArrayStride", t.elem.size)
+        elif isinstance(t, StructType):
+            tid = b.type("OpTypeStruct", *(self._explicit(ft) for _, ft in t.fields), unique=True)
+            for i, ((name, _), off) in enumerate(zip(t.fields, t.offsets)):
+                b.member_decorate(tid, i, "Offset", off)
+                b.member_name(tid, i, name)
+            b.name(tid, t.name)
+        else:
+            tid = self.type_id(t)
+        self._types[key] = tid
+        return tid
+
+    def emit_raw(self, opname: str, result_type_id: int, *operands):
+        """emit() with the result type given as an id."""
+        return self.b.emit(opname, result_type_id, *operands)
 
     def _storage_caps(self, t: Type) -> None:
         if isinstance(t, ScalarType) and t.size in _STORAGE_CAPS:
@@ -213,6 +255,26 @@ class LowerCtx:
                                      component_name(op.result.type.component),
                                      op.attrs["saturating"], ta.scope.value.lower()))
         d.lower(self, op)
+
+    # ---------------------------------------------------------------- functions
+    def function_id(self, f) -> int:
+        """Id of a traced Function (allocated on first reference; lowered after the kernel)."""
+        fid = self._functions.get(f)
+        if fid is None:
+            fid = self._functions[f] = self.b.new_id()
+        return fid
+
+    def lower_function(self, f) -> None:
+        b = self.b
+        rt = self.type_id(f.result_type)
+        fnt = b.type("OpTypeFunction", rt, *(self.type_id(p.type) for p in f.params))
+        b.begin_function(rt, self.function_id(f), "None", fnt)
+        for p in f.params:
+            self.set(p, b.function_parameter(self.type_id(p.type)))
+        self.begin_block(b.label())
+        out = self.lower_region(f.body, [self.id(p) for p in f.params])
+        b.emit("OpReturnValue", out[0])
+        b.end_function()
 
     # ---------------------------------------------------------------- memory
     def builtin_value(self, name: str, is_vec: bool) -> int:
@@ -314,6 +376,8 @@ def lower(module: Module) -> Lowered:
     if ctx.lower_region(fn.body, []) is not None:
         b.emit("OpReturn")
     b.end_function()
+    for f in module.functions:
+        ctx.lower_function(f)
     b.entry_point("GLCompute", main, "main", ctx.interface)
     b.execution_mode(main, "LocalSize", *module.workgroup_size)
     shared_bytes = sum(v.type.elem.size * v.type.length for v in module.shared)

@@ -77,6 +77,29 @@ class Dispatch:
         raise KeyError(name)
 
 
+class _ElementDispatch(Dispatch):
+    """The 'dispatch' of a function applied element-wise: one row of n lanes, no built-ins."""
+
+    def __init__(self, n: int, parent: Dispatch):
+        self.grid, self.wg_size, self.sgs = (1, 1, 1), (n, 1, 1), parent.sgs
+        self.nwg, self.wgs, self.nsg = 1, n, 1
+        self.shape = (1, n)
+
+    def builtin(self, name: str, comp: int) -> np.ndarray:
+        raise EmulatorError(f"built-in {name} is not available inside a function called per element")
+
+
+class PointerArray:
+    """Per-element pointers into a memory (PhysicalStorageBuffer pointers passed to decode
+    functions): byte addresses into `memory`."""
+
+    def __init__(self, memory: Memory, byte_addr: np.ndarray):
+        self.memory, self.byte_addr = memory, byte_addr
+
+    def reshape(self, *shape) -> "PointerArray":
+        return PointerArray(self.memory, self.byte_addr.reshape(*shape))
+
+
 class EmuCtx:
     """Execution state: values, the active mask, dead (returned) invocations, memories."""
 
@@ -89,6 +112,11 @@ class EmuCtx:
         self.memories = memories
         self.barrier_epoch = 0
         self._blocks: dict[int, tuple] = {}
+        # Values undefined in some invocations (e.g. OpUndef lanes of a QCOM extract):
+        # value -> (bool mask broadcastable to (W, I), why). Ops that read such a value in an
+        # active invocation are reported unless their registry entry sets `poison_aware`
+        # (they handle it themselves). Not tracked through if/loop results.
+        self.poison: dict[Value, tuple[np.ndarray, str]] = {}
 
     # ---------------------------------------------------------------- execution
 
@@ -101,6 +129,8 @@ class EmuCtx:
             d = get(name)
             if d.emulate is None:
                 raise EmulatorError(f"op {name} has no emulator semantics", op.loc)
+            if self.poison and not op.regions and not d.extra.get("poison_aware"):
+                self.check_poison(op)
             out = d.emulate(self, op, *[env[v] for v in op.operands])
             if name == "return":
                 return None
@@ -148,6 +178,13 @@ class EmuCtx:
             raise EmulatorError(f"undefined behaviour in workgroup {self._wg_name(w)}, "
                                 f"invocation {i}: {message}", op.loc,
                                 rule="reported by the pycoop emulator")
+
+    def check_poison(self, op: Op, values=None) -> None:
+        """Report an active invocation reading a value that is undefined there."""
+        for v in op.operands if values is None else values:
+            hit = self.poison.get(v)
+            if hit is not None:
+                self.check_ub(hit[0], op, f"reads an undefined value: {hit[1]}")
 
     def check_instances(self, bad: np.ndarray, active: np.ndarray | None, op: Op, message: str):
         bad = np.asarray(bad)
@@ -227,6 +264,25 @@ class EmuCtx:
                                 hint="compute it from workgroup_id / subgroup_id, not from the "
                                      "invocation's own index")
         return first
+
+    # ---------------------------------------------------------------- calls
+    def call(self, fn, args: list, batch_shape: tuple[int, ...]) -> np.ndarray:
+        """Run a traced Function once per element of `batch_shape`, vectorised: every
+        argument is an array of shape batch_shape (+ its own element axes)."""
+        n = int(np.prod(batch_shape))
+        sub = EmuCtx(self.module, _ElementDispatch(n, self.dispatch), self.memories)
+        sub._blocks = self._blocks
+        for p, a in zip(fn.params, args):
+            a = np.asarray(a) if not isinstance(a, PointerArray) else a
+            if isinstance(a, PointerArray):
+                sub.env[p] = a.reshape((1, n))
+            else:
+                extra = a.shape[len(batch_shape):] if a.ndim >= len(batch_shape) else ()
+                a = np.broadcast_to(a, batch_shape + extra)
+                sub.env[p] = a.reshape((1, n) + extra)
+        out = sub.run_block(fn.body)[0]
+        out = np.broadcast_to(out, (1, n) + out.shape[2:])
+        return out.reshape(batch_shape + out.shape[2:])
 
     # ---------------------------------------------------------------- wide copies
     def remember_blocks(self, value: np.ndarray, blocks: np.ndarray, index: np.ndarray) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import EmulatorError
-from ..types import CoopMatType, ScalarType
+from ..types import CoopMatType, ScalarType, StructType
 
 
 def _block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray:
@@ -23,11 +23,15 @@ class Memory:
 
     segment: int | None = None
 
-    def __init__(self, name: str, array: np.ndarray, elem: ScalarType):
+    def __init__(self, name: str, array: np.ndarray, elem):
         self.name = name
         self.elem = elem
-        self.data = array.reshape(-1).view(elem.dtype)
-        self.length = self.data.shape[0]
+        if isinstance(elem, StructType):           # blocks: raw bytes, length in blocks
+            self.data = array.reshape(-1).view(np.uint8)
+            self.length = self.data.shape[0] // elem.size
+        else:
+            self.data = array.reshape(-1).view(elem.dtype)
+            self.length = self.data.shape[0]
 
     # ---------------------------------------------------------------- per invocation
 

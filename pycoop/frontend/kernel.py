@@ -18,7 +18,7 @@ from ..ir.builder import Tracer, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
-from ..types import BufferType, ScalarType, Type
+from ..types import BufferType, ScalarType, StructType, Type
 from .transform import transform
 
 __version__ = "0.1.0"
@@ -110,11 +110,11 @@ class Kernel:
                                        f"'{p.name}': {e}") from None
             if ann is Const:
                 out.append(Param(p.name, None, p.default))
-            elif isinstance(ann, BufferType) and not (isinstance(ann.elem, ScalarType)
-                                                      and not ann.elem.is_bool):
+            elif isinstance(ann, BufferType) and not (isinstance(ann.elem, StructType) or (
+                    isinstance(ann.elem, ScalarType) and not ann.elem.is_bool)):
                 raise CompileError(
                     f"parameter '{p.name}' of kernel {self.name}: buffers of {ann.elem} are not "
-                    "supported", None, rule="kernel buffers hold numeric scalars",
+                    "supported", None, rule="kernel buffers hold numeric scalars or structs (blocks)",
                     hint="pass the data as a buffer of its scalar type and index it explicitly")
             elif isinstance(ann, BufferType) or (isinstance(ann, ScalarType) and not ann.is_bool):
                 out.append(Param(p.name, ann, p.default))
@@ -165,7 +165,8 @@ class Kernel:
                 raise CompileError(f"kernel {self.name} returned {ret!r}; kernels return nothing",
                                    hint="write results into a buffer parameter")
             module = Module(Function(self.name, runtime, body), self.workgroup_size, sgs,
-                            [p.name for p in self.params if not p.is_const], shared=t.shared)
+                            [p.name for p in self.params if not p.is_const], shared=t.shared,
+                            functions=t.functions)
             verify(module)
             return module
         except CompileError as e:
@@ -201,7 +202,11 @@ class LaunchResult:
 
 
 def _grid(grid) -> tuple[int, int, int]:
-    g = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
+    try:
+        g = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
+    except TypeError:
+        raise ArgumentError(f"grid must be 1 to 3 positive ints (workgroups per dimension), "
+                            f"got {grid!r}") from None
     if not 1 <= len(g) <= 3 or not all(isinstance(x, (int, np.integer)) and x >= 1 for x in g):
         raise ArgumentError(f"grid must be 1 to 3 positive ints (workgroups per dimension), got {grid!r}")
     return tuple(int(x) for x in g) + (1,) * (3 - len(g))
@@ -236,6 +241,19 @@ def _as_array(name: str, value, t: BufferType) -> np.ndarray:
         arr = np.from_dlpack(value)
     else:
         raise ArgumentError(f"argument '{name}' ({t}) must be an array, got {type(value).__name__}")
+    if isinstance(t.elem, StructType):
+        # blocks are passed as raw bytes (or a structured array of the same item size)
+        if arr.dtype != np.uint8 and arr.dtype.itemsize != t.elem.size:
+            raise ArgumentError(f"argument '{name}' ({t}) must be a uint8 array of "
+                                f"{t.elem.size}-byte blocks or a structured array of that item "
+                                f"size, got {arr.dtype}")
+        if not arr.flags.c_contiguous:
+            raise ArgumentError(f"argument '{name}' ({t}) must be C-contiguous")
+        flat = arr.reshape(-1).view(np.uint8)
+        if flat.size % t.elem.size:
+            raise ArgumentError(f"argument '{name}' ({t}) has {flat.size} bytes, not a multiple of "
+                                f"the {t.elem.size}-byte block")
+        return flat
     want = t.elem.dtype
     if arr.dtype != want:
         raise ArgumentError(

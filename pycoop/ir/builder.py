@@ -42,7 +42,8 @@ class Tracer:
     def __init__(self, subgroup_size: int, workgroup_size: tuple[int, int, int]):
         self.blocks: list[Block] = []
         self.shared: list[Value] = []
-        self.functions: list = []
+        self.functions: list = []           # functions called by ops (decode, combine, ...)
+        self.function_cache: dict = {}
         self.subgroup_size = subgroup_size
         self.workgroup_size = workgroup_size
 

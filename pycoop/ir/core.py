@@ -90,7 +90,7 @@ class Op:
         return f"<Op {self.name} at {self.loc}>"
 
 
-@dataclass
+@dataclass(eq=False)
 class Function:
     """A kernel (entry point) or a function called by an op (decode, combine, ...)."""
     name: str

@@ -55,4 +55,9 @@ def print_module(m: Module, *, locs: bool = True) -> str:
            f"subgroup_size={m.subgroup_size} {{"]
     _block(fn.body, name, 1, out, locs)
     out.append("}")
+    for f in m.functions:
+        params = ", ".join(f"{name(p)}: {p.type}" for p in f.params)
+        out.append(f"func {f.name}({params}) -> {f.result_type} {{")
+        _block(f.body, name, 1, out, locs)
+        out.append("}")
     return "\n".join(out) + "\n"

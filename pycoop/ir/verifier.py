@@ -32,3 +32,7 @@ def _check_block(block: Block, visible: set, owner: tuple | None) -> None:
 def verify(m: Module) -> None:
     """Raise CompileError if the module is malformed (a pycoop bug, not a user error)."""
     _check_block(m.kernel.body, set(m.kernel.params), None)
+    for f in m.functions:
+        _check_block(f.body, set(f.params), None)
+        if not f.body.ops or f.body.ops[-1].name != "yield":
+            raise CompileError(f"internal: function {f.name} does not end in yield", f.loc)

@@ -1,2 +1,3 @@
 """Op families; importing this package registers every op in the registry."""
-from . import composite, control, core, khr  # noqa: F401
+from . import composite, control, core, khr, pointer  # noqa: F401
+from . import qcom  # noqa: F401,E402  (pycoop.qcom ops)

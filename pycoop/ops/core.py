@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1, tracer
 from ..ir.core import Value
-from ..types import (ArrayType, BufferType, CoopMatType, ScalarType, SharedArrayType, Type, VectorType,
+from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, Type, VectorType,
                      bool_, f32, i32, u32, scalar_of_dtype)
 from .registry import define, emulation, lowering
 
@@ -669,6 +669,10 @@ def _check_indexable(mem: Value, idx: Value, loc: Loc):
     if not (isinstance(idx.type, ScalarType) and idx.type.is_int):
         raise CompileError(f"index must be an integer, not {idx.type}", loc,
                            hint="cast it, e.g. u32(i)")
+    if not isinstance(mem.type.elem, ScalarType):
+        raise CompileError(f"elements of {mem.type} cannot be loaded or stored one by one", loc,
+                           hint="buffers of blocks are read by decode functions of "
+                                "pycoop.nv.load_tensor")
 
 
 define("load", _infer_load, doc="buf[i] / shared[i]: load one element.")
@@ -835,6 +839,9 @@ def _install_operators():
     def getitem(self, idx):
         if isinstance(self.type, (BufferType, SharedArrayType)):
             return load(self, idx)
+        if isinstance(self.type, PointerType):
+            from .pointer import element
+            return element(self, idx)
         if isinstance(self.type, (ArrayType, VectorType)):
             from .composite import extract
             return extract(self, idx)
@@ -845,6 +852,13 @@ def _install_operators():
             return store(self, idx, val)
         raise CompileError(f"cannot assign into a value of type {self.type}", current_loc())
 
+    def getattr_(self, name):
+        if name.startswith("__") or not isinstance(self.type, PointerType):
+            raise AttributeError(name)
+        from .pointer import member
+        return member(self, name)
+
+    Value.__getattr__ = getattr_
     Value.__getitem__ = getitem
     Value.__setitem__ = setitem
 

@@ -128,10 +128,7 @@ def test_read_only_array_written_by_the_kernel():
 
 
 @pytest.mark.parametrize("grid", [0, -1, (1, 0), (1, 2, 3, 4), (), (2.0,), "2", (8, -1),
-                                  pytest.param(1.5, marks=pytest.mark.xfail(
-                                      strict=True, raises=TypeError,
-                                      reason="bug (pycoop/frontend/kernel.py _grid, not fixed "
-                                             "here): a non-iterable grid raises a bare TypeError"))])
+                                  1.5])
 def test_bad_grid(grid):
     with pytest.raises(pycoop.ArgumentError, match="grid must be 1 to 3 positive ints"):
         k_scale[grid]

@@ -153,8 +153,6 @@ def test_empty_struct_and_bad_layout():
         pycoop.struct("S", "std140", a=f32)
 
 
-@pytest.mark.xfail(strict=True, reason="bug (pycoop/types.py, not fixed here): ArrayType.size is "
-                   "elem.size * length, but std430 arrays of vec3 have a 16-byte stride")
 def test_std430_array_of_vec3_has_16_byte_stride():
     s = pycoop.struct("S", "std430", a=pycoop.array(pycoop.vec(f32, 3), 2), b=f32)
     assert s.offsets == (0, 32)
