@@ -15,7 +15,9 @@ from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2
                        sqrt, subgroup_id, subgroup_local_id, subgroup_size, tanh, trunc, workgroup_id)
 from .ops.composite import make_array, make_vector
 from .ops.khr import convert, fill, length, load, mul_add, store
+from .ops import nv  # noqa: E402  (the pycoop.nv namespace)
 from .ops import qcom  # noqa: E402  (the pycoop.qcom namespace)
+from .ops import intel  # noqa: E402  (the pycoop.intel namespace)
 from .runtime.backend import use_backend
 from .types import (Buffer, ReadBuffer, WriteBuffer, CoopMatType, ScalarType, Scope, StorageClass, Use,
                     array, bf16, bool_, coopmat, f16, f32, f64, fp8_e4m3, fp8_e5m2, i8, i16, i32,
@@ -40,4 +42,5 @@ __all__ = [
     "i32", "i64", "struct", "u8", "u16", "u32", "u64", "vec",
     "Subgroup", "Workgroup", "UseA", "UseB", "Accumulator",
 ]
-__all__ += ["qcom"]
+__all__ += ["nv", "qcom"]
+__all__ += ["intel"]

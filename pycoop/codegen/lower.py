@@ -12,9 +12,9 @@ from ..ir.core import Block, Module, Op, Value
 from ..ops.registry import get
 from ..spirv import grammar
 from ..spirv.builder import ModuleBuilder
-from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, StorageClass,
-                     StructType,
-                     Type, VectorType, u32)
+from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType,
+                     StorageClass, StructType, TensorLayoutType, TensorViewType, Type, VectorType,
+                     bool_, u32)
 from . import abi as abi_mod
 
 # Capabilities that SPIR-V 1.6 has in core: their extensions need no OpExtension.
@@ -80,6 +80,7 @@ class LowerCtx:
         self.coopmat_shapes: set[tuple] = set()
         self.uses_subgroup = False          # subgroup-scope matrices or subgroup built-ins
         self._functions: dict = {}
+        self._buffer_arrays: dict = {}
 
     # ---------------------------------------------------------------- capabilities
     def need(self, cap: str) -> None:
@@ -128,6 +129,7 @@ class LowerCtx:
             self._storage_caps(t.elem)
             arr = b.type("OpTypeRuntimeArray", self._explicit(t.elem), unique=True)
             b.decorate(arr, "ArrayStride", t.elem.size)
+            self._buffer_arrays[t] = arr
             st = b.type("OpTypeStruct", arr, unique=True)
             b.decorate(st, "Block")
             b.member_decorate(st, 0, "Offset", 0)
@@ -138,6 +140,11 @@ class LowerCtx:
             return b.type("OpTypeArray", self.type_id(t.elem), self.const(u32, t.length))
         if isinstance(t, SharedArrayType):
             return b.type("OpTypeArray", self.type_id(t.elem), self.const(u32, t.length))
+        if isinstance(t, TensorLayoutType):
+            return b.type("OpTypeTensorLayoutNV", self.const(u32, t.dim), self.const(u32, t.clamp_mode))
+        if isinstance(t, TensorViewType):
+            return b.type("OpTypeTensorViewNV", self.const(u32, t.dim),
+                          self.const(bool_, t.has_dimensions), *(self.const(u32, p) for p in t.permutation))
         if isinstance(t, PointerType):
             if t.storage == StorageClass.PhysicalStorageBuffer:
                 pointee = self._explicit(t.pointee)
@@ -176,6 +183,11 @@ class LowerCtx:
             tid = self.type_id(t)
         self._types[key] = tid
         return tid
+
+    def buffer_array_id(self, t: BufferType) -> int:
+        """Id of the runtime array inside a buffer parameter's Block struct."""
+        self.type_id(t)
+        return self._buffer_arrays[t]
 
     def emit_raw(self, opname: str, result_type_id: int, *operands):
         """emit() with the result type given as an id."""

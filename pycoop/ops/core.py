@@ -795,6 +795,10 @@ def barrier() -> None:
 
 # --------------------------------------------------------------------------- Value operators
 
+# Methods of values by the class of their type, e.g. layout.slice(...) on tensor layouts;
+# op families register theirs here.
+TYPE_METHODS: dict[type, dict[str, object]] = {}
+
 def _install_operators():
     def bin_(kind, swap=False):
         if swap:
@@ -853,8 +857,13 @@ def _install_operators():
         raise CompileError(f"cannot assign into a value of type {self.type}", current_loc())
 
     def getattr_(self, name):
-        if name.startswith("__") or not isinstance(self.type, PointerType):
+        if name.startswith("__"):
             raise AttributeError(name)
+        method = TYPE_METHODS.get(type(self.type), {}).get(name)
+        if method is not None:
+            return lambda *a, **k: method(self, *a, **k)
+        if not isinstance(self.type, PointerType):
+            raise AttributeError(f"a value of type {self.type} has no attribute {name!r}")
         from .pointer import member
         return member(self, name)
 

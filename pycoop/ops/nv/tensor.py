@@ -1,0 +1,509 @@
+"""SPV_NV_tensor_addressing + the tensor loads/stores of SPV_NV_cooperative_matrix2.
+
+Tensor layouts and views are immutable values: every setter is one SPIR-V instruction that
+returns a new value (`layout.dimension(M, K).slice(m0, 64, k, 32)`). The emulator keeps their
+state per invocation and takes it per scope instance at a load or store, where it must be
+uniform; the addressing itself is pycoop.ops.nv.addressing (the spec pseudo-code, vectorised).
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import numpy as np
+
+from ...errors import CompileError, EmulatorError, Loc
+from ...frontend.functions import trace_function
+from ...ir.builder import current_loc, emit, emit1
+from ...ir.core import Value
+from ...types import (CLAMP_MODES, ArrayType, BufferType, CoopMatType, PointerType, ScalarType,
+                      SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, u8, u16, u32)
+from .. import core
+from ..core import TYPE_METHODS, as_value
+from ..registry import define, emulation, lowering
+from . import addressing as A
+
+SPEC = "SPV_NV_tensor_addressing"
+CM2 = "SPV_NV_cooperative_matrix2"
+TA_CAPS = ("TensorAddressingNV",)
+
+
+def _dims(n, what: str, loc: Loc) -> int:
+    if isinstance(n, Value) or not isinstance(n, numbers.Integral) or not 1 <= n <= 5:
+        raise CompileError(f"{what} must be a compile-time int from 1 to 5, got {n!r}", loc,
+                           rule=f"{SPEC}: 'Dim' must be greater than zero and at most 5")
+    return int(n)
+
+
+def _u32s(values, n: int, what: str, loc: Loc, rule: str) -> list[Value]:
+    values = list(values)
+    if len(values) != n:
+        raise CompileError(f"{what} takes {n} values for a {n // (2 if 'slice' in what else 1)}-"
+                           f"dimensional tensor, got {len(values)}", loc, rule=rule)
+    out = []
+    for v in values:
+        v = as_value(v, u32)
+        if not (isinstance(v.type, ScalarType) and v.type.is_int and v.type.bits == 32):
+            raise CompileError(f"{what} operands must be 32-bit integers, got {v.type}", loc, rule=rule)
+        out.append(v)
+    return out
+
+
+# --------------------------------------------------------------------------- layouts
+
+def tensor_layout(dim: int, clamp: str = "undefined") -> Value:
+    """OpCreateTensorLayoutNV: a `dim`-dimensional layout with a clamp mode (undefined,
+    constant, clamp_to_edge, repeat, mirror_repeat)."""
+    loc = current_loc()
+    d = _dims(dim, "tensor layout dimension count", loc)
+    if clamp not in CLAMP_MODES:
+        raise CompileError(f"unknown clamp mode {clamp!r}", loc, hint=f"use one of {', '.join(CLAMP_MODES)}")
+    return emit1("nv.create_layout", [], {"type": TensorLayoutType(d, CLAMP_MODES.index(clamp))}, loc)
+
+
+def _infer_create(operands, attrs, regions, loc):
+    return [attrs["type"]]
+
+
+def _infer_state(operands, attrs, regions, loc):
+    t = operands[0].type
+    return [t]
+
+
+for _name, _doc in [
+        ("nv.create_layout", "OpCreateTensorLayoutNV: dimension, stride, span, offset 0; block size 1."),
+        ("nv.create_view", "OpCreateTensorViewNV: view dimension/stride 0; clip spans all.")]:
+    define(_name, _infer_create, capabilities=TA_CAPS, doc=_doc)
+_STATE_OPS = {
+    # op: (SPIR-V opcode, NumPy semantics, doc)
+    "nv.layout_dimension": ("OpTensorLayoutSetDimensionNV", A.layout_set_dimension,
+                            "Set dimensions; resets span to them, offset to 0 and strides to the "
+                            "packed defaults (in blocks)."),
+    "nv.layout_stride": ("OpTensorLayoutSetStrideNV", A.layout_set_stride, "Set strides (in blocks)."),
+    "nv.layout_slice": ("OpTensorLayoutSliceNV", None, "Add to the offset and set the span per dimension."),
+    "nv.layout_clamp_value": ("OpTensorLayoutSetClampValueNV", A.layout_set_clamp_value,
+                              "Set the 32-bit clamp value (Constant clamp mode)."),
+    "nv.layout_block_size": ("OpTensorLayoutSetBlockSizeNV", A.layout_set_block_size,
+                             "Set the block size per dimension (decode functions get one block)."),
+    "nv.view_dimension": ("OpTensorViewSetDimensionNV", A.view_set_dimension,
+                          "Set the view dimensions (and default strides)."),
+    "nv.view_stride": ("OpTensorViewSetStrideNV", A.view_set_stride, "Set the view strides."),
+    "nv.view_clip": ("OpTensorViewSetClipNV", None, "Set the clip rectangle (row/col offset and span)."),
+}
+for _name, (_opc, _fn, _doc) in _STATE_OPS.items():
+    define(_name, _infer_state, capabilities=TA_CAPS, doc=f"{_opc}: {_doc}")
+
+
+def _state(name: str, obj: Value, values: list, what: str, n: int, rule: str) -> Value:
+    loc = current_loc()
+    vals = _u32s(values, n, what, loc, rule)
+    return emit1(name, [obj, *vals], {}, loc)
+
+
+def _layout_dimension(l: Value, *dims) -> Value:
+    return _state("nv.layout_dimension", l, dims, "dimension()", l.type.dim,
+                  f"{SPEC}: OpTensorLayoutSetDimensionNV takes Dim operands")
+
+
+def _layout_stride(l: Value, *strides) -> Value:
+    return _state("nv.layout_stride", l, strides, "stride()", l.type.dim,
+                  f"{SPEC}: OpTensorLayoutSetStrideNV takes Dim operands")
+
+
+def _layout_slice(l: Value, *offsets_spans) -> Value:
+    """slice(off0, span0, off1, span1, ...): offsets add to the current offset."""
+    return _state("nv.layout_slice", l, offsets_spans, "slice()", 2 * l.type.dim,
+                  f"{SPEC}: OpTensorLayoutSliceNV takes 2*Dim operands (offset, span per dimension)")
+
+
+def _layout_block_size(l: Value, *sizes) -> Value:
+    loc = current_loc()
+    for s in sizes:
+        if isinstance(s, numbers.Integral) and s < 1:
+            raise CompileError(f"block sizes must be at least 1, got {s}", loc)
+    return _state("nv.layout_block_size", l, sizes, "block_size()", l.type.dim,
+                  f"{SPEC}: OpTensorLayoutSetBlockSizeNV takes Dim operands")
+
+
+def _layout_clamp_value(l: Value, value) -> Value:
+    """The value out-of-bounds elements read in Constant mode: an int is taken as the 32-bit
+    pattern; a float or a typed value is converted to its bits (f16/bf16 in the low bits)."""
+    loc = current_loc()
+    if isinstance(value, Value):
+        t = value.type
+        if not isinstance(t, ScalarType) or t.bits > 32:
+            raise CompileError(f"the clamp value must be a scalar of at most 32 bits, got {t}", loc)
+        if t.is_float:
+            value = core.bitcast(value, {8: u8, 16: u16, 32: u32}[t.bits])
+        if value.type != u32:
+            value = core.cast(value, u32)
+    elif isinstance(value, float):
+        value = int(np.float32(value).view(np.uint32))
+    return emit1("nv.layout_clamp_value", [l, as_value(value, u32)], {}, loc)
+
+
+TYPE_METHODS[TensorLayoutType] = {"dimension": _layout_dimension, "stride": _layout_stride,
+                                  "slice": _layout_slice, "block_size": _layout_block_size,
+                                  "clamp_value": _layout_clamp_value}
+
+
+# --------------------------------------------------------------------------- views
+
+def tensor_view(dim: int, has_dimensions: bool = False, permutation=None) -> Value:
+    """OpCreateTensorViewNV: a `dim`-dimensional view; `permutation` reorders coordinates
+    (default identity); with has_dimensions=False the layout's span is used."""
+    loc = current_loc()
+    d = _dims(dim, "tensor view dimension count", loc)
+    perm = tuple(range(d)) if permutation is None else tuple(permutation)
+    if len(perm) != d:
+        raise CompileError(f"a {d}-dimensional view needs {d} permutation values, got {len(perm)}", loc,
+                           rule=f"{SPEC}: OpTypeTensorViewNV has exactly Dim permutation operands")
+    if any(not isinstance(p, numbers.Integral) for p in perm) or sorted(perm) != list(range(d)):
+        raise CompileError(f"{list(perm)} is not a permutation of 0..{d - 1}", loc,
+                           rule=f"{SPEC}: the permutation values must form a valid permutation")
+    if not isinstance(has_dimensions, bool):
+        raise CompileError("has_dimensions must be a compile-time bool", loc)
+    return emit1("nv.create_view", [], {"type": TensorViewType(d, has_dimensions, perm)}, loc)
+
+
+def _view_dimension(v: Value, *dims) -> Value:
+    return _state("nv.view_dimension", v, dims, "dimension()", v.type.dim,
+                  f"{SPEC}: OpTensorViewSetDimensionNV takes Dim operands")
+
+
+def _view_stride(v: Value, *strides) -> Value:
+    return _state("nv.view_stride", v, strides, "stride()", v.type.dim,
+                  f"{SPEC}: OpTensorViewSetStrideNV takes Dim operands")
+
+
+def _view_clip(v: Value, row_offset, row_span, col_offset, col_span) -> Value:
+    return _state("nv.view_clip", v, (row_offset, row_span, col_offset, col_span), "clip()", 4,
+                  f"{SPEC}: OpTensorViewSetClipNV takes four operands")
+
+
+TYPE_METHODS[TensorViewType] = {"dimension": _view_dimension, "stride": _view_stride,
+                                "clip": _view_clip}
+
+
+# --------------------------------------------------------------------------- state emulation
+
+def _stack(vals: list[np.ndarray]) -> np.ndarray:
+    shape = np.broadcast_shapes(*(v.shape for v in vals))
+    return np.stack([np.broadcast_to(v, shape).astype(np.int64) for v in vals], axis=-1)
+
+
+@emulation("nv.create_layout")
+def _emu_create_layout(ctx, op):
+    t = op.attrs["type"]
+    return A.create_layout(t.dim, t.clamp_mode, (1, 1))
+
+
+@emulation("nv.create_view")
+def _emu_create_view(ctx, op):
+    t = op.attrs["type"]
+    return A.create_view(t.dim, t.has_dimensions, t.permutation, (1, 1))
+
+
+def _emu_state(ctx, op, obj, *vals):
+    name = op.name
+    if name == "nv.layout_slice":
+        return A.layout_slice(obj, _stack(list(vals[0::2])), _stack(list(vals[1::2])))
+    if name == "nv.view_clip":
+        return A.view_set_clip(obj, *vals)
+    if name == "nv.layout_clamp_value":
+        return A.layout_set_clamp_value(obj, vals[0])
+    return _STATE_OPS[name][1](obj, _stack(list(vals)))
+
+
+for _name in _STATE_OPS:
+    emulation(_name)(_emu_state)
+
+
+def _per_instance(ctx, state, scope, op, what: str):
+    """Reduce per-invocation layout/view state to one per scope instance (must be uniform)."""
+    fields = {}
+    for f in dataclasses.fields(state):
+        v = getattr(state, f.name)
+        if not isinstance(v, np.ndarray):
+            continue
+        if f.name in state._VECTOR_FIELDS:
+            comps = [ctx.scope_uniform_value(v[..., i], scope, op, f"{what} {f.name}[{i}]")
+                     for i in range(v.shape[-1])]
+            fields[f.name] = _stack(comps)
+        else:
+            fields[f.name] = ctx.scope_uniform_value(v, scope, op, f"{what} {f.name}").astype(np.int64)
+    shape = np.broadcast_shapes(*(a.shape[:2] for a in fields.values()))
+    for k, a in fields.items():
+        tail = a.shape[2:]
+        fields[k] = np.broadcast_to(a, shape + tail)
+    return dataclasses.replace(state, **fields)
+
+
+# --------------------------------------------------------------------------- state lowering
+
+def _lower_create(ctx, op):
+    ctx.set(op.result, ctx.emit(op.name == "nv.create_layout" and "OpCreateTensorLayoutNV"
+                                or "OpCreateTensorViewNV", op.result.type))
+
+
+lowering("nv.create_layout")(_lower_create)
+lowering("nv.create_view")(_lower_create)
+
+
+def _lower_state(ctx, op):
+    ctx.set(op.result, ctx.emit(_STATE_OPS[op.name][0], op.result.type,
+                                *(ctx.id(v) for v in op.operands)))
+
+
+for _name in _STATE_OPS:
+    lowering(_name)(_lower_state)
+
+
+# --------------------------------------------------------------------------- load / store
+
+def _check_tensor_mem(mem, loc, what):
+    if not isinstance(mem, Value) or not isinstance(mem.type, (BufferType, SharedArrayType)):
+        raise CompileError(f"{what} needs a buffer parameter or a shared array, got "
+                           f"{getattr(mem, 'type', type(mem).__name__)}", loc,
+                           rule=f"{CM2}: 'Pointer' points into StorageBuffer, PhysicalStorageBuffer "
+                                "or Workgroup memory")
+
+
+def _infer_load_tensor(operands, attrs, regions, loc):
+    mem, obj, layout = operands[:3]
+    t: CoopMatType = attrs["type"]
+    _check_tensor_mem(mem, loc, "load_tensor")
+    core.check_readable(mem, loc)
+    if not isinstance(layout.type, TensorLayoutType):
+        raise CompileError(f"load_tensor needs a tensor layout, got {layout.type}", loc,
+                           rule=f"{CM2}: TensorLayout must have a tensor layout type")
+    if obj.type != t:
+        raise CompileError(f"the object operand is {obj.type}, the result is {t}", loc,
+                           rule=f"{CM2}: Object's type must match Result Type")
+    if attrs.get("view") and not isinstance(operands[3].type, TensorViewType):
+        raise CompileError(f"view must be a tensor view, got {operands[3].type}", loc)
+    if attrs.get("decode") is None and isinstance(mem.type.elem, ScalarType) \
+            and mem.type.elem.size != t.component.size:
+        raise CompileError(f"loading {t.component} elements from an array of {mem.type.elem} "
+                           "needs a decode function", loc,
+                           hint="pass decode=fn, or use a buffer of the component type")
+    if attrs.get("decode") is None and not isinstance(mem.type.elem, ScalarType):
+        raise CompileError(f"a buffer of {mem.type.elem} blocks needs a decode function", loc,
+                           rule=f"{CM2}: without DecodeFunc, elements are read as the component type")
+    return [t]
+
+
+def _infer_store_tensor(operands, attrs, regions, loc):
+    mem, mat, layout = operands[:3]
+    _check_tensor_mem(mem, loc, "store_tensor")
+    if not isinstance(mat.type, CoopMatType):
+        raise CompileError(f"store_tensor stores a cooperative matrix, got {mat.type}", loc)
+    if not isinstance(layout.type, TensorLayoutType):
+        raise CompileError(f"store_tensor needs a tensor layout, got {layout.type}", loc,
+                           rule=f"{CM2}: TensorLayout must have a tensor layout type")
+    if isinstance(mem.type, BufferType) and mem.type.access == "read":
+        raise CompileError("cannot store into a read-only buffer", loc)
+    if not isinstance(mem.type.elem, ScalarType) or mem.type.elem.size != mat.type.component.size:
+        raise CompileError(f"cannot store {mat.type.component} elements into an array of "
+                           f"{mem.type.elem}", loc, hint="store into a buffer of the component type")
+    return []
+
+
+define("nv.load_tensor", _infer_load_tensor,
+       capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
+       doc="OpCooperativeMatrixLoadTensorNV: elements addressed through a tensor layout (and "
+           "view); clipped elements keep Object's value; Constant clamp reads the clamp value; "
+           "with a decode function each element is decoded from its block.")
+define("nv.store_tensor", _infer_store_tensor,
+       capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
+       doc="OpCooperativeMatrixStoreTensorNV: clipped and (unless Undefined) out-of-bounds "
+           "elements are not written.")
+
+
+def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value | None = None,
+                decode=None, object: Value | None = None) -> Value:
+    """Load a matrix of `mat_type` from `mem` through `layout` (and `view`). `decode(block_ptr,
+    block_coord, coord_in_block)` turns a block into one element; `object` gives the values of
+    clipped elements (default zeros)."""
+    loc = current_loc()
+    if not isinstance(mat_type, CoopMatType):
+        raise CompileError(f"load_tensor needs a coopmat type, got {mat_type!r}", loc)
+    _check_tensor_mem(mem, loc, "load_tensor")
+    if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
+        raise CompileError(f"load_tensor needs a tensor layout, got {getattr(layout, 'type', layout)!r}",
+                           loc, rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           hint="a view goes in view=, the layout is required")
+    obj = object if object is not None else emit1("nv.null", [], {"type": mat_type}, loc)
+    operands = [mem, obj, layout]
+    attrs = {"type": mat_type, "view": view is not None, "decode": None}
+    if view is not None:
+        if not isinstance(view, Value) or not isinstance(view.type, TensorViewType):
+            raise CompileError(f"view must be a tensor view, got {getattr(view, 'type', view)!r}", loc)
+        operands.append(view)
+    if decode is not None:
+        if isinstance(mem.type, SharedArrayType):
+            raise CompileError("decode functions read PhysicalStorageBuffer memory, not shared arrays",
+                               loc, rule=f"{CM2}: DecodeFunc's first parameter is a "
+                                         "PhysicalStorageBuffer pointer")
+        d = layout.type.dim
+        coord = ArrayType(u32, d)
+        fn = trace_function(decode, [PointerType(mem.type.elem, StorageClass.PhysicalStorageBuffer),
+                                     coord, coord], "decode function", loc, mat_type.component)
+        attrs["decode"] = fn
+    return emit1("nv.load_tensor", operands, attrs, loc)
+
+
+def store_tensor(mem: Value, layout: Value, mat: Value, *, view: Value | None = None,
+                 decode=None) -> None:
+    """Store `mat` into `mem` through `layout` (and `view`)."""
+    loc = current_loc()
+    if decode is not None:
+        raise CompileError("store_tensor takes no decode function", loc,
+                           rule=f"{CM2}: DecodeFunc is not allowed on OpCooperativeMatrixStoreTensorNV")
+    _check_tensor_mem(mem, loc, "store_tensor")
+    if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
+        raise CompileError("store_tensor needs a tensor layout", loc,
+                           rule=f"{CM2}: TensorLayout must have a tensor layout type")
+    operands = [mem, mat, layout] + ([view] if view is not None else [])
+    if view is not None and not (isinstance(view, Value) and isinstance(view.type, TensorViewType)):
+        raise CompileError("view must be a tensor view", loc)
+    emit("nv.store_tensor", operands, {"view": view is not None}, None, loc)
+
+
+def _infer_null(operands, attrs, regions, loc):
+    return [attrs["type"]]
+
+
+define("nv.null", _infer_null, doc="A matrix of zeros (OpConstantNull): the default Object.")
+
+
+@emulation("nv.null")
+def _emu_null(ctx, op):
+    t = op.attrs["type"]
+    return np.zeros((1, 1) + t.shape, t.component.dtype)
+
+
+@lowering("nv.null")
+def _lower_null(ctx, op):
+    ctx.set(op.result, ctx.b.constant_null(ctx.type_id(op.attrs["type"])))
+
+
+def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
+    lay = _per_instance(ctx, layout, t.scope, op, "tensor layout")
+    vw = _per_instance(ctx, view, t.scope, op, "tensor view") if view is not None else None
+    inst = ctx.dispatch.instance_shape(t.scope)
+    lay = dataclasses.replace(lay, **{f: np.broadcast_to(getattr(lay, f), inst + getattr(lay, f).shape[2:])
+                                      for f in lay._VECTOR_FIELDS + lay._SCALAR_FIELDS})
+    if vw is not None:
+        vw = dataclasses.replace(vw, **{f: np.broadcast_to(getattr(vw, f), inst + getattr(vw, f).shape[2:])
+                                        for f in vw._VECTOR_FIELDS + vw._SCALAR_FIELDS})
+    try:
+        plan = (A.store_tensor_plan if store else A.load_tensor_plan)(lay, vw, t.rows, t.cols)
+    except ValueError as e:
+        raise EmulatorError(str(e), op.loc) from None
+    active = ctx.scope_active(t.scope, op)
+    fault = plan.fault if active is None else plan.fault & active[..., None, None]
+    if fault.any():
+        mirror = plan.mirror_zero_dim if active is None else plan.mirror_zero_dim & active[..., None, None]
+        try:
+            plan.check()
+        except A.TensorAddressingError as e:
+            raise EmulatorError(str(e), op.loc, rule="undefined behaviour reported by the pycoop emulator",
+                                hint=("MirrorRepeat on a dimension of 1 divides by zero (it hangs NVIDIA "
+                                      "GPUs)" if mirror.any() else
+                                      "use a clamp mode other than undefined, or keep slices in bounds"))
+    return plan, active
+
+
+@emulation("nv.load_tensor")
+def _emu_load_tensor(ctx, op, mem, obj, layout, *rest):
+    t: CoopMatType = op.attrs["type"]
+    view = rest[0] if op.attrs["view"] else None
+    plan, active = _plan(ctx, op, layout, view, t, store=False)
+    memory = ctx.memory_of(op.operands[0])
+    shape = plan.shape
+    out = np.array(np.broadcast_to(obj, shape), dtype=t.component.dtype)
+    acc = plan.accessed if active is None else plan.accessed & active[..., None, None]
+    use_clamp = plan.use_clamp_value if active is None else plan.use_clamp_value & active[..., None, None]
+    if use_clamp.any():
+        cv = A.clamp_value_as(plan.layout.clamp_value, t.component.dtype)
+        out[use_clamp] = np.broadcast_to(cv[..., None, None], shape)[use_clamp]
+    idx = plan.element_index
+    if acc.any():
+        where = np.nonzero(acc)
+        ei = np.broadcast_to(idx, shape)[where]
+        if (ei >= memory.length).any():
+            raise EmulatorError(f"load_tensor reads element {int(ei.max())} of {memory._describe()}",
+                                op.loc, rule="reported by the pycoop emulator",
+                                hint="the layout's dimensions/strides describe more memory than the "
+                                     "buffer holds")
+        fn = op.attrs["decode"]
+        if fn is None:
+            out[where] = memory.data.view(t.component.dtype)[ei] if memory.segment is None else \
+                memory.data.view(t.component.dtype)[ei + where[0] * memory.segment]
+        else:
+            from ...emulator.machine import PointerArray
+            esize = memory.elem.size
+            ptr = PointerArray(memory, (ei * esize).astype(np.int64))
+            bc = plan.block_coord[where].astype(np.uint32)
+            cib = plan.coord_in_block[where].astype(np.uint32)
+            out[where] = ctx.call(fn, [ptr, bc, cib], (len(ei),))
+    return out
+
+
+@emulation("nv.store_tensor")
+def _emu_store_tensor(ctx, op, mem, mat, layout, *rest):
+    t: CoopMatType = op.operands[1].type
+    view = rest[0] if op.attrs["view"] else None
+    plan, active = _plan(ctx, op, layout, view, t, store=True)
+    memory = ctx.memory_of(op.operands[0])
+    acc = plan.accessed if active is None else plan.accessed & active[..., None, None]
+    if acc.any():
+        where = np.nonzero(acc)
+        ei = np.broadcast_to(plan.element_index, plan.shape)[where]
+        if memory.segment is not None:
+            ei = ei + where[0] * memory.segment
+        if (ei >= memory.data.shape[0]).any():
+            raise EmulatorError(f"store_tensor writes past the end of {memory._describe()}", op.loc,
+                                rule="reported by the pycoop emulator")
+        vals = np.broadcast_to(mat, plan.shape)[where]
+        memory.data.view(t.component.dtype)[ei] = vals
+    return ()
+
+
+def _tensor_ptr(ctx, mem: Value) -> tuple[int, list]:
+    """Pointer operand (to the array) and memory operands of a tensor load/store."""
+    t = mem.type
+    if isinstance(t, BufferType):
+        ptype = ctx.b.type("OpTypePointer", "PhysicalStorageBuffer", ctx.buffer_array_id(t))
+        return ctx.emit_raw("OpAccessChain", ptype, ctx.id(mem), ctx.const(u32, 0)), \
+            ["Aligned|NonPrivatePointer", t.elem.size]
+    return ctx.id(mem), ["NonPrivatePointer"]
+
+
+@lowering("nv.load_tensor")
+def _lower_load_tensor(ctx, op):
+    ptr, mem_ops = _tensor_ptr(ctx, op.operands[0])
+    names, extra = [], []
+    if op.attrs["view"]:
+        names.append("TensorView")
+        extra.append(ctx.id(op.operands[3]))
+    if op.attrs["decode"] is not None:
+        ctx.need("CooperativeMatrixBlockLoadsNV")
+        names.append("DecodeFunc")
+        extra.append(ctx.function_id(op.attrs["decode"]))
+    ta = "|".join(names) if names else "None"
+    ctx.set(op.result, ctx.emit("OpCooperativeMatrixLoadTensorNV", op.result.type, ptr,
+                                ctx.id(op.operands[1]), ctx.id(op.operands[2]), *mem_ops, ta, *extra))
+
+
+@lowering("nv.store_tensor")
+def _lower_store_tensor(ctx, op):
+    ptr, mem_ops = _tensor_ptr(ctx, op.operands[0])
+    names, extra = [], []
+    if op.attrs["view"]:
+        names.append("TensorView")
+        extra.append(ctx.id(op.operands[3]))
+    ctx.emit("OpCooperativeMatrixStoreTensorNV", None, ptr, ctx.id(op.operands[1]),
+             ctx.id(op.operands[2]), *mem_ops, "|".join(names) if names else "None", *extra)
+
