@@ -36,6 +36,11 @@ _FEATURES = {
     "CooperativeMatrixKHR": "cooperativeMatrix", "BFloat16TypeKHR": "shaderBFloat16Type",
     "BFloat16CooperativeMatrixKHR": "shaderBFloat16CooperativeMatrix", "Float8EXT": "shaderFloat8",
     "Float8CooperativeMatrixEXT": "shaderFloat8CooperativeMatrix",
+    "CooperativeMatrixReductionsNV": "cooperativeMatrixReductions",
+    "CooperativeMatrixConversionsNV": "cooperativeMatrixConversions",
+    "CooperativeMatrixPerElementOperationsNV": "cooperativeMatrixPerElementOperations",
+    "CooperativeMatrixTensorAddressingNV": "cooperativeMatrixTensorAddressing",
+    "CooperativeMatrixBlockLoadsNV": "cooperativeMatrixBlockLoads",
     "CooperativeMatrixConversionQCOM": "cooperativeMatrixConversion",
 }
 
@@ -81,6 +86,7 @@ class LowerCtx:
         self.uses_subgroup = False          # subgroup-scope matrices or subgroup built-ins
         self._functions: dict = {}
         self._buffer_arrays: dict = {}
+        self.workgroup_scope = False         # workgroup-scope matrices (NV coopmat2 feature)
 
     # ---------------------------------------------------------------- capabilities
     def need(self, cap: str) -> None:
@@ -119,6 +125,7 @@ class LowerCtx:
         if isinstance(t, CoopMatType):
             from ..ops.khr import _type_caps
             self.uses_subgroup |= t.scope.value == "Subgroup"
+            self.workgroup_scope |= t.scope.value == "Workgroup"
             for cap in _type_caps(t):
                 self.need(cap)
             return b.type("OpTypeCooperativeMatrixKHR", self.type_id(t.component),
@@ -396,7 +403,8 @@ def lower(module: Module) -> Lowered:
     reqs = {
         "capabilities": sorted(ctx.caps),
         "extensions": sorted({_VK_EXTENSIONS[e] for e in b.extensions if e in _VK_EXTENSIONS}),
-        "features": sorted({_FEATURES[c] for c in ctx.caps if c in _FEATURES}),
+        "features": sorted({_FEATURES[c] for c in ctx.caps if c in _FEATURES}
+                           | ({"cooperativeMatrixWorkgroupScope"} if ctx.workgroup_scope else set())),
         "coopmat_shapes": sorted(ctx.coopmat_shapes),
         "workgroup_invocations": module.workgroup_size[0] * module.workgroup_size[1] * module.workgroup_size[2],
         "shared_memory": shared_bytes,
