@@ -17,7 +17,8 @@ from ...frontend.functions import trace_function
 from ...ir.builder import current_loc, emit, emit1
 from ...ir.core import Value
 from ...types import (CLAMP_MODES, ArrayType, BufferType, CoopMatType, PointerType, ScalarType,
-                      SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, u8, u16, u32)
+                      SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, u8, u16, u32,
+                      Layout, alignment)
 from .. import core
 from ..core import TYPE_METHODS, as_value
 from ..registry import define, emulation, lowering
@@ -477,7 +478,7 @@ def _tensor_ptr(ctx, mem: Value) -> tuple[int, list]:
     if isinstance(t, BufferType):
         ptype = ctx.b.type("OpTypePointer", "PhysicalStorageBuffer", ctx.buffer_array_id(t))
         return ctx.emit_raw("OpAccessChain", ptype, ctx.id(mem), ctx.const(u32, 0)), \
-            ["Aligned|NonPrivatePointer", t.elem.size]
+            ["Aligned|NonPrivatePointer", alignment(t.elem, getattr(t.elem, "layout", Layout.scalar))]
     return ctx.id(mem), ["NonPrivatePointer"]
 
 
