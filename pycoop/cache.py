@@ -18,17 +18,22 @@ from .ir.printer import print_module
 from .spirv.tools import validate
 
 TARGET = "vulkan1.3"
+# target -> spirv-val target environment; a module containing an OpenCL-only op (intel.*)
+# is lowered by pycoop.codegen.opencl and validated as OpenCL.
+VALIDATOR_ENV = {"vulkan": TARGET, "opencl": "opencl2.2"}
 _memory: dict[str, Lowered] = {}
 
 
-def _key(module: Module) -> str:
+def _key(module: Module, target: str = "vulkan") -> str:
     from .frontend.kernel import __version__
     text = print_module(module, locs=False)
-    return hashlib.sha256(f"pycoop {__version__}\n{TARGET}\n{text}".encode()).hexdigest()
+    return hashlib.sha256(f"pycoop {__version__}\n{VALIDATOR_ENV[target]}\n{text}".encode()).hexdigest()
 
 
 def lower_cached(module: Module, _ir_text: str | None = None) -> Lowered:
-    key = _key(module)
+    from .codegen.opencl import lower_opencl, module_target
+    target = module_target(module)
+    key = _key(module, target)
     hit = _memory.get(key)
     if hit is not None:
         return hit
@@ -44,8 +49,8 @@ def lower_cached(module: Module, _ir_text: str | None = None) -> Lowered:
                 return low
         except (OSError, ValueError, KeyError):
             pass          # unreadable entry: rebuild and overwrite it
-    low = lower(module)
-    validate(low.spv, TARGET)
+    low = lower_opencl(module) if target == "opencl" else lower(module)
+    validate(low.spv, VALIDATOR_ENV[target])
     _memory[key] = low
     if path is not None:
         _store(path, key, low)

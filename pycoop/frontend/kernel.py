@@ -38,6 +38,15 @@ class _ConstMarker:
 Const = _ConstMarker()
 
 
+class RequiresSubgroupSize(Exception):
+    """Raised while tracing by an op that needs a particular subgroup size when the kernel did
+    not choose one (Intel 2D block IO: 16); the kernel is traced again with that size."""
+
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.size = size
+
+
 def _strip(e: CompileError) -> CompileError:
     if not knobs.show_internal_frames():
         e.__traceback__ = None
@@ -76,8 +85,10 @@ class func:
 
 
 class Kernel:
-    def __init__(self, fn, workgroup_size, subgroup_size: int | None = None, def_locals=None):
+    def __init__(self, fn, workgroup_size, subgroup_size: int | None = None, def_locals=None,
+                 strict_intel_shapes: bool = True):
         functools.update_wrapper(self, fn)
+        self.strict_intel_shapes = bool(strict_intel_shapes)
         self._def_locals = def_locals or {}
         self.fn = fn
         self.name = fn.__name__
@@ -130,7 +141,8 @@ class Kernel:
     def compile(self, *, subgroup_size: int | None = None, **consts) -> "CompiledKernel":
         """Trace and specialise for the given Const parameters; the result exposes `.ir`,
         `.spv`, `.spvasm`, `.abi` and `.save()`. Cached per specialisation."""
-        sgs = subgroup_size or self.subgroup_size or knobs.subgroup_size()
+        explicit = subgroup_size or self.subgroup_size
+        sgs = explicit or knobs.subgroup_size()
         values = {}
         for p in self.params:
             if p.is_const:
@@ -146,14 +158,20 @@ class Kernel:
         key = (sgs, tuple(sorted((k, repr(v)) for k, v in values.items())))
         ck = self._cache.get(key)
         if ck is None:
-            ck = self._cache[key] = CompiledKernel(self, self._trace(values, sgs), values)
+            try:
+                module = self._trace(values, sgs, explicit is not None)
+            except RequiresSubgroupSize as r:
+                module = self._trace(values, r.size, True)
+            ck = self._cache[key] = CompiledKernel(self, module, values)
         return ck
 
-    def _trace(self, consts: dict, sgs: int) -> Module:
+    def _trace(self, consts: dict, sgs: int, explicit: bool = True) -> Module:
         try:
             if self._traced is None:
                 self._traced = transform(self.fn)
             t = Tracer(sgs, self.workgroup_size)
+            t.subgroup_size_explicit = explicit
+            t.strict_intel_shapes = self.strict_intel_shapes
             runtime = [Value(p.type, name=p.name) for p in self.params if not p.is_const]
             it = iter(runtime)
             args = [consts[p.name] if p.is_const else next(it) for p in self.params]
@@ -184,12 +202,14 @@ class Kernel:
         return f"<pycoop.kernel {self.name}({sig}) workgroup_size={self.workgroup_size}>"
 
 
-def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None):
-    """Decorator: `@pycoop.kernel(workgroup_size=128)` turns a Python function into a kernel."""
+def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, strict_intel_shapes: bool = True):
+    """Decorator: `@pycoop.kernel(workgroup_size=128)` turns a Python function into a kernel.
+    `strict_intel_shapes` (kernels using pycoop.intel): reject block shapes outside Intel's
+    supported-shape table (subgroup size 16)."""
     scope = sys._getframe(1).f_locals
     if fn is None:
-        return lambda f: Kernel(f, workgroup_size, subgroup_size, scope)
-    return Kernel(fn, workgroup_size, subgroup_size, scope)
+        return lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes)
+    return Kernel(fn, workgroup_size, subgroup_size, scope, strict_intel_shapes)
 
 
 @dataclass
@@ -287,11 +307,19 @@ class CompiledKernel:
         self.consts = consts
         self._lowered = None
         self._written = {op.operands[0] for op in module.walk()
-                         if op.name in ("store", "khr.store") and isinstance(op.operands[0].type, BufferType)}
+                         if op.name in ("store", "khr.store", "intel.block_store")
+                         and isinstance(op.operands[0].type, BufferType)}
 
     @property
     def name(self) -> str:
         return self.kernel.name
+
+    @functools.cached_property
+    def target(self) -> str:
+        """"vulkan" (GLCompute, push-constant ABI) or "opencl" (Kernel entry point with
+        CrossWorkgroup pointer arguments): kernels using pycoop.intel ops target OpenCL."""
+        from ..codegen.opencl import module_target
+        return module_target(self.module)
 
     @functools.cached_property
     def ir(self) -> str:
@@ -324,8 +352,10 @@ class CompiledKernel:
     def metadata(self) -> dict:
         """The JSON sidecar of an exported .spv (see docs/abi.md)."""
         low = self._lower()
-        return {"pycoop_version": __version__, "kernel": self.name, "entry_point": "main",
-                "execution_model": "GLCompute", "spirv_version": "1.6",
+        return {"pycoop_version": __version__, "kernel": self.name, "target": self.target,
+                "entry_point": low.abi.get("entry_point", "main"),
+                "execution_model": low.abi.get("execution_model", "GLCompute"),
+                "spirv_version": low.abi.get("spirv_version", "1.6"),
                 "workgroup_size": list(self.module.workgroup_size),
                 "subgroup_size": self.module.subgroup_size, "constants": {k: repr(v) for k, v in self.consts.items()},
                 "abi": low.abi, "capabilities": low.capabilities, "extensions": low.extensions,
@@ -358,7 +388,16 @@ class CompiledKernel:
         from ..runtime.backend import choose
         grid = _grid(grid)
         arrays = self.check_args(args)
-        be = choose(backend, self)
+        if self.target == "opencl":       # no OpenCL runtime: such kernels run on the emulator
+            from ..errors import BackendUnavailable
+            from ..runtime.backend import _local
+            if (backend or getattr(_local, "backend", None) or knobs.backend()) == "vulkan":
+                raise BackendUnavailable(f"{self.name} is an OpenCL-environment kernel (it uses "
+                                         "pycoop.intel ops): Vulkan cannot run it; use the emulator "
+                                         "or load its .spv with an OpenCL runtime")
+            be = "emulator"
+        else:
+            be = choose(backend, self)
         if be == "emulator":
             from ..emulator.machine import run
             t0 = time.perf_counter()
