@@ -1,5 +1,10 @@
-"""GPU GEMM throughput: pycoop's KHR subgroup-scope GEMM (f16 in, f32 accumulate) on Vulkan
-against torch's cuBLAS matmul measured in the same run. Prints TFLOP/s and the ratio.
+"""GPU GEMM throughput on Vulkan against torch's cuBLAS matmul measured in the same run.
+
+- pycoop's KHR subgroup-scope GEMM (pycoop.kernels.gemm_khr, several register tilings)
+- pycoop's NV coopmat2 workgroup-scope GEMM (pycoop.kernels.gemm_nv, several tile shapes)
+- the Q4_0 GEMM at llama.cpp's shape M=4096, N=512, K=14336 against pycoop's f16 GEMM there
+
+All f16 in, f32 accumulate; device time from Vulkan timestamps (best of --repeat launches).
 
     python3 bench/gemm_gpu.py [--sizes 4096 8192] [--repeat 5]
 """
@@ -10,15 +15,17 @@ import time
 
 import numpy as np
 
-from pycoop.kernels.gemm import gemm_khr, gemm_workgroup_tile
+from pycoop.kernels import gemm_khr, gemm_nv, gemm_q4_0, gemm_workgroup_tile
 
-CONFIGS = [(2, 2), (4, 2), (2, 4), (4, 4)]
+KHR_CONFIGS = [(2, 2), (4, 2), (2, 4), (4, 4)]
+NV_CONFIGS = [(64, 64, 32, 128), (128, 128, 32, 256), (128, 128, 64, 256), (128, 256, 32, 256),
+              (256, 128, 32, 256), (256, 256, 32, 256)]
 
 
-def cublas_tflops(n: int, repeat: int) -> float:
+def cublas_tflops(m: int, n: int, k: int, repeat: int) -> float:
     import torch
-    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
     for _ in range(3):
         a @ b
     torch.cuda.synchronize()
@@ -30,44 +37,82 @@ def cublas_tflops(n: int, repeat: int) -> float:
         end.record()
         torch.cuda.synchronize()
         best = min(best, start.elapsed_time(end))
-    return 2 * n ** 3 / (best * 1e-3) / 1e12
+    return 2 * m * n * k / (best * 1e-3) / 1e12
 
 
-def pycoop_tflops(n: int, tm: int, tn: int, repeat: int) -> tuple[float, float]:
+def timed(kernel, grid, args, repeat: int, **kw) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        best = min(best, kernel[grid](*args, backend="vulkan", **kw).time_ms)
+    return best
+
+
+def rel_err(C, A, B) -> float:
+    ref = A[:64].astype(np.float32) @ B[:, :64].astype(np.float32)
+    return float(np.abs(C[:64, :64] - ref).max() / np.abs(ref).max())
+
+
+def row(size, name, tflops, ref, err=None):
+    e = f"{err:>10.1e}" if err is not None else f"{'':>10}"
+    print(f"{size:>16} {name:<30}{tflops:>10.1f}{tflops / ref:>10.3f}{e}", flush=True)
+
+
+def square(n: int, repeat: int) -> None:
     rng = np.random.default_rng(0)
     A = rng.standard_normal((n, n), dtype=np.float32).astype(np.float16)
     B = rng.standard_normal((n, n), dtype=np.float32).astype(np.float16)
     C = np.zeros((n, n), np.float32)
-    wm, wn = gemm_workgroup_tile(tm, tn)
-    grid = (n // wm, n // wn)
-    best = float("inf")
-    for _ in range(repeat):
-        r = gemm_khr[grid](A, B, C, n, n, n, TM=tm, TN=tn, backend="vulkan")
-        best = min(best, r.time_ms)
-    # spot-check a block against NumPy
-    ref = A[:64].astype(np.float32) @ B[:, :64].astype(np.float32)
-    err = float(np.abs(C[:64, :64] - ref).max() / np.abs(ref).max())
-    return 2 * n ** 3 / (best * 1e-3) / 1e12, err
+    flop = 2 * n ** 3
+    ref = cublas_tflops(n, n, n, repeat)
+    row(f"{n}^3", "torch cuBLAS", ref, ref)
+    for tm, tn in KHR_CONFIGS:
+        wm, wn = gemm_workgroup_tile(tm, tn)
+        t = timed(gemm_khr, (n // wm, n // wn), [A, B, C, n, n, n], repeat, TM=tm, TN=tn)
+        row(f"{n}^3", f"KHR TM={tm} TN={tn}", flop / t / 1e9, ref, rel_err(C, A, B))
+    for bm, bn, bk, inv in NV_CONFIGS:
+        C[:] = 0
+        t = timed(gemm_nv(bm, bn, bk, inv), (-(-n // bm), -(-n // bn)), [A, B, C, n, n, n], repeat)
+        row(f"{n}^3", f"NV {bm}x{bn}x{bk} wg={inv}", flop / t / 1e9, ref, rel_err(C, A, B))
+
+
+def q4_0(repeat: int, config) -> None:
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
+    from q4_0_gemm import quantize_q4_0
+    M, N, K = 4096, 512, 14336
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((M, K), dtype=np.float32).astype(np.float16)
+    Wf = rng.standard_normal((N, K), dtype=np.float32)
+    Wq = quantize_q4_0(Wf)
+    Wt = np.ascontiguousarray(Wf.T.astype(np.float16))            # K x N for the f16 GEMM
+    Y = np.zeros((M, N), np.float32)
+    bm, bn, bk, inv = config
+    grid = (-(-M // bm), -(-N // bn))
+    flop = 2 * M * N * K
+    ref = cublas_tflops(M, N, K, repeat)
+    shape = f"{M}x{N}x{K}"
+    row(shape, "torch cuBLAS f16", ref, ref)
+    t16 = flop / timed(gemm_nv(*config), grid, [X, Wt, Y, M, N, K], repeat) / 1e9
+    row(shape, f"NV f16 {bm}x{bn}x{bk}", t16, ref)
+    tq = flop / timed(gemm_q4_0(*config), grid, [X, Wq, Y, M, N, K], repeat) / 1e9
+    row(shape, f"NV Q4_0 {bm}x{bn}x{bk}", tq, ref)
+    print(f"{'':>16} Q4_0 / f16 = {tq / t16:.2f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--q4-config", type=int, nargs=4, default=[128, 128, 32, 256])
     a = ap.parse_args()
     from pycoop.runtime.vulkan import get_runtime
     caps = get_runtime().capabilities
     print(f"# GEMM f16 -> f32, {time.strftime('%Y-%m-%d')}, {caps.device_name}, driver {caps.driver_version}")
-    print(f"{'size':>6} {'kernel':<22}{'TFLOP/s':>10}{'x cuBLAS':>10}{'rel err':>10}")
+    print(f"{'shape':>16} {'kernel':<30}{'TFLOP/s':>10}{'x cuBLAS':>10}{'rel err':>10}")
     for n in a.sizes:
-        ref = cublas_tflops(n, a.repeat)
-        print(f"{n:>6} {'torch cuBLAS':<22}{ref:>10.1f}{1.0:>10.2f}{'':>10}")
-        for tm, tn in CONFIGS:
-            if n % (32 * tm) or n % (32 * tn):
-                continue
-            t, err = pycoop_tflops(n, tm, tn, a.repeat)
-            print(f"{n:>6} {f'pycoop KHR TM={tm} TN={tn}':<22}{t:>10.1f}{t / ref:>10.3f}{err:>10.1e}",
-                  flush=True)
+        square(n, a.repeat)
+    q4_0(a.repeat, tuple(a.q4_config))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
 """Ready-made kernels written in pycoop (used by `pycoop demo` and the benchmarks)."""
-from .gemm import gemm_khr, gemm_reference, gemm_workgroup_tile
+from .gemm import Q4_0, gemm_khr, gemm_nv, gemm_q4_0, gemm_reference, gemm_workgroup_tile
 
-__all__ = ["gemm_khr", "gemm_reference", "gemm_workgroup_tile"]
+__all__ = ["Q4_0", "gemm_khr", "gemm_nv", "gemm_q4_0", "gemm_reference", "gemm_workgroup_tile"]

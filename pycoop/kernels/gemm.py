@@ -1,11 +1,17 @@
-"""Tiled GEMM with subgroup-scope KHR cooperative matrices: C = A @ B, f16 inputs, f32
-accumulation, row-major matrices.
+"""GEMM kernels: C = A @ B with f16 inputs and f32 accumulation, row-major matrices.
+
+`gemm_khr`: subgroup-scope KHR cooperative matrices.
 
 A workgroup of 4 subgroups (2 x 2) computes a (32*TM) x (32*TN) tile of C; each subgroup holds
 TM x TN accumulators of 16 x 16 and walks K in steps of 16. M and N must be multiples of the
 workgroup tile and K of 16.
+
+`gemm_nv(...)` / `gemm_q4_0(...)`: workgroup-scope NV cooperative matrices through tensor
+layouts, any M, N, K; the second decodes Q4_0-quantised weights while loading.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -42,3 +48,60 @@ def gemm_workgroup_tile(TM: int = 2, TN: int = 2) -> tuple[int, int]:
 def gemm_reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """The NumPy result the kernel must match (f16 products are exact in f32)."""
     return A.astype(np.float32) @ B.astype(np.float32)
+
+
+@functools.cache
+def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256):
+    """Workgroup-scope GEMM through NV tensor layouts (any M, N, K: Constant clamp at the
+    edges): each workgroup computes a BM x BN tile of C = A @ B, f16 in, f32 accumulate."""
+    MA = pc.coopmat[f16, pc.Workgroup, BM, BK, pc.UseA]
+    MB = pc.coopmat[f16, pc.Workgroup, BK, BN, pc.UseB]
+    MC = pc.coopmat[f32, pc.Workgroup, BM, BN, pc.Accumulator]
+
+    @pc.kernel(workgroup_size=invocations)
+    def gemm_nv(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N: u32, K: u32):
+        la = pc.nv.tensor_layout(2, clamp="constant").dimension(M, K)
+        lb = pc.nv.tensor_layout(2, clamp="constant").dimension(K, N)
+        lc = pc.nv.tensor_layout(2, clamp="constant").dimension(M, N)
+        m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
+        acc = MC.fill(0.0)
+        for k in range(0, K, BK):
+            a = pc.nv.load_tensor(A, la.slice(m0, BM, k, BK), MA)
+            b = pc.nv.load_tensor(B, lb.slice(k, BK, n0, BN), MB)
+            acc = pc.mul_add(a, b, acc)
+        pc.nv.store_tensor(C, lc.slice(m0, BM, n0, BN), acc)
+    return gemm_nv
+
+
+Q4_0 = pc.struct("Q4_0", d=f16, qs=pc.array(pc.u8, 16))
+
+
+def _q4_0_weight(block, block_coord, coord_in_block):
+    """One weight of a llama.cpp Q4_0 block: (nibble - 8) * scale."""
+    j = coord_in_block[1]
+    byte = block.qs[j % 16]
+    return f16(pc.i32(pc.select(j < 16, byte & 15, byte >> 4)) - 8) * block.d
+
+
+@functools.cache
+def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256):
+    """Y (M x N, f32) = X (M x K, f16) @ W.T, W (N x K) in Q4_0 blocks of 32 along K,
+    decoded by a decode function while loading (workgroup scope)."""
+    MA = pc.coopmat[f16, pc.Workgroup, BM, BK, pc.UseA]
+    MB = pc.coopmat[f16, pc.Workgroup, BK, BN, pc.UseB]
+    MC = pc.coopmat[f32, pc.Workgroup, BM, BN, pc.Accumulator]
+
+    @pc.kernel(workgroup_size=invocations)
+    def gemm_q4_0(X: pc.Buffer[f16], W: pc.ReadBuffer[Q4_0], Y: pc.Buffer[f32], M: u32, N: u32, K: u32):
+        lx = pc.nv.tensor_layout(2, clamp="constant").dimension(M, K)
+        lw = pc.nv.tensor_layout(2, clamp="constant").block_size(1, 32).dimension(N, K)
+        ly = pc.nv.tensor_layout(2, clamp="constant").dimension(M, N)
+        wt = pc.nv.tensor_view(2, False, (1, 0))
+        m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
+        acc = MC.fill(0.0)
+        for k in range(0, K, BK):
+            a = pc.nv.load_tensor(X, lx.slice(m0, BM, k, BK), MA)
+            b = pc.nv.load_tensor(W, lw.slice(n0, BN, k, BK), MB, view=wt, decode=_q4_0_weight)
+            acc = pc.mul_add(a, b, acc)
+        pc.nv.store_tensor(Y, ly.slice(m0, BM, n0, BN), acc)
+    return gemm_q4_0

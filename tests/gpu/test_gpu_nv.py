@@ -1,0 +1,170 @@
+"""SPV_NV_cooperative_matrix2 on a real GPU against the emulator (run with -m gpu).
+
+Examples, then random differential tests of tensor layouts / views / clamp modes (loads and
+stores), reductions, per-element ops, conversions and transposes. Configurations the emulator
+reports as undefined behaviour are not run on the GPU (MirrorRepeat on a dimension of 1 hangs
+it). Floats within a stated tolerance, addressing and integers exactly.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop import f16, f32, u32
+
+pytestmark = pytest.mark.gpu
+EXAMPLES = Path(__file__).parents[2] / "examples"
+CLAMPS = ["undefined", "constant", "clamp_to_edge", "repeat", "mirror_repeat"]
+Acc16 = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.Accumulator]
+Acc = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
+
+
+def _example(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def both(kernel, grid, args, **kw):
+    """Run on the emulator first (None if it reports undefined behaviour), then on Vulkan."""
+    emu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    try:
+        kernel[grid](*emu, backend="emulator", **kw)
+    except pc.EmulatorError:
+        return None, None
+    gpu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    assert kernel[grid](*gpu, backend="vulkan", **kw).backend == "vulkan"
+    return gpu, emu
+
+
+def test_gemm_nv_example():
+    ex = _example("gemm_nv")
+    rng = np.random.default_rng(0)
+    M, N, K = 200, 136, 100
+    A = rng.standard_normal((M, K)).astype(np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+    C = np.zeros((M, N), np.float32)
+    gpu, emu = both(ex.gemm_nv, (-(-M // 64), -(-N // 64)), [A, B, C, M, N, K])
+    np.testing.assert_allclose(gpu[2], emu[2], atol=1e-4 * np.abs(emu[2]).max())
+
+
+def test_q4_0_example():
+    ex = _example("q4_0_gemm")
+    rng = np.random.default_rng(1)
+    M, N, K = 40, 80, 256
+    X = rng.standard_normal((M, K)).astype(np.float16)
+    W = ex.quantize_q4_0(rng.standard_normal((N, K)).astype(np.float32))
+    Y = np.zeros((M, N), np.float32)
+    gpu, emu = both(ex.q4_gemm, (-(-M // 16), -(-N // 16)), [X, W, Y, M, N, K])
+    np.testing.assert_allclose(gpu[2], emu[2], atol=1e-4 * np.abs(emu[2]).max())
+
+
+def test_attention_example():
+    ex = _example("attention")
+    rng = np.random.default_rng(2)
+    S = 70
+    Q, K, V = (rng.standard_normal((S, ex.D)).astype(np.float16) for _ in range(3))
+    bias = np.triu(np.full((S, S), -np.inf, np.float32), 1)
+    O = np.zeros((S, ex.D), np.float32)
+    gpu, emu = both(ex.attention, -(-S // 16), [Q, K, V, bias, O, S, 0.25])
+    np.testing.assert_allclose(gpu[4], emu[4], atol=3e-3)
+
+
+def _load_kernel(clamp, has_dims, perm, store):
+    @pc.kernel(workgroup_size=32)
+    def k(X: pc.Buffer[f16], Out: pc.Buffer[f16], P: pc.Buffer[u32]):
+        lay = pc.nv.tensor_layout(2, clamp).dimension(P[0], P[1]).stride(P[2], P[3])
+        lay = lay.slice(P[4], P[5], P[6], P[7]).clamp_value(P[8])
+        view = pc.nv.tensor_view(2, has_dims, perm).dimension(P[9], P[10]).stride(P[11], P[12])
+        view = view.clip(P[13], P[14], P[15], P[16])
+        if store:
+            m = Acc16.load(X, 0, 16)
+            pc.nv.store_tensor(Out, lay, m, view=view)
+        else:
+            m = pc.nv.load_tensor(X, lay, Acc16, view=view, object=Acc16.fill(7.0))
+            pc.store(Out, 0, m, 16)
+    return k
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["load", "store"])
+@pytest.mark.parametrize("clamp", CLAMPS)
+def test_random_layouts_views(clamp, store):
+    rng = np.random.default_rng(hash((clamp, store)) % 2**32)
+    ran = 0
+    kernels = {}
+    for _ in range(40):
+        has_dims, perm = bool(rng.integers(2)), tuple(rng.permutation(2).tolist())
+        key = (has_dims, perm)
+        if key not in kernels:
+            kernels[key] = _load_kernel(clamp, has_dims, perm, store)
+        d0, d1 = (int(x) for x in rng.integers(1, 40, 2))
+        s0, s1 = (int(x) for x in rng.integers(1, 24, 2))
+        o0, o1 = (int(x) for x in rng.integers(0, 40, 2))
+        if clamp == "undefined":          # out of bounds is undefined: keep the slice inside
+            d0, d1 = d0 + 24, d1 + 24
+            o0, o1 = o0 % (d0 - s0 + 1), o1 % (d1 - s1 + 1)
+        P = np.array([d0, d1, rng.integers(1, 48), rng.integers(0, 3) or 1, o0, s0, o1, s1,
+                      np.float16(rng.standard_normal()).view(np.uint16),
+                      rng.integers(1, 24), rng.integers(1, 24), rng.integers(1, 24), 1,
+                      rng.integers(0, 6), rng.integers(8, 20), rng.integers(0, 6), rng.integers(8, 20)],
+                     dtype=np.int64).astype(np.uint32)
+        X = rng.standard_normal(4096).astype(np.float16)
+        Out = np.zeros(4096 if store else 256, np.float16)
+        if store:
+            X = X[:256].copy()
+        gpu, emu = both(kernels[key], 1, [X, Out, P])
+        if gpu is None:
+            continue
+        ran += 1
+        np.testing.assert_array_equal(gpu[1], emu[1], err_msg=f"P={P.tolist()} view={key}")
+    assert ran >= 5, "too few configurations were defined behaviour"
+
+
+def _matrix_kernel():
+    MatB = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.UseB]
+    Half = pc.coopmat[f32, pc.Subgroup, 8, 8, pc.Accumulator]
+
+    def fma(r, c, e, s, other):
+        return e * s + other + f32(r) - f32(c) * 0.5
+
+    @pc.kernel(workgroup_size=32)
+    def k(X: pc.Buffer[f32], Y: pc.Buffer[f32], Out: pc.Buffer[f32], s: f32):
+        x = Acc.load(X, 0, 16)
+        y = Acc.load(Y, 0, 16)
+        pc.store(Out, 0, pc.nv.reduce(x, "row", pc.max), 16)
+        pc.store(Out, 256, pc.nv.reduce(x, "column", "add"), 16)
+        pc.store(Out, 512, pc.nv.reduce(x, "row_column", pc.min), 16)
+        pc.store(Out, 768, pc.nv.reduce(x, "2x2", "add"), 8)
+        pc.store(Out, 1024, pc.nv.per_element(x, fma, s, y), 16)
+        pc.store(Out, 1280, pc.nv.transpose(x), 16)
+        pc.store(Out, 1536, pc.nv.convert(y, MatB), 16)
+        pc.store(Out, 1792, pc.nv.reduce(x, "row", "add", Half.with_(rows=16, cols=8)), 8)
+    return k
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_matrix_ops(seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal(256).astype(np.float32)
+    Y = rng.standard_normal(256).astype(np.float32)
+    Out = np.zeros(2048, np.float32)
+    gpu, emu = both(_matrix_kernel(), 1, [X, Y, Out, float(rng.standard_normal())])
+    np.testing.assert_allclose(gpu[2], emu[2], rtol=1e-5, atol=1e-5)
+
+
+def test_decode_f32_to_f16_conversion_rounding():
+    Acc32 = Acc
+
+    @pc.kernel(workgroup_size=32)
+    def k(X: pc.Buffer[f32], Out: pc.Buffer[f16]):
+        pc.store(Out, 0, pc.convert(Acc32.load(X, 0, 16), f16), 16)
+
+    X = (np.random.default_rng(9).standard_normal(256) * 1000).astype(np.float32)
+    Out = np.zeros(256, np.float16)
+    gpu, emu = both(k, 1, [X, Out])
+    np.testing.assert_array_equal(gpu[1], emu[1])
