@@ -6,10 +6,12 @@ is checked on every hit, so a stale or foreign file is never used.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import tempfile
+from pathlib import Path
 
 from . import knobs
 from .codegen.lower import Lowered, lower
@@ -24,10 +26,22 @@ VALIDATOR_ENV = {"vulkan": TARGET, "opencl": "opencl2.2"}
 _memory: dict[str, Lowered] = {}
 
 
+@functools.cache
+def _compiler_hash() -> str:
+    """Hash of pycoop's own source: a changed compiler never reuses old binaries."""
+    h = hashlib.sha256()
+    root = Path(__file__).parent
+    for f in sorted(root.rglob("*.py")) + [root / "spirv" / "grammar.json"]:
+        h.update(f.relative_to(root).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def _key(module: Module, target: str = "vulkan") -> str:
     from .frontend.kernel import __version__
     text = print_module(module, locs=False)
-    return hashlib.sha256(f"pycoop {__version__}\n{VALIDATOR_ENV[target]}\n{text}".encode()).hexdigest()
+    return hashlib.sha256(f"pycoop {__version__} {_compiler_hash()}\n{VALIDATOR_ENV[target]}\n"
+                          f"{text}".encode()).hexdigest()
 
 
 def lower_cached(module: Module, _ir_text: str | None = None) -> Lowered:

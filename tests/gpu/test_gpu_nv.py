@@ -8,6 +8,7 @@ it). Floats within a stated tolerance, addressing and integers exactly.
 from __future__ import annotations
 
 import importlib.util
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +95,7 @@ def _load_kernel(clamp, has_dims, perm, store):
 @pytest.mark.parametrize("store", [False, True], ids=["load", "store"])
 @pytest.mark.parametrize("clamp", CLAMPS)
 def test_random_layouts_views(clamp, store):
-    rng = np.random.default_rng(hash((clamp, store)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f"{clamp}{store}".encode()))
     ran = 0
     kernels = {}
     for _ in range(40):

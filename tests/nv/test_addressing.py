@@ -701,3 +701,14 @@ def test_out_of_buffer_is_reported() -> None:
     plan = A.load_tensor_plan(A.layout_slice(layout2d(CONSTANT, (8, 8)), [1, 0], [2, 2]), None, 2, 2)
     with pytest.raises(A.TensorAddressingError, match=r"\(row 0, col 1\) addresses element 9, outside the buffer of 9"):
         A.gather(np.zeros(9, np.int32), plan, np.zeros((2, 2), np.int32), np.int32(0))
+
+
+def test_zero_span_is_reported_not_a_crash():
+    """A fresh layout has span 0: the decomposition divides by zero, reported per element."""
+    lay = A.create_layout(2, A.UNDEFINED)
+    plan = A.load_tensor_plan(lay, None, 4, 4)
+    assert (plan.outcome == Outcome.FAULT_ZERO_SPAN).all()
+    view = A.view_set_clip(A.create_view(2, False, (0, 1)), 0, 2, 0, 2)
+    plan = A.load_tensor_plan(lay, view, 4, 4)
+    assert (plan.outcome[:2, :2] == Outcome.FAULT_ZERO_SPAN).all()
+    assert (plan.outcome[2:, :] == Outcome.CLIPPED).all()

@@ -448,11 +448,13 @@ def _plan(layout: TensorLayout, view: TensorView | None, rows: int, cols: int, s
         index_parts.append(take(contrib, j))
         block_parts.append(take(bc, j))
         in_block_parts.append(take(cib, j))
-        key = np.where(ev != 0, (_KEY_DIM0 + d) * 16 + ev, np.where(oob, _KEY_OUT_OF_BOUNDS, _KEY_NONE))
+        key = np.where(ev != 0, (_KEY_DIM0 + d) * 16 + ev.astype(np.int16),
+                       np.where(oob, _KEY_OUT_OF_BOUNDS, _KEY_NONE))
         if (key != _KEY_NONE).any():
             key_parts.append(take(key.astype(np.uint8), j))
     if not in_clip.all() or pre.any():
-        clip_key = np.where(in_clip, np.where(pre != 0, _KEY_PRE * 16 + pre, _KEY_NONE), Outcome.CLIPPED)
+        clip_key = np.where(in_clip, np.where(pre != 0, _KEY_PRE * 16 + pre.astype(np.int16), _KEY_NONE),
+                            Outcome.CLIPPED)
         key_parts.append(per_instance(clip_key.astype(np.uint8)))
     if store and (block != 1).any():
         store_key = np.where((block != 1).any(axis=1), _KEY_STORE * 16 + Outcome.FAULT_STORE_BLOCK_SIZE, _KEY_NONE)
