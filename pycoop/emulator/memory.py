@@ -18,6 +18,22 @@ def _block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray
     return (major - 1) * stride.astype(np.int64) + (minor - 1)
 
 
+def check_write_race(op, index: np.ndarray, values: np.ndarray, what: str) -> None:
+    """One store writing a location more than once with different values: the order of those
+    writes is unspecified (the GPU may keep any of them), so the result is a race."""
+    order = np.argsort(index, kind="stable")
+    si, sv = index[order], values[order]
+    bits = sv.view(f"u{sv.dtype.itemsize}")
+    clash = (si[1:] == si[:-1]) & (bits[1:] != bits[:-1])
+    if clash.any():
+        k = int(np.argmax(clash))
+        raise EmulatorError(
+            f"{what} writes element {int(si[k])} more than once with different values "
+            f"({sv[k]!r} and {sv[k + 1]!r}); which write lands is unspecified", op.loc,
+            rule="reported by the pycoop emulator: overlapping writes of one store race",
+            hint="make distinct matrix elements go to distinct memory locations")
+
+
 class Memory:
     """A kernel buffer: a flat view of the user's array."""
 
@@ -146,6 +162,8 @@ class Memory:
         if active is not None:
             idx, vals = idx[active], vals[active]
         self._record_write_block(ctx, t, idx, active)
+        check_write_race(op, idx.reshape(-1), np.ascontiguousarray(vals).reshape(-1),
+                         "cooperative matrix store")
         self.data[idx.reshape(-1)] = vals.reshape(-1).view(self.elem.dtype)
 
     def _check_race_block(self, ctx, op, t, layout, starts, stride, active):

@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from ...errors import CompileError, EmulatorError, Loc
+from ...emulator.memory import check_write_race
 from ...frontend.functions import trace_function
 from ...ir.builder import current_loc, emit, emit1
 from ...ir.core import Value
@@ -23,6 +24,7 @@ from .. import core
 from ..core import TYPE_METHODS, as_value
 from ..registry import define, emulation, lowering
 from . import addressing as A
+from . import decode_vector as DV
 
 SPEC = "SPV_NV_tensor_addressing"
 CM2 = "SPV_NV_cooperative_matrix2"
@@ -39,8 +41,7 @@ def _dims(n, what: str, loc: Loc) -> int:
 def _u32s(values, n: int, what: str, loc: Loc, rule: str) -> list[Value]:
     values = list(values)
     if len(values) != n:
-        raise CompileError(f"{what} takes {n} values for a {n // (2 if 'slice' in what else 1)}-"
-                           f"dimensional tensor, got {len(values)}", loc, rule=rule)
+        raise CompileError(f"{what} takes {n} values here, got {len(values)}", loc, rule=rule)
     out = []
     for v in values:
         v = as_value(v, u32)
@@ -102,6 +103,13 @@ def _state(name: str, obj: Value, values: list, what: str, n: int, rule: str) ->
 
 
 def _layout_dimension(l: Value, *dims) -> Value:
+    if l.type.clamp_mode == CLAMP_MODES.index("mirror_repeat") and any(
+            (d == 1 if not isinstance(d, Value) else
+             d.op is not None and d.op.name == "const" and d.op.attrs["value"] == 1) for d in dims):
+        raise CompileError("a MirrorRepeat layout with a dimension of 1", current_loc(),
+                           rule=f"{SPEC}: RepeatMirrored computes c % (2*dim - 2), a division by "
+                                "zero for dim == 1 (NVIDIA GPUs hang)",
+                           hint="use clamp_to_edge for dimensions of size 1")
     return _state("nv.layout_dimension", l, dims, "dimension()", l.type.dim,
                   f"{SPEC}: OpTensorLayoutSetDimensionNV takes Dim operands")
 
@@ -177,8 +185,9 @@ def _view_stride(v: Value, *strides) -> Value:
                   f"{SPEC}: OpTensorViewSetStrideNV takes Dim operands")
 
 
-def _view_clip(v: Value, row_offset, row_span, col_offset, col_span) -> Value:
-    return _state("nv.view_clip", v, (row_offset, row_span, col_offset, col_span), "clip()", 4,
+def _view_clip(v: Value, *clip) -> Value:
+    """clip(row_offset, row_span, col_offset, col_span)."""
+    return _state("nv.view_clip", v, clip, "clip()", 4,
                   f"{SPEC}: OpTensorViewSetClipNV takes four operands")
 
 
@@ -291,6 +300,12 @@ def _infer_load_tensor(operands, attrs, regions, loc):
     if attrs.get("decode") is None and not isinstance(mem.type.elem, ScalarType):
         raise CompileError(f"a buffer of {mem.type.elem} blocks needs a decode function", loc,
                            rule=f"{CM2}: without DecodeFunc, elements are read as the component type")
+    if attrs.get("decode_vector") is not None:
+        if attrs.get("decode") is None:
+            raise CompileError("decode_vector needs a scalar decode function too", loc,
+                               rule=f"{DV.SPEC}: DecodeFunc must also be present")
+        v = DV.check_vector_function(attrs["decode_vector"], t, layout.type.dim, loc)
+        DV.check_static_block_size(layout, v, loc)
     return [t]
 
 
@@ -322,11 +337,21 @@ define("nv.store_tensor", _infer_store_tensor,
 
 
 def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value | None = None,
-                decode=None, object: Value | None = None) -> Value:
+                decode=None, object: Value | None = None, decode_vector=None,
+                decode_vector_block=None) -> Value:
     """Load a matrix of `mat_type` from `mem` through `layout` (and `view`). `decode(block_ptr,
     block_coord, coord_in_block)` turns a block into one element; `object` gives the values of
-    clipped elements (default zeros)."""
+    clipped elements (default zeros). `decode_vector` (same parameters; its pointer points to a
+    `decode_vector_block`, default the buffer's element type) returns a vector of V = 2, 4 or 8
+    elements: those at coord_in_block[-1] + 0..V-1 (SPV_NV_cooperative_matrix_decode_vector)."""
     loc = current_loc()
+    if decode_vector is not None and decode is None:
+        raise CompileError("decode_vector needs a scalar decode function too", loc,
+                           rule=f"{DV.SPEC}: DecodeFunc must also be present when DecodeVectorFunc is",
+                           hint="pass decode=f as well: the implementation may call either")
+    if decode_vector_block is not None and decode_vector is None:
+        raise CompileError("decode_vector_block is the pointee of the decode_vector function, which "
+                           "is missing", loc)
     if not isinstance(mat_type, CoopMatType):
         raise CompileError(f"load_tensor needs a coopmat type, got {mat_type!r}", loc)
     _check_tensor_mem(mem, loc, "load_tensor")
@@ -351,13 +376,24 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
         fn = trace_function(decode, [PointerType(mem.type.elem, StorageClass.PhysicalStorageBuffer),
                                      coord, coord], "decode function", loc, mat_type.component)
         attrs["decode"] = fn
+        if decode_vector is not None:
+            block = mem.type.elem if decode_vector_block is None else decode_vector_block
+            DV.check_block_type(block, loc)
+            fv = trace_function(decode_vector, [PointerType(block, StorageClass.PhysicalStorageBuffer),
+                                                coord, coord], "decode_vector function", loc)
+            DV.check_vector_function(fv, mat_type, d, loc)
+            attrs["decode_vector"] = fv
     return emit1("nv.load_tensor", operands, attrs, loc)
 
 
 def store_tensor(mem: Value, layout: Value, mat: Value, *, view: Value | None = None,
-                 decode=None) -> None:
+                 decode=None, decode_vector=None) -> None:
     """Store `mat` into `mem` through `layout` (and `view`)."""
     loc = current_loc()
+    if decode_vector is not None:
+        raise CompileError("store_tensor takes no decode_vector function", loc,
+                           rule=f"{DV.SPEC}: DecodeVectorFunc is not allowed on "
+                                "OpCooperativeMatrixStoreTensorNV")
     if decode is not None:
         raise CompileError("store_tensor takes no decode function", loc,
                            rule=f"{CM2}: DecodeFunc is not allowed on OpCooperativeMatrixStoreTensorNV")
@@ -439,7 +475,12 @@ def _emu_load_tensor(ctx, op, mem, obj, layout, *rest):
                                 hint="the layout's dimensions/strides describe more memory than the "
                                      "buffer holds")
         fn = op.attrs["decode"]
-        if fn is None:
+        fv = op.attrs.get("decode_vector")
+        if fv is not None:
+            from ... import knobs
+            out[where] = DV.emulate_decode(ctx, op, fn, fv, memory, plan, where, ei,
+                                           knobs.check_decode_vector_enabled())
+        elif fn is None:
             out[where] = memory.data.view(t.component.dtype)[ei] if memory.segment is None else \
                 memory.data.view(t.component.dtype)[ei + where[0] * memory.segment]
         else:
@@ -468,6 +509,7 @@ def _emu_store_tensor(ctx, op, mem, mat, layout, *rest):
             raise EmulatorError(f"store_tensor writes past the end of {memory._describe()}", op.loc,
                                 rule="reported by the pycoop emulator")
         vals = np.broadcast_to(mat, plan.shape)[where]
+        check_write_race(op, ei, vals, "store_tensor")
         memory.data.view(t.component.dtype)[ei] = vals
     return ()
 
@@ -493,6 +535,14 @@ def _lower_load_tensor(ctx, op):
         ctx.need("CooperativeMatrixBlockLoadsNV")
         names.append("DecodeFunc")
         extra.append(ctx.function_id(op.attrs["decode"]))
+    fv = op.attrs.get("decode_vector")
+    if fv is not None:
+        if getattr(ctx, "decode_vector", True):
+            ctx.need(DV.CAPABILITY)
+            names.append("DecodeVectorFunc")
+            extra.append(ctx.function_id(fv))
+        else:   # stripped: DecodeFunc alone is always a correct implementation of the load
+            ctx.stripped_functions.add(fv)
     ta = "|".join(names) if names else "None"
     ctx.set(op.result, ctx.emit("OpCooperativeMatrixLoadTensorNV", op.result.type, ptr,
                                 ctx.id(op.operands[1]), ctx.id(op.operands[2]), *mem_ops, ta, *extra))
