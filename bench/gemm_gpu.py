@@ -19,7 +19,8 @@ from pycoop.kernels import gemm_khr, gemm_nv, gemm_q4_0, gemm_workgroup_tile
 
 KHR_CONFIGS = [(2, 2), (4, 2), (2, 4), (4, 4)]
 NV_CONFIGS = [(64, 64, 32, 128), (128, 128, 32, 256), (128, 128, 64, 256), (128, 256, 32, 256),
-              (256, 128, 32, 256), (256, 256, 32, 256)]
+              (256, 128, 32, 256), (256, 256, 32, 256), (128, 256, 64, 256), (256, 128, 64, 256),
+              (128, 128, 128, 256), (256, 256, 64, 256), (64, 128, 64, 128), (128, 64, 64, 128)]
 
 
 def cublas_tflops(m: int, n: int, k: int, repeat: int) -> float:
@@ -69,13 +70,16 @@ def square(n: int, repeat: int) -> None:
         wm, wn = gemm_workgroup_tile(tm, tn)
         t = timed(gemm_khr, (n // wm, n // wn), [A, B, C, n, n, n], repeat, TM=tm, TN=tn)
         row(f"{n}^3", f"KHR TM={tm} TN={tn}", flop / t / 1e9, ref, rel_err(C, A, B))
+    best = (0.0, None)
     for bm, bn, bk, inv in NV_CONFIGS:
         C[:] = 0
         t = timed(gemm_nv(bm, bn, bk, inv), (-(-n // bm), -(-n // bn)), [A, B, C, n, n, n], repeat)
         row(f"{n}^3", f"NV {bm}x{bn}x{bk} wg={inv}", flop / t / 1e9, ref, rel_err(C, A, B))
+        best = max(best, (flop / t / 1e9, (bm, bn, bk, inv)))
+    print(f"{'':>16} best NV configuration {best[1]}: {best[0]:.1f} TFLOP/s = {best[0] / ref:.3f}x cuBLAS")
 
 
-def q4_0(repeat: int, config) -> None:
+def q4_0(repeat: int, configs) -> None:
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
@@ -87,24 +91,29 @@ def q4_0(repeat: int, config) -> None:
     Wq = quantize_q4_0(Wf)
     Wt = np.ascontiguousarray(Wf.T.astype(np.float16))            # K x N for the f16 GEMM
     Y = np.zeros((M, N), np.float32)
-    bm, bn, bk, inv = config
-    grid = (-(-M // bm), -(-N // bn))
     flop = 2 * M * N * K
     ref = cublas_tflops(M, N, K, repeat)
     shape = f"{M}x{N}x{K}"
     row(shape, "torch cuBLAS f16", ref, ref)
-    t16 = flop / timed(gemm_nv(*config), grid, [X, Wt, Y, M, N, K], repeat) / 1e9
-    row(shape, f"NV f16 {bm}x{bn}x{bk}", t16, ref)
-    tq = flop / timed(gemm_q4_0(*config), grid, [X, Wq, Y, M, N, K], repeat) / 1e9
-    row(shape, f"NV Q4_0 {bm}x{bn}x{bk}", tq, ref)
-    print(f"{'':>16} Q4_0 / f16 = {tq / t16:.2f}")
+    best16 = bestq = 0.0
+    for config in configs:
+        bm, bn, bk, inv = config
+        grid = (-(-M // bm), -(-N // bn))
+        t16 = flop / timed(gemm_nv(*config), grid, [X, Wt, Y, M, N, K], repeat) / 1e9
+        row(shape, f"NV f16 {bm}x{bn}x{bk} wg={inv}", t16, ref)
+        tq = flop / timed(gemm_q4_0(*config), grid, [X, Wq, Y, M, N, K], repeat) / 1e9
+        row(shape, f"NV Q4_0 {bm}x{bn}x{bk} wg={inv}", tq, ref)
+        best16, bestq = max(best16, t16), max(bestq, tq)
+    print(f"{'':>16} best Q4_0 / best f16 = {bestq / best16:.2f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--q4-config", type=int, nargs=4, default=[128, 128, 32, 256])
+    ap.add_argument("--q4-configs", type=int, nargs="+", default=[128, 128, 32, 256, 128, 128, 64, 256,
+                                                                   64, 128, 64, 128, 128, 64, 64, 128],
+                    help="BM BN BK invocations, repeated")
     a = ap.parse_args()
     from pycoop.runtime.vulkan import get_runtime
     caps = get_runtime().capabilities
@@ -112,7 +121,8 @@ def main() -> None:
     print(f"{'shape':>16} {'kernel':<30}{'TFLOP/s':>10}{'x cuBLAS':>10}{'rel err':>10}")
     for n in a.sizes:
         square(n, a.repeat)
-    q4_0(a.repeat, tuple(a.q4_config))
+    q = a.q4_configs
+    q4_0(a.repeat, [tuple(q[i:i + 4]) for i in range(0, len(q), 4)])
 
 
 if __name__ == "__main__":
