@@ -37,17 +37,21 @@ def _compiler_hash() -> str:
     return h.hexdigest()
 
 
-def _key(module: Module, target: str = "vulkan") -> str:
+def _key(module: Module, target: str = "vulkan", decode_vector: bool = True) -> str:
     from .frontend.kernel import __version__
     text = print_module(module, locs=False)
+    variant = "" if decode_vector else "decode_vector=stripped\n"
     return hashlib.sha256(f"pycoop {__version__} {_compiler_hash()}\n{VALIDATOR_ENV[target]}\n"
-                          f"{text}".encode()).hexdigest()
+                          f"{variant}{text}".encode()).hexdigest()
 
 
-def lower_cached(module: Module, _ir_text: str | None = None) -> Lowered:
+def lower_cached(module: Module, _ir_text: str | None = None, *, decode_vector: bool = True) -> Lowered:
+    """Lowered and validated module. `decode_vector=False`: DecodeVectorFunc operands stripped
+    (validated by spirv-val). With them kept, modules using decode_vector are checked by
+    pycoop.ops.nv.decode_vector.check_module, and by spirv-val only if it knows the extension."""
     from .codegen.opencl import lower_opencl, module_target
     target = module_target(module)
-    key = _key(module, target)
+    key = _key(module, target, decode_vector)
     hit = _memory.get(key)
     if hit is not None:
         return hit
@@ -58,13 +62,27 @@ def lower_cached(module: Module, _ir_text: str | None = None) -> Lowered:
             data = json.loads(path.read_text())
             if data.get("key") == key:
                 low = Lowered(bytes.fromhex(data["spv"]), data["abi"], data["capabilities"],
-                              data["extensions"], _requirements(data["requirements"]))
+                              data["extensions"], _requirements(data["requirements"]),
+                              data.get("notes", []))
                 _memory[key] = low
                 return low
         except (OSError, ValueError, KeyError):
             pass          # unreadable entry: rebuild and overwrite it
-    low = lower_opencl(module) if target == "opencl" else lower(module)
-    validate(low.spv, VALIDATOR_ENV[target])
+    low = lower_opencl(module) if target == "opencl" else lower(module, decode_vector)
+    from .ops.nv import decode_vector as DV
+    if "SPV_NV_cooperative_matrix_decode_vector" in low.extensions:
+        problems = DV.check_module(low.spv)
+        if problems:
+            from .spirv.errors import SpirvValidationError
+            raise SpirvValidationError("pycoop decode_vector check: " + "; ".join(problems))
+        if DV.validator_supports():
+            validate(low.spv, VALIDATOR_ENV[target])
+        else:
+            low.notes.append("the full module (with DecodeVectorFunc) was checked by pycoop's own "
+                             "decode_vector verifier: the installed spirv-val predates "
+                             "SPV_NV_cooperative_matrix_decode_vector")
+    else:
+        validate(low.spv, VALIDATOR_ENV[target])
     _memory[key] = low
     if path is not None:
         _store(path, key, low)
@@ -81,7 +99,7 @@ def _store(path, key: str, low: Lowered) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = {"key": key, "spv": low.spv.hex(), "abi": low.abi, "capabilities": low.capabilities,
-                "extensions": low.extensions, "requirements": low.requirements}
+                "extensions": low.extensions, "requirements": low.requirements, "notes": low.notes}
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(data, f)

@@ -30,3 +30,41 @@ def show_internal_frames() -> bool:
 def subgroup_size() -> int:
     """PYCOOP_SUBGROUP_SIZE: the emulator's subgroup size when a kernel does not fix one."""
     return int(os.environ.get("PYCOOP_SUBGROUP_SIZE", "32"))
+
+
+_check_decode_vector_override: list[bool] = []
+
+
+def check_decode_vector_enabled() -> bool:
+    """PYCOOP_CHECK_DECODE_VECTOR=1 (or inside `check_decode_vector()`): the emulator calls both
+    the decode and the decode_vector function of a tensor load wherever the vector one may be
+    used, and reports any element where they disagree."""
+    if _check_decode_vector_override:
+        return _check_decode_vector_override[-1]
+    return os.environ.get("PYCOOP_CHECK_DECODE_VECTOR", "") not in ("", "0")
+
+
+class check_decode_vector:
+    """`with pycoop.knobs.check_decode_vector(): ...` turns the decode_vector checking mode on
+    (or off with `check_decode_vector(False)`) for launches inside, whatever the environment."""
+
+    def __init__(self, on: bool = True):
+        self.on = bool(on)
+
+    def __enter__(self):
+        _check_decode_vector_override.append(self.on)
+        return self
+
+    def __exit__(self, *exc):
+        _check_decode_vector_override.pop()
+        return False
+
+
+def decode_vector_mode() -> str:
+    """PYCOOP_DECODE_VECTOR: what `CompiledKernel.spv` holds for kernels using decode_vector:
+    "auto" (default: strip the DecodeVectorFunc operand unless spirv-val knows
+    SPV_NV_cooperative_matrix_decode_vector), "strip" or "keep" (the full module)."""
+    v = os.environ.get("PYCOOP_DECODE_VECTOR", "auto").strip().lower() or "auto"
+    if v not in ("auto", "strip", "keep"):
+        raise ValueError(f"PYCOOP_DECODE_VECTOR={v!r}: expected auto, strip or keep")
+    return v

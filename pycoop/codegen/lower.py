@@ -42,6 +42,7 @@ _FEATURES = {
     "CooperativeMatrixTensorAddressingNV": "cooperativeMatrixTensorAddressing",
     "CooperativeMatrixBlockLoadsNV": "cooperativeMatrixBlockLoads",
     "CooperativeMatrixConversionQCOM": "cooperativeMatrixConversion",
+    "CooperativeMatrixDecodeVectorNV": "cooperativeMatrixDecodeVector",
 }
 
 # Vulkan device extensions that expose each SPIR-V extension.
@@ -67,13 +68,17 @@ class Lowered:
     capabilities: list[str]
     extensions: list[str]
     requirements: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)      # what lowering changed, for the compile report
 
 
 class LowerCtx:
     """What op lowerings use: ids of values and types, constants, instruction emission, blocks."""
 
-    def __init__(self, module: Module):
+    def __init__(self, module: Module, decode_vector: bool = True):
         self.module = module
+        # False: leave DecodeVectorFunc operands out (SPV_NV_cooperative_matrix_decode_vector)
+        self.decode_vector = decode_vector
+        self.stripped_functions: set = set()
         self.b = ModuleBuilder((1, 6))
         self.ids: dict[Value, int] = {}
         self._types: dict[Type, int] = {}
@@ -121,6 +126,8 @@ class LowerCtx:
                 return b.type("OpTypeFloat", t.bits, t.encoding)
             return b.type("OpTypeFloat", t.bits)
         if isinstance(t, VectorType):
+            if t.count > 4:       # Shader modules: 8/16-component vectors (SPV_EXT_long_vector)
+                self.need("LongVectorEXT")
             return b.type("OpTypeVector", self.type_id(t.elem), t.count)
         if isinstance(t, CoopMatType):
             from ..ops.khr import _type_caps
@@ -346,8 +353,10 @@ def glsl_opcode(name: str) -> int:
     return _GLSL[name]
 
 
-def lower(module: Module) -> Lowered:
-    ctx = LowerCtx(module)
+def lower(module: Module, decode_vector: bool = True) -> Lowered:
+    """`decode_vector=False` strips DecodeVectorFunc operands and their functions (the
+    module stays correct: DecodeFunc alone is a valid implementation of the load)."""
+    ctx = LowerCtx(module, decode_vector)
     b = ctx.b
     for cap in ("Shader", "VulkanMemoryModel", "PhysicalStorageBufferAddresses"):
         ctx.need(cap)
@@ -396,6 +405,8 @@ def lower(module: Module) -> Lowered:
         b.emit("OpReturn")
     b.end_function()
     for f in module.functions:
+        if f in ctx.stripped_functions and f not in ctx._functions:
+            continue
         ctx.lower_function(f)
     b.entry_point("GLCompute", main, "main", ctx.interface)
     b.execution_mode(main, "LocalSize", *module.workgroup_size)
@@ -413,4 +424,9 @@ def lower(module: Module) -> Lowered:
     if ctx.uses_subgroup:
         reqs["subgroup_size"] = module.subgroup_size
         layout["required_subgroup_size"] = module.subgroup_size
-    return Lowered(b.assemble(), layout, sorted(ctx.caps), b.extensions, reqs)
+    notes = []
+    if ctx.stripped_functions:
+        notes.append(f"stripped the DecodeVectorFunc operands ({len(ctx.stripped_functions)} "
+                     "decode_vector function(s)) of SPV_NV_cooperative_matrix_decode_vector: the "
+                     "target lacks the extension; those tensor loads use their DecodeFunc only")
+    return Lowered(b.assemble(), layout, sorted(ctx.caps), b.extensions, reqs, notes)

@@ -325,16 +325,54 @@ class CompiledKernel:
     def ir(self) -> str:
         return print_module(self.module)
 
+    @functools.cached_property
+    def decode_vector(self) -> str | None:
+        """None if no tensor load uses decode_vector; else "kept" (`.spv` has the
+        DecodeVectorFunc operands) or "stripped" (PYCOOP_DECODE_VECTOR=strip, or "auto" with a
+        spirv-val that predates SPV_NV_cooperative_matrix_decode_vector)."""
+        from ..ops.nv import decode_vector as DV
+        if self.target != "vulkan" or not DV.uses_decode_vector(self.module):
+            return None
+        mode = knobs.decode_vector_mode()
+        keep = mode == "keep" or (mode == "auto" and DV.validator_supports())
+        return "kept" if keep else "stripped"
+
     def _lower(self):
         if self._lowered is None:
             from ..cache import lower_cached
-            self._lowered = lower_cached(self.module, self.ir)
+            if self.decode_vector == "stripped":
+                self._lowered = lower_cached(self.module, self.ir, decode_vector=False)
+                self._lower_full()        # the full module is still checked (pycoop's verifier)
+            else:
+                self._lowered = lower_cached(self.module)
         return self._lowered
+
+    def _lower_full(self):
+        from ..cache import lower_cached
+        return lower_cached(self.module)
 
     @property
     def spv(self) -> bytes:
-        """The validated SPIR-V binary."""
+        """The validated SPIR-V binary (for kernels using decode_vector: see `.decode_vector`)."""
         return self._lower().spv
+
+    @property
+    def spv_full(self) -> bytes:
+        """The module with every DecodeVectorFunc operand (SPV_NV_cooperative_matrix_decode_vector),
+        whatever `.spv` holds; checked by pycoop's decode_vector verifier (and spirv-val when it
+        knows the extension). Equal to `.spv` for kernels without decode_vector."""
+        if self.decode_vector is None:
+            return self.spv
+        return self._lower_full().spv
+
+    @property
+    def report(self) -> list[str]:
+        """Notes of the compilation: what was changed for the target (e.g. stripped
+        DecodeVectorFunc operands) and how the module was checked."""
+        notes = list(self._lower().notes)
+        if self.decode_vector == "stripped":
+            notes += [n for n in self._lower_full().notes if n not in notes]
+        return notes
 
     @functools.cached_property
     def spvasm(self) -> str:
@@ -360,7 +398,9 @@ class CompiledKernel:
                 "subgroup_size": self.module.subgroup_size, "constants": {k: repr(v) for k, v in self.consts.items()},
                 "abi": low.abi, "capabilities": low.capabilities, "extensions": low.extensions,
                 "requirements": {k: (list(map(list, v)) if k == "coopmat_shapes" else v)
-                                 for k, v in low.requirements.items()}}
+                                 for k, v in low.requirements.items()},
+                **({"decode_vector": self.decode_vector, "notes": self.report}
+                   if self.decode_vector else {})}
 
     def save(self, path) -> Path:
         """Write `path` (.spv) and `path`.json (entry point, ABI, requirements)."""

@@ -1,0 +1,334 @@
+"""SPV_NV_cooperative_matrix_decode_vector: the optional DecodeVectorFunc of
+OpCooperativeMatrixLoadTensorNV (`pycoop.nv.load_tensor(..., decode=f, decode_vector=fv)`).
+
+* Trace-time rules (`check_vector_function`, `const_last_block_size`), re-run by the IR verifier.
+* Emulator semantics (`emulate_decode`): V-groups of elements sharing blockCoord and
+  coordInBlock except the last dimension, whose coordInBlock starts at a multiple of V. The
+  vector function decodes whole groups, the scalar one the rest; in checking mode
+  (PYCOOP_CHECK_DECODE_VECTOR=1 or `pycoop.knobs.check_decode_vector()`) both run and any
+  disagreement is reported.
+* A SPIR-V binary checker (`check_module`) for the full module, which the installed spirv-val
+  (2025.5) cannot validate, and the validator probe (`validator_supports`) deciding whether
+  modules are stripped of the operand (see docs/gpu.md).
+"""
+from __future__ import annotations
+
+import functools
+import re
+import struct as _struct
+import subprocess
+
+import numpy as np
+
+from ...errors import CompileError, EmulatorError, Loc
+from ...types import (ArrayType, CoopMatType, PointerType, ScalarType, StorageClass, StructType,
+                      VectorType)
+
+SPEC = "SPV_NV_cooperative_matrix_decode_vector"
+EXTENSION = SPEC
+CAPABILITY = "CooperativeMatrixDecodeVectorNV"
+CAPABILITY_NUMBER = 5447
+LONG_VECTOR = "LongVectorEXT"
+LONG_VECTOR_NUMBER = 5425
+DECODE_VECTOR_BIT = 0x4
+VECTOR_SIZES = (2, 4, 8)
+
+
+# --------------------------------------------------------------------------- trace-time rules
+
+def check_block_type(block, loc: Loc) -> None:
+    """`decode_vector_block=`: the pointee of the vector function's pointer parameter."""
+    if not isinstance(block, (StructType, ScalarType)) or (isinstance(block, ScalarType) and block.is_bool):
+        raise CompileError(f"decode_vector_block must be a block struct (pycoop.struct) or a numeric "
+                           f"scalar type, got {block!r}", loc,
+                           rule=f"{SPEC}: DecodeVectorFunc's first parameter is a pointer in the "
+                                "PhysicalStorageBuffer storage class (its pointee may differ from "
+                                "DecodeFunc's)")
+
+
+def check_vector_function(fn, mat_type: CoopMatType, dim: int, loc: Loc) -> int:
+    """The rules of the spec and of SPIRV-Tools v2026.3 on a traced DecodeVectorFunc; returns V."""
+    rt = fn.result_type
+    comp = mat_type.component
+    if not isinstance(rt, VectorType) or rt.elem != comp:
+        raise CompileError(f"the decode_vector function returns {rt}, not a vector of the matrix "
+                           f"component type {comp}", loc,
+                           rule=f"{SPEC}: the Result Type of DecodeVectorFunc's function must be a "
+                                "vector of the Component Type of Result Type",
+                           hint=f"return pycoop.make_vector([...], {comp}) with 2, 4 or 8 elements")
+    if rt.count not in VECTOR_SIZES:
+        raise CompileError(f"the decode_vector function returns {rt.count} components; V must be "
+                           "2, 4 or 8", loc,
+                           rule=f"{SPEC}: the return vector has 2, 4, or 8 components")
+    params = [p.type for p in fn.params]
+    coord = ArrayType(_u32(), dim)
+    if len(params) != 3:
+        raise CompileError(f"the decode_vector function takes {len(params)} parameters, not 3", loc,
+                           rule=f"{SPEC}: same parameters as DecodeFunc")
+    p0 = params[0]
+    if not (isinstance(p0, PointerType) and p0.storage == StorageClass.PhysicalStorageBuffer):
+        raise CompileError(f"the decode_vector function's first parameter is {p0}", loc,
+                           rule=f"{SPEC}: first parameter must be pointer to PhysicalStorageBuffer")
+    for i, p in enumerate(params[1:], 2):
+        if p != coord:
+            raise CompileError(f"parameter {i} of the decode_vector function is {p}, expected {coord}",
+                               loc, rule=f"{SPEC}: second and third parameters are arrays of 32-bit "
+                                         "integers whose length equals the tensor layout dimension")
+    return rt.count
+
+
+def _u32():
+    from ...types import u32
+    return u32
+
+
+def const_last_block_size(layout_value) -> int | None:
+    """blockSize[LDim-1] of a layout value when it is a compile-time constant: follow the chain
+    of layout state ops back to OpCreateTensorLayoutNV (block size 1) or the last
+    OpTensorLayoutSetBlockSizeNV whose operand is a `const` op. None when unknown (e.g. a
+    layout carried through a loop)."""
+    v = layout_value
+    for _ in range(10000):
+        op = getattr(v, "op", None)
+        if op is None:
+            return None
+        if op.name == "nv.create_layout":
+            return 1
+        if op.name == "nv.layout_block_size":
+            last = op.operands[-1]
+            if last.op is not None and last.op.name == "const":
+                return int(last.op.attrs["value"]) & 0xFFFFFFFF
+            return None
+        if not op.name.startswith("nv.layout_"):
+            return None
+        v = op.operands[0]
+    return None
+
+
+def check_static_block_size(layout_value, v: int, loc: Loc) -> None:
+    bs = const_last_block_size(layout_value)
+    if bs is not None and bs % v:
+        raise CompileError(f"the layout's block size in its last dimension is {bs}, not a multiple "
+                           f"of the decode_vector width V = {v}", loc,
+                           rule=f"{SPEC}: blockSize[LDim-1] must be a multiple of V (otherwise "
+                                "DecodeVectorFunc invocations are undefined behaviour)",
+                           hint=f"set .block_size(..., {v * max(1, -(-bs // v))}) or use a smaller V")
+
+
+# --------------------------------------------------------------------------- emulator
+
+def _equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f" or a.dtype.kind == "V" or a.dtype.name in ("bfloat16",) \
+            or "float" in a.dtype.name:
+        af, bf = a.astype(np.float64), b.astype(np.float64)
+        return (af == bf) | (np.isnan(af) & np.isnan(bf))
+    return a == b
+
+
+def groups(inst: np.ndarray, bc: np.ndarray, cib: np.ndarray, v: int):
+    """Group accessed elements: (group id per element, lane per element, whole per group,
+    representative element per group). Elements are in one group when they share the scope
+    instance, blockCoord, coordInBlock[:-1] and coordInBlock[-1] // V; a group is whole when
+    every lane 0..V-1 occurs."""
+    last = cib[:, -1].astype(np.int64)
+    key = np.concatenate([inst[:, None].astype(np.int64), bc.astype(np.int64),
+                          cib[:, :-1].astype(np.int64), (last // v)[:, None]], axis=1)
+    _, first, gid = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    gid = gid.reshape(-1)
+    lane = last % v
+    present = np.zeros((len(first), v), bool)
+    present[gid, lane] = True
+    return gid, lane, present.all(1), first
+
+
+def emulate_decode(ctx, op, fn, fv, memory, plan, where, ei, check: bool):
+    """Values of the accessed elements `where` of a load with DecodeFunc `fn` and
+    DecodeVectorFunc `fv` (see the module docstring)."""
+    from ...emulator.machine import PointerArray
+    v = fv.result_type.count
+    shape = plan.shape
+    batch = shape[:-2]
+    n = len(ei)
+    # blockSize[LDim-1] must be a multiple of V in every instance that loads something
+    bs = np.broadcast_to(plan.layout.block_size[..., -1], batch)
+    inst = np.ravel_multi_index(where[:-2], batch) if batch else np.zeros(n, np.int64)
+    loading = np.zeros(int(np.prod(batch)), bool)
+    loading[inst] = True
+    bad = (bs.reshape(-1) % v != 0) & loading
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise EmulatorError(
+            f"load_tensor with decode_vector (V = {v}): the layout's block size in its last "
+            f"dimension is {int(bs.reshape(-1)[i])} in scope instance "
+            f"{np.unravel_index(i, batch) if batch else ()}, not a multiple of V", op.loc,
+            rule=f"{SPEC}: blockSize[LDim-1] must be a multiple of V (undefined behaviour otherwise)",
+            hint="reported by the pycoop emulator")
+    bc = plan.block_coord[where].astype(np.uint32)
+    cib = plan.coord_in_block[where].astype(np.uint32)
+    gid, lane, whole, first = groups(inst, bc, cib, v)
+    use_vec = whole[gid]
+    dtype = op.attrs["type"].component.dtype
+    out = np.empty(n, dtype)
+    # vector decode: one call per whole group, with the pointer and coordinates of its lane 0
+    wg = np.flatnonzero(whole)
+    if wg.size:
+        rep = first[wg]
+        vsize = fv.params[0].type.pointee.size
+        vcib = cib[rep].copy()
+        vcib[:, -1] -= vcib[:, -1] % v
+        vptr = PointerArray(memory, (ei[rep] * vsize).astype(np.int64))
+        vals = ctx.call(fv, [vptr, bc[rep], vcib], (wg.size,))
+        slot = np.full(len(whole), -1, np.int64)
+        slot[wg] = np.arange(wg.size)
+        out[use_vec] = vals[slot[gid[use_vec]], lane[use_vec]]
+    scalar = np.ones(n, bool) if check else ~use_vec
+    if scalar.any():
+        esize = fn.params[0].type.pointee.size
+        sel = np.flatnonzero(scalar)
+        ptr = PointerArray(memory, (ei[sel] * esize).astype(np.int64))
+        svals = ctx.call(fn, [ptr, bc[sel], cib[sel]], (sel.size,))
+        if check:
+            both = use_vec[sel]
+            diff = both & ~_equal(svals, out[sel])
+            if diff.any():
+                k = int(np.flatnonzero(diff)[0])
+                e = int(sel[k])
+                loc_idx = tuple(int(w[e]) for w in where)
+                instance, (row, col) = loc_idx[:-2], loc_idx[-2:]
+                base = int(cib[e, -1]) - int(lane[e])
+                raise EmulatorError(
+                    f"decode_vector and decode disagree at matrix element (row {row}, col {col}) "
+                    f"of scope instance {instance}: decode(blockCoord={bc[e].tolist()}, "
+                    f"coordInBlock={cib[e].tolist()}) = {svals[k].item()!r}, but component {int(lane[e])} "
+                    f"of decode_vector(blockCoord={bc[e].tolist()}, coordInBlock="
+                    f"{cib[e, :-1].tolist() + [base]}) = {out[e].item()!r} "
+                    f"({int(diff.sum())} element(s) differ)", op.loc,
+                    rule=f"{SPEC}: the implementation may call either function for any element, "
+                         "so both must return the same values",
+                    hint=f"component i of the vector is the element at coordInBlock[-1] + i "
+                         f"(V = {v}); checked because PYCOOP_CHECK_DECODE_VECTOR is on")
+            out[sel[~both]] = svals[~both]
+        else:
+            out[sel] = svals
+    return out
+
+
+# --------------------------------------------------------------------------- SPIR-V
+
+@functools.cache
+def validator_supports() -> bool:
+    """Whether the installed spirv-val knows SPV_NV_cooperative_matrix_decode_vector
+    (SPIRV-Tools v2026.3 or later)."""
+    try:
+        from ...spirv.tools import tool_path
+        out = subprocess.run([tool_path("spirv-val"), "--version"], capture_output=True,
+                             text=True, check=False).stdout
+    except Exception:
+        return False
+    m = re.search(r"v(\d{4})\.(\d+)", out)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (2026, 3)
+
+
+def _instructions(spv: bytes):
+    words = _struct.unpack(f"<{len(spv) // 4}I", spv)
+    i = 5
+    while i < len(words):
+        n, opc = words[i] >> 16, words[i] & 0xFFFF
+        if n == 0:
+            raise ValueError(f"malformed SPIR-V: zero word count at word {i}")
+        yield opc, words[i + 1:i + n]
+        i += n
+
+
+def _string(ws) -> str:
+    return b"".join(_struct.pack("<I", w) for w in ws).split(b"\0")[0].decode()
+
+
+# opcodes
+_OP_EXTENSION, _OP_CAPABILITY, _OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_VECTOR = 10, 17, 21, 22, 23
+_OP_TYPE_ARRAY, _OP_TYPE_POINTER, _OP_TYPE_FUNCTION, _OP_CONSTANT, _OP_FUNCTION = 28, 32, 33, 43, 54
+_OP_TYPE_COOPMAT, _OP_LOAD_TENSOR, _OP_STORE_TENSOR, _OP_TYPE_LAYOUT = 4456, 5367, 5368, 5370
+_PSB = 5349
+
+
+def _memory_operand_words(mask: int) -> int:
+    # Aligned (0x2) takes one literal; MakePointerAvailable/Visible (0x8/0x10) one scope id each
+    return (1 if mask & 0x2 else 0) + (1 if mask & 0x8 else 0) + (1 if mask & 0x10 else 0)
+
+
+def check_module(spv: bytes) -> list[str]:
+    """pycoop's own check of DecodeVectorFunc uses in a SPIR-V binary (the rules spirv-val
+    v2026.3 applies, for validators that predate the extension). Returns the problems found
+    (empty: fine)."""
+    caps, exts, types, consts, funcs, problems = set(), set(), {}, {}, {}, []
+    uses = []
+    for opc, ops in _instructions(spv):
+        if opc == _OP_CAPABILITY:
+            caps.add(ops[0])
+        elif opc == _OP_EXTENSION:
+            exts.add(_string(ops))
+        elif opc in (_OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_VECTOR, _OP_TYPE_ARRAY, _OP_TYPE_POINTER,
+                     _OP_TYPE_FUNCTION, _OP_TYPE_COOPMAT, _OP_TYPE_LAYOUT):
+            types[ops[0]] = (opc, tuple(ops[1:]))
+        elif opc == _OP_CONSTANT:
+            consts[ops[1]] = ops[2]
+        elif opc == _OP_FUNCTION:
+            funcs[ops[1]] = (ops[0], ops[3])           # result type, function type
+        elif opc in (_OP_LOAD_TENSOR, _OP_STORE_TENSOR):
+            uses.append((opc, tuple(ops)))
+    for opc, ops in uses:
+        if opc == _OP_LOAD_TENSOR:
+            rtype, mem_mask = ops[0], ops[5]
+            k = 6 + _memory_operand_words(mem_mask)
+        else:
+            mem_mask = ops[3]
+            k = 4 + _memory_operand_words(mem_mask)
+        ta = ops[k]
+        ids = list(ops[k + 1:])
+        if not ta & DECODE_VECTOR_BIT:
+            continue
+        if opc == _OP_STORE_TENSOR:
+            problems.append("DecodeVectorFunc on OpCooperativeMatrixStoreTensorNV")
+            continue
+        if not ta & 0x2:
+            problems.append("DecodeVectorFunc requires DecodeFunc to also be specified")
+            continue
+        fid = ids[(1 if ta & 0x1 else 0) + 1]
+        if fid not in funcs:
+            problems.append(f"DecodeVectorFunc <id> {fid} is not a function")
+            continue
+        comp = types.get(rtype, (0, (0,)))[1][0]
+        ret, fnt = funcs[fid]
+        rt = types.get(ret)
+        if rt is None or rt[0] != _OP_TYPE_VECTOR or rt[1][0] != comp:
+            problems.append("DecodeVectorFunc return type must be a vector of the matrix component type")
+            continue
+        if rt[1][1] not in VECTOR_SIZES:
+            problems.append("DecodeVectorFunc return vector length must be 2, 4, or 8")
+        if rt[1][1] == 8 and LONG_VECTOR_NUMBER not in caps:
+            problems.append("an 8-component vector needs the LongVectorEXT capability")
+        params = types[fnt][1][1:]
+        p0 = types.get(params[0]) if params else None
+        if p0 is None or p0[0] != _OP_TYPE_POINTER or p0[1][0] != _PSB:
+            problems.append("DecodeVectorFunc first parameter must be pointer to PhysicalStorageBuffer")
+        # the coordinate arrays must be those of DecodeFunc (u32[Dim], checked by spirv-val there)
+        sparams = types[funcs[ids[1 if ta & 0x1 else 0]][1]][1][1:] if ids[1 if ta & 0x1 else 0] in funcs else ()
+        for p in params[1:3]:
+            t = types.get(p)
+            ok = t is not None and t[0] == _OP_TYPE_ARRAY and types.get(t[1][0], (0, (0,)))[0] == _OP_TYPE_INT \
+                and types[t[1][0]][1][0] == 32 and (len(sparams) < 3 or p == sparams[1])
+            if not ok:
+                problems.append("DecodeVectorFunc parameters 2 and 3 must be arrays of 32-bit integers "
+                                "with dimension equal to the tensor dimension")
+        if len(params) != 3:
+            problems.append("DecodeVectorFunc must take 3 parameters")
+        if CAPABILITY_NUMBER not in caps:
+            problems.append("DecodeVectorFunc needs the CooperativeMatrixDecodeVectorNV capability")
+        if EXTENSION not in exts:
+            problems.append(f'DecodeVectorFunc needs OpExtension "{EXTENSION}"')
+    return problems
+
+
+def uses_decode_vector(module) -> bool:
+    return any(op.name == "nv.load_tensor" and op.attrs.get("decode_vector") is not None
+               for op in module.walk())
