@@ -70,13 +70,24 @@ def square(n: int, repeat: int) -> None:
         wm, wn = gemm_workgroup_tile(tm, tn)
         t = timed(gemm_khr, (n // wm, n // wn), [A, B, C, n, n, n], repeat, TM=tm, TN=tn)
         row(f"{n}^3", f"KHR TM={tm} TN={tn}", flop / t / 1e9, ref, rel_err(C, A, B))
-    best = (0.0, None)
+    results = []
     for bm, bn, bk, inv in NV_CONFIGS:
         C[:] = 0
         t = timed(gemm_nv(bm, bn, bk, inv), (-(-n // bm), -(-n // bn)), [A, B, C, n, n, n], repeat)
         row(f"{n}^3", f"NV {bm}x{bn}x{bk} wg={inv}", flop / t / 1e9, ref, rel_err(C, A, B))
-        best = max(best, (flop / t / 1e9, (bm, bn, bk, inv)))
-    print(f"{'':>16} best NV configuration {best[1]}: {best[0]:.1f} TFLOP/s = {best[0] / ref:.3f}x cuBLAS")
+        results.append((flop / t / 1e9, (bm, bn, bk, inv), 1))
+    # the three best tilings again with 2 and 4 k-steps per loop iteration
+    for _, cfg, _ in sorted(results, reverse=True)[:3]:
+        for unroll in (2, 4):
+            C[:] = 0
+            t = timed(gemm_nv(*cfg, unroll=unroll), (-(-n // cfg[0]), -(-n // cfg[1])),
+                      [A, B, C, n, n, n], repeat)
+            row(f"{n}^3", f"NV {cfg[0]}x{cfg[1]}x{cfg[2]} wg={cfg[3]} u{unroll}", flop / t / 1e9, ref,
+                rel_err(C, A, B))
+            results.append((flop / t / 1e9, cfg, unroll))
+    tf, cfg, unroll = max(results)
+    print(f"{'':>16} best NV: {cfg[0]}x{cfg[1]}x{cfg[2]} wg={cfg[3]} unroll {unroll}: "
+          f"{tf:.1f} TFLOP/s = {tf / ref:.3f}x cuBLAS")
 
 
 def q4_0(repeat: int, configs) -> None:
@@ -99,11 +110,12 @@ def q4_0(repeat: int, configs) -> None:
     for config in configs:
         bm, bn, bk, inv = config
         grid = (-(-M // bm), -(-N // bn))
-        t16 = flop / timed(gemm_nv(*config), grid, [X, Wt, Y, M, N, K], repeat) / 1e9
-        row(shape, f"NV f16 {bm}x{bn}x{bk} wg={inv}", t16, ref)
-        tq = flop / timed(gemm_q4_0(*config), grid, [X, Wq, Y, M, N, K], repeat) / 1e9
-        row(shape, f"NV Q4_0 {bm}x{bn}x{bk} wg={inv}", tq, ref)
-        best16, bestq = max(best16, t16), max(bestq, tq)
+        for unroll in (1, 2):
+            t16 = flop / timed(gemm_nv(*config, unroll=unroll), grid, [X, Wt, Y, M, N, K], repeat) / 1e9
+            row(shape, f"NV f16 {bm}x{bn}x{bk} wg={inv} u{unroll}", t16, ref)
+            tq = flop / timed(gemm_q4_0(*config, unroll=unroll), grid, [X, Wq, Y, M, N, K], repeat) / 1e9
+            row(shape, f"NV Q4_0 {bm}x{bn}x{bk} wg={inv} u{unroll}", tq, ref)
+            best16, bestq = max(best16, t16), max(bestq, tq)
     print(f"{'':>16} best Q4_0 / best f16 = {bestq / best16:.2f}")
 
 

@@ -51,24 +51,28 @@ def gemm_reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 
 
 @functools.cache
-def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256):
-    """Workgroup-scope GEMM through NV tensor layouts (any M, N, K: Constant clamp at the
-    edges): each workgroup computes a BM x BN tile of C = A @ B, f16 in, f32 accumulate."""
+def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256,
+            clamp: str = "constant", unroll: int = 1):
+    """Workgroup-scope GEMM through NV tensor layouts: each workgroup computes a BM x BN tile
+    of C = A @ B, f16 in, f32 accumulate. With the Constant clamp any M, N, K work (edges read
+    zeros); "undefined" needs M, N multiples of the tile and K of BK * unroll. `unroll` k-steps
+    are traced per loop iteration."""
     MA = pc.coopmat[f16, pc.Workgroup, BM, BK, pc.UseA]
     MB = pc.coopmat[f16, pc.Workgroup, BK, BN, pc.UseB]
     MC = pc.coopmat[f32, pc.Workgroup, BM, BN, pc.Accumulator]
 
     @pc.kernel(workgroup_size=invocations)
     def gemm_nv(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N: u32, K: u32):
-        la = pc.nv.tensor_layout(2, clamp="constant").dimension(M, K)
-        lb = pc.nv.tensor_layout(2, clamp="constant").dimension(K, N)
-        lc = pc.nv.tensor_layout(2, clamp="constant").dimension(M, N)
+        la = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, K)
+        lb = pc.nv.tensor_layout(2, clamp=clamp).dimension(K, N)
+        lc = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, N)
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
         acc = MC.fill(0.0)
-        for k in range(0, K, BK):
-            a = pc.nv.load_tensor(A, la.slice(m0, BM, k, BK), MA)
-            b = pc.nv.load_tensor(B, lb.slice(k, BK, n0, BN), MB)
-            acc = pc.mul_add(a, b, acc)
+        for k in range(0, K, BK * unroll):
+            for u in range(unroll):
+                a = pc.nv.load_tensor(A, la.slice(m0, BM, k + BK * u, BK), MA)
+                b = pc.nv.load_tensor(B, lb.slice(k + BK * u, BK, n0, BN), MB)
+                acc = pc.mul_add(a, b, acc)
         pc.nv.store_tensor(C, lc.slice(m0, BM, n0, BN), acc)
     return gemm_nv
 
@@ -84,9 +88,9 @@ def _q4_0_weight(block, block_coord, coord_in_block):
 
 
 @functools.cache
-def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256):
+def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1):
     """Y (M x N, f32) = X (M x K, f16) @ W.T, W (N x K) in Q4_0 blocks of 32 along K,
-    decoded by a decode function while loading (workgroup scope)."""
+    decoded by a decode function while loading (workgroup scope); `unroll` as in gemm_nv."""
     MA = pc.coopmat[f16, pc.Workgroup, BM, BK, pc.UseA]
     MB = pc.coopmat[f16, pc.Workgroup, BK, BN, pc.UseB]
     MC = pc.coopmat[f32, pc.Workgroup, BM, BN, pc.Accumulator]
@@ -99,9 +103,11 @@ def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256
         wt = pc.nv.tensor_view(2, False, (1, 0))
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
         acc = MC.fill(0.0)
-        for k in range(0, K, BK):
-            a = pc.nv.load_tensor(X, lx.slice(m0, BM, k, BK), MA)
-            b = pc.nv.load_tensor(W, lw.slice(n0, BN, k, BK), MB, view=wt, decode=_q4_0_weight)
-            acc = pc.mul_add(a, b, acc)
+        for k in range(0, K, BK * unroll):
+            for u in range(unroll):
+                a = pc.nv.load_tensor(X, lx.slice(m0, BM, k + BK * u, BK), MA)
+                b = pc.nv.load_tensor(W, lw.slice(n0, BN, k + BK * u, BK), MB, view=wt,
+                                      decode=_q4_0_weight)
+                acc = pc.mul_add(a, b, acc)
         pc.nv.store_tensor(Y, ly.slice(m0, BM, n0, BN), acc)
     return gemm_q4_0
