@@ -111,7 +111,6 @@ def test_saturating_int8_matches_emulator():
 
 def test_elementwise_convert_length_shared():
     Acc = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
-    Acc16 = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.Accumulator]
 
     @pc.kernel(workgroup_size=64)
     def ew(X: pc.Buffer[f32], Y: pc.Buffer[f32], O: pc.Buffer[f32], H: pc.Buffer[f16], L: pc.Buffer[u32]):

@@ -8,6 +8,7 @@ it). Floats within a stated tolerance, addressing and integers exactly.
 from __future__ import annotations
 
 import importlib.util
+import sys
 import zlib
 from pathlib import Path
 
@@ -15,7 +16,10 @@ import numpy as np
 import pytest
 
 import pycoop as pc
-from pycoop import f16, f32, u32
+from pycoop import f16, f32
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "nv"))
+from test_nv_ops import matrix_ops_kernel, tensor_kernel  # noqa: E402  (shared test kernels)
 
 pytestmark = pytest.mark.gpu
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -76,22 +80,6 @@ def test_attention_example():
     np.testing.assert_allclose(gpu[4], emu[4], atol=3e-3)
 
 
-def _load_kernel(clamp, has_dims, perm, store):
-    @pc.kernel(workgroup_size=32)
-    def k(X: pc.Buffer[f16], Out: pc.Buffer[f16], P: pc.Buffer[u32]):
-        lay = pc.nv.tensor_layout(2, clamp).dimension(P[0], P[1]).stride(P[2], P[3])
-        lay = lay.slice(P[4], P[5], P[6], P[7]).clamp_value(P[8])
-        view = pc.nv.tensor_view(2, has_dims, perm).dimension(P[9], P[10]).stride(P[11], P[12])
-        view = view.clip(P[13], P[14], P[15], P[16])
-        if store:
-            m = Acc16.load(X, 0, 16)
-            pc.nv.store_tensor(Out, lay, m, view=view)
-        else:
-            m = pc.nv.load_tensor(X, lay, Acc16, view=view, object=Acc16.fill(7.0))
-            pc.store(Out, 0, m, 16)
-    return k
-
-
 @pytest.mark.parametrize("store", [False, True], ids=["load", "store"])
 @pytest.mark.parametrize("clamp", CLAMPS)
 def test_random_layouts_views(clamp, store):
@@ -102,7 +90,7 @@ def test_random_layouts_views(clamp, store):
         has_dims, perm = bool(rng.integers(2)), tuple(rng.permutation(2).tolist())
         key = (has_dims, perm)
         if key not in kernels:
-            kernels[key] = _load_kernel(clamp, has_dims, perm, store)
+            kernels[key] = tensor_kernel(clamp, key, store)
         d0, d1 = (int(x) for x in rng.integers(1, 40, 2))
         s0, s1 = (int(x) for x in rng.integers(1, 24, 2))
         o0, o1 = (int(x) for x in rng.integers(0, 40, 2))
@@ -126,35 +114,13 @@ def test_random_layouts_views(clamp, store):
     assert ran >= 5, "too few configurations were defined behaviour"
 
 
-def _matrix_kernel():
-    MatB = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.UseB]
-    Half = pc.coopmat[f32, pc.Subgroup, 8, 8, pc.Accumulator]
-
-    def fma(r, c, e, s, other):
-        return e * s + other + f32(r) - f32(c) * 0.5
-
-    @pc.kernel(workgroup_size=32)
-    def k(X: pc.Buffer[f32], Y: pc.Buffer[f32], Out: pc.Buffer[f32], s: f32):
-        x = Acc.load(X, 0, 16)
-        y = Acc.load(Y, 0, 16)
-        pc.store(Out, 0, pc.nv.reduce(x, "row", pc.max), 16)
-        pc.store(Out, 256, pc.nv.reduce(x, "column", "add"), 16)
-        pc.store(Out, 512, pc.nv.reduce(x, "row_column", pc.min), 16)
-        pc.store(Out, 768, pc.nv.reduce(x, "2x2", "add"), 8)
-        pc.store(Out, 1024, pc.nv.per_element(x, fma, s, y), 16)
-        pc.store(Out, 1280, pc.nv.transpose(x), 16)
-        pc.store(Out, 1536, pc.nv.convert(y, MatB), 16)
-        pc.store(Out, 1792, pc.nv.reduce(x, "row", "add", Half.with_(rows=16, cols=8)), 8)
-    return k
-
-
 @pytest.mark.parametrize("seed", range(8))
 def test_random_matrix_ops(seed):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal(256).astype(np.float32)
     Y = rng.standard_normal(256).astype(np.float32)
     Out = np.zeros(2048, np.float32)
-    gpu, emu = both(_matrix_kernel(), 1, [X, Y, Out, float(rng.standard_normal())])
+    gpu, emu = both(matrix_ops_kernel(), 1, [X, Y, Out, float(rng.standard_normal())])
     np.testing.assert_allclose(gpu[2], emu[2], rtol=1e-5, atol=1e-5)
 
 

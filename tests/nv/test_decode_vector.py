@@ -409,7 +409,6 @@ def test_full_module_encoding_and_stripped_module():
     k = pc.kernel(workgroup_size=32)(_runtime_block_kernel().fn)
     ck = k.compile()
     assert ck.decode_vector == "stripped"
-    full = dict((opc, ops) for opc, ops in DV._instructions(ck.spv_full))
     caps = [ops[0] for opc, ops in DV._instructions(ck.spv_full) if opc == 17]
     assert DV.CAPABILITY_NUMBER in caps and DV.LONG_VECTOR_NUMBER not in caps
     exts = [DV._string(ops) for opc, ops in DV._instructions(ck.spv_full) if opc == 10]

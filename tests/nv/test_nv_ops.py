@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pycoop as pc
-from pycoop import f16, f32, i32, u32
+from pycoop import f16, f32, u32
 from pycoop.ops.nv.addressing import Outcome
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -128,30 +128,33 @@ def test_decode_gets_block_pointer_and_coordinates():
     Blk = pc.struct("Blk", base=f16, pad=f16, vals=pc.array(f16, 6))   # 16 bytes, 2x3 block
     Mat = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
 
-    def decode(block, bc, cib):
-        return block.base + f16(bc[0] * 3 + bc[1]) * 0.0 + block.vals[cib[0] * 3 + cib[1]] \
-            + f16(f32(bc[1]) * 0.0 + f32(cib[0] * 10 + cib[1]) * 0.0)
+    def through_pointer(block, bc, cib):
+        return block.base + block.vals[cib[0] * 3 + cib[1]]
+
+    def through_coordinates(block, bc, cib):
+        return f16(bc[0] * 7 + bc[1]) * 10.0 + f16(cib[0] * 3 + cib[1])
 
     @pc.kernel(workgroup_size=32)
     def k(B: pc.ReadBuffer[Blk], Out: pc.Buffer[f16]):
         lay = pc.nv.tensor_layout(2, "clamp_to_edge").block_size(2, 3).dimension(20, 21)
-        pc.store(Out, 0, pc.convert(pc.nv.load_tensor(B, lay.slice(1, 16, 2, 16), Mat, decode=decode),
-                                     Acc16.with_(use=pc.UseA)), 16)
+        for i, fn in enumerate((through_pointer, through_coordinates)):
+            m = pc.nv.load_tensor(B, lay.slice(1, 16, 2, 16), Mat, decode=fn)
+            pc.store(Out, 256 * i, pc.convert(m, Acc16.with_(use=pc.UseA)), 16)
     SPV.append(k)
     nb = 10 * 7
     raw = np.zeros((nb, 8), np.float16)
-    raw[:, 0] = np.arange(nb) * 100
+    raw[:, 0] = np.arange(nb) * 10
     raw[:, 2:] = np.arange(6)
-    Out = np.zeros(256, np.float16)
+    Out = np.zeros(512, np.float16)
     k[1](raw.view(np.uint8).reshape(-1), Out, backend="emulator")
     r, c = np.mgrid[1:17, 2:18]
-    r, c = np.minimum(r, 19), np.minimum(c, 20)
-    blocks = (r // 2) * 7 + c // 3
-    want = blocks * 100 + (r % 2) * 3 + c % 3
-    np.testing.assert_array_equal(Out.reshape(16, 16), want.astype(np.float16))
+    r, c = np.minimum(r, 19), np.minimum(c, 20)          # clamp to edge
+    want = ((r // 2) * 7 + c // 3) * 10 + (r % 2) * 3 + c % 3
+    np.testing.assert_array_equal(Out.reshape(2, 16, 16), np.stack([want, want]).astype(np.float16))
 
 
-def test_reduce_per_element_convert_transpose():
+def matrix_ops_kernel():
+    """Every NV matrix op on 16x16 f32 inputs X, Y and a scalar; 2048 outputs (see below)."""
     MatB = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.UseB]
     Narrow = pc.coopmat[f32, pc.Subgroup, 16, 4, pc.Accumulator]
 
@@ -170,6 +173,11 @@ def test_reduce_per_element_convert_transpose():
         pc.store(O, 1536, pc.nv.convert(y, MatB), 16)
         pc.store(O, 1792, pc.nv.reduce(x, "row", "add", Narrow), 4)
     SPV.append(k)
+    return k
+
+
+def test_reduce_per_element_convert_transpose():
+    k = matrix_ops_kernel()
     rng = np.random.default_rng(0)
     X, Y = (rng.standard_normal((16, 16)).astype(np.float32) for _ in range(2))
     O = np.zeros(2048, np.float32)
