@@ -19,7 +19,7 @@ import pycoop as pc
 from pycoop import f16, f32
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "nv"))
-from test_nv_ops import matrix_ops_kernel, tensor_kernel  # noqa: E402  (shared test kernels)
+from test_nv_ops import block_index_kernel, matrix_ops_kernel, tensor_kernel  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -134,4 +134,12 @@ def test_decode_f32_to_f16_conversion_rounding():
     X = (np.random.default_rng(9).standard_normal(256) * 1000).astype(np.float32)
     Out = np.zeros(256, np.float16)
     gpu, emu = both(k, 1, [X, Out])
+    np.testing.assert_array_equal(gpu[1], emu[1])
+
+
+@pytest.mark.parametrize("dims", [(17, 20), (16, 21), (33, 7)])
+def test_block_strides_follow_the_spec(dims):
+    """Dimensions that are not multiples of the block size: the spec's ceiling strides."""
+    B, Out = np.arange(2048).astype(np.float16), np.zeros(256, np.float16)
+    gpu, emu = both(block_index_kernel(), 1, [B, Out, *dims])
     np.testing.assert_array_equal(gpu[1], emu[1])

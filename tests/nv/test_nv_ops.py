@@ -382,3 +382,33 @@ def test_matrix_op_rules():
 def test_every_module_passes_spirv_val():
     for k in SPV + list(_KERNELS.values()):
         k.compile().spv          # lowers and runs spirv-val (raises on failure)
+
+
+def block_index_kernel():
+    """Each element decodes to the f16 at its block's index: exposes the layout's strides."""
+    Mat = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
+
+    def first(block, bc, cib):
+        return block[0]
+
+    @pc.kernel(workgroup_size=32)
+    def k(B: pc.ReadBuffer[f16], Out: pc.Buffer[f16], d0: u32, d1: u32):
+        lay = pc.nv.tensor_layout(2, "clamp_to_edge").block_size(2, 3).dimension(d0, d1)
+        m = pc.nv.load_tensor(B, lay.slice(0, 16, 0, 16), Mat, decode=first)
+        pc.store(Out, 0, pc.convert(m, Acc16.with_(use=pc.UseA)), 16)
+    SPV.append(k)
+    return k
+
+
+def test_set_dimension_strides_use_the_spec_ceiling():
+    """Default strides count ceil(dim / block) blocks; the module states them explicitly
+    because NVIDIA's driver floors the division."""
+    k = block_index_kernel()
+    B, Out = np.arange(2048).astype(np.float16), np.zeros(256, np.float16)
+    k[1](B, Out, 17, 20, backend="emulator")
+    r, c = np.mgrid[0:16, 0:16]
+    np.testing.assert_array_equal(Out.reshape(16, 16), ((r // 2) * 7 + c // 3).astype(np.float16))
+    asm = k.compile().spvasm
+    assert asm.index("OpTensorLayoutSetDimensionNV") < asm.index("OpTensorLayoutSetStrideNV")
+    plain = _kernel("constant", None, False).compile().spvasm
+    assert plain.count("OpTensorLayoutSetStrideNV") == 1           # only the user's stride()

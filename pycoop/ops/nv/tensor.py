@@ -252,8 +252,8 @@ def _per_instance(ctx, state, scope, op, what: str):
 # --------------------------------------------------------------------------- state lowering
 
 def _lower_create(ctx, op):
-    ctx.set(op.result, ctx.emit(op.name == "nv.create_layout" and "OpCreateTensorLayoutNV"
-                                or "OpCreateTensorViewNV", op.result.type))
+    opname = "OpCreateTensorLayoutNV" if op.name == "nv.create_layout" else "OpCreateTensorViewNV"
+    ctx.set(op.result, ctx.emit(opname, op.result.type))
 
 
 lowering("nv.create_layout")(_lower_create)
@@ -263,6 +263,37 @@ lowering("nv.create_view")(_lower_create)
 def _lower_state(ctx, op):
     ctx.set(op.result, ctx.emit(_STATE_OPS[op.name][0], op.result.type,
                                 *(ctx.id(v) for v in op.operands)))
+    if op.name == "nv.layout_dimension":
+        _spec_default_strides(ctx, op)
+
+
+def _block_sizes(layout: Value) -> list[Value] | None:
+    """The block-size operands in effect for `layout` (None: all 1), following its SSA chain of
+    state ops; a layout coming through control flow is not followed (None)."""
+    v = layout
+    while v.op is not None and v.op.name.startswith("nv.layout_"):
+        if v.op.name == "nv.layout_block_size":
+            return v.op.operands[1:]
+        v = v.op.operands[0]
+    return None
+
+
+def _spec_default_strides(ctx, op) -> None:
+    """SetDimension's default strides are stride[i] = stride[i+1] * ceil(dim[i+1] / block[i+1])
+    by the spec; NVIDIA's driver floors the division. When a block size may differ from 1,
+    follow SetDimension with explicit strides computed the spec's way."""
+    blocks = _block_sizes(op.operands[0])
+    if blocks is None or all(b.op is not None and b.op.name == "const" and b.op.attrs["value"] == 1
+                             for b in blocks):
+        return
+    dims = [ctx.id(d) for d in op.operands[1:]]
+    one = ctx.const(u32, 1)
+    strides = [one]
+    for d, b in zip(reversed(dims[1:]), reversed([ctx.id(b) for b in blocks[1:]])):
+        ceil = ctx.emit("OpUDiv", u32, ctx.emit("OpISub", u32, ctx.emit("OpIAdd", u32, d, b), one), b)
+        strides.append(ctx.emit("OpIMul", u32, strides[-1], ceil))
+    ctx.set(op.result, ctx.emit("OpTensorLayoutSetStrideNV", op.result.type, ctx.id(op.result),
+                                *reversed(strides)))
 
 
 for _name in _STATE_OPS:
