@@ -91,7 +91,8 @@ def lower_cached(module: Module, _ir_text: str | None = None, *, decode_vector: 
 
 def _requirements(r: dict) -> dict:
     r = dict(r)
-    r["coopmat_shapes"] = [tuple(s) for s in r.get("coopmat_shapes", [])]
+    for key in ("coopmat_shapes", "coopmat_types"):
+        r[key] = [tuple(s) for s in r.get(key, [])]
     return r
 
 

@@ -88,6 +88,7 @@ class LowerCtx:
         self.current_label: int | None = None
         self.caps: set[str] = set()
         self.coopmat_shapes: set[tuple] = set()
+        self.coopmat_types: set[tuple] = set()      # (rows, cols, use, component, scope)
         self.uses_subgroup = False          # subgroup-scope matrices or subgroup built-ins
         self._functions: dict = {}
         self._buffer_arrays: dict = {}
@@ -131,6 +132,8 @@ class LowerCtx:
             return b.type("OpTypeVector", self.type_id(t.elem), t.count)
         if isinstance(t, CoopMatType):
             from ..ops.khr import _type_caps
+            self.coopmat_types.add((t.rows, t.cols, {"MatrixAKHR": "A", "MatrixBKHR": "B"}.get(
+                t.use.value, "Accumulator"), component_name(t.component), t.scope.value.lower()))
             self.uses_subgroup |= t.scope.value == "Subgroup"
             self.workgroup_scope |= t.scope.value == "Workgroup"
             for cap in _type_caps(t):
@@ -417,6 +420,7 @@ def lower(module: Module, decode_vector: bool = True) -> Lowered:
         "features": sorted({_FEATURES[c] for c in ctx.caps if c in _FEATURES}
                            | ({"cooperativeMatrixWorkgroupScope"} if ctx.workgroup_scope else set())),
         "coopmat_shapes": sorted(ctx.coopmat_shapes),
+        "coopmat_types": sorted(ctx.coopmat_types),
         "workgroup_invocations": module.workgroup_size[0] * module.workgroup_size[1] * module.workgroup_size[2],
         "shared_memory": shared_bytes,
         "push_constants": layout["size"] if layout["mode"] == "push_constants" else 8,

@@ -397,7 +397,7 @@ class CompiledKernel:
                 "workgroup_size": list(self.module.workgroup_size),
                 "subgroup_size": self.module.subgroup_size, "constants": {k: repr(v) for k, v in self.consts.items()},
                 "abi": low.abi, "capabilities": low.capabilities, "extensions": low.extensions,
-                "requirements": {k: (list(map(list, v)) if k == "coopmat_shapes" else v)
+                "requirements": {k: (list(map(list, v)) if k in ("coopmat_shapes", "coopmat_types") else v)
                                  for k, v in low.requirements.items()},
                 **({"decode_vector": self.decode_vector, "notes": self.report}
                    if self.decode_vector else {})}

@@ -156,7 +156,7 @@ def test_decode_gets_block_pointer_and_coordinates():
 def matrix_ops_kernel():
     """Every NV matrix op on 16x16 f32 inputs X, Y and a scalar; 2048 outputs (see below)."""
     MatB = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.UseB]
-    Narrow = pc.coopmat[f32, pc.Subgroup, 16, 4, pc.Accumulator]
+    Narrow = pc.coopmat[f32, pc.Subgroup, 16, 8, pc.Accumulator]     # a KHR size (16x8x16)
 
     def affine(r, c, e, s, other):
         return e * s + other + f32(r) - f32(c) * 0.5
@@ -171,7 +171,7 @@ def matrix_ops_kernel():
         pc.store(O, 1024, pc.nv.per_element(x, affine, s, y), 16)
         pc.store(O, 1280, pc.nv.transpose(x), 16)
         pc.store(O, 1536, pc.nv.convert(y, MatB), 16)
-        pc.store(O, 1792, pc.nv.reduce(x, "row", "add", Narrow), 4)
+        pc.store(O, 1792, pc.nv.reduce(x, "row", "add", Narrow), 8)
     SPV.append(k)
     return k
 
@@ -191,7 +191,7 @@ def test_reduce_per_element_convert_transpose():
     np.testing.assert_allclose(O[1024:1280].reshape(16, 16), X * 1.5 + Y + r - c * 0.5, **tol)
     np.testing.assert_array_equal(O[1280:1536].reshape(16, 16), X.T)
     np.testing.assert_array_equal(O[1536:1792].reshape(16, 16), Y)
-    np.testing.assert_allclose(O[1792:1856].reshape(16, 4), np.repeat(X.sum(1, keepdims=True), 4, 1), **tol)
+    np.testing.assert_allclose(O[1792:1920].reshape(16, 8), np.repeat(X.sum(1, keepdims=True), 8, 1), **tol)
 
 
 def test_component_and_use_conversion_rounds():

@@ -419,3 +419,18 @@ def test_missing_loader_is_a_clean_error():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "pyvulkan is not installed" in done.stdout
+
+
+def test_every_matrix_type_must_be_supported():
+    """Matrices that no mul_add uses (reduce results, loads) are checked too: a 16x4
+    accumulator exists in no shape of this device, so the kernel must not run there."""
+    caps = h200_like()
+    assert caps.supports_matrix_type(16, 16, "A", "float16", "subgroup")
+    assert caps.supports_matrix_type(16, 16, "Accumulator", "float32", "subgroup")
+    assert not caps.supports_matrix_type(16, 4, "Accumulator", "float32", "subgroup")
+    assert not caps.supports_matrix_type(16, 16, "A", "float32", "subgroup")
+    assert caps.supports_matrix_type(64, 32, "A", "float16", "workgroup", 128)      # flexible
+    assert not caps.supports_matrix_type(64, 24, "B", "float16", "workgroup", 128)
+    assert not caps.supports_matrix_type(64, 32, "A", "float16", "workgroup", 256)
+    assert caps.missing({"coopmat_types": [(16, 4, "Accumulator", "float32", "subgroup")]}) == [
+        "cooperative matrix type 16x4 float32 Accumulator (subgroup scope)"]

@@ -108,6 +108,35 @@ class Capabilities:
             return True
         return False
 
+    def supports_matrix_type(self, rows: int, cols: int, use: str, component: str, scope: str,
+                             workgroup_invocations: int | None = None) -> bool:
+        """Whether a cooperative matrix type (use "A", "B" or "Accumulator") appears in some
+        supported shape: a KHR entry with that operand's size and type, or an NV
+        flexible-dimensions entry whose granularities divide it."""
+        def fits(m, n, k, a, b, c, r):
+            if use == "A":
+                return (rows, cols, component) == (m, k, a)
+            if use == "B":
+                return (rows, cols, component) == (k, n, b)
+            return (rows, cols) == (m, n) and component in (c, r)
+        for s in self.khr_coopmat_shapes:
+            if s.scope == scope and fits(s.M, s.N, s.K, s.A, s.B, s.C, s.result):
+                return True
+        if not self.nv_coopmat2.get("cooperativeMatrixFlexibleDimensions"):
+            return False
+        for f in self.flexible_dimensions:
+            if f.scope != scope or (scope == "workgroup" and workgroup_invocations is not None
+                                    and workgroup_invocations != f.workgroup_invocations):
+                continue
+            gran = {"A": (f.M_granularity, f.K_granularity, f.A),
+                    "B": (f.K_granularity, f.N_granularity, f.B)}.get(
+                use, (f.M_granularity, f.N_granularity, None))
+            ok_type = component == gran[2] if gran[2] else component in (f.C, f.result)
+            if ok_type and rows % gran[0] == 0 and cols % gran[1] == 0 \
+                    and max(rows, cols) <= self.flexible_max_dimension:
+                return True
+        return False
+
     def supports_subgroup_size(self, size: int) -> bool:
         if size == self.subgroup_size:
             return True
@@ -127,7 +156,11 @@ class Capabilities:
         shapes = [_normalise_shape(s) for s in requirements.get("coopmat_shapes", ())]
         missing += [f"cooperative matrix shape {_shape_text(s)}" for s in shapes
                     if not self.supports_shape(s, invocations)]
-        workgroup_scope = any(s.scope == "workgroup" for s in shapes)
+        missing += [f"cooperative matrix type {r}x{c} {comp} {use} ({scope} scope)"
+                    for r, c, use, comp, scope in requirements.get("coopmat_types", ())
+                    if not self.supports_matrix_type(r, c, use, comp, scope, invocations)]
+        workgroup_scope = any(s.scope == "workgroup" for s in shapes) or any(
+            t[4] == "workgroup" for t in requirements.get("coopmat_types", ()))
         size = requirements.get("subgroup_size")
         if size is not None and not self.supports_subgroup_size(size):
             missing.append(f"subgroup size {size} (device: {self._subgroup_text()})")
