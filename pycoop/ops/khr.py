@@ -117,9 +117,18 @@ def _check_int(v: Value, what: str, loc: Loc):
         raise CompileError(f"{what} must be an integer scalar, got {v.type}", loc)
 
 
+def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
+    elem = mem.type.elem
+    if isinstance(elem, ScalarType) and elem.size != t.component.size:
+        raise CompileError(f"{what} of {t.component} elements through an array of {elem}", loc,
+                           rule="pycoop: matrix components and array elements have the same size",
+                           hint=f"use an array of {t.component} (or of a same-size type)")
+
+
 def _infer_load(operands, attrs, regions, loc):
     mem, offset, stride = operands
     _check_mem(mem, loc, "cooperative matrix load")
+    _check_element_size(mem, attrs["type"], loc, "cooperative matrix load")
     check_readable(mem, loc)
     _check_int(offset, "offset", loc)
     _check_int(stride, "stride", loc)
@@ -132,6 +141,7 @@ def _infer_store(operands, attrs, regions, loc):
     _check_int(offset, "offset", loc)
     _check_int(stride, "stride", loc)
     _need_mat(mat, "the stored object", loc)
+    _check_element_size(mem, mat.type, loc, "cooperative matrix store")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc)
     return []

@@ -117,11 +117,12 @@ def test_random_layouts_views(clamp, store):
 @pytest.mark.parametrize("seed", range(8))
 def test_random_matrix_ops(seed):
     rng = np.random.default_rng(seed)
-    X = rng.standard_normal(256).astype(np.float32)
-    Y = rng.standard_normal(256).astype(np.float32)
-    Out = np.zeros(2048, np.float32)
-    gpu, emu = both(matrix_ops_kernel(), 1, [X, Y, Out, float(rng.standard_normal())])
-    np.testing.assert_allclose(gpu[2], emu[2], rtol=1e-5, atol=1e-5)
+    X, Y = (rng.standard_normal(256).astype(np.float32) for _ in range(2))
+    Z = rng.standard_normal(1024).astype(np.float32)
+    O, O16 = np.zeros(1408, np.float32), np.zeros(512, np.float16)
+    gpu, emu = both(matrix_ops_kernel(), 1, [X, Y, Z, O, O16, float(rng.standard_normal())])
+    np.testing.assert_allclose(gpu[3], emu[3], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(gpu[4], emu[4])
 
 
 def test_decode_f32_to_f16_conversion_rounding():

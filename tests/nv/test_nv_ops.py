@@ -154,24 +154,27 @@ def test_decode_gets_block_pointer_and_coordinates():
 
 
 def matrix_ops_kernel():
-    """Every NV matrix op on 16x16 f32 inputs X, Y and a scalar; 2048 outputs (see below)."""
-    MatB = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.UseB]
+    """Every NV matrix op, on matrix types a coopmat2 device supports: X, Y 16x16 f32, Z 32x32
+    f32 and a scalar in; 1408 f32 and 512 f16 results out (offsets below)."""
+    MatB16 = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseB]
+    Big = pc.coopmat[f32, pc.Subgroup, 32, 32, pc.Accumulator]
     Narrow = pc.coopmat[f32, pc.Subgroup, 16, 8, pc.Accumulator]     # a KHR size (16x8x16)
 
     def affine(r, c, e, s, other):
         return e * s + other + f32(r) - f32(c) * 0.5
 
     @pc.kernel(workgroup_size=32)
-    def k(X: pc.Buffer[f32], Y: pc.Buffer[f32], O: pc.Buffer[f32], s: f32):
+    def k(X: pc.Buffer[f32], Y: pc.Buffer[f32], Z: pc.Buffer[f32], O: pc.Buffer[f32],
+          O16: pc.Buffer[f16], s: f32):
         x, y = Acc.load(X, 0, 16), Acc.load(Y, 0, 16)
         pc.store(O, 0, pc.nv.reduce(x, "row", pc.max), 16)
         pc.store(O, 256, pc.nv.reduce(x, "column", "add"), 16)
         pc.store(O, 512, pc.nv.reduce(x, "row_column", pc.min), 16)
-        pc.store(O, 768, pc.nv.reduce(x, "2x2", lambda a, b: a + b), 8)
+        pc.store(O, 768, pc.nv.reduce(Big.load(Z, 0, 32), "2x2", lambda a, b: a + b), 16)
         pc.store(O, 1024, pc.nv.per_element(x, affine, s, y), 16)
-        pc.store(O, 1280, pc.nv.transpose(x), 16)
-        pc.store(O, 1536, pc.nv.convert(y, MatB), 16)
-        pc.store(O, 1792, pc.nv.reduce(x, "row", "add", Narrow), 8)
+        pc.store(O16, 0, pc.nv.transpose(pc.convert(x, f16)), 16)
+        pc.store(O16, 256, pc.nv.convert(pc.convert(y, f16), MatB16), 16)
+        pc.store(O, 1280, pc.nv.reduce(x, "row", "add", Narrow), 8)
     SPV.append(k)
     return k
 
@@ -180,18 +183,19 @@ def test_reduce_per_element_convert_transpose():
     k = matrix_ops_kernel()
     rng = np.random.default_rng(0)
     X, Y = (rng.standard_normal((16, 16)).astype(np.float32) for _ in range(2))
-    O = np.zeros(2048, np.float32)
-    k[1](X, Y, O, 1.5, backend="emulator")
+    Z = rng.standard_normal((32, 32)).astype(np.float32)
+    O, O16 = np.zeros(1408, np.float32), np.zeros(512, np.float16)
+    k[1](X, Y, Z, O, O16, 1.5, backend="emulator")
     r, c = np.mgrid[0:16, 0:16]
     tol = dict(rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(O[:256].reshape(16, 16), np.repeat(X.max(1, keepdims=True), 16, 1), **tol)
     np.testing.assert_allclose(O[256:512].reshape(16, 16), np.repeat(X.sum(0, keepdims=True), 16, 0), **tol)
     np.testing.assert_allclose(O[512:768], X.min(), **tol)
-    np.testing.assert_allclose(O[768:832].reshape(8, 8), X.reshape(8, 2, 8, 2).sum((1, 3)), **tol)
+    np.testing.assert_allclose(O[768:1024].reshape(16, 16), Z.reshape(16, 2, 16, 2).sum((1, 3)), **tol)
     np.testing.assert_allclose(O[1024:1280].reshape(16, 16), X * 1.5 + Y + r - c * 0.5, **tol)
-    np.testing.assert_array_equal(O[1280:1536].reshape(16, 16), X.T)
-    np.testing.assert_array_equal(O[1536:1792].reshape(16, 16), Y)
-    np.testing.assert_allclose(O[1792:1920].reshape(16, 8), np.repeat(X.sum(1, keepdims=True), 8, 1), **tol)
+    np.testing.assert_array_equal(O16[:256].reshape(16, 16), X.T.astype(np.float16))
+    np.testing.assert_array_equal(O16[256:].reshape(16, 16), Y.astype(np.float16))
+    np.testing.assert_allclose(O[1280:].reshape(16, 8), np.repeat(X.sum(1, keepdims=True), 8, 1), **tol)
 
 
 def test_component_and_use_conversion_rounds():
