@@ -1,6 +1,7 @@
 """GPU GEMM throughput on Vulkan against torch's cuBLAS matmul measured in the same run.
 
-- pycoop's KHR subgroup-scope GEMM (pycoop.kernels.gemm_khr, several register tilings)
+- pycoop's KHR subgroup-scope GEMMs (pycoop.kernels.gemm_khr, several register tilings, and
+  gemm_khr_staged: shared-memory staging with a register prefetch)
 - pycoop's NV coopmat2 workgroup-scope GEMM (pycoop.kernels.gemm_nv, several tile shapes)
 - the Q4_0 GEMM at llama.cpp's shape M=4096, N=512, K=14336 against pycoop's f16 GEMM there
 
@@ -15,9 +16,10 @@ import time
 
 import numpy as np
 
-from pycoop.kernels import gemm_khr, gemm_nv, gemm_q4_0, gemm_workgroup_tile
+from pycoop.kernels import gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_workgroup_tile
 
 KHR_CONFIGS = [(2, 2), (4, 2), (2, 4), (4, 4)]
+STAGED_CONFIGS = [(128, 256, 32, 2, 4, 8), (128, 256, 16, 2, 4, 8), (128, 128, 32, 2, 4, 8)]
 NV_CONFIGS = [(64, 64, 32, 128), (128, 128, 32, 256), (128, 128, 64, 256), (128, 256, 32, 256),
               (256, 128, 32, 256), (256, 256, 32, 256), (128, 256, 64, 256), (256, 128, 64, 256),
               (128, 128, 128, 256), (256, 256, 64, 256), (64, 128, 64, 128), (128, 64, 64, 128)]
@@ -70,6 +72,11 @@ def square(n: int, repeat: int) -> None:
         wm, wn = gemm_workgroup_tile(tm, tn)
         t = timed(gemm_khr, (n // wm, n // wn), [A, B, C, n, n, n], repeat, TM=tm, TN=tn)
         row(f"{n}^3", f"KHR TM={tm} TN={tn}", flop / t / 1e9, ref, rel_err(C, A, B))
+    for cfg in STAGED_CONFIGS:
+        C[:] = 0
+        t = timed(gemm_khr_staged(*cfg), (n // cfg[0], n // cfg[1]), [A, B, C, n, n, n], repeat)
+        row(f"{n}^3", f"KHR staged {cfg[0]}x{cfg[1]}x{cfg[2]} {cfg[3]}x{cfg[4]}sg", flop / t / 1e9,
+            ref, rel_err(C, A, B))
     results = []
     for bm, bn, bk, inv in NV_CONFIGS:
         C[:] = 0

@@ -1,6 +1,7 @@
 """GEMM kernels: C = A @ B with f16 inputs and f32 accumulation, row-major matrices.
 
-`gemm_khr`: subgroup-scope KHR cooperative matrices.
+`gemm_khr`: subgroup-scope KHR cooperative matrices loaded straight from global memory;
+`gemm_khr_staged(...)`: the same through shared memory with a register prefetch.
 
 A workgroup of 4 subgroups (2 x 2) computes a (32*TM) x (32*TN) tile of C; each subgroup holds
 TM x TN accumulators of 16 x 16 and walks K in steps of 16. M and N must be multiples of the
@@ -39,6 +40,59 @@ def gemm_khr(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N:
     for i in range(TM):
         for j in range(TN):
             pc.store(C, (m0 + 16 * i) * N + n0 + 16 * j, acc[i][j], N)
+
+
+@functools.cache
+def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SGN: int = 4,
+                    pad: int = 8):
+    """Subgroup-scope KHR GEMM with shared-memory staging and a register prefetch.
+
+    SGM x SGN subgroups compute a BM x BN tile of C. Each k-step has four phases:
+    - the A and B tiles fetched last step are stored from registers into shared memory
+      (rows padded by `pad` halves to spread banks);
+    - a barrier;
+    - the tiles of the next k-step are loaded from global memory into registers;
+    - the matrices are multiplied from shared memory.
+    M and N must be multiples of the tile, and K a multiple of BK with K >= BK.
+    """
+    TM, TN = BM // (16 * SGM), BN // (16 * SGN)
+    lda, ldb = BK + pad, BN + pad
+    nsg = SGM * SGN
+    ta, tb = (BM // 16) * (BK // 16), (BK // 16) * (BN // 16)
+
+    @pc.kernel(workgroup_size=32 * nsg)
+    def gemm_khr_staged(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N: u32,
+                        K: u32):
+        sa, sb = pc.shared(f16, BM * lda), pc.shared(f16, BK * ldb)
+        sg = pc.subgroup_id()
+        wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
+        m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
+        # the 16x16 tiles of the A and B blocks this subgroup copies: (row, col) in tiles
+        pa = [divmod(sg * (ta // nsg) + t, BK // 16) for t in range(ta // nsg)]
+        pb = [divmod(sg * (tb // nsg) + t, BN // 16) for t in range(tb // nsg)]
+        acc = [[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)]
+        ra = [MatA.load(A, (m0 + r * 16) * K + c * 16, K) for r, c in pa]
+        rb = [MatB.load(B, r * 16 * N + n0 + c * 16, N) for r, c in pb]
+        for k in range(0, K, BK):
+            for (r, c), tile in zip(pa, ra):
+                pc.store(sa, r * 16 * lda + c * 16, tile, lda)
+            for (r, c), tile in zip(pb, rb):
+                pc.store(sb, r * 16 * ldb + c * 16, tile, ldb)
+            pc.barrier()
+            kn = pc.min(k + BK, K - BK)            # the last prefetch reloads the last block
+            ra = [MatA.load(A, (m0 + r * 16) * K + kn + c * 16, K) for r, c in pa]
+            rb = [MatB.load(B, (kn + r * 16) * N + n0 + c * 16, N) for r, c in pb]
+            for kk in range(0, BK, 16):
+                a = [MatA.load(sa, (wm + 16 * i) * lda + kk, lda) for i in range(TM)]
+                b = [MatB.load(sb, kk * ldb + wn + 16 * j, ldb) for j in range(TN)]
+                for i in range(TM):
+                    for j in range(TN):
+                        acc[i][j] = pc.mul_add(a[i], b[j], acc[i][j])
+            pc.barrier()
+        for i in range(TM):
+            for j in range(TN):
+                pc.store(C, (m0 + wm + 16 * i) * N + n0 + wn + 16 * j, acc[i][j], N)
+    return gemm_khr_staged
 
 
 def gemm_workgroup_tile(TM: int = 2, TN: int = 2) -> tuple[int, int]:

@@ -827,6 +827,8 @@ def _install_operators():
                                     "or cast to a float type")
         return binary("div", a, b)
 
+    Value.__divmod__ = lambda s, o: (floordiv(s, o), binary("rem", s, o))
+    Value.__rdivmod__ = lambda s, o: (floordiv(s, o, True), binary("rem", o, s))
     Value.__floordiv__ = lambda s, o: floordiv(s, o)
     Value.__rfloordiv__ = lambda s, o: floordiv(s, o, True)
     Value.__truediv__ = lambda s, o: truediv(s, o)
