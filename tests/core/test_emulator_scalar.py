@@ -297,7 +297,8 @@ def test_f32_to_f16_matches_numpy_rne(xs):
     src = np.array(xs, np.float32)
     out = np.zeros(len(src), np.float16)
     emu(unary_kernel(f32, f16, "cast", f16), grid_for(len(src)), src, out, len(src))
-    np.testing.assert_array_equal(out, src.astype(np.float16))
+    with np.errstate(over="ignore"):          # values past f16's range round to inf, as intended
+        np.testing.assert_array_equal(out, src.astype(np.float16))
 
 
 @pytest.mark.parametrize("dst", [i32, u32, i8, u8], ids=repr)
