@@ -290,15 +290,28 @@ class EmuCtx:
         converts only the distinct blocks (a pure speed-up; `value` stays authoritative)."""
         self._blocks[id(value)] = (value, blocks, index)
 
-    def widened(self, value: np.ndarray, dtype) -> np.ndarray:
-        """`value` converted to `dtype`, using the distinct blocks recorded for it if any."""
+    def distinct_blocks(self, value: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray] | None:
+        """(the distinct blocks converted to `dtype`, index) with value == blocks[index], if
+        recorded by the load that produced `value`."""
         hit = self._blocks.get(id(value))
         if hit is None or hit[0] is not value:
+            return None
+        cache = hit[3] if len(hit) > 3 else {}
+        if ("blocks", dtype) not in cache:
+            cache = {**cache, ("blocks", dtype): convert_float(hit[1], dtype)}
+            self._blocks[id(value)] = (*hit[:3], cache)
+        return cache[("blocks", dtype)], hit[2]
+
+    def widened(self, value: np.ndarray, dtype) -> np.ndarray:
+        """`value` converted to `dtype`, using the distinct blocks recorded for it if any."""
+        found = self.distinct_blocks(value, dtype)
+        if found is None:
             return convert_float(value, dtype)
-        wide = hit[3].get(dtype) if len(hit) > 3 else None
+        hit = self._blocks[id(value)]
+        wide = hit[3].get(dtype)
         if wide is None:           # one matrix feeds several mul_adds: widen it once
-            wide = convert_float(hit[1], dtype)[hit[2]]
-            self._blocks[id(value)] = (*hit[:3], {**(hit[3] if len(hit) > 3 else {}), dtype: wide})
+            wide = found[0][found[1]]
+            self._blocks[id(value)] = (*hit[:3], {**hit[3], dtype: wide})
         return wide
 
     # ---------------------------------------------------------------- memory

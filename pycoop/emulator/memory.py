@@ -122,37 +122,39 @@ class Memory:
     def _segment_base(self, ctx, inst_shape):
         return 0
 
-    def gather_block(self, ctx, op, offs, stride, layout, active, t: CoopMatType) -> np.ndarray:
+    def block_set(self, ctx, op, offs, stride, layout, active, t: CoopMatType):
+        """The blocks a cooperative load reads, as (distinct blocks, index per instance) with
+        every instance's block == blocks[index], after the bounds and race checks."""
         offs = self._check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix load")
         if active is not None:
             offs = np.where(active, offs, 0)
         base = self._segment_base(ctx, offs.shape)
         stride = np.asarray(stride)
+        self._check_race_block(ctx, op, t, layout, offs + base, stride, active)
         if stride.size == 1:
-            # Uniform stride: every block is a strided window of the flat array, so one
-            # fancy index on the window's first axis copies whole blocks.
+            # Uniform stride: every block is a strided window of the flat array, and many
+            # instances usually load the same block (every workgroup of a GEMM row loads the
+            # same A tile): copy each distinct block once.
             s = int(stride.reshape(-1)[0])
             isz = self.data.itemsize
             ext = int(_block_extent(t, layout, stride).reshape(-1)[0])
-            n = self.data.shape[0] - ext
             st = (isz, s * isz, isz) if layout == "RowMajorKHR" else (isz, isz, s * isz)
-            win = as_strided(self.data, shape=(n, t.rows, t.cols), strides=st, writeable=False)
-            flat = (offs + base).reshape(-1)
-            self._check_race_block(ctx, op, t, layout, offs + base, stride, active)
-            # Many instances usually load the same block (e.g. every workgroup of a GEMM row
-            # loads the same A tile): copy each distinct block once, then replicate.
-            uniq, inv = np.unique(flat, return_inverse=True)
-            if len(uniq) * 2 <= len(flat):
-                blocks = win[uniq]
-                out = blocks[inv.reshape(-1)].reshape(offs.shape + t.shape)
-                ctx.remember_blocks(out, blocks, inv.reshape(offs.shape))
-            else:
-                out = win[flat].reshape(offs.shape + t.shape)
+            win = as_strided(self.data, shape=(self.data.shape[0] - ext, t.rows, t.cols), strides=st,
+                             writeable=False)
+            uniq, inv = np.unique((offs + base).reshape(-1), return_inverse=True)
+            blocks, index = win[uniq], inv.reshape(offs.shape)
         else:
             idx = self._indices(t, layout, offs, stride) + np.asarray(base)[..., None, None]
-            self._check_race_block(ctx, op, t, layout, offs + base, stride, active)
-            out = self.data[idx]
-        return out.view(t.component.dtype) if out.dtype != t.component.dtype else out
+            blocks = self.data[idx].reshape((-1,) + t.shape)
+            index = np.arange(blocks.shape[0]).reshape(idx.shape[:-2])
+        return blocks.view(t.component.dtype), index
+
+    def gather_block(self, ctx, op, offs, stride, layout, active, t: CoopMatType) -> np.ndarray:
+        blocks, index = self.block_set(ctx, op, offs, stride, layout, active, t)
+        out = blocks[index]
+        if blocks.shape[0] * 2 <= index.size:
+            ctx.remember_blocks(out, blocks, index)
+        return out
 
     def scatter_block(self, ctx, op, offs, stride, layout, active, mat, t: CoopMatType) -> None:
         offs = self._check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix store")

@@ -71,7 +71,7 @@ TERMINATORS = {"yield", "condition", "return"}
 
 
 class Op:
-    __slots__ = ("name", "operands", "attrs", "results", "regions", "loc")
+    __slots__ = ("name", "operands", "attrs", "results", "regions", "loc", "__weakref__")
 
     def __init__(self, name: str, operands: list[Value], attrs: dict[str, Any],
                  result_types: list[Type], regions: list[Block] | None, loc: Loc):

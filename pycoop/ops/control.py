@@ -89,6 +89,10 @@ def _emu_if(ctx, op, cond):
 @emulation("loop")
 @_single
 def _emu_loop(ctx, op, *inits):
+    from .loop_fusion import run as fused
+    out = fused(ctx, op, list(inits))
+    if out is not None:
+        return out
     cond_blk, body_blk = op.regions
     vals = list(inits)
     active = ctx.mask

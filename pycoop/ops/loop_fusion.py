@@ -1,0 +1,313 @@
+"""An emulator fast path for the tiled-GEMM loop shape: `for k in range(lo, hi, step)` whose
+body only loads tiles and feeds them into `mul_add` chains on float accumulators.
+
+Such a loop computes acc + sum over k of A_k @ B_k. Instead of one round of ops per
+iteration, the body runs once with the iteration as an extra leading axis:
+- per-invocation values get shape (T, W, I);
+- matrices get shape (T*W, S, rows, cols), T folded into the workgroup axis.
+The products are then summed over the whole K range in one matrix product per chain.
+When few distinct tiles were loaded, as in a GEMM, that is one BLAS call over every distinct
+A row-sequence and B column-sequence.
+
+The sums differ from the step-by-step loop only in float summation order, which
+SPV_KHR_cooperative_matrix leaves to the implementation. Anything outside the pattern, or any
+undefined behaviour found on the way, falls back to the ordinary loop, which then reports it
+precisely. Nothing in the fused body writes memory, so the fallback repeats no side effects.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..emulator.machine import convert_float
+from ..errors import EmulatorError
+from ..ir.core import Block, Op, Value
+from ..types import BufferType, CoopMatType, Scope
+from .registry import get
+
+# Ops the fused body may contain besides the mul_add chains: pure, and reading only buffers.
+_PURE = {"const", "binary", "unary", "compare", "select", "cast", "bitcast", "builtin",
+         "khr.load", "khr.fill", "load", "composite.construct", "composite.extract"}
+_MAX_ELEMENTS = 1 << 22          # per-chunk size of the (T, W, I) scalar arrays
+
+
+class _Abort(Exception):
+    """The fused evaluation cannot continue; run the ordinary loop instead."""
+
+
+@dataclass
+class _Plan:
+    bound: Value                     # loop-invariant upper bound (cond: iv < bound)
+    step: Value                      # loop-invariant step (body: iv + step)
+    chains: list[list[Op]]           # per accumulator: its mul_adds, first to last
+    body_ops: list[Op]               # the other ops of the body, in order
+    factored: set                    # loads only feeding mul_adds: kept as distinct blocks
+
+
+@dataclass
+class _Factored:
+    """A loaded matrix kept as its distinct blocks and an index per instance."""
+    blocks: np.ndarray
+    index: np.ndarray
+
+
+_PLANS: "weakref.WeakKeyDictionary[Op, _Plan | None]" = weakref.WeakKeyDictionary()
+
+
+def _defined_in(block: Block) -> set:
+    out = set(block.args)
+    for op in block.ops:
+        out.update(op.results)
+    return out
+
+
+def _analyse(op: Op) -> _Plan | None:
+    cond, body = op.regions
+    if not op.operands or len(cond.ops) < 2:
+        return None
+    cmp, term = cond.ops[-2], cond.ops[-1]
+    inside_cond = _defined_in(cond)
+    if term.name != "condition" or term.operands[0] is not cmp.result or cmp.name != "compare" \
+            or cmp.attrs["kind"] != "lt" or cmp.operands[0] is not cond.args[0] \
+            or cmp.operands[1] in inside_cond or any(o.name != "const" for o in cond.ops[:-2]):
+        return None
+    y = body.ops[-1] if body.ops else None
+    if y is None or y.name != "yield":
+        return None
+    inside = _defined_in(body)
+    nxt = y.operands[0].op
+    if nxt is None or nxt.name != "binary" or nxt.attrs["kind"] != "add" \
+            or nxt.operands[0] is not body.args[0] or nxt.operands[1] in inside:
+        return None
+    uses: dict = {}
+    for o in body.ops:
+        for v in o.operands:
+            uses[v] = uses.get(v, 0) + 1
+    chains, chained = [], set()
+    for j, v in enumerate(y.operands[1:], 1):
+        chain = []
+        while v is not body.args[j]:
+            d = v.op
+            if d is None or d.name != "khr.mul_add" or v not in inside or d.attrs["saturating"] \
+                    or uses.get(v, 0) != 1 or not d.result.type.component.is_float \
+                    or d.result.type.component.bits < 32:
+                return None
+            chain.append(d)
+            v = d.operands[2]
+        if uses.get(body.args[j], 0) != 1 or not chain:
+            return None
+        chains.append(chain[::-1])
+        chained.update(chain)
+    # the values that depend on the accumulators are exactly the chain results
+    tainted = set(body.args[1:])
+    others = []
+    for o in body.ops[:-1]:
+        if o in chained or o is nxt:
+            continue
+        if o.name not in _PURE or any(v in tainted for v in o.operands):
+            return None
+        if o.name in ("khr.load", "load") and not isinstance(o.operands[0].type, BufferType):
+            return None
+        others.append(o)
+    for c in chains:
+        for m in c:
+            if m.operands[0] in tainted or m.operands[1] in tainted:
+                return None
+            tainted.update(m.results)
+    feeds = {v for c in chains for m in c for v in m.operands[:2]}
+    factored = {o for o in others if o.name == "khr.load" and o.result in feeds
+                and uses.get(o.result) == sum(v is o.result for c in chains for m in c
+                                              for v in m.operands[:2])}
+    return _Plan(cmp.operands[1], nxt.operands[1], chains, others + [nxt], factored)
+
+
+def plan(op: Op) -> _Plan | None:
+    if op not in _PLANS:
+        _PLANS[op] = _analyse(op)
+    return _PLANS[op]
+
+
+class _FusedDispatch:
+    """The dispatch seen by matrix ops in the fused body: T copies of the workgroups."""
+
+    def __init__(self, parent, t: int):
+        self.parent, self.t = parent, t
+        self.sgs, self.wgs, self.nsg = parent.sgs, parent.wgs, parent.nsg
+        self.nwg = parent.nwg * t
+        self.grid = parent.grid
+
+    def instance_shape(self, scope: Scope) -> tuple[int, int]:
+        w, s = self.parent.instance_shape(scope)
+        return (w * self.t, s)
+
+    def scope_invocations(self, scope: Scope) -> int:
+        return self.parent.scope_invocations(scope)
+
+    def builtin(self, name: str, comp: int) -> np.ndarray:
+        return self.parent.builtin(name, comp)
+
+
+class _FusedCtx:
+    """EmuCtx stand-in for the fused body (only what its ops use)."""
+
+    def __init__(self, ctx, t: int):
+        self.parent, self.t = ctx, t
+        self.env = _ChainEnv(ctx.env)
+        self.dispatch = _FusedDispatch(ctx.dispatch, t)
+        self.mask, self.memories = ctx.mask, ctx.memories
+        self.remember_blocks = ctx.remember_blocks
+        self.memory_of = ctx.memory_of
+        self._wg_name = ctx._wg_name
+
+    def check_ub(self, bad, op, message):
+        if np.asarray(bad).any():
+            raise _Abort
+
+    def check_instances(self, bad, active, op, message):
+        if np.asarray(bad).any():
+            raise _Abort
+
+    def scope_active(self, scope, op):
+        active = self.parent.scope_active(scope, op)
+        return None if active is None else np.tile(active, (self.t, 1))
+
+    def scope_uniform_value(self, x, scope, op, what):
+        """Per-instance values, shape (T*W | 1, S | 1), like EmuCtx's over the iteration axis too."""
+        d = self.parent.dispatch
+        if x.ndim == 2:                               # no iteration axis
+            v = self.parent.scope_uniform_value(x, scope, op, what)
+            return v if v.shape[0] == 1 else np.tile(v, (self.t, 1))
+        if x.shape[2] == 1:
+            v = x[:, :, 0][..., None]                 # (T, W | 1, 1)
+        else:
+            lanes = d.sgs if scope == Scope.Subgroup else d.wgs
+            x4 = x.reshape(x.shape[0], x.shape[1], d.wgs // lanes, lanes)
+            v = x4[..., 0]
+            same = x4 == v[..., None]
+            if self.parent.mask is not None:
+                m = self.parent.mask
+                same = same | ~m.reshape(1, m.shape[0], d.wgs // lanes, lanes)
+            if not same.all():
+                raise _Abort
+        v = np.broadcast_to(v, (self.t, d.nwg, v.shape[2]))
+        return v.reshape(self.t * d.nwg, v.shape[2])
+
+
+class _ChainEnv(dict):
+    """Values of the fused body; outer values are read from the enclosing environment."""
+
+    def __init__(self, outer: dict):
+        super().__init__()
+        self.outer = outer
+
+    def __missing__(self, key):
+        return self.outer[key]
+
+
+def run(ctx, op: Op, inits: list) -> list | None:
+    """The loop's results by fused evaluation, or None to run it the ordinary way."""
+    p = plan(op)
+    if p is None or ctx.mask is not None and not ctx.mask.any():
+        return None
+    iv0, step, bound = inits[0], ctx.env[p.step], ctx.env[p.bound]
+    if iv0.size != 1 or step.size != 1 or bound.size != 1:
+        return None
+    start, stride, stop = (int(np.asarray(v).reshape(-1)[0]) for v in (iv0, step, bound))
+    ivs = np.arange(start, stop, stride, dtype=np.int64) if stride > 0 else np.zeros(0, np.int64)
+    if len(ivs) < 2:
+        return None
+    body = op.regions[1]
+    accs = list(inits[1:])
+    per_iter = ctx.dispatch.nwg * ctx.dispatch.wgs
+    chunk = max(1, _MAX_ELEMENTS // per_iter)
+    try:
+        with np.errstate(all="ignore"):
+            for c0 in range(0, len(ivs), chunk):
+                part = ivs[c0:c0 + chunk]
+                accs = _run_chunk(ctx, p, body, part.astype(iv0.dtype).reshape(-1, 1, 1), accs)
+    except (_Abort, EmulatorError):
+        return None
+    final = np.asarray(start + len(ivs) * stride).astype(iv0.dtype).reshape(1, 1)
+    return [final, *accs]
+
+
+def _run_chunk(ctx, p: _Plan, body: Block, iv: np.ndarray, accs: list) -> list:
+    t = iv.shape[0]
+    sub = _FusedCtx(ctx, t)
+    sub.env[body.args[0]] = iv
+    for o in p.body_ops[:-1]:
+        if o in p.factored:
+            sub.env[o.result] = _factored_load(ctx, sub, o)
+        else:
+            sub.env[o.result] = get(o.name).emulate(sub, o, *[sub.env[v] for v in o.operands])
+    new = []
+    for acc, chain in zip(accs, p.chains):
+        ctx.scope_active(chain[0].operands[0].type.scope, chain[0])   # reports partial activity
+        r: CoopMatType = chain[-1].result.type
+        wide = np.float64 if r.component.bits == 64 else np.float32
+        total = acc.astype(wide)
+        inst = ctx.dispatch.instance_shape(r.scope)
+        for m in chain:
+            total = total + _product(ctx, sub.env[m.operands[0]], sub.env[m.operands[1]], t, inst,
+                                     wide)
+        new.append(total.astype(r.component.dtype))
+    return new
+
+
+def _factored_load(ctx, sub, o: Op) -> _Factored:
+    t: CoopMatType = o.result.type
+    offs = sub.scope_uniform_value(sub.env[o.operands[1]], t.scope, o, "the load offset")
+    strd = sub.scope_uniform_value(sub.env[o.operands[2]], t.scope, o, "the load stride")
+    active = sub.scope_active(t.scope, o)
+    return _Factored(*ctx.memory_of(o.operands[0]).block_set(sub, o, offs, strd, o.attrs["layout"],
+                                                             active, t))
+
+
+def _blocks(ctx, x, wide) -> tuple[np.ndarray, np.ndarray] | None:
+    if isinstance(x, _Factored):
+        return convert_float(x.blocks, wide), x.index
+    return ctx.distinct_blocks(x, wide)
+
+
+def _sequences(index: np.ndarray, t: int, inst: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct per-instance sequences of block indices over the T iterations:
+    (sequences (n, T), which sequence each of the W*S instances uses)."""
+    rows = index.shape[0]
+    idx = index.reshape((t, rows // t) + index.shape[1:]) if rows % t == 0 and rows >= t \
+        else np.broadcast_to(index[None], (t,) + index.shape)
+    rows = np.ascontiguousarray(np.broadcast_to(idx, (t,) + inst).reshape(t, -1).T, dtype=np.int64)
+    keys = rows.view(np.dtype((np.void, 8 * t))).reshape(-1)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return rows[first], inverse.reshape(-1)
+
+
+def _product(ctx, a: np.ndarray, b: np.ndarray, t: int, inst: tuple[int, int], wide) -> np.ndarray:
+    """sum over t of a_t @ b_t per instance, shape inst + (M, N): the whole K range at once."""
+    fa, fb = _blocks(ctx, a, wide), _blocks(ctx, b, wide)
+    if fa is not None and fb is not None:
+        (ba, ia), (bb, ib) = fa, fb
+        sa, ra = _sequences(ia, t, inst)
+        sb, rb = _sequences(ib, t, inst)
+        (na, m, k), (nb, _, n) = (len(sa),) + ba.shape[1:], (len(sb),) + bb.shape[1:]
+        acat = np.moveaxis(ba[sa], 1, 2).reshape(na * m, t * k)          # (nA*M, T*K)
+        bcat = bb[sb].reshape(nb, t * k, n)                               # (nB, T*K, N)
+        if na * nb <= 2 * inst[0] * inst[1]:
+            grid = acat @ np.moveaxis(bcat, 0, 1).reshape(t * k, nb * n)
+            r0, r1 = grid.strides                  # view it as (nA, nB, M, N) blocks, no copy
+            blocks = as_strided(grid, (na, nb, m, n), (m * r0, n * r1, r0, r1), writeable=False)
+            return blocks[ra.reshape(-1), rb.reshape(-1)].reshape(inst + (m, n))
+        return np.matmul(acat.reshape(na, m, t * k)[ra.reshape(-1)],
+                         bcat[rb.reshape(-1)]).reshape(inst + (m, n))
+    A, B = (x.blocks[x.index] if isinstance(x, _Factored) else x for x in (a, b))
+    A, B = ctx.widened(A, wide), ctx.widened(B, wide)
+    A = np.broadcast_to(A.reshape((t, -1) + A.shape[1:]) if A.shape[0] % t == 0 and A.shape[0] >= t
+                        else A[None], (t,) + inst + A.shape[2:])
+    B = np.broadcast_to(B.reshape((t, -1) + B.shape[1:]) if B.shape[0] % t == 0 and B.shape[0] >= t
+                        else B[None], (t,) + inst + B.shape[2:])
+    m, k, n = A.shape[-2], A.shape[-1], B.shape[-1]
+    acat = np.moveaxis(A, 0, -2).reshape(inst + (m, t * k))
+    bcat = np.moveaxis(B, 0, 2).reshape(inst + (t * k, n))
+    return np.matmul(acat, bcat)

@@ -1,0 +1,106 @@
+"""The emulator's fused evaluation of tiled-GEMM loops (pycoop.ops.loop_fusion) gives the
+ordinary loop's results (up to float summation order) and never hides an error."""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pycoop as pc
+from pycoop import f16, f32, u32
+from pycoop.kernels.gemm import gemm_khr
+from pycoop.ops import loop_fusion
+
+MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
+MatB = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseB]
+Acc = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
+Acc16 = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.Accumulator]
+
+
+def loop_ops(compiled):
+    return [op for op in compiled.module.walk() if op.name == "loop"]
+
+
+@settings(max_examples=12, deadline=None)
+@given(tm=st.sampled_from([1, 2]), tn=st.sampled_from([1, 2]), mb=st.integers(1, 3),
+       nb=st.integers(1, 3), kb=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
+def test_fused_gemm_matches_the_ordinary_loop(tm, tn, mb, nb, kb, seed):
+    rng = np.random.default_rng(seed)
+    M, N, K = mb * 32 * tm, nb * 32 * tn, kb * 16
+    A = rng.standard_normal((M, K)).astype(np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+    fused, plain = np.zeros((M, N), np.float32), np.zeros((M, N), np.float32)
+    assert loop_fusion.plan(loop_ops(gemm_khr.compile(TM=tm, TN=tn))[0]) is not None
+    gemm_khr[(mb, nb)](A, B, fused, M, N, K, TM=tm, TN=tn, backend="emulator")
+    original = loop_fusion.run
+    try:
+        loop_fusion.run = lambda ctx, op, inits: None
+        gemm_khr[(mb, nb)](A, B, plain, M, N, K, TM=tm, TN=tn, backend="emulator")
+    finally:
+        loop_fusion.run = original
+    np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-5 * np.abs(plain).max())
+    np.testing.assert_allclose(fused, A.astype(np.float32) @ B.astype(np.float32), rtol=1e-5,
+                               atol=1e-4 * np.abs(plain).max())
+
+
+@pc.kernel(workgroup_size=32)
+def overrun(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], K: u32, extra: u32):
+    acc = Acc.fill(0.0)
+    for k in range(0, K + extra, 16):
+        a = MatA.load(A, k, K)  # LOAD
+        b = MatB.load(B, k * 16, 16)
+        acc = pc.mul_add(a, b, acc)
+    pc.store(C, 0, acc, 16)
+
+
+def test_an_error_inside_a_fused_loop_is_reported_at_its_line():
+    A, B = np.ones(16 * 64, np.float16), np.ones(64 * 16, np.float16)
+    C = np.zeros(256, np.float32)
+    overrun[1](A, B, C, 64, 0, backend="emulator")
+    np.testing.assert_array_equal(C, 64)
+    with pytest.raises(pc.EmulatorError) as e:
+        overrun[1](A, B, C, 64, 16, backend="emulator")
+    src, start = inspect.getsourcelines(overrun.fn)
+    assert e.value.loc.line == start + next(i for i, l in enumerate(src) if "# LOAD" in l)
+
+
+def test_loops_outside_the_pattern_are_not_fused():
+    @pc.kernel(workgroup_size=32)
+    def with_store(A: pc.Buffer[f16], C: pc.Buffer[f32], K: u32):
+        acc = Acc.fill(0.0)
+        for k in range(0, K, 16):
+            acc = pc.mul_add(MatA.load(A, k, K), MatB.load(A, k, K), acc)
+            pc.store(C, 0, acc, 16)
+
+    @pc.kernel(workgroup_size=32)
+    def half_acc(A: pc.Buffer[f16], C: pc.Buffer[f16], K: u32):
+        acc = Acc16.fill(0.0)
+        for k in range(0, K, 16):
+            acc = pc.mul_add(MatA.load(A, k, K), MatB.load(A, k, K), acc)
+        pc.store(C, 0, acc, 16)
+
+    @pc.kernel(workgroup_size=32)
+    def reads_acc(A: pc.Buffer[f16], C: pc.Buffer[f32], K: u32):
+        acc = Acc.fill(0.0)
+        for k in range(0, K, 16):
+            acc = pc.mul_add(MatA.load(A, k, K), MatB.load(A, k, K), acc * 0.5)
+        pc.store(C, 0, acc, 16)
+
+    for k in (with_store, half_acc, reads_acc):
+        assert loop_fusion.plan(loop_ops(k.compile())[0]) is None, k.name
+
+
+def test_divergent_subgroups_are_still_reported():
+    @pc.kernel(workgroup_size=32)
+    def k(A: pc.Buffer[f16], C: pc.Buffer[f32], K: u32):
+        if pc.subgroup_local_id() < 16:
+            acc = Acc.fill(0.0)
+            for k in range(0, K, 16):
+                acc = pc.mul_add(MatA.load(A, k, K), MatB.load(A, k, K), acc)
+            pc.store(C, 0, acc, 16)
+
+    with pytest.raises(pc.EmulatorError, match="part of subgroup"):
+        k[1](np.ones(1024, np.float16), np.zeros(256, np.float32), 64, backend="emulator")
