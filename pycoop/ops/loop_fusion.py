@@ -17,7 +17,7 @@ precisely. Nothing in the fused body writes memory, so the fallback repeats no s
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -52,6 +52,12 @@ class _Factored:
     """A loaded matrix kept as its distinct blocks and an index per instance."""
     blocks: np.ndarray
     index: np.ndarray
+    wide: dict = field(default_factory=dict)     # the blocks converted, by dtype
+
+    def widened(self, dtype) -> np.ndarray:
+        if dtype not in self.wide:
+            self.wide[dtype] = convert_float(self.blocks, dtype)
+        return self.wide[dtype]
 
 
 _PLANS: "weakref.WeakKeyDictionary[Op, _Plan | None]" = weakref.WeakKeyDictionary()
@@ -133,8 +139,8 @@ def plan(op: Op) -> _Plan | None:
 class _FusedDispatch:
     """The dispatch seen by matrix ops in the fused body: T copies of the workgroups."""
 
-    def __init__(self, parent, t: int):
-        self.parent, self.t = parent, t
+    def __init__(self, parent, t: int, compressed: bool):
+        self.parent, self.t, self.compressed = parent, t, compressed
         self.sgs, self.wgs, self.nsg = parent.sgs, parent.wgs, parent.nsg
         self.nwg = parent.nwg * t
         self.grid = parent.grid
@@ -147,16 +153,48 @@ class _FusedDispatch:
         return self.parent.scope_invocations(scope)
 
     def builtin(self, name: str, comp: int) -> np.ndarray:
+        if self.compressed and name == "subgroup_id":
+            return np.arange(self.parent.nsg, dtype=np.uint32)[None, :]
         return self.parent.builtin(name, comp)
+
+
+# Built-ins whose value is the same for every invocation of a subgroup.
+_UNIFORM_BUILTINS = {"workgroup_id", "num_workgroups", "subgroup_id", "subgroup_size",
+                     "num_subgroups"}
+
+
+def _compressible(ctx, p: _Plan, body: Block) -> bool:
+    """Whether the body can run with one lane per subgroup: no divergence, no lane-dependent
+    built-ins, and every per-invocation value it reads from outside is subgroup-uniform."""
+    d = ctx.dispatch
+    if ctx.mask is not None or d.wgs % d.sgs or d.wgs == 1:
+        return False
+    inside = _defined_in(body)
+    for o in p.body_ops:
+        if o.name == "builtin" and o.attrs["name"] not in _UNIFORM_BUILTINS:
+            return False
+        for v in o.operands:
+            if v in inside:
+                continue
+            x = ctx.env[v]
+            if not isinstance(x, np.ndarray):
+                return False
+            if x.ndim == 2 and x.shape[1] == d.wgs:
+                lanes = x.reshape(x.shape[0], d.nsg, d.sgs)
+                if not (lanes == lanes[..., :1]).all():
+                    return False
+            elif x.ndim != 2 and not isinstance(v.type, CoopMatType):
+                return False
+    return True
 
 
 class _FusedCtx:
     """EmuCtx stand-in for the fused body (only what its ops use)."""
 
-    def __init__(self, ctx, t: int):
-        self.parent, self.t = ctx, t
-        self.env = _ChainEnv(ctx.env)
-        self.dispatch = _FusedDispatch(ctx.dispatch, t)
+    def __init__(self, ctx, t: int, compressed: bool):
+        self.parent, self.t, self.compressed = ctx, t, compressed
+        self.env = _ChainEnv(ctx.env, ctx.dispatch if compressed else None)
+        self.dispatch = _FusedDispatch(ctx.dispatch, t, compressed)
         self.mask, self.memories = ctx.mask, ctx.memories
         self.remember_blocks = ctx.remember_blocks
         self.memory_of = ctx.memory_of
@@ -177,6 +215,15 @@ class _FusedCtx:
     def scope_uniform_value(self, x, scope, op, what):
         """Per-instance values, shape (T*W | 1, S | 1), like EmuCtx's over the iteration axis too."""
         d = self.parent.dispatch
+        if self.compressed:                           # one lane per subgroup already
+            if scope != Scope.Subgroup:
+                if not (x == x[..., :1]).all():
+                    raise _Abort
+                x = x[..., :1]
+            if x.ndim == 2:                           # no iteration axis
+                return x if x.shape[0] == 1 else np.tile(x, (self.t, 1))
+            x = np.broadcast_to(x, (self.t, d.nwg, x.shape[2]))
+            return x.reshape(self.t * d.nwg, x.shape[2])
         if x.ndim == 2:                               # no iteration axis
             v = self.parent.scope_uniform_value(x, scope, op, what)
             return v if v.shape[0] == 1 else np.tile(v, (self.t, 1))
@@ -197,14 +244,20 @@ class _FusedCtx:
 
 
 class _ChainEnv(dict):
-    """Values of the fused body; outer values are read from the enclosing environment."""
+    """Values of the fused body; outer values are read from the enclosing environment (one
+    lane per subgroup when the body runs compressed)."""
 
-    def __init__(self, outer: dict):
+    def __init__(self, outer: dict, compress_from=None):
         super().__init__()
-        self.outer = outer
+        self.outer, self.dispatch = outer, compress_from
 
     def __missing__(self, key):
-        return self.outer[key]
+        x = self.outer[key]
+        d = self.dispatch
+        if d is not None and isinstance(x, np.ndarray) and x.ndim == 2 and x.shape[1] == d.wgs:
+            x = x.reshape(x.shape[0], d.nsg, d.sgs)[..., 0]
+        self[key] = x
+        return x
 
 
 def run(ctx, op: Op, inits: list) -> list | None:
@@ -221,22 +274,24 @@ def run(ctx, op: Op, inits: list) -> list | None:
         return None
     body = op.regions[1]
     accs = list(inits[1:])
-    per_iter = ctx.dispatch.nwg * ctx.dispatch.wgs
+    compressed = _compressible(ctx, p, body)
+    per_iter = ctx.dispatch.nwg * (ctx.dispatch.nsg if compressed else ctx.dispatch.wgs)
     chunk = max(1, _MAX_ELEMENTS // per_iter)
     try:
         with np.errstate(all="ignore"):
             for c0 in range(0, len(ivs), chunk):
                 part = ivs[c0:c0 + chunk]
-                accs = _run_chunk(ctx, p, body, part.astype(iv0.dtype).reshape(-1, 1, 1), accs)
+                accs = _run_chunk(ctx, p, body, part.astype(iv0.dtype).reshape(-1, 1, 1), accs,
+                                  compressed)
     except (_Abort, EmulatorError):
         return None
     final = np.asarray(start + len(ivs) * stride).astype(iv0.dtype).reshape(1, 1)
     return [final, *accs]
 
 
-def _run_chunk(ctx, p: _Plan, body: Block, iv: np.ndarray, accs: list) -> list:
+def _run_chunk(ctx, p: _Plan, body: Block, iv: np.ndarray, accs: list, compressed: bool) -> list:
     t = iv.shape[0]
-    sub = _FusedCtx(ctx, t)
+    sub = _FusedCtx(ctx, t, compressed)
     sub.env[body.args[0]] = iv
     for o in p.body_ops[:-1]:
         if o in p.factored:
@@ -268,8 +323,30 @@ def _factored_load(ctx, sub, o: Op) -> _Factored:
 
 def _blocks(ctx, x, wide) -> tuple[np.ndarray, np.ndarray] | None:
     if isinstance(x, _Factored):
-        return convert_float(x.blocks, wide), x.index
+        return x.widened(wide), x.index
     return ctx.distinct_blocks(x, wide)
+
+
+def _concatenated(ctx, x, wide, t: int, inst: tuple[int, int], use: str):
+    """The K-concatenated operand over the T iterations for each distinct sequence of blocks
+    (A: (n*M, T*K); B: (n, T*K, N)), which sequence each instance uses, and M or N. Cached on
+    the loaded value: one A tile feeds several accumulators."""
+    key = (wide, t, inst, use)
+    if isinstance(x, _Factored) and key in x.wide:
+        return x.wide[key]
+    found = _blocks(ctx, x, wide)
+    if found is None:
+        return None
+    blocks, index = found
+    seqs, which = _sequences(index, t, inst)
+    n, (r, c) = len(seqs), blocks.shape[1:]
+    if use == "A":
+        out = (np.moveaxis(blocks[seqs], 1, 2).reshape(n * r, t * c), which, r)
+    else:
+        out = (blocks[seqs].reshape(n, t * r, c), which, c)
+    if isinstance(x, _Factored):
+        x.wide[key] = out
+    return out
 
 
 def _sequences(index: np.ndarray, t: int, inst: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -286,14 +363,10 @@ def _sequences(index: np.ndarray, t: int, inst: tuple[int, int]) -> tuple[np.nda
 
 def _product(ctx, a: np.ndarray, b: np.ndarray, t: int, inst: tuple[int, int], wide) -> np.ndarray:
     """sum over t of a_t @ b_t per instance, shape inst + (M, N): the whole K range at once."""
-    fa, fb = _blocks(ctx, a, wide), _blocks(ctx, b, wide)
+    fa, fb = _concatenated(ctx, a, wide, t, inst, "A"), _concatenated(ctx, b, wide, t, inst, "B")
     if fa is not None and fb is not None:
-        (ba, ia), (bb, ib) = fa, fb
-        sa, ra = _sequences(ia, t, inst)
-        sb, rb = _sequences(ib, t, inst)
-        (na, m, k), (nb, _, n) = (len(sa),) + ba.shape[1:], (len(sb),) + bb.shape[1:]
-        acat = np.moveaxis(ba[sa], 1, 2).reshape(na * m, t * k)          # (nA*M, T*K)
-        bcat = bb[sb].reshape(nb, t * k, n)                               # (nB, T*K, N)
+        (acat, ra, m), (bcat, rb, n) = fa, fb
+        na, nb, k = acat.shape[0] // m, bcat.shape[0], bcat.shape[1] // t
         if na * nb <= 2 * inst[0] * inst[1]:
             grid = acat @ np.moveaxis(bcat, 0, 1).reshape(t * k, nb * n)
             r0, r1 = grid.strides                  # view it as (nA, nB, M, N) blocks, no copy
