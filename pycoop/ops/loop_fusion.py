@@ -349,12 +349,18 @@ def _concatenated(ctx, x, wide, t: int, inst: tuple[int, int], use: str):
     return out
 
 
+def _by_iteration(x: np.ndarray, t: int, nwg: int) -> np.ndarray:
+    """(T*W, ...) -> (T, W, ...); a value from outside the loop (W or 1 rows) gets a
+    broadcast iteration axis."""
+    if t > 1 and x.shape[0] == t * nwg:
+        return x.reshape((t, nwg) + x.shape[1:])
+    return x[None]
+
+
 def _sequences(index: np.ndarray, t: int, inst: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Distinct per-instance sequences of block indices over the T iterations:
     (sequences (n, T), which sequence each of the W*S instances uses)."""
-    rows = index.shape[0]
-    idx = index.reshape((t, rows // t) + index.shape[1:]) if rows % t == 0 and rows >= t \
-        else np.broadcast_to(index[None], (t,) + index.shape)
+    idx = _by_iteration(index, t, inst[0])
     rows = np.ascontiguousarray(np.broadcast_to(idx, (t,) + inst).reshape(t, -1).T, dtype=np.int64)
     keys = rows.view(np.dtype((np.void, 8 * t))).reshape(-1)
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -376,10 +382,8 @@ def _product(ctx, a: np.ndarray, b: np.ndarray, t: int, inst: tuple[int, int], w
                          bcat[rb.reshape(-1)]).reshape(inst + (m, n))
     A, B = (x.blocks[x.index] if isinstance(x, _Factored) else x for x in (a, b))
     A, B = ctx.widened(A, wide), ctx.widened(B, wide)
-    A = np.broadcast_to(A.reshape((t, -1) + A.shape[1:]) if A.shape[0] % t == 0 and A.shape[0] >= t
-                        else A[None], (t,) + inst + A.shape[2:])
-    B = np.broadcast_to(B.reshape((t, -1) + B.shape[1:]) if B.shape[0] % t == 0 and B.shape[0] >= t
-                        else B[None], (t,) + inst + B.shape[2:])
+    A = np.broadcast_to(_by_iteration(A, t, inst[0]), (t,) + inst + A.shape[2:])
+    B = np.broadcast_to(_by_iteration(B, t, inst[0]), (t,) + inst + B.shape[2:])
     m, k, n = A.shape[-2], A.shape[-1], B.shape[-1]
     acat = np.moveaxis(A, 0, -2).reshape(inst + (m, t * k))
     bcat = np.moveaxis(B, 0, 2).reshape(inst + (t * k, n))

@@ -104,3 +104,26 @@ def test_divergent_subgroups_are_still_reported():
 
     with pytest.raises(pc.EmulatorError, match="part of subgroup"):
         k[1](np.ones(1024, np.float16), np.zeros(256, np.float32), 64, backend="emulator")
+
+
+def test_a_matrix_loaded_before_the_loop_is_not_mistaken_for_a_per_iteration_one():
+    """Here the workgroup count equals the trip count, the ambiguous case for shapes."""
+    @pc.kernel(workgroup_size=32)
+    def k(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], K: u32):
+        w = pc.workgroup_id.x
+        a = MatA.load(A, w * 16 * 16, 16)              # the same A for every iteration
+        acc = Acc.fill(0.0)
+        for kk in range(0, K, 16):
+            acc = pc.mul_add(a, MatB.load(B, kk * 16, 16), acc)
+        pc.store(C, w * 256, acc, 16)
+
+    rng = np.random.default_rng(3)
+    W, K = 4, 64                                        # 4 workgroups, 4 iterations
+    A = rng.standard_normal(W * 256).astype(np.float16)
+    B = rng.standard_normal(K * 16).astype(np.float16)
+    C = np.zeros(W * 256, np.float32)
+    k[W](A, B, C, K, backend="emulator")
+    bsum = B.astype(np.float32).reshape(K // 16, 16, 16).sum(0)
+    want = np.stack([A[w * 256:(w + 1) * 256].astype(np.float32).reshape(16, 16) @ bsum
+                     for w in range(W)])
+    np.testing.assert_allclose(C.reshape(W, 16, 16), want, rtol=1e-4, atol=1e-4)
