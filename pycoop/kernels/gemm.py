@@ -137,8 +137,8 @@ Q4_0 = pc.struct("Q4_0", d=f16, qs=pc.array(pc.u8, 16))
 def _q4_0_weight(block, block_coord, coord_in_block):
     """One weight of a llama.cpp Q4_0 block: (nibble - 8) * scale."""
     j = coord_in_block[1]
-    byte = block.qs[j % 16]
-    return f16(pc.i32(pc.select(j < 16, byte & 15, byte >> 4)) - 8) * block.d
+    q = (u32(block.qs[j % 16]) >> ((j >> 4) << 2)) & 15      # low nibble for j < 16, else high
+    return f16(pc.i32(q) - 8) * block.d
 
 
 @functools.cache
