@@ -1,8 +1,9 @@
 """pycoop: an embedded Python DSL for cooperative-matrix GPU kernels.
 
 Kernels written as Python functions are traced into a typed IR, lowered to SPIR-V
-(SPV_KHR_cooperative_matrix) and run on a Vulkan device or on a vectorised NumPy emulator
-that implements the specs' semantics and reports undefined behaviour.
+(SPV_KHR_cooperative_matrix; vendor extensions under pycoop.nv, pycoop.intel, pycoop.qcom)
+and run on a Vulkan device or on a vectorised NumPy emulator that implements the specs'
+semantics and reports undefined behaviour.
 """
 from __future__ import annotations
 
@@ -15,9 +16,7 @@ from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2
                        sqrt, subgroup_id, subgroup_local_id, subgroup_size, tanh, trunc, workgroup_id)
 from .ops.composite import make_array, make_vector
 from .ops.khr import convert, fill, length, load, mul_add, store
-from .ops import nv  # noqa: E402  (the pycoop.nv namespace)
-from .ops import qcom  # noqa: E402  (the pycoop.qcom namespace)
-from .ops import intel  # noqa: E402  (the pycoop.intel namespace)
+from .ops import intel, nv, qcom  # the vendor namespaces: pycoop.nv, pycoop.intel, pycoop.qcom
 from .runtime.backend import use_backend
 from .types import (Buffer, ReadBuffer, WriteBuffer, CoopMatType, ScalarType, Scope, StorageClass, Use,
                     array, bf16, bool_, coopmat, f16, f32, f64, fp8_e4m3, fp8_e5m2, i8, i16, i32,
@@ -41,6 +40,5 @@ __all__ = [
     "array", "bf16", "bool_", "coopmat", "f16", "f32", "f64", "fp8_e4m3", "fp8_e5m2", "i8", "i16",
     "i32", "i64", "struct", "u8", "u16", "u32", "u64", "vec",
     "Subgroup", "Workgroup", "UseA", "UseB", "Accumulator",
+    "intel", "nv", "qcom",
 ]
-__all__ += ["nv", "qcom"]
-__all__ += ["intel"]
