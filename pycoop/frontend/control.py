@@ -339,11 +339,25 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
     return res[:len(extra)], tuple(_write_back(o, m) for o, m in zip(vals, after))
 
 
-def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=None) -> Result:
+def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=None,
+              stop: str | None = None) -> Result:
+    """`stop` names the flag a rewritten `break` sets: the loop ends once it is true."""
     loc = _loc(pos)
+    k = names.index(stop) if stop is not None else None
     if not any(isinstance(a, Value) for a in args):
         i = UNDEF
         for i in range(*args):
+            if k is not None and isinstance(vals[k], Value):
+                # broken out of under a runtime condition: the rest runs only where it did not
+                def step(*v, i=i):
+                    return body_fn(i, *v)
+                out = if_(~vals[k], step, lambda *v: v, vals, names, pos)
+                if out.returned:
+                    return Result((i, *out.values), True, out.value)
+                vals = out.values
+                continue
+            if k is not None and vals[k]:
+                break
             out = body_fn(i, *vals)
             if isinstance(out, Return):
                 return Result((i, *out.values), True, out.value)
@@ -362,14 +376,18 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     lo, hi, step = (as_value(a, it_t) if not isinstance(a, Value) else a for a in (lo, hi, step))
     neg = step.op is not None and step.op.name == "const" and step.op.attrs["value"] < 0
 
-    def cond(extra, _vals):
+    def cond(extra, user):
         i = extra[0]
         if neg:
-            return i > hi
-        if step.op is not None and step.op.name == "const" or not it_t.signed:
-            return i < hi
-        from ..ops.core import select
-        return select(step > 0, i < hi, i > hi)
+            c = i > hi
+        elif step.op is not None and step.op.name == "const" or not it_t.signed:
+            c = i < hi
+        else:
+            from ..ops.core import select
+            c = select(step > 0, i < hi, i > hi)
+        if k is not None and isinstance(user[k], Value):
+            c = c & ~user[k]
+        return c
 
     def body(extra, user):
         out = body_fn(extra[0], *user)

@@ -106,6 +106,10 @@ def _lambda(body: ast.expr) -> ast.Lambda:
     return ast.copy_location(ast.Lambda(args=args, body=body), body)
 
 
+class _Unsupported(Exception):
+    """A break/continue inside a statement the flag rewrite does not handle."""
+
+
 class _Rewriter(ast.NodeTransformer):
     def __init__(self):
         self.n = 0
@@ -155,11 +159,56 @@ class _Rewriter(ast.NodeTransformer):
                      node)
         return fns + self._finish(node, call, names, has_ret)
 
+    def _flags(self, node) -> tuple[list[ast.stmt], str] | None:
+        """Rewrite `break`/`continue` of this loop into flags (`_pc_brk_N`, `_pc_cnt_N`): the
+        statements after one run only while both are false, and the loop stops once the break
+        flag is set. None if the loop has neither, or has one inside a statement other than `if`."""
+        if node.orelse or not _has(node.body, (ast.Break, ast.Continue), into_loops=False):
+            return None
+        self.n += 1
+        brk, cnt = f"_pc_brk_{self.n}", f"_pc_cnt_{self.n}"
+
+        def assign(name, value):
+            return ast.Assign([ast.Name(name, ast.Store())], ast.Constant(value))
+
+        def rewrite(stmts):
+            out = []
+            for i, st in enumerate(stmts):
+                if isinstance(st, (ast.Break, ast.Continue)):
+                    out.append(assign(brk if isinstance(st, ast.Break) else cnt, True))
+                    return out
+                if not _has([st], (ast.Break, ast.Continue), into_loops=False):
+                    out.append(st)
+                    continue
+                if not isinstance(st, ast.If):
+                    raise _Unsupported
+                out.append(ast.If(st.test, rewrite(st.body) or [ast.Pass()], rewrite(st.orelse)))
+                rest = rewrite(stmts[i + 1:])
+                if rest:
+                    go_on = ast.UnaryOp(ast.Not(), ast.BoolOp(ast.Or(), [ast.Name(brk, ast.Load()),
+                                                                         ast.Name(cnt, ast.Load())]))
+                    out.append(ast.If(go_on, rest, []))
+                return out
+            return out
+
+        try:
+            body = rewrite(node.body)
+        except _Unsupported:
+            return None
+        node.body = [assign(cnt, False), *body]
+        pre = [assign(brk, False)]
+        for tree in node.body + pre:          # new statements take the loop's position
+            for n in ast.walk(tree):
+                if isinstance(n, (ast.stmt, ast.expr)) and not hasattr(n, "lineno"):
+                    ast.copy_location(n, node)
+        return pre, brk
+
     def visit_For(self, node: ast.For):
-        self.generic_visit(node)
         it = node.iter
         is_range = (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
                     and not it.keywords and 1 <= len(it.args) <= 3 and isinstance(node.target, ast.Name))
+        flags = self._flags(node) if is_range else None
+        self.generic_visit(node)
         if (not is_range or node.orelse
                 or _has(node.body, (ast.Break, ast.Continue), into_loops=False)):
             return node      # stays a Python loop: its bounds must be known at trace time
@@ -169,10 +218,17 @@ class _Rewriter(ast.NodeTransformer):
         fn = self._fn(b, [node.target.id, *names], node.body, names, node)
         call = _call("for_range", [ast.Tuple(it.args, ast.Load()), ast.Name(b, ast.Load()),
                                    _tuple(names, ast.Load), ast.Constant(tuple(names)),
-                                   self._loc_arg(node)], node)
-        return [fn] + self._finish(node, call, [node.target.id, *names], has_ret)
+                                   self._loc_arg(node), ast.Constant(flags[1] if flags else None)],
+                     node)
+        return (flags[0] if flags else []) + [fn] + self._finish(node, call, [node.target.id, *names],
+                                                                 has_ret)
 
     def visit_While(self, node: ast.While):
+        flags = self._flags(node)
+        if flags:
+            stop = ast.UnaryOp(ast.Not(), ast.Name(flags[1], ast.Load()))
+            node.test = ast.copy_location(ast.BoolOp(ast.And(), [stop, node.test]), node.test)
+            ast.fix_missing_locations(node)
         self.generic_visit(node)
         if node.orelse or _has(node.body, (ast.Break, ast.Continue), into_loops=False):
             return node
@@ -187,7 +243,7 @@ class _Rewriter(ast.NodeTransformer):
         call = _call("while_", [ast.Name(c, ast.Load()), ast.Name(b, ast.Load()),
                                 _tuple(names, ast.Load), ast.Constant(tuple(names)),
                                 self._loc_arg(node)], node)
-        return [cond, fn] + self._finish(node, call, names, has_ret)
+        return (flags[0] if flags else []) + [cond, fn] + self._finish(node, call, names, has_ret)
 
     # ---------------------------------------------------------------- expressions
     def visit_BoolOp(self, node: ast.BoolOp):
@@ -266,6 +322,9 @@ def transform(fn: types.FunctionType) -> types.FunctionType:
     params = {a.arg for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs}
     local_names = [n for n in _names_stored(fdef.body, bases=False) if n not in params]
     fdef = _Rewriter().visit(fdef)
+    # flags of rewritten break/continue are new locals too
+    local_names += [n for n in _names_stored(fdef.body, bases=False)
+                    if n.startswith("_pc_") and n not in local_names]
     if local_names:
         init = ast.Assign([ast.Name(n, ast.Store()) for n in local_names],
                           ast.Attribute(ast.Name(_PC, ast.Load()), "UNDEF", ast.Load()))
