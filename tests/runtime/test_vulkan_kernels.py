@@ -143,3 +143,26 @@ def test_examples_without_matrices_run_on_vulkan():
     with pc.use_backend("vulkan"):
         runpy.run_path(str(Path(__file__).parents[2] / "examples" / "softmax_rows.py"),
                        run_name="__main__")
+
+
+@pc.kernel(workgroup_size=32)
+def scan_rows(X: pc.ReadBuffer[f32], Out: pc.Buffer[f32], n: u32, rows: u32):
+    r = pc.global_invocation_id.x
+    if r < rows:
+        s = f32(0.0)
+        for j in range(n):
+            v = X[r * n + j]
+            if v < -0.5:
+                continue
+            if v > 1.5:
+                break
+            s += v
+        Out[r] = s
+
+
+def test_break_and_continue_match():
+    rng = np.random.default_rng(7)
+    rows, n = 70, 33
+    X = rng.standard_normal(rows * n).astype(np.float32)
+    gpu, emu = both(scan_rows, -(-rows // 32), X, np.zeros(rows, np.float32), n, rows)
+    np.testing.assert_allclose(gpu[1], emu[1], rtol=1e-6, atol=1e-6)
