@@ -16,7 +16,7 @@ from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, tracer
 from ..ir.core import Block, Value
 from ..ops.core import as_value, const, default_type
-from ..types import BufferType, ScalarType, SharedArrayType, bool_
+from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, Type, bool_
 
 
 class _Undef:
@@ -112,6 +112,28 @@ def _carried(x) -> bool:
     return isinstance(x, Value) and not isinstance(x.type, (BufferType, SharedArrayType))
 
 
+RETURN_VALUE = "_pc_rv"        # the variable a single-exit rewrite returns (see transform)
+_NOT_SET = object()             # that variable on a path that has not returned yet
+
+
+def _flat_prefix(vals: tuple) -> list:
+    leaves: list = []
+    for v in vals:
+        _flatten(v, leaves)
+    return leaves
+
+
+def _zero(t: Type, loc: Loc) -> Value:
+    """A value of type `t` standing for 'not set yet'."""
+    if isinstance(t, CoopMatType):
+        from ..ops.khr import fill
+        return fill(t, 0)
+    if isinstance(t, ScalarType):
+        return const(False if t.is_bool else 0, t, loc)
+    raise CompileError(f"a function returning {t} from inside a loop is not supported", loc,
+                       hint="assign the result to a variable and return it after the loop")
+
+
 def _is_number(x) -> bool:
     return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, Value)
 
@@ -165,6 +187,11 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
                 out = None
         outs.append(out)
         blocks.append(blk)
+    if RETURN_VALUE in names:                  # one branch set the return value, the other not
+        i = names.index(RETURN_VALUE)
+        if any(o is not None and o[i] is not None for o in outs):
+            outs = [o if o is None or o[i] is not None else o[:i] + (_NOT_SET,) + o[i + 1:]
+                    for o in outs]
     terminated = [b.terminated for b in blocks]
     if all(terminated):
         emit("if", [c], {"result_types": []}, blocks, loc)
@@ -202,6 +229,17 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
                 results[i] = alive[0]
             continue
         a, b = alive
+        if a is _NOT_SET or b is _NOT_SET:            # a zero of the other side's type
+            other = b if a is _NOT_SET else a
+            if not _carried(other):
+                results[i] = _Undef(f"the function's return value is not a runtime value (line "
+                                    f"{loc.line})")
+                continue
+            merge_idx.append(i)
+            yields[0].append(a)
+            yields[1].append(b)
+            mtypes.append(other.type)
+            continue
         if isinstance(a, _Undef) or isinstance(b, _Undef):
             results[i] = _Undef("it is assigned in only one branch of the `if` at line "
                                 f"{loc.line}")
@@ -231,6 +269,8 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
             vals_k = []
             for j, v in enumerate(yields[k]):
                 # both branches yield the merged type (1 and 2.5 merge as f32, not i32/f32)
+                if v is _NOT_SET:
+                    v = _zero(mtypes[j], loc)
                 vals_k.append(as_value(v, mtypes[j]) if not isinstance(v, Value) else v)
             emit("yield", vals_k, loc=loc)
             typ = [v.type for v in vals_k]
@@ -245,20 +285,25 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
 # --------------------------------------------------------------------------- loops
 
 def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable,
-                  extra: list[Value]) -> tuple[list[Value], tuple]:
+                  extra: list[Value], names: tuple = ()) -> tuple[list[Value], tuple]:
     """Record a loop op. `extra` are leading carried values (e.g. the induction variable);
     `make_cond(extra_args, user_vals) -> bool Value`; `run_body(extra_args, user_vals) ->
     (new_extra, user_out | Return)`. Returns (extra results, user values after the loop)."""
     t = tracer()
     leaves: list = []
     trees = [_flatten(v, leaves) for v in vals]
-    promote: dict[int, ScalarType] = {}
+    # the return value of a rewritten function may be None until set: it takes the type of
+    # the value the body gives it (its initial value is never used)
+    placeholders = {len(_flat_prefix(vals[:i])) for i, n in enumerate(names)
+                    if n == RETURN_VALUE and vals[i] is None}
+    promote: dict[int, Type] = {}
     for _attempt in range(3):
         carried = [i for i, v in enumerate(leaves) if _carried(v) or i in promote]
         init = []
         for i in carried:
             v = leaves[i]
-            init.append(v if isinstance(v, Value) else const(v, promote[i], loc))
+            init.append(v if isinstance(v, Value) else
+                        _zero(promote[i], loc) if v is None else const(v, promote[i], loc))
         cond_blk = Block([Value(v.type) for v in extra] + [Value(v.type) for v in init])
         body_blk = Block([Value(v.type) for v in extra] + [Value(v.type) for v in init])
 
@@ -301,6 +346,8 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             if _is_number(a):
                 changed[i] = b.type if isinstance(b, Value) and isinstance(b.type, ScalarType) \
                     else default_type(a)
+            elif i in placeholders and isinstance(b, Value):
+                changed[i] = b.type
             else:
                 raise CompileError(f"a variable holding {a!r} is reassigned inside a runtime loop", loc,
                                    rule="only numbers and pycoop values can be carried through "
@@ -393,7 +440,7 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
         out = body_fn(extra[0], *user)
         return [extra[0] + step], out
 
-    _, after = _runtime_loop(vals, loc, cond, body, [lo])
+    _, after = _runtime_loop(vals, loc, cond, body, [lo], names)
     return Result((_Undef("the loop variable of a runtime loop is not defined after it"), *after))
 
 
@@ -412,7 +459,8 @@ def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=
                                    "iterations", loc,
                                    hint="make it depend on runtime values from the start")
         return Result(vals)
-    _, after = _runtime_loop(vals, loc, lambda e, u: cond_fn(*u), lambda e, u: ([], body_fn(*u)), [])
+    _, after = _runtime_loop(vals, loc, lambda e, u: cond_fn(*u), lambda e, u: ([], body_fn(*u)), [],
+                             names)
     return Result(after)
 
 

@@ -168,7 +168,7 @@ class Kernel:
     def _trace(self, consts: dict, sgs: int, explicit: bool = True) -> Module:
         try:
             if self._traced is None:
-                self._traced = transform(self.fn)
+                self._traced = transform(self.fn, returns_value=False)
             t = Tracer(sgs, self.workgroup_size)
             t.subgroup_size_explicit = explicit
             t.strict_intel_shapes = self.strict_intel_shapes

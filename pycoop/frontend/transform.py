@@ -295,8 +295,65 @@ class _ReturnMarker(ast.NodeTransformer):
     visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
 
 
-def transform(fn: types.FunctionType) -> types.FunctionType:
-    """Return `fn` rewritten for tracing (same globals, closure, defaults, file and lines)."""
+def _nested_return(stmts: list[ast.stmt]) -> bool:
+    """A `return` below an if/for/while of this function (not only at its top level)."""
+    return any(_has([st], (ast.Return,)) for st in stmts
+               if isinstance(st, (ast.If, ast.For, ast.While)))
+
+
+def _single_exit(fdef: ast.FunctionDef) -> None:
+    """Rewrite a function with `return X` inside branches or loops to one exit: the value goes
+    to `_pc_rv`, a flag `_pc_rf` guards what follows and breaks out of loops, and the
+    function ends with `return _pc_rv` (so values merge like any other variable)."""
+    rf, rv = "_pc_rf", "_pc_rv"
+
+    def assign(name, value):
+        return ast.Assign([ast.Name(name, ast.Store())], value)
+
+    def guard(rest):
+        return ast.If(ast.UnaryOp(ast.Not(), ast.Name(rf, ast.Load())), rest, [])
+
+    def block(stmts, in_loop):
+        out = []
+        for i, st in enumerate(stmts):
+            if isinstance(st, ast.Return):
+                out += [assign(rv, st.value or ast.Constant(None)), assign(rf, ast.Constant(True))]
+                if in_loop:
+                    out.append(ast.Break())
+                return out
+            if not _has([st], (ast.Return,)):
+                out.append(st)
+                continue
+            if isinstance(st, ast.If):
+                out.append(ast.If(st.test, block(st.body, in_loop) or [ast.Pass()],
+                                  block(st.orelse, in_loop)))
+            elif isinstance(st, (ast.For, ast.While)) and not st.orelse:
+                loop = ast.For(st.target, st.iter, block(st.body, True), []) if isinstance(st, ast.For) \
+                    else ast.While(st.test, block(st.body, True), [])
+                out.append(loop)
+                if in_loop:            # a return in an inner loop also leaves this one
+                    out.append(ast.If(ast.Name(rf, ast.Load()), [ast.Break()], []))
+            else:
+                raise _Unsupported
+            rest = block(stmts[i + 1:], in_loop)
+            if rest:
+                out.append(guard(rest))
+            return out
+        return out
+
+    body = block(fdef.body, False)
+    new = [assign(rf, ast.Constant(False)), assign(rv, ast.Constant(None)), *body,
+           ast.Return(ast.Name(rv, ast.Load()))]
+    for tree in new:
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.stmt, ast.expr)) and not hasattr(n, "lineno"):
+                ast.copy_location(n, fdef.body[0])
+    fdef.body = new
+
+
+def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.FunctionType:
+    """Return `fn` rewritten for tracing (same globals, closure, defaults, file and lines).
+    Functions that return a value (not kernels) may return from inside branches and loops."""
     from . import control
     try:
         lines, start = inspect.getsourcelines(fn)
@@ -320,6 +377,11 @@ def transform(fn: types.FunctionType) -> types.FunctionType:
         raise CompileError(f"{fn.__qualname__} is not a plain function definition", None)
     fdef.decorator_list = []
     params = {a.arg for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs}
+    if returns_value and _nested_return(fdef.body):
+        try:
+            _single_exit(fdef)
+        except _Unsupported:
+            pass                    # a return inside e.g. `with`: traced as written
     local_names = [n for n in _names_stored(fdef.body, bases=False) if n not in params]
     fdef = _Rewriter().visit(fdef)
     # flags of rewritten break/continue are new locals too

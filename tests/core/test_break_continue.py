@@ -153,3 +153,73 @@ def test_break_in_a_trace_time_loop_stays_python():
 @pytest.mark.parametrize("k", [first_above, sum_until, static_bound, nested], ids=lambda k: k.name)
 def test_modules_validate(k):
     assert k.compile().spv                    # lowered and checked by spirv-val
+
+
+# --------------------------------------------------------------------------- returns in functions
+
+@pc.func
+def relu(x):
+    if x > 0.0:
+        return x
+    return f32(0.0)
+
+
+@pc.func
+def index_of(X, base, n, t):
+    for j in range(n):
+        if X[base + j] > t:
+            return i32(j)
+    return i32(-1)
+
+
+@pc.func
+def classify(x):
+    if x < -1.0:
+        return u32(0)
+    elif x < 1.0:
+        return u32(1)
+    else:
+        return u32(2)
+
+
+@pc.kernel(workgroup_size=32)
+def uses_helpers(X: pc.Buffer[f32], R: pc.Buffer[f32], I: pc.Buffer[i32], Cl: pc.Buffer[u32], n: u32,
+                 rows: u32):
+    r = pc.global_invocation_id.x
+    if r < rows:
+        R[r] = relu(X[r * n])
+        I[r] = index_of(X, r * n, n, f32(1.0))
+        Cl[r] = classify(X[r * n + 1])
+
+
+@settings(max_examples=15, deadline=None)
+@given(rows=st.integers(1, 40), n=st.integers(2, 16), seed=st.integers(0, 2**32 - 1))
+def test_helpers_return_from_branches_and_loops(rows, n, seed):
+    X = np.random.default_rng(seed).standard_normal(rows * n).astype(np.float32)
+    R, I, Cl = np.zeros(rows, np.float32), np.zeros(rows, np.int32), np.zeros(rows, np.uint32)
+    uses_helpers[-(-rows // 32)](X, R, I, Cl, n, rows, backend="emulator")
+    x = X.reshape(rows, n)
+    np.testing.assert_array_equal(R, np.maximum(x[:, 0], 0))
+    np.testing.assert_array_equal(I, [py_first_above(x[r], 1.0) for r in range(rows)])
+    np.testing.assert_array_equal(Cl, np.where(x[:, 1] < -1, 0, np.where(x[:, 1] < 1, 1, 2)))
+    assert uses_helpers.compile().spv
+
+
+def test_per_element_function_with_an_early_return():
+    Acc = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
+
+    def causal(r, c, e):
+        if c > r:
+            return f32(-1e30)
+        return e
+
+    @pc.kernel(workgroup_size=32)
+    def k(X: pc.Buffer[f32], Out: pc.Buffer[f32]):
+        pc.store(Out, 0, pc.nv.per_element(Acc.load(X, 0, 16), causal), 16)
+
+    X = np.random.default_rng(1).standard_normal(256).astype(np.float32)
+    Out = np.zeros(256, np.float32)
+    k[1](X, Out, backend="emulator")
+    r, c = np.mgrid[0:16, 0:16]
+    np.testing.assert_array_equal(Out.reshape(16, 16), np.where(c > r, np.float32(-1e30), X.reshape(16, 16)))
+    assert k.compile().spv
