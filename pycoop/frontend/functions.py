@@ -43,6 +43,9 @@ def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
                    result_type: Type | None = None) -> Function:
     """Trace `fn(*params)` into a Function (cached per callable and signature in this trace).
     `role` names it in errors ("decode function", ...); `result_type`, if given, is checked."""
+    if not callable(fn):
+        raise CompileError(f"the {role} must be a function, got {fn!r}", loc,
+                           hint="pass a Python function (or a @pycoop.func)")
     t = tracer()
     key = (fn, tuple(param_types), role)
     cached = t.function_cache.get(key)

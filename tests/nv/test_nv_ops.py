@@ -321,6 +321,11 @@ def test_load_store_rules():
         pc.nv.load_tensor(X, lay, Acc16, decode=lambda p, b: p[0])  # HERE
     _fails(decode_arity, "takes 2 parameters")
 
+    def decode_not_callable(X: pc.Buffer[f16]):
+        lay = pc.nv.tensor_layout(2).dimension(16, 16)
+        pc.nv.load_tensor(X, lay, Acc16, decode=3)  # HERE
+    _fails(decode_not_callable, "must be a function")
+
     def decode_type(X: pc.Buffer[f16]):
         lay = pc.nv.tensor_layout(2).dimension(16, 16)
         pc.nv.load_tensor(X, lay, Acc16, decode=lambda p, b, c: f32(p[0]))  # HERE
