@@ -276,7 +276,8 @@ def mul_add(a: Value, b: Value, c: Value, *, saturating: bool = False) -> Value:
     return emit1("khr.mul_add", [a, b, c], {"saturating": bool(saturating)})
 
 
-def _mul_add_numpy(a, b, c, ta, tb, tc, saturating, widen=lambda x, d: x.astype(d)):
+def _mul_add_numpy(a, b, c, ta, tb, tc, saturating, widen=lambda x, d: x.astype(d),
+                   overflow=lambda bad: None):
     if tc.component.is_float:
         acc = np.float64 if tc.component.bits == 64 else np.float32
         r = np.matmul(widen(a, acc), widen(b, acc))
@@ -285,6 +286,8 @@ def _mul_add_numpy(a, b, c, ta, tb, tc, saturating, widen=lambda x, d: x.astype(
     prod = np.matmul(a.astype(np.int64), b.astype(np.int64))
     lo, hi = tc.component.min_max()
     if saturating:
+        # the spec leaves A*B undefined when that intermediate result overflows
+        overflow(((prod < lo) | (prod > hi)).any((-2, -1)))
         total = np.clip(prod.astype(object) + c.astype(object), lo, hi) if tc.component.bits == 64 \
             else np.clip(prod + c.astype(np.int64), lo, hi)
         return np.asarray(total).astype(tc.component.dtype)
@@ -294,8 +297,12 @@ def _mul_add_numpy(a, b, c, ta, tb, tc, saturating, widen=lambda x, d: x.astype(
 @emulation("khr.mul_add")
 def _emu_mul_add(ctx, op, a, b, c):
     ta, tb, tc = (v.type for v in op.operands)
-    ctx.scope_active(ta.scope, op)
-    return _mul_add_numpy(a, b, c, ta, tb, tc, op.attrs["saturating"], ctx.widened)
+    active = ctx.scope_active(ta.scope, op)
+
+    def overflow(bad):
+        ctx.check_instances(bad, active, op, f"{SPEC}: with SaturatingAccumulation, A*B "
+                            f"overflowing {tc.component} before the addition of C is undefined")
+    return _mul_add_numpy(a, b, c, ta, tb, tc, op.attrs["saturating"], ctx.widened, overflow)
 
 
 @lowering("khr.mul_add")
