@@ -83,25 +83,18 @@ def _u32():
 
 
 def const_last_block_size(layout_value) -> int | None:
-    """blockSize[LDim-1] of a layout value when it is a compile-time constant: follow the chain
-    of layout state ops back to OpCreateTensorLayoutNV (block size 1) or the last
-    OpTensorLayoutSetBlockSizeNV whose operand is a `const` op. None when unknown (e.g. a
-    layout carried through a loop)."""
-    v = layout_value
-    for _ in range(10000):
-        op = getattr(v, "op", None)
-        if op is None:
-            return None
-        if op.name == "nv.create_layout":
-            return 1
-        if op.name == "nv.layout_block_size":
-            last = op.operands[-1]
-            if last.op is not None and last.op.name == "const":
-                return int(last.op.attrs["value"]) & 0xFFFFFFFF
-            return None
-        if not op.name.startswith("nv.layout_"):
-            return None
-        v = op.operands[0]
+    """blockSize[LDim-1] of a layout value when it is a compile-time constant (1 when no
+    block size was set); None when unknown (a runtime operand, or a layout carried through a
+    loop)."""
+    from .tensor import block_sizes
+    sizes = block_sizes(layout_value)
+    if sizes is None:
+        return None
+    if not sizes:
+        return 1
+    last = sizes[-1]
+    if last.op is not None and last.op.name == "const":
+        return int(last.op.attrs["value"]) & 0xFFFFFFFF
     return None
 
 

@@ -267,23 +267,23 @@ def _lower_state(ctx, op):
         _spec_default_strides(ctx, op)
 
 
-def _block_sizes(layout: Value) -> list[Value] | None:
-    """The block-size operands in effect for `layout` (None: all 1), following its SSA chain of
-    state ops; a layout coming through control flow is not followed (None)."""
+def block_sizes(layout: Value) -> list[Value] | None:
+    """The block-size operands in effect for `layout`, following its SSA chain of state ops:
+    [] when none was set (all 1), None when unknown (a layout coming through control flow)."""
     v = layout
     while v.op is not None and v.op.name.startswith("nv.layout_"):
         if v.op.name == "nv.layout_block_size":
             return v.op.operands[1:]
         v = v.op.operands[0]
-    return None
+    return [] if v.op is not None and v.op.name == "nv.create_layout" else None
 
 
 def _spec_default_strides(ctx, op) -> None:
     """SetDimension's default strides are stride[i] = stride[i+1] * ceil(dim[i+1] / block[i+1])
     by the spec; NVIDIA's driver floors the division. When a block size may differ from 1,
     follow SetDimension with explicit strides computed the spec's way."""
-    blocks = _block_sizes(op.operands[0])
-    if blocks is None or all(b.op is not None and b.op.name == "const" and b.op.attrs["value"] == 1
+    blocks = block_sizes(op.operands[0])
+    if not blocks or all(b.op is not None and b.op.name == "const" and b.op.attrs["value"] == 1
                              for b in blocks):
         return
     dims = [ctx.id(d) for d in op.operands[1:]]
