@@ -447,7 +447,8 @@ class CompiledKernel:
         return LaunchResult("vulkan", vulkan_launch(self, grid, arrays))
 
     def __repr__(self) -> str:
-        return f"<pycoop compiled kernel {self.name} {self.consts or ''}>"
+        consts = "".join(f" {k}={v!r}" for k, v in self.consts.items())
+        return f"<pycoop compiled kernel {self.name}{consts} ({self.target})>"
 
     def _repr_html_(self) -> str:
         from ..jupyter import compiled_kernel_html
