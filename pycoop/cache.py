@@ -45,7 +45,7 @@ def _key(module: Module, target: str = "vulkan", decode_vector: bool = True) -> 
                           f"{variant}{text}".encode()).hexdigest()
 
 
-def lower_cached(module: Module, _ir_text: str | None = None, *, decode_vector: bool = True) -> Lowered:
+def lower_cached(module: Module, *, decode_vector: bool = True) -> Lowered:
     """Lowered and validated module. `decode_vector=False`: DecodeVectorFunc operands stripped
     (validated by spirv-val). With them kept, modules using decode_vector are checked by
     pycoop.ops.nv.decode_vector.check_module, and by spirv-val only if it knows the extension."""

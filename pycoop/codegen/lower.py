@@ -277,13 +277,15 @@ class LowerCtx:
         d = get(op.name)
         for cap in d.capabilities:
             self.need(cap)
-        if op.name == "khr.mul_add":
-            ta, tb, tc = (v.type for v in op.operands)
-            self.coopmat_shapes.add((ta.rows, tb.cols, ta.cols, component_name(ta.component),
-                                     component_name(tb.component), component_name(tc.component),
-                                     component_name(op.result.type.component),
-                                     op.attrs["saturating"], ta.scope.value.lower()))
         d.lower(self, op)
+
+    def need_shape(self, a: CoopMatType, b: CoopMatType, c: CoopMatType, result: CoopMatType,
+                   saturating: bool) -> None:
+        """Record an MxNxK multiply the device must list (Vulkan component-type names)."""
+        self.coopmat_shapes.add((a.rows, b.cols, a.cols, component_name(a.component),
+                                 component_name(b.component), component_name(c.component),
+                                 component_name(result.component), saturating,
+                                 a.scope.value.lower()))
 
     # ---------------------------------------------------------------- functions
     def function_id(self, f) -> int:

@@ -51,8 +51,7 @@ class Dispatch:
     def builtin(self, name: str, comp: int) -> np.ndarray:
         lid = np.arange(self.wgs, dtype=np.uint32)[None, :]
         wid = np.arange(self.nwg, dtype=np.uint32)[:, None]
-        gx, gy, _ = self.grid
-        sx, sy, _ = self.wg_size
+
         def split(i, dims):
             x, y = dims[0], dims[1]
             return (i % x, (i // x) % y, i // (x * y))[comp]
@@ -135,7 +134,7 @@ class EmuCtx:
             if name == "return":
                 return None
             res = op.results
-            if len(res) == 1:
+            if len(res) == 1 and not op.regions:     # region ops give a list of results
                 env[res[0]] = out
             elif res:
                 for r, v in zip(res, out):
@@ -161,9 +160,6 @@ class EmuCtx:
         self.dead = m.copy() if self.dead is None else (self.dead | m)
 
     # ---------------------------------------------------------------- checks
-
-    def _full_mask(self) -> np.ndarray:
-        return np.ones(self.dispatch.shape, bool) if self.mask is None else self.mask
 
     def check_ub(self, bad: np.ndarray, op: Op, message: str) -> None:
         """Report undefined behaviour if any *active* invocation has `bad` set."""

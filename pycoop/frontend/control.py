@@ -148,7 +148,7 @@ def _same_static(a, b) -> bool:
 
 # --------------------------------------------------------------------------- if
 
-def _merge_local(v, branch: int):
+def _merge_local(v):
     """A variable first assigned inside the branches: kept if it is a single value (merged like
     any other), otherwise undefined after the if."""
     if isinstance(v, (list, tuple, dict)):
@@ -205,7 +205,7 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
             flat.append(None)
             continue
         lv: list = []
-        tr = [_flatten(v if not isinstance(v0, _Undef) else _merge_local(v, k), lv)
+        tr = [_flatten(v if not isinstance(v0, _Undef) else _merge_local(v), lv)
               for v, v0 in zip(out, vals)]
         flat.append((tr, lv))
     live = [f for f in flat if f is not None]

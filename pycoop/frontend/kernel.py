@@ -18,6 +18,7 @@ from ..ir.builder import Tracer, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
+from ..ops.registry import get
 from ..types import BufferType, ScalarType, StructType, Type
 from .transform import transform
 
@@ -306,9 +307,10 @@ class CompiledKernel:
         self.module = module
         self.consts = consts
         self._lowered = None
-        self._written = {op.operands[0] for op in module.walk()
-                         if op.name in ("store", "khr.store", "intel.block_store")
-                         and isinstance(op.operands[0].type, BufferType)}
+        # the memories ops write (each op's registry entry names its memory operand)
+        written = (op.operands[get(op.name).extra["writes"]] for op in module.walk()
+                   if get(op.name).extra.get("writes") is not None)
+        self._written = {v for v in written if isinstance(v.type, BufferType)}
 
     @property
     def name(self) -> str:
@@ -341,7 +343,7 @@ class CompiledKernel:
         if self._lowered is None:
             from ..cache import lower_cached
             if self.decode_vector == "stripped":
-                self._lowered = lower_cached(self.module, self.ir, decode_vector=False)
+                self._lowered = lower_cached(self.module, decode_vector=False)
                 self._lower_full()        # the full module is still checked (pycoop's verifier)
             else:
                 self._lowered = lower_cached(self.module)

@@ -13,7 +13,7 @@ import inspect
 import textwrap
 import types
 
-from ..errors import CompileError, Loc
+from ..errors import CompileError
 
 _PC = "__pc"
 
@@ -411,6 +411,3 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
     new.__kwdefaults__ = fn.__kwdefaults__
     return new
 
-
-def loc_of(fn_file: str, pos: tuple[int, int]) -> Loc:
-    return Loc(fn_file, pos[0], pos[1])

@@ -9,7 +9,7 @@ from .core import Block, Module
 _TERMINATOR = {("if", 0): "yield", ("if", 1): "yield", ("loop", 0): "condition", ("loop", 1): "yield"}
 
 
-def _check_block(block: Block, visible: set, owner: tuple | None) -> None:
+def _check_block(block: Block, visible: set) -> None:
     scope = set(visible) | set(block.args)
     for i, op in enumerate(block.ops):
         for v in op.operands:
@@ -21,7 +21,7 @@ def _check_block(block: Block, visible: set, owner: tuple | None) -> None:
         if list(types) != [r.type for r in op.results]:
             raise CompileError(f"internal: {op.name} result types {types} != recorded", op.loc)
         for k, r in enumerate(op.regions):
-            _check_block(r, scope, (op.name, k))
+            _check_block(r, scope)
             last = r.ops[-1].name if r.ops else None
             want = _TERMINATOR.get((op.name, k))
             if want and last not in (want, "return"):
@@ -31,8 +31,8 @@ def _check_block(block: Block, visible: set, owner: tuple | None) -> None:
 
 def verify(m: Module) -> None:
     """Raise CompileError if the module is malformed (a pycoop bug, not a user error)."""
-    _check_block(m.kernel.body, set(m.kernel.params), None)
+    _check_block(m.kernel.body, set(m.kernel.params))
     for f in m.functions:
-        _check_block(f.body, set(f.params), None)
+        _check_block(f.body, set(f.params))
         if not f.body.ops or f.body.ops[-1].name != "yield":
             raise CompileError(f"internal: function {f.name} does not end in yield", f.loc)

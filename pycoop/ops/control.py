@@ -55,18 +55,7 @@ def _merge(ctx, op, take_new, new, old, t):
     return np.where(take_new, new, old)
 
 
-def _single(fn):
-    """The machine binds a single-result op's return value directly (not as a 1-list):
-    unwrap the results of region ops that have exactly one."""
-    def wrapped(ctx, op, *args):
-        out = fn(ctx, op, *args)
-        return out[0] if len(op.results) == 1 else out
-    wrapped.__name__ = fn.__name__
-    return wrapped
-
-
 @emulation("if")
-@_single
 def _emu_if(ctx, op, cond):
     then_blk, else_blk = op.regions
     mask = ctx.mask
@@ -87,7 +76,6 @@ def _emu_if(ctx, op, cond):
 
 
 @emulation("loop")
-@_single
 def _emu_loop(ctx, op, *inits):
     from .loop_fusion import run as fused
     out = fused(ctx, op, list(inits))

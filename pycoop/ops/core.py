@@ -696,7 +696,7 @@ def _infer_store(operands, attrs, regions, loc):
     return []
 
 
-define("store", _infer_store, doc="buf[i] = v / shared[i] = v: store one element.")
+define("store", _infer_store, writes=0, doc="buf[i] = v / shared[i] = v: store one element.")
 
 
 @emulation("load")

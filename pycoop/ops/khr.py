@@ -150,7 +150,7 @@ def _infer_store(operands, attrs, regions, loc):
 define("khr.load", _infer_load, capabilities=KHR_CAPS,
        doc="OpCooperativeMatrixLoadKHR: element (r, c) from offset + r*stride + c (row major) "
            "or offset + c*stride + r (column major), in units of the array's element type.")
-define("khr.store", _infer_store, capabilities=KHR_CAPS,
+define("khr.store", _infer_store, capabilities=KHR_CAPS, writes=0,
        doc="OpCooperativeMatrixStoreKHR: the inverse of khr.load.")
 
 
@@ -307,6 +307,7 @@ def _emu_mul_add(ctx, op, a, b, c):
 
 @lowering("khr.mul_add")
 def _lower_mul_add(ctx, op):
+    ctx.need_shape(*(v.type for v in op.operands), op.result.type, op.attrs["saturating"])
     mask = operand_mask(op)
     extra = ["|".join(mask)] if mask else []
     ctx.set(op.result, ctx.emit("OpCooperativeMatrixMulAddKHR", op.result.type,
@@ -370,11 +371,6 @@ def _lower_length(ctx, op):
 
 def length(t: CoopMatType) -> Value:
     return emit1("khr.length", [], {"type": t})
-
-
-def _conv_opcode(src, dst) -> str:
-    from .core import _cast_opcode
-    return _cast_opcode(src, dst)
 
 
 def _infer_convert(operands, attrs, regions, loc):

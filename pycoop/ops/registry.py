@@ -55,6 +55,3 @@ def get(name: str) -> OpDef:
     except KeyError:
         raise CompileError(f"internal: unknown op {name!r}") from None
 
-
-def all_ops() -> dict[str, OpDef]:
-    return dict(_REGISTRY)

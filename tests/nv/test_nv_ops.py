@@ -421,3 +421,14 @@ def test_set_dimension_strides_use_the_spec_ceiling():
     assert asm.index("OpTensorLayoutSetDimensionNV") < asm.index("OpTensorLayoutSetStrideNV")
     plain = _kernel("constant", None, False).compile().spvasm
     assert plain.count("OpTensorLayoutSetStrideNV") == 1           # only the user's stride()
+
+
+def test_a_read_only_array_written_by_store_tensor_is_refused():
+    @pc.kernel(workgroup_size=32)
+    def k(O: pc.Buffer[f16]):
+        pc.nv.store_tensor(O, pc.nv.tensor_layout(2).dimension(16, 16), Acc16.fill(1.0))
+
+    O = np.zeros(256, np.float16)
+    O.flags.writeable = False
+    with pytest.raises(pc.ArgumentError, match="'O' is written by the kernel"):
+        k[1](O, backend="emulator")

@@ -361,7 +361,7 @@ define("nv.load_tensor", _infer_load_tensor,
        doc="OpCooperativeMatrixLoadTensorNV: elements addressed through a tensor layout (and "
            "view); clipped elements keep Object's value; Constant clamp reads the clamp value; "
            "with a decode function each element is decoded from its block.")
-define("nv.store_tensor", _infer_store_tensor,
+define("nv.store_tensor", _infer_store_tensor, writes=0,
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
        doc="OpCooperativeMatrixStoreTensorNV: clipped and (unless Undefined) out-of-bounds "
            "elements are not written.")
