@@ -216,18 +216,14 @@ class _FusedCtx:
         """Per-instance values, shape (T*W | 1, S | 1), like EmuCtx's over the iteration axis too."""
         d = self.parent.dispatch
         if self.compressed:                           # one lane per subgroup already
+            v = x
             if scope != Scope.Subgroup:
                 if not (x == x[..., :1]).all():
                     raise _Abort
-                x = x[..., :1]
-            if x.ndim == 2:                           # no iteration axis
-                return x if x.shape[0] == 1 else np.tile(x, (self.t, 1))
-            x = np.broadcast_to(x, (self.t, d.nwg, x.shape[2]))
-            return x.reshape(self.t * d.nwg, x.shape[2])
-        if x.ndim == 2:                               # no iteration axis
+                v = x[..., :1]
+        elif x.ndim == 2:                             # no iteration axis
             v = self.parent.scope_uniform_value(x, scope, op, what)
-            return v if v.shape[0] == 1 else np.tile(v, (self.t, 1))
-        if x.shape[2] == 1:
+        elif x.shape[2] == 1:
             v = x[:, :, 0][..., None]                 # (T, W | 1, 1)
         else:
             lanes = d.sgs if scope == Scope.Subgroup else d.wgs
@@ -239,6 +235,8 @@ class _FusedCtx:
                 same = same | ~m.reshape(1, m.shape[0], d.wgs // lanes, lanes)
             if not same.all():
                 raise _Abort
+        if v.ndim == 2:                               # the same for every iteration
+            return v if v.shape[0] == 1 else np.tile(v, (self.t, 1))
         v = np.broadcast_to(v, (self.t, d.nwg, v.shape[2]))
         return v.reshape(self.t * d.nwg, v.shape[2])
 
