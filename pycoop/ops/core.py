@@ -379,7 +379,7 @@ define("unary", _infer_unary, doc="Element-wise unary arithmetic and math functi
 @emulation("unary")
 def _emu_unary(ctx, op, a):
     kind = op.attrs["kind"]
-    if op.operands[0].type == bool_ or _elem(op.operands[0].type).is_bool:
+    if _elem(op.operands[0].type).is_bool:
         return np.logical_not(a)
     with np.errstate(all="ignore"):
         return UNARY[kind][3](a).astype(a.dtype, copy=False)

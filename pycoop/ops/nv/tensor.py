@@ -230,7 +230,8 @@ for _name in _STATE_OPS:
 
 
 def _per_instance(ctx, state, scope, op, what: str):
-    """Reduce per-invocation layout/view state to one per scope instance (must be uniform)."""
+    """Reduce per-invocation layout/view state to one per scope instance (must be uniform),
+    every field with the dispatch's instance shape in front."""
     fields = {}
     for f in dataclasses.fields(state):
         v = getattr(state, f.name)
@@ -242,11 +243,9 @@ def _per_instance(ctx, state, scope, op, what: str):
             fields[f.name] = _stack(comps)
         else:
             fields[f.name] = ctx.scope_uniform_value(v, scope, op, f"{what} {f.name}").astype(np.int64)
-    shape = np.broadcast_shapes(*(a.shape[:2] for a in fields.values()))
-    for k, a in fields.items():
-        tail = a.shape[2:]
-        fields[k] = np.broadcast_to(a, shape + tail)
-    return dataclasses.replace(state, **fields)
+    inst = ctx.dispatch.instance_shape(scope)
+    return dataclasses.replace(state, **{k: np.broadcast_to(a, inst + a.shape[2:])
+                                         for k, a in fields.items()})
 
 
 # --------------------------------------------------------------------------- state lowering
@@ -459,12 +458,6 @@ def _lower_null(ctx, op):
 def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
     lay = _per_instance(ctx, layout, t.scope, op, "tensor layout")
     vw = _per_instance(ctx, view, t.scope, op, "tensor view") if view is not None else None
-    inst = ctx.dispatch.instance_shape(t.scope)
-    lay = dataclasses.replace(lay, **{f: np.broadcast_to(getattr(lay, f), inst + getattr(lay, f).shape[2:])
-                                      for f in lay._VECTOR_FIELDS + lay._SCALAR_FIELDS})
-    if vw is not None:
-        vw = dataclasses.replace(vw, **{f: np.broadcast_to(getattr(vw, f), inst + getattr(vw, f).shape[2:])
-                                        for f in vw._VECTOR_FIELDS + vw._SCALAR_FIELDS})
     try:
         plan = (A.store_tensor_plan if store else A.load_tensor_plan)(lay, vw, t.rows, t.cols)
     except ValueError as e:
