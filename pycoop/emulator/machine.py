@@ -19,19 +19,6 @@ from ..types import BufferType, CoopMatType, Scope
 from .memory import Memory, SharedMemory
 
 
-_F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
-
-
-def convert_float(x: np.ndarray, dtype) -> np.ndarray:
-    """Exact widening of float arrays (f16 through a lookup table: NumPy's own f16 conversion
-    is several times slower without F16C)."""
-    if x.dtype == dtype:
-        return x
-    if x.dtype == np.float16 and dtype == np.float32:
-        return np.take(_F16_TO_F32, x.view(np.uint16))
-    return x.astype(dtype)
-
-
 class Dispatch:
     """Geometry of one dispatch and the built-in variables."""
 
@@ -294,7 +281,7 @@ class EmuCtx:
             return None
         cache = hit[3] if len(hit) > 3 else {}
         if ("blocks", dtype) not in cache:
-            cache = {**cache, ("blocks", dtype): convert_float(hit[1], dtype)}
+            cache = {**cache, ("blocks", dtype): np.asarray(hit[1], dtype)}
             self._blocks[id(value)] = (*hit[:3], cache)
         return cache[("blocks", dtype)], hit[2]
 
@@ -302,7 +289,7 @@ class EmuCtx:
         """`value` converted to `dtype`, using the distinct blocks recorded for it if any."""
         found = self.distinct_blocks(value, dtype)
         if found is None:
-            return convert_float(value, dtype)
+            return np.asarray(value, dtype)
         hit = self._blocks[id(value)]
         wide = hit[3].get(dtype)
         if wide is None:           # one matrix feeds several mul_adds: widen it once

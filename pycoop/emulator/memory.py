@@ -18,6 +18,49 @@ def _block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray
     return (major - 1) * stride.astype(np.int64) + (minor - 1)
 
 
+def _windows(data: np.ndarray, t: CoopMatType, layout: str, stride: int, writeable: bool):
+    """Every block of `data` with a uniform stride, as a view indexed by its first element."""
+    isz = data.itemsize
+    ext = int(_block_extent(t, layout, np.asarray(stride)))
+    st = (isz, stride * isz, isz) if layout == "RowMajorKHR" else (isz, isz, stride * isz)
+    return as_strided(data, shape=(max(data.shape[0] - ext, 0), t.rows, t.cols), strides=st,
+                      writeable=writeable)
+
+
+def _lattice(t: CoopMatType, layout: str, starts: np.ndarray, stride: int):
+    """Blocks at `starts` as distinct cells of one lattice over the array seen `stride` wide,
+    none wrapping a row and the cells at least a block apart: a cheap proof that they share no
+    element. Returns (cell row, cell column) per block and the lattice pitch, or None."""
+    h, w = (t.rows, t.cols) if layout == "RowMajorKHR" else (t.cols, t.rows)
+    y, x = np.divmod(starts.reshape(-1), stride)
+    if y.size == 0 or stride < w or (x + w > stride).any():
+        return None
+    y, x = y - y.min(), x - x.min()
+    py, px = int(np.gcd.reduce(y)) or h, int(np.gcd.reduce(x)) or w
+    if py < h or px < w or np.unique(starts).size != starts.size:
+        return None
+    return y // py, x // px, py, px
+
+
+def _store_tiled(data: np.ndarray, t: CoopMatType, layout: str, starts: np.ndarray, stride: int,
+                 vals: np.ndarray, cells) -> bool:
+    """Store blocks that fill every cell of their lattice as one strided copy, row after row
+    (block by block is several times slower on memory not in cache). False if cells are empty."""
+    cy, cx, py, px = cells
+    ny, nx = int(cy.max()) + 1, int(cx.max()) + 1
+    if ny * nx != cy.size:
+        return False
+    blocks = vals if layout == "RowMajorKHR" else np.swapaxes(vals, -1, -2)
+    h, w = blocks.shape[-2:]
+    dense = np.empty((ny, h, nx, w), data.dtype)
+    dense[cy, :, cx, :] = blocks
+    isz = data.itemsize
+    region = as_strided(data[int(starts.min()):], (ny, h, nx, w),
+                        (py * stride * isz, stride * isz, px * isz, isz), writeable=True)
+    region[...] = dense
+    return True
+
+
 def check_write_race(op, index: np.ndarray, values: np.ndarray, what: str) -> None:
     """One store writing a location more than once with different values: the order of those
     writes is unspecified (the GPU may keep any of them), so the result is a race."""
@@ -40,6 +83,7 @@ class Memory:
     """A kernel buffer: a flat view of the user's array."""
 
     segment: int | None = None
+    tracks_writes = False             # shared memory records its writers for race checks
 
     def __init__(self, name: str, array: np.ndarray, elem):
         self.name = name
@@ -92,7 +136,7 @@ class Memory:
 
     # ---------------------------------------------------------------- cooperative blocks
 
-    def _check_block(self, ctx, op, t, offs, stride, layout, active, what):
+    def check_block(self, ctx, op, t, offs, stride, layout, active, what):
         if t.component.dtype.itemsize != self.elem.dtype.itemsize:
             raise EmulatorError(f"{what}: the matrix component {t.component} and the array element "
                                 f"{self.elem} differ in size", op.loc)
@@ -127,7 +171,7 @@ class Memory:
     def block_set(self, ctx, op, offs, stride, layout, active, t: CoopMatType):
         """The blocks a cooperative load reads, as (distinct blocks, index per instance) with
         every instance's block == blocks[index], after the bounds and race checks."""
-        offs = self._check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix load")
+        offs = self.check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix load")
         if active is not None:
             offs = np.where(active, offs, 0)
         base = self._segment_base(ctx, offs.shape)
@@ -137,12 +181,7 @@ class Memory:
             # Uniform stride: every block is a strided window of the flat array, and many
             # instances usually load the same block (every workgroup of a GEMM row loads the
             # same A tile): copy each distinct block once.
-            s = int(stride.reshape(-1)[0])
-            isz = self.data.itemsize
-            ext = int(_block_extent(t, layout, stride).reshape(-1)[0])
-            st = (isz, s * isz, isz) if layout == "RowMajorKHR" else (isz, isz, s * isz)
-            win = as_strided(self.data, shape=(self.data.shape[0] - ext, t.rows, t.cols), strides=st,
-                             writeable=False)
+            win = _windows(self.data, t, layout, int(stride.reshape(-1)[0]), writeable=False)
             uniq, inv = np.unique((offs + base).reshape(-1), return_inverse=True)
             blocks, index = win[uniq], inv.reshape(offs.shape)
         else:
@@ -159,16 +198,28 @@ class Memory:
         return out
 
     def scatter_block(self, ctx, op, offs, stride, layout, active, mat, t: CoopMatType) -> None:
-        offs = self._check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix store")
-        base = self._segment_base(ctx, offs.shape)
-        idx = self._indices(t, layout, offs + base, stride)
-        vals = np.broadcast_to(mat, offs.shape + t.shape)
+        offs = self.check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix store")
+        starts = offs + self._segment_base(ctx, offs.shape)
+        vals = np.broadcast_to(mat, offs.shape + t.shape).view(self.elem.dtype)
+        stride = np.broadcast_to(np.asarray(stride, dtype=np.int64), offs.shape)
         if active is not None:
-            idx, vals = idx[active], vals[active]
-        self._record_write_block(ctx, t, idx, active)
-        check_write_race(op, idx.reshape(-1), np.ascontiguousarray(vals).reshape(-1),
-                         "cooperative matrix store")
-        self.data[idx.reshape(-1)] = vals.reshape(-1).view(self.elem.dtype)
+            starts, vals, stride = starts[active], vals[active], stride[active]
+        uniform = stride.size > 0 and (stride == stride.flat[0]).all()
+        s0 = int(stride.flat[0]) if uniform else 0
+        cells = _lattice(t, layout, starts, s0) if uniform else None
+        idx = None
+        if self.tracks_writes or cells is None:
+            idx = self._indices(t, layout, starts, stride)
+            self._record_write_block(ctx, t, idx, active)
+            check_write_race(op, idx.reshape(-1), np.ascontiguousarray(vals).reshape(-1),
+                             "cooperative matrix store")
+        flat = vals.reshape((-1,) + t.shape)
+        if cells is not None and _store_tiled(self.data, t, layout, starts, s0, flat, cells):
+            return
+        if uniform:                      # each block a strided window of the flat array
+            _windows(self.data, t, layout, s0, writeable=True)[starts.reshape(-1)] = flat
+        else:
+            self.data[idx.reshape(-1)] = vals.reshape(-1)
 
     def _check_race_block(self, ctx, op, t, layout, starts, stride, active):
         pass
@@ -181,6 +232,8 @@ class SharedMemory(Memory):
     """A workgroup-shared array: one segment of `length` elements per workgroup. Reads of an
     element written since the last barrier by another invocation (or scope instance) are
     reported as data races."""
+
+    tracks_writes = True
 
     def __init__(self, elem: ScalarType, length: int, dispatch, ctx):
         self.name = "shared"

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..emulator.machine import convert_float
 from ..errors import EmulatorError
 from ..ir.core import Block, Op, Value
 from ..types import BufferType, CoopMatType, Scope
@@ -49,15 +48,26 @@ class _Plan:
 
 @dataclass
 class _Factored:
-    """A loaded matrix kept as its distinct blocks and an index per instance."""
-    blocks: np.ndarray
-    index: np.ndarray
-    wide: dict = field(default_factory=dict)     # the blocks converted, by dtype
+    """A loaded matrix kept as the load's arguments (bounds already checked). Operands are read
+    as windows of memory where possible, else from the load's distinct blocks."""
+    memory: object
+    ctx: object
+    op: Op
+    offs: np.ndarray
+    stride: np.ndarray
+    active: np.ndarray | None
+    wide: dict = field(default_factory=dict)     # converted blocks and operands, by key
 
-    def widened(self, dtype) -> np.ndarray:
+    def blocks(self, dtype) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct blocks converted to `dtype`, index per instance)."""
+        if "set" not in self.wide:
+            self.wide["set"] = self.memory.block_set(self.ctx, self.op, self.offs, self.stride,
+                                                     self.op.attrs["layout"], self.active,
+                                                     self.op.result.type)
+        blocks, index = self.wide["set"]
         if dtype not in self.wide:
-            self.wide[dtype] = convert_float(self.blocks, dtype)
-        return self.wide[dtype]
+            self.wide[dtype] = np.asarray(blocks, dtype)
+        return self.wide[dtype], index
 
 
 _PLANS: "weakref.WeakKeyDictionary[Op, _Plan | None]" = weakref.WeakKeyDictionary()
@@ -296,18 +306,61 @@ def _run_chunk(ctx, p: _Plan, body: Block, iv: np.ndarray, accs: list, compresse
             sub.env[o.result] = _factored_load(ctx, sub, o)
         else:
             sub.env[o.result] = get(o.name).emulate(sub, o, *[sub.env[v] for v in o.operands])
+    merged = _merged_products(ctx, sub, p, t)
     new = []
     for acc, chain in zip(accs, p.chains):
         ctx.scope_active(chain[0].operands[0].type.scope, chain[0])   # reports partial activity
         r: CoopMatType = chain[-1].result.type
-        wide = np.float64 if r.component.bits == 64 else np.float32
-        total = acc.astype(wide)
+        wide = _wide(r)
         inst = ctx.dispatch.instance_shape(r.scope)
+        total = None                               # a fresh array: summed in place
         for m in chain:
-            total = total + _product(ctx, sub.env[m.operands[0]], sub.env[m.operands[1]], t, inst,
-                                     wide)
-        new.append(total.astype(r.component.dtype))
+            prod = merged.get(m)
+            if prod is None:
+                prod = _product(ctx, sub.env[m.operands[0]], sub.env[m.operands[1]], t, inst, wide)
+            total = prod if total is None else np.add(total, prod, out=total)
+        if acc.any():                              # often a fill with zero
+            total += acc
+        new.append(total.astype(r.component.dtype, copy=False))
     return new
+
+
+def _wide(t: CoopMatType):
+    """The type products are summed in: f64 for f64 accumulators, else f32."""
+    return np.float64 if t.component.bits == 64 else np.float32
+
+
+def _merged_products(ctx, sub, p: _Plan, t: int) -> dict:
+    """The products of every mul_add whose A and B operands are windows of memory, as one
+    matrix product per group sharing an A array and a B array (the tiles of a GEMM together
+    cover each operand once): {mul_add: product}."""
+    groups: dict = {}
+    for m in (m for chain in p.chains for m in chain):
+        a, b = sub.env[m.operands[0]], sub.env[m.operands[1]]
+        if not (isinstance(a, _Factored) and isinstance(b, _Factored)):
+            continue
+        inst = ctx.dispatch.instance_shape(m.result.type.scope)
+        wa, wb = _window(a, t, inst, "A"), _window(b, t, inst, "B")
+        if wa is not None and wb is not None:
+            groups.setdefault((wa.source, wb.source, _wide(m.result.type), inst), []).append(
+                (m, wa, wb))
+    out = {}
+    for (_, _, wide, inst), members in groups.items():
+        ua = np.unique(np.concatenate([wa.bases for _, wa, _ in members]))
+        ub = np.unique(np.concatenate([wb.bases for _, _, wb in members]))
+        if len(ua) * len(ub) > 2 * len(members) * inst[0] * inst[1]:
+            continue                              # the grid would mostly compute unused blocks
+        wa0, wb0 = members[0][1], members[0][2]
+        grid = wa0.read(ua, wide) @ wb0.read(ub, wide)
+        m_, n_ = wa0.rows, wb0.cols
+        r0, r1 = grid.strides                     # view it as (nA, nB, M, N) blocks, no copy
+        blocks = as_strided(grid, (len(ua), len(ub), m_, n_), (m_ * r0, n_ * r1, r0, r1),
+                            writeable=False)
+        for m, wa, wb in members:
+            ia = np.searchsorted(ua, wa.bases)[wa.which]
+            ib = np.searchsorted(ub, wb.bases)[wb.which]
+            out[m] = blocks[ia, ib].reshape(inst + (m_, n_))
+    return out
 
 
 def _factored_load(ctx, sub, o: Op) -> _Factored:
@@ -315,36 +368,98 @@ def _factored_load(ctx, sub, o: Op) -> _Factored:
     offs = sub.scope_uniform_value(sub.env[o.operands[1]], t.scope, o, "the load offset")
     strd = sub.scope_uniform_value(sub.env[o.operands[2]], t.scope, o, "the load stride")
     active = sub.scope_active(t.scope, o)
-    return _Factored(*ctx.memory_of(o.operands[0]).block_set(sub, o, offs, strd, o.attrs["layout"],
-                                                             active, t))
+    mem = ctx.memory_of(o.operands[0])
+    offs = mem.check_block(sub, o, t, offs, strd, o.attrs["layout"], active,
+                           "cooperative matrix load")
+    return _Factored(mem, sub, o, offs, np.asarray(strd), active)
 
 
-def _blocks(ctx, x, wide) -> tuple[np.ndarray, np.ndarray] | None:
-    if isinstance(x, _Factored):
-        return x.widened(wide), x.index
-    return ctx.distinct_blocks(x, wide)
+@dataclass
+class _Window:
+    """A loaded operand whose blocks over the T iterations are adjacent along K (A: side by
+    side; B: one below the other), as in a GEMM walking its operands: each instance reads one
+    K-long window of memory, starting at one of `bases`."""
+    data: np.ndarray
+    source: tuple                    # the array and geometry: equal sources read alike
+    rows: int                        # of one block: M for A, K for B
+    cols: int                        # of one block: K for A, N for B
+    t: int
+    bases: np.ndarray                # distinct window starts (elements), sorted
+    which: np.ndarray                # the window of each instance
+
+    def read(self, bases: np.ndarray, wide) -> np.ndarray:
+        """The windows at `bases` converted to `wide`: A (n*M, T*K) stacked, B (T*K, n*N) side
+        by side. One strided view when evenly spaced, else a gather."""
+        _, _, si, sj, use = self.source
+        data, isz, n = self.data, self.data.itemsize, len(bases)
+        rows, cols = (self.rows, self.t * self.cols) if use == "A" else (self.t * self.rows, self.cols)
+        d = int(bases[1] - bases[0]) if n > 1 else 1
+        even = n == 1 or (np.diff(bases) == d).all()
+        ext = (rows - 1) * si + (cols - 1) * sj          # bounds: checked block by block
+        src, count, el = (data[int(bases[0]):], n, d * isz) if even else (data, data.shape[0] - ext, isz)
+        if use == "A":
+            win = as_strided(src, (count, rows, cols), (el, si * isz, sj * isz), writeable=False)
+            return np.asarray(win if even else win[bases], wide).reshape(n * rows, cols)
+        win = as_strided(src, (rows, count, cols), (si * isz, el, sj * isz), writeable=False)
+        return np.asarray(win if even else win[:, bases], wide).reshape(rows, n * cols)
+
+
+def _window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _Window | None:
+    """`x` as windows of memory for use A or B, or None when its blocks are not adjacent."""
+    key = ("window", t, inst, use)
+    if key not in x.wide:
+        x.wide[key] = _find_window(x, t, inst, use)
+    return x.wide[key]
+
+
+def _find_window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _Window | None:
+    st = x.stride.reshape(-1)
+    if x.active is not None or not (st == st[0]).all():
+        return None
+    mt: CoopMatType = x.op.result.type
+    r, c, s = mt.rows, mt.cols, int(st[0])
+    si, sj = (s, 1) if x.op.attrs["layout"] == "RowMajorKHR" else (1, s)   # element (i, j)
+    step = c * sj if use == "A" else r * si                               # the next block
+    o = np.broadcast_to(_by_iteration(x.offs, t, inst[0]), (t,) + inst).reshape(t, -1)
+    if not (o == o[:1] + step * np.arange(t)[:, None]).all():
+        return None
+    bases, which = np.unique(o[0], return_inverse=True)
+    data = x.memory.data.view(mt.component.dtype)
+    return _Window(data, (id(x.memory), data.dtype, si, sj, use), r, c, t, bases, which)
 
 
 def _concatenated(ctx, x, wide, t: int, inst: tuple[int, int], use: str):
     """The K-concatenated operand over the T iterations for each distinct sequence of blocks
-    (A: (n*M, T*K); B: (n, T*K, N)), which sequence each instance uses, and M or N. Cached on
-    the loaded value: one A tile feeds several accumulators."""
+    (A: (n*M, T*K), sequences stacked; B: (T*K, n*N), side by side), which sequence each
+    instance uses, and M or N. Cached on the loaded value: one A tile feeds several
+    accumulators."""
+    if not isinstance(x, _Factored):
+        return _gathered(ctx, x, wide, t, inst, use)
     key = (wide, t, inst, use)
-    if isinstance(x, _Factored) and key in x.wide:
-        return x.wide[key]
+    if key not in x.wide:
+        w = _window(x, t, inst, use)
+        x.wide[key] = ((w.read(w.bases, wide), w.which, w.rows if use == "A" else w.cols)
+                       if w is not None else _gathered(ctx, x, wide, t, inst, use))
+    return x.wide[key]
+
+
+def _blocks(ctx, x, wide) -> tuple[np.ndarray, np.ndarray] | None:
+    if isinstance(x, _Factored):
+        return x.blocks(wide)
+    return ctx.distinct_blocks(x, wide)
+
+
+def _gathered(ctx, x, wide, t: int, inst: tuple[int, int], use: str):
+    """The K-concatenated operands gathered from the distinct blocks of the loaded value."""
     found = _blocks(ctx, x, wide)
     if found is None:
         return None
     blocks, index = found
     seqs, which = _sequences(index, t, inst)
     n, (r, c) = len(seqs), blocks.shape[1:]
-    if use == "A":
-        out = (np.moveaxis(blocks[seqs], 1, 2).reshape(n * r, t * c), which, r)
-    else:
-        out = (blocks[seqs].reshape(n, t * r, c), which, c)
-    if isinstance(x, _Factored):
-        x.wide[key] = out
-    return out
+    if use == "A":                                       # (n*M, T*K)
+        return np.moveaxis(blocks[seqs], 1, 2).reshape(n * r, t * c), which, r
+    return np.transpose(blocks[seqs], (1, 2, 0, 3)).reshape(t * r, n * c), which, c   # (T*K, n*N)
 
 
 def _by_iteration(x: np.ndarray, t: int, nwg: int) -> np.ndarray:
@@ -369,16 +484,17 @@ def _product(ctx, a: np.ndarray, b: np.ndarray, t: int, inst: tuple[int, int], w
     """sum over t of a_t @ b_t per instance, shape inst + (M, N): the whole K range at once."""
     fa, fb = _concatenated(ctx, a, wide, t, inst, "A"), _concatenated(ctx, b, wide, t, inst, "B")
     if fa is not None and fb is not None:
-        (acat, ra, m), (bcat, rb, n) = fa, fb
-        na, nb, k = acat.shape[0] // m, bcat.shape[0], bcat.shape[1] // t
+        (acat, ra, m), (bcat, rb, n) = fa, fb            # (nA*M, T*K) and (T*K, nB*N)
+        na, nb, tk = acat.shape[0] // m, bcat.shape[1] // n, acat.shape[1]
         if na * nb <= 2 * inst[0] * inst[1]:
-            grid = acat @ np.moveaxis(bcat, 0, 1).reshape(t * k, nb * n)
+            grid = acat @ bcat
             r0, r1 = grid.strides                  # view it as (nA, nB, M, N) blocks, no copy
             blocks = as_strided(grid, (na, nb, m, n), (m * r0, n * r1, r0, r1), writeable=False)
             return blocks[ra.reshape(-1), rb.reshape(-1)].reshape(inst + (m, n))
-        return np.matmul(acat.reshape(na, m, t * k)[ra.reshape(-1)],
-                         bcat[rb.reshape(-1)]).reshape(inst + (m, n))
-    A, B = (x.blocks[x.index] if isinstance(x, _Factored) else x for x in (a, b))
+        return np.matmul(acat.reshape(na, m, tk)[ra.reshape(-1)],
+                         bcat.reshape(tk, nb, n).transpose(1, 0, 2)[rb.reshape(-1)]
+                         ).reshape(inst + (m, n))
+    A, B = (np.take(*x.blocks(wide), axis=0) if isinstance(x, _Factored) else x for x in (a, b))
     A, B = ctx.widened(A, wide), ctx.widened(B, wide)
     A = np.broadcast_to(_by_iteration(A, t, inst[0]), (t,) + inst + A.shape[2:])
     B = np.broadcast_to(_by_iteration(B, t, inst[0]), (t,) + inst + B.shape[2:])

@@ -127,3 +127,58 @@ def test_a_matrix_loaded_before_the_loop_is_not_mistaken_for_a_per_iteration_one
     want = np.stack([A[w * 256:(w + 1) * 256].astype(np.float32).reshape(16, 16) @ bsum
                      for w in range(W)])
     np.testing.assert_allclose(C.reshape(W, 16, 16), want, rtol=1e-4, atol=1e-4)
+
+
+@pc.kernel(workgroup_size=64)
+def layouts(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N: u32, K: u32,
+            a_cols: pc.Const = False, b_cols: pc.Const = False, gap: pc.Const = 1,
+            spread: pc.Const = 1):
+    """C[tile] += sum over every gap-th K tile of A @ B, A and B in either layout; each
+    workgroup's two row tiles are spread * 32 rows apart."""
+    m0 = pc.workgroup_id.x * 32 * spread + pc.subgroup_id() * 16
+    n0 = pc.workgroup_id.y * 16
+    acc = Acc.load(C, m0 * N + n0, N)
+    for k in range(0, K, 16 * gap):
+        if a_cols:
+            a = MatA.load(A, k * M + m0, M, "col_major")     # A given as its transpose
+        else:
+            a = MatA.load(A, m0 * K + k, K)
+        if b_cols:
+            b = MatB.load(B, n0 * K + k, K, "col_major")
+        else:
+            b = MatB.load(B, k * N + n0, N)
+        acc = pc.mul_add(a, b, acc)
+    pc.store(C, m0 * N + n0, acc, N)
+
+
+@settings(max_examples=16, deadline=None)
+@given(a_cols=st.booleans(), b_cols=st.booleans(), gap=st.sampled_from([1, 2]),
+       spread=st.sampled_from([1, 2]), mb=st.integers(1, 3), nb=st.integers(1, 3),
+       kb=st.integers(2, 6), seed=st.integers(0, 2**32 - 1))
+def test_fused_loop_reads_any_layout_and_spacing(a_cols, b_cols, gap, spread, mb, nb, kb, seed):
+    """Operands read as windows of memory (either layout, evenly spaced or not) or gathered
+    block by block (gap 2: the K tiles are not adjacent) give the ordinary loop's results."""
+    rng = np.random.default_rng(seed)
+    M, N, K = mb * 32 * spread, nb * 16, kb * 16
+    A = rng.standard_normal((M, K)).astype(np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+    C0 = rng.standard_normal((M, N)).astype(np.float32)
+    a_buf = np.ascontiguousarray(A.T) if a_cols else A
+    b_buf = np.ascontiguousarray(B.T) if b_cols else B
+    consts = dict(a_cols=a_cols, b_cols=b_cols, gap=gap, spread=spread)
+    assert loop_fusion.plan(loop_ops(layouts.compile(**consts))[0]) is not None
+    fused, plain = C0.copy(), C0.copy()
+    layouts[(mb, nb)](a_buf, b_buf, fused, M, N, K, **consts, backend="emulator")
+    original = loop_fusion.run
+    try:
+        loop_fusion.run = lambda ctx, op, inits: None
+        layouts[(mb, nb)](a_buf, b_buf, plain, M, N, K, **consts, backend="emulator")
+    finally:
+        loop_fusion.run = original
+    want = C0.copy()
+    ks = np.arange(K).reshape(-1, 16)[::gap].reshape(-1)
+    rows = (np.arange(M).reshape(-1, 32 * spread)[:, :32]).reshape(-1)
+    want[rows] += A[rows][:, ks].astype(np.float32) @ B[ks].astype(np.float32)
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-5 * scale)
+    np.testing.assert_allclose(fused, want, rtol=1e-5, atol=1e-4 * scale)
