@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import ArgumentError, BackendUnavailable, CompileError, EmulatorError, PycoopError
+from .frontend.control import kernel_range as range  # noqa: A001  (pycoop.range)
 from .frontend.kernel import CompiledKernel, Const, Kernel, LaunchResult, __version__, func, kernel
 from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2, floor, global_invocation_id,
                        local_invocation_id, local_invocation_index, log, log2, maximum as max,
@@ -30,7 +31,7 @@ Accumulator = Use.Accumulator
 
 __all__ = [
     "ArgumentError", "BackendUnavailable", "CompileError", "EmulatorError", "PycoopError",
-    "CompiledKernel", "Const", "Kernel", "LaunchResult", "__version__", "func", "kernel",
+    "CompiledKernel", "Const", "Kernel", "LaunchResult", "__version__", "func", "kernel", "range",
     "abs", "barrier", "bitcast", "cast", "ceil", "cos", "exp", "exp2", "floor", "global_invocation_id",
     "local_invocation_id", "local_invocation_index", "log", "log2", "max", "min", "num_subgroups",
     "num_workgroups", "rsqrt", "select", "shared", "sin", "sqrt", "subgroup_id", "subgroup_local_id",

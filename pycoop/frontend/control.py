@@ -16,7 +16,7 @@ from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, tracer
 from ..ir.core import Block, Value
 from ..ops.core import as_value, const, default_type
-from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, Type, bool_
+from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, Type, bool_, u32
 
 
 class _Undef:
@@ -285,7 +285,8 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
 # --------------------------------------------------------------------------- loops
 
 def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable,
-                  extra: list[Value], names: tuple = ()) -> tuple[list[Value], tuple]:
+                  extra: list[Value], names: tuple = (), attrs: dict | None = None
+                  ) -> tuple[list[Value], tuple]:
     """Record a loop op. `extra` are leading carried values (e.g. the induction variable);
     `make_cond(extra_args, user_vals) -> bool Value`; `run_body(extra_args, user_vals) ->
     (new_extra, user_out | Return)`. Returns (extra results, user values after the loop)."""
@@ -372,7 +373,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                                        loc, hint="convert it explicitly so it keeps one type")
                 yv.append(v)
             emit("yield", yv, loc=loc)
-    op = emit("loop", list(extra) + init, {}, [cond_blk, body_blk], loc)
+    op = emit("loop", list(extra) + init, attrs or {}, [cond_blk, body_blk], loc)
     res = op.results
     final = list(leaves)
     for k, i in enumerate(carried):
@@ -387,13 +388,23 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
 
 
 def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=None,
-              stop: str | None = None) -> Result:
-    """`stop` names the flag a rewritten `break` sets: the loop ends once it is true."""
+              stop: str | None = None, callee: Callable | None = None,
+              kwargs: dict | None = None) -> Result:
+    """`stop` names the flag a rewritten `break` sets: the loop ends once it is true.
+    `callee` is the function of a `for x in something.range(...)` header (None: the built-in
+    range): pycoop.range always makes a kernel loop; any other is iterated in Python."""
     loc = _loc(pos)
     k = names.index(stop) if stop is not None else None
-    if not any(isinstance(a, Value) for a in args):
+    attrs = {}
+    if callee is kernel_range:
+        args, attrs = _kernel_range(args, kwargs or {}, loc)
+    elif callee is not None:
+        iterable = callee(*args, **(kwargs or {}))
+    elif not any(isinstance(a, Value) for a in args):
+        iterable = range(*args)
+    if not attrs and (callee is not None or not any(isinstance(a, Value) for a in args)):
         i = UNDEF
-        for i in range(*args):
+        for i in iterable:
             if k is not None and isinstance(vals[k], Value):
                 # broken out of under a runtime condition: the rest runs only where it did not
                 def step(*v, i=i):
@@ -440,8 +451,43 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
         out = body_fn(extra[0], *user)
         return [extra[0] + step], out
 
-    _, after = _runtime_loop(vals, loc, cond, body, [lo], names)
+    _, after = _runtime_loop(vals, loc, cond, body, [lo], names, attrs)
     return Result((_Undef("the loop variable of a runtime loop is not defined after it"), *after))
+
+
+def kernel_range(*args, unroll: bool | int | None = None):
+    """`for i in pycoop.range(start, stop, step, unroll=None)`: a loop of the kernel even when
+    its bounds are known at trace time (the built-in range() is then unrolled while tracing),
+    with a hint to the driver's compiler: unroll=True unrolls it, False keeps it rolled, an
+    int n > 1 unrolls n iterations at a time, None leaves the choice to the driver. Constant
+    bounds give a u32 loop variable (i32 if one is negative)."""
+    raise CompileError("pycoop.range() is only for the header of a for loop in a kernel",
+                       current_loc(), hint="write `for i in pycoop.range(...):`")
+
+
+def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
+    """The bounds as kernel values and the loop attributes of a pycoop.range() header."""
+    unknown = set(kwargs) - {"unroll"}
+    if unknown:
+        raise CompileError(f"pycoop.range() got unexpected keyword(s) {', '.join(sorted(unknown))}",
+                           loc, hint="its only keyword is unroll=")
+    if not 1 <= len(args) <= 3:
+        raise CompileError(f"pycoop.range() takes 1 to 3 bounds, got {len(args)}", loc)
+    unroll = kwargs.get("unroll")
+    if isinstance(unroll, bool) or unroll is None:
+        control = {None: "None", True: "Unroll", False: "DontUnroll"}[unroll]
+    elif isinstance(unroll, numbers.Integral) and unroll > 1:
+        control = ("PartialCount", int(unroll))
+    else:
+        raise CompileError(f"pycoop.range(unroll={unroll!r}): expected True, False, None or an "
+                           "integer > 1", loc)
+    if not any(isinstance(a, Value) for a in args):
+        for a in args:
+            if not isinstance(a, numbers.Integral) or isinstance(a, bool):
+                raise CompileError(f"range() needs integer bounds, got {a!r}", loc)
+        t = default_type(-1) if any(a < 0 for a in args) else u32
+        args = tuple(as_value(a, t) for a in args)
+    return args, {"control": control}
 
 
 def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=None) -> Result:

@@ -205,8 +205,13 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_For(self, node: ast.For):
         it = node.iter
-        is_range = (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
-                    and not it.keywords and 1 <= len(it.args) <= 3 and isinstance(node.target, ast.Name))
+        # range(...), or X.range(...) (pycoop.range, decided at trace time)
+        method = isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "range"
+        is_range = (isinstance(it, ast.Call) and isinstance(node.target, ast.Name)
+                    and not any(isinstance(a, ast.Starred) for a in it.args)
+                    and (method and all(kw.arg for kw in it.keywords)
+                         or isinstance(it.func, ast.Name) and it.func.id == "range"
+                         and not it.keywords and 1 <= len(it.args) <= 3))
         flags = self._flags(node) if is_range else None
         self.generic_visit(node)
         if (not is_range or node.orelse
@@ -216,10 +221,12 @@ class _Rewriter(ast.NodeTransformer):
         has_ret = _has(node.body, (ast.Return,))
         b = self._fresh("body")
         fn = self._fn(b, [node.target.id, *names], node.body, names, node)
+        extra = [it.func, ast.Dict([ast.Constant(kw.arg) for kw in it.keywords],
+                                   [kw.value for kw in it.keywords])] if method else []
         call = _call("for_range", [ast.Tuple(it.args, ast.Load()), ast.Name(b, ast.Load()),
                                    _tuple(names, ast.Load), ast.Constant(tuple(names)),
-                                   self._loc_arg(node), ast.Constant(flags[1] if flags else None)],
-                     node)
+                                   self._loc_arg(node), ast.Constant(flags[1] if flags else None),
+                                   *extra], node)
         return (flags[0] if flags else []) + [fn] + self._finish(node, call, [node.target.id, *names],
                                                                  has_ret)
 

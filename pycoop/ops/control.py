@@ -158,7 +158,12 @@ def _lower_loop(ctx, op):
     for pid, init, r in zip(phi_ids, op.operands, op.results):
         # the back-edge value is known only after the body is lowered: patched below
         phi_patch.append(ctx.emit_patchable("OpPhi", r.type, pid, ctx.id(init), pre))
-    ctx.emit("OpLoopMerge", None, l_merge, l_cont, "None")
+    control = op.attrs.get("control", "None")     # pycoop.range(unroll=...)
+    if isinstance(control, tuple) and ctx.b.version < (1, 4):
+        raise CompileError(f"pycoop.range(unroll={control[1]}) needs SPIR-V 1.4 (LoopControl "
+                           f"PartialCount); this module is SPIR-V {ctx.b.version[0]}.{ctx.b.version[1]}",
+                           op.loc, hint="use unroll=True or unroll=False here")
+    ctx.emit("OpLoopMerge", None, l_merge, l_cont, *(control if isinstance(control, tuple) else (control,)))
     ctx.emit("OpBranch", None, l_cond)
     ctx.begin_block(l_cond)
     c = ctx.lower_region(cond_blk, phi_ids)

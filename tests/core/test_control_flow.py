@@ -659,3 +659,102 @@ def test_documented_limitations_are_clear_compile_errors():
     with pytest.raises(pycoop.CompileError, match="became a runtime value") as ei:
         k_while_becomes_runtime.compile()
     assert ei.value.line == line_of(k_while_becomes_runtime, "while x < 100")
+
+
+# --------------------------------------------------------------------------- pycoop.range
+
+@pycoop.kernel(workgroup_size=WG)
+def k_kernel_range(out: pycoop.Buffer[i32], lo: pycoop.Const = 0, hi: pycoop.Const = 10,
+                   step: pycoop.Const = 1, unroll: pycoop.Const = None):
+    i = pycoop.local_invocation_index()
+    s = 0
+    for j in pycoop.range(lo, hi, step, unroll=unroll):
+        s = s * 3 + j            # order-sensitive
+    out[i] = i32(s)              # j is u32 when the bounds are all >= 0
+
+
+@SETTINGS
+@given(st.integers(-20, 20), st.integers(-20, 20), st.integers(-5, 5).filter(lambda s: s != 0),
+       st.sampled_from([None, True, False, 2, 8]))
+def test_kernel_range_keeps_a_loop_with_constant_bounds(lo, hi, step, unroll):
+    """pycoop.range with bounds known at trace time is still one loop op (the built-in range
+    would be unrolled while tracing), with the unroll hint as its LoopControl."""
+    ck = k_kernel_range.compile(lo=lo, hi=hi, step=step, unroll=unroll)
+    loops = [op for op in ck.module.walk() if op.name == "loop"]
+    assert len(loops) == 1
+    want = {None: "None", True: "Unroll", False: "DontUnroll"}.get(unroll, f"PartialCount {unroll}")
+    assert any(l.strip().startswith("OpLoopMerge") and l.strip().endswith(want)
+               for l in ck.spvasm.splitlines())
+    out = np.zeros(WG, np.int32)
+    emu(k_kernel_range, 1, out, lo=lo, hi=hi, step=step, unroll=unroll)
+    s = 0
+    for j in range(lo, hi, step):
+        s = s * 3 + j
+    np.testing.assert_array_equal(out, np.array(s % (1 << 32), np.uint32).view(np.int32))   # wraps
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_kernel_range_runtime(out: pycoop.Buffer[u32], n: u32):
+    s = u32(0)
+    for j in pycoop.range(n, unroll=False):
+        s = s + j
+    out[pycoop.local_invocation_index()] = s
+
+
+def test_kernel_range_with_runtime_bounds_is_a_runtime_range_with_a_hint():
+    out = np.zeros(WG, np.uint32)
+    emu(k_kernel_range_runtime, 1, out, 7)
+    np.testing.assert_array_equal(out, 21)
+    assert "DontUnroll" in k_kernel_range_runtime.compile().spvasm
+
+
+class _Steps:
+    @staticmethod
+    def range(n, every):
+        return range(0, n, every)
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_other_range_method(out: pycoop.Buffer[u32]):
+    s = u32(0)
+    for j in _Steps.range(10, every=3):          # not pycoop's: a Python loop
+        s = s + j
+    out[pycoop.local_invocation_index()] = s
+
+
+def test_a_range_method_of_another_object_is_a_python_loop():
+    assert "loop" not in ops_of(k_other_range_method)
+    out = np.zeros(WG, np.uint32)
+    emu(k_other_range_method, 1, out)
+    np.testing.assert_array_equal(out, 0 + 3 + 6 + 9)
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_bad_unroll(out: pycoop.Buffer[u32], u: pycoop.Const = 1):
+    for j in pycoop.range(4, unroll=u):
+        out[j] = j
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_bad_range_keyword(out: pycoop.Buffer[u32]):
+    for j in pycoop.range(4, step=2):
+        out[j] = j
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_range_outside_for(out: pycoop.Buffer[u32]):
+    r = pycoop.range(4)
+    out[0] = 1
+
+
+def test_kernel_range_errors():
+    for u in (1, 0, "x", 2.0):
+        with pytest.raises(pycoop.CompileError, match="expected True, False, None or an integer") as ei:
+            k_bad_unroll.compile(u=u)
+        assert ei.value.line == line_of(k_bad_unroll, "for j in pycoop.range")
+    with pytest.raises(pycoop.CompileError, match="unexpected keyword.*step") as ei:
+        k_bad_range_keyword.compile()
+    assert ei.value.line == line_of(k_bad_range_keyword, "for j in pycoop.range")
+    with pytest.raises(pycoop.CompileError, match="only for the header of a for loop") as ei:
+        k_range_outside_for.compile()
+    assert ei.value.line == line_of(k_range_outside_for, "r = pycoop.range(4)")
