@@ -1,53 +1,67 @@
 """GPU GEMM throughput on Vulkan against torch's cuBLAS matmul measured in the same run.
 
-- pycoop's KHR subgroup-scope GEMMs (pycoop.kernels.gemm_khr, several register tilings, and
-  gemm_khr_staged: shared-memory staging with a register prefetch)
-- pycoop's NV coopmat2 workgroup-scope GEMM (pycoop.kernels.gemm_nv, several tile shapes)
+- pycoop's KHR subgroup-scope GEMMs: pycoop.kernels.gemm_khr (several register tilings) and
+  gemm_khr_staged (shared-memory staging with a register prefetch)
+- pycoop's NV coopmat2 workgroup-scope GEMM (pycoop.kernels.gemm_nv), autotuned over tile
+  shapes, edge clamping, k-steps per iteration and shape specialisation
 - the Q4_0 GEMM at llama.cpp's shape M=4096, N=512, K=14336 against pycoop's f16 GEMM there
 
-All f16 in, f32 accumulate; device time from Vulkan timestamps (best of --repeat launches).
+All f16 in, f32 accumulate. Each configuration runs --repeat times back to back on the device
+(one upload, no idle gaps, so the GPU stays at full clock) and reports its fastest run; cuBLAS
+is timed the same way before and after each block and the better of the two is the reference.
 
-    python3 bench/gemm_gpu.py [--sizes 4096 8192] [--repeat 5]
+    python3 bench/gemm_gpu.py [--sizes 4096 8192] [--repeat 50]
 """
 from __future__ import annotations
 
 import argparse
+import itertools
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from pycoop.kernels import gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_workgroup_tile
 
-KHR_CONFIGS = [(2, 2), (4, 2), (2, 4), (4, 4)]
-STAGED_CONFIGS = [(128, 256, 32, 2, 4, 8), (128, 256, 16, 2, 4, 8), (128, 128, 32, 2, 4, 8)]
-NV_CONFIGS = [(64, 64, 32, 128), (128, 128, 32, 256), (128, 128, 64, 256), (128, 256, 32, 256),
-              (256, 128, 32, 256), (256, 256, 32, 256), (128, 256, 64, 256), (256, 128, 64, 256),
-              (128, 128, 128, 256), (256, 256, 64, 256), (64, 128, 64, 128), (128, 64, 64, 128)]
+KHR_CONFIGS = [(2, 2), (4, 4)]
+# BM BN BK SGM SGN pad, specialize
+STAGED_CONFIGS = [((128, 256, 32, 2, 4, 8), False), ((128, 256, 32, 2, 4, 8), True),
+                  ((256, 128, 32, 4, 2, 8), True), ((128, 256, 32, 4, 4, 8), True),
+                  ((128, 128, 32, 2, 2, 8), True)]
+NV_TILES = [(128, 256, 32, 256), (128, 256, 64, 256), (256, 128, 32, 256), (256, 128, 64, 256),
+            (128, 128, 64, 256), (128, 128, 32, 256)]
+Q4_TILES = [(128, 128, 32, 256), (64, 128, 32, 128), (128, 64, 32, 128), (128, 256, 32, 256)]
+
+
+def gpu_state() -> str:
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                            "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10)
+        return f"{q.stdout.strip()}, {len(apps.stdout.split())} compute processes"
+    except (OSError, subprocess.SubprocessError):
+        return "nvidia-smi unavailable"
 
 
 def cublas_tflops(m: int, n: int, k: int, repeat: int) -> float:
     import torch
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)
     b = torch.randn(k, n, device="cuda", dtype=torch.float16)
-    for _ in range(3):
-        a @ b
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(repeat):
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(repeat)]
+    for start, end in events:                  # back to back, like the pycoop runs
         start.record()
         a @ b
         end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end))
-    return 2 * m * n * k / (best * 1e-3) / 1e12
+    torch.cuda.synchronize()
+    return 2 * m * n * k / (min(s.elapsed_time(e) for s, e in events) * 1e-3) / 1e12
 
 
-def timed(kernel, grid, args, repeat: int, **kw) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        best = min(best, kernel[grid](*args, backend="vulkan", **kw).time_ms)
-    return best
+def tflops(kernel, grid, args, flop: int, repeat: int) -> float:
+    return flop / kernel[grid](*args, backend="vulkan", repeat=repeat).time_ms / 1e9
 
 
 def rel_err(C, A, B) -> float:
@@ -55,9 +69,17 @@ def rel_err(C, A, B) -> float:
     return float(np.abs(C[:64, :64] - ref).max() / np.abs(ref).max())
 
 
-def row(size, name, tflops, ref, err=None):
-    e = f"{err:>10.1e}" if err is not None else f"{'':>10}"
-    print(f"{size:>16} {name:<30}{tflops:>10.1f}{tflops / ref:>10.3f}{e}", flush=True)
+class Table:
+    def __init__(self, shape: str, ref: float):
+        self.shape, self.ref, self.rows = shape, ref, []
+
+    def row(self, name: str, tf: float, err: float | None = None) -> None:
+        e = f"{err:>10.1e}" if err is not None else f"{'':>10}"
+        print(f"{self.shape:>16} {name:<44}{tf:>9.1f}{tf / self.ref:>10.3f}{e}", flush=True)
+        self.rows.append((tf, name))
+
+    def best(self, prefix: str) -> tuple[float, str]:
+        return max((r for r in self.rows if r[1].startswith(prefix)), default=(0.0, "none"))
 
 
 def square(n: int, repeat: int) -> None:
@@ -65,41 +87,40 @@ def square(n: int, repeat: int) -> None:
     A = rng.standard_normal((n, n), dtype=np.float32).astype(np.float16)
     B = rng.standard_normal((n, n), dtype=np.float32).astype(np.float16)
     C = np.zeros((n, n), np.float32)
-    flop = 2 * n ** 3
-    ref = cublas_tflops(n, n, n, repeat)
-    row(f"{n}^3", "torch cuBLAS", ref, ref)
+    args, flop = [A, B, C, n, n, n], 2 * n ** 3
+    before = cublas_tflops(n, n, n, repeat)
+    t = Table(f"{n}^3", before)
     for tm, tn in KHR_CONFIGS:
         wm, wn = gemm_workgroup_tile(tm, tn)
-        t = timed(gemm_khr, (n // wm, n // wn), [A, B, C, n, n, n], repeat, TM=tm, TN=tn)
-        row(f"{n}^3", f"KHR TM={tm} TN={tn}", flop / t / 1e9, ref, rel_err(C, A, B))
-    for cfg in STAGED_CONFIGS:
         C[:] = 0
-        t = timed(gemm_khr_staged(*cfg), (n // cfg[0], n // cfg[1]), [A, B, C, n, n, n], repeat)
-        row(f"{n}^3", f"KHR staged {cfg[0]}x{cfg[1]}x{cfg[2]} {cfg[3]}x{cfg[4]}sg", flop / t / 1e9,
-            ref, rel_err(C, A, B))
-    results = []
-    for bm, bn, bk, inv in NV_CONFIGS:
+        tf = flop / gemm_khr[(n // wm, n // wn)](*args, TM=tm, TN=tn, backend="vulkan",
+                                                 repeat=repeat).time_ms / 1e9
+        t.row(f"KHR TM={tm} TN={tn}", tf, rel_err(C, A, B))
+    for cfg, spec in STAGED_CONFIGS:
         C[:] = 0
-        t = timed(gemm_nv(bm, bn, bk, inv), (-(-n // bm), -(-n // bn)), [A, B, C, n, n, n], repeat)
-        row(f"{n}^3", f"NV {bm}x{bn}x{bk} wg={inv}", flop / t / 1e9, ref, rel_err(C, A, B))
-        results.append((flop / t / 1e9, (bm, bn, bk, inv), 1))
-    # the three best tilings again with 2 and 4 k-steps per loop iteration
-    for _, cfg, _ in sorted(results, reverse=True)[:3]:
-        for unroll in (2, 4):
-            C[:] = 0
-            t = timed(gemm_nv(*cfg, unroll=unroll), (-(-n // cfg[0]), -(-n // cfg[1])),
-                      [A, B, C, n, n, n], repeat)
-            row(f"{n}^3", f"NV {cfg[0]}x{cfg[1]}x{cfg[2]} wg={cfg[3]} u{unroll}", flop / t / 1e9, ref,
-                rel_err(C, A, B))
-            results.append((flop / t / 1e9, cfg, unroll))
-    tf, cfg, unroll = max(results)
-    print(f"{'':>16} best NV: {cfg[0]}x{cfg[1]}x{cfg[2]} wg={cfg[3]} unroll {unroll}: "
-          f"{tf:.1f} TFLOP/s = {tf / ref:.3f}x cuBLAS")
+        tf = tflops(gemm_khr_staged(*cfg, specialize=spec), (n // cfg[0], n // cfg[1]), args, flop,
+                    repeat)
+        t.row(f"KHR staged {cfg[0]}x{cfg[1]}x{cfg[2]} {cfg[3]}x{cfg[4]}sg"
+              f"{' spec' if spec else ''}", tf, rel_err(C, A, B))
+    configs = [((128, 256, 32, 256), "constant", 1, False)] + [
+        (tile, clamp, unroll, True) for tile, clamp, unroll in
+        itertools.product(NV_TILES, ["constant", "undefined"], [1, 2])
+        if clamp == "constant" or (n % tile[0] == 0 and n % tile[1] == 0 and n % (tile[2] * unroll) == 0)]
+    for (bm, bn, bk, inv), clamp, unroll, spec in configs:
+        C[:] = 0
+        tf = tflops(gemm_nv(bm, bn, bk, inv, clamp, unroll, spec), (-(-n // bm), -(-n // bn)), args,
+                    flop, repeat)
+        t.row(f"NV {bm}x{bn}x{bk} wg={inv} {clamp} u{unroll}{' spec' if spec else ''}", tf,
+              rel_err(C, A, B))
+    after = cublas_tflops(n, n, n, repeat)
+    ref = max(before, after)
+    print(f"{'':>16} cuBLAS {before:.1f} before, {after:.1f} after ({gpu_state()})")
+    for prefix in ("KHR", "NV"):
+        tf, name = t.best(prefix)
+        print(f"{'':>16} best {prefix}: {name}: {tf:.1f} TFLOP/s = {tf / ref:.3f}x cuBLAS")
 
 
-def q4_0(repeat: int, configs) -> None:
-    import sys
-    from pathlib import Path
+def q4_0(repeat: int) -> None:
     sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
     from q4_0_gemm import quantize_q4_0
     M, N, K = 4096, 512, 14336
@@ -110,38 +131,32 @@ def q4_0(repeat: int, configs) -> None:
     Wt = np.ascontiguousarray(Wf.T.astype(np.float16))            # K x N for the f16 GEMM
     Y = np.zeros((M, N), np.float32)
     flop = 2 * M * N * K
-    ref = cublas_tflops(M, N, K, repeat)
-    shape = f"{M}x{N}x{K}"
-    row(shape, "torch cuBLAS f16", ref, ref)
-    best16 = bestq = 0.0
-    for config in configs:
-        bm, bn, bk, inv = config
+    t = Table(f"{M}x{N}x{K}", cublas_tflops(M, N, K, repeat))
+    for (bm, bn, bk, inv), unroll, spec in itertools.product(Q4_TILES, [1, 2], [False, True]):
         grid = (-(-M // bm), -(-N // bn))
-        for unroll in (1, 2):
-            t16 = flop / timed(gemm_nv(*config, unroll=unroll), grid, [X, Wt, Y, M, N, K], repeat) / 1e9
-            row(shape, f"NV f16 {bm}x{bn}x{bk} wg={inv} u{unroll}", t16, ref)
-            tq = flop / timed(gemm_q4_0(*config, unroll=unroll), grid, [X, Wq, Y, M, N, K], repeat) / 1e9
-            row(shape, f"NV Q4_0 {bm}x{bn}x{bk} wg={inv} u{unroll}", tq, ref)
-            best16, bestq = max(best16, t16), max(bestq, tq)
-    print(f"{'':>16} best Q4_0 / best f16 = {bestq / best16:.2f}")
+        cfg = f"{bm}x{bn}x{bk} wg={inv} u{unroll}{' spec' if spec else ''}"
+        t.row(f"f16 {cfg}", tflops(gemm_nv(bm, bn, bk, inv, "constant", unroll, spec), grid,
+                                   [X, Wt, Y, M, N, K], flop, repeat))
+        t.row(f"Q4_0 {cfg}", tflops(gemm_q4_0(bm, bn, bk, inv, unroll, spec), grid,
+                                    [X, Wq, Y, M, N, K], flop, repeat))
+    (b16, n16), (bq, nq) = t.best("f16"), t.best("Q4_0")
+    print(f"{'':>16} best f16: {n16}: {b16:.1f}; best Q4_0: {nq}: {bq:.1f}; "
+          f"Q4_0 / f16 = {bq / b16:.2f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--q4-configs", type=int, nargs="+", default=[128, 128, 32, 256, 128, 128, 64, 256,
-                                                                   64, 128, 64, 128, 128, 64, 64, 128],
-                    help="BM BN BK invocations, repeated")
+    ap.add_argument("--repeat", type=int, default=50)
     a = ap.parse_args()
     from pycoop.runtime.vulkan import get_runtime
     caps = get_runtime().capabilities
-    print(f"# GEMM f16 -> f32, {time.strftime('%Y-%m-%d')}, {caps.device_name}, driver {caps.driver_version}")
-    print(f"{'shape':>16} {'kernel':<30}{'TFLOP/s':>10}{'x cuBLAS':>10}{'rel err':>10}")
+    print(f"# GEMM f16 -> f32, {time.strftime('%Y-%m-%d')}, {caps.device_name}, driver "
+          f"{caps.driver_version}; fastest of {a.repeat} back-to-back runs ({gpu_state()})")
+    print(f"{'shape':>16} {'kernel':<44}{'TFLOP/s':>9}{'x cuBLAS':>10}{'rel err':>10}")
     for n in a.sizes:
         square(n, a.repeat)
-    q = a.q4_configs
-    q4_0(a.repeat, [tuple(q[i:i + 4]) for i in range(0, len(q), 4)])
+    q4_0(a.repeat)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,8 @@ class Lowered:
 class LowerCtx:
     """What op lowerings use: ids of values and types, constants, instruction emission, blocks."""
 
+    target = "vulkan"            # the SPIR-V client environment (OpenCLLowerCtx: "opencl")
+
     def __init__(self, module: Module, decode_vector: bool = True):
         self.module = module
         # False: leave DecodeVectorFunc operands out (SPV_NV_cooperative_matrix_decode_vector)

@@ -44,7 +44,7 @@ def gemm_khr(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N:
 
 @functools.cache
 def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SGN: int = 4,
-                    pad: int = 8):
+                    pad: int = 8, specialize: bool = False, driver_unroll: bool | int | None = None):
     """Subgroup-scope KHR GEMM with shared-memory staging and a register prefetch.
 
     SGM x SGN subgroups compute a BM x BN tile of C. Each k-step has four phases:
@@ -54,15 +54,18 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
     - the tiles of the next k-step are loaded from global memory into registers;
     - the matrices are multiplied from shared memory.
     M and N must be multiples of the tile, and K a multiple of BK with K >= BK.
+    `specialize`: M, N, K become compile-time constants (one pipeline per shape; the driver
+    folds the address arithmetic). `driver_unroll`: the hint on the K loop (pycoop.range).
     """
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda, ldb = BK + pad, BN + pad
     nsg = SGM * SGN
     ta, tb = (BM // 16) * (BK // 16), (BK // 16) * (BN // 16)
+    Dim = pc.Const if specialize else u32
 
     @pc.kernel(workgroup_size=32 * nsg)
-    def gemm_khr_staged(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N: u32,
-                        K: u32):
+    def gemm_khr_staged(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: Dim, N: Dim,
+                        K: Dim):
         sa, sb = pc.shared(f16, BM * lda), pc.shared(f16, BK * ldb)
         sg = pc.subgroup_id()
         wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
@@ -73,7 +76,7 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
         acc = [[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)]
         ra = [MatA.load(A, (m0 + r * 16) * K + c * 16, K) for r, c in pa]
         rb = [MatB.load(B, r * 16 * N + n0 + c * 16, N) for r, c in pb]
-        for k in range(0, K, BK):
+        for k in pc.range(0, K, BK, unroll=driver_unroll):
             for (r, c), tile in zip(pa, ra):
                 pc.store(sa, r * 16 * lda + c * 16, tile, lda)
             for (r, c), tile in zip(pb, rb):
@@ -106,23 +109,25 @@ def gemm_reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 
 @functools.cache
 def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256,
-            clamp: str = "constant", unroll: int = 1):
+            clamp: str = "constant", unroll: int = 1, specialize: bool = False,
+            driver_unroll: bool | int | None = None):
     """Workgroup-scope GEMM through NV tensor layouts: each workgroup computes a BM x BN tile
     of C = A @ B, f16 in, f32 accumulate. With the Constant clamp any M, N, K work (edges read
     zeros); "undefined" needs M, N multiples of the tile and K of BK * unroll. `unroll` k-steps
-    are traced per loop iteration."""
+    are traced per loop iteration. `specialize` and `driver_unroll` as in gemm_khr_staged."""
     MA = pc.coopmat[f16, pc.Workgroup, BM, BK, pc.UseA]
     MB = pc.coopmat[f16, pc.Workgroup, BK, BN, pc.UseB]
     MC = pc.coopmat[f32, pc.Workgroup, BM, BN, pc.Accumulator]
+    Dim = pc.Const if specialize else u32
 
     @pc.kernel(workgroup_size=invocations)
-    def gemm_nv(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N: u32, K: u32):
+    def gemm_nv(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
         la = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, K)
         lb = pc.nv.tensor_layout(2, clamp=clamp).dimension(K, N)
         lc = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, N)
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
         acc = MC.fill(0.0)
-        for k in range(0, K, BK * unroll):
+        for k in pc.range(0, K, BK * unroll, unroll=driver_unroll):
             for u in range(unroll):
                 a = pc.nv.load_tensor(A, la.slice(m0, BM, k + BK * u, BK), MA)
                 b = pc.nv.load_tensor(B, lb.slice(k + BK * u, BK, n0, BN), MB)
@@ -142,22 +147,24 @@ def _q4_0_weight(block, block_coord, coord_in_block):
 
 
 @functools.cache
-def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1):
+def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1,
+              specialize: bool = False, driver_unroll: bool | int | None = None):
     """Y (M x N, f32) = X (M x K, f16) @ W.T, W (N x K) in Q4_0 blocks of 32 along K,
-    decoded by a decode function while loading (workgroup scope); `unroll` as in gemm_nv."""
+    decoded by a decode function while loading (workgroup scope); the options as in gemm_nv."""
     MA = pc.coopmat[f16, pc.Workgroup, BM, BK, pc.UseA]
     MB = pc.coopmat[f16, pc.Workgroup, BK, BN, pc.UseB]
     MC = pc.coopmat[f32, pc.Workgroup, BM, BN, pc.Accumulator]
+    Dim = pc.Const if specialize else u32
 
     @pc.kernel(workgroup_size=invocations)
-    def gemm_q4_0(X: pc.Buffer[f16], W: pc.ReadBuffer[Q4_0], Y: pc.Buffer[f32], M: u32, N: u32, K: u32):
+    def gemm_q4_0(X: pc.Buffer[f16], W: pc.ReadBuffer[Q4_0], Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
         lx = pc.nv.tensor_layout(2, clamp="constant").dimension(M, K)
         lw = pc.nv.tensor_layout(2, clamp="constant").block_size(1, 32).dimension(N, K)
         ly = pc.nv.tensor_layout(2, clamp="constant").dimension(M, N)
         wt = pc.nv.tensor_view(2, False, (1, 0))
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
         acc = MC.fill(0.0)
-        for k in range(0, K, BK * unroll):
+        for k in pc.range(0, K, BK * unroll, unroll=driver_unroll):
             for u in range(unroll):
                 a = pc.nv.load_tensor(X, lx.slice(m0, BM, k + BK * u, BK), MA)
                 b = pc.nv.load_tensor(W, lw.slice(n0, BN, k + BK * u, BK), MB, view=wt,

@@ -16,7 +16,7 @@ from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1, tracer
 from ..ir.core import Value
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, Type, VectorType,
-                     bool_, f32, i32, u32, scalar_of_dtype)
+                     SCALARS, bool_, f32, i32, u32, scalar_of_dtype)
 from .registry import define, emulation, lowering
 
 # --------------------------------------------------------------------------- constants
@@ -299,10 +299,29 @@ def _lower_binary(ctx, op):
     else:
         opname = BINARY[kind][1 if e.is_float else (2 if e.signed else 3)]
     a, b = (ctx.id(v) for v in op.operands)
-    if opname.startswith("GLSL:"):
+    if opname == "OpSRem" and ctx.target == "vulkan":
+        ctx.set(op.result, _signed_rem(ctx, t, a, b))
+    elif opname.startswith("GLSL:"):
         ctx.set(op.result, ctx.glsl(opname[5:], t, a, b))
     else:
         ctx.set(op.result, ctx.emit(opname, t, a, b))
+
+
+def _signed_rem(ctx, t: Type, a: int, b: int) -> int:
+    """a % b with the sign of a (OpSRem's meaning) as |a| umod |b| with the sign put back:
+    the Vulkan environment leaves OpSRem undefined when an operand is negative, and the
+    NVIDIA driver does return other values there."""
+    e = _elem(t)
+    ue = SCALARS[f"u{e.bits}"]
+    ut = VectorType(ue, t.count) if isinstance(t, VectorType) else ue
+
+    def splat(x: int) -> int:
+        c = ctx.const(e, x)
+        return ctx.constant_composite(t, *[c] * t.count) if isinstance(t, VectorType) else c
+    mag = [ctx.emit("OpBitcast", ut, ctx.glsl("SAbs", t, x)) for x in (a, b)]
+    m = ctx.emit("OpBitcast", t, ctx.emit("OpUMod", ut, *mag))
+    sign = ctx.emit("OpShiftRightArithmetic", t, a, splat(e.bits - 1))     # 0 or -1
+    return ctx.emit("OpISub", t, ctx.emit("OpBitwiseXor", t, m, sign), sign)
 
 
 def binary(kind: str, a, b) -> Value:

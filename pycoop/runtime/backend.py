@@ -68,7 +68,7 @@ def choose(requested: str | None, ck) -> str:
     return "emulator"
 
 
-def vulkan_launch(ck, grid, arrays) -> float:
+def vulkan_launch(ck, grid, arrays, repeat: int = 1) -> tuple[float, ...]:
     from .vulkan import get_runtime
-    res = get_runtime().launch(ck.spv, "main", grid, ck.abi, arrays)
-    return res.device_time_ms
+    res = get_runtime().launch(ck.spv, "main", grid, ck.abi, arrays, repeat=repeat)
+    return res.device_times_ms

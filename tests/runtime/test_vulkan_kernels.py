@@ -166,3 +166,65 @@ def test_break_and_continue_match():
     X = rng.standard_normal(rows * n).astype(np.float32)
     gpu, emu = both(scan_rows, -(-rows // 32), X, np.zeros(rows, np.float32), n, rows)
     np.testing.assert_allclose(gpu[1], emu[1], rtol=1e-6, atol=1e-6)
+
+
+@pc.kernel(workgroup_size=64)
+def bump(X: pc.Buffer[u32], n: u32):
+    i = pc.global_invocation_id.x
+    if i < n:
+        X[i] = X[i] * 3 + i
+
+
+@pytest.mark.parametrize("backend", ["vulkan", "emulator"])
+def test_repeat_runs_back_to_back_on_the_same_buffers(backend):
+    """repeat=N: N timed runs, each seeing the previous run's writes, one readback."""
+    n, runs = 1000, 5
+    X = np.arange(n, dtype=np.uint32)
+    result = bump[-(-n // 64)](X, n, backend=backend, repeat=runs)
+    want = np.arange(n, dtype=np.uint32)
+    for _ in range(runs):
+        want = want * np.uint32(3) + np.arange(n, dtype=np.uint32)
+    np.testing.assert_array_equal(X, want)
+    assert result.backend == backend and len(result.times_ms) == runs
+    assert result.time_ms == min(result.times_ms)
+    for bad in (0, -1, 1.5, True, 5000):
+        with pytest.raises(pc.ArgumentError, match="repeat must be an int from 1 to 4096"):
+            bump[1](X, n, backend=backend, repeat=bad)
+
+
+@pc.kernel(workgroup_size=64)
+def divrem(X: pc.ReadBuffer[i32], Y: pc.ReadBuffer[i32], Q: pc.WriteBuffer[i32],
+           R: pc.WriteBuffer[i32], V: pc.WriteBuffer[i32], n: u32):
+    i = pc.global_invocation_id.x
+    if i < n:
+        Q[i] = X[i] // Y[i]
+        R[i] = X[i] % Y[i]
+        v = pc.make_vector([X[i], -X[i]]) % pc.make_vector([Y[i], Y[i]])
+        V[i] = v[1]
+
+
+def test_signed_division_and_remainder_on_every_sign():
+    """`//` truncates and `%` takes the dividend's sign (OpSDiv / OpSRem) for negative
+    operands too, where Vulkan leaves OpSRem undefined: pycoop emits an unsigned remainder of
+    the magnitudes instead."""
+    xs = [7, -7, 0, 1, -1, 707947, -707947, 2**31 - 1, -2**31, 123456789, -5]
+    ys = [3, -3, 1, -1, 268, -268, 2**31 - 1, -2**31, 7, -1000]
+    pairs = [(x, y) for x in xs for y in ys if not (x == -2**31 and y == -1)]
+    X = np.array([p[0] for p in pairs], np.int32)
+    Y = np.array([p[1] for p in pairs], np.int32)
+    n = len(pairs)
+
+    def quot(x, y):                                  # C: toward zero
+        return abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)
+
+    def neg(x):                                      # i32 negation wraps at -2**31
+        return -x if x != -2**31 else x
+    q = [quot(x, y) for x, y in pairs]
+    r = [x - quot(x, y) * y for x, y in pairs]
+    rv = [neg(x) - quot(neg(x), y) * y for x, y in pairs]
+    gpu, emu = both(divrem, -(-n // 64), X, Y, *(np.zeros(n, np.int32) for _ in range(3)), n)
+    for out in (gpu, emu):
+        np.testing.assert_array_equal(out[2], np.array(q, np.int64).astype(np.int32))
+        np.testing.assert_array_equal(out[3], np.array(r, np.int64).astype(np.int32))
+        np.testing.assert_array_equal(out[4], np.array(rv, np.int64).astype(np.int32))
+    assert "OpSRem" not in divrem.compile().spvasm

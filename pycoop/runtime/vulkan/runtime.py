@@ -34,7 +34,7 @@ _ALL_READ_WRITE = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
 
 @dataclass(frozen=True)
 class LaunchResult:
-    device_time_ms: float       # dispatch time from timestamp queries (nan if unsupported)
+    device_times_ms: tuple[float, ...]   # per dispatch, from timestamp queries (nan if unsupported)
 
 
 @dataclass
@@ -81,12 +81,8 @@ class _Context:
         fence_info = ffi.new("VkFenceCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO})
         self.fences = ffi.new("VkFence[1]")
         check(lib.vkCreateFence(dev, fence_info, ffi.NULL, self.fences), "vkCreateFence")
-        query_info = ffi.new("VkQueryPoolCreateInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
-            "queryType": vk.VK_QUERY_TYPE_TIMESTAMP, "queryCount": 2})
-        query_pool = ffi.new("VkQueryPool*")
-        check(lib.vkCreateQueryPool(dev, query_info, ffi.NULL, query_pool), "vkCreateQueryPool")
-        self.query_pool = query_pool[0]
+        self.queries = 0
+        self.reserve_timestamps(1)
         # Reused per launch (the hot path allocates no structs beyond copy regions).
         self.begin_info = ffi.new("VkCommandBufferBeginInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
@@ -97,10 +93,25 @@ class _Context:
         self.submit_info = ffi.new("VkSubmitInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "commandBufferCount": 1,
             "pCommandBuffers": self.command_buffers})
-        self.timestamps = ffi.new("uint64_t[2]")
         bits = self.device.timestamp_bits
         self.timestamp_mask = (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
         self.timestamp_period_ns = self.device.capabilities.timestamp_period_ns
+
+    def reserve_timestamps(self, dispatches: int) -> None:
+        """A query pool (and result array) for two timestamps around each of `dispatches`."""
+        if 2 * dispatches <= self.queries:
+            return
+        dev = self.device.handle
+        if self.queries:
+            lib.vkDestroyQueryPool(dev, self.query_pool, ffi.NULL)
+            self.queries = 0
+        query_info = ffi.new("VkQueryPoolCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+            "queryType": vk.VK_QUERY_TYPE_TIMESTAMP, "queryCount": 2 * dispatches})
+        query_pool = ffi.new("VkQueryPool*")
+        check(lib.vkCreateQueryPool(dev, query_info, ffi.NULL, query_pool), "vkCreateQueryPool")
+        self.query_pool, self.queries = query_pool[0], 2 * dispatches
+        self.timestamps = ffi.new(f"uint64_t[{2 * dispatches}]")
 
     def destroy(self) -> None:
         """Destroy everything (also valid after device loss). Never call with work in flight."""
@@ -110,7 +121,7 @@ class _Context:
                 self.pipelines.destroy()
             if hasattr(self, "memory"):
                 self.memory.trim()
-            if hasattr(self, "query_pool"):
+            if getattr(self, "queries", 0):
                 lib.vkDestroyQueryPool(dev, self.query_pool, ffi.NULL)
             if hasattr(self, "fences"):
                 lib.vkDestroyFence(dev, self.fences[0], ffi.NULL)
@@ -170,11 +181,15 @@ class VulkanRuntime:
                 ctx.destroy()
 
     def launch(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict,
-               args: list, *, timeout_s: float = 10.0) -> LaunchResult:
+               args: list, *, timeout_s: float = 10.0, repeat: int = 1) -> LaunchResult:
         """Dispatch `grid` workgroups of the kernel; buffers written by it (access "write" or
-        "readwrite") are copied back into the same numpy arrays."""
+        "readwrite") are copied back into the same numpy arrays. `repeat` dispatches it that
+        many times back to back on the same buffers (one upload, one readback; each dispatch
+        sees the previous one's writes), each timed."""
         bound = bind(abi, args)
         grid = _check_grid(grid)
+        if not isinstance(repeat, int) or isinstance(repeat, bool) or not 1 <= repeat <= 4096:
+            raise ArgumentError(f"repeat must be an int from 1 to 4096, got {repeat!r}")
         with self._lock:
             ctx = self._context()
             caps = ctx.device.capabilities
@@ -189,7 +204,8 @@ class VulkanRuntime:
             try:
                 pipeline = ctx.pipelines.get(bytes(spv), entry, abi.get("required_subgroup_size"),
                                              push_size)
-                return self._run(ctx, pipeline, grid, abi["mode"], bound, timeout_s)
+                ctx.reserve_timestamps(repeat)
+                return self._run(ctx, pipeline, grid, abi["mode"], bound, timeout_s, repeat)
             except (DeviceLost, VulkanTimeout):
                 self._abandon()
                 raise
@@ -205,7 +221,7 @@ class VulkanRuntime:
             ctx.destroy()
 
     def _run(self, ctx: _Context, pipeline: Any, grid: tuple[int, int, int], mode: str,
-             bound: BoundArguments, timeout_s: float) -> LaunchResult:
+             bound: BoundArguments, timeout_s: float, repeat: int) -> LaunchResult:
         acquired: list[Allocation] = []
         memory = ctx.memory
 
@@ -235,22 +251,22 @@ class VulkanRuntime:
                 push = arg_buffer.address.to_bytes(8, "little")
             else:
                 push = bytes(bound.block)
-            self._record(ctx, pipeline, grid, push, transfers)
+            self._record(ctx, pipeline, grid, push, transfers, repeat)
             self._submit_and_wait(ctx, timeout_s)
             for t in transfers:
                 if t.readback and t.array.nbytes:
                     ffi.memmove(t.array, (t.staging or t.target).mapped, t.array.nbytes)
-            return LaunchResult(self._device_time_ms(ctx))
+            return LaunchResult(self._device_times_ms(ctx, repeat))
         finally:
             for allocation in acquired:
                 memory.release(allocation)
 
     @staticmethod
     def _record(ctx: _Context, pipeline: Any, grid: tuple[int, int, int], push: bytes,
-                transfers: list[_Transfer]) -> None:
+                transfers: list[_Transfer], repeat: int) -> None:
         cmd = ctx.command_buffers[0]
         check(lib.vkBeginCommandBuffer(cmd, ctx.begin_info), "vkBeginCommandBuffer")
-        lib.vkCmdResetQueryPool(cmd, ctx.query_pool, 0, 2)
+        lib.vkCmdResetQueryPool(cmd, ctx.query_pool, 0, 2 * repeat)
         uploads = [t for t in transfers if t.upload and t.staging is not None]
         for t in uploads:
             _copy(cmd, t.staging, t.target, t.array.nbytes)
@@ -258,15 +274,16 @@ class VulkanRuntime:
         lib.vkCmdPipelineBarrier(cmd, all_stages, all_stages, 0, 1, ctx.barrier, 0, ffi.NULL,
                                  0, ffi.NULL)
         bottom = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
-        lib.vkCmdWriteTimestamp(cmd, bottom, ctx.query_pool, 0)
         lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
         if push:
             lib.vkCmdPushConstants(cmd, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0,
                                    len(push), push)
-        lib.vkCmdDispatch(cmd, *grid)
-        lib.vkCmdWriteTimestamp(cmd, bottom, ctx.query_pool, 1)
-        lib.vkCmdPipelineBarrier(cmd, all_stages, all_stages, 0, 1, ctx.barrier, 0, ffi.NULL,
-                                 0, ffi.NULL)
+        for i in range(repeat):
+            lib.vkCmdWriteTimestamp(cmd, bottom, ctx.query_pool, 2 * i)
+            lib.vkCmdDispatch(cmd, *grid)
+            lib.vkCmdWriteTimestamp(cmd, bottom, ctx.query_pool, 2 * i + 1)
+            lib.vkCmdPipelineBarrier(cmd, all_stages, all_stages, 0, 1, ctx.barrier, 0,
+                                     ffi.NULL, 0, ffi.NULL)
         readbacks = [t for t in transfers if t.readback and t.staging is not None]
         for t in readbacks:
             _copy(cmd, t.target, t.staging, t.array.nbytes)
@@ -289,15 +306,16 @@ class VulkanRuntime:
         check(result, "waiting for the kernel")
 
     @staticmethod
-    def _device_time_ms(ctx: _Context) -> float:
+    def _device_times_ms(ctx: _Context, repeat: int) -> tuple[float, ...]:
         if ctx.device.timestamp_bits == 0:
-            return math.nan
+            return (math.nan,) * repeat
         result = lib.vkGetQueryPoolResults(
-            ctx.device.handle, ctx.query_pool, 0, 2, 16, ctx.timestamps, 8,
+            ctx.device.handle, ctx.query_pool, 0, 2 * repeat, 16 * repeat, ctx.timestamps, 8,
             vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT)
         check(result, "vkGetQueryPoolResults")
-        ticks = (ctx.timestamps[1] - ctx.timestamps[0]) & ctx.timestamp_mask
-        return ticks * ctx.timestamp_period_ns / 1e6
+        ts = ctx.timestamps
+        return tuple(((ts[2 * i + 1] - ts[2 * i]) & ctx.timestamp_mask) * ctx.timestamp_period_ns / 1e6
+                     for i in range(repeat))
 
 
 def _copy(cmd: Any, src: Allocation, dst: Allocation, size: int) -> None:

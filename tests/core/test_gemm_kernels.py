@@ -1,0 +1,61 @@
+"""The ready-made GEMMs of pycoop.kernels on the emulator, in every option the benchmarks
+tune: results against NumPy, and shape specialisation keeping the K loop a loop."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pycoop.kernels import gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_reference
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
+
+
+def operands(m, n, k, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, k)).astype(np.float16),
+            rng.standard_normal((k, n)).astype(np.float16))
+
+
+def loop_controls(ck) -> list[str]:
+    return [ln.split()[-1] for ln in ck.spvasm.splitlines() if "OpLoopMerge" in ln]
+
+
+@pytest.mark.parametrize("specialize,driver_unroll", [(False, None), (True, None), (True, False),
+                                                      (False, 2)])
+def test_staged_khr_gemm(specialize, driver_unroll):
+    cfg = (64, 64, 32, 2, 2, 8)
+    M, N, K = 128, 64, 96
+    A, B = operands(M, N, K)
+    C = np.zeros((M, N), np.float32)
+    k = gemm_khr_staged(*cfg, specialize=specialize, driver_unroll=driver_unroll)
+    k[(M // 64, N // 64)](A, B, C, M, N, K, backend="emulator")
+    np.testing.assert_allclose(C, gemm_reference(A, B), rtol=1e-5, atol=1e-4)
+    ck = k.compile(**({"M": M, "N": N, "K": K} if specialize else {}))
+    want = {None: "None", False: "DontUnroll", 2: "2"}[driver_unroll]
+    assert loop_controls(ck) == [want]           # one K loop, never unrolled at trace time
+
+
+@pytest.mark.parametrize("clamp,M,N,K", [("constant", 100, 72, 80), ("undefined", 128, 128, 128)])
+@pytest.mark.parametrize("unroll,specialize", [(1, False), (2, True)])
+def test_nv_gemm(clamp, M, N, K, unroll, specialize):
+    A, B = operands(M, N, K, seed=1)
+    C = np.zeros((M, N), np.float32)
+    gemm_nv(64, 64, 32, 128, clamp, unroll, specialize)[(-(-M // 64), -(-N // 64))](
+        A, B, C, M, N, K, backend="emulator")
+    np.testing.assert_allclose(C, gemm_reference(A, B), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("specialize", [False, True])
+def test_q4_0_gemm(specialize):
+    M, N, K = 64, 64, 96
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((M, K)).astype(np.float16)
+    Wq = quantize_q4_0(rng.standard_normal((N, K)).astype(np.float32))
+    Y = np.zeros((M, N), np.float32)
+    gemm_q4_0(64, 64, 32, 128, 1, specialize)[(1, 1)](X, Wq, Y, M, N, K, backend="emulator")
+    W = dequantize_q4_0(Wq, N, K).astype(np.float32)
+    np.testing.assert_allclose(Y, X.astype(np.float32) @ W.T, rtol=1e-4, atol=1e-3)
