@@ -49,13 +49,20 @@ def test_nv_gemm(clamp, M, N, K, unroll, specialize):
     np.testing.assert_allclose(C, gemm_reference(A, B), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("specialize", [False, True])
-def test_q4_0_gemm(specialize):
-    M, N, K = 64, 64, 96
+@pytest.mark.parametrize("weights_first", [True, False])
+@pytest.mark.parametrize("clamp,M,N,K,specialize", [("constant", 100, 72, 96, False),
+                                                    ("undefined", 128, 64, 64, True)])
+def test_q4_0_gemm(weights_first, clamp, M, N, K, specialize):
     rng = np.random.default_rng(2)
     X = rng.standard_normal((M, K)).astype(np.float16)
     Wq = quantize_q4_0(rng.standard_normal((N, K)).astype(np.float32))
     Y = np.zeros((M, N), np.float32)
-    gemm_q4_0(64, 64, 32, 128, 1, specialize)[(1, 1)](X, Wq, Y, M, N, K, backend="emulator")
+    k = gemm_q4_0(64, 32, 32, 128, 1, specialize, clamp=clamp, weights_first=weights_first)
+    k[(-(-M // 64), -(-N // 32))](X, Wq, Y, M, N, K, backend="emulator")
     W = dequantize_q4_0(Wq, N, K).astype(np.float32)
     np.testing.assert_allclose(Y, X.astype(np.float32) @ W.T, rtol=1e-4, atol=1e-3)
+
+
+def test_q4_0_gemm_needs_whole_blocks_along_k():
+    with pytest.raises(ValueError, match="multiple of the 32-weight Q4_0 block"):
+        gemm_q4_0(64, 64, 16)
