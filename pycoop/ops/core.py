@@ -136,10 +136,23 @@ def _lower_builtin(ctx, op):
     ctx.set(op.result, v)
 
 
-class _BuiltinVec:
+class _Builtin:
+    """A built-in variable's handle; using the handle itself as a value is a clear error."""
+
     def __init__(self, name: str):
         self._name = name
 
+    def _misused(self, *args):
+        raise CompileError(f"pycoop.{self._name} is used as a value", current_loc(),
+                           hint=self._hint)
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _misused
+    __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __neg__ = _misused
+    __lshift__ = __rshift__ = __and__ = __or__ = __xor__ = __rand__ = __ror__ = _misused
+    __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __index__ = __int__ = __float__ = _misused
+
+
+class _BuiltinVec(_Builtin):
     def _get(self, comp: int) -> Value:
         return emit1("builtin", [], {"name": self._name, "component": comp})
 
@@ -147,16 +160,21 @@ class _BuiltinVec:
     y = property(lambda self: self._get(1))
     z = property(lambda self: self._get(2))
 
+    @property
+    def _hint(self) -> str:
+        return f"take a component: pycoop.{self._name}.x (or .y, .z)"
+
     def __repr__(self) -> str:
         return f"pycoop.{self._name} (use .x/.y/.z inside a kernel)"
 
 
-class _BuiltinScalar:
-    def __init__(self, name: str):
-        self._name = name
-
+class _BuiltinScalar(_Builtin):
     def __call__(self) -> Value:
         return emit1("builtin", [], {"name": self._name})
+
+    @property
+    def _hint(self) -> str:
+        return f"call it: pycoop.{self._name}()"
 
     def __repr__(self) -> str:
         return f"pycoop.{self._name}() (call it inside a kernel)"

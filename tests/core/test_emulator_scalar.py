@@ -563,3 +563,23 @@ def test_builtins_follow_the_vulkan_definitions():
                     assert o[wz, wy, wx, li].tolist() == [
                         lx, ly, lz, wx * 4 + lx, wy * 2 + ly, wz * 2 + lz,
                         (li // 8) * 100 + li % 8, 2 * 100 + 8]
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_uncalled_builtin(out: pycoop.Buffer[u32], n: u32):
+    out[pycoop.local_invocation_index + n] = 1
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_vector_builtin_as_value(out: pycoop.Buffer[u32]):
+    out[pycoop.workgroup_id * 32] = 1
+
+
+def test_a_builtin_handle_used_as_a_value_is_a_clear_error():
+    with pytest.raises(pycoop.CompileError, match="local_invocation_index is used as a value") as ei:
+        k_uncalled_builtin.compile()
+    assert ei.value.line == line_of(k_uncalled_builtin, "out[pycoop.local_invocation_index + n]")
+    assert "pycoop.local_invocation_index()" in str(ei.value)
+    with pytest.raises(pycoop.CompileError, match="workgroup_id is used as a value") as ei:
+        k_vector_builtin_as_value.compile()
+    assert "pycoop.workgroup_id.x" in str(ei.value)
