@@ -32,7 +32,7 @@ STAGED_CONFIGS = [((128, 256, 32, 2, 4, 8), False), ((128, 256, 32, 2, 4, 8), Tr
                   ((128, 128, 32, 2, 2, 8), True)]
 NV_TILES = [(128, 256, 32, 256), (128, 256, 64, 256), (256, 128, 32, 256), (256, 128, 64, 256),
             (128, 128, 64, 256), (128, 128, 32, 256)]
-Q4_TILES = [(128, 128), (256, 64), (128, 64), (256, 128)]      # BM BN; BK 32, 256 invocations
+Q4_TILES = [(128, 128, 32), (256, 64, 32), (256, 64, 64), (128, 64, 32), (256, 128, 32)]  # 256 invocations
 
 
 def gpu_state() -> str:
@@ -132,15 +132,15 @@ def q4_0(repeat: int) -> None:
     Y = np.zeros((M, N), np.float32)
     flop = 2 * M * N * K
     t = Table(f"{M}x{N}x{K}", cublas_tflops(M, N, K, repeat))
-    for (bm, bn), clamp, unroll, spec in itertools.product(Q4_TILES, ["constant", "undefined"],
-                                                           [1, 2], [False, True]):
+    for (bm, bn, bk), clamp, unroll, spec in itertools.product(Q4_TILES, ["constant", "undefined"],
+                                                               [1, 2], [False, True]):
         grid = (-(-M // bm), -(-N // bn))
-        cfg = f"{bm}x{bn}x32 {clamp} u{unroll}{' spec' if spec else ''}"
-        t.row(f"f16 {cfg}", tflops(gemm_nv(bm, bn, 32, 256, clamp, unroll, spec), grid,
+        cfg = f"{bm}x{bn}x{bk} {clamp} u{unroll}{' spec' if spec else ''}"
+        t.row(f"f16 {cfg}", tflops(gemm_nv(bm, bn, bk, 256, clamp, unroll, spec), grid,
                                    [X, Wt, Y, M, N, K], flop, repeat))
         for first in (True, False):
             t.row(f"Q4_0 {'W.X^T' if first else 'X.W^T'} {cfg}",
-                  tflops(gemm_q4_0(bm, bn, 32, 256, unroll, spec, clamp=clamp, weights_first=first),
+                  tflops(gemm_q4_0(bm, bn, bk, 256, unroll, spec, clamp=clamp, weights_first=first),
                          grid, [X, Wq, Y, M, N, K], flop, repeat))
     (b16, n16), (bq, nq) = t.best("f16"), t.best("Q4_0")
     print(f"{'':>16} best f16: {n16}: {b16:.1f}; best Q4_0: {nq}: {bq:.1f}; "
