@@ -158,8 +158,8 @@ def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256
     tile as Y.T = W @ X.T instead: the weights are the A operand, decoded in their own layout,
     X is read and Y written through transposing views, and workgroups walk the N tiles of one
     M tile one after another so that they share the X tile in cache (on the H200 the faster
-    of the two in some configurations, not the fastest overall). The other options as in
-    gemm_nv ("undefined": M and N multiples of the tile, K of BK * unroll)."""
+    layout in the best configuration, not in all). The other options as in gemm_nv
+    ("undefined": M and N multiples of the tile, K of BK * unroll)."""
     if BK % 32:
         raise ValueError(f"BK must be a multiple of the 32-weight Q4_0 block, got {BK}")
     rows, cols = (BN, BM) if weights_first else (BM, BN)       # of the matrices multiplied
