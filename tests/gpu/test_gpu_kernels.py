@@ -1,0 +1,54 @@
+"""The ready-made GEMMs of pycoop.kernels on a real GPU in the configurations the benchmark
+found fastest, whole outputs against NumPy (run with -m gpu)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pycoop.kernels import gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_reference
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def check(C, want):
+    err = np.abs(C - want).max() / np.abs(want).max()
+    assert err < 1e-4, err
+
+
+def operands(m, n, k):
+    rng = np.random.default_rng(7)
+    return (rng.standard_normal((m, k)).astype(np.float16),
+            rng.standard_normal((k, n)).astype(np.float16))
+
+
+@pytest.mark.parametrize("kernel,tile", [
+    (gemm_khr_staged(256, 128, 32, 4, 2, specialize=True), (256, 128)),
+    (gemm_khr_staged(128, 256, 32, 2, 4), (128, 256)),
+    (gemm_nv(128, 256, 64, 256, "undefined", 2, True), (128, 256)),
+    (gemm_nv(128, 256, 32, 256), (128, 256))])
+def test_square_gemms(kernel, tile):
+    n = 1024
+    A, B = operands(n, n, n)
+    C = np.full((n, n), np.nan, np.float32)
+    kernel[(n // tile[0], n // tile[1])](A, B, C, n, n, n, backend="vulkan", repeat=3)
+    check(C, gemm_reference(A, B))
+
+
+@pytest.mark.parametrize("bm,bn,bk,unroll,spec,clamp,first", [
+    (256, 64, 64, 2, True, "undefined", True), (256, 64, 64, 2, True, "undefined", False),
+    (128, 128, 32, 1, False, "constant", True), (128, 128, 32, 1, False, "constant", False)])
+def test_q4_0_gemm(bm, bn, bk, unroll, spec, clamp, first):
+    M, N, K = 512, 256, 1024
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((M, K)).astype(np.float16)
+    Wq = quantize_q4_0(rng.standard_normal((N, K)).astype(np.float32))
+    Y = np.full((M, N), np.nan, np.float32)
+    gemm_q4_0(bm, bn, bk, 256, unroll, spec, clamp=clamp, weights_first=first)[(M // bm, N // bn)](
+        X, Wq, Y, M, N, K, backend="vulkan")
+    check(Y, X.astype(np.float32) @ dequantize_q4_0(Wq, N, K).astype(np.float32).T)
