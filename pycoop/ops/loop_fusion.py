@@ -351,16 +351,20 @@ def _merged_products(ctx, sub, p: _Plan, t: int) -> dict:
         if len(ua) * len(ub) > 2 * len(members) * inst[0] * inst[1]:
             continue                              # the grid would mostly compute unused blocks
         wa0, wb0 = members[0][1], members[0][2]
-        grid = wa0.read(ua, wide) @ wb0.read(ub, wide)
         m_, n_ = wa0.rows, wb0.cols
-        r0, r1 = grid.strides                     # view it as (nA, nB, M, N) blocks, no copy
-        blocks = as_strided(grid, (len(ua), len(ub), m_, n_), (m_ * r0, n_ * r1, r0, r1),
-                            writeable=False)
+        blocks = _as_blocks(wa0.read(ua, wide) @ wb0.read(ub, wide), m_, n_)
         for m, wa, wb in members:
             ia = np.searchsorted(ua, wa.bases)[wa.which]
             ib = np.searchsorted(ub, wb.bases)[wb.which]
             out[m] = blocks[ia, ib].reshape(inst + (m_, n_))
     return out
+
+
+def _as_blocks(grid: np.ndarray, m: int, n: int) -> np.ndarray:
+    """A (nA*M, nB*N) product viewed as its (nA, nB, M, N) blocks, without a copy."""
+    r0, r1 = grid.strides
+    return as_strided(grid, (grid.shape[0] // m, grid.shape[1] // n, m, n),
+                      (m * r0, n * r1, r0, r1), writeable=False)
 
 
 def _factored_load(ctx, sub, o: Op) -> _Factored:
@@ -380,7 +384,7 @@ class _Window:
     side; B: one below the other), as in a GEMM walking its operands: each instance reads one
     K-long window of memory, starting at one of `bases`."""
     data: np.ndarray
-    source: tuple                    # the array and geometry: equal sources read alike
+    source: tuple                    # array, element steps, use, block shape: equal sources read alike
     rows: int                        # of one block: M for A, K for B
     cols: int                        # of one block: K for A, N for B
     t: int
@@ -390,7 +394,7 @@ class _Window:
     def read(self, bases: np.ndarray, wide) -> np.ndarray:
         """The windows at `bases` converted to `wide`: A (n*M, T*K) stacked, B (T*K, n*N) side
         by side. One strided view when evenly spaced, else a gather."""
-        _, _, si, sj, use = self.source
+        _, _, si, sj, use, _, _ = self.source
         data, isz, n = self.data, self.data.itemsize, len(bases)
         rows, cols = (self.rows, self.t * self.cols) if use == "A" else (self.t * self.rows, self.cols)
         d = int(bases[1] - bases[0]) if n > 1 else 1
@@ -425,7 +429,7 @@ def _find_window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _Wind
         return None
     bases, which = np.unique(o[0], return_inverse=True)
     data = x.memory.data.view(mt.component.dtype)
-    return _Window(data, (id(x.memory), data.dtype, si, sj, use), r, c, t, bases, which)
+    return _Window(data, (id(x.memory), data.dtype, si, sj, use, r, c), r, c, t, bases, which)
 
 
 def _concatenated(ctx, x, wide, t: int, inst: tuple[int, int], use: str):
@@ -487,9 +491,7 @@ def _product(ctx, a: np.ndarray, b: np.ndarray, t: int, inst: tuple[int, int], w
         (acat, ra, m), (bcat, rb, n) = fa, fb            # (nA*M, T*K) and (T*K, nB*N)
         na, nb, tk = acat.shape[0] // m, bcat.shape[1] // n, acat.shape[1]
         if na * nb <= 2 * inst[0] * inst[1]:
-            grid = acat @ bcat
-            r0, r1 = grid.strides                  # view it as (nA, nB, M, N) blocks, no copy
-            blocks = as_strided(grid, (na, nb, m, n), (m * r0, n * r1, r0, r1), writeable=False)
+            blocks = _as_blocks(acat @ bcat, m, n)
             return blocks[ra.reshape(-1), rb.reshape(-1)].reshape(inst + (m, n))
         return np.matmul(acat.reshape(na, m, tk)[ra.reshape(-1)],
                          bcat.reshape(tk, nb, n).transpose(1, 0, 2)[rb.reshape(-1)]

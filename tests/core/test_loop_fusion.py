@@ -182,3 +182,35 @@ def test_fused_loop_reads_any_layout_and_spacing(a_cols, b_cols, gap, spread, mb
     scale = np.abs(want).max()
     np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-5 * scale)
     np.testing.assert_allclose(fused, want, rtol=1e-5, atol=1e-4 * scale)
+
+
+MatB8 = pc.coopmat[f16, pc.Subgroup, 16, 8, pc.UseB]
+Acc8 = pc.coopmat[f32, pc.Subgroup, 16, 8, pc.Accumulator]
+
+
+@pc.kernel(workgroup_size=32)
+def two_shapes(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], D: pc.Buffer[f32],
+               N: u32, K: u32):
+    """Two accumulators of different shapes fed from windows of the same arrays."""
+    n0 = pc.workgroup_id.x * 24
+    acc, acc8 = Acc.fill(0.0), Acc8.fill(0.0)
+    for k in range(0, K, 16):
+        a = MatA.load(A, k, K)
+        acc = pc.mul_add(a, MatB.load(B, k * N + n0, N), acc)
+        acc8 = pc.mul_add(a, MatB8.load(B, k * N + n0 + 16, N), acc8)
+    pc.store(C, n0, acc, N)
+    pc.store(D, pc.workgroup_id.x * 8, acc8, 8 * pc.num_workgroups.x)
+
+
+def test_accumulators_of_different_shapes_share_no_product():
+    rng = np.random.default_rng(5)
+    W, K = 3, 64
+    N = 24 * W
+    A = rng.standard_normal((16, K)).astype(np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+    C, D = np.zeros((16, N), np.float32), np.zeros((16, 8 * W), np.float32)
+    two_shapes[W](A, B, C, D, N, K, backend="emulator")
+    full = A.astype(np.float32) @ B.astype(np.float32)
+    cols = np.arange(N).reshape(W, 24)
+    np.testing.assert_allclose(C[:, cols[:, :16]], full[:, cols[:, :16]], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(D.reshape(16, W, 8), full[:, cols[:, 16:]], rtol=1e-5, atol=1e-4)
