@@ -5,7 +5,7 @@ errors."""
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import pycoop
 from pycoop import bf16, f16, f32, i8, i32, u8, u32
@@ -653,3 +653,52 @@ def test_matrix_store_to_shared_then_scalar_read():
     with pytest.raises(pycoop.EmulatorError, match="data race") as ei:
         emu(k_matrix_store_then_scalar_read, 1, a, o, 0)
     assert ei.value.loc.line == line_of(k_matrix_store_then_scalar_read, "O[l] = sh[")
+
+
+TileAcc = pycoop.coopmat[f32, pycoop.Subgroup, 16, 16, pycoop.Accumulator]
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_scatter_tiles(Offs: pycoop.ReadBuffer[u32], Src: pycoop.ReadBuffer[f32],
+                    Dst: pycoop.Buffer[f32], stride: u32, col: pycoop.Const = False):
+    w = pycoop.workgroup_id.x
+    m = pycoop.load(TileAcc, Src, w * 256, 16)
+    pycoop.store(Dst, Offs[w], m, stride, "col_major" if col else "row_major")
+
+
+@settings(SETTINGS, max_examples=80)
+@given(data=st.data(), col=st.booleans(), stride=st.integers(16, 48), n=st.integers(1, 10),
+       lattice=st.booleans(), same_values=st.booleans())
+def test_tile_stores_match_element_by_element_writes(data, col, stride, n, lattice, same_values):
+    """One tile store per workgroup at chosen offsets: tiles on a lattice (the emulator's
+    row-by-row path when they fill it), anywhere (overlaps: a race unless the values agree)."""
+    if lattice:
+        py = data.draw(st.sampled_from([16, 20, 32]))
+        px = data.draw(st.sampled_from([16, 24, 32]))
+        cols = max(1, (stride - 16) // px + 1)
+        cells = data.draw(st.lists(st.tuples(st.integers(0, 4), st.integers(0, cols - 1)),
+                                   min_size=n, max_size=n, unique=True))
+        offs = [y * py * stride + x * px for y, x in cells]
+    else:
+        offs = data.draw(st.lists(st.integers(0, 6 * stride), min_size=n, max_size=n))
+    rng = np.random.default_rng(n)
+    tile = rng.standard_normal((16, 16)).astype(np.float32)
+    src = np.stack([tile if same_values else rng.standard_normal((16, 16)).astype(np.float32)
+                    for _ in range(n)])
+    size = max(offs) + 15 * stride + 16
+    want, owner = np.full(size, -1.0, np.float32), np.full(size, -1)
+    clash = False
+    for w, o in enumerate(offs):
+        i, j = np.meshgrid(np.arange(16), np.arange(16), indexing="ij")
+        idx = (o + j * stride + i) if col else (o + i * stride + j)
+        prev = owner[idx] >= 0
+        clash |= bool((prev & (want[idx] != src[w])).any())
+        want[idx], owner[idx] = src[w], w
+    dst = np.full(size, -1.0, np.float32)
+    args = (np.array(offs, np.uint32), src.reshape(-1), dst, stride)
+    if clash:
+        with pytest.raises(pycoop.EmulatorError, match="more than once with different values"):
+            emu(k_scatter_tiles, n, *args, col=col)
+    else:
+        emu(k_scatter_tiles, n, *args, col=col)
+        np.testing.assert_array_equal(dst, want)
