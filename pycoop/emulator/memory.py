@@ -64,10 +64,13 @@ def _store_tiled(data: np.ndarray, t: CoopMatType, layout: str, starts: np.ndarr
 def check_write_race(op, index: np.ndarray, values: np.ndarray, what: str) -> None:
     """One store writing a location more than once with different values: the order of those
     writes is unspecified (the GPU may keep any of them), so the result is a race."""
-    if index.size < 2 or np.bincount(index, minlength=0).max() < 2:
-        return                                    # every location written once
+    if index.size < 2 or (np.diff(index) > 0).all():
+        return                                    # increasing: every location written once
     order = np.argsort(index, kind="stable")
-    si, sv = index[order], values[order]
+    si = index[order]
+    if not (si[1:] == si[:-1]).any():
+        return
+    sv = values[order]
     bits = sv.view(f"u{sv.dtype.itemsize}")
     clash = (si[1:] == si[:-1]) & (bits[1:] != bits[:-1])
     if clash.any():
@@ -76,7 +79,7 @@ def check_write_race(op, index: np.ndarray, values: np.ndarray, what: str) -> No
             f"{what} writes element {int(si[k])} more than once with different values "
             f"({sv[k]!r} and {sv[k + 1]!r}); which write lands is unspecified", op.loc,
             rule="reported by the pycoop emulator: overlapping writes of one store race",
-            hint="make distinct matrix elements go to distinct memory locations")
+            hint="make distinct invocations (and matrix elements) write distinct locations")
 
 
 class Memory:
@@ -125,13 +128,15 @@ class Memory:
         val = np.broadcast_to(val, shape)
         if ctx.mask is not None:
             flat, val = flat[ctx.mask], val[ctx.mask]
-        self._record_write(ctx, flat, None)
-        self.data[flat.reshape(-1)] = val.reshape(-1)
+        val = np.ascontiguousarray(val).reshape(-1)
+        check_write_race(op, flat.reshape(-1), val, "this store")
+        self._record_write(ctx, op, flat, val)
+        self.data[flat.reshape(-1)] = val
 
     def _check_race_read(self, ctx, op, flat):
         pass
 
-    def _record_write(self, ctx, flat, writer):
+    def _record_write(self, ctx, op, flat, vals):
         pass
 
     # ---------------------------------------------------------------- cooperative blocks
@@ -210,9 +215,9 @@ class Memory:
         idx = None
         if self.tracks_writes or cells is None:
             idx = self._indices(t, layout, starts, stride)
-            self._record_write_block(ctx, t, idx, active)
             check_write_race(op, idx.reshape(-1), np.ascontiguousarray(vals).reshape(-1),
                              "cooperative matrix store")
+            self._record_write_block(ctx, op, t, idx, active, vals)
         flat = vals.reshape((-1,) + t.shape)
         if cells is not None and _store_tiled(self.data, t, layout, starts, s0, flat, cells):
             return
@@ -224,7 +229,7 @@ class Memory:
     def _check_race_block(self, ctx, op, t, layout, starts, stride, active):
         pass
 
-    def _record_write_block(self, ctx, t, idx, active):
+    def _record_write_block(self, ctx, op, t, idx, active, vals):
         pass
 
 
@@ -266,12 +271,29 @@ class SharedMemory(Memory):
                      "data race: this shared-memory element was written by another invocation "
                      "since the last barrier")
 
-    def _record_write(self, ctx, flat, writer):
+    def _record_write(self, ctx, op, flat, vals):
         who = np.broadcast_to(self._who(ctx), ctx.dispatch.shape)
         if ctx.mask is not None:
             who = who[ctx.mask]
-        self.writer[flat.reshape(-1)] = who.reshape(-1)
-        self.epoch[flat.reshape(-1)] = ctx.barrier_epoch
+        self._write(ctx, op, flat.reshape(-1), who.reshape(-1), vals)
+
+    def _write(self, ctx, op, idx: np.ndarray, who: np.ndarray, vals: np.ndarray) -> None:
+        """Record the writers of `idx`; overwriting, with a different value, an element that
+        another invocation or scope instance wrote since the last barrier is a race."""
+        bad = (self.epoch[idx] == ctx.barrier_epoch) & (self.writer[idx] != who)
+        if bad.any():
+            u = f"u{self.data.itemsize}"
+            bad &= self.data[idx].view(u) != np.ascontiguousarray(vals).reshape(-1).view(u)
+            if bad.any():
+                raise EmulatorError(
+                    f"data race: this store overwrites shared element {int(idx[np.argmax(bad)])}, "
+                    "written since the last barrier by another invocation, with a different "
+                    "value; which write lands is unspecified", op.loc,
+                    rule="reported by the pycoop emulator",
+                    hint="put pycoop.barrier() between the two writes, or let one invocation "
+                         "write the element")
+        self.writer[idx] = who
+        self.epoch[idx] = ctx.barrier_epoch
 
     def _instance_ids(self, t, shape):
         return np.broadcast_to(-2 - np.arange(shape[1], dtype=np.int64)[None, :], shape)
@@ -290,10 +312,9 @@ class SharedMemory(Memory):
                                 rule="reported by the pycoop emulator",
                                 hint="put pycoop.barrier() between the writes and this load")
 
-    def _record_write_block(self, ctx, t, idx, active):
+    def _record_write_block(self, ctx, op, t, idx, active, vals):
         inst_shape = ctx.dispatch.instance_shape(t.scope)
         ids = np.broadcast_to(self._instance_ids(t, inst_shape)[..., None, None], inst_shape + t.shape)
         if active is not None:
             ids = ids[active]
-        self.writer[idx.reshape(-1)] = ids.reshape(-1)
-        self.epoch[idx.reshape(-1)] = ctx.barrier_epoch
+        self._write(ctx, op, idx.reshape(-1), ids.reshape(-1), vals)

@@ -702,3 +702,28 @@ def test_tile_stores_match_element_by_element_writes(data, col, stride, n, latti
     else:
         emu(k_scatter_tiles, n, *args, col=col)
         np.testing.assert_array_equal(dst, want)
+
+
+@pycoop.kernel(workgroup_size=64)
+def k_scalar_writes_then_matrix_store(A: pycoop.Buffer[f32], O: pycoop.Buffer[f32], sync: u32):
+    sh = pycoop.shared(f32, 512)
+    l = pycoop.local_invocation_index()
+    for r in range(8):
+        sh[l * 8 + r] = -1.0
+    if sync == 1:
+        pycoop.barrier()
+    s = pycoop.subgroup_id()
+    pycoop.store(sh, s * 256, MC32.load(A, s * 256, 16), 16)   # overwrites other invocations' writes
+    pycoop.barrier()
+    for r in range(8):
+        O[l * 8 + r] = sh[l * 8 + r]
+
+
+def test_matrix_store_over_unsynchronised_scalar_writes_is_a_race():
+    a = np.arange(512, dtype=np.float32)
+    o = np.zeros(512, np.float32)
+    emu(k_scalar_writes_then_matrix_store, 1, a, o, 1)
+    np.testing.assert_array_equal(o, a)
+    with pytest.raises(pycoop.EmulatorError, match="data race: this store overwrites") as ei:
+        emu(k_scalar_writes_then_matrix_store, 1, a, o, 0)
+    assert ei.value.loc.line == line_of(k_scalar_writes_then_matrix_store, "pycoop.store(sh,")

@@ -583,3 +583,41 @@ def test_a_builtin_handle_used_as_a_value_is_a_clear_error():
     with pytest.raises(pycoop.CompileError, match="workgroup_id is used as a value") as ei:
         k_vector_builtin_as_value.compile()
     assert "pycoop.workgroup_id.x" in str(ei.value)
+
+
+@pycoop.kernel(workgroup_size=64)
+def k_all_write_one(out: pycoop.Buffer[u32], same: pycoop.Const = False):
+    l = pycoop.local_invocation_index()
+    out[0] = u32(7) if same else l
+
+
+@pycoop.kernel(workgroup_size=64)
+def k_shared_overwrite(out: pycoop.Buffer[f32], sync: pycoop.Const = False,
+                       same: pycoop.Const = False):
+    s = pycoop.shared(f32, 64)
+    l = pycoop.local_invocation_index()
+    s[l] = 1.0
+    if sync:
+        pycoop.barrier()
+    s[(l + 1) % 64] = 1.0 if same else f32(l)
+    pycoop.barrier()
+    out[l] = s[l]
+
+
+def test_write_write_races_are_reported():
+    """Several invocations writing one element with different values, in one store or (shared
+    memory) in two stores without a barrier between them: which value lands is unspecified."""
+    out = np.zeros(4, np.uint32)
+    with pytest.raises(pycoop.EmulatorError, match="more than once with different values") as ei:
+        emu(k_all_write_one, 1, out)
+    assert ei.value.loc.line == line_of(k_all_write_one, "out[0] =")
+    emu(k_all_write_one, 1, out, same=True)
+    assert out[0] == 7
+    res = np.zeros(64, np.float32)
+    with pytest.raises(pycoop.EmulatorError, match="data race: this store overwrites") as ei:
+        emu(k_shared_overwrite, 1, res)
+    assert ei.value.loc.line == line_of(k_shared_overwrite, "s[(l + 1) % 64] =")
+    for kw in (dict(sync=True), dict(same=True)):
+        emu(k_shared_overwrite, 1, res, **kw)
+        want = np.roll(np.arange(64, dtype=np.float32), 1) if kw.get("sync") else np.ones(64)
+        np.testing.assert_array_equal(res, want)
