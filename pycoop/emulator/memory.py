@@ -234,9 +234,10 @@ class Memory:
 
 
 class SharedMemory(Memory):
-    """A workgroup-shared array: one segment of `length` elements per workgroup. Reads of an
-    element written since the last barrier by another invocation (or scope instance) are
-    reported as data races."""
+    """A workgroup-shared array: one segment of `length` elements per workgroup. Between two
+    barriers, accesses by different invocations (or scope instances) to one element race when
+    one of them writes: a read after another's write, and a write of a different value after
+    another's write or read, are reported."""
 
     tracks_writes = True
 
@@ -248,6 +249,10 @@ class SharedMemory(Memory):
         self.data = np.zeros(dispatch.nwg * length, dtype=elem.dtype)
         self.writer = np.full(dispatch.nwg * length, -1, dtype=np.int64)
         self.epoch = np.full(dispatch.nwg * length, -1, dtype=np.int64)
+        # the smallest and largest reader id of each element in the epoch `repoch`
+        self.rmin = np.zeros(dispatch.nwg * length, dtype=np.int64)
+        self.rmax = np.zeros(dispatch.nwg * length, dtype=np.int64)
+        self.repoch = np.full(dispatch.nwg * length, -1, dtype=np.int64)
         self.ctx = ctx
 
     def _describe(self) -> str:
@@ -265,11 +270,24 @@ class SharedMemory(Memory):
 
     def _check_race_read(self, ctx, op, flat):
         flat = np.broadcast_to(flat, ctx.dispatch.shape)
+        who = np.broadcast_to(self._who(ctx), flat.shape)
         same_epoch = self.epoch[flat] == ctx.barrier_epoch
-        other = self.writer[flat] != np.broadcast_to(self._who(ctx), flat.shape)
-        ctx.check_ub(same_epoch & other, op,
+        ctx.check_ub(same_epoch & (self.writer[flat] != who), op,
                      "data race: this shared-memory element was written by another invocation "
                      "since the last barrier")
+        if ctx.mask is not None:
+            flat, who = flat[ctx.mask], who[ctx.mask]
+        self._record_reads(ctx, flat.reshape(-1), who.reshape(-1))
+
+    def _record_reads(self, ctx, idx: np.ndarray, who: np.ndarray) -> None:
+        """Remember who read each element in this barrier epoch (the smallest and largest
+        reader id: equal when one invocation read it)."""
+        cur = ctx.barrier_epoch
+        stale = idx[self.repoch[idx] != cur]
+        self.rmin[stale], self.rmax[stale] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+        np.minimum.at(self.rmin, idx, who)
+        np.maximum.at(self.rmax, idx, who)
+        self.repoch[idx] = cur
 
     def _record_write(self, ctx, op, flat, vals):
         who = np.broadcast_to(self._who(ctx), ctx.dispatch.shape)
@@ -278,20 +296,25 @@ class SharedMemory(Memory):
         self._write(ctx, op, flat.reshape(-1), who.reshape(-1), vals)
 
     def _write(self, ctx, op, idx: np.ndarray, who: np.ndarray, vals: np.ndarray) -> None:
-        """Record the writers of `idx`; overwriting, with a different value, an element that
-        another invocation or scope instance wrote since the last barrier is a race."""
-        bad = (self.epoch[idx] == ctx.barrier_epoch) & (self.writer[idx] != who)
-        if bad.any():
+        """Record the writers of `idx`. Overwriting with a different value an element that
+        another invocation or scope instance wrote, or read, since the last barrier is a race."""
+        cur = ctx.barrier_epoch
+        wrote = (self.epoch[idx] == cur) & (self.writer[idx] != who)
+        read = (self.repoch[idx] == cur) & ((self.rmin[idx] != who) | (self.rmax[idx] != who))
+        if (wrote | read).any():
             u = f"u{self.data.itemsize}"
-            bad &= self.data[idx].view(u) != np.ascontiguousarray(vals).reshape(-1).view(u)
-            if bad.any():
-                raise EmulatorError(
-                    f"data race: this store overwrites shared element {int(idx[np.argmax(bad)])}, "
-                    "written since the last barrier by another invocation, with a different "
-                    "value; which write lands is unspecified", op.loc,
-                    rule="reported by the pycoop emulator",
-                    hint="put pycoop.barrier() between the two writes, or let one invocation "
-                         "write the element")
+            changed = self.data[idx].view(u) != np.ascontiguousarray(vals).reshape(-1).view(u)
+            for bad, what, why in (
+                    (wrote & changed, "written", "which write lands is unspecified"),
+                    (read & changed, "read", "the reader may see either value")):
+                if bad.any():
+                    raise EmulatorError(
+                        f"data race: this store overwrites shared element "
+                        f"{int(idx[np.argmax(bad)])}, {what} since the last barrier by another "
+                        f"invocation, with a different value; {why}", op.loc,
+                        rule="reported by the pycoop emulator",
+                        hint="put pycoop.barrier() between the other invocation's access and "
+                             "this store (a second buffer needs fewer barriers)")
         self.writer[idx] = who
         self.epoch[idx] = ctx.barrier_epoch
 
@@ -311,6 +334,10 @@ class SharedMemory(Memory):
                                 f"{ctx._wg_name(w)}, scope instance {s})", op.loc,
                                 rule="reported by the pycoop emulator",
                                 hint="put pycoop.barrier() between the writes and this load")
+        ids = np.broadcast_to(inst, idx.shape)
+        if active is not None:
+            idx, ids = idx[active], ids[active]
+        self._record_reads(ctx, idx.reshape(-1), ids.reshape(-1))
 
     def _record_write_block(self, ctx, op, t, idx, active, vals):
         inst_shape = ctx.dispatch.instance_shape(t.scope)

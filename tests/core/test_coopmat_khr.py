@@ -727,3 +727,29 @@ def test_matrix_store_over_unsynchronised_scalar_writes_is_a_race():
     with pytest.raises(pycoop.EmulatorError, match="data race: this store overwrites") as ei:
         emu(k_scalar_writes_then_matrix_store, 1, a, o, 0)
     assert ei.value.loc.line == line_of(k_scalar_writes_then_matrix_store, "pycoop.store(sh,")
+
+
+@pycoop.kernel(workgroup_size=64)
+def k_reuse_shared_tile(A: pycoop.Buffer[f32], O: pycoop.Buffer[f32], sync: u32):
+    """Each subgroup reads the other's tile, then refills its own slot: the refill must wait
+    for the other subgroup's read (the trailing barrier of a single-buffered loop)."""
+    sh = pycoop.shared(f32, 512)
+    s = pycoop.subgroup_id()
+    pycoop.store(sh, s * 256, MC32.load(A, s * 256, 16), 16)
+    pycoop.barrier()
+    other = MC32.load(sh, (1 - s) * 256, 16)
+    if sync == 1:
+        pycoop.barrier()
+    pycoop.store(sh, s * 256, MC32.load(A, 512 + s * 256, 16), 16)
+    pycoop.barrier()
+    pycoop.store(O, s * 256, other + MC32.load(sh, s * 256, 16), 16)
+
+
+def test_refilling_shared_memory_another_subgroup_still_reads_is_a_race():
+    a = np.arange(1024, dtype=np.float32)
+    o = np.zeros(512, np.float32)
+    emu(k_reuse_shared_tile, 1, a, o, 1)
+    np.testing.assert_array_equal(o, np.r_[a[256:512], a[:256]] + a[512:])
+    with pytest.raises(pycoop.EmulatorError, match="read since the last barrier") as ei:
+        emu(k_reuse_shared_tile, 1, a, o, 0)
+    assert ei.value.loc.line == line_of(k_reuse_shared_tile, "pycoop.store(sh, s * 256, MC32.load(A, 512")

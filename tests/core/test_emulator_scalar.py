@@ -621,3 +621,54 @@ def test_write_write_races_are_reported():
         emu(k_shared_overwrite, 1, res, **kw)
         want = np.roll(np.arange(64, dtype=np.float32), 1) if kw.get("sync") else np.ones(64)
         np.testing.assert_array_equal(res, want)
+
+
+@pycoop.kernel(workgroup_size=64)
+def k_write_after_read(out: pycoop.Buffer[f32], sync: pycoop.Const = False,
+                       same: pycoop.Const = False):
+    s = pycoop.shared(f32, 64)
+    l = pycoop.local_invocation_index()
+    s[l] = f32(l)
+    pycoop.barrier()
+    v = s[(l + 1) % 64]                 # the neighbour's element
+    if sync:
+        pycoop.barrier()
+    s[l] = f32(l) if same else 2.0 * f32(l)
+    pycoop.barrier()
+    out[l] = v + s[l]
+
+
+def test_a_write_after_another_invocations_read_is_reported():
+    res = np.zeros(64, np.float32)
+    with pytest.raises(pycoop.EmulatorError, match="read since the last barrier") as ei:
+        emu(k_write_after_read, 1, res)
+    assert ei.value.loc.line == line_of(k_write_after_read, "s[l] = f32(l) if same")
+    l = np.arange(64, dtype=np.float32)
+    emu(k_write_after_read, 1, res, sync=True)
+    np.testing.assert_array_equal(res, np.roll(l, -1) + 2 * l)
+    emu(k_write_after_read, 1, res, same=True)
+    np.testing.assert_array_equal(res, np.roll(l, -1) + l)
+
+
+@pycoop.kernel(workgroup_size=64)
+def k_broadcast_then_update(out: pycoop.Buffer[f32], sync: pycoop.Const = False):
+    s = pycoop.shared(f32, 1)
+    l = pycoop.local_invocation_index()
+    if l == 0:
+        s[0] = 1.0
+    pycoop.barrier()
+    v = s[0]                            # every invocation reads the element
+    if sync:
+        pycoop.barrier()
+    if l == 0:
+        s[0] = 5.0                      # its own read is fine, the others' are not
+    out[l] = v
+
+
+def test_an_element_read_by_many_invocations_then_overwritten_is_a_race():
+    out = np.zeros(64, np.float32)
+    with pytest.raises(pycoop.EmulatorError, match="read since the last barrier") as ei:
+        emu(k_broadcast_then_update, 1, out)
+    assert ei.value.loc.line == line_of(k_broadcast_then_update, "s[0] = 5.0")
+    emu(k_broadcast_then_update, 1, out, sync=True)
+    np.testing.assert_array_equal(out, 1.0)
