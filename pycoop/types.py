@@ -111,6 +111,11 @@ class VectorType(Type):
     def size(self) -> int:
         return self.elem.size * self.count
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype of a component (arrays of vectors have a trailing axis)."""
+        return self.elem.dtype
+
 
 @dataclass(frozen=True)
 class ArrayType(Type):

@@ -8,7 +8,7 @@ push constant.
 """
 from __future__ import annotations
 
-from ..types import BufferType, ScalarType, Type
+from ..types import BufferType, ScalarType, Type, VectorType
 
 PUSH_CONSTANT_LIMIT = 128
 
@@ -16,8 +16,8 @@ PUSH_CONSTANT_LIMIT = 128
 def _member(t: Type) -> tuple[int, int, str]:
     """(size, alignment, dtype name) of a parameter in the argument block."""
     if isinstance(t, BufferType):
-        # buffers of blocks (structs) travel as raw bytes
-        return 8, 8, str(t.elem.dtype) if isinstance(t.elem, ScalarType) else "uint8"
+        # buffers of blocks (structs) travel as raw bytes, vectors as their components
+        return 8, 8, str(t.elem.dtype) if isinstance(t.elem, (ScalarType, VectorType)) else "uint8"
     assert isinstance(t, ScalarType)
     size = 4 if t.is_bool else t.size
     return size, size, "uint32" if t.is_bool else str(t.dtype)
@@ -32,6 +32,8 @@ def layout(names: list[str], types: list[Type]) -> dict:
                  "offset": off, "dtype": dtype}
         if isinstance(t, BufferType):
             entry["access"] = t.access
+            if isinstance(t.elem, VectorType):
+                entry["components"] = t.elem.count
         args.append(entry)
         off += size
     size = (off + 7) // 8 * 8

@@ -213,6 +213,8 @@ class LowerCtx:
         return self.b.emit(opname, result_type_id, *operands)
 
     def _storage_caps(self, t: Type) -> None:
+        if isinstance(t, VectorType):
+            t = t.elem
         if isinstance(t, ScalarType) and t.size in _STORAGE_CAPS:
             self.need(_STORAGE_CAPS[t.size])
 

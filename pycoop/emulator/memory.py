@@ -9,7 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import EmulatorError
-from ..types import CoopMatType, ScalarType, StructType
+from ..types import CoopMatType, ScalarType, StructType, VectorType
 
 
 def _block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray:
@@ -71,8 +71,8 @@ def check_write_race(op, index: np.ndarray, values: np.ndarray, what: str) -> No
     if not (si[1:] == si[:-1]).any():
         return
     sv = values[order]
-    bits = sv.view(f"u{sv.dtype.itemsize}")
-    clash = (si[1:] == si[:-1]) & (bits[1:] != bits[:-1])
+    bits = np.ascontiguousarray(sv).view(np.uint8).reshape(len(sv), -1)   # an element's bytes
+    clash = (si[1:] == si[:-1]) & (bits[1:] != bits[:-1]).any(axis=1)
     if clash.any():
         k = int(np.argmax(clash))
         raise EmulatorError(
@@ -94,6 +94,9 @@ class Memory:
         if isinstance(elem, StructType):           # blocks: raw bytes, length in blocks
             self.data = array.reshape(-1).view(np.uint8)
             self.length = self.data.shape[0] // elem.size
+        elif isinstance(elem, VectorType):         # one row of components per element
+            self.data = array.reshape(-1).view(elem.dtype).reshape(-1, elem.count)
+            self.length = self.data.shape[0]
         else:
             self.data = array.reshape(-1).view(elem.dtype)
             self.length = self.data.shape[0]
@@ -123,12 +126,13 @@ class Memory:
     def scatter(self, ctx, op, idx: np.ndarray, val: np.ndarray) -> None:
         idx = idx.astype(np.int64)
         self._oob(ctx, op, idx, "store")
-        shape = np.broadcast_shapes(idx.shape, val.shape, ctx.dispatch.shape)
+        comp = self.data.shape[1:]                 # (components,) for vector elements
+        shape = np.broadcast_shapes(idx.shape, val.shape[:val.ndim - len(comp)], ctx.dispatch.shape)
         flat = np.broadcast_to(self._flat(ctx, idx), shape)
-        val = np.broadcast_to(val, shape)
+        val = np.broadcast_to(val, shape + comp)
         if ctx.mask is not None:
             flat, val = flat[ctx.mask], val[ctx.mask]
-        val = np.ascontiguousarray(val).reshape(-1)
+        val = np.ascontiguousarray(val).reshape((-1,) + comp)
         check_write_race(op, flat.reshape(-1), val, "this store")
         self._record_write(ctx, op, flat, val)
         self.data[flat.reshape(-1)] = val

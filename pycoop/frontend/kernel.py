@@ -19,7 +19,7 @@ from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
 from ..ops.registry import get
-from ..types import BufferType, ScalarType, StructType, Type
+from ..types import BufferType, ScalarType, StructType, Type, VectorType
 from .transform import transform
 
 __version__ = "0.1.0"
@@ -123,10 +123,13 @@ class Kernel:
             if ann is Const:
                 out.append(Param(p.name, None, p.default))
             elif isinstance(ann, BufferType) and not (isinstance(ann.elem, StructType) or (
-                    isinstance(ann.elem, ScalarType) and not ann.elem.is_bool)):
+                    isinstance(ann.elem, ScalarType) and not ann.elem.is_bool) or (
+                    isinstance(ann.elem, VectorType) and ann.elem.count in (2, 4)
+                    and not ann.elem.elem.is_bool)):
                 raise CompileError(
                     f"parameter '{p.name}' of kernel {self.name}: buffers of {ann.elem} are not "
-                    "supported", None, rule="kernel buffers hold numeric scalars or structs (blocks)",
+                    "supported", None, rule="kernel buffers hold numeric scalars, numeric vectors "
+                                            "of 2 or 4 components, or structs (blocks)",
                     hint="pass the data as a buffer of its scalar type and index it explicitly")
             elif isinstance(ann, BufferType) or (isinstance(ann, ScalarType) and not ann.is_bool):
                 out.append(Param(p.name, ann, p.default))
@@ -283,6 +286,9 @@ def _as_array(name: str, value, t: BufferType) -> np.ndarray:
                                 f"the {t.elem.size}-byte block")
         return flat
     want = t.elem.dtype
+    if isinstance(t.elem, VectorType) and arr.size % t.elem.count:
+        raise ArgumentError(f"argument '{name}' ({t}) has {arr.size} {want} values, not a "
+                            f"multiple of the {t.elem.count} components of an element")
     if arr.dtype != want:
         raise ArgumentError(
             f"argument '{name}' ({t}) must have dtype {want}, got {arr.dtype}; "

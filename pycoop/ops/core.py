@@ -706,7 +706,7 @@ def _check_indexable(mem: Value, idx: Value, loc: Loc):
     if not (isinstance(idx.type, ScalarType) and idx.type.is_int):
         raise CompileError(f"index must be an integer, not {idx.type}", loc,
                            hint="cast it, e.g. u32(i)")
-    if not isinstance(mem.type.elem, ScalarType):
+    if not isinstance(mem.type.elem, (ScalarType, VectorType)):
         raise CompileError(f"elements of {mem.type} cannot be loaded or stored one by one", loc,
                            hint="buffers of blocks are read by decode functions of "
                                 "pycoop.nv.load_tensor")

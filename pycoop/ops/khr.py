@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1
 from ..ir.core import Value
-from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, u32)
+from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, u32)
 from .core import as_value, check_readable, convert_array
 from .registry import define, emulation, lowering
 
@@ -119,6 +119,10 @@ def _check_int(v: Value, what: str, loc: Loc):
 
 def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
     elem = mem.type.elem
+    if isinstance(elem, VectorType):
+        raise CompileError(f"{what} through an array of {elem}", loc,
+                           rule="pycoop: matrices are loaded and stored through arrays of scalars",
+                           hint=f"pass the data as a buffer of {t.component}")
     if isinstance(elem, ScalarType) and elem.size != t.component.size:
         raise CompileError(f"{what} of {t.component} elements through an array of {elem}", loc,
                            rule="pycoop: matrix components and array elements have the same size",

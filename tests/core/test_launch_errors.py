@@ -176,3 +176,43 @@ def test_buffer_of_f16_requires_float16_arrays():
     assert (h == 1).all()
     with pytest.raises(pycoop.ArgumentError, match="'H'.*astype\\('float16'\\)"):
         k_half[1](np.zeros(WG, np.float32), backend="emulator")
+
+
+def test_vector_buffers_check_their_arguments_and_uses():
+    import pycoop as pc
+    from pycoop import f16, u32
+    V4 = pc.vec(u32, 4)
+
+    @pc.kernel(workgroup_size=32)
+    def copy4(A: pc.ReadBuffer[V4], B: pc.WriteBuffer[V4]):
+        i = pc.global_invocation_id.x
+        B[i] = A[i]
+
+    with pytest.raises(pc.ArgumentError, match="not a multiple of the 4 components"):
+        copy4[1](np.zeros(130, np.uint32), np.zeros(128, np.uint32), backend="emulator")
+    with pytest.raises(pc.ArgumentError, match="must have dtype uint32"):
+        copy4[1](np.zeros(128, np.float32), np.zeros(128, np.uint32), backend="emulator")
+
+    with pytest.raises(pc.CompileError, match="numeric vectors of 2 or 4 components"):
+        @pc.kernel(workgroup_size=32)
+        def vec3(A: pc.Buffer[pc.vec(u32, 3)]):
+            A[0] = A[1]
+
+        vec3.compile()
+
+    Mat = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
+
+    @pc.kernel(workgroup_size=32)
+    def matrix_from_vectors(A: pc.ReadBuffer[pc.vec(f16, 4)], O: pc.Buffer[f16]):
+        pc.store(O, 0, pc.convert(Mat.load(A, 0, 4), f16), 16)
+
+    with pytest.raises(pc.CompileError, match="through an array of vec4<f16>"):
+        matrix_from_vectors.compile()
+
+    @pc.kernel(workgroup_size=32)
+    def all_write_one(B: pc.Buffer[V4]):
+        l = pc.local_invocation_index()
+        B[0] = pc.make_vector([l, l, l, l])
+
+    with pytest.raises(pc.EmulatorError, match="more than once with different values"):
+        all_write_one[1](np.zeros((4, 4), np.uint32), backend="emulator")

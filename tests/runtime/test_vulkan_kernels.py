@@ -228,3 +228,32 @@ def test_signed_division_and_remainder_on_every_sign():
         np.testing.assert_array_equal(out[3], np.array(r, np.int64).astype(np.int32))
         np.testing.assert_array_equal(out[4], np.array(rv, np.int64).astype(np.int32))
     assert "OpSRem" not in divrem.compile().spvasm
+
+
+def _vector_kernel(elem, count):
+    V = pc.vec(elem, count)
+
+    @pc.kernel(workgroup_size=64)
+    def vectors(A: pc.ReadBuffer[V], B: pc.Buffer[V], n: u32):
+        i = pc.global_invocation_id.x
+        if i < n:
+            a, b = A[i], B[i]
+            s = a + b
+            B[i] = pc.make_vector([s[(j + 1) % count] for j in range(count)])   # rotated
+    return vectors
+
+
+@pytest.mark.parametrize("elem,count", [(u32, 4), (f32, 2), (f16, 4), (i32, 2), (pc.u8, 4)])
+def test_buffers_of_vectors_match(elem, count):
+    """Buffers of 2- and 4-component vectors: one element is one vector (the NumPy array holds
+    its components along the last axis), loaded and stored whole."""
+    n = 150
+    rng = np.random.default_rng(count)
+    dt = np.dtype(elem.dtype)
+    make = (lambda: rng.integers(0, 100, (n, count)).astype(dt)) if dt.kind in "ui" else \
+        (lambda: rng.standard_normal((n, count)).astype(dt))
+    A, B = make(), make()
+    gpu, emu = both(_vector_kernel(elem, count), -(-n // 64), A, B, n)
+    want = np.roll(A + B, -1, axis=1)
+    np.testing.assert_array_equal(emu[1], want)
+    np.testing.assert_array_equal(gpu[1], want)

@@ -19,7 +19,7 @@ from ...ir.builder import current_loc, emit, emit1
 from ...ir.core import Value
 from ...types import (CLAMP_MODES, ArrayType, BufferType, CoopMatType, PointerType, ScalarType,
                       SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, u8, u16, u32,
-                      Layout, alignment)
+                      Layout, VectorType, alignment)
 from .. import core
 from ..core import TYPE_METHODS, as_value
 from ..registry import define, emulation, lowering
@@ -307,6 +307,10 @@ def _check_tensor_mem(mem, loc, what):
                            f"{getattr(mem, 'type', type(mem).__name__)}", loc,
                            rule=f"{CM2}: 'Pointer' points into StorageBuffer, PhysicalStorageBuffer "
                                 "or Workgroup memory")
+    if isinstance(mem.type.elem, VectorType):
+        raise CompileError(f"{what} through an array of {mem.type.elem}", loc,
+                           rule="pycoop: tensors are read through arrays of scalars or blocks",
+                           hint="pass the data as a buffer of its scalar type")
 
 
 def _infer_load_tensor(operands, attrs, regions, loc):
