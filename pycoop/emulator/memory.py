@@ -145,6 +145,11 @@ class Memory:
 
     # ---------------------------------------------------------------- cooperative blocks
 
+    def components(self, comp: ScalarType) -> "Memory":
+        """This buffer seen as a flat array of `comp` (a buffer of u32 or uvec4 read as f16
+        matrices), sharing its data."""
+        return Memory(f"{self.name}' as {comp} components, '{self.name}", self.data, comp)
+
     def check_block(self, ctx, op, t, offs, stride, layout, active, what):
         if t.component.dtype.itemsize != self.elem.dtype.itemsize:
             raise EmulatorError(f"{what}: the matrix component {t.component} and the array element "

@@ -118,15 +118,21 @@ def _check_int(v: Value, what: str, loc: Loc):
 
 
 def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
+    """Buffers may hold several components per element (a uvec4 buffer read as f16 matrices:
+    offset and stride count elements, a row's components are contiguous); shared arrays hold
+    one."""
     elem = mem.type.elem
-    if isinstance(elem, VectorType):
-        raise CompileError(f"{what} through an array of {elem}", loc,
-                           rule="pycoop: matrices are loaded and stored through arrays of scalars",
-                           hint=f"pass the data as a buffer of {t.component}")
-    if isinstance(elem, ScalarType) and elem.size != t.component.size:
+    if isinstance(mem.type, BufferType) and isinstance(elem, (ScalarType, VectorType)):
+        if elem.size % t.component.size:
+            raise CompileError(f"{what} of {t.component} components through an array of {elem}",
+                               loc, rule="pycoop: a buffer element holds a whole number of "
+                                         "matrix components",
+                               hint=f"use a buffer of {t.component} or of a multiple of its size")
+    elif isinstance(elem, ScalarType) and elem.size != t.component.size:
         raise CompileError(f"{what} of {t.component} elements through an array of {elem}", loc,
-                           rule="pycoop: matrix components and array elements have the same size",
-                           hint=f"use an array of {t.component} (or of a same-size type)")
+                           rule="pycoop: matrix components and shared-array elements have the "
+                                "same size",
+                           hint=f"use a shared array of {t.component} (or of a same-size type)")
 
 
 def _infer_load(operands, attrs, regions, loc):
@@ -191,8 +197,16 @@ def _emu_load(ctx, op, mem, offset, stride):
     offs = ctx.scope_uniform_value(offset, t.scope, op, "the load offset")
     strd = ctx.scope_uniform_value(stride, t.scope, op, "the load stride")
     active = ctx.scope_active(t.scope, op)
-    return ctx.memory_of(op.operands[0]).gather_block(ctx, op, offs, strd, op.attrs["layout"],
-                                                      active, t)
+    mem, k = _component_memory(ctx, op.operands[0], t)
+    return mem.gather_block(ctx, op, offs * k, strd * k, op.attrs["layout"], active, t)
+
+
+def _component_memory(ctx, v: Value, t: CoopMatType):
+    """The memory a matrix op addresses, as an array of the matrix component when its
+    elements hold several (k), and k: offsets and strides count elements."""
+    mem = ctx.memory_of(v)
+    k = v.type.elem.size // t.component.size
+    return (mem.components(t.component) if k > 1 else mem), k
 
 
 @emulation("khr.store")
@@ -203,8 +217,8 @@ def _emu_store(ctx, op, mem, offset, mat, stride):
     active = ctx.scope_active(t.scope, op)
     ctx.check_instances(np.asarray(strd) == 0, active, op,
                         f"{SPEC}: Stride must be greater than 0 when passed to a store")
-    ctx.memory_of(op.operands[0]).scatter_block(ctx, op, offs, strd, op.attrs["layout"],
-                                                active, mat, t)
+    mem, k = _component_memory(ctx, op.operands[0], t)
+    mem.scatter_block(ctx, op, offs * k, strd * k, op.attrs["layout"], active, mat, t)
     return ()
 
 

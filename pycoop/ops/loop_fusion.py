@@ -135,6 +135,7 @@ def _analyse(op: Op) -> _Plan | None:
             tainted.update(m.results)
     feeds = {v for c in chains for m in c for v in m.operands[:2]}
     factored = {o for o in others if o.name == "khr.load" and o.result in feeds
+                and o.operands[0].type.elem.size == o.result.type.component.size
                 and uses.get(o.result) == sum(v is o.result for c in chains for m in c
                                               for v in m.operands[:2])}
     return _Plan(cmp.operands[1], nxt.operands[1], chains, others + [nxt], factored)

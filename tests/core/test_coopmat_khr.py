@@ -753,3 +753,62 @@ def test_refilling_shared_memory_another_subgroup_still_reads_is_a_race():
     with pytest.raises(pycoop.EmulatorError, match="read since the last barrier") as ei:
         emu(k_reuse_shared_tile, 1, a, o, 0)
     assert ei.value.loc.line == line_of(k_reuse_shared_tile, "pycoop.store(sh, s * 256, MC32.load(A, 512")
+
+
+def _through_elements(comp, elem, layout):
+    """A matrix of `comp` components loaded from a buffer of `elem` (several components per
+    element) and stored to another, next to the same through buffers of `comp` itself."""
+    Mat = pycoop.coopmat[comp, pycoop.Subgroup, 16, 16, pycoop.Accumulator]
+
+    @pycoop.kernel(workgroup_size=32)
+    def k(X: pycoop.ReadBuffer[elem], Y: pycoop.Buffer[elem], Xc: pycoop.ReadBuffer[comp],
+          Yc: pycoop.Buffer[comp], off: u32, stride: u32, k: u32):
+        pycoop.store(Y, off, pycoop.load(Mat, X, off, stride, layout), stride, layout)
+        pycoop.store(Yc, off * k, pycoop.load(Mat, Xc, off * k, stride * k, layout), stride * k,
+                     layout)
+    return k
+
+
+@settings(SETTINGS, max_examples=30)
+@given(data=st.data(), layout=st.sampled_from(["row_major", "col_major"]))
+def test_matrices_through_buffers_of_wider_elements(data, layout):
+    """Offsets and strides count the buffer's elements and a row's components are contiguous
+    (SPV_KHR_cooperative_matrix, 'Pointer'[row*'Stride']): the same as a buffer of the
+    components with both scaled by the components per element."""
+    comp, elem = data.draw(st.sampled_from([
+        (f16, u32), (f16, pycoop.vec(u32, 4)), (f16, pycoop.vec(u32, 2)), (u8, u32),
+        (i8, pycoop.vec(u32, 4)), (f32, pycoop.vec(f32, 4)), (f32, pycoop.vec(u32, 2))]))
+    k = elem.size // comp.size
+    stride = data.draw(st.integers(-(-16 // k), -(-16 // k) + 5))
+    off = data.draw(st.integers(0, 7))
+    n = (off + 16 * stride + 16) * k
+    rng = np.random.default_rng(off + 100 * stride)
+    raw = rng.integers(0, 256, n * comp.size, dtype=np.uint8)
+    if comp.is_float:                        # no NaN/Inf bit patterns: compare values exactly
+        raw = rng.standard_normal(n).astype(comp.dtype).view(np.uint8)
+    Xc = raw.view(comp.dtype).copy()
+    X = Xc.view(elem.dtype).copy()
+    Y, Yc = np.zeros_like(X), np.zeros_like(Xc)
+    emu(_through_elements(comp, elem, layout), 1, X, Y, Xc, Yc, off, stride, k)
+    np.testing.assert_array_equal(Y.view(np.uint8), Yc.view(np.uint8))
+    assert Yc.any() or not Xc.any()
+
+
+def test_matrix_element_size_rules():
+    Mat = pycoop.coopmat[f32, pycoop.Subgroup, 16, 16, pycoop.Accumulator]
+
+    @pycoop.kernel(workgroup_size=32)
+    def narrower(X: pycoop.Buffer[pycoop.u16]):
+        pycoop.store(X, 0, pycoop.load(Mat, X, 0, 16), 16)
+
+    with pytest.raises(pycoop.CompileError, match="whole number of matrix components"):
+        narrower.compile()
+    MatH = pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]
+
+    @pycoop.kernel(workgroup_size=32)
+    def shared_wider(X: pycoop.Buffer[u32]):
+        sh = pycoop.shared(u32, 256)
+        m = pycoop.load(MatH, sh, 0, 8)
+
+    with pytest.raises(pycoop.CompileError, match="shared-array elements have the same size"):
+        shared_wider.compile()

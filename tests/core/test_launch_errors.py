@@ -200,14 +200,15 @@ def test_vector_buffers_check_their_arguments_and_uses():
 
         vec3.compile()
 
-    Mat = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
+    Mat = pc.coopmat[f16, pc.Workgroup, 32, 32, pc.UseA]
 
-    @pc.kernel(workgroup_size=32)
-    def matrix_from_vectors(A: pc.ReadBuffer[pc.vec(f16, 4)], O: pc.Buffer[f16]):
-        pc.store(O, 0, pc.convert(Mat.load(A, 0, 4), f16), 16)
+    @pc.kernel(workgroup_size=128)
+    def tensor_from_vectors(A: pc.ReadBuffer[pc.vec(f16, 4)], O: pc.Buffer[f16]):
+        t = pc.nv.load_tensor(A, pc.nv.tensor_layout(2).dimension(32, 32), Mat)
+        pc.nv.store_tensor(O, pc.nv.tensor_layout(2).dimension(32, 32), pc.convert(t, f16))
 
-    with pytest.raises(pc.CompileError, match="through an array of vec4<f16>"):
-        matrix_from_vectors.compile()
+    with pytest.raises(pc.CompileError, match="load_tensor through an array of vec4<f16>"):
+        tensor_from_vectors.compile()
 
     @pc.kernel(workgroup_size=32)
     def all_write_one(B: pc.Buffer[V4]):
