@@ -5,6 +5,8 @@ raises EmulatorError naming the kernel line instead of touching memory.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -249,6 +251,7 @@ class SharedMemory(Memory):
     another's write or read, are reported."""
 
     tracks_writes = True
+    k = 1                                   # matrix components per element (components())
 
     def __init__(self, elem: ScalarType, length: int, dispatch, ctx):
         self.name = "shared"
@@ -266,6 +269,19 @@ class SharedMemory(Memory):
 
     def _describe(self) -> str:
         return f"shared array ({self.length} elements per workgroup)"
+
+    def components(self, comp: ScalarType) -> "SharedMemory":
+        """This array seen as a flat array of `comp`, sharing its data and its race records
+        (kept per element: matrix rows start at elements, so no two blocks share one)."""
+        view = copy.copy(self)
+        view.k = self.elem.size // comp.size
+        view.elem, view.data = comp, self.data.view(comp.dtype)
+        view.length, view.segment = self.length * view.k, self.segment * view.k
+        return view
+
+    def _el(self, idx: np.ndarray) -> np.ndarray:
+        """The element of each component index."""
+        return idx if self.k == 1 else idx // self.k
 
     def _flat(self, ctx, idx):
         wg = np.arange(ctx.dispatch.nwg, dtype=np.int64)[:, None] * self.segment
@@ -292,6 +308,7 @@ class SharedMemory(Memory):
         """Remember who read each element in this barrier epoch (the smallest and largest
         reader id: equal when one invocation read it)."""
         cur = ctx.barrier_epoch
+        idx = self._el(idx)
         stale = idx[self.repoch[idx] != cur]
         self.rmin[stale], self.rmax[stale] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
         np.minimum.at(self.rmin, idx, who)
@@ -308,8 +325,9 @@ class SharedMemory(Memory):
         """Record the writers of `idx`. Overwriting with a different value an element that
         another invocation or scope instance wrote, or read, since the last barrier is a race."""
         cur = ctx.barrier_epoch
-        wrote = (self.epoch[idx] == cur) & (self.writer[idx] != who)
-        read = (self.repoch[idx] == cur) & ((self.rmin[idx] != who) | (self.rmax[idx] != who))
+        e = self._el(idx)
+        wrote = (self.epoch[e] == cur) & (self.writer[e] != who)
+        read = (self.repoch[e] == cur) & ((self.rmin[e] != who) | (self.rmax[e] != who))
         if (wrote | read).any():
             u = f"u{self.data.itemsize}"
             changed = self.data[idx].view(u) != np.ascontiguousarray(vals).reshape(-1).view(u)
@@ -319,13 +337,13 @@ class SharedMemory(Memory):
                 if bad.any():
                     raise EmulatorError(
                         f"data race: this store overwrites shared element "
-                        f"{int(idx[np.argmax(bad)])}, {what} since the last barrier by another "
+                        f"{int(e[np.argmax(bad)])}, {what} since the last barrier by another "
                         f"invocation, with a different value; {why}", op.loc,
                         rule="reported by the pycoop emulator",
                         hint="put pycoop.barrier() between the other invocation's access and "
                              "this store (a second buffer needs fewer barriers)")
-        self.writer[idx] = who
-        self.epoch[idx] = ctx.barrier_epoch
+        self.writer[e] = who
+        self.epoch[e] = ctx.barrier_epoch
 
     def _instance_ids(self, t, shape):
         return np.broadcast_to(-2 - np.arange(shape[1], dtype=np.int64)[None, :], shape)
@@ -333,7 +351,8 @@ class SharedMemory(Memory):
     def _check_race_block(self, ctx, op, t, layout, starts, stride, active):
         idx = self._indices(t, layout, starts, stride)
         inst = self._instance_ids(t, starts.shape)[..., None, None]
-        bad = (self.epoch[idx] == ctx.barrier_epoch) & (self.writer[idx] != inst)
+        e = self._el(idx)
+        bad = (self.epoch[e] == ctx.barrier_epoch) & (self.writer[e] != inst)
         if active is not None:
             bad = bad & active[..., None, None]
         if bad.any():

@@ -118,21 +118,15 @@ def _check_int(v: Value, what: str, loc: Loc):
 
 
 def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
-    """Buffers may hold several components per element (a uvec4 buffer read as f16 matrices:
-    offset and stride count elements, a row's components are contiguous); shared arrays hold
-    one."""
+    """Arrays may hold several components per element (a uvec4 buffer or a u32 shared array
+    read as f16 matrices): offset and stride count elements, a row's components are
+    contiguous."""
     elem = mem.type.elem
-    if isinstance(mem.type, BufferType) and isinstance(elem, (ScalarType, VectorType)):
-        if elem.size % t.component.size:
-            raise CompileError(f"{what} of {t.component} components through an array of {elem}",
-                               loc, rule="pycoop: a buffer element holds a whole number of "
-                                         "matrix components",
-                               hint=f"use a buffer of {t.component} or of a multiple of its size")
-    elif isinstance(elem, ScalarType) and elem.size != t.component.size:
-        raise CompileError(f"{what} of {t.component} elements through an array of {elem}", loc,
-                           rule="pycoop: matrix components and shared-array elements have the "
-                                "same size",
-                           hint=f"use a shared array of {t.component} (or of a same-size type)")
+    if isinstance(elem, (ScalarType, VectorType)) and elem.size % t.component.size:
+        raise CompileError(f"{what} of {t.component} components through an array of {elem}",
+                           loc, rule="pycoop: an array element holds a whole number of matrix "
+                                     "components",
+                           hint=f"use an array of {t.component} or of a multiple of its size")
 
 
 def _infer_load(operands, attrs, regions, loc):

@@ -803,12 +803,28 @@ def test_matrix_element_size_rules():
 
     with pytest.raises(pycoop.CompileError, match="whole number of matrix components"):
         narrower.compile()
-    MatH = pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]
 
-    @pycoop.kernel(workgroup_size=32)
-    def shared_wider(X: pycoop.Buffer[u32]):
-        sh = pycoop.shared(u32, 256)
-        m = pycoop.load(MatH, sh, 0, 8)
 
-    with pytest.raises(pycoop.CompileError, match="shared-array elements have the same size"):
-        shared_wider.compile()
+MH = pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.Accumulator]
+
+
+@pycoop.kernel(workgroup_size=64)
+def k_swap_through_shared_words(A: pycoop.Buffer[f16], O: pycoop.Buffer[f16], sync: u32):
+    """f16 tiles through a u32 shared array (two components per element): each subgroup
+    stores its tile, then reads the other's."""
+    sh = pycoop.shared(u32, 256)
+    s = pycoop.subgroup_id()
+    pycoop.store(sh, s * 128, MH.load(A, s * 256, 16), 8)
+    if sync == 1:
+        pycoop.barrier()
+    pycoop.store(O, s * 256, pycoop.load(MH, sh, (1 - s) * 128, 8), 16)
+
+
+def test_matrices_through_a_shared_array_of_wider_elements():
+    a = np.arange(512).astype(np.float16)
+    o = np.zeros(512, np.float16)
+    emu(k_swap_through_shared_words, 1, a, o, 1)
+    np.testing.assert_array_equal(o, np.r_[a[256:], a[:256]])
+    with pytest.raises(pycoop.EmulatorError, match="data race") as ei:
+        emu(k_swap_through_shared_words, 1, a, o, 0)
+    assert ei.value.loc.line == line_of(k_swap_through_shared_words, "pycoop.store(O, s * 256")
