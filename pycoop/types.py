@@ -226,7 +226,7 @@ class BufferType(Type):
 @dataclass(frozen=True)
 class SharedArrayType(Type):
     """An array of `elem` in Workgroup (shared) memory, one per workgroup."""
-    elem: ScalarType
+    elem: ScalarType | VectorType
     length: int
 
     def __repr__(self) -> str:

@@ -258,7 +258,8 @@ class SharedMemory(Memory):
         self.elem = elem
         self.segment = length
         self.length = length
-        self.data = np.zeros(dispatch.nwg * length, dtype=elem.dtype)
+        comp = (elem.count,) if isinstance(elem, VectorType) else ()
+        self.data = np.zeros((dispatch.nwg * length,) + comp, dtype=elem.dtype)
         self.writer = np.full(dispatch.nwg * length, -1, dtype=np.int64)
         self.epoch = np.full(dispatch.nwg * length, -1, dtype=np.int64)
         # the smallest and largest reader id of each element in the epoch `repoch`
@@ -275,7 +276,7 @@ class SharedMemory(Memory):
         (kept per element: matrix rows start at elements, so no two blocks share one)."""
         view = copy.copy(self)
         view.k = self.elem.size // comp.size
-        view.elem, view.data = comp, self.data.view(comp.dtype)
+        view.elem, view.data = comp, self.data.reshape(-1).view(comp.dtype)
         view.length, view.segment = self.length * view.k, self.segment * view.k
         return view
 
@@ -329,8 +330,9 @@ class SharedMemory(Memory):
         wrote = (self.epoch[e] == cur) & (self.writer[e] != who)
         read = (self.repoch[e] == cur) & ((self.rmin[e] != who) | (self.rmax[e] != who))
         if (wrote | read).any():
-            u = f"u{self.data.itemsize}"
-            changed = self.data[idx].view(u) != np.ascontiguousarray(vals).reshape(-1).view(u)
+            old = np.ascontiguousarray(self.data[idx]).view(np.uint8).reshape(len(idx), -1)
+            new = np.ascontiguousarray(vals).view(np.uint8).reshape(len(idx), -1)
+            changed = (old != new).any(axis=1)                     # an element's bytes
             for bad, what, why in (
                     (wrote & changed, "written", "which write lands is unspecified"),
                     (read & changed, "read", "the reader may see either value")):

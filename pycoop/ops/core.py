@@ -787,11 +787,14 @@ def _lower_shared(ctx, op):
     ctx.set(op.result, ctx.shared_variable(op.result.type))
 
 
-def shared(elem: ScalarType, length: int) -> Value:
-    """Allocate an array of `length` elements of `elem` in workgroup-shared memory."""
+def shared(elem: ScalarType | VectorType, length: int) -> Value:
+    """Allocate an array of `length` elements of `elem` (a numeric scalar, or a numeric vector
+    of 2 or 4 components) in workgroup-shared memory."""
     loc = current_loc()
-    if not isinstance(elem, ScalarType) or elem.is_bool:
-        raise CompileError(f"shared arrays hold numeric scalars, not {elem!r}", loc)
+    scalar = elem.elem if isinstance(elem, VectorType) and elem.count in (2, 4) else elem
+    if not isinstance(scalar, ScalarType) or scalar.is_bool:
+        raise CompileError(f"shared arrays hold numeric scalars or numeric vectors of 2 or 4 "
+                           f"components, not {elem!r}", loc)
     if isinstance(length, Value) or int(length) <= 0:
         raise CompileError("shared array length must be a positive compile-time int", loc)
     t = tracer()

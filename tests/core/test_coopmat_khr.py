@@ -828,3 +828,34 @@ def test_matrices_through_a_shared_array_of_wider_elements():
     with pytest.raises(pycoop.EmulatorError, match="data race") as ei:
         emu(k_swap_through_shared_words, 1, a, o, 0)
     assert ei.value.loc.line == line_of(k_swap_through_shared_words, "pycoop.store(O, s * 256")
+
+
+@pycoop.kernel(workgroup_size=64)
+def k_tiles_through_shared_vectors(A: pycoop.ReadBuffer[pycoop.vec(u32, 4)], O: pycoop.Buffer[f16],
+                                   sync: u32):
+    """Invocations copy 8 halves each as one uvec4 into shared memory; subgroups then read
+    each other's f16 tile from it (8 components per element, stride 2 elements)."""
+    sh = pycoop.shared(pycoop.vec(u32, 4), 64)
+    l = pycoop.local_invocation_index()
+    sh[l] = A[l]
+    if sync == 1:
+        pycoop.barrier()
+    s = pycoop.subgroup_id()
+    pycoop.store(O, s * 256, pycoop.load(MH, sh, (1 - s) * 32, 2), 16)
+
+
+def test_matrices_through_shared_vectors():
+    a = np.arange(512).astype(np.float16)
+    o = np.zeros(512, np.float16)
+    emu(k_tiles_through_shared_vectors, 1, a.view(np.uint32).reshape(-1, 4), o, 1)
+    np.testing.assert_array_equal(o, np.r_[a[256:], a[:256]])
+    with pytest.raises(pycoop.EmulatorError, match="data race") as ei:
+        emu(k_tiles_through_shared_vectors, 1, a.view(np.uint32).reshape(-1, 4), o, 0)
+    assert ei.value.loc.line == line_of(k_tiles_through_shared_vectors, "pycoop.store(O, s * 256")
+
+    @pycoop.kernel(workgroup_size=32)
+    def vec3_shared(O: pycoop.Buffer[u32]):
+        sh = pycoop.shared(pycoop.vec(u32, 3), 8)
+
+    with pytest.raises(pycoop.CompileError, match="numeric vectors of 2 or 4 components"):
+        vec3_shared.compile()

@@ -257,3 +257,21 @@ def test_buffers_of_vectors_match(elem, count):
     want = np.roll(A + B, -1, axis=1)
     np.testing.assert_array_equal(emu[1], want)
     np.testing.assert_array_equal(gpu[1], want)
+
+
+@pc.kernel(workgroup_size=64)
+def reverse_vectors(A: pc.ReadBuffer[pc.vec(u32, 4)], B: pc.WriteBuffer[pc.vec(u32, 4)]):
+    sh = pc.shared(pc.vec(u32, 4), 64)
+    l = pc.local_invocation_index()
+    g = pc.workgroup_id.x * 64 + l
+    sh[l] = A[g]
+    pc.barrier()
+    B[g] = sh[63 - l]
+
+
+def test_shared_arrays_of_vectors_match():
+    A = np.arange(3 * 64 * 4, dtype=np.uint32).reshape(-1, 4)
+    gpu, emu = both(reverse_vectors, 3, A, np.zeros_like(A))
+    want = A.reshape(3, 64, 4)[:, ::-1].reshape(-1, 4)
+    np.testing.assert_array_equal(emu[1], want)
+    np.testing.assert_array_equal(gpu[1], want)
