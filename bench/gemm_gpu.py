@@ -26,10 +26,11 @@ import numpy as np
 from pycoop.kernels import gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_workgroup_tile
 
 KHR_CONFIGS = [(2, 2), (4, 4)]
-# BM BN BK SGM SGN pad, specialize
-STAGED_CONFIGS = [((128, 256, 32, 2, 4, 8), False), ((128, 256, 32, 2, 4, 8), True),
-                  ((256, 128, 32, 4, 2, 8), True), ((128, 256, 32, 4, 4, 8), True),
-                  ((128, 128, 32, 2, 2, 8), True)]
+# BM BN BK SGM SGN pad, specialize, vector_copy
+STAGED_CONFIGS = [((128, 256, 32, 2, 4, 8), False, False), ((128, 256, 32, 2, 4, 8), True, False),
+                  ((256, 128, 32, 4, 2, 8), True, False), ((128, 256, 32, 4, 4, 8), True, False),
+                  ((128, 128, 32, 2, 2, 8), True, False), ((256, 128, 32, 4, 2, 8), True, True),
+                  ((128, 256, 32, 2, 4, 8), True, True)]
 NV_TILES = [(128, 256, 32, 256), (128, 256, 64, 256), (256, 128, 32, 256), (256, 128, 64, 256),
             (128, 128, 64, 256), (128, 128, 32, 256)]
 Q4_TILES = [(128, 128, 32), (256, 64, 32), (256, 64, 64), (128, 64, 32), (256, 128, 32)]  # 256 invocations
@@ -96,12 +97,13 @@ def square(n: int, repeat: int) -> None:
         tf = flop / gemm_khr[(n // wm, n // wn)](*args, TM=tm, TN=tn, backend="vulkan",
                                                  repeat=repeat).time_ms / 1e9
         t.row(f"KHR TM={tm} TN={tn}", tf, rel_err(C, A, B))
-    for cfg, spec in STAGED_CONFIGS:
+    A4, B4 = A.view(np.uint32).reshape(-1, 4), B.view(np.uint32).reshape(-1, 4)
+    for cfg, spec, vec in STAGED_CONFIGS:
         C[:] = 0
-        tf = tflops(gemm_khr_staged(*cfg, specialize=spec), (n // cfg[0], n // cfg[1]), args, flop,
-                    repeat)
+        tf = tflops(gemm_khr_staged(*cfg, specialize=spec, vector_copy=vec),
+                    (n // cfg[0], n // cfg[1]), [A4, B4, C, n, n, n] if vec else args, flop, repeat)
         t.row(f"KHR staged {cfg[0]}x{cfg[1]}x{cfg[2]} {cfg[3]}x{cfg[4]}sg"
-              f"{' spec' if spec else ''}", tf, rel_err(C, A, B))
+              f"{' spec' if spec else ''}{' uvec4' if vec else ''}", tf, rel_err(C, A, B))
     configs = [((128, 256, 32, 256), "constant", 1, False)] + [
         (tile, clamp, unroll, True) for tile, clamp, unroll in
         itertools.product(NV_TILES, ["constant", "undefined"], [1, 2])

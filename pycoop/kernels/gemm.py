@@ -44,7 +44,8 @@ def gemm_khr(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N:
 
 @functools.cache
 def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SGN: int = 4,
-                    pad: int = 8, specialize: bool = False, driver_unroll: bool | int | None = None):
+                    pad: int = 8, specialize: bool = False, driver_unroll: bool | int | None = None,
+                    vector_copy: bool = False):
     """Subgroup-scope KHR GEMM with shared-memory staging and a register prefetch.
 
     SGM x SGN subgroups compute a BM x BN tile of C. Each k-step has four phases:
@@ -56,38 +57,67 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
     M and N must be multiples of the tile, and K a multiple of BK with K >= BK.
     `specialize`: M, N, K become compile-time constants (one pipeline per shape; the driver
     folds the address arithmetic). `driver_unroll`: the hint on the K loop (pycoop.range).
+    `vector_copy`: the tiles move between global and shared memory as uvec4 (8 halves) per
+    invocation instead of as matrices; A and B are then buffers of `pc.vec(u32, 4)` (pass
+    `A.view(np.uint32).reshape(-1, 4)`), and M, N, K, BK and pad multiples of 8.
     """
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda, ldb = BK + pad, BN + pad
     nsg = SGM * SGN
+    nth = 32 * nsg
     ta, tb = (BM // 16) * (BK // 16), (BK // 16) * (BN // 16)
     Dim = pc.Const if specialize else u32
+    V = 8 if vector_copy else 1                  # halves per element of A, B and shared memory
+    El = pc.vec(u32, 4) if vector_copy else f16
+    if vector_copy and (pad % 8 or (BM * BK // 8) % nth or (BK * BN // 8) % nth):
+        raise ValueError("vector_copy needs pad a multiple of 8 and each tile a whole number of "
+                         f"uvec4 per invocation ({nth} invocations)")
 
-    @pc.kernel(workgroup_size=32 * nsg)
-    def gemm_khr_staged(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: Dim, N: Dim,
+    @pc.kernel(workgroup_size=nth)
+    def gemm_khr_staged(A: pc.Buffer[El], B: pc.Buffer[El], C: pc.Buffer[f32], M: Dim, N: Dim,
                         K: Dim):
-        sa, sb = pc.shared(f16, BM * lda), pc.shared(f16, BK * ldb)
+        sa, sb = pc.shared(El, BM * lda // V), pc.shared(El, BK * ldb // V)
         sg = pc.subgroup_id()
         wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
-        # the 16x16 tiles of the A and B blocks this subgroup copies: (row, col) in tiles
-        pa = [divmod(sg * (ta // nsg) + t, BK // 16) for t in range(ta // nsg)]
-        pb = [divmod(sg * (tb // nsg) + t, BN // 16) for t in range(tb // nsg)]
+        if vector_copy:
+            # the uvec4 of the A and B blocks this invocation copies: (row, column in uvec4)
+            t = pc.local_invocation_index()
+            pa = [divmod(t + q * nth, BK // 8) for q in range(BM * BK // 8 // nth)]
+            pb = [divmod(t + q * nth, BN // 8) for q in range(BK * BN // 8 // nth)]
+
+            def fetch(kn):
+                return ([A[(m0 + r) * (K // 8) + kn // 8 + c] for r, c in pa],
+                        [B[(kn + r) * (N // 8) + n0 // 8 + c] for r, c in pb])
+
+            def stage(ra, rb):
+                for (r, c), v in zip(pa, ra):
+                    sa[r * (lda // 8) + c] = v
+                for (r, c), v in zip(pb, rb):
+                    sb[r * (ldb // 8) + c] = v
+        else:
+            # the 16x16 tiles of the A and B blocks this subgroup copies: (row, col) in tiles
+            pa = [divmod(sg * (ta // nsg) + t, BK // 16) for t in range(ta // nsg)]
+            pb = [divmod(sg * (tb // nsg) + t, BN // 16) for t in range(tb // nsg)]
+
+            def fetch(kn):
+                return ([MatA.load(A, (m0 + r * 16) * K + kn + c * 16, K) for r, c in pa],
+                        [MatB.load(B, (kn + r * 16) * N + n0 + c * 16, N) for r, c in pb])
+
+            def stage(ra, rb):
+                for (r, c), tile in zip(pa, ra):
+                    pc.store(sa, r * 16 * lda + c * 16, tile, lda)
+                for (r, c), tile in zip(pb, rb):
+                    pc.store(sb, r * 16 * ldb + c * 16, tile, ldb)
         acc = [[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)]
-        ra = [MatA.load(A, (m0 + r * 16) * K + c * 16, K) for r, c in pa]
-        rb = [MatB.load(B, r * 16 * N + n0 + c * 16, N) for r, c in pb]
+        ra, rb = fetch(u32(0))
         for k in pc.range(0, K, BK, unroll=driver_unroll):
-            for (r, c), tile in zip(pa, ra):
-                pc.store(sa, r * 16 * lda + c * 16, tile, lda)
-            for (r, c), tile in zip(pb, rb):
-                pc.store(sb, r * 16 * ldb + c * 16, tile, ldb)
+            stage(ra, rb)
             pc.barrier()
-            kn = pc.min(k + BK, K - BK)            # the last prefetch reloads the last block
-            ra = [MatA.load(A, (m0 + r * 16) * K + kn + c * 16, K) for r, c in pa]
-            rb = [MatB.load(B, (kn + r * 16) * N + n0 + c * 16, N) for r, c in pb]
+            ra, rb = fetch(pc.min(k + BK, K - BK))   # the last prefetch reloads the last block
             for kk in range(0, BK, 16):
-                a = [MatA.load(sa, (wm + 16 * i) * lda + kk, lda) for i in range(TM)]
-                b = [MatB.load(sb, kk * ldb + wn + 16 * j, ldb) for j in range(TN)]
+                a = [MatA.load(sa, ((wm + 16 * i) * lda + kk) // V, lda // V) for i in range(TM)]
+                b = [MatB.load(sb, (kk * ldb + wn + 16 * j) // V, ldb // V) for j in range(TN)]
                 for i in range(TM):
                     for j in range(TN):
                         acc[i][j] = pc.mul_add(a[i], b[j], acc[i][j])

@@ -24,15 +24,19 @@ def loop_controls(ck) -> list[str]:
     return [ln.split()[-1] for ln in ck.spvasm.splitlines() if "OpLoopMerge" in ln]
 
 
-@pytest.mark.parametrize("specialize,driver_unroll", [(False, None), (True, None), (True, False),
-                                                      (False, 2)])
-def test_staged_khr_gemm(specialize, driver_unroll):
+@pytest.mark.parametrize("specialize,driver_unroll,vector_copy", [
+    (False, None, False), (True, None, False), (True, False, False), (False, 2, False),
+    (False, None, True), (True, None, True)])
+def test_staged_khr_gemm(specialize, driver_unroll, vector_copy):
     cfg = (64, 64, 32, 2, 2, 8)
     M, N, K = 128, 64, 96
     A, B = operands(M, N, K)
     C = np.zeros((M, N), np.float32)
-    k = gemm_khr_staged(*cfg, specialize=specialize, driver_unroll=driver_unroll)
-    k[(M // 64, N // 64)](A, B, C, M, N, K, backend="emulator")
+    k = gemm_khr_staged(*cfg, specialize=specialize, driver_unroll=driver_unroll,
+                        vector_copy=vector_copy)
+    a, b = (A.view(np.uint32).reshape(-1, 4), B.view(np.uint32).reshape(-1, 4)) if vector_copy \
+        else (A, B)
+    k[(M // 64, N // 64)](a, b, C, M, N, K, backend="emulator")
     np.testing.assert_allclose(C, gemm_reference(A, B), rtol=1e-5, atol=1e-4)
     ck = k.compile(**({"M": M, "N": N, "K": K} if specialize else {}))
     want = {None: "None", False: "DontUnroll", 2: "2"}[driver_unroll]
@@ -61,6 +65,13 @@ def test_q4_0_gemm(weights_first, clamp, M, N, K, specialize):
     k[(-(-M // 64), -(-N // 32))](X, Wq, Y, M, N, K, backend="emulator")
     W = dequantize_q4_0(Wq, N, K).astype(np.float32)
     np.testing.assert_allclose(Y, X.astype(np.float32) @ W.T, rtol=1e-4, atol=1e-3)
+
+
+def test_vector_copy_needs_whole_uvec4_per_invocation():
+    with pytest.raises(ValueError, match="whole number of uvec4 per invocation"):
+        gemm_khr_staged(64, 64, 16, 2, 4, 8, vector_copy=True)     # 128 uvec4, 256 invocations
+    with pytest.raises(ValueError, match="pad a multiple of 8"):
+        gemm_khr_staged(64, 64, 32, 2, 2, 4, vector_copy=True)
 
 
 def test_q4_0_gemm_needs_whole_blocks_along_k():

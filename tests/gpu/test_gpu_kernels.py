@@ -27,16 +27,19 @@ def operands(m, n, k):
             rng.standard_normal((k, n)).astype(np.float16))
 
 
-@pytest.mark.parametrize("kernel,tile", [
-    (gemm_khr_staged(256, 128, 32, 4, 2, specialize=True), (256, 128)),
-    (gemm_khr_staged(128, 256, 32, 2, 4), (128, 256)),
-    (gemm_nv(128, 256, 64, 256, "undefined", 2, True), (128, 256)),
-    (gemm_nv(128, 256, 32, 256), (128, 256))])
-def test_square_gemms(kernel, tile):
+@pytest.mark.parametrize("kernel,tile,vectors", [
+    (gemm_khr_staged(256, 128, 32, 4, 2, specialize=True), (256, 128), False),
+    (gemm_khr_staged(128, 256, 32, 2, 4), (128, 256), False),
+    (gemm_khr_staged(256, 128, 32, 4, 2, specialize=True, vector_copy=True), (256, 128), True),
+    (gemm_nv(128, 256, 64, 256, "undefined", 2, True), (128, 256), False),
+    (gemm_nv(128, 256, 32, 256), (128, 256), False)])
+def test_square_gemms(kernel, tile, vectors):
     n = 1024
     A, B = operands(n, n, n)
     C = np.full((n, n), np.nan, np.float32)
-    kernel[(n // tile[0], n // tile[1])](A, B, C, n, n, n, backend="vulkan", repeat=3)
+    a, b = (A.view(np.uint32).reshape(-1, 4), B.view(np.uint32).reshape(-1, 4)) if vectors \
+        else (A, B)
+    kernel[(n // tile[0], n // tile[1])](a, b, C, n, n, n, backend="vulkan", repeat=3)
     check(C, gemm_reference(A, B))
 
 
