@@ -89,6 +89,7 @@ class Memory:
 
     segment: int | None = None
     tracks_writes = False             # shared memory records its writers for race checks
+    unit = "elements"                 # what `length` counts
 
     def __init__(self, name: str, array: np.ndarray, elem):
         self.name = name
@@ -113,7 +114,7 @@ class Memory:
         ctx.check_ub(bad, op, f"{what} out of bounds of {self._describe()}")
 
     def _describe(self) -> str:
-        return f"buffer '{self.name}' ({self.length} elements)"
+        return f"buffer '{self.name}' ({self.length} {self.unit})"
 
     def gather(self, ctx, op, idx: np.ndarray) -> np.ndarray:
         idx = idx.astype(np.int64)
@@ -150,7 +151,9 @@ class Memory:
     def components(self, comp: ScalarType) -> "Memory":
         """This buffer seen as a flat array of `comp` (a buffer of u32 or uvec4 read as f16
         matrices), sharing its data."""
-        return Memory(f"{self.name}' as {comp} components, '{self.name}", self.data, comp)
+        view = Memory(self.name, self.data, comp)
+        view.unit = f"{comp} components"
+        return view
 
     def check_block(self, ctx, op, t, offs, stride, layout, active, what):
         if t.component.dtype.itemsize != self.elem.dtype.itemsize:
@@ -168,7 +171,7 @@ class Memory:
             o = int(offs[w, s])
             e = int(np.broadcast_to(ext, inst)[w, s])
             raise EmulatorError(
-                f"{what} out of bounds: elements {o}..{o + e} of {self._describe()} "
+                f"{what} out of bounds: {self.unit} {o}..{o + e} of {self._describe()} "
                 f"(workgroup {ctx._wg_name(w)}, scope instance {s})", op.loc,
                 rule="reported by the pycoop emulator",
                 hint="check the offset and stride against the array size")
