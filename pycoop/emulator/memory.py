@@ -272,7 +272,7 @@ class SharedMemory(Memory):
         self.ctx = ctx
 
     def _describe(self) -> str:
-        return f"shared array ({self.length} elements per workgroup)"
+        return f"shared array ({self.length} {self.unit} per workgroup)"
 
     def components(self, comp: ScalarType) -> "SharedMemory":
         """This array seen as a flat array of `comp`, sharing its data and its race records
@@ -281,6 +281,7 @@ class SharedMemory(Memory):
         view.k = self.elem.size // comp.size
         view.elem, view.data = comp, self.data.reshape(-1).view(comp.dtype)
         view.length, view.segment = self.length * view.k, self.segment * view.k
+        view.unit = f"{comp} components"
         return view
 
     def _el(self, idx: np.ndarray) -> np.ndarray:
