@@ -54,12 +54,12 @@ def _store_tiled(data: np.ndarray, t: CoopMatType, layout: str, starts: np.ndarr
         return False
     blocks = vals if layout == "RowMajorKHR" else np.swapaxes(vals, -1, -2)
     h, w = blocks.shape[-2:]
-    dense = np.empty((ny, h, nx, w), data.dtype)
-    dense[cy, :, cx, :] = blocks
+    cells = np.empty((ny * nx, h, w), data.dtype)      # the blocks in lattice order
+    cells[cy * nx + cx] = blocks
     isz = data.itemsize
     region = as_strided(data[int(starts.min()):], (ny, h, nx, w),
                         (py * stride * isz, stride * isz, px * isz, isz), writeable=True)
-    region[...] = dense
+    region[...] = cells.reshape(ny, nx, h, w).transpose(0, 2, 1, 3)
     return True
 
 
