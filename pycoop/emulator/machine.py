@@ -101,8 +101,10 @@ class EmuCtx:
         # Values undefined in some invocations (e.g. OpUndef lanes of a QCOM extract):
         # value -> (bool mask broadcastable to (W, I), why). Ops that read such a value in an
         # active invocation are reported unless their registry entry sets `poison_aware`
-        # (they handle it themselves). Not tracked through if/loop results.
+        # (they handle it themselves). if/loop results and loop arguments follow it
+        # (merge_poison).
         self.poison: dict[Value, tuple[np.ndarray, str]] = {}
+        self.yielded: list[Value] = []            # operands of the last yield/condition
 
     # ---------------------------------------------------------------- execution
 
@@ -111,6 +113,7 @@ class EmuCtx:
         for op in block.ops:
             name = op.name
             if name == "yield" or name == "condition":
+                self.yielded = op.operands
                 return [env[v] for v in op.operands]
             d = get(name)
             if d.emulate is None:
@@ -168,6 +171,20 @@ class EmuCtx:
             hit = self.poison.get(v)
             if hit is not None:
                 self.check_ub(hit[0], op, f"reads an undefined value: {hit[1]}")
+
+    def merge_poison(self, targets: list[Value], take: np.ndarray | None, new: list[Value],
+                     old: list[Value | None]) -> None:
+        """`targets` take the values `new` where `take` (all if None), else keep `old`: their
+        undefined lanes follow."""
+        for t, n, o in zip(targets, new, old):
+            pn, po = self.poison.get(n), self.poison.get(o) if o is not None else None
+            if pn is None and (po is None or take is None):
+                self.poison.pop(t, None)
+                continue
+            mn = pn[0] if pn is not None else False
+            mo = po[0] if po is not None else False
+            self.poison[t] = (mn if take is None else np.where(take, mn, mo),
+                              (pn or po)[1])
 
     def check_instances(self, bad: np.ndarray, active: np.ndarray | None, op: Op, message: str):
         bad = np.asarray(bad)

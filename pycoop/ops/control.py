@@ -62,16 +62,27 @@ def _emu_if(ctx, op, cond):
     if cond.size == 1:                                   # uniform across the dispatch
         blk = then_blk if bool(cond.reshape(-1)[0]) else else_blk
         out = ctx.run_region(blk, [], mask)
-        return out if out is not None else [None] * len(op.results)
+        if out is None:
+            return [None] * len(op.results)
+        if ctx.poison:
+            ctx.merge_poison(op.results, None, ctx.yielded, [None] * len(out))
+        return out
     c = np.broadcast_to(cond, ctx.dispatch.shape)
     mt = c if mask is None else (mask & c)
     me = ~c if mask is None else (mask & ~c)
     t_out = ctx.run_region(then_blk, [], mt) if mt.any() else None
+    t_vals = ctx.yielded
     e_out = ctx.run_region(else_blk, [], me) if me.any() else None
-    if t_out is None:
-        return e_out if e_out is not None else [None] * len(op.results)
-    if e_out is None:
-        return t_out
+    e_vals = ctx.yielded
+    if t_out is None or e_out is None:
+        out, vals = (e_out, e_vals) if t_out is None else (t_out, t_vals)
+        if out is None:
+            return [None] * len(op.results)
+        if ctx.poison:
+            ctx.merge_poison(op.results, None, vals, [None] * len(out))
+        return out
+    if ctx.poison:
+        ctx.merge_poison(op.results, c, t_vals, e_vals)
     return [_merge(ctx, op, c, t, e, r.type) for t, e, r in zip(t_out, e_out, op.results)]
 
 
@@ -84,6 +95,9 @@ def _emu_loop(ctx, op, *inits):
     cond_blk, body_blk = op.regions
     vals = list(inits)
     active = ctx.mask
+    if ctx.poison:                      # undefined lanes of the carried values follow them
+        for blk in (cond_blk, body_blk):
+            ctx.merge_poison(blk.args, None, op.operands, [None] * len(vals))
     while True:
         out = ctx.run_region(cond_blk, vals, active)
         if out is None:
@@ -101,6 +115,10 @@ def _emu_loop(ctx, op, *inits):
         new = ctx.run_region(body_blk, vals, step_mask)
         if new is None:          # every active invocation returned inside the body
             break
+        if ctx.poison:
+            for blk in (cond_blk, body_blk):
+                ctx.merge_poison(blk.args, None if step_mask is active else step_mask,
+                                 ctx.yielded, list(body_blk.args))
         if step_mask is active:
             vals = new
         else:
@@ -109,6 +127,8 @@ def _emu_loop(ctx, op, *inits):
             active = step_mask
         if ctx.dead is not None:
             active = ~ctx.dead if active is None else (active & ~ctx.dead)
+    if ctx.poison:
+        ctx.merge_poison(op.results, None, list(body_blk.args), [None] * len(vals))
     return vals
 
 

@@ -592,3 +592,40 @@ def test_good_forms_compile_and_validate():
         U[lane] = fa[0] + qb[7]
 
     spv_ok(k_ok.compile())
+
+
+def test_poison_follows_if_and_loop_results():
+    """Undefined lanes of an extracted array stay undefined through a runtime if merge and a
+    loop-carried variable; reads guarded to the defined lanes stay silent."""
+    M = pc.coopmat[f32, SG, 8, 8, pc.Accumulator]
+
+    @pc.kernel(workgroup_size=16, subgroup_size=16)
+    def k_if(X: pc.Buffer[f32], Y: pc.Buffer[f32], flag: u32, guard: u32):
+        lane = pc.local_invocation_id.x
+        rows = pc.qcom.extract(M.load(X, 0, 8))        # lanes 8..15 get OpUndef
+        zeros = pc.make_array([f32(0.0)] * 8)
+        picked = rows if flag == 1 else zeros
+        if lane < guard:
+            Y[lane] = picked[0]  # READ IF
+
+    @pc.kernel(workgroup_size=16, subgroup_size=16)
+    def k_loop(X: pc.Buffer[f32], Y: pc.Buffer[f32], n: u32):
+        lane = pc.local_invocation_id.x
+        carried = pc.make_array([f32(1.0)] * 8)
+        for i in range(n):
+            carried = pc.qcom.extract(M.load(X, 0, 8))
+        Y[lane] = carried[0]  # READ LOOP
+
+    x, y = np.ones(64, np.float32), np.zeros(16, np.float32)
+    with pytest.raises(EmulatorError, match="OpUndef") as e:
+        emu(k_if, 1, x, y, 1, 16)
+    assert e.value.loc.line == line_of(k_if, "# READ IF") and "invocation 8" in e.value.message
+    emu(k_if, 1, x, y, 1, 8)                             # only the defined lanes read
+    emu(k_if, 1, x, y, 0, 16)                            # the zeros were picked
+    with pytest.raises(EmulatorError, match="OpUndef") as e:
+        emu(k_loop, 1, x, y, 2)
+    assert e.value.loc.line == line_of(k_loop, "# READ LOOP")
+    emu(k_loop, 1, x, y, 0)                              # the loop never ran
+    np.testing.assert_array_equal(y, 1.0)
+    for k in (k_if, k_loop):
+        spv_ok(k.compile())
