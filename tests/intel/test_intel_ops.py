@@ -559,3 +559,21 @@ def test_divergent_but_uniform_subgroups_are_fine():
     assert np.array_equal(dst.reshape(16, 64)[:8, 16:32], src.reshape(16, 64)[8:16, :16])
     assert dst.sum() == src.reshape(16, 64)[8:16, :16].sum()
     check_spv(k.compile())
+
+
+def test_unroll_counts_need_spirv_1_4_which_opencl_modules_are_not():
+    @pc.kernel(workgroup_size=16)
+    def k(A: pc.ReadBuffer[f16], Y: pc.Buffer[f32], unroll: pc.Const = 4):
+        s = f32(0.0)
+        for i in pc.range(4, unroll=unroll):
+            a = intel.block_load(A, width=16, height=8, memory_width=64, memory_height=8,
+                                 pitch=64, coord=(0, 0))
+            s = s + f32(a[0])
+        Y[pc.local_invocation_index()] = s
+
+    with pytest.raises(CompileError, match=r"unroll=4\) needs SPIR-V 1.4") as e:
+        k.compile().spv                 # the target is known once the module is lowered
+    src, start = inspect.getsourcelines(k.fn)
+    assert e.value.line == start + next(i for i, ln in enumerate(src) if "pc.range(" in ln)
+    for unroll in (True, False, None):
+        check_spv(k.compile(unroll=unroll))
