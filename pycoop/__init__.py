@@ -18,6 +18,7 @@ from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2
 from .ops.composite import make_array, make_vector
 from .ops.khr import convert, fill, length, load, mul_add, store
 from .ops import intel, nv, qcom  # the vendor namespaces: pycoop.nv, pycoop.intel, pycoop.qcom
+from .autotune import TuneResult, autotune
 from .runtime.backend import use_backend
 from .types import (Buffer, ReadBuffer, WriteBuffer, CoopMatType, ScalarType, Scope, StorageClass, Use,
                     array, bf16, bool_, coopmat, f16, f32, f64, fp8_e4m3, fp8_e5m2, i8, i16, i32,
@@ -31,6 +32,7 @@ Accumulator = Use.Accumulator
 
 __all__ = [
     "ArgumentError", "BackendUnavailable", "CompileError", "EmulatorError", "PycoopError",
+    "TuneResult", "autotune",
     "CompiledKernel", "Const", "Kernel", "LaunchResult", "__version__", "func", "kernel", "range",
     "abs", "barrier", "bitcast", "cast", "ceil", "cos", "exp", "exp2", "floor", "global_invocation_id",
     "local_invocation_id", "local_invocation_index", "log", "log2", "max", "min", "num_subgroups",

@@ -1,0 +1,62 @@
+"""pycoop.autotune: the fastest configuration by timing launches, failures skipped and
+reported, the choice remembered on disk per device."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop import f32, u32
+
+
+@pc.kernel(workgroup_size=64)
+def work(X: pc.Buffer[f32], n: u32, rounds: pc.Const = 1):
+    i = pc.global_invocation_id.x
+    if i < n:
+        x = X[i]
+        for r in range(rounds):                # traced `rounds` times: more work per config
+            x = x * 1.0001 + 0.5
+        X[i] = x
+
+
+def run_on_emulator(calls):
+    X = np.zeros(64 * 64, np.float32)
+
+    def run(rounds, repeat):
+        calls.append(rounds)
+        if rounds < 0:
+            raise pc.CompileError("no such configuration")
+        return work[64](X, X.size, rounds=rounds, backend="emulator", repeat=repeat)
+    return run
+
+
+def test_the_fastest_configuration_wins_and_failures_are_reported(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYCOOP_CACHE_DIR", str(tmp_path))
+    calls = []
+    r = pc.autotune([200, 1, -1, 60], run_on_emulator(calls), repeat=3)
+    assert r.best == 1 and not r.cached
+    assert set(r.times_ms) == {200, 1, 60} and r.times_ms[1] == min(r.times_ms.values())
+    assert list(r.failures) == [-1] and "no such configuration" in r.failures[-1]
+    assert calls == [200, 1, -1, 60]
+
+
+def test_a_remembered_choice_skips_the_timing(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYCOOP_CACHE_DIR", str(tmp_path))
+    calls = []
+    first = pc.autotune([30, 1], run_on_emulator(calls), repeat=2, key="work 4096")
+    again = pc.autotune([30, 1], run_on_emulator(calls), repeat=2, key="work 4096")
+    assert first.best == again.best == 1 and again.cached and calls == [30, 1]
+    other = pc.autotune([30, 1, 2], run_on_emulator(calls), repeat=2, key="work 4096")
+    assert not other.cached                    # other configurations: timed again
+    monkeypatch.setenv("PYCOOP_CACHE_DIR", "off")
+    assert not pc.autotune([30, 1], run_on_emulator([]), repeat=2, key="work 4096").cached
+
+
+def test_nothing_to_choose_from():
+    with pytest.raises(ValueError, match="at least one"):
+        pc.autotune([], lambda c, r: None)
+    with pytest.raises(ValueError, match="distinct reprs"):
+        pc.autotune([1, 1], lambda c, r: None)
+    with pytest.raises(pc.PycoopError, match="no configuration ran") as e:
+        pc.autotune([-1, -2], run_on_emulator([]))
+    assert "-2: CompileError: no such configuration" in str(e.value)
