@@ -71,46 +71,43 @@ def _device(backend: str) -> str:
     return f"vulkan:{caps.device_name}:{caps.driver_version}"
 
 
-def _path(key: str, device: str, reprs: list[str]) -> Any:
+def _path(key: str, reprs: list[str]):
+    """The file holding the choices for `key` and these configurations, one per device."""
     d = knobs.cache_dir()
     if d is None:
         return None
-    h = hashlib.sha256(json.dumps([key, device, reprs]).encode()).hexdigest()[:32]
-    return d / "autotune" / f"{h}.json"
+    return d / "autotune" / (hashlib.sha256(json.dumps([key, reprs]).encode()).hexdigest()[:32]
+                             + ".json")
+
+
+def _choices(path) -> dict:
+    try:
+        return json.loads(path.read_text())["choices"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _load(key: str, reprs: list[str]) -> str | None:
-    d = knobs.cache_dir()
-    if d is None or not (d / "autotune").is_dir():
-        return None
-    for f in (d / "autotune").glob("*.json"):
+    """A choice stored for a device present now (a GPU's first, then the emulator's)."""
+    path = _path(key, reprs)
+    choices = _choices(path) if path is not None else {}
+    for device in sorted(choices, key=lambda d: not d.startswith("vulkan:")):
         try:
-            entry = json.loads(f.read_text())
-        except (OSError, ValueError):
+            here = _device(device.split(":")[0])
+        except PycoopError:          # no Vulkan here now: a stored GPU choice does not apply
             continue
-        if entry.get("key") == key and entry.get("configs") == reprs \
-                and entry.get("device") == _current_device(entry.get("device", "")) \
-                and entry.get("best") in reprs:
-            return entry["best"]
+        if here == device and choices[device] in reprs:
+            return choices[device]
     return None
 
 
-def _current_device(stored: str) -> str | None:
-    """The identity of the device a stored choice would apply to now (None: unavailable)."""
-    if not stored.startswith("vulkan:"):
-        return stored
-    try:
-        return _device("vulkan")
-    except Exception:             # no Vulkan now: a stored GPU choice does not apply
-        return None
-
-
 def _store(key: str, device: str, reprs: list[str], best: str) -> None:
-    path = _path(key, device, reprs)
+    path = _path(key, reprs)
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    choices = {**_choices(path), device: best}
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
-        json.dump({"key": key, "device": device, "configs": reprs, "best": best}, f)
+        json.dump({"key": key, "configs": reprs, "choices": choices}, f)
     os.replace(tmp, path)

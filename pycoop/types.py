@@ -117,6 +117,13 @@ class VectorType(Type):
         return self.elem.dtype
 
 
+def memory_element(t) -> bool:
+    """Whether `t` can be an element of a kernel buffer or shared array loaded and stored one
+    at a time: a numeric scalar, or a numeric vector of 2 or 4 components (3 would be padded)."""
+    scalar = t.elem if isinstance(t, VectorType) and t.count in (2, 4) else t
+    return isinstance(scalar, ScalarType) and not scalar.is_bool
+
+
 @dataclass(frozen=True)
 class ArrayType(Type):
     elem: Type

@@ -156,9 +156,8 @@ class Memory:
         return view
 
     def check_block(self, ctx, op, t, offs, stride, layout, active, what):
-        if t.component.dtype.itemsize != self.elem.dtype.itemsize:
-            raise EmulatorError(f"{what}: the matrix component {t.component} and the array element "
-                                f"{self.elem} differ in size", op.loc)
+        """The block origins, bounds-checked. Matrix ops reach memory whose elements hold
+        several components through components() (khr._component_memory)."""
         inst = ctx.dispatch.instance_shape(t.scope)
         offs = np.broadcast_to(offs.astype(np.int64), inst)
         ext = _block_extent(t, layout, np.asarray(stride))

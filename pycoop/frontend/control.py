@@ -395,14 +395,14 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     range): pycoop.range always makes a kernel loop; any other is iterated in Python."""
     loc = _loc(pos)
     k = names.index(stop) if stop is not None else None
-    attrs = {}
+    attrs, iterable = {}, None          # iterable: a loop unrolled while tracing
     if callee is kernel_range:
         args, attrs = _kernel_range(args, kwargs or {}, loc)
     elif callee is not None:
         iterable = callee(*args, **(kwargs or {}))
     elif not any(isinstance(a, Value) for a in args):
         iterable = range(*args)
-    if not attrs and (callee is not None or not any(isinstance(a, Value) for a in args)):
+    if iterable is not None:
         i = UNDEF
         for i in iterable:
             if k is not None and isinstance(vals[k], Value):

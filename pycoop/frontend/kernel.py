@@ -19,7 +19,7 @@ from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
 from ..ops.registry import get
-from ..types import BufferType, ScalarType, StructType, Type, VectorType
+from ..types import BufferType, ScalarType, StructType, Type, VectorType, memory_element
 from .transform import transform
 
 __version__ = "0.1.0"
@@ -122,10 +122,8 @@ class Kernel:
                                        f"'{p.name}': {e}") from None
             if ann is Const:
                 out.append(Param(p.name, None, p.default))
-            elif isinstance(ann, BufferType) and not (isinstance(ann.elem, StructType) or (
-                    isinstance(ann.elem, ScalarType) and not ann.elem.is_bool) or (
-                    isinstance(ann.elem, VectorType) and ann.elem.count in (2, 4)
-                    and not ann.elem.elem.is_bool)):
+            elif isinstance(ann, BufferType) and not (isinstance(ann.elem, StructType)
+                                                      or memory_element(ann.elem)):
                 raise CompileError(
                     f"parameter '{p.name}' of kernel {self.name}: buffers of {ann.elem} are not "
                     "supported", None, rule="kernel buffers hold numeric scalars, numeric vectors "
@@ -443,10 +441,9 @@ class CompiledKernel:
         """Run the kernel over `grid`. `repeat` runs it that many times back to back on the
         same buffers (each run sees the previous one's writes): on a GPU one upload, one
         readback and no idle gaps, so timings are taken at full clock."""
-        from ..runtime.backend import choose
+        from ..runtime.backend import check_repeat, choose
         grid = _grid(grid)
-        if not isinstance(repeat, (int, np.integer)) or isinstance(repeat, bool) or not 1 <= repeat <= 4096:
-            raise ArgumentError(f"repeat must be an int from 1 to 4096, got {repeat!r}")
+        repeat = check_repeat(repeat)
         arrays = self.check_args(args)
         if self.target == "opencl":       # no OpenCL runtime: such kernels run on the emulator
             from ..errors import BackendUnavailable
@@ -467,7 +464,7 @@ class CompiledKernel:
                 times.append((time.perf_counter() - t0) * 1e3)
             return LaunchResult("emulator", tuple(times))
         from ..runtime.backend import vulkan_launch
-        return LaunchResult("vulkan", vulkan_launch(self, grid, arrays, int(repeat)))
+        return LaunchResult("vulkan", vulkan_launch(self, grid, arrays, repeat))
 
     def __repr__(self) -> str:
         consts = "".join(f" {k}={v!r}" for k, v in self.consts.items())

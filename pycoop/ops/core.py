@@ -16,7 +16,7 @@ from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1, tracer
 from ..ir.core import Value
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, Type, VectorType,
-                     SCALARS, bool_, f32, i32, u32, scalar_of_dtype)
+                     SCALARS, bool_, f32, i32, u32, memory_element, scalar_of_dtype)
 from .registry import define, emulation, lowering
 
 # --------------------------------------------------------------------------- constants
@@ -791,8 +791,7 @@ def shared(elem: ScalarType | VectorType, length: int) -> Value:
     """Allocate an array of `length` elements of `elem` (a numeric scalar, or a numeric vector
     of 2 or 4 components) in workgroup-shared memory."""
     loc = current_loc()
-    scalar = elem.elem if isinstance(elem, VectorType) and elem.count in (2, 4) else elem
-    if not isinstance(scalar, ScalarType) or scalar.is_bool:
+    if not memory_element(elem):
         raise CompileError(f"shared arrays hold numeric scalars or numeric vectors of 2 or 4 "
                            f"components, not {elem!r}", loc)
     if isinstance(length, Value) or int(length) <= 0:

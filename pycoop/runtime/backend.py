@@ -7,8 +7,10 @@ import sys
 import threading
 from contextlib import contextmanager
 
+import numpy as np
+
 from .. import knobs
-from ..errors import BackendUnavailable
+from ..errors import ArgumentError, BackendUnavailable
 
 _local = threading.local()
 _noticed: set[str] = set()
@@ -66,6 +68,13 @@ def choose(requested: str | None, ck) -> str:
     _notice(f"running {ck.name} on the emulator because {why} "
             "(set backend='emulator' or PYCOOP_BACKEND=emulator to silence this)")
     return "emulator"
+
+
+def check_repeat(repeat) -> int:
+    """The number of back-to-back runs of a launch (repeat=), checked."""
+    if not isinstance(repeat, (int, np.integer)) or isinstance(repeat, bool) or not 1 <= repeat <= 4096:
+        raise ArgumentError(f"repeat must be an int from 1 to 4096, got {repeat!r}")
+    return int(repeat)
 
 
 def vulkan_launch(ck, grid, arrays, repeat: int = 1) -> tuple[float, ...]:

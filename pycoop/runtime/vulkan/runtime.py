@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import check_repeat
 from .abi import BoundArguments, bind
 from .capabilities import Capabilities
 from .device import MEMORY_DEVICE_LOCAL, MEMORY_HOST_COHERENT, MEMORY_HOST_VISIBLE, Device
@@ -188,8 +189,7 @@ class VulkanRuntime:
         sees the previous one's writes), each timed."""
         bound = bind(abi, args)
         grid = _check_grid(grid)
-        if not isinstance(repeat, int) or isinstance(repeat, bool) or not 1 <= repeat <= 4096:
-            raise ArgumentError(f"repeat must be an int from 1 to 4096, got {repeat!r}")
+        repeat = check_repeat(repeat)
         with self._lock:
             ctx = self._context()
             caps = ctx.device.capabilities
