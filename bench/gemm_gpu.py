@@ -4,7 +4,9 @@
   gemm_khr_staged (shared-memory staging with a register prefetch)
 - pycoop's NV coopmat2 workgroup-scope GEMM (pycoop.kernels.gemm_nv), autotuned over tile
   shapes, edge clamping, k-steps per iteration and shape specialisation
-- the Q4_0 GEMM at llama.cpp's shape M=4096, N=512, K=14336 against pycoop's f16 GEMM there
+- the Q4_0 GEMMs at llama.cpp's shape M=4096, N=512, K=14336 (gemm_q4_0 through NV decode
+  functions, gemm_q4_0_staged dequantising by hand) against pycoop's f16 GEMMs there (gemm_nv,
+  gemm_khr_staged with vector copies)
 
 All f16 in, f32 accumulate. Each configuration runs --repeat times back to back on the device
 (one upload, no idle gaps, so the GPU stays at full clock) and reports its fastest run; cuBLAS
@@ -23,17 +25,22 @@ from pathlib import Path
 
 import numpy as np
 
-from pycoop.kernels import gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_workgroup_tile
+from pycoop.kernels import (gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_staged,
+                            gemm_workgroup_tile)
 
 KHR_CONFIGS = [(2, 2), (4, 4)]
 # BM BN BK SGM SGN pad, specialize, vector_copy
 STAGED_CONFIGS = [((128, 256, 32, 2, 4, 8), False, False), ((128, 256, 32, 2, 4, 8), True, False),
                   ((256, 128, 32, 4, 2, 8), True, False), ((128, 256, 32, 4, 4, 8), True, False),
                   ((128, 128, 32, 2, 2, 8), True, False), ((256, 128, 32, 4, 2, 8), True, True),
-                  ((128, 256, 32, 2, 4, 8), True, True)]
+                  ((128, 256, 32, 2, 4, 8), True, True), ((128, 128, 64, 2, 2, 8), True, True),
+                  ((128, 128, 32, 2, 2, 8), True, True)]
 NV_TILES = [(128, 256, 32, 256), (128, 256, 64, 256), (256, 128, 32, 256), (256, 128, 64, 256),
             (128, 128, 64, 256), (128, 128, 32, 256)]
-Q4_TILES = [(128, 128, 32), (256, 64, 32), (256, 64, 64), (128, 64, 32), (256, 128, 32)]  # 256 invocations
+Q4_TILES = [(128, 128, 32), (128, 128, 64), (256, 64, 64), (128, 64, 64), (256, 64, 32)]  # 256 invocations
+# BM BN BK SGM SGN: gemm_khr_staged(vector_copy=True) for f16, gemm_q4_0_staged for Q4_0
+Q4_KHR = [(128, 64, 64, 2, 2), (128, 128, 64, 2, 4), (128, 128, 64, 4, 2), (128, 64, 64, 4, 1),
+          (128, 128, 64, 2, 2)]
 
 
 def gpu_state() -> str:
@@ -134,16 +141,23 @@ def q4_0(repeat: int) -> None:
     Y = np.zeros((M, N), np.float32)
     flop = 2 * M * N * K
     t = Table(f"{M}x{N}x{K}", cublas_tflops(M, N, K, repeat))
-    for (bm, bn, bk), clamp, unroll, spec in itertools.product(Q4_TILES, ["constant", "undefined"],
-                                                               [1, 2], [False, True]):
+    for (bm, bn, bk), clamp, unroll in itertools.product(Q4_TILES, ["constant", "undefined"], [1, 2]):
         grid = (-(-M // bm), -(-N // bn))
-        cfg = f"{bm}x{bn}x{bk} {clamp} u{unroll}{' spec' if spec else ''}"
-        t.row(f"f16 {cfg}", tflops(gemm_nv(bm, bn, bk, 256, clamp, unroll, spec), grid,
-                                   [X, Wt, Y, M, N, K], flop, repeat))
+        cfg = f"{bm}x{bn}x{bk} {clamp} u{unroll} spec"
+        t.row(f"f16 NV {cfg}", tflops(gemm_nv(bm, bn, bk, 256, clamp, unroll, True), grid,
+                                      [X, Wt, Y, M, N, K], flop, repeat))
         for first in (True, False):
-            t.row(f"Q4_0 {'W.X^T' if first else 'X.W^T'} {cfg}",
-                  tflops(gemm_q4_0(bm, bn, bk, 256, unroll, spec, clamp=clamp, weights_first=first),
+            t.row(f"Q4_0 NV {'W.X^T' if first else 'X.W^T'} {cfg}",
+                  tflops(gemm_q4_0(bm, bn, bk, 256, unroll, True, clamp=clamp, weights_first=first),
                          grid, [X, Wq, Y, M, N, K], flop, repeat))
+    X4, Wt4, W32 = X.view(np.uint32).reshape(-1, 4), Wt.view(np.uint32).reshape(-1, 4), Wq.view(np.uint32)
+    for bm, bn, bk, sgm, sgn in Q4_KHR:
+        grid, cfg = (M // bm, N // bn), f"{bm}x{bn}x{bk} {sgm}x{sgn}sg spec"
+        t.row(f"f16 KHR staged uvec4 {cfg}",
+              tflops(gemm_khr_staged(bm, bn, bk, sgm, sgn, specialize=True, vector_copy=True), grid,
+                     [X4, Wt4, Y, M, N, K], flop, repeat))
+        t.row(f"Q4_0 KHR staged {cfg}", tflops(gemm_q4_0_staged(bm, bn, bk, sgm, sgn, specialize=True),
+                                               grid, [X4, W32, Y, M, N, K], flop, repeat))
     (b16, n16), (bq, nq) = t.best("f16"), t.best("Q4_0")
     print(f"{'':>16} best f16: {n16}: {b16:.1f}; best Q4_0: {nq}: {bq:.1f}; "
           f"Q4_0 / f16 = {bq / b16:.2f}")

@@ -111,8 +111,32 @@ class _Unsupported(Exception):
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self):
+    def __init__(self, free: tuple[str, ...] = ()):
         self.n = 0
+        self.scopes: list[set[str]] = [set(free)]   # names bound by each enclosing function
+
+    def visit_FunctionDef(self, node):
+        """A container the function only mutates (`xs[i] = v` inside a rewritten loop or `if`)
+        is rebound to itself after the rewrite; declare it nonlocal/global so it stays the
+        enclosing function's variable instead of becoming an unassigned local."""
+        a = node.args
+        params = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if p}
+        local_names = [n for n in _names_stored(node.body, bases=False) if n not in params]
+        own = params | set(local_names)
+        self.scopes.append(own)
+        self.generic_visit(node)
+        self.scopes.pop()
+        after = _names_stored(node.body, bases=False)
+        rebound = [n for n in after if n not in own and not n.startswith("_pc_")]
+        # flags of rewritten break/continue are new locals too
+        local_names += [n for n in after if n.startswith("_pc_") and n not in own]
+        outer = set().union(*self.scopes)
+        stmts: list[ast.stmt] = [ast.Nonlocal([n]) if n in outer else ast.Global([n]) for n in rebound]
+        if local_names:     # a variable first bound inside a rewritten loop is passed into it
+            stmts.append(ast.Assign([ast.Name(n, ast.Store()) for n in local_names],
+                                    ast.Attribute(ast.Name(_PC, ast.Load()), "UNDEF", ast.Load())))
+        node.body[:0] = [ast.fix_missing_locations(ast.copy_location(d, node.body[0])) for d in stmts]
+        return node
 
     def _fresh(self, what: str) -> str:
         self.n += 1
@@ -383,21 +407,12 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
     if not isinstance(fdef, ast.FunctionDef):
         raise CompileError(f"{fn.__qualname__} is not a plain function definition", None)
     fdef.decorator_list = []
-    params = {a.arg for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs}
     if returns_value and _nested_return(fdef.body):
         try:
             _single_exit(fdef)
         except _Unsupported:
             pass                    # a return inside e.g. `with`: traced as written
-    local_names = [n for n in _names_stored(fdef.body, bases=False) if n not in params]
-    fdef = _Rewriter().visit(fdef)
-    # flags of rewritten break/continue are new locals too
-    local_names += [n for n in _names_stored(fdef.body, bases=False)
-                    if n.startswith("_pc_") and n not in local_names]
-    if local_names:
-        init = ast.Assign([ast.Name(n, ast.Store()) for n in local_names],
-                          ast.Attribute(ast.Name(_PC, ast.Load()), "UNDEF", ast.Load()))
-        fdef.body.insert(0, ast.fix_missing_locations(ast.copy_location(init, fdef.body[0])))
+    fdef = _Rewriter(fn.__code__.co_freevars).visit(fdef)
     # Wrap in a factory whose parameters are the closure's free variables (plus the control
     # module), so the rewritten function gets the original cells and globals.
     free = list(fn.__code__.co_freevars) + [_PC]

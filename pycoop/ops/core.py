@@ -652,27 +652,43 @@ def cast(x, type: ScalarType) -> Value:
     return emit1("cast", [x], {"type": type})
 
 
-def bitcast(x, type: ScalarType) -> Value:
-    """Reinterpret the bits of a scalar as another scalar type of the same width."""
+def bitcast(x, type: ScalarType | VectorType) -> Value:
+    """Reinterpret the bits of a scalar or vector as another scalar or vector type of the same
+    total width (u32 <-> vec2<f16>, vec4<u32> <-> vec8... as OpBitcast allows)."""
     x = as_value(x)
     return emit1("bitcast", [x], {"type": type})
 
 
+def _bitcast_shape(t) -> tuple[ScalarType, int] | None:
+    if isinstance(t, ScalarType):
+        return t, 1
+    if isinstance(t, VectorType):
+        return t.elem, t.count
+    return None
+
+
 def _infer_bitcast(operands, attrs, regions, loc):
     src, dst = operands[0].type, attrs["type"]
-    if not (isinstance(src, ScalarType) and isinstance(dst, ScalarType)) or src.bits != dst.bits \
-            or src.is_bool or dst.is_bool:
+    s, d = _bitcast_shape(src), _bitcast_shape(dst)
+    if s is None or d is None or s[0].is_bool or d[0].is_bool or src.size != dst.size \
+            or max(s[1], d[1]) % min(s[1], d[1]):
         raise CompileError(f"cannot bitcast {src} to {dst}", loc,
-                           rule="OpBitcast needs numeric scalars of the same width")
+                           rule="OpBitcast needs numeric scalars or vectors of the same total width, "
+                                "the larger component count a multiple of the smaller")
     return [dst]
 
 
-define("bitcast", _infer_bitcast, doc="Bit reinterpretation between same-width scalars.")
+define("bitcast", _infer_bitcast, doc="Bit reinterpretation between same-width scalars and vectors.")
 
 
 @emulation("bitcast")
 def _emu_bitcast(ctx, op, x):
-    return np.ascontiguousarray(x).view(op.attrs["type"].dtype)
+    src, dst = op.operands[0].type, op.attrs["type"]
+    x = np.ascontiguousarray(x)
+    if isinstance(src, ScalarType):
+        x = x[..., None]                 # vectors carry a trailing component axis
+    y = x.view(dst.dtype)
+    return y[..., 0] if isinstance(dst, ScalarType) else y
 
 
 @lowering("bitcast")

@@ -758,3 +758,34 @@ def test_kernel_range_errors():
     with pytest.raises(pycoop.CompileError, match="only for the header of a for loop") as ei:
         k_range_outside_for.compile()
     assert ei.value.line == line_of(k_range_outside_for, "r = pycoop.range(4)")
+
+
+# --------------------------------------------------------------------------- helpers nested in kernels
+
+@pycoop.kernel(workgroup_size=WG)
+def k_helper_loops(out: pycoop.Buffer[i32], n: i32):
+    i = pycoop.local_invocation_index()
+    acc = [i32(0), i32(0)]
+    sh = pycoop.shared(i32, WG)
+
+    def accumulate(m):
+        for j in range(m):              # a runtime loop inside a helper
+            t = j * 2                   # first bound inside the loop
+            acc[0] = acc[0] + t         # the kernel's list, mutated in place
+            acc[1] = acc[1] + 1
+
+    def fill(v):
+        for q in range(2):              # a trace-time loop storing to the kernel's shared array
+            sh[i] = v + q
+
+    accumulate(n)
+    fill(acc[1])
+    pycoop.barrier()
+    out[i] = acc[0] * 100 + sh[i]
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_helpers_nested_in_a_kernel_mutate_its_containers_in_loops(n):
+    out = np.zeros(WG, np.int32)
+    emu(k_helper_loops, 1, out, n)
+    assert out.tolist() == [n * (n - 1) * 100 + n + 1] * WG

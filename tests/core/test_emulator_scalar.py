@@ -672,3 +672,42 @@ def test_an_element_read_by_many_invocations_then_overwritten_is_a_race():
     assert ei.value.loc.line == line_of(k_broadcast_then_update, "s[0] = 5.0")
     emu(k_broadcast_then_update, 1, out, sync=True)
     np.testing.assert_array_equal(out, 1.0)
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_vector_bitcasts(src: pycoop.Buffer[u32], out: pycoop.Buffer[pycoop.vec(u32, 2)],
+                      wide: pycoop.Buffer[pycoop.vec(u32, 2)], bytes_out: pycoop.Buffer[pycoop.vec(u8, 4)]):
+    i = pycoop.global_invocation_id.x
+    v = pycoop.bitcast(src[i], pycoop.vec(f16, 2))                 # scalar -> vector
+    w = v * pycoop.make_vector([f16(2.0), f16(-1.0)])
+    out[i] = pycoop.make_vector([pycoop.bitcast(w, u32), pycoop.bitcast(v, u32)])   # vector -> scalar
+    four = pycoop.make_vector([v[0], v[1], w[0], w[1]])
+    wide[i] = pycoop.bitcast(four, pycoop.vec(u32, 2))            # vector -> vector of fewer
+    bytes_out[i] = pycoop.bitcast(src[i], pycoop.vec(u8, 4))
+
+
+def test_vector_bitcasts_reinterpret_bytes():
+    src = np.random.default_rng(3).integers(0, 2 ** 32, 64, dtype=np.uint32)
+    src[:2] = [0x3C00BC00, 0x7C00FC00]             # (-1, 1), (-inf, inf) as f16 pairs
+    out, wide = np.zeros((64, 2), np.uint32), np.zeros((64, 2), np.uint32)
+    bytes_out = np.zeros((64, 4), np.uint8)
+    emu(k_vector_bitcasts, 2, src, out, wide, bytes_out)
+    v = src.view(np.float16).reshape(64, 2)
+    with np.errstate(invalid="ignore", over="ignore"):
+        w = (v * np.array([2.0, -1.0], np.float16)).astype(np.float16)
+    want = np.stack([w.view(np.uint32).ravel(), src], 1)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(wide, np.concatenate([v, w], 1).view(np.uint32))
+    np.testing.assert_array_equal(bytes_out, src.view(np.uint8).reshape(64, 4))
+
+
+def test_bitcast_of_unequal_widths_is_a_compile_error():
+    @pycoop.kernel(workgroup_size=1)
+    def bad(a: pycoop.Buffer[u32]):
+        x = pycoop.bitcast(a[0], pycoop.vec(f16, 4))
+        a[0] = u32(x[0])
+
+    with pytest.raises(pycoop.CompileError, match="cannot bitcast u32 to vec4<f16>") as e:
+        bad.compile()
+    assert "same total width" in str(e.value)
+    assert e.value.loc.line == line_of(bad, "pycoop.bitcast(")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycoop.kernels import gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_reference
+from pycoop.kernels import gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_staged, gemm_reference
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
@@ -77,3 +77,30 @@ def test_vector_copy_needs_whole_uvec4_per_invocation():
 def test_q4_0_gemm_needs_whole_blocks_along_k():
     with pytest.raises(ValueError, match="multiple of the 32-weight Q4_0 block"):
         gemm_q4_0(64, 64, 16)
+
+
+@pytest.mark.parametrize("cfg,M,N,K,specialize", [
+    ((64, 64, 64, 2, 2), 128, 64, 64, True),          # one k-step; a partial round of raw words
+    ((64, 64, 128, 2, 2), 64, 128, 384, False),       # 18 words per row, even: padded stride
+    ((64, 32, 64, 2, 1), 64, 64, 256, True)])         # more blocks than invocations
+def test_q4_0_staged_gemm(cfg, M, N, K, specialize):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((M, K)).astype(np.float16)
+    W = rng.standard_normal((N, K)).astype(np.float32)
+    W[:, :32] *= 1e-3                                  # small scales next to large ones
+    Wq = quantize_q4_0(W)
+    Y = np.zeros((M, N), np.float32)
+    k = gemm_q4_0_staged(*cfg, specialize=specialize)
+    k[(M // cfg[0], N // cfg[1])](X.view(np.uint32).reshape(-1, 4), Wq.view(np.uint32), Y, M, N, K,
+                                  backend="emulator")
+    want = X.astype(np.float32) @ dequantize_q4_0(Wq, N, K).astype(np.float32).T
+    np.testing.assert_allclose(Y, want, rtol=1e-5, atol=1e-4)
+    ck = k.compile(**({"M": M, "N": N, "K": K} if specialize else {}))
+    assert loop_controls(ck) == ["None"]
+
+
+def test_q4_0_staged_gemm_checks_its_tiling():
+    with pytest.raises(ValueError, match="BK a multiple of 64"):
+        gemm_q4_0_staged(64, 64, 32)
+    with pytest.raises(ValueError, match="Q4_0 blocks per invocation"):
+        gemm_q4_0_staged(128, 32, 64, 4, 1)            # 64 blocks for 128 invocations

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycoop.kernels import gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_reference
+from pycoop.kernels import gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_staged, gemm_reference
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
@@ -31,6 +31,7 @@ def operands(m, n, k):
     (gemm_khr_staged(256, 128, 32, 4, 2, specialize=True), (256, 128), False),
     (gemm_khr_staged(128, 256, 32, 2, 4), (128, 256), False),
     (gemm_khr_staged(256, 128, 32, 4, 2, specialize=True, vector_copy=True), (256, 128), True),
+    (gemm_khr_staged(128, 128, 64, 2, 2, specialize=True, vector_copy=True), (128, 128), True),
     (gemm_nv(128, 256, 64, 256, "undefined", 2, True), (128, 256), False),
     (gemm_nv(128, 256, 32, 256), (128, 256), False)])
 def test_square_gemms(kernel, tile, vectors):
@@ -54,4 +55,16 @@ def test_q4_0_gemm(bm, bn, bk, unroll, spec, clamp, first):
     Y = np.full((M, N), np.nan, np.float32)
     gemm_q4_0(bm, bn, bk, 256, unroll, spec, clamp=clamp, weights_first=first)[(M // bm, N // bn)](
         X, Wq, Y, M, N, K, backend="vulkan")
+    check(Y, X.astype(np.float32) @ dequantize_q4_0(Wq, N, K).astype(np.float32).T)
+
+
+@pytest.mark.parametrize("cfg,spec", [((128, 128, 64, 2, 4), True), ((128, 64, 64, 2, 2), False)])
+def test_q4_0_staged_gemm(cfg, spec):
+    M, N, K = 512, 256, 1024
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((M, K)).astype(np.float16)
+    Wq = quantize_q4_0(rng.standard_normal((N, K)).astype(np.float32))
+    Y = np.full((M, N), np.nan, np.float32)
+    gemm_q4_0_staged(*cfg, specialize=spec)[(M // cfg[0], N // cfg[1])](
+        X.view(np.uint32).reshape(-1, 4), Wq.view(np.uint32), Y, M, N, K, backend="vulkan")
     check(Y, X.astype(np.float32) @ dequantize_q4_0(Wq, N, K).astype(np.float32).T)
