@@ -165,7 +165,8 @@ def q4_0(repeat: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192],
+                    help="square sizes (none: only the Q4_0 comparison)")
     ap.add_argument("--repeat", type=int, default=50)
     a = ap.parse_args()
     from pycoop.runtime.vulkan import get_runtime

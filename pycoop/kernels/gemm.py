@@ -229,19 +229,23 @@ def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256
 
 
 @functools.cache
-def gemm_q4_0_staged(BM: int = 128, BN: int = 64, BK: int = 64, SGM: int = 2, SGN: int = 2,
+def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None):
     """Y (M x N, f32) = X (M x K, f16) @ W.T, W (N x K) in Q4_0 blocks, with subgroup-scope KHR
     matrices and the weights dequantised by hand (gemm_khr_staged's structure otherwise).
 
-    Each k-step, the raw Q4_0 bytes of the next W tile (BN rows of 18 * BK / 32 contiguous
-    bytes) are copied as u32 words by consecutive invocations (coalesced) into one half of a
-    double-buffered shared staging area, while each invocation dequantises whole blocks of
-    the other half into the f16 tile the matrices are loaded from. Two nibbles become two f16
-    at once: OR-ed into the mantissa of 1024.0 (0x6400) they read as 1024 + q, and one f16x2
-    subtraction and multiplication give (q - 8) * d, rounded as llama.cpp's f16
-    dequantisation.
+    The raw Q4_0 bytes of a W tile (BN rows of 18 * BK / 32 contiguous bytes) are copied as
+    u32 words by consecutive invocations (coalesced) into a shared staging area one k-step
+    ahead. Each k-step has two phases separated by barriers:
+    - the X tile (uvec4 copies, as gemm_khr_staged's `vector_copy`) is stored from registers
+      into shared memory, and each invocation dequantises half Q4_0 blocks (16 weights) from
+      the staging area into the f16 W tile;
+    - the next raw W tile is stored into the staging area, the next tiles are fetched into
+      registers, and the matrices are multiplied.
+    Two nibbles become two f16 at once: OR-ed into the mantissa of 1024.0 (0x6400) they read
+    as 1024 + q, and one f16x2 subtraction and multiplication give (q - 8) * d, rounded as
+    llama.cpp's f16 dequantisation.
 
     X is a buffer of uvec4 (`X.view(np.uint32).reshape(-1, 4)`), W the raw Q4_0 bytes as u32
     (`W.view(np.uint32)`). M and N must be multiples of the tile and K of BK; BK a multiple of
@@ -250,27 +254,27 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 64, BK: int = 64, SGM: int = 2, SG
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     ld = BK + pad                                 # halves per shared row of X and of W
     nth = 32 * SGM * SGN
-    nb = BK // 32                                 # Q4_0 blocks per row and k-step
+    halves = BN * BK // 16                        # half blocks of a W tile
     sw_words = 9 * BK // 64                       # u32 words per row and k-step
     sr_ld = sw_words | 1                          # odd row stride: conflict-free decode reads
     raw = BN * sw_words                           # words per k-step
     Dim = pc.Const if specialize else u32
     V2, U4 = pc.vec(f16, 2), pc.vec(u32, 4)
-    if BK % 64 or pad % 8 or (BM * BK // 8) % nth or (BN * nb) % nth:
+    if BK % 64 or pad % 8 or (BM * BK // 8) % nth or halves % nth:
         raise ValueError(f"gemm_q4_0_staged needs BK a multiple of 64, pad of 8, and whole uvec4 "
-                         f"of X and Q4_0 blocks per invocation ({nth} invocations)")
+                         f"of X and half Q4_0 blocks per invocation ({nth} invocations)")
 
     @pc.kernel(workgroup_size=nth)
     def gemm_q4_0_staged(X: pc.ReadBuffer[U4], W: pc.ReadBuffer[u32], Y: pc.Buffer[f32],
                          M: Dim, N: Dim, K: Dim):
         sx, sw = pc.shared(U4, BM * ld // 8), pc.shared(U4, BN * ld // 8)
-        sr = pc.shared(u32, 2 * BN * sr_ld)
+        sr = pc.shared(u32, BN * sr_ld)
         sg, t = pc.subgroup_id(), pc.local_invocation_index()
         wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
         px = [divmod(t + q * nth, BK // 8) for q in range(BM * BK // 8 // nth)]    # (row, uvec4)
         pr = [divmod(t + q * nth, sw_words) for q in range(-(-raw // nth))]        # (row, word)
-        pd = [((t + q * nth) % BN, (t + q * nth) // BN) for q in range(BN * nb // nth)]  # (row, block)
+        pd = [divmod(t + q * nth, BN) for q in range(halves // nth)]   # (2 block + half, row)
 
         def fetch_x(kn):
             return [X[(m0 + r) * (K // 8) + kn // 8 + c] for r, c in px]
@@ -284,47 +288,48 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 64, BK: int = 64, SGM: int = 2, SG
                 words.append(v)
             return words
 
-        def stage_w(words, buf):
+        def stage_w(words):
             for q, ((r, j), v) in enumerate(zip(pr, words)):
                 if (q + 1) * nth <= raw or t + q * nth < raw:
-                    sr[buf * (BN * sr_ld) + r * sr_ld + j] = v
+                    sr[r * sr_ld + j] = v
 
         def pair(bits, d):
             """Two weights from the nibbles at bits 0-3 and 16-19 of `bits`, as 2 x f16."""
             w = pc.bitcast((bits & 0x000F000F) | 0x64006400, V2)
             return pc.bitcast((w - pc.make_vector([f16(1032.0)] * 2)) * d, u32)
 
-        def decode(buf):
-            for r, b in pd:
-                # block b of row r: bytes 18b.. of the row's words; d, then 16 bytes of nibbles
-                base = buf * (BN * sr_ld) + r * sr_ld + ((b * 9) >> 1)
-                a = [sr[base + i] for i in range(5)]
+        def decode():
+            for bh, r in pd:
+                # half h of block b of row r: the block is bytes 18b.. of the row's words (an
+                # f16 scale, then 16 bytes of nibbles); the half is nibble bytes 8h .. 8h + 7
+                b, h = bh >> 1, bh & 1
+                base = r * sr_ld + ((b * 9) >> 1)
                 odd = (b & 1) == 1                    # odd blocks start half-way into a word
-                d = pc.bitcast(pc.u16((a[0] >> pc.select(odd, u32(16), u32(0))) & 0xFFFF), f16)
+                d = pc.bitcast(pc.u16((sr[base] >> pc.select(odd, u32(16), u32(0))) & 0xFFFF), f16)
                 d = pc.make_vector([d, d])
+                a = [sr[base + 2 * h + i] for i in range(3)]
                 lo, hi = [], []
-                for i in range(4):                    # c: nibble bytes 4i .. 4i + 3
+                for i in range(2):                    # c: nibble bytes 8h + 4i .. 8h + 4i + 3
                     c = pc.select(odd, a[i + 1], (a[i] >> 16) | (a[i + 1] << 16))
                     s01 = (c & 0xFF) | ((c & 0xFF00) << 8)            # bytes 0, 1 -> 0, 2
                     s23 = ((c >> 16) & 0xFF) | ((c >> 8) & 0xFF0000)  # bytes 2, 3 -> 0, 2
                     lo += [pair(s01, d), pair(s23, d)]
                     hi += [pair(s01 >> 4, d), pair(s23 >> 4, d)]
-                words = lo + hi                       # weights 0..15 (low nibbles), 16..31
-                for q in range(4):
-                    sw[(r * ld + b * 32) // 8 + q] = pc.make_vector(words[4 * q:4 * q + 4])
+                row = r * (ld // 8) + 4 * b + h       # weights 8h.. (low nibbles), 16 + 8h..
+                sw[row] = pc.make_vector(lo)
+                sw[row + 2] = pc.make_vector(hi)
 
         acc = [[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)]
         xs = fetch_x(u32(0))
-        stage_w(fetch_w(u32(0)), 0)
+        stage_w(fetch_w(u32(0)))
         ws = fetch_w(pc.min(u32(BK), K - BK))
         pc.barrier()
         for k in pc.range(0, K, BK, unroll=driver_unroll):
-            p = (k // BK) & 1
             for (r, c), v in zip(px, xs):
                 sx[r * (ld // 8) + c] = v
-            stage_w(ws, 1 - p)                         # raw W of the next k-step
-            decode(p)
+            decode()
             pc.barrier()
+            stage_w(ws)                                # raw W of the next k-step
             xs = fetch_x(pc.min(k + BK, K - BK))      # the last prefetches reload the last block
             ws = fetch_w(pc.min(k + 2 * BK, K - BK))
             for kk in range(0, BK, 16):

@@ -82,7 +82,8 @@ def test_q4_0_gemm_needs_whole_blocks_along_k():
 @pytest.mark.parametrize("cfg,M,N,K,specialize", [
     ((64, 64, 64, 2, 2), 128, 64, 64, True),          # one k-step; a partial round of raw words
     ((64, 64, 128, 2, 2), 64, 128, 384, False),       # 18 words per row, even: padded stride
-    ((64, 32, 64, 2, 1), 64, 64, 256, True)])         # more blocks than invocations
+    ((64, 32, 64, 2, 1), 64, 64, 256, True),          # more half blocks than invocations
+    ((128, 64, 64, 4, 2), 128, 64, 128, False)])      # as many half blocks as invocations
 def test_q4_0_staged_gemm(cfg, M, N, K, specialize):
     rng = np.random.default_rng(3)
     X = rng.standard_normal((M, K)).astype(np.float16)
@@ -102,5 +103,5 @@ def test_q4_0_staged_gemm(cfg, M, N, K, specialize):
 def test_q4_0_staged_gemm_checks_its_tiling():
     with pytest.raises(ValueError, match="BK a multiple of 64"):
         gemm_q4_0_staged(64, 64, 32)
-    with pytest.raises(ValueError, match="Q4_0 blocks per invocation"):
-        gemm_q4_0_staged(128, 32, 64, 4, 1)            # 64 blocks for 128 invocations
+    with pytest.raises(ValueError, match="half Q4_0 blocks per invocation"):
+        gemm_q4_0_staged(128, 32, 64, 4, 2)            # 128 half blocks for 256 invocations
