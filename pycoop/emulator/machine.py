@@ -16,6 +16,7 @@ from ..errors import EmulatorError
 from ..ir.core import Block, Module, Op, Value
 from ..ops.registry import get
 from ..types import BufferType, CoopMatType, Scope
+from .lazy import LazyBlocks
 from .memory import Memory, SharedMemory
 
 
@@ -114,13 +115,14 @@ class EmuCtx:
             name = op.name
             if name == "yield" or name == "condition":
                 self.yielded = op.operands
-                return [env[v] for v in op.operands]
+                return [self._value(v) for v in op.operands]
             d = get(name)
             if d.emulate is None:
                 raise EmulatorError(f"op {name} has no emulator semantics", op.loc)
             if self.poison and not op.regions and not d.extra.get("poison_aware"):
                 self.check_poison(op)
-            out = d.emulate(self, op, *[env[v] for v in op.operands])
+            lazy = d.extra.get("lazy_blocks")
+            out = d.emulate(self, op, *[env[v] if lazy else self._value(v) for v in op.operands])
             if name == "return":
                 return None
             res = op.results
@@ -130,6 +132,13 @@ class EmuCtx:
                 for r, v in zip(res, out):
                     env[r] = v
         return []
+
+    def _value(self, v: Value):
+        """The value of `v`, copying lazy product blocks out once (see emulator.lazy)."""
+        x = self.env[v]
+        if isinstance(x, LazyBlocks):
+            x = self.env[v] = x.materialize()
+        return x
 
     def run_region(self, block: Block, args: list, mask: np.ndarray | None) -> list | None:
         """Run `block` with its arguments bound to `args` under `mask`; restore the caller's

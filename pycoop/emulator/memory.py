@@ -12,6 +12,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import EmulatorError
 from ..types import CoopMatType, ScalarType, StructType, VectorType
+from .lazy import LazyBlocks
 
 
 def _block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray:
@@ -218,6 +219,15 @@ class Memory:
     def scatter_block(self, ctx, op, offs, stride, layout, active, mat, t: CoopMatType) -> None:
         offs = self.check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix store")
         starts = offs + self._segment_base(ctx, offs.shape)
+        if isinstance(mat, LazyBlocks):
+            s = np.asarray(stride)
+            if (not self.tracks_writes and active is None and layout == "RowMajorKHR"
+                    and (s == s.flat[0]).all()):
+                cells = _lattice(t, layout, starts, int(s.flat[0]))
+                if cells is not None and mat.store_onto(self.data, int(starts.min()),
+                                                        int(s.flat[0]), cells):
+                    return
+            mat = mat.materialize()
         vals = np.broadcast_to(mat, offs.shape + t.shape).view(self.elem.dtype)
         stride = np.broadcast_to(np.asarray(stride, dtype=np.int64), offs.shape)
         if active is not None:

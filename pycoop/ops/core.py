@@ -302,6 +302,8 @@ def _emu_binary(ctx, op, a, b):
     fn = BINARY[kind][4]
     if e.is_bool:
         fn = {"and": np.logical_and, "or": np.logical_or, "xor": np.not_equal}[kind]
+    if not e.is_float:                 # integer array ops raise no floating-point errors
+        return fn(a, b).astype(a.dtype, copy=False)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         r = fn(a, b)
     return r.astype(a.dtype, copy=False)

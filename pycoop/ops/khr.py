@@ -82,7 +82,9 @@ define("khr.fill", _infer_fill, capabilities=KHR_CAPS,
 def _emu_fill(ctx, op, x):
     t = op.attrs["type"]
     x = ctx.scope_uniform_value(x, t.scope, op, "the fill value")
-    return np.broadcast_to(x[..., None, None], x.shape + t.shape).astype(t.component.dtype)
+    # a read-only broadcast: accumulators start as fills, and copying them costs a pass over
+    # every element of every instance
+    return np.broadcast_to(np.asarray(x, t.component.dtype)[..., None, None], x.shape + t.shape)
 
 
 @lowering("khr.fill")
@@ -154,7 +156,7 @@ def _infer_store(operands, attrs, regions, loc):
 define("khr.load", _infer_load, capabilities=KHR_CAPS,
        doc="OpCooperativeMatrixLoadKHR: element (r, c) from offset + r*stride + c (row major) "
            "or offset + c*stride + r (column major), in units of the array's element type.")
-define("khr.store", _infer_store, capabilities=KHR_CAPS, writes=0,
+define("khr.store", _infer_store, capabilities=KHR_CAPS, writes=0, lazy_blocks=True,
        doc="OpCooperativeMatrixStoreKHR: the inverse of khr.load.")
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ..emulator.lazy import LazyBlocks, as_blocks, materialized
 from ..errors import EmulatorError
 from ..ir.core import Block, Op, Value
 from ..types import BufferType, CoopMatType, Scope
@@ -319,11 +320,25 @@ def _run_chunk(ctx, p: _Plan, body: Block, iv: np.ndarray, accs: list, compresse
             prod = merged.get(m)
             if prod is None:
                 prod = _product(ctx, sub.env[m.operands[0]], sub.env[m.operands[1]], t, inst, wide)
-            total = prod if total is None else np.add(total, prod, out=total)
-        if acc.any():                              # often a fill with zero
+            if total is None:
+                total = prod
+            else:
+                total = materialized(total)
+                np.add(total, materialized(prod), out=total)
+        acc = materialized(acc)                    # the result of an earlier chunk
+        if _nonzero(acc):                          # often a fill with zero
+            total = materialized(total)
             total += acc
-        new.append(total.astype(r.component.dtype, copy=False))
+        if isinstance(total, LazyBlocks) and total.dtype == r.component.dtype:
+            new.append(total)                      # copied out by its consumer
+        else:
+            new.append(materialized(total).astype(r.component.dtype, copy=False))
     return new
+
+
+def _nonzero(x: np.ndarray) -> bool:
+    """x.any(), looking once at each element of a broadcast (a fill) rather than at every copy."""
+    return bool(x[tuple(0 if s == 0 else slice(None) for s in x.strides)].any())
 
 
 def _wide(t: CoopMatType):
@@ -352,20 +367,12 @@ def _merged_products(ctx, sub, p: _Plan, t: int) -> dict:
         if len(ua) * len(ub) > 2 * len(members) * inst[0] * inst[1]:
             continue                              # the grid would mostly compute unused blocks
         wa0, wb0 = members[0][1], members[0][2]
-        m_, n_ = wa0.rows, wb0.cols
-        blocks = _as_blocks(wa0.read(ua, wide) @ wb0.read(ub, wide), m_, n_)
+        grid = wa0.read(ua, wide) @ wb0.read(ub, wide)
         for m, wa, wb in members:
             ia = np.searchsorted(ua, wa.bases)[wa.which]
             ib = np.searchsorted(ub, wb.bases)[wb.which]
-            out[m] = blocks[ia, ib].reshape(inst + (m_, n_))
+            out[m] = LazyBlocks(grid, wa0.rows, wb0.cols, ia, ib, inst)
     return out
-
-
-def _as_blocks(grid: np.ndarray, m: int, n: int) -> np.ndarray:
-    """A (nA*M, nB*N) product viewed as its (nA, nB, M, N) blocks, without a copy."""
-    r0, r1 = grid.strides
-    return as_strided(grid, (grid.shape[0] // m, grid.shape[1] // n, m, n),
-                      (m * r0, n * r1, r0, r1), writeable=False)
 
 
 def _factored_load(ctx, sub, o: Op) -> _Factored:
@@ -492,7 +499,7 @@ def _product(ctx, a: np.ndarray, b: np.ndarray, t: int, inst: tuple[int, int], w
         (acat, ra, m), (bcat, rb, n) = fa, fb            # (nA*M, T*K) and (T*K, nB*N)
         na, nb, tk = acat.shape[0] // m, bcat.shape[1] // n, acat.shape[1]
         if na * nb <= 2 * inst[0] * inst[1]:
-            blocks = _as_blocks(acat @ bcat, m, n)
+            blocks = as_blocks(acat @ bcat, m, n)
             return blocks[ra.reshape(-1), rb.reshape(-1)].reshape(inst + (m, n))
         return np.matmul(acat.reshape(na, m, tk)[ra.reshape(-1)],
                          bcat.reshape(tk, nb, n).transpose(1, 0, 2)[rb.reshape(-1)]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import pycoop as pc
 from pycoop import f16, f32, u32
 from pycoop.kernels.gemm import gemm_khr
+from pycoop.emulator.lazy import LazyBlocks
 from pycoop.ops import loop_fusion
 
 MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
@@ -214,3 +215,60 @@ def test_accumulators_of_different_shapes_share_no_product():
     cols = np.arange(N).reshape(W, 24)
     np.testing.assert_allclose(C[:, cols[:, :16]], full[:, cols[:, :16]], rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(D.reshape(16, W, 8), full[:, cols[:, 16:]], rtol=1e-5, atol=1e-4)
+
+
+@pc.kernel(workgroup_size=64)
+def consumers(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], D: pc.Buffer[f32],
+              M: u32, N: u32, K: u32, reps: u32, mode: pc.Const = 0):
+    """Ways the fused loop's accumulator is used afterwards: stored where its blocks sit in
+    the product (copied straight from it) or otherwise (copied out first)."""
+    m0 = pc.workgroup_id.x * 32 + pc.subgroup_id() * 16
+    n0 = pc.workgroup_id.y * 16
+    acc = Acc.fill(0.0)
+    for r in range(reps if mode == 5 else 1):           # mode 5: an outer runtime loop
+        for k in range(0, K, 16):
+            acc = pc.mul_add(MatA.load(A, m0 * K + k, K), MatB.load(B, k * N + n0, N), acc)
+    if mode == 0:
+        pc.store(C, n0 * M + m0, acc, M, "col_major")   # C holds the transpose
+    elif mode == 1:
+        pc.store(C, m0 * N + n0, acc * 2.0, N)           # another op reads it first
+    elif mode == 2:
+        pc.store(C, m0 * N + n0, acc, N)
+        pc.store(D, m0 * N + n0, acc, N)                 # stored twice
+    elif mode == 3:
+        if pc.workgroup_id.y == 0:                       # some scope instances inactive
+            pc.store(C, m0 * N + n0, acc, N)
+    elif mode == 4:
+        pc.store(C, (m0 ^ 16) * N + n0, acc, N)          # the two subgroups' rows swapped
+    else:
+        pc.store(C, m0 * N + n0, acc, N)
+
+
+@pytest.mark.parametrize("mode", range(7))
+def test_the_accumulator_of_a_fused_loop_feeds_any_consumer(mode, monkeypatch):
+    rng = np.random.default_rng(mode)
+    mb, nb, K, reps = 2, 3, 64, 2
+    M, N = 32 * mb, 16 * nb
+    A = rng.standard_normal((M, K)).astype(np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+    direct, store_onto = [], LazyBlocks.store_onto
+    monkeypatch.setattr(LazyBlocks, "store_onto", lambda *a: direct.append(store_onto(*a)) or direct[-1])
+    runs = []
+    for fused in (True, False):
+        C, D = np.zeros((M, N), np.float32), np.zeros((M, N), np.float32)
+        original = loop_fusion.run
+        try:
+            if not fused:
+                loop_fusion.run = lambda ctx, op, inits: None
+            consumers[(mb, nb)](A, B, C, D, M, N, K, reps, mode=mode, backend="emulator")
+        finally:
+            loop_fusion.run = original
+        runs.append((C, D))
+    full = A.astype(np.float32) @ B.astype(np.float32)
+    want = {0: full.T.reshape(M, N), 1: 2 * full, 2: full, 3: np.where(np.arange(N) < 16, full, 0),
+            4: full.reshape(mb, 2, 16, N)[:, ::-1].reshape(M, N), 5: reps * full, 6: full}[mode]
+    # stored where the blocks sit in the product: copied straight from it
+    assert direct == {2: [True, True], 4: [False], 6: [True]}.get(mode, [])
+    for C, D in runs:
+        np.testing.assert_allclose(C, want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(D, full if mode == 2 else 0, rtol=1e-5, atol=1e-4)
