@@ -19,19 +19,29 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _state = threading.local()
 
 
+_POSITIONS: dict = {}     # code object -> its instructions' source positions
+
+
+def _column(f) -> int:
+    """1-based column of the instruction frame `f` is at (0 if unknown). Every traced op asks,
+    so each code object's position table is built once, not once per op."""
+    code = f.f_code
+    pos = _POSITIONS.get(code)
+    if pos is None:
+        if len(_POSITIONS) > 4096:           # redefined cells in a long notebook session
+            _POSITIONS.clear()
+        pos = _POSITIONS[code] = tuple(code.co_positions()) if hasattr(code, "co_positions") else ()
+    i = f.f_lasti // 2
+    return (pos[i][2] or -1) + 1 if i < len(pos) else 0
+
+
 def current_loc() -> Loc:
     """Location of the innermost frame outside pycoop (the user's code being traced)."""
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
         if not fn.startswith(_PKG_DIR):
-            col = 0
-            try:
-                pos = list(f.f_code.co_positions())[f.f_lasti // 2]
-                col = (pos[2] or -1) + 1
-            except (AttributeError, IndexError):
-                pass
-            return Loc(fn, f.f_lineno, col)
+            return Loc(fn, f.f_lineno, _column(f))
         f = f.f_back
     return UNKNOWN
 
