@@ -116,9 +116,13 @@ class _Rewriter(ast.NodeTransformer):
         self.scopes: list[set[str]] = [set(free)]   # names bound by each enclosing function
 
     def visit_FunctionDef(self, node):
-        """A container the function only mutates (`xs[i] = v` inside a rewritten loop or `if`)
-        is rebound to itself after the rewrite; declare it nonlocal/global so it stays the
-        enclosing function's variable instead of becoming an unassigned local."""
+        """Rewrite the loops and `if`s of a function (the kernel, or a helper defined in it),
+        then fix the scoping the rewrite changed:
+        - a container the function only mutates (`xs[i] = v` inside a rewritten loop or `if`)
+          is rebound to itself afterwards: declared nonlocal/global, it stays the enclosing
+          function's variable instead of becoming an unassigned local;
+        - the function's own locals start as UNDEF, since a rewritten loop or branch passes
+          them in before they may have been assigned."""
         a = node.args
         params = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if p}
         local_names = [n for n in _names_stored(node.body, bases=False) if n not in params]
