@@ -40,9 +40,12 @@ def _lattice(t: CoopMatType, layout: str, starts: np.ndarray, stride: int):
         return None
     y, x = y - y.min(), x - x.min()
     py, px = int(np.gcd.reduce(y)) or h, int(np.gcd.reduce(x)) or w
-    if py < h or px < w or np.unique(starts).size != starts.size:
+    if py < h or px < w:
         return None
-    return y // py, x // px, py, px
+    cy, cx = y // py, x // px
+    if np.bincount(cy * (int(cx.max()) + 1) + cx).max() > 1:     # two blocks in one cell
+        return None
+    return cy, cx, py, px
 
 
 def _store_tiled(data: np.ndarray, t: CoopMatType, layout: str, starts: np.ndarray, stride: int,
@@ -163,6 +166,8 @@ class Memory:
         offs = np.broadcast_to(offs.astype(np.int64), inst)
         ext = _block_extent(t, layout, np.asarray(stride))
         limit = self.segment or self.length
+        if active is None and offs.min() >= 0 and (offs + ext).max() < limit:
+            return offs                  # all in bounds: two reductions, no mask
         bad = (offs < 0) | (offs + ext >= limit)
         if active is not None:
             bad = bad & active
