@@ -60,5 +60,31 @@ class LazyBlocks:
         return True
 
 
+def store_tiles(data: np.ndarray, entries: list[tuple["LazyBlocks", np.ndarray, int]]) -> bool:
+    """Stores of lazy blocks of one product into `data` (flat, row-major tiles), given as
+    (blocks, block starts, stride), written as one copy of a rectangle of the product when
+    together they tile it exactly, each block at the product's own relative place (a tiled
+    GEMM's accumulator stores). False (nothing written) otherwise."""
+    lazy, _, stride = entries[0]
+    g, m, n = lazy.grid, lazy.m, lazy.n
+    if data.dtype != g.dtype or any(e[0].grid is not g or e[2] != stride for e in entries):
+        return False
+    ia = np.concatenate([e[0].ia.reshape(-1) for e in entries])
+    ib = np.concatenate([e[0].ib.reshape(-1) for e in entries])
+    y, x = np.divmod(np.concatenate([e[1].reshape(-1) for e in entries]), stride)
+    r0, c0 = y - ia * m, x - ib * n                 # where the product's origin lands
+    a0, b0 = int(ia.min()), int(ib.min())
+    na, nb = int(ia.max()) - a0 + 1, int(ib.max()) - b0 + 1
+    if (na * nb != ia.size or (r0 != r0[0]).any() or (c0 != c0[0]).any()
+            or int(c0[0]) + (b0 + nb) * n > stride or int(r0[0]) < 0 or int(c0[0]) < 0
+            or np.bincount((ia - a0) * nb + (ib - b0)).max() > 1):
+        return False
+    isz = data.itemsize
+    start = (int(r0[0]) + a0 * m) * stride + int(c0[0]) + b0 * n
+    dst = as_strided(data[start:], (na * m, nb * n), (stride * isz, isz), writeable=True)
+    dst[...] = g[a0 * m:(a0 + na) * m, b0 * n:(b0 + nb) * n]
+    return True
+
+
 def materialized(x):
     return x.materialize() if isinstance(x, LazyBlocks) else x

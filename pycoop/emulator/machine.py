@@ -110,28 +110,40 @@ class EmuCtx:
     # ---------------------------------------------------------------- execution
 
     def run_block(self, block: Block) -> list | None:
-        env = self.env
-        for op in block.ops:
-            name = op.name
-            if name == "yield" or name == "condition":
+        ops, i = block.ops, 0
+        while i < len(ops):
+            op = ops[i]
+            i += 1
+            if op.name == "yield" or op.name == "condition":
                 self.yielded = op.operands
                 return [self._value(v) for v in op.operands]
-            d = get(name)
-            if d.emulate is None:
-                raise EmulatorError(f"op {name} has no emulator semantics", op.loc)
-            if self.poison and not op.regions and not d.extra.get("poison_aware"):
-                self.check_poison(op)
-            lazy = d.extra.get("lazy_blocks")
-            out = d.emulate(self, op, *[env[v] if lazy else self._value(v) for v in op.operands])
-            if name == "return":
+            batch = get(op.name).extra.get("batch")   # a run of such ops done at once
+            done = batch(self, ops, i - 1) if batch is not None else 0
+            if done:
+                i += done - 1
+            elif self.execute(op):
                 return None
-            res = op.results
-            if len(res) == 1 and not op.regions:     # region ops give a list of results
-                env[res[0]] = out
-            elif res:
-                for r, v in zip(res, out):
-                    env[r] = v
         return []
+
+    def execute(self, op: Op) -> bool:
+        """Run one op (not yield/condition); True if it was a `return`."""
+        d = get(op.name)
+        if d.emulate is None:
+            raise EmulatorError(f"op {op.name} has no emulator semantics", op.loc)
+        if self.poison and not op.regions and not d.extra.get("poison_aware"):
+            self.check_poison(op)
+        env = self.env
+        lazy = d.extra.get("lazy_blocks")
+        out = d.emulate(self, op, *[env[v] if lazy else self._value(v) for v in op.operands])
+        if op.name == "return":
+            return True
+        res = op.results
+        if len(res) == 1 and not op.regions:     # region ops give a list of results
+            env[res[0]] = out
+        elif res:
+            for r, v in zip(res, out):
+                env[r] = v
+        return False
 
     def _value(self, v: Value):
         """The value of `v`, copying lazy product blocks out once (see emulator.lazy)."""

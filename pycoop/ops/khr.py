@@ -8,6 +8,7 @@ import numbers
 
 import numpy as np
 
+from ..emulator.lazy import LazyBlocks, store_tiles
 from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1
 from ..ir.core import Value
@@ -157,6 +158,7 @@ define("khr.load", _infer_load, capabilities=KHR_CAPS,
        doc="OpCooperativeMatrixLoadKHR: element (r, c) from offset + r*stride + c (row major) "
            "or offset + c*stride + r (column major), in units of the array's element type.")
 define("khr.store", _infer_store, capabilities=KHR_CAPS, writes=0, lazy_blocks=True,
+       batch=lambda ctx, ops, i: _store_batch(ctx, ops, i),      # defined with the emulation
        doc="OpCooperativeMatrixStoreKHR: the inverse of khr.load.")
 
 
@@ -205,8 +207,8 @@ def _component_memory(ctx, v: Value, t: CoopMatType):
     return (mem.components(t.component) if k > 1 else mem), k
 
 
-@emulation("khr.store")
-def _emu_store(ctx, op, mem, offset, mat, stride):
+def _store_target(ctx, op, offset, stride):
+    """(memory, matrix type, block offsets, stride, active instances) of a store, checked."""
     t: CoopMatType = op.operands[2].type
     offs = ctx.scope_uniform_value(offset, t.scope, op, "the store offset")
     strd = ctx.scope_uniform_value(stride, t.scope, op, "the store stride")
@@ -214,8 +216,62 @@ def _emu_store(ctx, op, mem, offset, mat, stride):
     ctx.check_instances(np.asarray(strd) == 0, active, op,
                         f"{SPEC}: Stride must be greater than 0 when passed to a store")
     mem, k = _component_memory(ctx, op.operands[0], t)
-    mem.scatter_block(ctx, op, offs * k, strd * k, op.attrs["layout"], active, mat, t)
+    return mem, t, offs * k, strd * k, active
+
+
+@emulation("khr.store")
+def _emu_store(ctx, op, mem, offset, mat, stride):
+    mem, t, offs, strd, active = _store_target(ctx, op, offset, stride)
+    mem.scatter_block(ctx, op, offs, strd, op.attrs["layout"], active, mat, t)
     return ()
+
+
+# Ops that touch no memory: a run of stores may be done after them.
+_PURE = {"const", "binary", "unary", "compare", "select", "cast", "bitcast", "builtin",
+         "composite.construct", "composite.extract"}
+
+
+def _store_batch(ctx, ops: list, i: int) -> int:
+    """Row-major stores of lazy blocks of one matrix product into one buffer (a tiled GEMM's
+    accumulators after its K loop), apart from each other only by ops that touch no memory,
+    done as one copy when together they tile a rectangle of the product placed as it is.
+    The number of ops done (the stores and the ops between them, run first), or 0."""
+    first = ops[i]
+    lazy = ctx.env.get(first.operands[2])
+    if not isinstance(lazy, LazyBlocks) or ctx.poison:
+        return 0
+    stores, end = [], i
+    for j in range(i, len(ops)):
+        op = ops[j]
+        if op.name == "khr.store":
+            v = ctx.env.get(op.operands[2])
+            if (not isinstance(v, LazyBlocks) or v.grid is not lazy.grid
+                    or op.operands[0] is not first.operands[0]
+                    or op.attrs["layout"] != "RowMajorKHR"):
+                break
+            stores.append(op)
+            end = j + 1
+        elif op.name not in _PURE or op.regions:
+            break
+    if len(stores) < 2:
+        return 0
+    for op in ops[i:end]:
+        if op.name != "khr.store":
+            ctx.execute(op)
+    entries = []
+    for op in stores:
+        mem, t, offs, strd, active = _store_target(ctx, op, ctx.env[op.operands[1]],
+                                                   ctx.env[op.operands[3]])
+        s = np.asarray(strd).reshape(-1)
+        if active is not None or mem.tracks_writes or not (s == s[0]).all():
+            break
+        offs = mem.check_block(ctx, op, t, offs, strd, "RowMajorKHR", None,
+                               "cooperative matrix store")
+        entries.append((ctx.env[op.operands[2]], offs, int(s[0])))
+    if len(entries) < len(stores) or not store_tiles(mem.data, entries):
+        for op in stores:
+            ctx.execute(op)
+    return end - i
 
 
 @lowering("khr.load")

@@ -309,3 +309,60 @@ def test_lazy_blocks_store_exactly_what_their_gathered_copy_stores(na, nb, da, d
         assert swap and na > 1                # only a mismatched lattice refuses
         return
     np.testing.assert_array_equal(got, want)
+
+
+@pc.kernel(workgroup_size=32)
+def tile_stores(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], N: u32, K: u32,
+                mode: pc.Const = 0):
+    """Two accumulators of one K loop stored one after the other: together they tile the
+    product in place (mode 0), overlap (1), are read back between (2), or run off the end (3)."""
+    n0 = pc.workgroup_id.x * 32
+    acc0, acc1 = Acc.fill(0.0), Acc.fill(0.0)
+    for k in range(0, K, 16):
+        a = MatA.load(A, k, K)
+        acc0 = pc.mul_add(a, MatB.load(B, k * N + n0, N), acc0)
+        acc1 = pc.mul_add(a, MatB.load(B, k * N + n0 + 16, N), acc1)
+    pc.store(C, n0, acc0, N)
+    if mode == 1:
+        pc.store(C, n0 + 8, acc1, N)                      # overlaps the first tile
+    elif mode == 2:
+        back = Acc.load(C, n0, N)                         # sees the first store
+        pc.store(C, n0 + 16, back + acc1, N)
+    elif mode == 3:
+        pc.store(C, n0 + 16 + N * 16, acc1, N)  # OVERRUN
+    else:
+        pc.store(C, n0 + 16, acc1, N)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_consecutive_tile_stores_match_the_ordinary_loop(mode, monkeypatch):
+    from pycoop.ops import khr
+    copies, store_tiles = [], khr.store_tiles
+    monkeypatch.setattr(khr, "store_tiles", lambda *a: copies.append(store_tiles(*a)) or copies[-1])
+    rng = np.random.default_rng(11)
+    W, K = 3, 48
+    N = 32 * W
+    A = rng.standard_normal((16, K)).astype(np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+    full = (A.astype(np.float32) @ B.astype(np.float32)).reshape(16, W, 2, 16)
+    want = full.copy()
+    if mode == 1:
+        want[..., 0, 8:] = full[..., 1, :8]
+        want[..., 1, :8] = full[..., 1, 8:]
+        want[..., 1, 8:] = 0
+    elif mode == 2:
+        want[..., 1, :] += full[..., 0, :]
+    C = np.zeros((16, N), np.float32)
+    tile_stores[W](A, B, C, N, K, mode=mode, backend="emulator")
+    np.testing.assert_allclose(C.reshape(16, W, 2, 16), want, rtol=1e-5, atol=1e-4)
+    # in place: one copy; overlapping: store by store; a load between: no run of stores
+    assert copies == {0: [True], 1: [False], 2: []}[mode]
+
+
+def test_a_store_out_of_bounds_among_tile_stores_is_reported_at_its_line():
+    A, B = np.ones((16, 32), np.float16), np.ones((32, 64), np.float16)
+    C = np.zeros((16, 64), np.float32)
+    with pytest.raises(pc.EmulatorError, match="out of bounds") as e:
+        tile_stores[2](A, B, C, 64, 32, mode=3, backend="emulator")
+    lines, start = inspect.getsourcelines(tile_stores.fn)
+    assert e.value.loc.line == start + next(i for i, s in enumerate(lines) if "OVERRUN" in s)
