@@ -1,6 +1,7 @@
 """Matrices the fused GEMM loop leaves as blocks of one matrix product, copied out only when
-needed: a store that writes the blocks onto a lattice matching their place in the product
-copies them straight from it (one pass instead of a gather, a reorder and a copy)."""
+needed: stores that write the blocks where they sit in the product (up to a translation and
+a constant step) copy them straight from it, one pass instead of a gather, a reorder and a
+copy."""
 from __future__ import annotations
 
 import numpy as np
@@ -35,54 +36,39 @@ class LazyBlocks:
         out = self.materialize()
         return out if dtype is None else out.astype(dtype, copy=False)
 
-    def store_onto(self, data: np.ndarray, start: int, stride: int, cells) -> bool:
-        """Write the blocks row-major into `data` (flat), block i at cell (cy[i], cx[i]) of the
-        lattice of pitch (py, px) rows/columns from `start`, when the cells are the grid's
-        blocks at a constant step (so one strided copy does it). False if they are not."""
-        cy, cx, py, px = cells
-        ia, ib = self.ia.reshape(-1), self.ib.reshape(-1)
-        ny, nx = int(cy.max()) + 1, int(cx.max()) + 1
-        if ny * nx != ia.size or data.dtype != self.grid.dtype:
-            return False
-        a0, b0 = int(ia[np.argmin(cy)]), int(ib[np.argmin(cx)])
-        da = int(ia[np.argmax(cy)] - a0) // (ny - 1) if ny > 1 else 1
-        db = int(ib[np.argmax(cx)] - b0) // (nx - 1) if nx > 1 else 1
-        if da < 1 or db < 1 or not ((ia == a0 + da * cy).all() and (ib == b0 + db * cx).all()):
-            return False
-        m, n, g = self.m, self.n, self.grid
-        r0, r1 = g.strides
-        src = as_strided(g[a0 * m:, b0 * n:], (ny, m, nx, n), (da * m * r0, r0, db * n * r1, r1),
-                         writeable=False)
-        isz = data.itemsize
-        dst = as_strided(data[start:], (ny, m, nx, n), (py * stride * isz, stride * isz,
-                                                          px * isz, isz), writeable=True)
-        dst[...] = src
-        return True
 
-
-def store_tiles(data: np.ndarray, entries: list[tuple["LazyBlocks", np.ndarray, int]]) -> bool:
-    """Stores of lazy blocks of one product into `data` (flat, row-major tiles), given as
-    (blocks, block starts, stride), written as one copy of a rectangle of the product when
-    together they tile it exactly, each block at the product's own relative place (a tiled
-    GEMM's accumulator stores). False (nothing written) otherwise."""
-    lazy, _, stride = entries[0]
-    g, m, n = lazy.grid, lazy.m, lazy.n
-    if data.dtype != g.dtype or any(e[0].grid is not g or e[2] != stride for e in entries):
+def store_blocks(data: np.ndarray, entries: list[tuple[LazyBlocks, np.ndarray]], stride: int) -> bool:
+    """Write the lazy blocks of one or more stores, given as (blocks, block starts) into `data`
+    (flat, rows `stride` apart, blocks row-major), as one strided copy from the product when
+    their places there map onto their destinations by a translation and a constant step:
+    the blocks of one product at grid steps (da, db) landing at steps (py, px) apart, every
+    block of that sub-grid exactly once and no two overlapping (a tiled GEMM's accumulator
+    stores, one at a time or a whole run). False, with nothing written, otherwise."""
+    g, m, n = entries[0][0].grid, entries[0][0].m, entries[0][0].n
+    if data.dtype != g.dtype or any(e[0].grid is not g for e in entries):
         return False
     ia = np.concatenate([e[0].ia.reshape(-1) for e in entries])
     ib = np.concatenate([e[0].ib.reshape(-1) for e in entries])
     y, x = np.divmod(np.concatenate([e[1].reshape(-1) for e in entries]), stride)
-    r0, c0 = y - ia * m, x - ib * n                 # where the product's origin lands
     a0, b0 = int(ia.min()), int(ib.min())
-    na, nb = int(ia.max()) - a0 + 1, int(ib.max()) - b0 + 1
-    if (na * nb != ia.size or (r0 != r0[0]).any() or (c0 != c0[0]).any()
-            or int(c0[0]) + (b0 + nb) * n > stride or int(r0[0]) < 0 or int(c0[0]) < 0
-            or np.bincount((ia - a0) * nb + (ib - b0)).max() > 1):
+    da, db = int(np.gcd.reduce(ia - a0)) or 1, int(np.gcd.reduce(ib - b0)) or 1
+    ka, kb = (ia - a0) // da, (ib - b0) // db
+    na, nb = int(ka.max()) + 1, int(kb.max()) + 1
+    if na * nb != ia.size or np.bincount(ka * nb + kb).max() > 1:
+        return False                                  # not every block of the sub-grid once
+    y0, x0 = int(y[np.argmin(ka)]), int(x[np.argmin(kb)])
+    py = int(y[np.argmax(ka)] - y0) // (na - 1) if na > 1 else m
+    px = int(x[np.argmax(kb)] - x0) // (nb - 1) if nb > 1 else n
+    if (py < m or px < n or x0 + (nb - 1) * px + n > stride
+            or not ((y == y0 + ka * py).all() and (x == x0 + kb * px).all())):
         return False
+    r0, r1 = g.strides
+    src = as_strided(g[a0 * m:, b0 * n:], (na, m, nb, n), (da * m * r0, r0, db * n * r1, r1),
+                     writeable=False)
     isz = data.itemsize
-    start = (int(r0[0]) + a0 * m) * stride + int(c0[0]) + b0 * n
-    dst = as_strided(data[start:], (na * m, nb * n), (stride * isz, isz), writeable=True)
-    dst[...] = g[a0 * m:(a0 + na) * m, b0 * n:(b0 + nb) * n]
+    dst = as_strided(data[y0 * stride + x0:], (na, m, nb, n),
+                     (py * stride * isz, stride * isz, px * isz, isz), writeable=True)
+    dst[...] = src
     return True
 
 

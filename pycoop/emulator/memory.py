@@ -12,7 +12,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import EmulatorError
 from ..types import CoopMatType, ScalarType, StructType, VectorType
-from .lazy import LazyBlocks
+from .lazy import LazyBlocks, store_blocks
 
 
 def _block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray:
@@ -227,11 +227,9 @@ class Memory:
         if isinstance(mat, LazyBlocks):
             s = np.asarray(stride)
             if (not self.tracks_writes and active is None and layout == "RowMajorKHR"
-                    and (s == s.flat[0]).all()):
-                cells = _lattice(t, layout, starts, int(s.flat[0]))
-                if cells is not None and mat.store_onto(self.data, int(starts.min()),
-                                                        int(s.flat[0]), cells):
-                    return
+                    and (s == s.flat[0]).all()
+                    and store_blocks(self.data, [(mat, starts)], int(s.flat[0]))):
+                return
             mat = mat.materialize()
         vals = np.broadcast_to(mat, offs.shape + t.shape).view(self.elem.dtype)
         stride = np.broadcast_to(np.asarray(stride, dtype=np.int64), offs.shape)

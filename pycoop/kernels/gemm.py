@@ -24,6 +24,25 @@ MatB = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseB]
 Acc = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
 
 
+def _mul_add_tiles(acc: list, a: list, b: list) -> list:
+    """[[a[i] @ b[j] + acc[i][j]]] for every pair of tiles. Returned, not updated in place: a
+    runtime loop carries what its body assigns."""
+    return [[pc.mul_add(ai, bj, c) for bj, c in zip(b, row)] for ai, row in zip(a, acc)]
+
+
+def _store_tiles(C, acc: list, m0, n0, N) -> None:
+    """Store the 16x16 accumulator tiles acc[i][j] at row m0 + 16i, column n0 + 16j of C."""
+    for i, row in enumerate(acc):
+        for j, tile in enumerate(row):
+            pc.store(C, (m0 + 16 * i) * N + n0 + 16 * j, tile, N)
+
+
+def _uvec4_slots(t, nth: int, rows: int, cols: int) -> list:
+    """The (row, uvec4 column) slots of a rows x cols f16 tile that invocation t of nth
+    copies, consecutive invocations on consecutive uvec4."""
+    return [divmod(t + q * nth, cols // 8) for q in range(rows * cols // 8 // nth)]
+
+
 @pc.kernel(workgroup_size=128)
 def gemm_khr(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N: u32, K: u32,
              TM: pc.Const = 2, TN: pc.Const = 2):
@@ -34,12 +53,8 @@ def gemm_khr(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N:
     for k in range(0, K, 16):
         a = [MatA.load(A, (m0 + 16 * i) * K + k, K) for i in range(TM)]
         b = [MatB.load(B, k * N + n0 + 16 * j, N) for j in range(TN)]
-        for i in range(TM):
-            for j in range(TN):
-                acc[i][j] = pc.mul_add(a[i], b[j], acc[i][j])
-    for i in range(TM):
-        for j in range(TN):
-            pc.store(C, (m0 + 16 * i) * N + n0 + 16 * j, acc[i][j], N)
+        acc = _mul_add_tiles(acc, a, b)
+    _store_tiles(C, acc, m0, n0, N)
 
 
 @functools.cache
@@ -83,8 +98,7 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
         if vector_copy:
             # the uvec4 of the A and B blocks this invocation copies: (row, column in uvec4)
             t = pc.local_invocation_index()
-            pa = [divmod(t + q * nth, BK // 8) for q in range(BM * BK // 8 // nth)]
-            pb = [divmod(t + q * nth, BN // 8) for q in range(BK * BN // 8 // nth)]
+            pa, pb = _uvec4_slots(t, nth, BM, BK), _uvec4_slots(t, nth, BK, BN)
 
             def fetch(kn):
                 return ([A[(m0 + r) * (K // 8) + kn // 8 + c] for r, c in pa],
@@ -118,13 +132,9 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
             for kk in range(0, BK, 16):
                 a = [MatA.load(sa, ((wm + 16 * i) * lda + kk) // V, lda // V) for i in range(TM)]
                 b = [MatB.load(sb, (kk * ldb + wn + 16 * j) // V, ldb // V) for j in range(TN)]
-                for i in range(TM):
-                    for j in range(TN):
-                        acc[i][j] = pc.mul_add(a[i], b[j], acc[i][j])
+                acc = _mul_add_tiles(acc, a, b)
             pc.barrier()
-        for i in range(TM):
-            for j in range(TN):
-                pc.store(C, (m0 + wm + 16 * i) * N + n0 + wn + 16 * j, acc[i][j], N)
+        _store_tiles(C, acc, m0 + wm, n0 + wn, N)
     return gemm_khr_staged
 
 
@@ -272,7 +282,7 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
         sg, t = pc.subgroup_id(), pc.local_invocation_index()
         wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
-        px = [divmod(t + q * nth, BK // 8) for q in range(BM * BK // 8 // nth)]    # (row, uvec4)
+        px = _uvec4_slots(t, nth, BM, BK)
         pr = [divmod(t + q * nth, sw_words) for q in range(-(-raw // nth))]        # (row, word)
         pd = [divmod(t + q * nth, BN) for q in range(halves // nth)]   # (2 block + half, row)
 
@@ -336,11 +346,7 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
                 a = [MatA.load(sx, ((wm + 16 * i) * ld + kk) // 8, ld // 8) for i in range(TM)]
                 b = [MatB.load(sw, ((wn + 16 * j) * ld + kk) // 8, ld // 8, "col_major")
                      for j in range(TN)]
-                for i in range(TM):
-                    for j in range(TN):
-                        acc[i][j] = pc.mul_add(a[i], b[j], acc[i][j])
+                acc = _mul_add_tiles(acc, a, b)
             pc.barrier()
-        for i in range(TM):
-            for j in range(TN):
-                pc.store(Y, (m0 + wm + 16 * i) * N + n0 + wn + 16 * j, acc[i][j], N)
+        _store_tiles(Y, acc, m0 + wm, n0 + wn, N)
     return gemm_q4_0_staged

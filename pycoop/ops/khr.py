@@ -8,13 +8,13 @@ import numbers
 
 import numpy as np
 
-from ..emulator.lazy import LazyBlocks, store_tiles
+from ..emulator.lazy import LazyBlocks, store_blocks
 from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1
 from ..ir.core import Value
 from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, u32)
 from .core import as_value, check_readable, convert_array
-from .registry import define, emulation, lowering
+from .registry import MEMORYLESS, define, emulation, lowering
 
 KHR_CAPS = ("CooperativeMatrixKHR",)
 LAYOUTS = {"row_major": "RowMajorKHR", "col_major": "ColumnMajorKHR",
@@ -226,11 +226,6 @@ def _emu_store(ctx, op, mem, offset, mat, stride):
     return ()
 
 
-# Ops that touch no memory: a run of stores may be done after them.
-_PURE = {"const", "binary", "unary", "compare", "select", "cast", "bitcast", "builtin",
-         "composite.construct", "composite.extract"}
-
-
 def _store_batch(ctx, ops: list, i: int) -> int:
     """Row-major stores of lazy blocks of one matrix product into one buffer (a tiled GEMM's
     accumulators after its K loop), apart from each other only by ops that touch no memory,
@@ -251,24 +246,24 @@ def _store_batch(ctx, ops: list, i: int) -> int:
                 break
             stores.append(op)
             end = j + 1
-        elif op.name not in _PURE or op.regions:
+        elif op.name not in MEMORYLESS or op.regions:
             break
     if len(stores) < 2:
         return 0
     for op in ops[i:end]:
         if op.name != "khr.store":
             ctx.execute(op)
-    entries = []
+    entries, strides = [], set()
     for op in stores:
         mem, t, offs, strd, active = _store_target(ctx, op, ctx.env[op.operands[1]],
                                                    ctx.env[op.operands[3]])
-        s = np.asarray(strd).reshape(-1)
-        if active is not None or mem.tracks_writes or not (s == s[0]).all():
+        strides.update(np.asarray(strd).reshape(-1).tolist())
+        if active is not None or mem.tracks_writes or len(strides) > 1:
             break
         offs = mem.check_block(ctx, op, t, offs, strd, "RowMajorKHR", None,
                                "cooperative matrix store")
-        entries.append((ctx.env[op.operands[2]], offs, int(s[0])))
-    if len(entries) < len(stores) or not store_tiles(mem.data, entries):
+        entries.append((ctx.env[op.operands[2]], offs))
+    if len(entries) < len(stores) or not store_blocks(mem.data, entries, strides.pop()):
         for op in stores:
             ctx.execute(op)
     return end - i

@@ -26,11 +26,10 @@ from ..emulator.lazy import LazyBlocks, as_blocks, materialized
 from ..errors import EmulatorError
 from ..ir.core import Block, Op, Value
 from ..types import BufferType, CoopMatType, Scope
-from .registry import get
+from .registry import MEMORYLESS, get
 
 # Ops the fused body may contain besides the mul_add chains: pure, and reading only buffers.
-_PURE = {"const", "binary", "unary", "compare", "select", "cast", "bitcast", "builtin",
-         "khr.load", "khr.fill", "load", "composite.construct", "composite.extract"}
+_PURE = MEMORYLESS | {"khr.load", "load"}
 _MAX_ELEMENTS = 1 << 22          # per-chunk size of the (T, W, I) scalar arrays
 
 

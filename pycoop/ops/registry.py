@@ -25,6 +25,11 @@ class OpDef:
 
 _REGISTRY: dict[str, OpDef] = {}
 
+# Ops without memory access or side effects: the emulator may run them early or once for a
+# whole loop (loop fusion, runs of stores).
+MEMORYLESS = frozenset({"const", "binary", "unary", "compare", "select", "cast", "bitcast",
+                        "builtin", "composite.construct", "composite.extract", "khr.fill"})
+
 
 def define(name: str, infer: Callable, *, capabilities: tuple[str, ...] = (), doc: str = "",
            **extra) -> OpDef:

@@ -251,8 +251,9 @@ def test_the_accumulator_of_a_fused_loop_feeds_any_consumer(mode, monkeypatch):
     M, N = 32 * mb, 16 * nb
     A = rng.standard_normal((M, K)).astype(np.float16)
     B = rng.standard_normal((K, N)).astype(np.float16)
-    direct, store_onto = [], LazyBlocks.store_onto
-    monkeypatch.setattr(LazyBlocks, "store_onto", lambda *a: direct.append(store_onto(*a)) or direct[-1])
+    from pycoop.emulator import memory               # its single-store calls, not a run's
+    direct, store_blocks = [], memory.store_blocks
+    monkeypatch.setattr(memory, "store_blocks", lambda *a: direct.append(store_blocks(*a)) or direct[-1])
     runs = []
     for fused in (True, False):
         C, D = np.zeros((M, N), np.float32), np.zeros((M, N), np.float32)
@@ -282,7 +283,7 @@ def test_lazy_blocks_store_exactly_what_their_gathered_copy_stores(na, nb, da, d
     """A store of lazy product blocks onto a lattice gives the same memory as storing the
     gathered blocks one by one, whether the one-pass copy applies or not (a permuted instance
     order, steps through the product, a lattice that does not match)."""
-    from pycoop.emulator.lazy import LazyBlocks
+    from pycoop.emulator.lazy import store_blocks
     from pycoop.emulator.memory import _lattice
     rng = np.random.default_rng(seed)
     m = n = 16
@@ -305,7 +306,7 @@ def test_lazy_blocks_store_exactly_what_their_gathered_copy_stores(na, nb, da, d
     cells = _lattice(t, "RowMajorKHR", starts, stride)
     assert cells is not None
     got = np.zeros_like(want)
-    if not lazy.store_onto(got, int(starts.min()), stride, cells):
+    if not store_blocks(got, [(lazy, starts)], stride):
         assert swap and na > 1                # only a mismatched lattice refuses
         return
     np.testing.assert_array_equal(got, want)
@@ -337,8 +338,8 @@ def tile_stores(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], N: u32,
 @pytest.mark.parametrize("mode", [0, 1, 2])
 def test_consecutive_tile_stores_match_the_ordinary_loop(mode, monkeypatch):
     from pycoop.ops import khr
-    copies, store_tiles = [], khr.store_tiles
-    monkeypatch.setattr(khr, "store_tiles", lambda *a: copies.append(store_tiles(*a)) or copies[-1])
+    copies, store_blocks = [], khr.store_blocks       # a run's calls, not single stores'
+    monkeypatch.setattr(khr, "store_blocks", lambda *a: copies.append(store_blocks(*a)) or copies[-1])
     rng = np.random.default_rng(11)
     W, K = 3, 48
     N = 32 * W
