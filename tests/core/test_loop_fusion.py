@@ -2,6 +2,7 @@
 ordinary loop's results (up to float summation order) and never hides an error."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import numpy as np
@@ -21,6 +22,18 @@ Acc = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
 Acc16 = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.Accumulator]
 
 
+@contextlib.contextmanager
+def fusion(on: bool = True):
+    """Launches inside run their loops fused (the default) or the ordinary way."""
+    original = loop_fusion.run
+    if not on:
+        loop_fusion.run = lambda ctx, op, inits: None
+    try:
+        yield
+    finally:
+        loop_fusion.run = original
+
+
 def loop_ops(compiled):
     return [op for op in compiled.module.walk() if op.name == "loop"]
 
@@ -36,12 +49,8 @@ def test_fused_gemm_matches_the_ordinary_loop(tm, tn, mb, nb, kb, seed):
     fused, plain = np.zeros((M, N), np.float32), np.zeros((M, N), np.float32)
     assert loop_fusion.plan(loop_ops(gemm_khr.compile(TM=tm, TN=tn))[0]) is not None
     gemm_khr[(mb, nb)](A, B, fused, M, N, K, TM=tm, TN=tn, backend="emulator")
-    original = loop_fusion.run
-    try:
-        loop_fusion.run = lambda ctx, op, inits: None
+    with fusion(False):
         gemm_khr[(mb, nb)](A, B, plain, M, N, K, TM=tm, TN=tn, backend="emulator")
-    finally:
-        loop_fusion.run = original
     np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-5 * np.abs(plain).max())
     np.testing.assert_allclose(fused, A.astype(np.float32) @ B.astype(np.float32), rtol=1e-5,
                                atol=1e-4 * np.abs(plain).max())
@@ -170,12 +179,8 @@ def test_fused_loop_reads_any_layout_and_spacing(a_cols, b_cols, gap, spread, mb
     assert loop_fusion.plan(loop_ops(layouts.compile(**consts))[0]) is not None
     fused, plain = C0.copy(), C0.copy()
     layouts[(mb, nb)](a_buf, b_buf, fused, M, N, K, **consts, backend="emulator")
-    original = loop_fusion.run
-    try:
-        loop_fusion.run = lambda ctx, op, inits: None
+    with fusion(False):
         layouts[(mb, nb)](a_buf, b_buf, plain, M, N, K, **consts, backend="emulator")
-    finally:
-        loop_fusion.run = original
     want = C0.copy()
     ks = np.arange(K).reshape(-1, 16)[::gap].reshape(-1)
     rows = (np.arange(M).reshape(-1, 32 * spread)[:, :32]).reshape(-1)
@@ -257,13 +262,8 @@ def test_the_accumulator_of_a_fused_loop_feeds_any_consumer(mode, monkeypatch):
     runs = []
     for fused in (True, False):
         C, D = np.zeros((M, N), np.float32), np.zeros((M, N), np.float32)
-        original = loop_fusion.run
-        try:
-            if not fused:
-                loop_fusion.run = lambda ctx, op, inits: None
+        with fusion(fused):
             consumers[(mb, nb)](A, B, C, D, M, N, K, reps, mode=mode, backend="emulator")
-        finally:
-            loop_fusion.run = original
         runs.append((C, D))
     full = A.astype(np.float32) @ B.astype(np.float32)
     want = {0: full.T.reshape(M, N), 1: 2 * full, 2: full, 3: np.where(np.arange(N) < 16, full, 0),
