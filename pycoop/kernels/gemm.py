@@ -182,11 +182,13 @@ Q4_0 = pc.struct("Q4_0", d=f16, qs=pc.array(pc.u16, 8))   # 18 bytes: scale, 32 
 def _q4_0_weight(block, block_coord, coord_in_block):
     """One weight of a llama.cpp Q4_0 block, (nibble - 8) * scale: weight j is the low nibble
     of byte j % 16 for j < 16, else its high nibble. The bytes are read in u16 pairs (half the
-    loads of byte reads; 1.07x on the H200)."""
+    loads of byte reads; 1.07x on the H200), and the nibble becomes an f16 without an integer
+    conversion: OR-ed into the mantissa of 1024.0 (0x6400) it reads as 1024 + q, and
+    subtracting 1032 is exact (1.03x on the H100)."""
     j = coord_in_block[1]
     shift = ((j & 16) >> 2) + ((j & 1) << 3)        # nibble of byte j % 16 inside its u16
     q = (u32(block.qs[(j & 14) >> 1]) >> shift) & 15
-    return (f16(q) - f16(8.0)) * block.d
+    return (pc.bitcast(pc.u16(q | 0x6400), f16) - f16(1032.0)) * block.d
 
 
 @functools.cache
