@@ -16,6 +16,7 @@ from ..types import Type
 from .core import Block, Op, Value
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_KERNELS_DIR = _PKG_DIR + "kernels" + os.sep     # the library's kernels: DSL code like the user's
 _state = threading.local()
 
 
@@ -36,11 +37,12 @@ def _column(f) -> int:
 
 
 def current_loc() -> Loc:
-    """Location of the innermost frame outside pycoop (the user's code being traced)."""
+    """Location of the innermost frame outside pycoop's implementation (the kernel code being
+    traced: the user's, or a kernel of pycoop.kernels)."""
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR):
+        if not fn.startswith(_PKG_DIR) or fn.startswith(_KERNELS_DIR):
             return Loc(fn, f.f_lineno, _column(f))
         f = f.f_back
     return UNKNOWN

@@ -105,3 +105,19 @@ def test_q4_0_staged_gemm_checks_its_tiling():
         gemm_q4_0_staged(64, 64, 32)
     with pytest.raises(ValueError, match="half Q4_0 blocks per invocation"):
         gemm_q4_0_staged(128, 32, 64, 4, 2)            # 128 half blocks for 256 invocations
+
+
+def test_library_kernel_ops_point_at_their_own_source():
+    """A kernel of pycoop.kernels is DSL code like the user's: its ops carry the lines of
+    gemm.py that made them (the K-loop loads, the stores of the tile helper), not the line of
+    whoever compiled it."""
+    import inspect
+
+    import pycoop.kernels.gemm as gemm
+    ck = gemm.gemm_khr_staged(128, 128, 32, 2, 2).compile()
+    lines = inspect.getsource(gemm).splitlines()
+    locs = {(op.name, op.loc.file, op.loc.line) for op in ck.module.walk()}
+    assert {f for _, f, _ in locs} == {gemm.__file__}
+    stores = {ln for name, _, ln in locs if name == "khr.store"}
+    store_line = next(i for i, t in enumerate(lines, 1) if "pc.store(C, (m0 + 16 * i)" in t)
+    assert store_line in stores
