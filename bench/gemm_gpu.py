@@ -9,7 +9,7 @@
   gemm_khr_staged with vector copies)
 
 All f16 in, f32 accumulate. Each configuration runs --repeat times back to back on the device
-(one upload, no idle gaps, so the GPU stays at full clock), after as many unmeasured runs that
+(one upload, no idle gaps, so the GPU stays at full clock), after 200 unmeasured runs that
 bring the clock back up from the idle time of pipeline creation, and reports its fastest run; cuBLAS
 is timed the same way before and after each block and the better of the two is the reference.
 
@@ -55,12 +55,18 @@ def gpu_state() -> str:
         return "nvidia-smi unavailable"
 
 
+WARMUP = 200   # unmeasured runs first: creating a pipeline idles the GPU and lowers its clock;
+               # 50 did not always bring it back up after a large shader (H100, 2026-11-22)
+
+
 def cublas_tflops(m: int, n: int, k: int, repeat: int) -> float:
     import torch
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)
     b = torch.randn(k, n, device="cuda", dtype=torch.float16)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(repeat)]
+    for _ in range(WARMUP):                    # unmeasured, like the pycoop runs
+        a @ b
     for start, end in events:                  # back to back, like the pycoop runs
         start.record()
         a @ b
@@ -70,10 +76,9 @@ def cublas_tflops(m: int, n: int, k: int, repeat: int) -> float:
 
 
 def tflops(kernel, grid, args, flop: int, repeat: int, **consts) -> float:
-    """The fastest of `repeat` back-to-back runs, after as many unmeasured ones: creating the
-    pipeline leaves the GPU idle long enough to lower its clock."""
+    """The fastest of `repeat` back-to-back runs, after WARMUP unmeasured ones."""
     launch = kernel[grid]
-    launch(*args, backend="vulkan", repeat=repeat, **consts)
+    launch(*args, backend="vulkan", repeat=WARMUP, **consts)
     return flop / launch(*args, backend="vulkan", repeat=repeat, **consts).time_ms / 1e9
 
 
