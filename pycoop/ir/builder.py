@@ -11,6 +11,8 @@ import threading
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from ..errors import UNKNOWN, CompileError, Loc
 from ..types import Type
 from .core import Block, Op, Value
@@ -56,6 +58,7 @@ class Tracer:
         self.shared: list[Value] = []
         self.functions: list = []           # functions called by ops (decode, combine, ...)
         self.function_cache: dict = {}
+        self.cse: dict[int, dict] = {}        # id(block) -> {op key: op}: repeated pure ops shared
         self.subgroup_size = subgroup_size
         self.workgroup_size = workgroup_size
 
@@ -103,11 +106,37 @@ def emit(name: str, operands: list[Value], attrs: dict[str, Any] | None = None,
     attrs = attrs or {}
     loc = loc or current_loc()
     result_types: list[Type] = d.infer(operands, attrs, regions, loc)
-    op = Op(name, operands, attrs, result_types, regions, loc)
     t = tracer()
+    key = _cse_key(name, operands, attrs, regions)
+    table = t.cse.setdefault(id(t.block), {})
+    if key is not None and key in table:
+        return table[key]
+    op = Op(name, operands, attrs, result_types, regions, loc)
     if not t.block.terminated:           # code after a `return` is unreachable: not recorded
         t.block.ops.append(op)
+        if key is not None:
+            table[key] = op
     return op
+
+
+def _cse_key(name: str, operands: list[Value], attrs: dict[str, Any], regions) -> tuple | None:
+    """What makes a side-effect-free op equal to an earlier one of its block (the same
+    operands, kind and constants), or None for ops that are never shared. Floats are keyed
+    by their bits: 0.0 == -0.0."""
+    from ..ops.registry import MEMORYLESS
+    if name not in MEMORYLESS or regions:
+        return None
+    items = []
+    for k, v in sorted(attrs.items()):
+        if isinstance(v, (float, np.floating)):
+            v = ("float", float(v).hex())
+        items.append((k, v))
+    key = (name, tuple(map(id, operands)), tuple(items))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def emit1(name: str, operands: list[Value], attrs: dict[str, Any] | None = None,

@@ -357,10 +357,30 @@ def binary(kind: str, a, b) -> Value:
         if isinstance(bt, CoopMatType) and not isinstance(at, CoopMatType):
             from .khr import scale
             return scale(b, a)
+    same = _integer_identity(kind, a, b)
+    if same is not None:
+        return same
     loc = current_loc()
     a = as_value(a, getattr(b, "type", None))
     b = as_value(b, a.type)
     return emit1("binary", [a, b], {"kind": kind}, loc)
+
+
+# x op n == x for an integer x and these Python ints n on the right (or either side: commutative)
+_RIGHT_IDENTITY = {"add": 0, "sub": 0, "mul": 1, "or": 0, "xor": 0, "shl": 0, "shr": 0}
+_COMMUTATIVE = {"add", "mul", "or", "xor"}
+
+
+def _integer_identity(kind: str, a, b) -> Value | None:
+    """The integer operand of `a kind b` when the other is a Python int leaving it unchanged
+    (m0 + 16 * i with i == 0 in an unrolled tile loop): no op is traced. Floats are left alone
+    (-0.0 + 0 is +0.0)."""
+    n = _RIGHT_IDENTITY.get(kind)
+    for x, k, ok in ((a, b, True), (b, a, kind in _COMMUTATIVE)):
+        if (ok and isinstance(x, Value) and type(k) is int and k == n
+                and isinstance(x.type, (ScalarType, VectorType)) and _elem(x.type).is_int):
+            return x
+    return None
 
 
 # --------------------------------------------------------------------------- unary & math

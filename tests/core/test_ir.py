@@ -175,3 +175,39 @@ def test_walk_block_visits_nested_regions_in_order():
     assert names.index("if") < names.index("loop") < names.index("condition")
     assert names == [op.name for op in m.walk()]
     assert names.count("store") == 1
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_repeated(X: pycoop.Buffer[f32], Y: pycoop.Buffer[f32], Z: pycoop.Buffer[u32], n: u32):
+    i = pycoop.global_invocation_id.x
+    j = pycoop.global_invocation_id.x                 # the same built-in: one op
+    Z[i] = (i * n + 3) + (j * n + 3) + (i + 0) * 1    # i * n + 3 once; + 0 and * 1: no op
+    Y[i] = X[i] + 0.0                                 # float + 0.0 stays (-0.0 + 0.0 is +0.0)
+    Y[j + 32] = X[i] * -0.0 + X[i] * 0.0              # -0.0 and 0.0: two constants
+    if i < n:
+        Z[i + 64] = i * n + 3                         # another block: its own op
+
+
+def test_repeated_pure_ops_are_traced_once_per_block():
+    m = k_repeated.compile().module
+    top = m.kernel.body.ops
+    count = lambda ops, name, **attrs: sum(  # noqa: E731
+        1 for o in ops if o.name == name and all(o.attrs.get(k) == v for k, v in attrs.items()))
+    assert count(top, "builtin") == 1
+    assert count(top, "binary", kind="mul") == 3      # i * n, X * -0.0, X * 0.0
+    floats = sorted(str(o.attrs["value"]) for o in top if o.name == "const" and o.attrs["type"] == f32)
+    assert floats == ["-0.0", "0.0"]                  # + 0.0 reuses 0.0, -0.0 kept apart
+    assert count(top, "load") == 3                    # memory ops are never shared
+    inner = next(o for o in top if o.name == "if").regions[0].ops
+    assert count(inner, "binary", kind="mul") == 1
+
+
+def test_shared_and_folded_ops_compute_the_same_results():
+    x = np.array([1.5, -2.0] * 48, np.float32)
+    y, z = np.zeros(96, np.float32), np.zeros(128, np.uint32)
+    emu(k_repeated, 1, x, y, z, 5)
+    i = np.arange(32, dtype=np.uint32)
+    np.testing.assert_array_equal(z[:32], 2 * (i * 5 + 3) + i)
+    np.testing.assert_array_equal(z[64:69], i[:5] * 5 + 3)
+    np.testing.assert_array_equal(y[:32], x[:32])
+    assert not np.signbit(y[32:64]).any()             # -0.0 * x + 0.0 * x: +0.0 or -0.0 + 0.0
