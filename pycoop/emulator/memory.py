@@ -15,7 +15,7 @@ from ..types import CoopMatType, ScalarType, StructType, VectorType
 from .lazy import LazyBlocks, store_blocks
 
 
-def _block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray:
+def block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray:
     """Index of the last element of a block relative to its first (elements, per instance)."""
     major, minor = (t.rows, t.cols) if layout == "RowMajorKHR" else (t.cols, t.rows)
     return (major - 1) * stride.astype(np.int64) + (minor - 1)
@@ -24,7 +24,7 @@ def _block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray
 def _windows(data: np.ndarray, t: CoopMatType, layout: str, stride: int, writeable: bool):
     """Every block of `data` with a uniform stride, as a view indexed by its first element."""
     isz = data.itemsize
-    ext = int(_block_extent(t, layout, np.asarray(stride)))
+    ext = int(block_extent(t, layout, np.asarray(stride)))
     st = (isz, stride * isz, isz) if layout == "RowMajorKHR" else (isz, isz, stride * isz)
     return as_strided(data, shape=(max(data.shape[0] - ext, 0), t.rows, t.cols), strides=st,
                       writeable=writeable)
@@ -164,7 +164,7 @@ class Memory:
         several components through components() (khr._component_memory)."""
         inst = ctx.dispatch.instance_shape(t.scope)
         offs = np.broadcast_to(offs.astype(np.int64), inst)
-        ext = _block_extent(t, layout, np.asarray(stride))
+        ext = block_extent(t, layout, np.asarray(stride))
         limit = self.segment or self.length
         if active is None and offs.min() >= 0 and (offs + ext).max() < limit:
             return offs                  # all in bounds: two reductions, no mask

@@ -9,6 +9,7 @@ import numbers
 import numpy as np
 
 from ..emulator.lazy import LazyBlocks, store_blocks
+from ..emulator.memory import block_extent
 from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1
 from ..ir.core import Value
@@ -253,20 +254,40 @@ def _store_batch(ctx, ops: list, i: int) -> int:
     for op in ops[i:end]:
         if op.name != "khr.store":
             ctx.execute(op)
-    entries, strides = [], set()
-    for op in stores:
-        mem, t, offs, strd, active = _store_target(ctx, op, ctx.env[op.operands[1]],
-                                                   ctx.env[op.operands[3]])
-        strides.update(np.asarray(strd).reshape(-1).tolist())
-        if active is not None or mem.tracks_writes or len(strides) > 1:
-            break
-        offs = mem.check_block(ctx, op, t, offs, strd, "RowMajorKHR", None,
-                               "cooperative matrix store")
-        entries.append((ctx.env[op.operands[2]], offs))
-    if len(entries) < len(stores) or not store_blocks(mem.data, entries, strides.pop()):
-        for op in stores:
+    found = _checked_batch(ctx, stores)
+    if found is None or not store_blocks(found[0].data, found[1], found[2]):
+        for op in stores:                 # one at a time: each check reports its own store
             ctx.execute(op)
     return end - i
+
+
+def _checked_batch(ctx, stores: list):
+    """(memory, [(blocks, block starts)], stride) for stores that pass every check of
+    _store_target and check_block together: all invocations active, one stride (> 0) for
+    all, offsets uniform in each scope instance, every block in bounds. None otherwise (the
+    stores then run one by one and the first failing check names its store)."""
+    first = stores[0]
+    t: CoopMatType = first.operands[2].type
+    mem, k = _component_memory(ctx, first.operands[0], t)
+    strd = {ctx.env[op.operands[3]].reshape(-1)[0] if ctx.env[op.operands[3]].size == 1 else None
+            for op in stores}
+    if ctx.mask is not None or mem.tracks_writes or len(strd) != 1 or None in strd:
+        return None
+    stride = int(strd.pop()) * k
+    if stride <= 0:
+        return None
+    d = ctx.dispatch
+    inst = d.instance_shape(t.scope)
+    offs = np.stack([np.broadcast_to(o, d.shape) if o.shape != d.shape else o
+                     for o in (ctx.env[op.operands[1]] for op in stores)])
+    x3 = offs.reshape(len(stores), d.nwg, inst[1], d.wgs // inst[1])
+    if not (x3 == x3[..., :1]).all():
+        return None
+    blocks = x3[..., 0].astype(np.int64) * k                       # (stores, W, S)
+    ext = int(block_extent(t, "RowMajorKHR", np.asarray(stride)))
+    if blocks.min() < 0 or blocks.max() + ext >= (mem.segment or mem.length):
+        return None
+    return mem, [(ctx.env[op.operands[2]], b) for op, b in zip(stores, blocks)], stride
 
 
 @lowering("khr.load")
