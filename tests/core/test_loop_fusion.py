@@ -331,6 +331,10 @@ def tile_stores(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], N: u32,
         pc.store(C, n0 + 16, back + acc1, N)
     elif mode == 3:
         pc.store(C, n0 + 16 + N * 16, acc1, N)  # OVERRUN
+    elif mode == 4:
+        pc.store(C, n0 + 16 + pc.local_invocation_index() % 2, acc1, N)  # SPLIT
+    elif mode == 5:
+        pc.store(C, n0 + 16, acc1, N * (pc.workgroup_id.x % 2))  # ZERO STRIDE
     else:
         pc.store(C, n0 + 16, acc1, N)
 
@@ -360,10 +364,15 @@ def test_consecutive_tile_stores_match_the_ordinary_loop(mode, monkeypatch):
     assert copies == {0: [True], 1: [False], 2: []}[mode]
 
 
-def test_a_store_out_of_bounds_among_tile_stores_is_reported_at_its_line():
+@pytest.mark.parametrize("mode,marker,message", [
+    (3, "OVERRUN", "out of bounds"), (4, "SPLIT", "the store offset differs"),
+    (5, "ZERO STRIDE", "Stride must be greater than 0")])
+def test_a_bad_store_among_tile_stores_is_reported_at_its_line(mode, marker, message):
+    """The run of stores is checked as a whole first; a failure there leaves each store to
+    its own checks, so the error names the store that broke the rule."""
     A, B = np.ones((16, 32), np.float16), np.ones((32, 64), np.float16)
     C = np.zeros((16, 64), np.float32)
-    with pytest.raises(pc.EmulatorError, match="out of bounds") as e:
-        tile_stores[2](A, B, C, 64, 32, mode=3, backend="emulator")
+    with pytest.raises(pc.EmulatorError, match=message) as e:
+        tile_stores[2](A, B, C, 64, 32, mode=mode, backend="emulator")
     lines, start = inspect.getsourcelines(tile_stores.fn)
-    assert e.value.loc.line == start + next(i for i, s in enumerate(lines) if "OVERRUN" in s)
+    assert e.value.loc.line == start + next(i for i, s in enumerate(lines) if marker in s)
