@@ -251,6 +251,27 @@ def test_undefined_out_of_bounds_is_reported_with_line():
     assert e.value.loc.line == line_of("# LOAD", k.fn)
 
 
+@pytest.mark.parametrize("store", [False, True])
+@pytest.mark.parametrize("partial", [False, True])
+def test_a_layout_larger_than_its_buffer_is_reported(store, partial):
+    """A layout describing 32 x 16 elements over a 256-element buffer: the tile at row 16 lies
+    inside the layout but past the buffer. With every element of the tile in the layout (one
+    gather or scatter for the whole tile) or some clamped away (per element), the access is
+    reported, not read or written out of range."""
+    @pc.kernel(workgroup_size=32)
+    def k(X: pc.Buffer[f16], O: pc.Buffer[f16], rows: u32):
+        lay = pc.nv.tensor_layout(2, "constant").dimension(rows, 16).slice(16, 16, 0, 16)
+        if store:
+            pc.nv.store_tensor(O, lay, Acc16.load(X, 0, 16))
+        else:
+            pc.store(O, 0, pc.nv.load_tensor(X, lay, Acc16), 16)
+    X, O = np.ones(256, np.float16), np.zeros(256, np.float16)
+    with pytest.raises(pc.EmulatorError, match="writes past the end" if store else "reads element"):
+        k[1](X, O, 24 if partial else 32, backend="emulator")
+    assert not O.any()
+    SPV.append(k.compile().spv)
+
+
 # --------------------------------------------------------------------------- bad input
 
 def _fails(body, match, marker="# HERE"):

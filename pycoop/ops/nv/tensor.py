@@ -480,6 +480,14 @@ def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
     return plan, active
 
 
+def _check_read_extent(op, memory, ei: np.ndarray) -> None:
+    if ei.size and ei.max() >= memory.length:
+        raise EmulatorError(f"load_tensor reads element {int(ei.max())} of {memory._describe()}",
+                            op.loc, rule="reported by the pycoop emulator",
+                            hint="the layout's dimensions/strides describe more memory than the "
+                                 "buffer holds")
+
+
 @emulation("nv.load_tensor")
 def _emu_load_tensor(ctx, op, mem, obj, layout, *rest):
     t: CoopMatType = op.attrs["type"]
@@ -487,8 +495,15 @@ def _emu_load_tensor(ctx, op, mem, obj, layout, *rest):
     plan, active = _plan(ctx, op, layout, view, t, store=False)
     memory = ctx.memory_of(op.operands[0])
     shape = plan.shape
-    out = np.array(np.broadcast_to(obj, shape), dtype=t.component.dtype)
     acc = plan.accessed if active is None else plan.accessed & active[..., None, None]
+    fn, fv = op.attrs["decode"], op.attrs.get("decode_vector")
+    if fn is None and fv is None and memory.segment is None and acc.all():
+        # every element read from a buffer without decoding (a GEMM's in-bounds tiles): one
+        # gather, no per-element selection
+        ei = np.broadcast_to(plan.element_index, shape)
+        _check_read_extent(op, memory, ei)
+        return memory.data.view(t.component.dtype)[ei]
+    out = np.array(np.broadcast_to(obj, shape), dtype=t.component.dtype)
     use_clamp = plan.use_clamp_value if active is None else plan.use_clamp_value & active[..., None, None]
     if use_clamp.any():
         cv = A.clamp_value_as(plan.layout.clamp_value, t.component.dtype)
@@ -497,13 +512,7 @@ def _emu_load_tensor(ctx, op, mem, obj, layout, *rest):
     if acc.any():
         where = np.nonzero(acc)
         ei = np.broadcast_to(idx, shape)[where]
-        if (ei >= memory.length).any():
-            raise EmulatorError(f"load_tensor reads element {int(ei.max())} of {memory._describe()}",
-                                op.loc, rule="reported by the pycoop emulator",
-                                hint="the layout's dimensions/strides describe more memory than the "
-                                     "buffer holds")
-        fn = op.attrs["decode"]
-        fv = op.attrs.get("decode_vector")
+        _check_read_extent(op, memory, ei)
         if fv is not None:
             from ... import knobs
             out[where] = DV.emulate_decode(ctx, op, fn, fv, memory, plan, where, ei,
@@ -529,14 +538,18 @@ def _emu_store_tensor(ctx, op, mem, mat, layout, *rest):
     memory = ctx.memory_of(op.operands[0])
     acc = plan.accessed if active is None else plan.accessed & active[..., None, None]
     if acc.any():
-        where = np.nonzero(acc)
-        ei = np.broadcast_to(plan.element_index, plan.shape)[where]
+        if memory.segment is None and acc.all():      # every element written: no selection
+            where = (slice(None),)
+            ei = np.broadcast_to(plan.element_index, plan.shape).reshape(-1)
+        else:
+            where = np.nonzero(acc)
+            ei = np.broadcast_to(plan.element_index, plan.shape)[where]
         if memory.segment is not None:
             ei = ei + where[0] * memory.segment
         if (ei >= memory.data.shape[0]).any():
             raise EmulatorError(f"store_tensor writes past the end of {memory._describe()}", op.loc,
                                 rule="reported by the pycoop emulator")
-        vals = np.broadcast_to(mat, plan.shape)[where]
+        vals = np.broadcast_to(mat, plan.shape)[where].reshape(-1)
         check_write_race(op, ei, vals, "store_tensor")
         memory.data.view(t.component.dtype)[ei] = vals
     return ()
