@@ -278,10 +278,14 @@ class SharedMemory(Memory):
         self.data = np.zeros((dispatch.nwg * length,) + comp, dtype=elem.dtype)
         self.writer = np.full(dispatch.nwg * length, -1, dtype=np.int64)
         self.epoch = np.full(dispatch.nwg * length, -1, dtype=np.int64)
-        # the smallest and largest reader id of each element in the epoch `repoch`
-        self.rmin = np.zeros(dispatch.nwg * length, dtype=np.int64)
-        self.rmax = np.zeros(dispatch.nwg * length, dtype=np.int64)
-        self.repoch = np.full(dispatch.nwg * length, -1, dtype=np.int64)
+        # The smallest and largest reader of each element in the current barrier epoch, as
+        # keys that order by epoch first: max of epoch * R + id and min of -epoch * R + id
+        # (id shifted to 0 <= id < R). A newer epoch's reads win both, so nothing is reset at
+        # a barrier.
+        self.rid_shift = dispatch.nsg + 2               # instance ids go down to -1 - nsg
+        self.R = dispatch.wgs + self.rid_shift + 1
+        self.rmax_key = np.full(dispatch.nwg * length, -(1 << 62), dtype=np.int64)   # never read
+        self.rmin_key = np.full(dispatch.nwg * length, 1 << 62, dtype=np.int64)
         self.ctx = ctx
 
     def _describe(self) -> str:
@@ -322,16 +326,21 @@ class SharedMemory(Memory):
             flat, who = flat[ctx.mask], who[ctx.mask]
         self._record_reads(ctx, flat.reshape(-1), who.reshape(-1))
 
-    def _record_reads(self, ctx, idx: np.ndarray, who: np.ndarray) -> None:
+    def _record_reads(self, ctx, idx: np.ndarray, who: np.ndarray, who_max=None) -> None:
         """Remember who read each element in this barrier epoch (the smallest and largest
-        reader id: equal when one invocation read it)."""
-        cur = ctx.barrier_epoch
+        reader id: equal when one invocation read it). `who_max`: the largest reader of each
+        entry when an entry stands for several readers (`who` then the smallest)."""
+        cur, R = ctx.barrier_epoch, self.R
         idx = self._el(idx)
-        stale = idx[self.repoch[idx] != cur]
-        self.rmin[stale], self.rmax[stale] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-        np.minimum.at(self.rmin, idx, who)
-        np.maximum.at(self.rmax, idx, who)
-        self.repoch[idx] = cur
+        np.minimum.at(self.rmin_key, idx, who + (self.rid_shift - cur * R))
+        np.maximum.at(self.rmax_key, idx, (who if who_max is None else who_max)
+                      + (self.rid_shift + cur * R))
+
+    def _readers(self, ctx, e: np.ndarray):
+        """(read in this epoch, smallest reader, largest reader) of elements e."""
+        cur, R = ctx.barrier_epoch, self.R
+        hi = self.rmax_key[e] - (self.rid_shift + cur * R)
+        return hi >= -self.rid_shift, self.rmin_key[e] + (cur * R - self.rid_shift), hi
 
     def _record_write(self, ctx, op, flat, vals):
         who = np.broadcast_to(self._who(ctx), ctx.dispatch.shape)
@@ -345,7 +354,8 @@ class SharedMemory(Memory):
         cur = ctx.barrier_epoch
         e = self._el(idx)
         wrote = (self.epoch[e] == cur) & (self.writer[e] != who)
-        read = (self.repoch[e] == cur) & ((self.rmin[e] != who) | (self.rmax[e] != who))
+        was_read, rmin, rmax = self._readers(ctx, e)
+        read = was_read & ((rmin != who) | (rmax != who))
         if (wrote | read).any():
             old = np.ascontiguousarray(self.data[idx]).view(np.uint8).reshape(len(idx), -1)
             new = np.ascontiguousarray(vals).view(np.uint8).reshape(len(idx), -1)
@@ -368,6 +378,9 @@ class SharedMemory(Memory):
         return np.broadcast_to(-2 - np.arange(shape[1], dtype=np.int64)[None, :], shape)
 
     def _check_race_block(self, ctx, op, t, layout, starts, stride, active):
+        if active is None and stride.size == 1 and self._check_race_distinct_blocks(
+                ctx, t, layout, starts, stride):
+            return
         idx = self._indices(t, layout, starts, stride)
         inst = self._instance_ids(t, starts.shape)[..., None, None]
         e = self._el(idx)
@@ -385,6 +398,27 @@ class SharedMemory(Memory):
         if active is not None:
             idx, ids = idx[active], ids[active]
         self._record_reads(ctx, idx.reshape(-1), ids.reshape(-1))
+
+    def _check_race_distinct_blocks(self, ctx, t, layout, starts, stride) -> bool:
+        """The race check and read records of a matrix load with every instance active, done
+        once per distinct block with the smallest and largest instance reading it (instances
+        loading one tile, as the subgroups of one GEMM row do, share the work). False, with
+        nothing recorded, when some reader races: the per-instance check then names it."""
+        ids = self._instance_ids(t, starts.shape)
+        uniq, inv = np.unique(starts.reshape(-1), return_inverse=True)
+        lo = np.full(len(uniq), np.iinfo(np.int64).max, np.int64)
+        hi = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
+        np.minimum.at(lo, inv, ids.reshape(-1))
+        np.maximum.at(hi, inv, ids.reshape(-1))
+        idx = self._indices(t, layout, uniq, int(stride.reshape(-1)[0]))
+        e = self._el(idx)
+        w = self.writer[e]
+        lo3, hi3 = lo[:, None, None], hi[:, None, None]
+        if ((self.epoch[e] == ctx.barrier_epoch) & ((w != lo3) | (w != hi3))).any():
+            return False
+        self._record_reads(ctx, idx.reshape(-1), np.broadcast_to(lo3, e.shape).reshape(-1),
+                           np.broadcast_to(hi3, e.shape).reshape(-1))
+        return True
 
     def _record_write_block(self, ctx, op, t, idx, active, vals):
         inst_shape = ctx.dispatch.instance_shape(t.scope)

@@ -755,6 +755,31 @@ def test_refilling_shared_memory_another_subgroup_still_reads_is_a_race():
     assert ei.value.loc.line == line_of(k_reuse_shared_tile, "pycoop.store(sh, s * 256, MC32.load(A, 512")
 
 
+@pycoop.kernel(workgroup_size=64)
+def k_read_tile_zero(A: pycoop.Buffer[f32], O: pycoop.Buffer[f32], sync: u32):
+    """Each subgroup stores its tile, then both load tile 0 (the first subgroup's): one block
+    read by two scope instances, only one of which wrote it."""
+    sh = pycoop.shared(f32, 512)
+    s = pycoop.subgroup_id()
+    pycoop.store(sh, s * 256, MC32.load(A, s * 256, 16), 16)
+    if sync == 1:
+        pycoop.barrier()
+    t = MC32.load(sh, 0, 16)
+    pycoop.barrier()
+    pycoop.store(O, s * 256, t, 16)
+
+
+def test_a_tile_loaded_by_several_subgroups_before_the_barrier_is_a_race():
+    a = np.arange(512, dtype=np.float32)
+    o = np.zeros(512, np.float32)
+    emu(k_read_tile_zero, 2, a, o, 1)
+    np.testing.assert_array_equal(o, np.r_[a[:256], a[:256]])
+    with pytest.raises(pycoop.EmulatorError, match="reads shared memory written since the last "
+                       r"barrier by other invocations \(workgroup \(0, 0, 0\), scope instance 1\)") as ei:
+        emu(k_read_tile_zero, 2, a, o, 0)
+    assert ei.value.loc.line == line_of(k_read_tile_zero, "t = MC32.load(sh")
+
+
 def _through_elements(comp, elem, layout):
     """A matrix of `comp` components loaded from a buffer of `elem` (several components per
     element) and stored to another, next to the same through buffers of `comp` itself."""
