@@ -200,14 +200,14 @@ class Memory:
             offs = np.where(active, offs, 0)
         base = self._segment_base(ctx, offs.shape)
         stride = np.asarray(stride)
-        self._check_race_block(ctx, op, t, layout, offs + base, stride, active)
-        if stride.size == 1:
-            # Uniform stride: every block is a strided window of the flat array, and many
-            # instances usually load the same block (every workgroup of a GEMM row loads the
-            # same A tile): copy each distinct block once.
+        distinct = None
+        if stride.size == 1:      # many instances usually load the same block (every
+            # workgroup of a GEMM row loads the same A tile): each distinct block once
+            distinct = np.unique((offs + base).reshape(-1), return_inverse=True)
+        self._check_race_block(ctx, op, t, layout, offs + base, stride, active, distinct)
+        if distinct is not None:  # a uniform stride: every block a strided window
             win = _windows(self.data, t, layout, int(stride.reshape(-1)[0]), writeable=False)
-            uniq, inv = np.unique((offs + base).reshape(-1), return_inverse=True)
-            blocks, index = win[uniq], inv.reshape(offs.shape)
+            blocks, index = win[distinct[0]], distinct[1].reshape(offs.shape)
         else:
             idx = self._indices(t, layout, offs, stride) + np.asarray(base)[..., None, None]
             blocks = self.data[idx].reshape((-1,) + t.shape)
@@ -253,7 +253,7 @@ class Memory:
         else:
             self.data[idx.reshape(-1)] = vals.reshape(-1)
 
-    def _check_race_block(self, ctx, op, t, layout, starts, stride, active):
+    def _check_race_block(self, ctx, op, t, layout, starts, stride, active, distinct=None):
         pass
 
     def _record_write_block(self, ctx, op, t, idx, active, vals):
@@ -377,9 +377,10 @@ class SharedMemory(Memory):
     def _instance_ids(self, t, shape):
         return np.broadcast_to(-2 - np.arange(shape[1], dtype=np.int64)[None, :], shape)
 
-    def _check_race_block(self, ctx, op, t, layout, starts, stride, active):
-        if active is None and stride.size == 1 and self._check_race_distinct_blocks(
-                ctx, t, layout, starts, stride):
+    def _check_race_block(self, ctx, op, t, layout, starts, stride, active, distinct=None):
+        """`distinct`: np.unique(starts, return_inverse=True) when the stride is uniform."""
+        if active is None and distinct is not None and self._check_race_distinct_blocks(
+                ctx, t, layout, starts, stride, distinct):
             return
         idx = self._indices(t, layout, starts, stride)
         inst = self._instance_ids(t, starts.shape)[..., None, None]
@@ -399,13 +400,13 @@ class SharedMemory(Memory):
             idx, ids = idx[active], ids[active]
         self._record_reads(ctx, idx.reshape(-1), ids.reshape(-1))
 
-    def _check_race_distinct_blocks(self, ctx, t, layout, starts, stride) -> bool:
+    def _check_race_distinct_blocks(self, ctx, t, layout, starts, stride, distinct) -> bool:
         """The race check and read records of a matrix load with every instance active, done
         once per distinct block with the smallest and largest instance reading it (instances
         loading one tile, as the subgroups of one GEMM row do, share the work). False, with
         nothing recorded, when some reader races: the per-instance check then names it."""
         ids = self._instance_ids(t, starts.shape)
-        uniq, inv = np.unique(starts.reshape(-1), return_inverse=True)
+        uniq, inv = distinct
         lo = np.full(len(uniq), np.iinfo(np.int64).max, np.int64)
         hi = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
         np.minimum.at(lo, inv, ids.reshape(-1))
