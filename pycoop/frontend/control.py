@@ -113,6 +113,7 @@ def _carried(x) -> bool:
 
 
 RETURN_VALUE = "_pc_rv"        # the variable a single-exit rewrite returns (see transform)
+PASSED = "?"                    # marks a variable a loop or `if` body only passes to calls
 _NOT_SET = object()             # that variable on a path that has not returned yet
 
 
@@ -297,9 +298,21 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
     # the value the body gives it (its initial value is never used)
     placeholders = {len(_flat_prefix(vals[:i])) for i, n in enumerate(names)
                     if n == RETURN_VALUE and vals[i] is None}
+    # Variables the body only passes to calls (names marked PASSED): a callee may change the
+    # elements of a list or dict they hold, anything else stays as it is. Their elements are
+    # carried until a trace shows them unchanged (`invariant`: then read from outside).
+    passed, invariant = set(), set()
+    for i, (n, v) in enumerate(zip(names, vals)):
+        first = len(_flat_prefix(vals[:i]))
+        span = range(first, first + len(_flat_prefix((v,))))
+        if n.endswith(PASSED):
+            passed.update(span)
+            if not isinstance(v, (list, dict)):
+                invariant.update(span)
     promote: dict[int, Type] = {}
-    for _attempt in range(3):
-        carried = [i for i, v in enumerate(leaves) if _carried(v) or i in promote]
+    for _attempt in range(4):
+        carried = [i for i, v in enumerate(leaves)
+                   if (_carried(v) or i in promote) and i not in invariant]
         init = []
         for i in carried:
             v = leaves[i]
@@ -353,8 +366,11 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                 raise CompileError(f"a variable holding {a!r} is reassigned inside a runtime loop", loc,
                                    rule="only numbers and pycoop values can be carried through "
                                         "a loop with a runtime bound")
-        if changed:
+        same = {i for k, i in enumerate(carried)
+                if i in passed and out_leaves[i] is body_blk.args[len(extra) + k]}
+        if changed or same:
             promote.update(changed)
+            invariant |= same
             continue
         break
     yv = list(new_extra)

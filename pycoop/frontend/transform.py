@@ -14,6 +14,7 @@ import textwrap
 import types
 
 from ..errors import CompileError
+from .control import PASSED
 
 _PC = "__pc"
 
@@ -70,6 +71,29 @@ def _names_stored(stmts: list[ast.stmt], *, bases: bool) -> list[str]:
 
     for s in stmts:
         V().visit(s)
+    return list(out)
+
+
+# list/dict methods that change the container in place
+_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
+             "setdefault", "popitem", "__setitem__", "__delitem__"}
+
+
+def _names_passed(stmts: list[ast.stmt], local: set[str]) -> list[str]:
+    """Local variables that `stmts` pass to calls (`helper(xs)`) or call a mutating method of
+    (`xs.append(v)`): a helper may change a list or dict they hold, so a rewritten loop or `if`
+    carries them like the variables it assigns (the runtime keeps only lists and dicts)."""
+    out: dict[str, None] = {}
+    for n in (n for s in stmts for n in ast.walk(s)):
+        if not isinstance(n, ast.Call):
+            continue
+        args = [a.value if isinstance(a, ast.Starred) else a for a in n.args]
+        args += [kw.value for kw in n.keywords]
+        if isinstance(n.func, ast.Attribute) and n.func.attr in _MUTATORS:
+            args.append(n.func.value)
+        for a in args:
+            if isinstance(a, ast.Name) and a.id in local and not a.id.startswith(_PC):
+                out[a.id] = None
     return list(out)
 
 
@@ -164,9 +188,12 @@ class _Rewriter(ast.NodeTransformer):
             out.append(ast.If(test=ast.Attribute(ast.Name(r, ast.Load()), "returned", ast.Load()),
                               body=[ast.Return(ast.Attribute(ast.Name(r, ast.Load()), "value", ast.Load()))],
                               orelse=[]))
-        if names:
+        if names:      # variables only passed to calls come after these: their lists and
+            # dicts were updated in place, so they are not rebound (nor made locals here)
+            values = ast.Attribute(ast.Name(r, ast.Load()), "values", ast.Load())
             out.append(ast.Assign([_tuple(names, ast.Store)],
-                                  ast.Attribute(ast.Name(r, ast.Load()), "values", ast.Load())))
+                                  ast.Subscript(values, ast.Slice(None, ast.Constant(len(names))),
+                                                ast.Load())))
         return [ast.fix_missing_locations(ast.copy_location(s, node)) for s in out]
 
     def _loc_arg(self, node) -> ast.Constant:
@@ -177,15 +204,24 @@ class _Rewriter(ast.NodeTransformer):
         self.generic_visit(node)
         if _has(node.body + node.orelse, (ast.Break, ast.Continue), into_loops=False):
             return node      # break/continue belong to an enclosing trace-time loop
-        names = _names_stored(node.body + node.orelse, bases=True)
+        names, marked, stored = self._names(node.body + node.orelse, ())
         has_ret = _has(node.body + node.orelse, (ast.Return,))
         t, e = self._fresh("then"), self._fresh("else")
         fns = [self._fn(t, names, node.body, names, node),
                self._fn(e, names, node.orelse or [ast.Pass()], names, node)]
         call = _call("if_", [node.test, ast.Name(t, ast.Load()), ast.Name(e, ast.Load()),
-                             _tuple(names, ast.Load), ast.Constant(tuple(names)), self._loc_arg(node)],
+                             _tuple(names, ast.Load), ast.Constant(marked), self._loc_arg(node)],
                      node)
-        return fns + self._finish(node, call, names, has_ret)
+        return fns + self._finish(node, call, stored, has_ret)
+
+    def _names(self, stmts: list[ast.stmt], skip: tuple) -> tuple[list[str], tuple, list[str]]:
+        """The variables a rewritten loop or `if` over `stmts` takes and gives back: those it
+        assigns, then local ones it only passes to calls; the same as the names the runtime
+        gets, the latter marked with PASSED; and the assigned ones alone."""
+        stored = [n for n in _names_stored(stmts, bases=True) if n not in skip]
+        local = set().union(*self.scopes[1:]) if len(self.scopes) > 1 else set()
+        passed = [n for n in _names_passed(stmts, local) if n not in stored and n not in skip]
+        return stored + passed, tuple(stored) + tuple(n + PASSED for n in passed), stored
 
     def _flags(self, node) -> tuple[list[ast.stmt], str] | None:
         """Rewrite `break`/`continue` of this loop into flags (`_pc_brk_N`, `_pc_cnt_N`): the
@@ -245,17 +281,17 @@ class _Rewriter(ast.NodeTransformer):
         if (not is_range or node.orelse
                 or _has(node.body, (ast.Break, ast.Continue), into_loops=False)):
             return node      # stays a Python loop: its bounds must be known at trace time
-        names = [n for n in _names_stored(node.body, bases=True) if n != node.target.id]
+        names, marked, stored = self._names(node.body, (node.target.id,))
         has_ret = _has(node.body, (ast.Return,))
         b = self._fresh("body")
         fn = self._fn(b, [node.target.id, *names], node.body, names, node)
         extra = [it.func, ast.Dict([ast.Constant(kw.arg) for kw in it.keywords],
                                    [kw.value for kw in it.keywords])] if method else []
         call = _call("for_range", [ast.Tuple(it.args, ast.Load()), ast.Name(b, ast.Load()),
-                                   _tuple(names, ast.Load), ast.Constant(tuple(names)),
+                                   _tuple(names, ast.Load), ast.Constant(marked),
                                    self._loc_arg(node), ast.Constant(flags[1] if flags else None),
                                    *extra], node)
-        return (flags[0] if flags else []) + [fn] + self._finish(node, call, [node.target.id, *names],
+        return (flags[0] if flags else []) + [fn] + self._finish(node, call, [node.target.id, *stored],
                                                                  has_ret)
 
     def visit_While(self, node: ast.While):
@@ -267,7 +303,7 @@ class _Rewriter(ast.NodeTransformer):
         self.generic_visit(node)
         if node.orelse or _has(node.body, (ast.Break, ast.Continue), into_loops=False):
             return node
-        names = _names_stored(node.body, bases=True)
+        names, marked, stored = self._names(node.body, ())
         has_ret = _has(node.body, (ast.Return,))
         c, b = self._fresh("cond"), self._fresh("body")
         cond = ast.fix_missing_locations(ast.copy_location(ast.FunctionDef(
@@ -276,9 +312,9 @@ class _Rewriter(ast.NodeTransformer):
             body=[ast.Return(node.test)], decorator_list=[], returns=None, type_params=[]), node))
         fn = self._fn(b, names, node.body, names, node)
         call = _call("while_", [ast.Name(c, ast.Load()), ast.Name(b, ast.Load()),
-                                _tuple(names, ast.Load), ast.Constant(tuple(names)),
+                                _tuple(names, ast.Load), ast.Constant(marked),
                                 self._loc_arg(node)], node)
-        return (flags[0] if flags else []) + [cond, fn] + self._finish(node, call, names, has_ret)
+        return (flags[0] if flags else []) + [cond, fn] + self._finish(node, call, stored, has_ret)
 
     # ---------------------------------------------------------------- expressions
     def visit_BoolOp(self, node: ast.BoolOp):

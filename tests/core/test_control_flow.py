@@ -224,6 +224,76 @@ def test_lists_of_values_carried_through_loops_and_ifs(n):
         assert out[i * 4: i * 4 + 4].tolist() == [acc[0], acc[1], acc[2][0], acc[2][1]]
 
 
+def _bump(xs, d, by):
+    """A plain helper (not traced by pycoop) that changes the list and dict it is given."""
+    for j in range(len(xs)):
+        xs[j] = xs[j] + by
+    d["sum"] = d["sum"] + xs[0]
+
+
+def _read_only(xs):
+    return xs[0] * 2
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_helper_mutates(out: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    acc, d, fixed = [i, i * 3], {"sum": i * 0}, [i + 100]
+    for t in range(n):
+        _bump(acc, d, t)                       # changes acc and d in place
+        out[i * 5 + 4] = _read_only(fixed)     # only reads fixed
+    k = i * 0
+    while k < n:
+        _bump(acc, d, 1)
+        k = k + 1
+    if i % 2 == 0:
+        _bump(acc, d, 10)
+    out[i * 5] = acc[0]
+    out[i * 5 + 1] = acc[1]
+    out[i * 5 + 2] = d["sum"]
+    out[i * 5 + 3] = fixed[0]
+
+
+@SETTINGS
+@given(st.integers(-1, 6))
+def test_a_helper_may_change_lists_and_dicts_inside_runtime_loops_and_ifs(n):
+    """Lists and dicts a plain helper changes in place inside a runtime loop or `if` carry
+    their new values through it, as if the kernel had assigned them."""
+    out = np.full(WG * 5, -7, np.int32)
+    emu(k_helper_mutates, 1, out, n)
+    for i in range(WG):
+        acc, d, fixed = [i, i * 3], {"sum": 0}, [i + 100]
+        for t in range(n):
+            _bump(acc, d, t)
+        for _ in range(max(n, 0)):
+            _bump(acc, d, 1)
+        if i % 2 == 0:
+            _bump(acc, d, 10)
+        want = [acc[0], acc[1], d["sum"], fixed[0], 2 * fixed[0] if n > 0 else -7]
+        assert out[i * 5: i * 5 + 5].tolist() == want
+
+
+def test_only_what_a_helper_changes_is_carried():
+    """The loop carries acc and d (changed by the helper) and its counter: the list the body
+    only reads, and the buffer and bound it passes to ops, stay outside the loop."""
+    loops = [op for op in k_helper_mutates.compile().module.walk() if op.name == "loop"]
+    assert [len(op.operands) for op in loops] == [1 + 3, 3 + 1]   # for: i, acc x2, d; while
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_helper_appends(out: pycoop.Buffer[i32], n: i32):
+    xs = [n]
+    for t in range(n):
+        xs.append(t)                           # HERE
+    out[0] = xs[0]
+
+
+def test_a_helper_growing_a_list_in_a_runtime_loop_is_reported():
+    with pytest.raises(pycoop.CompileError, match="changes its container shape") as e:
+        k_helper_appends.compile()
+    assert e.value.loc.line == line_of(k_helper_appends, "for t in range(n)")
+
+
 # --------------------------------------------------------------------------- early return
 
 @pycoop.kernel(workgroup_size=WG)
