@@ -58,7 +58,9 @@ class Tracer:
         self.shared: list[Value] = []
         self.functions: list = []           # functions called by ops (decode, combine, ...)
         self.function_cache: dict = {}
-        self.cse: dict[int, dict] = {}        # id(block) -> {op key: op}: repeated pure ops shared
+        # id(block) -> (block, {op key: op}): repeated pure ops shared. Keys hold operand ids;
+        # each entry's op keeps its operands alive, so an id is never another value's.
+        self.cse: dict[int, tuple] = {}
         self.subgroup_size = subgroup_size
         self.workgroup_size = workgroup_size
 
@@ -108,7 +110,10 @@ def emit(name: str, operands: list[Value], attrs: dict[str, Any] | None = None,
     result_types: list[Type] = d.infer(operands, attrs, regions, loc)
     t = tracer()
     key = _cse_key(name, operands, attrs, regions)
-    table = t.cse.setdefault(id(t.block), {})
+    blk, table = t.cse.get(id(t.block), (None, None))
+    if blk is not t.block:                 # the block holds its table, so its id stays its own
+        blk, table = t.block, {}
+        t.cse[id(blk)] = (blk, table)
     if key is not None and key in table:
         return table[key]
     op = Op(name, operands, attrs, result_types, regions, loc)

@@ -211,3 +211,28 @@ def test_shared_and_folded_ops_compute_the_same_results():
     np.testing.assert_array_equal(z[64:69], i[:5] * 5 + 3)
     np.testing.assert_array_equal(y[:32], x[:32])
     assert not np.signbit(y[32:64]).any()             # -0.0 * x + 0.0 * x: +0.0 or -0.0 + 0.0
+
+
+
+def test_blocks_never_share_their_traced_ops(monkeypatch):
+    """Each block shares repeated ops only among its own: with every block given the same
+    id() (as CPython may give a new block the address of a discarded trace's block), the
+    kernel still traces, validates and runs right."""
+    import builtins
+
+    from pycoop.ir import builder
+    monkeypatch.setattr(builder, "id", lambda o: 0 if isinstance(o, Block) else builtins.id(o),
+                        raising=False)
+    def inside_and_after(X: pycoop.Buffer[f32], Y: pycoop.Buffer[f32], n: u32):
+        i = pycoop.global_invocation_id.x
+        s = X[i]
+        for r in range(n):
+            s = s + pycoop.cast(i * 3, f32)          # i * 3 in the loop body's block
+        Y[i] = s + pycoop.cast(i * 3, f32)           # and again after the loop
+
+    k = pycoop.kernel(workgroup_size=32)(inside_and_after)
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros(32, np.float32)
+    emu(k, 1, x, y, 4)
+    np.testing.assert_array_equal(y, x + 5 * 3 * x)
+    assert k.compile().spv
