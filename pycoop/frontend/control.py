@@ -7,7 +7,10 @@ flattened so tiles kept in nested lists can be carried through runtime loops.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import numbers
+import types
 from typing import Any, Callable
 
 import numpy as np
@@ -72,6 +75,29 @@ def _runtime_bool(cond, loc: Loc) -> Value | None:
 
 # --------------------------------------------------------------------------- pytrees
 
+def _fields(x) -> list[str] | None:
+    """The attributes of a record (a types.SimpleNamespace or dataclass instance), which
+    branches and loops carry like a dict's items; None for anything else."""
+    if isinstance(x, types.SimpleNamespace):
+        return list(vars(x))
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return [f.name for f in dataclasses.fields(x)]
+    return None
+
+
+class _Record:
+    """A record in a pytree: equal to another of its class (the attribute names are compared
+    beside it); copies of the record are made from `template`."""
+    __slots__ = ("template",)
+    __hash__ = None
+
+    def __init__(self, x):
+        self.template = x
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Record) and type(other.template) is type(self.template)
+
+
 def _flatten(x, leaves: list) -> Any:
     if isinstance(x, list):
         return ("list", [_flatten(v, leaves) for v in x])
@@ -79,6 +105,9 @@ def _flatten(x, leaves: list) -> Any:
         return ("tuple", [_flatten(v, leaves) for v in x])
     if isinstance(x, dict):
         return ("dict", [(k, _flatten(v, leaves)) for k, v in x.items()])
+    names = _fields(x)
+    if names is not None:
+        return ("record", (_Record(x), [(k, _flatten(getattr(x, k), leaves)) for k in names]))
     leaves.append(x)
     return None
 
@@ -91,11 +120,18 @@ def _unflatten(tree, it) -> Any:
         return [_unflatten(t, it) for t in items]
     if kind == "tuple":
         return tuple(_unflatten(t, it) for t in items)
+    if kind == "record":
+        rec, fields = items
+        new = copy.copy(rec.template)
+        for k, t in fields:
+            object.__setattr__(new, k, _unflatten(t, it))    # frozen dataclasses too
+        return new
     return {k: _unflatten(t, it) for k, t in items}
 
 
 def _write_back(orig, new):
-    """Update containers in place so other references to them see the new values."""
+    """Update containers and records in place so other references to them see the new
+    values."""
     if isinstance(orig, list) and isinstance(new, list) and len(orig) == len(new):
         for i, (o, n) in enumerate(zip(orig, new)):
             orig[i] = _write_back(o, n)
@@ -103,6 +139,11 @@ def _write_back(orig, new):
     if isinstance(orig, dict) and isinstance(new, dict) and orig.keys() == new.keys():
         for k in orig:
             orig[k] = _write_back(orig[k], new[k])
+        return orig
+    names = _fields(orig)
+    if names is not None and type(new) is type(orig) and _fields(new) == names:
+        for k in names:
+            object.__setattr__(orig, k, _write_back(getattr(orig, k), getattr(new, k)))
         return orig
     return new
 
@@ -152,7 +193,7 @@ def _same_static(a, b) -> bool:
 def _merge_local(v):
     """A variable first assigned inside the branches: kept if it is a single value (merged like
     any other), otherwise undefined after the if."""
-    if isinstance(v, (list, tuple, dict)):
+    if isinstance(v, (list, tuple, dict)) or _fields(v) is not None:
         return _Undef("it is a container first assigned inside an `if` on a runtime condition")
     return v
 
@@ -307,7 +348,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
         span = range(first, first + len(_flat_prefix((v,))))
         if n.endswith(PASSED):
             passed.update(span)
-            if not isinstance(v, (list, dict)):
+            if not isinstance(v, (list, dict)) and _fields(v) is None:
                 invariant.update(span)
     promote: dict[int, Type] = {}
     for _attempt in range(4):

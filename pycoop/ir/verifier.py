@@ -14,7 +14,16 @@ def _check_block(block: Block, visible: set) -> None:
     for i, op in enumerate(block.ops):
         for v in op.operands:
             if v not in scope:
-                raise CompileError(f"internal: {op.name} uses a value not defined in scope", op.loc)
+                made = f" (made at line {v.op.loc.line})" if v.op is not None and v.op.loc else ""
+                raise CompileError(
+                    f"this uses a value computed inside a runtime loop or `if`{made} outside it",
+                    op.loc, rule="a runtime loop or `if` hands on only the variables it assigns "
+                                 "and the lists, dicts, namespaces and dataclasses it assigns into "
+                                 "or passes to calls",
+                    hint="the value left the body some other way (an attribute of another kind "
+                         "of object, a global, a nonlocal of a function not defined in the "
+                         "kernel): keep it in a variable, list, dict, types.SimpleNamespace or "
+                         "dataclass of the kernel instead")
         if op.name in ("yield", "condition", "return") and i != len(block.ops) - 1:
             raise CompileError(f"internal: {op.name} is not the last op of its block", op.loc)
         types = get(op.name).infer(op.operands, op.attrs, op.regions, op.loc)

@@ -1,6 +1,9 @@
 """Control flow: runtime for / while / if recorded as structured IR, Python-level control flow
 unrolled at trace time, short-circuit boolean operators, early returns, helpers, and the
 compile errors for ill-formed control flow."""
+import dataclasses
+import types
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -292,6 +295,59 @@ def test_a_helper_growing_a_list_in_a_runtime_loop_is_reported():
     with pytest.raises(pycoop.CompileError, match="changes its container shape") as e:
         k_helper_appends.compile()
     assert e.value.loc.line == line_of(k_helper_appends, "for t in range(n)")
+
+
+@dataclasses.dataclass
+class _Running:
+    total: object
+    count: object
+
+
+def _accumulate(run, x):
+    run.total = run.total + x
+    run.count = run.count + 1
+
+
+class _Plain:
+    pass
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_records(out: pycoop.Buffer[i32], n: i32, plain: pycoop.Const = False):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    ns = types.SimpleNamespace(v=i, w=i * 10)
+    run = _Running(i * 0, i * 0)
+    box = _Plain()
+    box.v = i
+    for t in range(n):
+        ns.v = ns.v + t                        # attribute of a namespace assigned in the body
+        _accumulate(run, i)                    # a dataclass changed by a helper
+        if plain:
+            box.v = box.v + 1                  # PLAIN
+    if i % 2 == 0:
+        ns.w = ns.w - 1
+    out[i * 4] = ns.v
+    out[i * 4 + 1] = ns.w
+    out[i * 4 + 2] = run.total
+    out[i * 4 + 3] = run.count + box.v * 0
+
+
+@SETTINGS
+@given(st.integers(-1, 6))
+def test_namespaces_and_dataclasses_are_carried_like_dicts(n):
+    out = np.zeros(WG * 4, np.int32)
+    emu(k_records, 1, out, n)
+    for i in range(WG):
+        trips = max(n, 0)
+        want = [i + trips * (trips - 1) // 2, i * 10 - (i % 2 == 0), i * trips, trips]
+        assert out[i * 4: i * 4 + 4].tolist() == want
+
+
+def test_a_value_leaving_a_runtime_loop_through_a_plain_object_is_reported():
+    with pytest.raises(pycoop.CompileError, match="computed inside a runtime loop or `if`") as e:
+        k_records.compile(plain=True)
+    assert e.value.loc.line == line_of(k_records, "box.v * 0")
+    assert "types.SimpleNamespace" in e.value.hint           # the hint names what is carried
 
 
 # --------------------------------------------------------------------------- early return
