@@ -9,10 +9,16 @@ from .core import Block, Module
 _TERMINATOR = {("if", 0): "yield", ("if", 1): "yield", ("loop", 0): "condition", ("loop", 1): "yield"}
 
 
-def _check_block(block: Block, visible: set) -> None:
+def _check_block(block: Block, visible: set, seen: set) -> None:
+    """`seen`: every value defined so far, nested regions included: one seen but out of scope
+    escaped a region (the user's doing, through an object the tracer does not follow), one
+    not seen yet is used before its definition (a pycoop bug)."""
     scope = set(visible) | set(block.args)
+    seen.update(block.args)
     for i, op in enumerate(block.ops):
         for v in op.operands:
+            if v not in scope and v not in seen:
+                raise CompileError(f"internal: {op.name} uses a value before its definition", op.loc)
             if v not in scope:
                 made = f" (made at line {v.op.loc.line})" if v.op is not None and v.op.loc else ""
                 raise CompileError(
@@ -30,18 +36,20 @@ def _check_block(block: Block, visible: set) -> None:
         if list(types) != [r.type for r in op.results]:
             raise CompileError(f"internal: {op.name} result types {types} != recorded", op.loc)
         for k, r in enumerate(op.regions):
-            _check_block(r, scope)
+            _check_block(r, scope, seen)
             last = r.ops[-1].name if r.ops else None
             want = _TERMINATOR.get((op.name, k))
             if want and last not in (want, "return"):
                 raise CompileError(f"internal: region {k} of {op.name} does not end in {want}", op.loc)
         scope.update(op.results)
+        seen.update(op.results)
 
 
 def verify(m: Module) -> None:
-    """Raise CompileError if the module is malformed (a pycoop bug, not a user error)."""
-    _check_block(m.kernel.body, set(m.kernel.params))
+    """Raise CompileError if the module is malformed: a value used outside the runtime loop
+    or `if` that computed it (the user's, reported as such), anything else a pycoop bug."""
+    _check_block(m.kernel.body, set(m.kernel.params), set())
     for f in m.functions:
-        _check_block(f.body, set(f.params))
+        _check_block(f.body, set(f.params), set())
         if not f.body.ops or f.body.ops[-1].name != "yield":
             raise CompileError(f"internal: function {f.name} does not end in yield", f.loc)

@@ -130,7 +130,8 @@ def test_verifier_catches_use_before_definition():
     a, b = _const(1, i32), _const(2, i32)
     add = Op("binary", [a.result, b.result], {"kind": "add"}, [i32], None, Loc(__file__, 42))
     m = _module(Block(ops=[a, add, b]), [])          # b is used before it is defined
-    with pytest.raises(pycoop.CompileError, match="not defined in scope") as ei:
+    with pytest.raises(pycoop.CompileError, match="internal: binary uses a value before its "
+                                                  "definition") as ei:
         verify(m)
     assert ei.value.line == 42
 
@@ -142,7 +143,7 @@ def test_verifier_catches_value_escaping_its_region():
                [Block(ops=[inner, Op("yield", [], {}, [], None, LOC)]),
                 Block(ops=[Op("yield", [], {}, [], None, LOC)])], LOC)
     use = Op("binary", [inner.result, inner.result], {"kind": "add"}, [i32], None, LOC)
-    with pytest.raises(pycoop.CompileError, match="not defined in scope"):
+    with pytest.raises(pycoop.CompileError, match="computed inside a runtime loop or `if`"):
         verify(_module(Block(ops=[cond, if_op, use]), []))
 
 
