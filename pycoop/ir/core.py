@@ -6,8 +6,11 @@ lowering, emulator) walk this tree directly.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+
+import numpy as np
 
 from ..errors import Loc
 from ..types import Type
@@ -37,7 +40,8 @@ class Value:
         raise CompileError(
             "a runtime value was used where Python needs a plain bool", current_loc(),
             rule="runtime conditions must be in an `if`/`while` of a @pycoop.kernel or @pycoop.func",
-            hint="decorate the helper with @pycoop.func, or use pycoop.select(cond, a, b)")
+            hint="decorate the helper with @pycoop.func, or use pycoop.select(cond, a, b) "
+                 "(and pycoop.max / pycoop.min for Python's max() / min())")
 
     def __index__(self):
         from .builder import current_loc
@@ -54,7 +58,49 @@ class Value:
         raise CompileError(f"cannot iterate over a runtime value of type {self.type}",
                            current_loc())
 
+    def __len__(self):
+        from .builder import current_loc
+        from ..errors import CompileError
+        raise CompileError(f"len() of a runtime value of type {self.type} is not known at "
+                           "trace time", current_loc(),
+                           hint="pass the size as a kernel parameter (a u32, or pycoop.Const to "
+                                "fix it at compile time)")
+
+    # NumPy functions cannot trace: a clear error at the user's line instead of NumPy's own.
+    # An operator with a NumPy scalar on the left (np.float32(2) * x) reaches NumPy first; it
+    # is applied as the Python operator on the scalar's Python value.
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        op = _OPERATOR_UFUNCS.get(ufunc.__name__)
+        scalar = lambda x: isinstance(x, np.generic) or isinstance(x, np.ndarray) and x.ndim == 0  # noqa: E731
+        if (method == "__call__" and op is not None and not kwargs and len(inputs) == 2
+                and all(isinstance(x, Value) or scalar(x) for x in inputs)):
+            return op(*(x if isinstance(x, Value) else x.item() for x in inputs))
+        _numpy_on_value(getattr(ufunc, "__name__", str(ufunc)))
+
+    def __array_function__(self, func, types, args, kwargs):
+        _numpy_on_value(getattr(func, "__name__", str(func)))
+
     __hash__ = object.__hash__
+
+
+_OPERATOR_UFUNCS = {
+    "add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+    "true_divide": operator.truediv, "floor_divide": operator.floordiv, "remainder": operator.mod,
+    "power": operator.pow, "bitwise_and": operator.and_, "bitwise_or": operator.or_,
+    "bitwise_xor": operator.xor, "left_shift": operator.lshift, "right_shift": operator.rshift,
+    "less": operator.lt, "less_equal": operator.le, "greater": operator.gt,
+    "greater_equal": operator.ge, "equal": operator.eq, "not_equal": operator.ne}
+
+
+def _numpy_on_value(name: str):
+    import pycoop
+    from .builder import current_loc
+    from ..errors import CompileError
+    alt = f"pycoop.{name}" if callable(getattr(pycoop, name, None)) else "pycoop's own functions"
+    raise CompileError(f"NumPy's {name}() cannot run on a kernel value", current_loc(),
+                       rule="kernel code is traced: NumPy only computes on values known at "
+                            "trace time",
+                       hint=f"use {alt} (see docs/ops.md)")
 
 
 @dataclass

@@ -915,3 +915,46 @@ def test_helpers_nested_in_a_kernel_mutate_its_containers_in_loops(n):
     out = np.zeros(WG, np.int32)
     emu(k_helper_loops, 1, out, n)
     assert out.tolist() == [n * (n - 1) * 100 + n + 1] * WG
+
+
+# --------------------------------------------------------------------------- NumPy and Python built-ins
+
+@pycoop.kernel(workgroup_size=WG)
+def k_numpy_scalars(X: pycoop.Buffer[f32], Y: pycoop.Buffer[f32]):
+    i = pycoop.global_invocation_id.x
+    v = np.float32(2.0) * X[i] + np.float32(1.0)         # NumPy scalar on the left
+    if np.float32(3.0) < v:
+        v = v - np.float32(0.5)
+    Y[i] = np.float32(10.0) - v
+
+
+def test_numpy_scalars_on_the_left_of_an_operator():
+    x = np.arange(WG, dtype=np.float32)
+    y = np.zeros(WG, np.float32)
+    emu(k_numpy_scalars, 1, x, y)
+    v = 2 * x + 1
+    np.testing.assert_array_equal(y, 10 - np.where(3 < v, v - 0.5, v))
+
+
+def _numpy_exp(X: pycoop.Buffer[f32]):
+    X[0] = np.exp(X[1])                                  # HERE
+
+
+def _numpy_sum(X: pycoop.Buffer[f32]):
+    X[0] = np.sum(X[1])                                  # HERE
+
+
+def _len_of_buffer(X: pycoop.Buffer[f32]):
+    X[0] = len(X)                                        # HERE
+
+
+@pytest.mark.parametrize("body,match,hint", [
+    (_numpy_exp, "NumPy's exp\\(\\) cannot run on a kernel value", "pycoop.exp"),
+    (_numpy_sum, "NumPy's sum\\(\\) cannot run on a kernel value", "pycoop's own functions"),
+    (_len_of_buffer, "len\\(\\) of a runtime value of type Buffer\\[f32\\]", "kernel parameter")])
+def test_numpy_functions_and_len_on_kernel_values_are_reported(body, match, hint):
+    k = pycoop.kernel(workgroup_size=WG)(body)
+    with pytest.raises(pycoop.CompileError, match=match) as ei:
+        k.compile()
+    assert ei.value.line == line_of(body, "# HERE")
+    assert hint in ei.value.hint
