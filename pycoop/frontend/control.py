@@ -158,13 +158,6 @@ PASSED = "?"                    # marks a variable a loop or `if` body only pass
 _NOT_SET = object()             # that variable on a path that has not returned yet
 
 
-def _flat_prefix(vals: tuple) -> list:
-    leaves: list = []
-    for v in vals:
-        _flatten(v, leaves)
-    return leaves
-
-
 def _zero(t: Type, loc: Loc) -> Value:
     """A value of type `t` standing for 'not set yet'."""
     if isinstance(t, CoopMatType):
@@ -334,18 +327,20 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
     (new_extra, user_out | Return)`. Returns (extra results, user values after the loop)."""
     t = tracer()
     leaves: list = []
-    trees = [_flatten(v, leaves) for v in vals]
+    trees, spans = [], []                # spans: the leaves of each variable
+    for v in vals:
+        first = len(leaves)
+        trees.append(_flatten(v, leaves))
+        spans.append(range(first, len(leaves)))
     # the return value of a rewritten function may be None until set: it takes the type of
     # the value the body gives it (its initial value is never used)
-    placeholders = {len(_flat_prefix(vals[:i])) for i, n in enumerate(names)
+    placeholders = {spans[i].start for i, n in enumerate(names)
                     if n == RETURN_VALUE and vals[i] is None}
     # Variables the body only passes to calls (names marked PASSED): a callee may change the
     # elements of a list or dict they hold, anything else stays as it is. Their elements are
     # carried until a trace shows them unchanged (`invariant`: then read from outside).
     passed, invariant = set(), set()
-    for i, (n, v) in enumerate(zip(names, vals)):
-        first = len(_flat_prefix(vals[:i]))
-        span = range(first, first + len(_flat_prefix((v,))))
+    for n, v, span in zip(names, vals, spans):
         if n.endswith(PASSED):
             passed.update(span)
             if not isinstance(v, (list, dict)) and _fields(v) is None:

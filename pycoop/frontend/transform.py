@@ -219,7 +219,7 @@ class _Rewriter(ast.NodeTransformer):
         assigns, then local ones it only passes to calls; the same as the names the runtime
         gets, the latter marked with PASSED; and the assigned ones alone."""
         stored = [n for n in _names_stored(stmts, bases=True) if n not in skip]
-        local = set().union(*self.scopes[1:]) if len(self.scopes) > 1 else set()
+        local = set().union(*self.scopes[1:])          # not scopes[0]: the free variables
         passed = [n for n in _names_passed(stmts, local) if n not in stored and n not in skip]
         return stored + passed, tuple(stored) + tuple(n + PASSED for n in passed), stored
 

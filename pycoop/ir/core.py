@@ -71,9 +71,8 @@ class Value:
     # is applied as the Python operator on the scalar's Python value.
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         op = _OPERATOR_UFUNCS.get(ufunc.__name__)
-        scalar = lambda x: isinstance(x, np.generic) or isinstance(x, np.ndarray) and x.ndim == 0  # noqa: E731
         if (method == "__call__" and op is not None and not kwargs and len(inputs) == 2
-                and all(isinstance(x, Value) or scalar(x) for x in inputs)):
+                and all(isinstance(x, Value) or np.ndim(x) == 0 for x in inputs)):
             return op(*(x if isinstance(x, Value) else x.item() for x in inputs))
         _numpy_on_value(getattr(ufunc, "__name__", str(ufunc)))
 

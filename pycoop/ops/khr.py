@@ -269,8 +269,7 @@ def _checked_batch(ctx, stores: list):
     first = stores[0]
     t: CoopMatType = first.operands[2].type
     mem, k = _component_memory(ctx, first.operands[0], t)
-    strd = {ctx.env[op.operands[3]].reshape(-1)[0] if ctx.env[op.operands[3]].size == 1 else None
-            for op in stores}
+    strd = {s.flat[0] if s.size == 1 else None for s in (ctx.env[op.operands[3]] for op in stores)}
     if ctx.mask is not None or mem.tracks_writes or len(strd) != 1 or None in strd:
         return None
     stride = int(strd.pop()) * k
