@@ -5,7 +5,8 @@
 - pycoop's NV coopmat2 workgroup-scope GEMM (pycoop.kernels.gemm_nv), autotuned over tile
   shapes, edge clamping, k-steps per iteration and shape specialisation
 - the Q4_0 GEMMs at llama.cpp's shape M=4096, N=512, K=14336 (gemm_q4_0 through NV decode
-  functions, gemm_q4_0_staged dequantising by hand) against pycoop's f16 GEMMs there (gemm_nv,
+  functions, gemm_q4_0_staged dequantising llama.cpp's blocks by hand, gemm_q4_0_planes the
+  same blocks split into nibble and scale planes) against pycoop's f16 GEMMs there (gemm_nv,
   gemm_khr_staged with vector copies)
 
 All f16 in, f32 accumulate. Each configuration runs --repeat times back to back on the device
@@ -26,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pycoop.kernels import (gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_staged,
-                            gemm_workgroup_tile)
+from pycoop.kernels import (gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
+                            gemm_q4_0_staged, gemm_workgroup_tile, q4_0_planes)
 
 KHR_CONFIGS = [(2, 2), (4, 4)]
 # BM BN BK SGM SGN pad, specialize, vector_copy
@@ -39,7 +40,8 @@ STAGED_CONFIGS = [((128, 256, 32, 2, 4, 8), False, False), ((128, 256, 32, 2, 4,
 NV_TILES = [(128, 256, 32, 256), (128, 256, 64, 256), (256, 128, 32, 256), (256, 128, 64, 256),
             (128, 128, 64, 256), (128, 128, 32, 256)]
 Q4_TILES = [(128, 128, 32), (128, 128, 64), (256, 64, 64), (128, 64, 64), (256, 64, 32)]  # 256 invocations
-# BM BN BK SGM SGN: gemm_khr_staged(vector_copy=True) for f16, gemm_q4_0_staged for Q4_0
+# BM BN BK SGM SGN: gemm_khr_staged(vector_copy=True) for f16, gemm_q4_0_staged and
+# gemm_q4_0_planes for Q4_0
 Q4_KHR = [(128, 64, 64, 2, 2), (128, 128, 64, 2, 4), (128, 128, 64, 4, 2), (128, 64, 64, 4, 1),
           (128, 128, 64, 2, 2)]
 
@@ -160,6 +162,8 @@ def q4_0(repeat: int) -> None:
                   tflops(gemm_q4_0(bm, bn, bk, 256, unroll, True, clamp=clamp, weights_first=first),
                          grid, [X, Wq, Y, M, N, K], flop, repeat))
     X4, Wt4, W32 = X.view(np.uint32).reshape(-1, 4), Wt.view(np.uint32).reshape(-1, 4), Wq.view(np.uint32)
+    # gemm_q4_0_planes computes W @ X: Q4_0 weights M x K (4096 rows) times f16 K x N
+    Q, D = q4_0_planes(quantize_q4_0(rng.standard_normal((M, K), dtype=np.float32)), M, K)
     for bm, bn, bk, sgm, sgn in Q4_KHR:
         grid, cfg = (M // bm, N // bn), f"{bm}x{bn}x{bk} {sgm}x{sgn}sg spec"
         t.row(f"f16 KHR staged uvec4 {cfg}",
@@ -167,6 +171,8 @@ def q4_0(repeat: int) -> None:
                      [X4, Wt4, Y, M, N, K], flop, repeat))
         t.row(f"Q4_0 KHR staged {cfg}", tflops(gemm_q4_0_staged(bm, bn, bk, sgm, sgn, specialize=True),
                                                grid, [X4, W32, Y, M, N, K], flop, repeat))
+        t.row(f"Q4_0 KHR planes {cfg}", tflops(gemm_q4_0_planes(bm, bn, bk, sgm, sgn, specialize=True),
+                                               grid, [Q, D, Wt4, Y, M, N, K], flop, repeat))
     (b16, n16), (bq, nq) = t.best("f16"), t.best("Q4_0")
     print(f"{'':>16} best f16: {n16}: {b16:.1f}; best Q4_0: {nq}: {bq:.1f}; "
           f"Q4_0 / f16 = {bq / b16:.2f}")

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycoop.kernels import gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_staged, gemm_reference
+from pycoop.kernels import (gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged,
+                            gemm_reference, q4_0_planes)
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
@@ -105,6 +106,43 @@ def test_q4_0_staged_gemm_checks_its_tiling():
         gemm_q4_0_staged(64, 64, 32)
     with pytest.raises(ValueError, match="half Q4_0 blocks per invocation"):
         gemm_q4_0_staged(128, 32, 64, 4, 2)            # 128 half blocks for 256 invocations
+
+
+def test_q4_0_planes_round_trip_the_blocks():
+    rng = np.random.default_rng(5)
+    Wq = quantize_q4_0(rng.standard_normal((3, 96)).astype(np.float32))
+    Q, D = q4_0_planes(Wq, 3, 96)
+    assert Q.shape == (9, 4) and Q.dtype == np.uint32 and D.shape == (9,) and D.dtype == np.float16
+    blocks = np.concatenate([D.view(np.uint8).reshape(9, 2), Q.view(np.uint8).reshape(9, 16)], 1)
+    np.testing.assert_array_equal(blocks.reshape(-1), Wq)
+
+
+@pytest.mark.parametrize("cfg,M,N,K,specialize", [
+    ((64, 64, 64, 2, 2), 128, 64, 64, True),          # one k-step
+    ((64, 64, 32, 1, 2), 64, 128, 96, False),         # one block per row and k-step
+    ((64, 64, 128, 2, 2), 64, 64, 256, True),         # four blocks per row and k-step
+    ((128, 64, 64, 4, 2), 128, 64, 128, False)])      # as many blocks as invocations
+def test_q4_0_planes_gemm(cfg, M, N, K, specialize):
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((M, K)).astype(np.float32)
+    W[:, :32] *= 1e-3                                  # small scales next to large ones
+    Wq = quantize_q4_0(W)
+    X = rng.standard_normal((K, N)).astype(np.float16)
+    Y = np.zeros((M, N), np.float32)
+    k = gemm_q4_0_planes(*cfg, specialize=specialize)
+    k[(M // cfg[0], N // cfg[1])](*q4_0_planes(Wq, M, K), X.view(np.uint32).reshape(-1, 4), Y,
+                                  M, N, K, backend="emulator")
+    want = dequantize_q4_0(Wq, M, K).astype(np.float32) @ X.astype(np.float32)
+    np.testing.assert_allclose(Y, want, rtol=1e-5, atol=1e-4)
+    ck = k.compile(**({"M": M, "N": N, "K": K} if specialize else {}))
+    assert loop_controls(ck) == ["None"]
+
+
+def test_q4_0_planes_gemm_checks_its_tiling():
+    with pytest.raises(ValueError, match="BK a multiple of 32"):
+        gemm_q4_0_planes(64, 64, 48)
+    with pytest.raises(ValueError, match="Q4_0 blocks per invocation"):
+        gemm_q4_0_planes(64, 64, 32, 2, 2)             # 64 blocks for 128 invocations
 
 
 def test_library_kernel_ops_point_at_their_own_source():

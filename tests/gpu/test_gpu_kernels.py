@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycoop.kernels import gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_staged, gemm_reference
+from pycoop.kernels import (gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged,
+                            gemm_reference, q4_0_planes)
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
@@ -68,3 +69,16 @@ def test_q4_0_staged_gemm(cfg, spec):
     gemm_q4_0_staged(*cfg, specialize=spec)[(M // cfg[0], N // cfg[1])](
         X.view(np.uint32).reshape(-1, 4), Wq.view(np.uint32), Y, M, N, K, backend="vulkan")
     check(Y, X.astype(np.float32) @ dequantize_q4_0(Wq, N, K).astype(np.float32).T)
+
+
+@pytest.mark.parametrize("cfg,spec", [((128, 128, 64, 2, 4), True), ((128, 64, 32, 2, 2), False)])
+def test_q4_0_planes_gemm(cfg, spec):
+    M, N, K = 512, 256, 1024
+    rng = np.random.default_rng(10)
+    Wq = quantize_q4_0(rng.standard_normal((M, K)).astype(np.float32))
+    X = rng.standard_normal((K, N)).astype(np.float16)
+    Y = np.full((M, N), np.nan, np.float32)
+    gemm_q4_0_planes(*cfg, specialize=spec)[(M // cfg[0], N // cfg[1])](
+        *q4_0_planes(Wq, M, K), X.view(np.uint32).reshape(-1, 4), Y, M, N, K, backend="vulkan")
+    check(Y, dequantize_q4_0(Wq, M, K).astype(np.float32) @ X.astype(np.float32))
+
