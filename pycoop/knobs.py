@@ -27,6 +27,12 @@ def show_internal_frames() -> bool:
     return os.environ.get("PYCOOP_TRACEBACK", "") not in ("", "0")
 
 
+def emulator_memo() -> bool:
+    """PYCOOP_EMULATOR_MEMO=0: the emulator recomputes everything at every launch instead of
+    reusing what depends only on the launch's configuration (see pycoop.emulator.memo)."""
+    return os.environ.get("PYCOOP_EMULATOR_MEMO", "1").strip() not in ("0", "off", "")
+
+
 def subgroup_size() -> int:
     """PYCOOP_SUBGROUP_SIZE: the emulator's subgroup size when a kernel does not fix one."""
     return int(os.environ.get("PYCOOP_SUBGROUP_SIZE", "32"))

@@ -16,13 +16,15 @@ def as_blocks(grid: np.ndarray, m: int, n: int) -> np.ndarray:
 
 
 class LazyBlocks:
-    """grid's (m x n) blocks [ia, ib], one per scope instance, shaped `inst` + (m, n)."""
+    """grid's (m x n) blocks [ia, ib], one per scope instance, shaped `inst` + (m, n). `key`:
+    the memo key of ia and ib when they are invariant in the launch (emulator.memo)."""
 
-    __slots__ = ("grid", "m", "n", "ia", "ib", "inst")
+    __slots__ = ("grid", "m", "n", "ia", "ib", "inst", "key")
 
     def __init__(self, grid: np.ndarray, m: int, n: int, ia: np.ndarray, ib: np.ndarray,
-                 inst: tuple[int, int]):
+                 inst: tuple[int, int], key: tuple | None = None):
         self.grid, self.m, self.n, self.ia, self.ib, self.inst = grid, m, n, ia, ib, inst
+        self.key = key
 
     @property
     def dtype(self) -> np.dtype:
@@ -37,16 +39,41 @@ class LazyBlocks:
         return out if dtype is None else out.astype(dtype, copy=False)
 
 
-def store_blocks(data: np.ndarray, entries: list[tuple[LazyBlocks, np.ndarray]], stride: int) -> bool:
-    """Write the lazy blocks of one or more stores, given as (blocks, block starts) into `data`
-    (flat, rows `stride` apart, blocks row-major), as one strided copy from the product when
-    their places there map onto their destinations by a translation and a constant step:
-    the blocks of one product at grid steps (da, db) landing at steps (py, px) apart, every
-    block of that sub-grid exactly once and no two overlapping (a tiled GEMM's accumulator
-    stores, one at a time or a whole run). False, with nothing written, otherwise."""
+class BlockCopy:
+    """Where a sub-grid of a product's blocks goes: its first block (a0, b0) and grid steps
+    (da, db), na x nb blocks of m x n, landing at row y0, column x0 of a destination with rows
+    `stride` apart, blocks (py, px) apart. Depends only on the block indices and places, not
+    on the product."""
+
+    __slots__ = ("a0", "b0", "da", "db", "na", "nb", "m", "n", "y0", "x0", "py", "px", "stride")
+
+    def __init__(self, *fields):
+        for name, v in zip(self.__slots__, fields):
+            setattr(self, name, v)
+
+    def apply(self, data: np.ndarray, grid: np.ndarray) -> None:
+        """Copy the blocks from `grid` into `data` (flat) in one strided copy."""
+        m, n, r0, r1 = self.m, self.n, *grid.strides
+        src = as_strided(grid[self.a0 * m:, self.b0 * n:], (self.na, m, self.nb, n),
+                         (self.da * m * r0, r0, self.db * n * r1, r1), writeable=False)
+        isz = data.itemsize
+        dst = as_strided(data[self.y0 * self.stride + self.x0:], (self.na, m, self.nb, n),
+                         (self.py * self.stride * isz, self.stride * isz, self.px * isz, isz),
+                         writeable=True)
+        dst[...] = src
+
+
+def block_copy(entries: list[tuple[LazyBlocks, np.ndarray]], stride: int,
+               dtype: np.dtype) -> BlockCopy | None:
+    """How to write the lazy blocks of one or more stores, given as (blocks, block starts) into
+    a flat `dtype` array (rows `stride` apart, blocks row-major), as one strided copy from the
+    product when their places there map onto their destinations by a translation and a
+    constant step: the blocks of one product at grid steps (da, db) landing at steps (py, px)
+    apart, every block of that sub-grid exactly once and no two overlapping (a tiled GEMM's
+    accumulator stores, one at a time or a whole run). None otherwise."""
     g, m, n = entries[0][0].grid, entries[0][0].m, entries[0][0].n
-    if data.dtype != g.dtype or any(e[0].grid is not g for e in entries):
-        return False
+    if dtype != g.dtype or any(e[0].grid is not g for e in entries):
+        return None
     ia = np.concatenate([e[0].ia.reshape(-1) for e in entries])
     ib = np.concatenate([e[0].ib.reshape(-1) for e in entries])
     y, x = np.divmod(np.concatenate([e[1].reshape(-1) for e in entries]), stride)
@@ -55,20 +82,23 @@ def store_blocks(data: np.ndarray, entries: list[tuple[LazyBlocks, np.ndarray]],
     ka, kb = (ia - a0) // da, (ib - b0) // db
     na, nb = int(ka.max()) + 1, int(kb.max()) + 1
     if na * nb != ia.size or np.bincount(ka * nb + kb).max() > 1:
-        return False                                  # not every block of the sub-grid once
+        return None                                   # not every block of the sub-grid once
     y0, x0 = int(y[np.argmin(ka)]), int(x[np.argmin(kb)])
     py = int(y[np.argmax(ka)] - y0) // (na - 1) if na > 1 else m
     px = int(x[np.argmax(kb)] - x0) // (nb - 1) if nb > 1 else n
     if (py < m or px < n or x0 + (nb - 1) * px + n > stride
             or not ((y == y0 + ka * py).all() and (x == x0 + kb * px).all())):
+        return None
+    return BlockCopy(a0, b0, da, db, na, nb, m, n, y0, x0, py, px, stride)
+
+
+def store_blocks(data: np.ndarray, entries: list[tuple[LazyBlocks, np.ndarray]], stride: int) -> bool:
+    """Write the lazy blocks of `entries` into `data` as `block_copy` describes; False, with
+    nothing written, when it cannot."""
+    plan = block_copy(entries, stride, data.dtype)
+    if plan is None:
         return False
-    r0, r1 = g.strides
-    src = as_strided(g[a0 * m:, b0 * n:], (na, m, nb, n), (da * m * r0, r0, db * n * r1, r1),
-                     writeable=False)
-    isz = data.itemsize
-    dst = as_strided(data[y0 * stride + x0:], (na, m, nb, n),
-                     (py * stride * isz, stride * isz, px * isz, isz), writeable=True)
-    dst[...] = src
+    plan.apply(data, entries[0][0].grid)
     return True
 
 

@@ -14,9 +14,10 @@ import numpy as np
 
 from ..errors import EmulatorError
 from ..ir.core import Block, Module, Op, Value
-from ..ops.registry import get
+from ..ops.registry import MEMORYLESS, get
 from ..types import BufferType, CoopMatType, Scope
 from .lazy import LazyBlocks
+from .memo import LaunchMemo, launch_memo
 from .memory import Memory, SharedMemory
 
 
@@ -106,6 +107,10 @@ class EmuCtx:
         # (merge_poison).
         self.poison: dict[Value, tuple[np.ndarray, str]] = {}
         self.yielded: list[Value] = []            # operands of the last yield/condition
+        # Results kept across launches of this configuration (see emulator.memo), and the
+        # values invariant in this launch; None for no memo (nested function calls).
+        self.memo: LaunchMemo | None = None
+        self.invariant: set[Value] = set()
 
     # ---------------------------------------------------------------- execution
 
@@ -133,8 +138,16 @@ class EmuCtx:
         if self.poison and not op.regions and not d.extra.get("poison_aware"):
             self.check_poison(op)
         env = self.env
+        kept = self.memo is not None and self.keeps(op)
+        if kept and op in self.memo:
+            env[op.result] = self.memo[op]
+            self.invariant.add(op.result)
+            return False
         lazy = d.extra.get("lazy_blocks")
         out = d.emulate(self, op, *[env[v] if lazy else self._value(v) for v in op.operands])
+        if kept:
+            self.memo[op] = out
+            self.invariant.add(op.result)
         if op.name == "return":
             return True
         res = op.results
@@ -144,6 +157,12 @@ class EmuCtx:
             for r, v in zip(res, out):
                 env[r] = v
         return False
+
+    def keeps(self, op: Op) -> bool:
+        """Whether `op`'s result is invariant in this launch (see emulator.memo): memoryless,
+        every invocation active, every operand invariant."""
+        return (op.name in MEMORYLESS and not op.regions and self.mask is None and not self.poison
+                and all(v in self.invariant for v in op.operands))
 
     def _value(self, v: Value):
         """The value of `v`, copying lazy product blocks out once (see emulator.lazy)."""
@@ -367,11 +386,13 @@ def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size
                             "emulated", module.kernel.body.ops[0].loc if module.kernel.body.ops else None)
     memories: dict[Value, Memory] = {}
     ctx = EmuCtx(module, d, memories)
+    ctx.memo = launch_memo(module, d, args, module.kernel.params)
     for p, a, name in zip(module.kernel.params, args, module.param_names):
         if isinstance(p.type, BufferType):
             memories[p] = Memory(name, a, p.type.elem)
             ctx.env[p] = np.zeros((1, 1), np.uint8)
         else:
             ctx.env[p] = np.full((1, 1), a, dtype=p.type.dtype)
+            ctx.invariant.add(p)
     with np.errstate(over="ignore", invalid="ignore"):
         ctx.run_block(module.kernel.body)

@@ -56,6 +56,7 @@ class _Factored:
     offs: np.ndarray
     stride: np.ndarray
     active: np.ndarray | None
+    key: tuple | None = None                     # memo key when offsets and stride are invariant
     wide: dict = field(default_factory=dict)     # converted blocks and operands, by key
 
     def blocks(self, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -283,7 +284,17 @@ def run(ctx, op: Op, inits: list) -> list | None:
         return None
     body = op.regions[1]
     accs = list(inits[1:])
-    compressed = _compressible(ctx, p, body)
+    # the iterations are invariant in the launch (emulator.memo) when the loop's range is
+    keep = (ctx.memo is not None and ctx.mask is None and not ctx.poison
+            and all(v in ctx.invariant for v in (op.operands[0], p.step, p.bound)))
+    outer = {v for o in p.body_ops for v in o.operands
+             if not isinstance(v.type, BufferType)} - _defined_in(body)   # buffers: handles
+    if keep and outer <= ctx.invariant:
+        if (op, "compressed") not in ctx.memo:
+            ctx.memo[op, "compressed"] = _compressible(ctx, p, body)
+        compressed = ctx.memo[op, "compressed"]
+    else:
+        compressed = _compressible(ctx, p, body)
     per_iter = ctx.dispatch.nwg * (ctx.dispatch.nsg if compressed else ctx.dispatch.wgs)
     chunk = max(1, _MAX_ELEMENTS // per_iter)
     try:
@@ -291,20 +302,31 @@ def run(ctx, op: Op, inits: list) -> list | None:
             for c0 in range(0, len(ivs), chunk):
                 part = ivs[c0:c0 + chunk]
                 accs = _run_chunk(ctx, p, body, part.astype(iv0.dtype).reshape(-1, 1, 1), accs,
-                                  compressed)
+                                  compressed, (op, c0) if keep else None)
     except (_Abort, EmulatorError):
         return None
     final = np.asarray(start + len(ivs) * stride).astype(iv0.dtype).reshape(1, 1)
     return [final, *accs]
 
 
-def _run_chunk(ctx, p: _Plan, body: Block, iv: np.ndarray, accs: list, compressed: bool) -> list:
+def _run_chunk(ctx, p: _Plan, body: Block, iv: np.ndarray, accs: list, compressed: bool,
+               key: tuple | None) -> list:
+    """One chunk of iterations. `key`: (loop, first iteration) when the iterations are
+    invariant in the launch; values computed from them alone are then kept (emulator.memo)."""
     t = iv.shape[0]
     sub = _FusedCtx(ctx, t, compressed)
     sub.env[body.args[0]] = iv
+    inv = {body.args[0]} if key is not None else set()
     for o in p.body_ops[:-1]:
+        addr = o.operands[1:] if o in p.factored else o.operands    # a load: not its buffer
+        k = (key, o) if inv and all(v in inv or v in ctx.invariant for v in addr) else None
         if o in p.factored:
-            sub.env[o.result] = _factored_load(ctx, sub, o)
+            sub.env[o.result] = _factored_load(ctx, sub, o, k)
+        elif k is not None and o.name in MEMORYLESS:
+            if k not in ctx.memo:
+                ctx.memo[k] = get(o.name).emulate(sub, o, *[sub.env[v] for v in o.operands])
+            sub.env[o.result] = ctx.memo[k]
+            inv.add(o.result)
         else:
             sub.env[o.result] = get(o.name).emulate(sub, o, *[sub.env[v] for v in o.operands])
     merged = _merged_products(ctx, sub, p, t)
@@ -361,28 +383,52 @@ def _merged_products(ctx, sub, p: _Plan, t: int) -> dict:
                 (m, wa, wb))
     out = {}
     for (_, _, wide, inst), members in groups.items():
-        ua = np.unique(np.concatenate([wa.bases for _, wa, _ in members]))
-        ub = np.unique(np.concatenate([wb.bases for _, _, wb in members]))
-        if len(ua) * len(ub) > 2 * len(members) * inst[0] * inst[1]:
-            continue                              # the grid would mostly compute unused blocks
+        keys = tuple((wa.key, wb.key) for _, wa, wb in members)
+        key = ("products", keys) if all(None not in k for k in keys) else None
+        if key is None or key not in ctx.memo:
+            found = _product_grid(members, inst)
+            if key is not None:                   # kept across launches (emulator.memo)
+                ctx.memo[key] = found
+        else:
+            found = ctx.memo[key]
+        if found is None:
+            continue
+        (ua, ub), blocks = found
         wa0, wb0 = members[0][1], members[0][2]
         grid = wa0.read(ua, wide) @ wb0.read(ub, wide)
-        for m, wa, wb in members:
-            ia = np.searchsorted(ua, wa.bases)[wa.which]
-            ib = np.searchsorted(ub, wb.bases)[wb.which]
-            out[m] = LazyBlocks(grid, wa0.rows, wb0.cols, ia, ib, inst)
+        for (m, _, _), (ia, ib) in zip(members, blocks):
+            out[m] = LazyBlocks(grid, wa0.rows, wb0.cols, ia, ib, inst,
+                                None if key is None else (key, m))
     return out
 
 
-def _factored_load(ctx, sub, o: Op) -> _Factored:
-    t: CoopMatType = o.result.type
-    offs = sub.scope_uniform_value(sub.env[o.operands[1]], t.scope, o, "the load offset")
-    strd = sub.scope_uniform_value(sub.env[o.operands[2]], t.scope, o, "the load stride")
-    active = sub.scope_active(t.scope, o)
+def _product_grid(members: list, inst: tuple[int, int]):
+    """The distinct A and B window starts of a group of products, and each product's blocks
+    in their grid product: ((ua, ub), [(ia, ib)]), or None when the grid would mostly compute
+    unused blocks."""
+    ua = np.unique(np.concatenate([wa.bases for _, wa, _ in members]))
+    ub = np.unique(np.concatenate([wb.bases for _, _, wb in members]))
+    if len(ua) * len(ub) > 2 * len(members) * inst[0] * inst[1]:
+        return None
+    return (ua, ub), [(np.searchsorted(ua, wa.bases)[wa.which], np.searchsorted(ub, wb.bases)[wb.which])
+                      for _, wa, wb in members]
+
+
+def _factored_load(ctx, sub, o: Op, key: tuple | None) -> _Factored:
+    """The load kept as its checked arguments. With `key` (its offset and stride invariant in
+    the launch) the checked arguments are kept across launches (emulator.memo)."""
     mem = ctx.memory_of(o.operands[0])
-    offs = mem.check_block(sub, o, t, offs, strd, o.attrs["layout"], active,
-                           "cooperative matrix load")
-    return _Factored(mem, sub, o, offs, np.asarray(strd), active)
+    if key is None or key not in ctx.memo:
+        t: CoopMatType = o.result.type
+        offs = sub.scope_uniform_value(sub.env[o.operands[1]], t.scope, o, "the load offset")
+        strd = sub.scope_uniform_value(sub.env[o.operands[2]], t.scope, o, "the load stride")
+        active = sub.scope_active(t.scope, o)
+        offs = mem.check_block(sub, o, t, offs, strd, o.attrs["layout"], active,
+                               "cooperative matrix load")
+        if key is None:
+            return _Factored(mem, sub, o, offs, np.asarray(strd), active)
+        ctx.memo[key] = (offs, np.asarray(strd), active)
+    return _Factored(mem, sub, o, *ctx.memo[key], key=key)
 
 
 @dataclass
@@ -397,6 +443,7 @@ class _Window:
     t: int
     bases: np.ndarray                # distinct window starts (elements), sorted
     which: np.ndarray                # the window of each instance
+    key: tuple | None = None         # the load's memo key when invariant in the launch
 
     def read(self, bases: np.ndarray, wide) -> np.ndarray:
         """The windows at `bases` converted to `wide`: A (n*M, T*K) stacked, B (T*K, n*N) side
@@ -419,11 +466,31 @@ def _window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _Window | 
     """`x` as windows of memory for use A or B, or None when its blocks are not adjacent."""
     key = ("window", t, inst, use)
     if key not in x.wide:
-        x.wide[key] = _find_window(x, t, inst, use)
+        if x.key is None:
+            found = _find_window(x, t, inst, use)
+        else:                                     # kept across launches (emulator.memo)
+            mkey = (x.key, key)
+            if mkey not in x.ctx.parent.memo:
+                x.ctx.parent.memo[mkey] = _find_window(x, t, inst, use)
+            found = x.ctx.parent.memo[mkey]
+        x.wide[key] = None if found is None else _Window(
+            x.memory.data.view(found.dtype), (id(x.memory),) + found.source, found.rows,
+            found.cols, t, found.bases, found.which, x.key)
     return x.wide[key]
 
 
-def _find_window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _Window | None:
+@dataclass
+class _WindowShape:
+    """What a window is besides its memory: the same in every launch of a configuration."""
+    dtype: np.dtype
+    source: tuple                    # dtype, element steps, use, block shape
+    rows: int
+    cols: int
+    bases: np.ndarray
+    which: np.ndarray
+
+
+def _find_window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _WindowShape | None:
     st = x.stride.reshape(-1)
     if x.active is not None or not (st == st[0]).all():
         return None
@@ -435,8 +502,8 @@ def _find_window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _Wind
     if not (o == o[:1] + step * np.arange(t)[:, None]).all():
         return None
     bases, which = np.unique(o[0], return_inverse=True)
-    data = x.memory.data.view(mt.component.dtype)
-    return _Window(data, (id(x.memory), data.dtype, si, sj, use, r, c), r, c, t, bases, which)
+    dt = mt.component.dtype
+    return _WindowShape(dt, (dt, si, sj, use, r, c), r, c, bases, which)
 
 
 def _concatenated(ctx, x, wide, t: int, inst: tuple[int, int], use: str):
