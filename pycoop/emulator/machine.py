@@ -161,8 +161,8 @@ class EmuCtx:
     def keeps(self, op: Op) -> bool:
         """Whether `op`'s result is invariant in this launch (see emulator.memo): memoryless,
         every invocation active, every operand invariant."""
-        return (op.name in MEMORYLESS and not op.regions and self.mask is None and not self.poison
-                and all(v in self.invariant for v in op.operands))
+        return (self.mask is None and not self.poison and op.name in MEMORYLESS and not op.regions
+                and self.invariant.issuperset(op.operands))
 
     def _value(self, v: Value):
         """The value of `v`, copying lazy product blocks out once (see emulator.lazy)."""

@@ -101,6 +101,9 @@ class Kernel:
         if subgroup_size is not None and (subgroup_size <= 0 or subgroup_size & (subgroup_size - 1)):
             raise CompileError(f"subgroup_size must be a power of two, got {subgroup_size}")
         self.params = self._signature()
+        self.call_signature = inspect.Signature(   # how launches bind their arguments
+            [inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=p.default)
+             for p in self.params])
         self._traced = None
         self._cache: dict = {}
 
@@ -247,10 +250,8 @@ class _Launcher:
     def __call__(self, *args, backend: str | None = None, subgroup_size: int | None = None,
                  repeat: int = 1, **kwargs):
         k = self.k
-        sig = inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                   default=p.default) for p in k.params])
         try:
-            bound = sig.bind(*args, **kwargs)
+            bound = k.call_signature.bind(*args, **kwargs)
         except TypeError as e:
             table = "\n".join(f"    {p.name}: {p.type if p.type else 'Const'}" for p in k.params)
             raise ArgumentError(f"{k.name}: {e}\n  parameters:\n{table}") from None
