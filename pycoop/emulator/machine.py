@@ -138,16 +138,13 @@ class EmuCtx:
         if self.poison and not op.regions and not d.extra.get("poison_aware"):
             self.check_poison(op)
         env = self.env
-        kept = self.memo is not None and self.keeps(op)
-        if kept and op in self.memo:
-            env[op.result] = self.memo[op]
+        lazy = d.extra.get("lazy_blocks")
+        if self.memo is not None and self.keeps(op):
+            env[op.result] = self.memo.get_or(op, lambda: d.emulate(
+                self, op, *[env[v] if lazy else self._value(v) for v in op.operands]))
             self.invariant.add(op.result)
             return False
-        lazy = d.extra.get("lazy_blocks")
         out = d.emulate(self, op, *[env[v] if lazy else self._value(v) for v in op.operands])
-        if kept:
-            self.memo[op] = out
-            self.invariant.add(op.result)
         if op.name == "return":
             return True
         res = op.results

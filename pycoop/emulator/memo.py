@@ -2,29 +2,33 @@
 
 Index arithmetic, address analyses and bounds checks depend only on the kernel, the grid, the
 subgroup size, the scalar arguments and the sizes of the buffers, never on what the buffers
-hold. The emulator keeps those results for the last few such configurations of each kernel
-and reuses them when a launch repeats one, as a training or inference loop does: a repeated
-512^3 GEMM launch runs about a quarter faster. Buffer contents, and anything computed from
-them (loaded values, products, data-dependent control flow and the checks under it), are
-never kept.
+hold. The emulator keeps those results for recent configurations and reuses them when a
+launch repeats one, as a training or inference loop does: a repeated 512^3 GEMM launch runs
+about a quarter faster. Buffer contents, and anything computed from them (loaded values,
+products, data-dependent control flow and the checks under it), are never kept.
 
 A value is *invariant* in a launch when it is a scalar argument, or the result of a
 memoryless op (arithmetic, comparisons, conversions, constants, built-ins) executed with every
 invocation active and only invariant operands. Only invariant values and what is derived from
-them alone are kept.
+them alone are kept: at most 64 MiB per configuration and 256 MiB in all, the least recently
+launched configurations dropped first.
 """
 from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
+from typing import Callable
 
 import numpy as np
 
 from .. import knobs
 from ..ir.core import Function
 
-_PER_KERNEL = 4                  # configurations kept per kernel, least recently used dropped
-_MEMOS: "weakref.WeakKeyDictionary[Function, OrderedDict]" = weakref.WeakKeyDictionary()
+_PER_CONFIG = 64 << 20           # bytes kept for one configuration
+_TOTAL = 256 << 20               # bytes kept in all
+_CONFIGS = 64                    # configurations kept in all
+# (id of the kernel's IR function, configuration) -> (weak reference to the function, memo)
+_MEMOS: "OrderedDict[tuple, tuple[weakref.ref, LaunchMemo]]" = OrderedDict()
 
 
 class LaunchMemo(dict):
@@ -32,20 +36,21 @@ class LaunchMemo(dict):
     ops that computed them. Arrays are made read-only as they are kept: a later launch that
     tried to change one in place would fail loudly instead of corrupting the next."""
 
-    def __setitem__(self, key, value) -> None:
-        _freeze(value)
-        super().__setitem__(key, value)
+    def __init__(self):
+        super().__init__()
+        self.nbytes = 0
 
-
-def _freeze(x) -> None:
-    if isinstance(x, np.ndarray):
-        x.flags.writeable = False
-    elif isinstance(x, (tuple, list)):
-        for v in x:
-            _freeze(v)
-    elif hasattr(x, "__dataclass_fields__"):
-        for name in x.__dataclass_fields__:
-            _freeze(getattr(x, name))
+    def get_or(self, key, compute: Callable):
+        """The value kept under `key`, else `compute()`, kept when the budget allows."""
+        if key in self:
+            return self[key]
+        value = compute()
+        size = _footprint(value)
+        if self.nbytes + size <= _PER_CONFIG:
+            _freeze(value)
+            self[key] = value
+            self.nbytes += size
+        return value
 
 
 def launch_memo(module, dispatch, args: list, params) -> LaunchMemo | None:
@@ -53,16 +58,23 @@ def launch_memo(module, dispatch, args: list, params) -> LaunchMemo | None:
     (PYCOOP_EMULATOR_MEMO=0)."""
     if not knobs.emulator_memo():
         return None
-    key = (dispatch.grid, dispatch.wg_size, dispatch.sgs,
+    fn = module.kernel
+    key = (id(fn), dispatch.grid, dispatch.wg_size, dispatch.sgs,
            tuple(_config(a, p.type) for a, p in zip(args, params)))
-    per = _MEMOS.setdefault(module.kernel, OrderedDict())
-    memo = per.pop(key, None)
-    if memo is None:
-        memo = LaunchMemo()
-        if len(per) >= _PER_KERNEL:
-            per.popitem(last=False)
-    per[key] = memo
-    return memo
+    found = _MEMOS.pop(key, None)
+    if found is None or found[0]() is not fn:          # new, or an id reused by another kernel
+        found = (weakref.ref(fn), LaunchMemo())
+    _MEMOS[key] = found                                   # the most recent last
+    total = sum(m.nbytes for _, m in _MEMOS.values())
+    while len(_MEMOS) > 1 and (len(_MEMOS) > _CONFIGS or total > _TOTAL):
+        _, (_, dropped) = _MEMOS.popitem(last=False)
+        total -= dropped.nbytes
+    return found[1]
+
+
+def configurations(fn: Function) -> list[LaunchMemo]:
+    """The memos kept for kernel function `fn`, least recently launched first."""
+    return [m for (_, _, _, _, _), (ref, m) in _MEMOS.items() if ref() is fn]
 
 
 def _config(arg, t) -> tuple:
@@ -71,3 +83,25 @@ def _config(arg, t) -> tuple:
     if isinstance(arg, np.ndarray):
         return ("buffer", arg.nbytes, arg.dtype.str)
     return ("scalar", str(t), np.asarray(arg, t.dtype).tobytes())
+
+
+def _arrays(x):
+    if isinstance(x, np.ndarray):
+        yield x
+    elif isinstance(x, (tuple, list)):
+        for v in x:
+            yield from _arrays(v)
+    elif hasattr(x, "__dataclass_fields__"):
+        for name in x.__dataclass_fields__:
+            yield from _arrays(getattr(x, name))
+
+
+def _footprint(x) -> int:
+    """Bytes held by the arrays in `x`; a broadcast counts its distinct elements only."""
+    return sum(a.itemsize * int(np.prod([n for n, s in zip(a.shape, a.strides) if s]))
+               for a in _arrays(x))
+
+
+def _freeze(x) -> None:
+    for a in _arrays(x):
+        a.flags.writeable = False

@@ -259,13 +259,12 @@ def _store_batch(ctx, ops: list, i: int) -> int:
     if (ctx.memo is not None and ctx.mask is None and all(b.key is not None for b in blocks)
             and all(v in ctx.invariant for op in stores for v in (op.operands[1], op.operands[3]))):
         key = ("stores", tuple(stores), tuple(b.key for b in blocks))
-    if key is None or key not in ctx.memo:
+
+    def plan():
         found = _checked_batch(ctx, stores)
-        copy = None if found is None else block_copy(found[1], found[2], found[0].data.dtype)
-        if key is not None:
-            ctx.memo[key] = copy
-    else:
-        copy = ctx.memo[key]
+        return None if found is None else block_copy(found[1], found[2], found[0].data.dtype)
+
+    copy = plan() if key is None else ctx.memo.get_or(key, plan)
     if copy is None:
         for op in stores:                 # one at a time: each check reports its own store
             ctx.execute(op)

@@ -290,9 +290,7 @@ def run(ctx, op: Op, inits: list) -> list | None:
     outer = {v for o in p.body_ops for v in o.operands
              if not isinstance(v.type, BufferType)} - _defined_in(body)   # buffers: handles
     if keep and outer <= ctx.invariant:
-        if (op, "compressed") not in ctx.memo:
-            ctx.memo[op, "compressed"] = _compressible(ctx, p, body)
-        compressed = ctx.memo[op, "compressed"]
+        compressed = ctx.memo.get_or((op, "compressed"), lambda: _compressible(ctx, p, body))
     else:
         compressed = _compressible(ctx, p, body)
     per_iter = ctx.dispatch.nwg * (ctx.dispatch.nsg if compressed else ctx.dispatch.wgs)
@@ -323,9 +321,8 @@ def _run_chunk(ctx, p: _Plan, body: Block, iv: np.ndarray, accs: list, compresse
         if o in p.factored:
             sub.env[o.result] = _factored_load(ctx, sub, o, k)
         elif k is not None and o.name in MEMORYLESS:
-            if k not in ctx.memo:
-                ctx.memo[k] = get(o.name).emulate(sub, o, *[sub.env[v] for v in o.operands])
-            sub.env[o.result] = ctx.memo[k]
+            sub.env[o.result] = ctx.memo.get_or(k, lambda: get(o.name).emulate(
+                sub, o, *[sub.env[v] for v in o.operands]))
             inv.add(o.result)
         else:
             sub.env[o.result] = get(o.name).emulate(sub, o, *[sub.env[v] for v in o.operands])
@@ -385,12 +382,8 @@ def _merged_products(ctx, sub, p: _Plan, t: int) -> dict:
     for (_, _, wide, inst), members in groups.items():
         keys = tuple((wa.key, wb.key) for _, wa, wb in members)
         key = ("products", keys) if all(None not in k for k in keys) else None
-        if key is None or key not in ctx.memo:
-            found = _product_grid(members, inst)
-            if key is not None:                   # kept across launches (emulator.memo)
-                ctx.memo[key] = found
-        else:
-            found = ctx.memo[key]
+        found = (_product_grid(members, inst) if key is None      # else kept (emulator.memo)
+                 else ctx.memo.get_or(key, lambda: _product_grid(members, inst)))
         if found is None:
             continue
         (ua, ub), blocks = found
@@ -418,17 +411,19 @@ def _factored_load(ctx, sub, o: Op, key: tuple | None) -> _Factored:
     """The load kept as its checked arguments. With `key` (its offset and stride invariant in
     the launch) the checked arguments are kept across launches (emulator.memo)."""
     mem = ctx.memory_of(o.operands[0])
-    if key is None or key not in ctx.memo:
+
+    def checked():
         t: CoopMatType = o.result.type
         offs = sub.scope_uniform_value(sub.env[o.operands[1]], t.scope, o, "the load offset")
         strd = sub.scope_uniform_value(sub.env[o.operands[2]], t.scope, o, "the load stride")
         active = sub.scope_active(t.scope, o)
         offs = mem.check_block(sub, o, t, offs, strd, o.attrs["layout"], active,
                                "cooperative matrix load")
-        if key is None:
-            return _Factored(mem, sub, o, offs, np.asarray(strd), active)
-        ctx.memo[key] = (offs, np.asarray(strd), active)
-    return _Factored(mem, sub, o, *ctx.memo[key], key=key)
+        return offs, np.asarray(strd), active
+
+    if key is None:
+        return _Factored(mem, sub, o, *checked())
+    return _Factored(mem, sub, o, *ctx.memo.get_or(key, checked), key=key)
 
 
 @dataclass
@@ -466,13 +461,8 @@ def _window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _Window | 
     """`x` as windows of memory for use A or B, or None when its blocks are not adjacent."""
     key = ("window", t, inst, use)
     if key not in x.wide:
-        if x.key is None:
-            found = _find_window(x, t, inst, use)
-        else:                                     # kept across launches (emulator.memo)
-            mkey = (x.key, key)
-            if mkey not in x.ctx.parent.memo:
-                x.ctx.parent.memo[mkey] = _find_window(x, t, inst, use)
-            found = x.ctx.parent.memo[mkey]
+        found = (_find_window(x, t, inst, use) if x.key is None     # else kept (emulator.memo)
+                 else x.ctx.parent.memo.get_or((x.key, key), lambda: _find_window(x, t, inst, use)))
         x.wide[key] = None if found is None else _Window(
             x.memory.data.view(found.dtype), (id(x.memory),) + found.source, found.rows,
             found.cols, t, found.bases, found.which, x.key)

@@ -26,8 +26,7 @@ from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
 
 def kept(kernel) -> list[int]:
     """The number of results kept per configuration of `kernel`'s module, oldest first."""
-    per = memo._MEMOS.get(kernel.compile().module.kernel, {})
-    return [len(m) for m in per.values()]
+    return [len(m) for m in memo.configurations(kernel.compile().module.kernel)]
 
 
 def operands(m, n, k, seed):
@@ -74,7 +73,28 @@ def test_configurations_interleaved(shapes):
         C = np.zeros((M, N), np.float32)
         gemm_khr[(M // 64, N // 64)](A, B, C, M, N, K, backend="emulator")
         np.testing.assert_allclose(C, gemm_reference(A, B), rtol=1e-5, atol=1e-4)
-    assert len(kept(gemm_khr)) <= 4              # the last few configurations only
+    assert kept(gemm_khr)
+
+
+def test_least_recently_launched_configurations_are_dropped(monkeypatch):
+    monkeypatch.setattr(memo, "_CONFIGS", 2)
+    for n in (64, 128, 192):
+        A, B = operands(n, 64, 32, n)
+        gemm_khr[(n // 64, 1)](A, B, np.zeros((n, 64), np.float32), n, 64, 32, backend="emulator")
+    assert len(memo._MEMOS) == 2 and len(kept(gemm_khr)) == 2
+
+
+def test_a_configuration_keeps_at_most_its_budget(monkeypatch):
+    monkeypatch.setattr(memo, "_PER_CONFIG", 4096)
+    M, N, K = 128, 128, 80                       # a configuration no other test launches
+    for seed in range(2):
+        A, B = operands(M, N, K, seed)
+        C = np.zeros((M, N), np.float32)
+        gemm_khr[(2, 2)](A, B, C, M, N, K, backend="emulator")
+        np.testing.assert_allclose(C, gemm_reference(A, B), rtol=1e-5, atol=1e-4)
+    (m,) = [m for m in memo.configurations(gemm_khr.compile().module.kernel)
+            if m.nbytes or len(m)][-1:]
+    assert m.nbytes <= 4096 and m.nbytes == sum(memo._footprint(v) for v in m.values())
 
 
 def test_a_smaller_buffer_is_still_bounds_checked():
@@ -120,8 +140,8 @@ def test_scalars_are_told_apart_by_their_bits():
 def test_kept_arrays_are_read_only():
     gemm_khr[(1, 1)](*operands(64, 64, 32, 0), np.zeros((64, 64), np.float32), 64, 64, 32,
                      backend="emulator")
-    per = memo._MEMOS[gemm_khr.compile().module.kernel]
-    arrays = [v for m in per.values() for v in m.values() if isinstance(v, np.ndarray)]
+    per = memo.configurations(gemm_khr.compile().module.kernel)
+    arrays = [v for m in per for v in m.values() if isinstance(v, np.ndarray)]
     assert arrays and not any(a.flags.writeable for a in arrays)
 
 
