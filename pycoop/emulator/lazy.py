@@ -92,7 +92,8 @@ def block_copy(entries: list[tuple[LazyBlocks, np.ndarray]], stride: int,
     return BlockCopy(a0, b0, da, db, na, nb, m, n, y0, x0, py, px, stride)
 
 
-def store_blocks(data: np.ndarray, entries: list[tuple[LazyBlocks, np.ndarray]], stride: int) -> bool:
+def store_blocks(data: np.ndarray, entries: list[tuple[LazyBlocks, np.ndarray]],
+                 stride: int) -> bool:
     """Write the lazy blocks of `entries` into `data` as `block_copy` describes; False, with
     nothing written, when it cannot."""
     plan = block_copy(entries, stride, data.dtype)

@@ -403,8 +403,8 @@ def _product_grid(members: list, inst: tuple[int, int]):
     ub = np.unique(np.concatenate([wb.bases for _, _, wb in members]))
     if len(ua) * len(ub) > 2 * len(members) * inst[0] * inst[1]:
         return None
-    return (ua, ub), [(np.searchsorted(ua, wa.bases)[wa.which], np.searchsorted(ub, wb.bases)[wb.which])
-                      for _, wa, wb in members]
+    return (ua, ub), [(np.searchsorted(ua, wa.bases)[wa.which],
+                       np.searchsorted(ub, wb.bases)[wb.which]) for _, wa, wb in members]
 
 
 def _factored_load(ctx, sub, o: Op, key: tuple | None) -> _Factored:
