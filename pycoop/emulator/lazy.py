@@ -15,23 +15,48 @@ def as_blocks(grid: np.ndarray, m: int, n: int) -> np.ndarray:
                       (m * r0, n * r1, r0, r1), writeable=False)
 
 
-class LazyBlocks:
-    """grid's (m x n) blocks [ia, ib], one per scope instance, shaped `inst` + (m, n). `key`:
-    the memo key of ia and ib when they are invariant in the launch (emulator.memo)."""
+class Product:
+    """The matrix product a @ b, computed when first needed: a store that writes all of it in
+    place has it computed straight into the destination, with no copy."""
 
-    __slots__ = ("grid", "m", "n", "ia", "ib", "inst", "key")
+    __slots__ = ("a", "b", "_grid")
 
-    def __init__(self, grid: np.ndarray, m: int, n: int, ia: np.ndarray, ib: np.ndarray,
-                 inst: tuple[int, int], key: tuple | None = None):
-        self.grid, self.m, self.n, self.ia, self.ib, self.inst = grid, m, n, ia, ib, inst
-        self.key = key
+    def __init__(self, a: np.ndarray, b: np.ndarray):
+        self.a, self.b, self._grid = a, b, None
 
     @property
     def dtype(self) -> np.dtype:
-        return self.grid.dtype
+        return np.result_type(self.a, self.b)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.a.shape[0], self.b.shape[1]
+
+    @property
+    def grid(self) -> np.ndarray:
+        if self._grid is None:
+            self._grid = self.a @ self.b
+        return self._grid
+
+
+class LazyBlocks:
+    """The (m x n) blocks [ia, ib] of a product, one per scope instance, shaped `inst` +
+    (m, n). `key`: the memo key of ia and ib when they are invariant in the launch
+    (emulator.memo)."""
+
+    __slots__ = ("product", "m", "n", "ia", "ib", "inst", "key")
+
+    def __init__(self, product: Product, m: int, n: int, ia: np.ndarray, ib: np.ndarray,
+                 inst: tuple[int, int], key: tuple | None = None):
+        self.product, self.m, self.n, self.ia, self.ib = product, m, n, ia, ib
+        self.inst, self.key = inst, key
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.product.dtype
 
     def materialize(self) -> np.ndarray:
-        blocks = as_blocks(self.grid, self.m, self.n)
+        blocks = as_blocks(self.product.grid, self.m, self.n)
         return blocks[self.ia, self.ib].reshape(self.inst + (self.m, self.n))
 
     def __array__(self, dtype=None, copy=None):
@@ -51,13 +76,23 @@ class BlockCopy:
         for name, v in zip(self.__slots__, fields):
             setattr(self, name, v)
 
-    def apply(self, data: np.ndarray, grid: np.ndarray) -> None:
-        """Copy the blocks from `grid` into `data` (flat) in one strided copy."""
-        m, n, r0, r1 = self.m, self.n, *grid.strides
+    def apply(self, data: np.ndarray, product: Product) -> None:
+        """Write the blocks of `product` into `data` (flat): the product computed straight
+        into place when the blocks are all of it, side by side as in it, else one strided
+        copy."""
+        m, n, isz = self.m, self.n, data.itemsize
+        start = data[self.y0 * self.stride + self.x0:]
+        if (product._grid is None and (self.a0, self.b0, self.da, self.db) == (0, 0, 1, 1)
+                and (self.na * m, self.nb * n) == product.shape
+                and (self.py, self.px) == (m, n)):
+            np.matmul(product.a, product.b,
+                      out=as_strided(start, product.shape, (self.stride * isz, isz)))
+            return
+        grid = product.grid
+        r0, r1 = grid.strides
         src = as_strided(grid[self.a0 * m:, self.b0 * n:], (self.na, m, self.nb, n),
                          (self.da * m * r0, r0, self.db * n * r1, r1), writeable=False)
-        isz = data.itemsize
-        dst = as_strided(data[self.y0 * self.stride + self.x0:], (self.na, m, self.nb, n),
+        dst = as_strided(start, (self.na, m, self.nb, n),
                          (self.py * self.stride * isz, self.stride * isz, self.px * isz, isz),
                          writeable=True)
         dst[...] = src
@@ -71,8 +106,8 @@ def block_copy(entries: list[tuple[LazyBlocks, np.ndarray]], stride: int,
     constant step: the blocks of one product at grid steps (da, db) landing at steps (py, px)
     apart, every block of that sub-grid exactly once and no two overlapping (a tiled GEMM's
     accumulator stores, one at a time or a whole run). None otherwise."""
-    g, m, n = entries[0][0].grid, entries[0][0].m, entries[0][0].n
-    if dtype != g.dtype or any(e[0].grid is not g for e in entries):
+    g, m, n = entries[0][0].product, entries[0][0].m, entries[0][0].n
+    if dtype != g.dtype or any(e[0].product is not g for e in entries):
         return None
     ia = np.concatenate([e[0].ia.reshape(-1) for e in entries])
     ib = np.concatenate([e[0].ib.reshape(-1) for e in entries])
@@ -99,7 +134,7 @@ def store_blocks(data: np.ndarray, entries: list[tuple[LazyBlocks, np.ndarray]],
     plan = block_copy(entries, stride, data.dtype)
     if plan is None:
         return False
-    plan.apply(data, entries[0][0].grid)
+    plan.apply(data, entries[0][0].product)
     return True
 
 

@@ -241,7 +241,7 @@ def _store_batch(ctx, ops: list, i: int) -> int:
         op = ops[j]
         if op.name == "khr.store":
             v = ctx.env.get(op.operands[2])
-            if (not isinstance(v, LazyBlocks) or v.grid is not lazy.grid
+            if (not isinstance(v, LazyBlocks) or v.product is not lazy.product
                     or op.operands[0] is not first.operands[0]
                     or op.attrs["layout"] != "RowMajorKHR"):
                 break
@@ -270,7 +270,7 @@ def _store_batch(ctx, ops: list, i: int) -> int:
             ctx.execute(op)
     else:
         copy.apply(_component_memory(ctx, first.operands[0], first.operands[2].type)[0].data,
-                   lazy.grid)
+                   lazy.product)
     return end - i
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..emulator.lazy import LazyBlocks, as_blocks, materialized
+from ..emulator.lazy import LazyBlocks, Product, as_blocks, materialized
 from ..errors import EmulatorError
 from ..ir.core import Block, Op, Value
 from ..types import BufferType, CoopMatType, Scope
@@ -388,7 +388,7 @@ def _merged_products(ctx, sub, p: _Plan, t: int) -> dict:
             continue
         (ua, ub), blocks = found
         wa0, wb0 = members[0][1], members[0][2]
-        grid = wa0.read(ua, wide) @ wb0.read(ub, wide)
+        grid = Product(wa0.read(ua, wide), wb0.read(ub, wide))
         for (m, _, _), (ia, ib) in zip(members, blocks):
             out[m] = LazyBlocks(grid, wa0.rows, wb0.cols, ia, ib, inst,
                                 None if key is None else (key, m))

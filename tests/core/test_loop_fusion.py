@@ -275,20 +275,24 @@ def test_the_accumulator_of_a_fused_loop_feeds_any_consumer(mode, monkeypatch):
         np.testing.assert_allclose(D, full if mode == 2 else 0, rtol=1e-5, atol=1e-4)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(na=st.integers(1, 4), nb=st.integers(1, 4), da=st.integers(1, 2), db=st.integers(1, 2),
-       py=st.sampled_from([16, 24, 32]), px=st.sampled_from([16, 24, 32]),
+       py=st.sampled_from([16, 24, 32]), px=st.sampled_from([16, 24, 32]), off=st.integers(0, 1),
        swap=st.booleans(), seed=st.integers(0, 2**32 - 1))
-def test_lazy_blocks_store_exactly_what_their_gathered_copy_stores(na, nb, da, db, py, px, swap, seed):
+def test_lazy_blocks_store_exactly_what_their_gathered_copy_stores(na, nb, da, db, py, px, off,
+                                                                   swap, seed):
     """A store of lazy product blocks onto a lattice gives the same memory as storing the
     gathered blocks one by one, whether the one-pass copy applies or not (a permuted instance
-    order, steps through the product, a lattice that does not match)."""
-    from pycoop.emulator.lazy import store_blocks
+    order, steps through the product, a lattice that does not match), and whether the product
+    is computed straight into place (all of it, side by side) or copied."""
+    from pycoop.emulator.lazy import Product, store_blocks
     from pycoop.emulator.memory import _lattice
     rng = np.random.default_rng(seed)
     m = n = 16
-    grid = rng.standard_normal((m * na * da + m, n * nb * db + n)).astype(np.float32)
-    ia, ib = np.meshgrid(np.arange(na) * da + 1, np.arange(nb) * db, indexing="ij")
+    rows, cols = m * ((na - 1) * da + 1 + off), n * ((nb - 1) * db + 1)
+    a = rng.standard_normal((rows, 8)).astype(np.float32)
+    b = rng.standard_normal((8, cols)).astype(np.float32)
+    ia, ib = np.meshgrid(np.arange(na) * da + off, np.arange(nb) * db, indexing="ij")
     order = rng.permutation(na * nb)
     ia, ib = ia.reshape(-1)[order], ib.reshape(-1)[order]
     cy, cx = np.meshgrid(np.arange(na), np.arange(nb), indexing="ij")
@@ -297,9 +301,10 @@ def test_lazy_blocks_store_exactly_what_their_gathered_copy_stores(na, nb, da, d
         cy = (na - 1) - cy
     stride = px * nb + 8
     starts = (cy * py * stride + cx * px + 3).reshape(-1, 1)
-    lazy = LazyBlocks(grid, m, n, ia.reshape(-1, 1), ib.reshape(-1, 1), (na * nb, 1))
+    lazy, ref = (LazyBlocks(Product(a, b), m, n, ia.reshape(-1, 1), ib.reshape(-1, 1),
+                            (na * nb, 1)) for _ in range(2))
     want = np.zeros(stride * py * na, np.float32)
-    for s, block in zip(starts.reshape(-1), lazy.materialize().reshape(-1, m, n)):
+    for s, block in zip(starts.reshape(-1), ref.materialize().reshape(-1, m, n)):
         for r in range(m):
             want[s + r * stride:s + r * stride + n] = block[r]
     t = pc.coopmat[f32, pc.Subgroup, m, n, pc.Accumulator]
