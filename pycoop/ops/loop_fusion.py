@@ -44,6 +44,7 @@ class _Plan:
     chains: list[list[Op]]           # per accumulator: its mul_adds, first to last
     body_ops: list[Op]               # the other ops of the body, in order
     factored: set                    # loads only feeding mul_adds: kept as distinct blocks
+    outer: frozenset                 # values from outside the body its ops read (not buffers)
 
 
 @dataclass
@@ -139,7 +140,10 @@ def _analyse(op: Op) -> _Plan | None:
                 and o.operands[0].type.elem.size == o.result.type.component.size
                 and uses.get(o.result) == sum(v is o.result for c in chains for m in c
                                               for v in m.operands[:2])}
-    return _Plan(cmp.operands[1], nxt.operands[1], chains, others + [nxt], factored)
+    body_ops = others + [nxt]
+    outer = frozenset(v for o in body_ops for v in o.operands
+                      if v not in inside and not isinstance(v.type, BufferType))
+    return _Plan(cmp.operands[1], nxt.operands[1], chains, body_ops, factored, outer)
 
 
 def plan(op: Op) -> _Plan | None:
@@ -287,9 +291,7 @@ def run(ctx, op: Op, inits: list) -> list | None:
     # the iterations are invariant in the launch (emulator.memo) when the loop's range is
     keep = (ctx.memo is not None and ctx.mask is None and not ctx.poison
             and all(v in ctx.invariant for v in (op.operands[0], p.step, p.bound)))
-    outer = {v for o in p.body_ops for v in o.operands
-             if not isinstance(v.type, BufferType)} - _defined_in(body)   # buffers: handles
-    if keep and outer <= ctx.invariant:
+    if keep and p.outer <= ctx.invariant:
         compressed = ctx.memo.get_or((op, "compressed"), lambda: _compressible(ctx, p, body))
     else:
         compressed = _compressible(ctx, p, body)
