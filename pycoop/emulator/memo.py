@@ -15,6 +15,7 @@ launched configurations dropped first.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from typing import Callable
@@ -29,6 +30,7 @@ _TOTAL = 256 << 20               # bytes kept in all
 _CONFIGS = 64                    # configurations kept in all
 # (id of the kernel's IR function, configuration) -> (weak reference to the function, memo)
 _MEMOS: "OrderedDict[tuple, tuple[weakref.ref, LaunchMemo]]" = OrderedDict()
+_LOCK = threading.Lock()         # launches from several threads share the table
 
 
 class LaunchMemo(dict):
@@ -61,20 +63,22 @@ def launch_memo(module, dispatch, args: list, params) -> LaunchMemo | None:
     fn = module.kernel
     key = (id(fn), dispatch.grid, dispatch.wg_size, dispatch.sgs,
            tuple(_config(a, p.type) for a, p in zip(args, params)))
-    found = _MEMOS.pop(key, None)
-    if found is None or found[0]() is not fn:          # new, or an id reused by another kernel
-        found = (weakref.ref(fn), LaunchMemo())
-    _MEMOS[key] = found                                   # the most recent last
-    total = sum(m.nbytes for _, m in _MEMOS.values())
-    while len(_MEMOS) > 1 and (len(_MEMOS) > _CONFIGS or total > _TOTAL):
-        _, (_, dropped) = _MEMOS.popitem(last=False)
-        total -= dropped.nbytes
+    with _LOCK:
+        found = _MEMOS.pop(key, None)
+        if found is None or found[0]() is not fn:      # new, or an id reused by another kernel
+            found = (weakref.ref(fn), LaunchMemo())
+        _MEMOS[key] = found                               # the most recent last
+        total = sum(m.nbytes for _, m in _MEMOS.values())
+        while len(_MEMOS) > 1 and (len(_MEMOS) > _CONFIGS or total > _TOTAL):
+            _, (_, dropped) = _MEMOS.popitem(last=False)
+            total -= dropped.nbytes
     return found[1]
 
 
 def configurations(fn: Function) -> list[LaunchMemo]:
     """The memos kept for kernel function `fn`, least recently launched first."""
-    return [m for (_, _, _, _, _), (ref, m) in _MEMOS.items() if ref() is fn]
+    with _LOCK:
+        return [m for ref, m in _MEMOS.values() if ref() is fn]
 
 
 def _config(arg, t) -> tuple:

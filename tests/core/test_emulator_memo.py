@@ -156,3 +156,17 @@ def test_the_memo_can_be_turned_off(monkeypatch):
     twice[(1,)](Y, backend="emulator")
     twice[(1,)](Y, backend="emulator")
     assert (Y == 4).all() and kept(twice) == []
+
+
+def test_launches_from_several_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def launch(seed):
+        M = N = 64 * (1 + seed % 2)
+        A, B = operands(M, N, 32, seed)
+        C = np.zeros((M, N), np.float32)
+        gemm_khr[(M // 64, N // 64)](A, B, C, M, N, 32, backend="emulator")
+        return np.abs(C - gemm_reference(A, B)).max()
+
+    with ThreadPoolExecutor(4) as ex:
+        assert max(ex.map(launch, range(16))) < 1e-3
