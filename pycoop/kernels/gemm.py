@@ -33,6 +33,24 @@ def _mul_add_tiles(acc: list, a: list, b: list) -> list:
     return [[pc.mul_add(ai, bj, c) for bj, c in zip(b, row)] for ai, row in zip(a, acc)]
 
 
+def _tile_products(acc: list, sa, lda: int, sb, ldb: int, wm, wn, BK: int, V: int = 1,
+                   b_col_major: bool = False) -> list:
+    """acc plus the products of one BK-deep k-step read from shared memory: the A tiles of
+    rows wm.. of sa (row-major, rows lda halves apart) and the B tiles of columns wn.. of sb
+    (row-major with rows ldb halves apart, or column-major with columns ldb apart); V halves
+    per element of sa and sb."""
+    TM, TN = len(acc), len(acc[0])
+    for kk in range(0, BK, 16):
+        a = [MatA.load(sa, ((wm + 16 * i) * lda + kk) // V, lda // V) for i in range(TM)]
+        if b_col_major:
+            b = [MatB.load(sb, ((wn + 16 * j) * ldb + kk) // V, ldb // V, "col_major")
+                 for j in range(TN)]
+        else:
+            b = [MatB.load(sb, (kk * ldb + wn + 16 * j) // V, ldb // V) for j in range(TN)]
+        acc = _mul_add_tiles(acc, a, b)
+    return acc
+
+
 def _store_tiles(C, acc: list, m0, n0, N) -> None:
     """Store the 16x16 accumulator tiles acc[i][j] at row m0 + 16i, column n0 + 16j of C."""
     for i, row in enumerate(acc):
@@ -132,10 +150,7 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
             stage(ra, rb)
             pc.barrier()
             ra, rb = fetch(pc.min(k + BK, K - BK))   # the last prefetch reloads the last block
-            for kk in range(0, BK, 16):
-                a = [MatA.load(sa, ((wm + 16 * i) * lda + kk) // V, lda // V) for i in range(TM)]
-                b = [MatB.load(sb, (kk * ldb + wn + 16 * j) // V, ldb // V) for j in range(TN)]
-                acc = _mul_add_tiles(acc, a, b)
+            acc = _tile_products(acc, sa, lda, sb, ldb, wm, wn, BK, V)
             pc.barrier()
         _store_tiles(C, acc, m0 + wm, n0 + wn, N)
     return gemm_khr_staged
@@ -366,11 +381,7 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
             dq = dequantise()
             xs = fetch_x(pc.min(k + BK, K - BK))      # the last prefetches reload the last block
             ws = fetch_w(pc.min(k + 2 * BK, K - BK))
-            for kk in range(0, BK, 16):
-                a = [MatA.load(sx, ((wm + 16 * i) * ld + kk) // 8, ld // 8) for i in range(TM)]
-                b = [MatB.load(sw, ((wn + 16 * j) * ld + kk) // 8, ld // 8, "col_major")
-                     for j in range(TN)]
-                acc = _mul_add_tiles(acc, a, b)
+            acc = _tile_products(acc, sx, ld, sw, ld, wm, wn, BK, 8, b_col_major=True)
             pc.barrier()
         _store_tiles(Y, acc, m0 + wm, n0 + wn, N)
     return gemm_q4_0_staged
@@ -421,9 +432,9 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
         pb = [divmod(t + q * nth, BK // 32) for q in range(blocks // nth)]   # (row, block)
 
         def fetch(kn):
-            w = [(Q[(m0 + r) * (K // 32) + kn // 32 + b], D[(m0 + r) * (K // 32) + kn // 32 + b])
-                 for r, b in pb]
-            return w, [X[(kn + r) * (N // 8) + n0 // 8 + c] for r, c in px]
+            blocks = [(m0 + r) * (K // 32) + kn // 32 + b for r, b in pb]
+            return [(Q[i], D[i]) for i in blocks], [X[(kn + r) * (N // 8) + n0 // 8 + c]
+                                                    for r, c in px]
 
         def stage(w, xs):
             for (r, b), (qs, d) in zip(pb, w):
@@ -444,10 +455,7 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
             stage(w, xs)
             pc.barrier()
             w, xs = fetch(pc.min(k + BK, K - BK))     # the last prefetch reloads the last block
-            for kk in range(0, BK, 16):
-                a = [MatA.load(sw, ((wm + 16 * i) * lda + kk) // 8, lda // 8) for i in range(TM)]
-                b = [MatB.load(sx, (kk * ldx + wn + 16 * j) // 8, ldx // 8) for j in range(TN)]
-                acc = _mul_add_tiles(acc, a, b)
+            acc = _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8)
             pc.barrier()
         _store_tiles(Y, acc, m0 + wm, n0 + wn, N)
     return gemm_q4_0_planes

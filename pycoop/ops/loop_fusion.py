@@ -465,19 +465,19 @@ def _window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _Window | 
     if key not in x.wide:
         found = (_find_window(x, t, inst, use) if x.key is None     # else kept (emulator.memo)
                  else x.ctx.parent.memo.get_or((x.key, key), lambda: _find_window(x, t, inst, use)))
-        x.wide[key] = None if found is None else _Window(
-            x.memory.data.view(found.dtype), (id(x.memory),) + found.source, found.rows,
-            found.cols, t, found.bases, found.which, x.key)
+        if found is None:
+            x.wide[key] = None
+        else:
+            dt, _, _, _, r, c = found.source
+            x.wide[key] = _Window(x.memory.data.view(dt), (id(x.memory),) + found.source, r, c, t,
+                                  found.bases, found.which, x.key)
     return x.wide[key]
 
 
 @dataclass
 class _WindowShape:
     """What a window is besides its memory: the same in every launch of a configuration."""
-    dtype: np.dtype
     source: tuple                    # dtype, element steps, use, block shape
-    rows: int
-    cols: int
     bases: np.ndarray
     which: np.ndarray
 
@@ -494,8 +494,7 @@ def _find_window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _Wind
     if not (o == o[:1] + step * np.arange(t)[:, None]).all():
         return None
     bases, which = np.unique(o[0], return_inverse=True)
-    dt = mt.component.dtype
-    return _WindowShape(dt, (dt, si, sj, use, r, c), r, c, bases, which)
+    return _WindowShape((mt.component.dtype, si, sj, use, r, c), bases, which)
 
 
 def _concatenated(ctx, x, wide, t: int, inst: tuple[int, int], use: str):
