@@ -7,7 +7,9 @@
 - the Q4_0 GEMMs at llama.cpp's shape M=4096, N=512, K=14336 (gemm_q4_0 through NV decode
   functions, gemm_q4_0_staged dequantising llama.cpp's blocks by hand, gemm_q4_0_planes the
   same blocks split into nibble and scale planes) against pycoop's f16 GEMMs there (gemm_nv,
-  gemm_khr_staged with vector copies)
+  gemm_khr_staged with vector copies), each also with split-K: the grid gains split_k
+  workgroups along K writing partial products that sum_splits adds, the two kernels' times
+  added
 
 All f16 in, f32 accumulate. Each configuration runs --repeat times back to back on the device
 (one upload, no idle gaps, so the GPU stays at full clock), after 200 unmeasured runs that
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from pycoop.kernels import (gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
-                            gemm_q4_0_staged, gemm_workgroup_tile, q4_0_planes)
+                            gemm_q4_0_staged, gemm_workgroup_tile, q4_0_planes, sum_splits)
 
 KHR_CONFIGS = [(2, 2), (4, 4)]
 # BM BN BK SGM SGN pad, specialize, vector_copy
@@ -44,6 +46,12 @@ Q4_TILES = [(128, 128, 32), (128, 128, 64), (256, 64, 64), (128, 64, 64), (256, 
 # gemm_q4_0_planes for Q4_0
 Q4_KHR = [(128, 64, 64, 2, 2), (128, 128, 64, 2, 4), (128, 128, 64, 4, 2), (128, 64, 64, 4, 1),
           (128, 128, 64, 2, 2)]
+# split-K at the Q4_0 shape (128 tiles of 128x128 leave an SM one workgroup): BM BN BK SGM SGN
+# for gemm_khr_staged(vector_copy=True) and gemm_q4_0_planes, and BM BN BK for gemm_nv
+# ("undefined", unroll 2)
+SPLIT_K = [2, 4]
+SPLIT_KHR = [(128, 128, 64, 2, 2), (128, 128, 32, 2, 2), (128, 128, 64, 2, 4)]
+SPLIT_NV = [(128, 256, 64), (128, 256, 32), (128, 128, 64), (256, 128, 32)]
 
 
 def gpu_state() -> str:
@@ -77,11 +85,26 @@ def cublas_tflops(m: int, n: int, k: int, repeat: int) -> float:
     return 2 * m * n * k / (min(s.elapsed_time(e) for s, e in events) * 1e-3) / 1e12
 
 
-def tflops(kernel, grid, args, flop: int, repeat: int, **consts) -> float:
+def time_ms(kernel, grid, args, repeat: int, **consts) -> float:
     """The fastest of `repeat` back-to-back runs, after WARMUP unmeasured ones."""
     launch = kernel[grid]
     launch(*args, backend="vulkan", repeat=WARMUP, **consts)
-    return flop / launch(*args, backend="vulkan", repeat=repeat, **consts).time_ms / 1e9
+    return launch(*args, backend="vulkan", repeat=repeat, **consts).time_ms
+
+
+def tflops(kernel, grid, args, flop: int, repeat: int, **consts) -> float:
+    return flop / time_ms(kernel, grid, args, repeat, **consts) / 1e9
+
+
+def split_k_tflops(kernel, grid, args, Y, split_k: int, flop: int, repeat: int) -> float:
+    """A split-K GEMM writing its partial products into a stacked buffer (in place of Y in
+    `args`), then sum_splits adding them into Y: the two kernels' times added."""
+    P = np.zeros((split_k * Y.shape[0], Y.shape[1]), np.float32)
+    n4 = Y.size // 4
+    ms = time_ms(kernel, grid + (split_k,), [P if a is Y else a for a in args], repeat)
+    ms += time_ms(sum_splits(split_k), (-(-n4 // 256),), [P.reshape(-1, 4), Y.reshape(-1, 4), n4],
+                  repeat)
+    return flop / ms / 1e9
 
 
 def rel_err(C, A, B) -> float:
@@ -95,7 +118,7 @@ class Table:
 
     def row(self, name: str, tf: float, err: float | None = None) -> None:
         e = f"{err:>10.1e}" if err is not None else f"{'':>10}"
-        print(f"{self.shape:>16} {name:<44}{tf:>9.1f}{tf / self.ref:>10.3f}{e}", flush=True)
+        print(f"{self.shape:>16} {name:<52}{tf:>9.1f}{tf / self.ref:>10.3f}{e}", flush=True)
         self.rows.append((tf, name))
 
     def best(self, prefix: str) -> tuple[float, str]:
@@ -173,6 +196,18 @@ def q4_0(repeat: int) -> None:
                                                grid, [X4, W32, Y, M, N, K], flop, repeat))
         t.row(f"Q4_0 KHR planes {cfg}", tflops(gemm_q4_0_planes(bm, bn, bk, sgm, sgn, specialize=True),
                                                grid, [Q, D, Wt4, Y, M, N, K], flop, repeat))
+    for (bm, bn, bk), split_k in itertools.product(SPLIT_NV, SPLIT_K):
+        t.row(f"f16 NV {bm}x{bn}x{bk} undefined u2 spec split{split_k}",
+              split_k_tflops(gemm_nv(bm, bn, bk, 256, "undefined", 2, True, split_k=split_k),
+                             (M // bm, N // bn), [X, Wt, Y, M, N, K], Y, split_k, flop, repeat))
+    for (bm, bn, bk, sgm, sgn), split_k in itertools.product(SPLIT_KHR, SPLIT_K):
+        grid, cfg = (M // bm, N // bn), f"{bm}x{bn}x{bk} {sgm}x{sgn}sg spec split{split_k}"
+        t.row(f"f16 KHR staged uvec4 {cfg}", split_k_tflops(
+            gemm_khr_staged(bm, bn, bk, sgm, sgn, specialize=True, vector_copy=True, split_k=split_k),
+            grid, [X4, Wt4, Y, M, N, K], Y, split_k, flop, repeat))
+        t.row(f"Q4_0 KHR planes {cfg}", split_k_tflops(
+            gemm_q4_0_planes(bm, bn, bk, sgm, sgn, specialize=True, split_k=split_k), grid,
+            [Q, D, Wt4, Y, M, N, K], Y, split_k, flop, repeat))
     (b16, n16), (bq, nq) = t.best("f16"), t.best("Q4_0")
     print(f"{'':>16} best f16: {n16}: {b16:.1f}; best Q4_0: {nq}: {bq:.1f}; "
           f"Q4_0 / f16 = {bq / b16:.2f}")
@@ -188,7 +223,7 @@ def main() -> None:
     caps = get_runtime().capabilities
     print(f"# GEMM f16 -> f32, {time.strftime('%Y-%m-%d')}, {caps.device_name}, driver "
           f"{caps.driver_version}; fastest of {a.repeat} back-to-back runs ({gpu_state()})")
-    print(f"{'shape':>16} {'kernel':<44}{'TFLOP/s':>9}{'x cuBLAS':>10}{'rel err':>10}")
+    print(f"{'shape':>16} {'kernel':<52}{'TFLOP/s':>9}{'x cuBLAS':>10}{'rel err':>10}")
     for n in a.sizes:
         square(n, a.repeat)
     q4_0(a.repeat)

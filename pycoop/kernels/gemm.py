@@ -64,6 +64,54 @@ def _uvec4_slots(t, nth: int, rows: int, cols: int) -> list:
     return [divmod(t + q * nth, cols // 8) for q in range(rows * cols // 8 // nth)]
 
 
+def _check_split_k(split_k: int) -> None:
+    if not isinstance(split_k, int) or isinstance(split_k, bool) or split_k < 1:
+        raise ValueError(f"split_k must be an int >= 1, got {split_k!r}")
+
+
+def _check_tiling(name: str, M, N, K, BM: int, BN: int, BK: int, split_k: int) -> None:
+    """The tiling a GEMM without edge handling needs, checked where the shape is known at
+    trace time (`specialize`): a wrong shape would otherwise give a wrong result."""
+    if all(isinstance(v, int) for v in (M, N, K)) and (M % BM or N % BN or K % (BK * split_k)):
+        what = f"K a multiple of {BK} x {split_k} (BK x split_k)" if split_k > 1 else \
+            f"K a multiple of {BK}"
+        raise ValueError(f"{name} needs M a multiple of {BM}, N of {BN} and {what}; "
+                         f"got M={M}, N={N}, K={K}")
+
+
+def _k_split(K, split_k: int):
+    """(first k, end) of this workgroup's share of K: all of it, or with split-K the
+    workgroup_id.z-th of split_k equal parts."""
+    if split_k == 1:
+        return u32(0), K
+    kb = pc.workgroup_id.z * (K // split_k)
+    return kb, kb + K // split_k
+
+
+def _split_rows(m0, M, split_k: int):
+    """Row m0 of this workgroup's partial product in the stacked output of a split-K GEMM."""
+    return pc.workgroup_id.z * M + m0 if split_k > 1 else m0
+
+
+@functools.cache
+def sum_splits(split_k: int):
+    """Y = the sum of the split_k partial products a split-K GEMM wrote into P (split_k
+    stacked M x N f32 matrices), as f32 vec4: P and Y are passed as `.reshape(-1, 4)` views
+    (M * N a multiple of 4), n4 = M * N / 4; the grid is ceil(n4 / 256)."""
+    _check_split_k(split_k)
+    F4 = pc.vec(f32, 4)
+
+    @pc.kernel(workgroup_size=256)
+    def sum_splits(P: pc.ReadBuffer[F4], Y: pc.WriteBuffer[F4], n4: u32):
+        i = pc.workgroup_id.x * 256 + pc.local_invocation_index()
+        if i < n4:
+            s = P[i]
+            for z in range(1, split_k):
+                s = s + P[z * n4 + i]
+            Y[i] = s
+    return sum_splits
+
+
 @pc.kernel(workgroup_size=128)
 def gemm_khr(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N: u32, K: u32,
              TM: pc.Const = 2, TN: pc.Const = 2):
@@ -81,7 +129,7 @@ def gemm_khr(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N:
 @functools.cache
 def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SGN: int = 4,
                     pad: int = 8, specialize: bool = False, driver_unroll: bool | int | None = None,
-                    vector_copy: bool = False):
+                    vector_copy: bool = False, split_k: int = 1):
     """Subgroup-scope KHR GEMM with shared-memory staging and a register prefetch.
 
     SGM x SGN subgroups compute a BM x BN tile of C. Each k-step has four phases:
@@ -96,7 +144,11 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
     `vector_copy`: the tiles move between global and shared memory as uvec4 (8 halves) per
     invocation instead of as matrices; A and B are then buffers of `pc.vec(u32, 4)` (pass
     `A.view(np.uint32).reshape(-1, 4)`), and M, N, K, BK and pad multiples of 8.
+    `split_k`: the grid gains a z dimension of split_k workgroups, each multiplying an equal
+    share of K; C then holds split_k stacked M x N partial products (split_k * M rows), summed
+    by `sum_splits(split_k)`. K must be a multiple of BK * split_k.
     """
+    _check_split_k(split_k)
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda, ldb = BK + pad, BN + pad
     nsg = SGM * SGN
@@ -144,15 +196,17 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
                     pc.store(sa, r * 16 * lda + c * 16, tile, lda)
                 for (r, c), tile in zip(pb, rb):
                     pc.store(sb, r * 16 * ldb + c * 16, tile, ldb)
+        _check_tiling("gemm_khr_staged", M, N, K, BM, BN, BK, split_k)
         acc = [[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)]
-        ra, rb = fetch(u32(0))
-        for k in pc.range(0, K, BK, unroll=driver_unroll):
+        kb, ke = _k_split(K, split_k)
+        ra, rb = fetch(kb)
+        for k in pc.range(kb, ke, BK, unroll=driver_unroll):
             stage(ra, rb)
             pc.barrier()
-            ra, rb = fetch(pc.min(k + BK, K - BK))   # the last prefetch reloads the last block
+            ra, rb = fetch(pc.min(k + BK, ke - BK))  # the last prefetch reloads the last block
             acc = _tile_products(acc, sa, lda, sb, ldb, wm, wn, BK, V)
             pc.barrier()
-        _store_tiles(C, acc, m0 + wm, n0 + wn, N)
+        _store_tiles(C, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
     return gemm_khr_staged
 
 
@@ -168,11 +222,15 @@ def gemm_reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 @functools.cache
 def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256,
             clamp: str = "constant", unroll: int = 1, specialize: bool = False,
-            driver_unroll: bool | int | None = None):
+            driver_unroll: bool | int | None = None, split_k: int = 1):
     """Workgroup-scope GEMM through NV tensor layouts: each workgroup computes a BM x BN tile
     of C = A @ B, f16 in, f32 accumulate. With the Constant clamp any M, N, K work (edges read
     zeros); "undefined" needs M, N multiples of the tile and K of BK * unroll. `unroll` k-steps
-    are traced per loop iteration. `specialize` and `driver_unroll` as in gemm_khr_staged."""
+    are traced per loop iteration. `specialize`, `driver_unroll` and `split_k` as in
+    gemm_khr_staged; with the Constant clamp and split_k > 1 each split covers
+    ceil(K / (split_k * BK * unroll)) k-steps, and rows past M are clipped from its store,
+    "undefined" needs K a multiple of BK * unroll * split_k."""
+    _check_split_k(split_k)
     MA = pc.coopmat[f16, pc.Workgroup, BM, BK, pc.UseA]
     MB = pc.coopmat[f16, pc.Workgroup, BK, BN, pc.UseB]
     MC = pc.coopmat[f32, pc.Workgroup, BM, BN, pc.Accumulator]
@@ -182,15 +240,27 @@ def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256,
     def gemm_nv(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
         la = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, K)
         lb = pc.nv.tensor_layout(2, clamp=clamp).dimension(K, N)
-        lc = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, N)
+        lc = pc.nv.tensor_layout(2, clamp=clamp).dimension(M * split_k, N)
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
+        step = BK * unroll
+        if clamp == "undefined":
+            _check_tiling("gemm_nv", M, N, K, BM, BN, step, split_k)
+        if clamp == "undefined" or split_k == 1:
+            kb, ke = _k_split(K, split_k)
+        else:                                    # equal shares of whole k-steps; zeros past K
+            kb, ke = _k_split((K + step * split_k - 1) // (step * split_k) * step * split_k,
+                              split_k)
         acc = MC.fill(0.0)
-        for k in pc.range(0, K, BK * unroll, unroll=driver_unroll):
+        for k in pc.range(kb, ke, step, unroll=driver_unroll):
             for u in range(unroll):
                 a = pc.nv.load_tensor(A, la.slice(m0, BM, k + BK * u, BK), MA)
                 b = pc.nv.load_tensor(B, lb.slice(k + BK * u, BK, n0, BN), MB)
                 acc = pc.mul_add(a, b, acc)
-        pc.nv.store_tensor(C, lc.slice(m0, BM, n0, BN), acc)
+        out = lc.slice(_split_rows(m0, M, split_k), BM, n0, BN)
+        if split_k > 1 and clamp != "undefined":    # the tile's rows past M belong to the next split
+            pc.nv.store_tensor(C, out, acc, view=pc.nv.tensor_view(2).clip(0, M - m0, 0, BN))
+        else:
+            pc.nv.store_tensor(C, out, acc)
     return gemm_nv
 
 
@@ -399,7 +469,7 @@ def q4_0_planes(raw: np.ndarray, rows: int, K: int) -> tuple[np.ndarray, np.ndar
 @functools.cache
 def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
-                     driver_unroll: bool | int | None = None):
+                     driver_unroll: bool | int | None = None, split_k: int = 1):
     """Y (M x N, f32) = W (M x K, Q4_0) @ X (K x N, f16), the weights as two planes
     (`q4_0_planes`): Q, a uvec4 of nibbles per block, and D, an f16 scale per block.
 
@@ -409,8 +479,9 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     shared A tile, whose rows run along K as the blocks do; X is copied as uvec4. Both tiles
     are read row-major. X is passed as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N
     must be multiples of the tile and K of BK; BK a multiple of 32, pad of 8. The grid is
-    (M // BM, N // BN).
+    (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` as in gemm_khr_staged.
     """
+    _check_split_k(split_k)
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda, ldx = BK + pad, BN + pad                 # halves per shared row of W and of X
     nth = 32 * SGM * SGN
@@ -447,15 +518,17 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
             for (r, c), v in zip(px, xs):
                 sx[r * (ldx // 8) + c] = v
 
+        _check_tiling("gemm_q4_0_planes", M, N, K, BM, BN, BK, split_k)
         acc = [[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)]
-        w, xs = fetch(u32(0))
-        for k in pc.range(0, K, BK, unroll=driver_unroll):
+        kb, ke = _k_split(K, split_k)
+        w, xs = fetch(kb)
+        for k in pc.range(kb, ke, BK, unroll=driver_unroll):
             # dequantising here, in the store phase, rather than beside the products: 1.05x
             # (H100, 2026-11-22)
             stage(w, xs)
             pc.barrier()
-            w, xs = fetch(pc.min(k + BK, K - BK))     # the last prefetch reloads the last block
+            w, xs = fetch(pc.min(k + BK, ke - BK))    # the last prefetch reloads the last block
             acc = _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8)
             pc.barrier()
-        _store_tiles(Y, acc, m0 + wm, n0 + wn, N)
+        _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
     return gemm_q4_0_planes

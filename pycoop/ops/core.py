@@ -668,10 +668,31 @@ def cast(x, type: ScalarType) -> Value:
     if isinstance(x, Value) and isinstance(x.type, CoopMatType):
         from .khr import convert
         return convert(x, type)
+    if _is_literal(x) and _literal_fits(x, type):
+        return const(x, type)            # u32(0): a constant of that type, not a converted one
     x = as_value(x)
     if x.type == type:
         return x
     return emit1("cast", [x], {"type": type})
+
+
+def _is_literal(x) -> bool:
+    return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating))
+
+
+def _literal_fits(x, type: ScalarType) -> bool:
+    """Whether the literal is exactly a value of `type`, or a float for an IEEE float type
+    (rounded to it as NumPy does); anything else, bf16 and fp8 included, converts as a traced
+    value would."""
+    if type.is_bool:
+        return isinstance(x, (bool, np.bool_))
+    if isinstance(x, (bool, np.bool_)):
+        return False
+    if type.is_int:
+        lo, hi = type.min_max()
+        return isinstance(x, (int, np.integer)) and lo <= int(x) <= hi
+    with np.errstate(over="ignore"):
+        return type.encoding is None and (np.isfinite(type.dtype.type(x)) or not np.isfinite(x))
 
 
 def bitcast(x, type: ScalarType | VectorType) -> Value:

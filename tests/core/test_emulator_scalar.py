@@ -357,6 +357,35 @@ def test_int_to_float_and_bitcast():
     np.testing.assert_array_equal(bits, f.view(np.uint32))
 
 
+@pycoop.kernel(workgroup_size=1)
+def k_literal_casts(Y: pycoop.Buffer[f32], Z: pycoop.Buffer[u32]):
+    Y[0] = f32(f16(0.1))
+    Y[1] = f32(f16(65519.0))           # rounds to the largest f16
+    Y[2] = f32(f16(1e6))               # overflows: converted at run time, to inf
+    Y[3] = f32(pycoop.bf16(0.1))       # bf16 converts at run time
+    Y[4] = f32(i8(-100))
+    Z[0] = u32(4000000000)
+    Z[1] = u32(-1)                     # out of range: converted at run time, wraps
+
+
+def test_scalar_types_called_on_literals_are_constants_of_that_type():
+    """u32(0), f16(0.1): a constant of the type (rounded as NumPy rounds), not a converted
+    constant of another type; literals the type cannot hold exactly convert as before."""
+    ck = k_literal_casts.compile()
+    assert ck.spv                      # passes spirv-val
+    ir = ck.ir
+    for text in ("value=0.1, type=f16", "value=65519.0, type=f16", "value=-100, type=i8",
+                 "value=4000000000, type=u32"):
+        assert text in ir
+    assert "value=1000000.0, type=f32" in ir and "value=-1, type=i32" in ir
+    Y, Z = np.zeros(5, np.float32), np.zeros(2, np.uint32)
+    emu(k_literal_casts, 1, Y, Z)
+    import ml_dtypes
+    want = [np.float16(0.1), np.float16(65519.0), np.inf, ml_dtypes.bfloat16(0.1), -100]
+    np.testing.assert_array_equal(Y, np.array(want, np.float32))
+    assert Z.tolist() == [4000000000, 2 ** 32 - 1]
+
+
 # --------------------------------------------------------------------------- math
 
 MATH = {"exp": (pycoop.exp, np.exp, (-20, 20)), "log": (pycoop.log, np.log, (1e-3, 1e4)),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pycoop.kernels import (gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged,
-                            gemm_reference, q4_0_planes)
+                            gemm_reference, q4_0_planes, sum_splits)
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
@@ -143,6 +143,70 @@ def test_q4_0_planes_gemm_checks_its_tiling():
         gemm_q4_0_planes(64, 64, 48)
     with pytest.raises(ValueError, match="Q4_0 blocks per invocation"):
         gemm_q4_0_planes(64, 64, 32, 2, 2)             # 64 blocks for 128 invocations
+
+
+def split_k_case(kind, split_k):
+    """(launch(P), A, B as f32, M, N, K) for a split-K GEMM of `kind` writing its stacked
+    partial products into P."""
+    rng = np.random.default_rng(11)
+    if kind == "nv constant":                     # ragged M, N and K: edges clamped and clipped
+        M, N, K = 72, 40, 100
+        A, B = operands(M, N, K, seed=11)
+        return (lambda P: gemm_nv(64, 32, 32, 128, split_k=split_k)[(2, 2, split_k)](
+            A, B, P, M, N, K, backend="emulator")), A, B, M, N, K
+    M, N, K = 128, 64, 64 * split_k * 2
+    if kind == "q4_0 planes":
+        Wq = quantize_q4_0(rng.standard_normal((M, K)).astype(np.float32))
+        X = rng.standard_normal((K, N)).astype(np.float16)
+        return (lambda P: gemm_q4_0_planes(64, 64, 64, 2, 2, specialize=True, split_k=split_k)[
+            (2, 1, split_k)](*q4_0_planes(Wq, M, K), X.view(np.uint32).reshape(-1, 4), P, M, N, K,
+                             backend="emulator")), dequantize_q4_0(Wq, M, K), X, M, N, K
+    A, B = operands(M, N, K, seed=12)
+    if kind == "nv undefined":
+        return (lambda P: gemm_nv(64, 64, 32, 128, "undefined", 2, True, split_k=split_k)[
+            (2, 1, split_k)](A, B, P, M, N, K, backend="emulator")), A, B, M, N, K
+    vec = kind == "khr vector"
+    a, b = (A.view(np.uint32).reshape(-1, 4), B.view(np.uint32).reshape(-1, 4)) if vec else (A, B)
+    return (lambda P: gemm_khr_staged(64, 64, 64, 2, 2, vector_copy=vec, split_k=split_k)[
+        (2, 1, split_k)](a, b, P, M, N, K, backend="emulator")), A, B, M, N, K
+
+
+@pytest.mark.parametrize("kind", ["khr", "khr vector", "nv constant", "nv undefined", "q4_0 planes"])
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_split_k_gemms_write_each_share_of_k_and_sum_splits_adds_them(kind, split_k):
+    launch, A, B, M, N, K = split_k_case(kind, split_k)
+    P = np.full((split_k * M, N), np.nan, np.float32)
+    launch(P)
+    A, B = A.astype(np.float32), B.astype(np.float32)
+    step = -(-K // split_k)
+    if kind == "nv constant":                     # shares of whole k-steps (2 of 32 here)
+        step = -(-K // (32 * split_k)) * 32
+    for z in range(split_k):
+        ks = slice(z * step, (z + 1) * step)
+        np.testing.assert_allclose(P[z * M:(z + 1) * M], A[:, ks] @ B[ks], rtol=1e-5, atol=1e-4)
+    Y = np.full((M, N), np.nan, np.float32)
+    n4 = M * N // 4
+    sum_splits(split_k)[(-(-n4 // 256),)](P.reshape(-1, 4), Y.reshape(-1, 4), n4,
+                                           backend="emulator")
+    np.testing.assert_allclose(Y, A @ B, rtol=1e-5, atol=1e-4)
+    parts = P.reshape(split_k, M, N)
+    want = parts[0]
+    for z in range(1, split_k):                   # f32 sums in split order, bit for bit
+        want = want + parts[z]
+    np.testing.assert_array_equal(Y, want)
+
+
+def test_split_k_gemms_check_their_tiling():
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="split_k must be an int >= 1"):
+            gemm_khr_staged(64, 64, 32, 2, 2, split_k=bad)
+    with pytest.raises(ValueError, match=r"K a multiple of 64 x 2 \(BK x split_k\)"):
+        gemm_q4_0_planes(64, 64, 64, 2, 2, specialize=True, split_k=2).compile(M=64, N=64, K=192)
+    with pytest.raises(ValueError, match="N of 64 and K a multiple of 32; got M=64, N=96"):
+        gemm_khr_staged(64, 64, 32, 2, 2, specialize=True).compile(M=64, N=96, K=64)
+    with pytest.raises(ValueError, match=r"K a multiple of 64 x 3"):
+        gemm_nv(64, 64, 32, 128, "undefined", 2, True, split_k=3).compile(M=64, N=64, K=128)
+    gemm_nv(64, 64, 32, 128, split_k=3).compile()     # edges handled: any shape
 
 
 def test_library_kernel_ops_point_at_their_own_source():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pycoop.kernels import (gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged,
-                            gemm_reference, q4_0_planes)
+                            gemm_reference, q4_0_planes, sum_splits)
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
@@ -82,3 +82,41 @@ def test_q4_0_planes_gemm(cfg, spec):
         *q4_0_planes(Wq, M, K), X.view(np.uint32).reshape(-1, 4), Y, M, N, K, backend="vulkan")
     check(Y, dequantize_q4_0(Wq, M, K).astype(np.float32) @ X.astype(np.float32))
 
+
+
+def sum_partials(P, Y, split_k):
+    n4 = Y.size // 4
+    sum_splits(split_k)[(-(-n4 // 256),)](P.reshape(-1, 4), Y.reshape(-1, 4), n4, backend="vulkan")
+
+
+@pytest.mark.parametrize("split_k", [2, 4])
+def test_split_k_q4_0_planes_gemm(split_k):
+    M, N, K = 512, 256, 2048
+    rng = np.random.default_rng(11)
+    Wq = quantize_q4_0(rng.standard_normal((M, K)).astype(np.float32))
+    X = rng.standard_normal((K, N)).astype(np.float16)
+    P = np.full((split_k * M, N), np.nan, np.float32)
+    Y = np.full((M, N), np.nan, np.float32)
+    kernel = gemm_q4_0_planes(128, 128, 64, 2, 2, specialize=True, split_k=split_k)
+    kernel[(M // 128, N // 128, split_k)](*q4_0_planes(Wq, M, K), X.view(np.uint32).reshape(-1, 4),
+                                          P, M, N, K, backend="vulkan")
+    sum_partials(P, Y, split_k)
+    check(Y, dequantize_q4_0(Wq, M, K).astype(np.float32) @ X.astype(np.float32))
+
+
+@pytest.mark.parametrize("kernel,split_k,shape,tile,vectors", [
+    (gemm_nv(128, 256, 64, 256, "undefined", 2, True, split_k=2), 2, (512, 512, 1024), (128, 256),
+     False),
+    (gemm_nv(128, 128, 32, 256, split_k=3), 3, (300, 200, 1000), (128, 128), False),   # ragged
+    (gemm_khr_staged(128, 128, 64, 2, 2, specialize=True, vector_copy=True, split_k=2), 2,
+     (512, 256, 1024), (128, 128), True)])
+def test_split_k_f16_gemms(kernel, split_k, shape, tile, vectors):
+    M, N, K = shape
+    A, B = operands(M, N, K)
+    P = np.full((split_k * M, N), np.nan, np.float32)
+    Y = np.full((M, N), np.nan, np.float32)
+    a, b = (A.view(np.uint32).reshape(-1, 4), B.view(np.uint32).reshape(-1, 4)) if vectors \
+        else (A, B)
+    kernel[(-(-M // tile[0]), -(-N // tile[1]), split_k)](a, b, P, M, N, K, backend="vulkan")
+    sum_partials(P, Y, split_k)
+    check(Y, gemm_reference(A, B))
