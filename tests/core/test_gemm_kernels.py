@@ -146,8 +146,8 @@ def test_q4_0_planes_gemm_checks_its_tiling():
 
 
 def split_k_case(kind, split_k):
-    """(launch(P), A, B as f32, M, N, K) for a split-K GEMM of `kind` writing its stacked
-    partial products into P."""
+    """(launch(P), A, B, M, N, K) for a split-K GEMM of `kind` writing its stacked
+    partial products into P; A and B are f16, the weights dequantised for Q4_0."""
     rng = np.random.default_rng(11)
     if kind == "nv constant":                     # ragged M, N and K: edges clamped and clipped
         M, N, K = 72, 40, 100
