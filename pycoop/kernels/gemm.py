@@ -93,6 +93,22 @@ def _split_rows(m0, M, split_k: int):
     return pc.workgroup_id.z * M + m0 if split_k > 1 else m0
 
 
+@pc.func
+def _staged_k_loop(acc, K, BK: int, split_k: int, driver_unroll, fetch, stage, products):
+    """The K loop of the staged GEMMs over this workgroup's share of K: the registers that
+    fetch(k) loads a k-step ahead are stored into shared memory by stage(*registers), and
+    after a barrier the next k-step is fetched while products(acc) multiplies this one."""
+    kb, ke = _k_split(K, split_k)
+    regs = fetch(kb)
+    for k in pc.range(kb, ke, BK, unroll=driver_unroll):
+        stage(*regs)
+        pc.barrier()
+        regs = fetch(pc.min(k + BK, ke - BK))      # the last prefetch reloads the last block
+        acc = products(acc)
+        pc.barrier()
+    return acc
+
+
 @functools.cache
 def sum_splits(split_k: int):
     """Y = the sum of the split_k partial products a split-K GEMM wrote into P (split_k
@@ -197,15 +213,9 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
                 for (r, c), tile in zip(pb, rb):
                     pc.store(sb, r * 16 * ldb + c * 16, tile, ldb)
         _check_tiling("gemm_khr_staged", M, N, K, BM, BN, BK, split_k)
-        acc = [[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)]
-        kb, ke = _k_split(K, split_k)
-        ra, rb = fetch(kb)
-        for k in pc.range(kb, ke, BK, unroll=driver_unroll):
-            stage(ra, rb)
-            pc.barrier()
-            ra, rb = fetch(pc.min(k + BK, ke - BK))  # the last prefetch reloads the last block
-            acc = _tile_products(acc, sa, lda, sb, ldb, wm, wn, BK, V)
-            pc.barrier()
+        acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
+                             split_k, driver_unroll, fetch, stage,
+                             lambda acc: _tile_products(acc, sa, lda, sb, ldb, wm, wn, BK, V))
         _store_tiles(C, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
     return gemm_khr_staged
 
@@ -519,16 +529,10 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
                 sx[r * (ldx // 8) + c] = v
 
         _check_tiling("gemm_q4_0_planes", M, N, K, BM, BN, BK, split_k)
-        acc = [[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)]
-        kb, ke = _k_split(K, split_k)
-        w, xs = fetch(kb)
-        for k in pc.range(kb, ke, BK, unroll=driver_unroll):
-            # dequantising here, in the store phase, rather than beside the products: 1.05x
-            # (H100, 2026-11-22)
-            stage(w, xs)
-            pc.barrier()
-            w, xs = fetch(pc.min(k + BK, ke - BK))    # the last prefetch reloads the last block
-            acc = _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8)
-            pc.barrier()
+        # dequantising in the store phase (`stage`) rather than beside the products: 1.05x
+        # (H100, 2026-11-22)
+        acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
+                             split_k, driver_unroll, fetch, stage,
+                             lambda acc: _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8))
         _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
     return gemm_q4_0_planes

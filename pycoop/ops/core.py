@@ -668,16 +668,12 @@ def cast(x, type: ScalarType) -> Value:
     if isinstance(x, Value) and isinstance(x.type, CoopMatType):
         from .khr import convert
         return convert(x, type)
-    if _is_literal(x) and _literal_fits(x, type):
-        return const(x, type)            # u32(0): a constant of that type, not a converted one
+    if isinstance(x, (numbers.Real, np.bool_)) and _literal_fits(x, type):
+        return as_value(x, type)         # u32(0): a constant of that type, not a converted one
     x = as_value(x)
     if x.type == type:
         return x
     return emit1("cast", [x], {"type": type})
-
-
-def _is_literal(x) -> bool:
-    return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating))
 
 
 def _literal_fits(x, type: ScalarType) -> bool:
