@@ -115,6 +115,8 @@ class EmuCtx:
     # ---------------------------------------------------------------- execution
 
     def run_block(self, block: Block) -> list | None:
+        """Run `block`'s ops in order; its yielded values, or None when no invocation reaches
+        its end. Code that no invocation reaches is not run at all (see `idle`)."""
         ops, i = block.ops, 0
         while i < len(ops):
             op = ops[i]
@@ -128,7 +130,18 @@ class EmuCtx:
                 i += done - 1
             elif self.execute(op):
                 return None
+            elif op.regions and self.idle():   # every invocation here returned inside it
+                return None
         return []
+
+    def idle(self) -> bool:
+        """Whether no invocation is active. Nothing runs then: a GPU executes no instruction
+        for no invocation, and values computed for nobody would have no defined shape or
+        content (an `if` whose branches all returned has no results to merge). So a region
+        entered with no active invocation is skipped, and a block stops at the first op after
+        which every invocation has returned; both count as 'no invocation reaches the end',
+        like a `return`."""
+        return self.mask is not None and not self.mask.any()
 
     def execute(self, op: Op) -> bool:
         """Run one op (not yield/condition); True if it was a `return`."""
@@ -170,7 +183,10 @@ class EmuCtx:
 
     def run_region(self, block: Block, args: list, mask: np.ndarray | None) -> list | None:
         """Run `block` with its arguments bound to `args` under `mask`; restore the caller's
-        mask (less invocations that returned) afterwards. None if every path returned."""
+        mask (less invocations that returned) afterwards. None if no invocation reaches the
+        end of `block` (every one returned, or none entered it)."""
+        if mask is not None and not mask.any():
+            return None
         saved = self.mask
         self.mask = mask
         for a, v in zip(block.args, args):

@@ -565,8 +565,8 @@ define("select", _infer_select, doc="cond ? a : b, per invocation.")
 
 @emulation("select")
 def _emu_select(ctx, op, c, a, b):
-    if a.ndim > 2:
-        c = c.reshape(c.shape + (1,) * (a.ndim - 2))
+    if not isinstance(op.result.type, ScalarType):   # a trailing component axis; known from the
+        c = c[..., None]                             # type: a fused loop adds leading axes
     return np.where(c, a, b)
 
 
