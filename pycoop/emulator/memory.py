@@ -260,11 +260,18 @@ class Memory:
         pass
 
 
+# `SharedMemory.epoch` of an element nothing wrote in this dispatch (its value is undefined),
+# and of one written only by an op whose writes are not tracked per writer (untracked_write).
+NEVER_WRITTEN, UNTRACKED = -1, -2
+
+
 class SharedMemory(Memory):
     """A workgroup-shared array: one segment of `length` elements per workgroup. Between two
     barriers, accesses by different invocations (or scope instances) to one element race when
     one of them writes: a read after another's write, and a write of a different value after
-    another's write or read, are reported."""
+    another's write or read, are reported. A read of an element that nothing in its workgroup
+    wrote is reported too: Vulkan leaves Workgroup variables uninitialised (the GPU returns
+    whatever the memory held; the emulator's zeros would hide the bug)."""
 
     tracks_writes = True
     k = 1                                   # matrix components per element (components())
@@ -277,7 +284,8 @@ class SharedMemory(Memory):
         comp = (elem.count,) if isinstance(elem, VectorType) else ()
         self.data = np.zeros((dispatch.nwg * length,) + comp, dtype=elem.dtype)
         self.writer = np.full(dispatch.nwg * length, -1, dtype=np.int64)
-        self.epoch = np.full(dispatch.nwg * length, -1, dtype=np.int64)
+        # the barrier epoch of each element's last write (or NEVER_WRITTEN, UNTRACKED)
+        self.epoch = np.full(dispatch.nwg * length, NEVER_WRITTEN, dtype=np.int64)
         # The smallest and largest reader of each element in the current barrier epoch, as
         # keys that order by epoch first: max of epoch * R + id and min of -epoch * R + id
         # (id shifted to 0 <= id < R). A newer epoch's reads win both, so nothing is reset at
@@ -315,10 +323,36 @@ class SharedMemory(Memory):
     def _who(self, ctx):
         return np.arange(ctx.dispatch.wgs, dtype=np.int64)[None, :]
 
+    def untracked_write(self, comp_idx: np.ndarray, comp: ScalarType) -> None:
+        """Record that an op writing the data directly (no writer ids, no race checks:
+        nv.store_tensor) wrote the `comp` components at flat indices `comp_idx`."""
+        e = np.asarray(comp_idx, np.int64) // (self.elem.size // comp.size)
+        ep = self.epoch[e]
+        self.epoch[e] = np.where(ep == NEVER_WRITTEN, UNTRACKED, ep)
+
+    def _report_unwritten(self, ctx, op, bad: np.ndarray, e: np.ndarray, who: str) -> None:
+        """Report the first reader with `bad` set (a read of element `e`, same shape, that
+        nothing wrote); `bad` is (workgroups, invocations or scope instances, ...)."""
+        if bad.any():
+            hit = tuple(np.argwhere(bad)[0])
+            w = int(hit[0])
+            raise EmulatorError(
+                f"undefined behaviour in workgroup {ctx._wg_name(w)}, {who} {int(hit[1])}: "
+                f"reads shared element {int(e[hit]) - w * self.segment // self.k}, which nothing "
+                f"in this workgroup wrote (its value is undefined)", op.loc,
+                rule="reported by the pycoop emulator: Workgroup variables are not initialised",
+                hint="write every element before reading it (and put pycoop.barrier() between "
+                     "other invocations' writes and this read)")
+
     def _check_race_read(self, ctx, op, flat):
         flat = np.broadcast_to(flat, ctx.dispatch.shape)
         who = np.broadcast_to(self._who(ctx), flat.shape)
-        same_epoch = self.epoch[flat] == ctx.barrier_epoch
+        ep = self.epoch[flat]
+        unwritten = ep == NEVER_WRITTEN
+        if ctx.mask is not None:
+            unwritten &= ctx.mask
+        self._report_unwritten(ctx, op, unwritten, flat, "invocation")
+        same_epoch = ep == ctx.barrier_epoch
         ctx.check_ub(same_epoch & (self.writer[flat] != who), op,
                      "data race: this shared-memory element was written by another invocation "
                      "since the last barrier")
@@ -385,7 +419,12 @@ class SharedMemory(Memory):
         idx = self._indices(t, layout, starts, stride)
         inst = self._instance_ids(t, starts.shape)[..., None, None]
         e = self._el(idx)
-        bad = (self.epoch[e] == ctx.barrier_epoch) & (self.writer[e] != inst)
+        ep = self.epoch[e]
+        unwritten = ep == NEVER_WRITTEN
+        if active is not None:
+            unwritten &= active[..., None, None]
+        self._report_unwritten(ctx, op, unwritten, e, "scope instance")
+        bad = (ep == ctx.barrier_epoch) & (self.writer[e] != inst)
         if active is not None:
             bad = bad & active[..., None, None]
         if bad.any():
@@ -404,7 +443,8 @@ class SharedMemory(Memory):
         """The race check and read records of a matrix load with every instance active, done
         once per distinct block with the smallest and largest instance reading it (instances
         loading one tile, as the subgroups of one GEMM row do, share the work). False, with
-        nothing recorded, when some reader races: the per-instance check then names it."""
+        nothing recorded, when some reader races or reads an element nothing wrote: the
+        per-instance check then names it."""
         ids = self._instance_ids(t, starts.shape)
         uniq, inv = distinct
         lo = np.full(len(uniq), np.iinfo(np.int64).max, np.int64)
@@ -413,9 +453,10 @@ class SharedMemory(Memory):
         np.maximum.at(hi, inv, ids.reshape(-1))
         idx = self._indices(t, layout, uniq, int(stride.reshape(-1)[0]))
         e = self._el(idx)
-        w = self.writer[e]
+        w, ep = self.writer[e], self.epoch[e]
         lo3, hi3 = lo[:, None, None], hi[:, None, None]
-        if ((self.epoch[e] == ctx.barrier_epoch) & ((w != lo3) | (w != hi3))).any():
+        if (ep == NEVER_WRITTEN).any() or ((ep == ctx.barrier_epoch)
+                                           & ((w != lo3) | (w != hi3))).any():
             return False
         self._record_reads(ctx, idx.reshape(-1), np.broadcast_to(lo3, e.shape).reshape(-1),
                            np.broadcast_to(hi3, e.shape).reshape(-1))

@@ -552,6 +552,8 @@ def _emu_store_tensor(ctx, op, mem, mat, layout, *rest):
         vals = np.broadcast_to(mat, plan.shape)[where].reshape(-1)
         check_write_race(op, ei, vals, "store_tensor")
         memory.data.view(t.component.dtype)[ei] = vals
+        if memory.tracks_writes:               # shared memory: these elements are now written
+            memory.untracked_write(ei, t.component)
     return ()
 
 
