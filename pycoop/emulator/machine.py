@@ -239,15 +239,16 @@ class EmuCtx:
             self.poison[t] = (mn if take is None else np.where(take, mn, mo),
                               (pn or po)[1])
 
-    def check_instances(self, bad: np.ndarray, active: np.ndarray | None, op: Op, message: str):
+    def check_instances(self, bad: np.ndarray, active: np.ndarray | None, op: Op, message: str,
+                        rule: str = "reported by the pycoop emulator", hint: str | None = None):
+        """Report undefined behaviour if any active scope instance has `bad` set."""
         bad = np.asarray(bad)
         if active is not None:
             bad = bad & active
         if bad.any():
             w, s = np.argwhere(np.atleast_2d(bad))[0][:2]
             raise EmulatorError(f"undefined behaviour in workgroup {self._wg_name(w)}, "
-                                f"scope instance {s}: {message}", op.loc,
-                                rule="reported by the pycoop emulator")
+                                f"scope instance {s}: {message}", op.loc, rule=rule, hint=hint)
 
     def _wg_name(self, w: int) -> str:
         gx, gy, _ = self.dispatch.grid

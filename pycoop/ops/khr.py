@@ -4,6 +4,7 @@ are the core arithmetic ops (pycoop.ops.core) applied to matrices.
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -15,6 +16,7 @@ from ..ir.builder import current_loc, emit, emit1
 from ..ir.core import Value
 from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, u32)
 from .core import as_value, check_readable, convert_array
+from .known_bits import exact, low_bits
 from .registry import MEMORYLESS, define, emulation, lowering
 
 KHR_CAPS = ("CooperativeMatrixKHR",)
@@ -133,6 +135,109 @@ def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
                            hint=f"use an array of {t.component} or of a multiple of its size")
 
 
+# --------------------------------------------------------------------------- addressing rules
+
+STRIDE_RULE = (f"{SPEC}: Stride must be greater than 0 when passed to "
+               "OpCooperativeMatrixStoreKHR and greater than or equal to 0 when passed to "
+               "OpCooperativeMatrixLoadKHR")
+ALIGN_RULE = ("VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986: the Pointer and Stride "
+              "operands must be aligned to at least the lesser of 16 bytes or the natural "
+              "alignment of a row or column (depending on ColumnMajor) of the matrix")
+
+
+def row_alignment(t: CoopMatType, layout: str) -> int:
+    """The bytes the pointer and the stride of a load/store of `t` must be multiples of: the
+    lesser of 16 and the size of a row (row major) or column (column major)."""
+    n = t.cols if layout == "RowMajorKHR" else t.rows
+    return min(16, n * t.component.size)
+
+
+def _align_hint(t: CoopMatType, layout: str, elem_size: int) -> str:
+    align = row_alignment(t, layout)
+    per = align // math.gcd(align, elem_size)
+    what = "row" if layout == "RowMajorKHR" else "column"
+    return (f"make the offset and the stride multiples of {per} element{'s' * (per > 1)} "
+            f"({align} bytes: a {what} of this matrix is "
+            f"{(t.cols if layout == 'RowMajorKHR' else t.rows) * t.component.size} bytes); "
+            "pad the array's rows if needed")
+
+
+def _proven_misaligned(v: Value, elem_size: int, align: int) -> str | None:
+    """How `v` (an offset or stride in elements of `elem_size` bytes) is misaligned in every
+    invocation, or None when it may be aligned."""
+    k, r = low_bits(v)
+    c = exact(v)
+    if c is not None:
+        return None if (c * elem_size) % align == 0 else f"is {c} ({c * elem_size} bytes)"
+    e = (elem_size & -elem_size).bit_length() - 1          # elem_size = 2^e * odd
+    a = (align & -align).bit_length() - 1
+    m = min(k + e, a)
+    if (r * elem_size) % (1 << m) == 0:
+        return None
+    return (f"is {r} more than a multiple of {1 << k} in every invocation "
+            f"({(r * elem_size) % (1 << (k + e))} bytes more than a multiple of {1 << (k + e)})")
+
+
+def _check_static_addressing(mem: Value, t: CoopMatType, layout: str, offset: Value,
+                             stride: Value, loc: Loc, what: str) -> None:
+    """The addressing rules a trace proves broken: a constant negative stride (zero for a
+    store), a pointer or stride that is misaligned whatever the runtime values are. Buffers
+    and shared arrays are taken to start 16-byte aligned (the runtime allocates each buffer
+    on its own, aligned to at least 16 bytes), so the element offset decides the pointer's
+    alignment."""
+    s = exact(stride)
+    store = what.endswith("store")
+    if s is not None and (s < 0 or (store and s == 0)):
+        raise CompileError(f"{what} with stride {s}", loc, rule=STRIDE_RULE,
+                           hint="a row-major stride is the distance between rows, in elements "
+                                "(usually the row length); only a load may use 0 (every row "
+                                "the same)")
+    elem = mem.type.elem.size
+    align = row_alignment(t, layout)
+    for name, v in (("offset", offset), ("stride", stride)):
+        how = _proven_misaligned(v, elem, align)
+        if how is not None:
+            raise CompileError(
+                f"{what} {name} {how}, not a multiple of {align} bytes: the "
+                f"{'pointer' if name == 'offset' else 'stride'} is misaligned", loc,
+                rule=ALIGN_RULE, hint=_align_hint(t, layout, elem))
+
+
+def check_addressing(ctx, op, t: CoopMatType, layout: str, elem_size: int, offs, strd,
+                     active, what: str) -> None:
+    """The addressing rules at run time, per scope instance: the stride's sign and the
+    alignment of the pointer and the stride. `offs`, `strd`: per instance, in elements of
+    `elem_size` bytes."""
+    strd = np.asarray(strd)
+    store = what.endswith("store")
+    bad = (strd <= 0) if store else (strd < 0)
+    if bad.any():
+        ctx.check_instances(bad, active, op, f"{what} with stride "
+                            f"{_first(strd, bad, active)}", rule=STRIDE_RULE)
+    align = row_alignment(t, layout)
+    if elem_size % align == 0:
+        return                                  # every element boundary is aligned
+    for name, x in (("offset", offs), ("stride", strd)):
+        xb = np.asarray(x).astype(np.int64) * elem_size
+        bad = xb % align != 0
+        if bad.any():
+            v = _first(np.asarray(x), bad, active)
+            ctx.check_instances(
+                bad, active, op, f"{what} {name} {v} ({v * elem_size} bytes) is not a multiple of "
+                f"{align} bytes: the {'pointer' if name == 'offset' else 'stride'} is misaligned",
+                rule=ALIGN_RULE, hint=_align_hint(t, layout, elem_size))
+
+
+def _first(x: np.ndarray, bad: np.ndarray, active) -> int | None:
+    """The value of `x` in the first instance with `bad` set (and active)."""
+    b = np.broadcast_to(bad, np.broadcast_shapes(bad.shape, x.shape))
+    if active is not None:
+        b = b & active
+    if not b.any():
+        return None
+    return int(np.broadcast_to(x, b.shape)[tuple(np.argwhere(b)[0])])
+
+
 def _infer_load(operands, attrs, regions, loc):
     mem, offset, stride = operands
     _check_mem(mem, loc, "cooperative matrix load")
@@ -140,6 +245,8 @@ def _infer_load(operands, attrs, regions, loc):
     check_readable(mem, loc)
     _check_int(offset, "offset", loc)
     _check_int(stride, "stride", loc)
+    _check_static_addressing(mem, attrs["type"], attrs["layout"], offset, stride, loc,
+                             "cooperative matrix load")
     return [attrs["type"]]
 
 
@@ -152,6 +259,8 @@ def _infer_store(operands, attrs, regions, loc):
     _check_element_size(mem, mat.type, loc, "cooperative matrix store")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc)
+    _check_static_addressing(mem, mat.type, attrs["layout"], offset, stride, loc,
+                             "cooperative matrix store")
     return []
 
 
@@ -196,6 +305,8 @@ def _emu_load(ctx, op, mem, offset, stride):
     offs = ctx.scope_uniform_value(offset, t.scope, op, "the load offset")
     strd = ctx.scope_uniform_value(stride, t.scope, op, "the load stride")
     active = ctx.scope_active(t.scope, op)
+    check_addressing(ctx, op, t, op.attrs["layout"], op.operands[0].type.elem.size, offs, strd,
+                     active, "cooperative matrix load")
     mem, k = _component_memory(ctx, op.operands[0], t)
     return mem.gather_block(ctx, op, offs * k, strd * k, op.attrs["layout"], active, t)
 
@@ -214,8 +325,8 @@ def _store_target(ctx, op, offset, stride):
     offs = ctx.scope_uniform_value(offset, t.scope, op, "the store offset")
     strd = ctx.scope_uniform_value(stride, t.scope, op, "the store stride")
     active = ctx.scope_active(t.scope, op)
-    ctx.check_instances(np.asarray(strd) == 0, active, op,
-                        f"{SPEC}: Stride must be greater than 0 when passed to a store")
+    check_addressing(ctx, op, t, op.attrs["layout"], op.operands[0].type.elem.size, offs, strd,
+                     active, "cooperative matrix store")
     mem, k = _component_memory(ctx, op.operands[0], t)
     return mem, t, offs * k, strd * k, active
 
@@ -294,6 +405,9 @@ def _checked_batch(ctx, stores: list):
                      for o in (ctx.env[op.operands[1]] for op in stores)])
     x3 = offs.reshape(len(stores), d.nwg, inst[1], d.wgs // inst[1])
     if not (x3 == x3[..., :1]).all():
+        return None
+    size, align = first.operands[0].type.elem.size, row_alignment(t, "RowMajorKHR")
+    if (stride // k * size) % align or ((x3[..., 0].astype(np.int64) * size) % align).any():
         return None
     blocks = x3[..., 0].astype(np.int64) * k                       # (stores, W, S)
     ext = int(block_extent(t, "RowMajorKHR", np.asarray(stride)))

@@ -26,6 +26,7 @@ from ..emulator.lazy import LazyBlocks, Product, as_blocks, materialized
 from ..errors import EmulatorError
 from ..ir.core import Block, Op, Value
 from ..types import BufferType, CoopMatType, Scope
+from .khr import check_addressing
 from .registry import MEMORYLESS, get
 
 # Ops the fused body may contain besides the mul_add chains: pure, and reading only buffers.
@@ -220,7 +221,7 @@ class _FusedCtx:
         if np.asarray(bad).any():
             raise _Abort
 
-    def check_instances(self, bad, active, op, message):
+    def check_instances(self, bad, active, op, message, rule=None, hint=None):
         if np.asarray(bad).any():
             raise _Abort
 
@@ -419,6 +420,8 @@ def _factored_load(ctx, sub, o: Op, key: tuple | None) -> _Factored:
         offs = sub.scope_uniform_value(sub.env[o.operands[1]], t.scope, o, "the load offset")
         strd = sub.scope_uniform_value(sub.env[o.operands[2]], t.scope, o, "the load stride")
         active = sub.scope_active(t.scope, o)
+        check_addressing(sub, o, t, o.attrs["layout"], o.operands[0].type.elem.size, offs, strd,
+                         active, "cooperative matrix load")
         offs = mem.check_block(sub, o, t, offs, strd, o.attrs["layout"], active,
                                "cooperative matrix load")
         return offs, np.asarray(strd), active

@@ -222,8 +222,10 @@ def read_block(buf, off, stride, rows, cols, layout):
 @given(st.sampled_from([(16, 16), (16, 8), (8, 32)]),
        st.sampled_from(["row_major", "col_major"]), st.sampled_from(["row_major", "col_major"]),
        st.sampled_from([pycoop.UseA, pycoop.UseB, pycoop.Accumulator]),
-       st.integers(0, 9), st.integers(0, 9), st.integers(0, 20), st.integers(0, 20))
+       *[st.integers(0, 5).map(lambda n: 4 * n)] * 4)
 def test_load_store_layouts_with_padded_strides(shape, src_l, dst_l, use, pad_s, pad_d, so, do):
+    """Offsets and paddings are multiples of 4 f32s: the pointer and stride of a matrix load
+    or store must be 16-byte aligned here (rows/columns are at least 32 bytes)."""
     rows, cols = shape
     minor_s = cols if src_l == "row_major" else rows
     minor_d = cols if dst_l == "row_major" else rows
@@ -257,7 +259,7 @@ def test_block_out_of_bounds_is_reported():
         emu(k, 1, src, np.zeros(256, np.float32), 0, 16, 0, 16)
     assert ei.value.loc.line == line_of(k, "m = Mt.load(")
     with pytest.raises(pycoop.EmulatorError, match="cooperative matrix store out of bounds"):
-        emu(k, 1, np.zeros(256, np.float32), np.zeros(256, np.float32), 0, 16, 1, 16)
+        emu(k, 1, np.zeros(256, np.float32), np.zeros(256, np.float32), 0, 16, 4, 16)
 
 
 # --------------------------------------------------------------------------- shared memory
@@ -667,11 +669,12 @@ def k_scatter_tiles(Offs: pycoop.ReadBuffer[u32], Src: pycoop.ReadBuffer[f32],
 
 
 @settings(SETTINGS, max_examples=80)
-@given(data=st.data(), col=st.booleans(), stride=st.integers(16, 48), n=st.integers(1, 10),
-       lattice=st.booleans(), same_values=st.booleans())
+@given(data=st.data(), col=st.booleans(), stride=st.integers(4, 12).map(lambda s: 4 * s),
+       n=st.integers(1, 10), lattice=st.booleans(), same_values=st.booleans())
 def test_tile_stores_match_element_by_element_writes(data, col, stride, n, lattice, same_values):
     """One tile store per workgroup at chosen offsets: tiles on a lattice (the emulator's
-    row-by-row path when they fill it), anywhere (overlaps: a race unless the values agree)."""
+    row-by-row path when they fill it), anywhere (overlaps: a race unless the values agree).
+    Offsets and strides are multiples of 4 f32s (16 bytes), as matrix stores require."""
     if lattice:
         py = data.draw(st.sampled_from([16, 20, 32]))
         px = data.draw(st.sampled_from([16, 24, 32]))
@@ -680,7 +683,8 @@ def test_tile_stores_match_element_by_element_writes(data, col, stride, n, latti
                                    min_size=n, max_size=n, unique=True))
         offs = [y * py * stride + x * px for y, x in cells]
     else:
-        offs = data.draw(st.lists(st.integers(0, 6 * stride), min_size=n, max_size=n))
+        offs = data.draw(st.lists(st.integers(0, 6 * stride // 4).map(lambda o: 4 * o),
+                                  min_size=n, max_size=n))
     rng = np.random.default_rng(n)
     tile = rng.standard_normal((16, 16)).astype(np.float32)
     src = np.stack([tile if same_values else rng.standard_normal((16, 16)).astype(np.float32)
@@ -804,8 +808,10 @@ def test_matrices_through_buffers_of_wider_elements(data, layout):
         (f16, u32), (f16, pycoop.vec(u32, 4)), (f16, pycoop.vec(u32, 2)), (u8, u32),
         (i8, pycoop.vec(u32, 4)), (f32, pycoop.vec(f32, 4)), (f32, pycoop.vec(u32, 2))]))
     k = elem.size // comp.size
-    stride = data.draw(st.integers(-(-16 // k), -(-16 // k) + 5))
-    off = data.draw(st.integers(0, 7))
+    q = max(1, 16 // elem.size)              # elements per 16 bytes: the required alignment
+    least = -(-16 // k)                      # a row's elements
+    stride = q * data.draw(st.integers(-(-least // q), -(-least // q) + 5))
+    off = q * data.draw(st.integers(0, 7))
     n = (off + 16 * stride + 16) * k
     rng = np.random.default_rng(off + 100 * stride)
     raw = rng.integers(0, 256, n * comp.size, dtype=np.uint8)
