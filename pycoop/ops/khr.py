@@ -210,32 +210,32 @@ def check_addressing(ctx, op, t: CoopMatType, layout: str, elem_size: int, offs,
     `elem_size` bytes."""
     strd = np.asarray(strd)
     store = what.endswith("store")
-    bad = (strd <= 0) if store else (strd < 0)
-    if bad.any():
-        ctx.check_instances(bad, active, op, f"{what} with stride "
-                            f"{_first(strd, bad, active)}", rule=STRIDE_RULE)
+    v = _first(strd, (strd <= 0) if store else (strd < 0), active)
+    if v is not None:
+        ctx.check_instances(v[1], active, op, f"{what} with stride {v[0]}", rule=STRIDE_RULE)
     align = row_alignment(t, layout)
     if elem_size % align == 0:
         return                                  # every element boundary is aligned
-    for name, x in (("offset", offs), ("stride", strd)):
-        xb = np.asarray(x).astype(np.int64) * elem_size
-        bad = xb % align != 0
-        if bad.any():
-            v = _first(np.asarray(x), bad, active)
+    for name, x in (("offset", np.asarray(offs)), ("stride", strd)):
+        v = _first(x, (x.astype(np.int64) * elem_size) % align != 0, active)
+        if v is not None:
             ctx.check_instances(
-                bad, active, op, f"{what} {name} {v} ({v * elem_size} bytes) is not a multiple of "
-                f"{align} bytes: the {'pointer' if name == 'offset' else 'stride'} is misaligned",
-                rule=ALIGN_RULE, hint=_align_hint(t, layout, elem_size))
+                v[1], active, op, f"{what} {name} {v[0]} ({v[0] * elem_size} bytes) is not a "
+                f"multiple of {align} bytes: the {'pointer' if name == 'offset' else 'stride'} "
+                "is misaligned", rule=ALIGN_RULE, hint=_align_hint(t, layout, elem_size))
 
 
-def _first(x: np.ndarray, bad: np.ndarray, active) -> int | None:
-    """The value of `x` in the first instance with `bad` set (and active)."""
+def _first(x: np.ndarray, bad: np.ndarray, active) -> tuple[int, np.ndarray] | None:
+    """(the value of `x` in the first active instance with `bad` set, `bad`), or None when
+    no active instance has it set."""
+    if not bad.any():
+        return None
     b = np.broadcast_to(bad, np.broadcast_shapes(bad.shape, x.shape))
     if active is not None:
         b = b & active
     if not b.any():
         return None
-    return int(np.broadcast_to(x, b.shape)[tuple(np.argwhere(b)[0])])
+    return int(np.broadcast_to(x, b.shape)[tuple(np.argwhere(b)[0])]), bad
 
 
 def _infer_load(operands, attrs, regions, loc):

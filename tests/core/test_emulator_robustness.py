@@ -251,3 +251,36 @@ def test_every_fused_op_keeps_its_shape(grid, n):
             agree(every_fused_op, grid, A, H, O, n)
         np.testing.assert_array_equal(O, expected)
         assert chunks
+
+
+MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
+
+
+@pc.kernel(workgroup_size=64, subgroup_size=32)
+def dead_matrices_in_fused_loop(A: pc.ReadBuffer[f16], O: pc.Buffer[u32], n: u32):
+    w = pc.workgroup_id.x
+    s = w
+    for r in range(w, n):                    # a bound uniform in each workgroup only
+        for kk in pc.range(0, 4):
+            f = Acc.fill(f32(kk))                                       # noqa: F841
+            a = MatA.load(A, kk * u32(16) + r * u32(64), 16)            # noqa: F841
+        s = s * u32(5) + r
+    O[pc.global_invocation_id.x] = s
+
+
+@FEW
+@given(grid=st.integers(1, 4), n=st.integers(0, 5))
+def test_dead_matrix_ops_in_fused_loop_over_several_workgroups(grid, n):
+    A = np.zeros(64 * 5 + 256, np.float16)
+    expected = []
+    for w in range(grid):
+        s = w
+        for r in range(w, n):
+            s = s * 5 + r
+        expected += [s] * 64
+    for _ in range(2):                       # the second launch reuses kept results
+        O = np.zeros(64 * grid, np.uint32)
+        with counting_fused_chunks() as chunks:
+            emu(dead_matrices_in_fused_loop, grid, A, O, n)
+        np.testing.assert_array_equal(O, np.array(expected, np.uint32))
+        assert bool(chunks) == (n > 0)
