@@ -323,3 +323,55 @@ def test_inactive_scope_instances_are_not_checked():
     C = (np.arange(1024) % 9).astype(np.float16)
     emu(misaligned_where_inactive, 1, C, 3)
     np.testing.assert_array_equal(C[512:768], C[:256])
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+def _aligned_copy(t, use, rows, cols, layout):
+    Mt = pc.coopmat[t, pc.Subgroup, rows, cols, use]
+
+    @pc.kernel(workgroup_size=32)
+    def copy(S: pc.ReadBuffer[t], D: pc.Buffer[t], P: pc.ReadBuffer[u32], region: u32):
+        w = pc.workgroup_id.x
+        so, ss, do, ds = (P[w * u32(4) + u32(i)] for i in range(4))
+        pc.store(D, w * region + do, Mt.load(S, so, ss, layout), ds, layout)
+    return copy
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t, use, rows, cols", [(f16, pc.Accumulator, 16, 16),
+                                                (f32, pc.Accumulator, 16, 16),
+                                                (u8, pc.UseA, 16, 32)])
+@pytest.mark.parametrize("layout", ["row_major", "col_major"])
+def test_aligned_offsets_and_strides_copy_exactly_on_the_gpu(t, use, rows, cols, layout):
+    """Offsets and strides that keep the rule (multiples of 16 bytes here, not of a whole row)
+    copy every element exactly on the GPU, as on the emulator: one workgroup per combination,
+    offsets and strides read from a buffer."""
+    from pycoop.runtime.backend import vulkan_missing
+    k = _aligned_copy(t, use, rows, cols, layout)
+    try:
+        missing = vulkan_missing(k.compile())
+    except pc.BackendUnavailable as e:
+        pytest.skip(str(e))
+    if missing:
+        pytest.skip(f"device lacks {', '.join(missing)}")
+    q = 16 // t.size                                     # elements per 16 bytes
+    major, minor = (rows, cols) if layout == "row_major" else (cols, rows)
+    combos = [(so * q, minor + ps * q, do * q, minor + pd * q)
+              for so in (0, 1, 3) for ps in (0, 1, 2) for do in (0, 1, 5) for pd in (0, 1)]
+    region = max(do + major * ds for _, _, do, ds in combos)
+    size = max(so + major * ss for so, ss, _, _ in combos)
+    rng = np.random.default_rng(7)
+    S = (rng.integers(0, 256, size) if t == u8 else rng.standard_normal(size)).astype(t.dtype)
+    P = np.array(combos, np.uint32).reshape(-1)
+    outs = []
+    for backend in ("vulkan", "emulator"):
+        D = np.zeros(region * len(combos), t.dtype)
+        assert k[len(combos)](S, D, P, region, backend=backend).backend == backend
+        outs.append(D)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    r, c = np.arange(rows)[:, None], np.arange(cols)[None, :]
+    for w, (so, ss, do, ds) in enumerate(combos):
+        src = so + (r * ss + c if layout == "row_major" else c * ss + r)
+        dst = w * region + do + (r * ds + c if layout == "row_major" else c * ds + r)
+        np.testing.assert_array_equal(outs[1][dst], S[src])
