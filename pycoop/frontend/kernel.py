@@ -191,6 +191,8 @@ class Kernel:
                             [p.name for p in self.params if not p.is_const], shared=t.shared,
                             functions=t.functions)
             verify(module)
+            from ..codegen.opencl import module_target
+            module_target(module)       # one client environment per module (else CompileError)
             return module
         except CompileError as e:
             raise _strip(e) from None

@@ -864,7 +864,7 @@ def _infer_barrier(operands, attrs, regions, loc):
     return []
 
 
-define("barrier", _infer_barrier,
+define("barrier", _infer_barrier, tangled=True,
        doc="Workgroup execution + memory barrier (OpControlBarrier Workgroup, AcquireRelease).")
 
 

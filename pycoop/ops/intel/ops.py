@@ -191,7 +191,7 @@ def _infer(operands, attrs, regions, loc):
 
 
 for _name, (_mode, _opname, _caps) in OPS.items():
-    define(_name, _infer, capabilities=_caps, target="opencl", instruction=_opname,
+    define(_name, _infer, capabilities=_caps, target="opencl", instruction=_opname, tangled=True,
            writes=0 if _mode == "store" else None,
            doc=f"{_opname}: subgroup 2D block {_USER_NAME[_mode].replace('block_', '').replace('_', ' ')} "
                "(OpenCL environment only).")

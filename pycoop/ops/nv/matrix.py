@@ -16,6 +16,7 @@ from ...types import CoopMatType, ScalarType, Use, u32
 from .. import core
 from ..core import as_value, convert_array
 from ..registry import define, emulation, lowering
+from .tangled import check_untangled
 
 CM2 = "SPV_NV_cooperative_matrix2"
 REDUCE_MODES = {"row": ("Row",), "column": ("Column",), "row_column": ("Row", "Column"),
@@ -45,6 +46,7 @@ def _infer_reduce(operands, attrs, regions, loc):
     if r.component != t.component or r.scope != t.scope:
         raise CompileError(f"reduce result {r} must keep the component type and scope of {t}", loc,
                            rule=f"{rule}: same Component Type and Scope")
+    check_untangled(attrs["combine"], "combine function", loc)
     if mode == "2x2" and (t.rows % 2 or t.cols % 2 or r.shape != (t.rows // 2, t.cols // 2)):
         raise CompileError(f"a 2x2 reduction of {t.rows}x{t.cols} gives {t.rows // 2}x{t.cols // 2}, "
                            f"not {r.rows}x{r.cols}", loc, rule=f"{rule}: 2x2 halves both dimensions")
@@ -57,7 +59,7 @@ def _infer_reduce(operands, attrs, regions, loc):
     return [r]
 
 
-define("nv.reduce", _infer_reduce, capabilities=("CooperativeMatrixReductionsNV",),
+define("nv.reduce", _infer_reduce, capabilities=("CooperativeMatrixReductionsNV",), target="vulkan",
        doc="OpCooperativeMatrixReduceNV: every element of a reduced row/column/all/2x2 block "
            "holds the combination of the source elements (pairwise tree of CombineFunc).")
 
@@ -122,6 +124,7 @@ def _lower_reduce(ctx, op):
 
 def _infer_per_element(operands, attrs, regions, loc):
     t = operands[0].type
+    check_untangled(attrs["fn"], "per-element function", loc)
     for v in operands[1:]:
         if isinstance(v.type, CoopMatType) and v.type != t:
             raise CompileError(f"extra matrix operand {v.type} must have the type of the matrix {t}",
@@ -131,6 +134,7 @@ def _infer_per_element(operands, attrs, regions, loc):
 
 
 define("nv.per_element", _infer_per_element, capabilities=("CooperativeMatrixPerElementOperationsNV",),
+       target="vulkan",
        doc="OpCooperativeMatrixPerElementOpNV: fn(row, col, element, *extra) for every element; "
            "extra matrix operands pass their element.")
 
@@ -189,7 +193,7 @@ def _infer_convert(operands, attrs, regions, loc):
     return [dst]
 
 
-define("nv.convert", _infer_convert, capabilities=("CooperativeMatrixConversionsNV",),
+define("nv.convert", _infer_convert, capabilities=("CooperativeMatrixConversionsNV",), target="vulkan",
        doc="OpCooperativeMatrixConvertNV (use change, same component type) or an "
            "Op*Convert that also changes the component type (the relaxed rule).")
 
@@ -237,7 +241,7 @@ def _infer_transpose(operands, attrs, regions, loc):
     return [dst]
 
 
-define("nv.transpose", _infer_transpose, capabilities=("CooperativeMatrixConversionsNV",),
+define("nv.transpose", _infer_transpose, capabilities=("CooperativeMatrixConversionsNV",), target="vulkan",
        doc="OpCooperativeMatrixTransposeNV: accumulator MxN -> UseB NxM, transposed.")
 
 

@@ -25,6 +25,7 @@ from ..core import TYPE_METHODS, as_value
 from ..registry import define, emulation, lowering
 from . import addressing as A
 from . import decode_vector as DV
+from .tangled import check_untangled
 
 SPEC = "SPV_NV_tensor_addressing"
 CM2 = "SPV_NV_cooperative_matrix2"
@@ -75,7 +76,7 @@ def _infer_state(operands, attrs, regions, loc):
 for _name, _doc in [
         ("nv.create_layout", "OpCreateTensorLayoutNV: dimension, stride, span, offset 0; block size 1."),
         ("nv.create_view", "OpCreateTensorViewNV: view dimension/stride 0; clip spans all.")]:
-    define(_name, _infer_create, capabilities=TA_CAPS, doc=_doc)
+    define(_name, _infer_create, capabilities=TA_CAPS, target="vulkan", doc=_doc)
 _STATE_OPS = {
     # op: (SPIR-V opcode, NumPy semantics, doc)
     "nv.layout_dimension": ("OpTensorLayoutSetDimensionNV", A.layout_set_dimension,
@@ -93,7 +94,7 @@ _STATE_OPS = {
     "nv.view_clip": ("OpTensorViewSetClipNV", None, "Set the clip rectangle (row/col offset and span)."),
 }
 for _name, (_opc, _fn, _doc) in _STATE_OPS.items():
-    define(_name, _infer_state, capabilities=TA_CAPS, doc=f"{_opc}: {_doc}")
+    define(_name, _infer_state, capabilities=TA_CAPS, target="vulkan", doc=f"{_opc}: {_doc}")
 
 
 def _state(name: str, obj: Value, values: list, what: str, n: int, rule: str) -> Value:
@@ -334,7 +335,10 @@ def _infer_load_tensor(operands, attrs, regions, loc):
     if attrs.get("decode") is None and not isinstance(mem.type.elem, ScalarType):
         raise CompileError(f"a buffer of {mem.type.elem} blocks needs a decode function", loc,
                            rule=f"{CM2}: without DecodeFunc, elements are read as the component type")
+    if attrs.get("decode") is not None:
+        check_untangled(attrs["decode"], "decode function", loc)
     if attrs.get("decode_vector") is not None:
+        check_untangled(attrs["decode_vector"], "decode_vector function", loc)
         if attrs.get("decode") is None:
             raise CompileError("decode_vector needs a scalar decode function too", loc,
                                rule=f"{DV.SPEC}: DecodeFunc must also be present")
@@ -359,12 +363,12 @@ def _infer_store_tensor(operands, attrs, regions, loc):
     return []
 
 
-define("nv.load_tensor", _infer_load_tensor,
+define("nv.load_tensor", _infer_load_tensor, target="vulkan",
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
        doc="OpCooperativeMatrixLoadTensorNV: elements addressed through a tensor layout (and "
            "view); clipped elements keep Object's value; Constant clamp reads the clamp value; "
            "with a decode function each element is decoded from its block.")
-define("nv.store_tensor", _infer_store_tensor, writes=0,
+define("nv.store_tensor", _infer_store_tensor, writes=0, target="vulkan",
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
        doc="OpCooperativeMatrixStoreTensorNV: clipped and (unless Undefined) out-of-bounds "
            "elements are not written.")

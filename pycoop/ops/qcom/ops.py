@@ -120,7 +120,7 @@ def _infer_bitcast(operands, attrs, regions, loc):
     return [res]
 
 
-define("qcom.bitcast_array", _infer_bitcast, capabilities=CAPS, poison_aware=True,
+define("qcom.bitcast_array", _infer_bitcast, capabilities=CAPS, poison_aware=True, target="vulkan",
        doc="OpBitCastArrayQCOM: reinterpret a per-invocation array's bytes (little-endian) as "
            "another element type; the total size stays the same.")
 
@@ -179,7 +179,7 @@ def _infer_construct(operands, attrs, regions, loc):
     return [t]
 
 
-define("qcom.construct", _infer_construct, capabilities=CAPS, poison_aware=True,
+define("qcom.construct", _infer_construct, capabilities=CAPS, poison_aware=True, target="vulkan",
        doc="OpCompositeConstructCoopMatQCOM: lane i's array is row i (UseA, Accumulator) or "
            "column i (UseB) of a subgroup matrix; lanes past the matrix are ignored.")
 
@@ -246,7 +246,7 @@ def _infer_extract(operands, attrs, regions, loc):
     return [res]
 
 
-define("qcom.extract", _infer_extract, capabilities=CAPS, poison_aware=True,
+define("qcom.extract", _infer_extract, capabilities=CAPS, poison_aware=True, target="vulkan",
        doc="OpCompositeExtractCoopMatQCOM: row i (UseA, Accumulator) or column i (UseB) of a "
            "subgroup matrix to lane i; lanes past the matrix get an undefined array.")
 
@@ -317,7 +317,7 @@ def _infer_subarray(operands, attrs, regions, loc):
     return [res]
 
 
-define("qcom.extract_subarray", _infer_subarray, capabilities=CAPS, poison_aware=True,
+define("qcom.extract_subarray", _infer_subarray, capabilities=CAPS, poison_aware=True, target="vulkan",
        doc="OpExtractSubArrayQCOM: arr[start:start+length] (start may be a runtime i32/u32).")
 
 
