@@ -28,7 +28,7 @@ from ...ir.builder import current_loc, emit, emit1, tracer
 from ...ir.core import Value
 from ...types import (SCALARS, ArrayType, BufferType, PointerType, ScalarType, Scope, SharedArrayType,
                       StorageClass, VectorType, i32, u32)
-from ..core import as_value, check_readable
+from ..core import as_value, check_readable, constant_value
 from ..registry import define, emulation, lowering
 from . import blockio
 
@@ -87,7 +87,10 @@ def _check_base(base: Value, mode: str, loc: Loc) -> BufferType:
     which = "Dst Base Pointer" if mode == "store" else "Src Base Pointer"
     if isinstance(t, BufferType):
         if not (isinstance(t.elem, ScalarType) and not t.elem.is_bool):
-            raise CompileError(f"block IO needs a buffer of numeric scalars, got {t}", loc)
+            raise CompileError(f"block IO needs a buffer of numeric scalars, got {t}", loc,
+                               rule="SPV_INTEL_2d_block_io: the Base Pointer points to the block elements "
+                                    "(numeric scalars of Element Size bytes)",
+                               rule_id="intel.base-element-type")
         return t
     got = ("a workgroup-shared array (Workgroup storage class)" if isinstance(t, SharedArrayType)
            else f"a value of type {t}" if t is not None else f"a Python {type(base).__name__}")
@@ -128,6 +131,26 @@ def _check_static(mode: str, attrs: dict, loc: Loc) -> None:
                      "defines but Intel's OpenCL driver does not list")
 
 
+_UB_HINT = ("memory width 64..2^24 bytes, height 1..2^24 rows, pitch >= width and a multiple of 8, "
+            "x a multiple of 4 (1-byte) / 2 (2-byte elements)")
+
+
+def _check_constant_operands(mode: str, attrs: dict, mw: Value, mh: Value, pitch: Value, coord: Value,
+                             loc: Loc) -> None:
+    """The Restrictions the emulator checks per subgroup at run time, on the operands that are
+    trace-time constants: a CompileError before any launch."""
+    x = coord.op.operands[0] if coord.op is not None and coord.op.name == "composite.construct" else None
+    known = {"memory width": constant_value(mw), "memory height": constant_value(mh),
+             "pitch": constant_value(pitch), "coordinate x": None if x is None else constant_value(x)}
+    errors = blockio.constant_checks(attrs["elem_size"], attrs["subgroup_size"], *known.values())
+    if errors:
+        tag, _, text = errors[0].partition("] ")
+        values = ", ".join(f"{k} {v}" for k, v in known.items() if v is not None)
+        raise CompileError(f"{_USER_NAME[mode]}: {text} (constant operands: {values})", loc,
+                           rule=f"{SPEC}: Restrictions ({tag[1:]})", hint=_UB_HINT,
+                           rule_id=f"intel.{tag[1:]}")
+
+
 def _infer(operands, attrs, regions, loc):
     mode = attrs["mode"]
     base, mw, mh, pitch, coord = operands[:5]
@@ -135,7 +158,10 @@ def _infer(operands, attrs, regions, loc):
     if mode == "store":
         if bt.access == "read":
             raise CompileError("cannot block_store into a read-only buffer", loc,
-                               hint="annotate the parameter pycoop.Buffer[...] or pycoop.WriteBuffer[...]")
+                               hint="annotate the parameter pycoop.Buffer[...] or pycoop.WriteBuffer[...]",
+                               rule="SPIR-V: memory of a FuncParamAttr NoWrite pointer (a ReadBuffer) is "
+                                    "not stored to",
+                               rule_id="intel.read-only-store")
     elif mode != "prefetch":
         check_readable(base, loc)
     for v, what in ((mw, "memory width (bytes)"), (mh, "memory height (rows)"), (pitch, "memory pitch (bytes)")):
@@ -151,6 +177,7 @@ def _infer(operands, attrs, regions, loc):
                            rule="OpenCL environment: Coordinate is a vector of two 32-bit integers",
                            hint="cast x and y with pycoop.i32(...)")
     _check_static(mode, attrs, loc)
+    _check_constant_operands(mode, attrs, mw, mh, pitch, coord, loc)
     n = dest_length(attrs["elem_size"], attrs["width"], attrs["height"], attrs["count"],
                     attrs["subgroup_size"], mode)
     if mode == "store":
@@ -267,7 +294,10 @@ def _attrs(mode, base, elem_size, width, height, count, strict, loc) -> dict:
 def _default_elem(mode: str, base: Value, e: int, dtype, loc: Loc) -> ScalarType:
     if dtype is not None:
         if not isinstance(dtype, ScalarType) or dtype.is_bool:
-            raise CompileError(f"dtype must be a pycoop numeric scalar type, got {dtype!r}", loc)
+            raise CompileError(f"dtype must be a pycoop numeric scalar type, got {dtype!r}", loc,
+                               rule="SPV_INTEL_2d_block_io: the Dst Pointer points to a numeric scalar "
+                                    "type",
+                               rule_id="intel.destination-type")
         return dtype
     if mode == "load_transform":
         return u32
@@ -343,7 +373,10 @@ def block_store(base: Value, value: Value, *, width: int, height: int, memory_wi
     attrs = _attrs("store", base, elem_size, width, height, count, strict, loc)
     if not isinstance(value, Value):
         raise CompileError(f"block_store stores a per-invocation array, got {type(value).__name__}", loc,
-                           hint="build it with pycoop.make_array([...])")
+                           hint="build it with pycoop.make_array([...])",
+                           rule="SPV_INTEL_2d_block_io: Src Pointer points to per-invocation (Function) "
+                                "storage holding the data",
+                           rule_id="intel.store-source")
     emit("intel.block_store", _operands(base, memory_width, memory_height, pitch, coord, loc) + [value],
          attrs, None, loc)
 
@@ -403,9 +436,8 @@ def _operand_batch(ctx, op, mw, mh, pitch, coord):
         raise EmulatorError(f"undefined behaviour in workgroup {ctx._wg_name(w)}, subgroup {s}: {text} "
                             f"(memory width {vals[0][k]} bytes, height {vals[1][k]} rows, pitch "
                             f"{vals[2][k]} bytes, coordinate ({vals[3][k]}, {vals[4][k]}))", op.loc,
-                            rule=f"{SPEC}: Restrictions ({tag[1:]})",
-                            hint="memory width 64..2^24 bytes, height 1..2^24 rows, pitch >= width and "
-                                 "a multiple of 8, x a multiple of 4 (1-byte) / 2 (2-byte elements)")
+                            rule=f"{SPEC}: Restrictions ({tag[1:]})", hint=_UB_HINT,
+                            rule_id=f"intel.{tag[1:]}")
     return active, vals
 
 
@@ -469,7 +501,10 @@ def _emu_store(ctx, op, base, mw, mh, pitch, coord, value):
 def _need_opencl(ctx, op):
     if getattr(ctx, "target", "vulkan") != "opencl":
         raise CompileError(f"{op.name} exists only in the OpenCL environment (CrossWorkgroup base "
-                           "pointers); lower this module with pycoop.codegen.opencl", op.loc)
+                           "pointers); lower this module with pycoop.codegen.opencl", op.loc,
+                           rule="SPV_INTEL_2d_block_io: the Dst/Src Base Pointer must be a pointer to the "
+                                "CrossWorkgroup storage class (OpenCL environment)",
+                           rule_id="intel.opencl-only")
 
 
 def _block_operands(ctx, op) -> list[int]:

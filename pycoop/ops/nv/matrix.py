@@ -28,7 +28,10 @@ _BUILTIN_COMBINE = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b,
 def _mat(v, what: str, loc: Loc) -> CoopMatType:
     if not isinstance(v, Value) or not isinstance(v.type, CoopMatType):
         raise CompileError(f"{what} must be a cooperative matrix, got "
-                           f"{getattr(v, 'type', type(v).__name__)}", loc)
+                           f"{getattr(v, 'type', type(v).__name__)}", loc,
+                           rule="SPV_NV_cooperative_matrix2: the Matrix operand must be an "
+                                "OpTypeCooperativeMatrixKHR",
+                           rule_id="nv.matrix-operand")
     return v.type
 
 
@@ -72,13 +75,19 @@ def reduce(mat: Value, mode: str, combine, result_type: CoopMatType | None = Non
     t = _mat(mat, "the reduced value", loc)
     if mode not in REDUCE_MODES:
         raise CompileError(f"unknown reduction {mode!r}", loc,
-                           hint=f"use one of {', '.join(REDUCE_MODES)}")
+                           hint=f"use one of {', '.join(REDUCE_MODES)}",
+                           rule="SPV_NV_cooperative_matrix2: Reduce must be Row, Column, Row|Column, or "
+                                "2x2",
+                           rule_id="nv.reduce-mode")
     if result_type is None:
         result_type = t.with_(rows=t.rows // 2, cols=t.cols // 2) if mode == "2x2" else t
     fn = _BUILTIN_COMBINE.get(combine, combine) if isinstance(combine, str) else combine
     if isinstance(combine, str) and combine not in _BUILTIN_COMBINE:
         raise CompileError(f"unknown combine function {combine!r}", loc,
-                           hint=f"use one of {', '.join(_BUILTIN_COMBINE)} or a function (a, b) -> value")
+                           hint=f"use one of {', '.join(_BUILTIN_COMBINE)} or a function (a, b) -> value",
+                           rule="SPV_NV_cooperative_matrix2: CombineFunc must be an OpFunction with two "
+                                "parameters",
+                           rule_id="nv.combine-function")
     f = trace_function(fn, [t.component, t.component], "combine function", loc, t.component)
     return emit1("nv.reduce", [mat], {"type": result_type, "mode": mode, "combine": f}, loc)
 
@@ -149,7 +158,10 @@ def per_element(mat: Value, fn, *extra) -> Value:
                                          for e in ex]
     for e in ex:
         if not isinstance(e.type, (CoopMatType, ScalarType)):
-            raise CompileError(f"extra operands are scalars or matrices, got {e.type}", loc)
+            raise CompileError(f"extra operands are scalars or matrices, got {e.type}", loc,
+                               rule="SPV_NV_cooperative_matrix2: PerElementOp's additional operands are "
+                                    "scalars or matrices of Matrix's type",
+                               rule_id="nv.per-element-operand")
     f = trace_function(fn, ptypes, "per-element function", loc, t.component)
     return emit1("nv.per_element", [mat, *ex], {"fn": f}, loc)
 
@@ -203,7 +215,10 @@ def convert(mat: Value, to: CoopMatType) -> Value:
     loc = current_loc()
     t = _mat(mat, "the converted value", loc)
     if not isinstance(to, CoopMatType):
-        raise CompileError(f"convert target must be a coopmat type, got {to!r}", loc)
+        raise CompileError(f"convert target must be a coopmat type, got {to!r}", loc,
+                           rule="SPV_NV_cooperative_matrix2: Result Type must be an "
+                                "OpTypeCooperativeMatrixKHR",
+                           rule_id="nv.convert-result-type")
     if to == t:
         return mat
     if to.use == t.use:

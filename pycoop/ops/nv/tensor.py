@@ -21,7 +21,7 @@ from ...types import (CLAMP_MODES, ArrayType, BufferType, CoopMatType, PointerTy
                       SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, u8, u16, u32,
                       Layout, VectorType, alignment)
 from .. import core
-from ..core import TYPE_METHODS, as_value
+from ..core import TYPE_METHODS, as_value, constant_value
 from ..registry import define, emulation, lowering
 from . import addressing as A
 from . import decode_vector as DV
@@ -60,7 +60,9 @@ def tensor_layout(dim: int, clamp: str = "undefined") -> Value:
     loc = current_loc()
     d = _dims(dim, "tensor layout dimension count", loc)
     if clamp not in CLAMP_MODES:
-        raise CompileError(f"unknown clamp mode {clamp!r}", loc, hint=f"use one of {', '.join(CLAMP_MODES)}")
+        raise CompileError(f"unknown clamp mode {clamp!r}", loc, hint=f"use one of {', '.join(CLAMP_MODES)}",
+                           rule="SPV_NV_tensor_addressing: ClampMode must be a valid TensorClampMode",
+                           rule_id="nv.clamp-mode")
     return emit1("nv.create_layout", [], {"type": TensorLayoutType(d, CLAMP_MODES.index(clamp))}, loc)
 
 
@@ -103,14 +105,21 @@ def _state(name: str, obj: Value, values: list, what: str, n: int, rule: str) ->
     return emit1(name, [obj, *vals], {}, loc)
 
 
+def _constant(x):
+    """`x` (a Python int or a Value) as an int when known at trace time, else None."""
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return int(x)
+    c = constant_value(x)
+    return None if c is None else int(c)
+
+
 def _layout_dimension(l: Value, *dims) -> Value:
-    if l.type.clamp_mode == CLAMP_MODES.index("mirror_repeat") and any(
-            (d == 1 if not isinstance(d, Value) else
-             d.op is not None and d.op.name == "const" and d.op.attrs["value"] == 1) for d in dims):
+    if l.type.clamp_mode == CLAMP_MODES.index("mirror_repeat") and any(_constant(d) == 1 for d in dims):
         raise CompileError("a MirrorRepeat layout with a dimension of 1", current_loc(),
                            rule=f"{SPEC}: RepeatMirrored computes c % (2*dim - 2), a division by "
                                 "zero for dim == 1 (NVIDIA GPUs hang)",
-                           hint="use clamp_to_edge for dimensions of size 1")
+                           hint="use clamp_to_edge for dimensions of size 1",
+                           rule_id="nv.mirror-dimension-1")
     return _state("nv.layout_dimension", l, dims, "dimension()", l.type.dim,
                   f"{SPEC}: OpTensorLayoutSetDimensionNV takes Dim operands")
 
@@ -129,8 +138,13 @@ def _layout_slice(l: Value, *offsets_spans) -> Value:
 def _layout_block_size(l: Value, *sizes) -> Value:
     loc = current_loc()
     for s in sizes:
-        if isinstance(s, numbers.Integral) and s < 1:
-            raise CompileError(f"block sizes must be at least 1, got {s}", loc)
+        c = _constant(s)
+        if c is not None and c < 1:
+            raise CompileError(f"block sizes must be at least 1, got {c}", loc,
+                               rule=f"{CM2}: blockCoord = c / blockSize, coordInBlock = c % blockSize "
+                                    "(a block size of 0 divides by zero)",
+                               hint="use 1 for dimensions that are not blocked",
+                               rule_id="nv.block-size-zero")
     return _state("nv.layout_block_size", l, sizes, "block_size()", l.type.dim,
                   f"{SPEC}: OpTensorLayoutSetBlockSizeNV takes Dim operands")
 
@@ -142,7 +156,10 @@ def _layout_clamp_value(l: Value, value) -> Value:
     if isinstance(value, Value):
         t = value.type
         if not isinstance(t, ScalarType) or t.bits > 32:
-            raise CompileError(f"the clamp value must be a scalar of at most 32 bits, got {t}", loc)
+            raise CompileError(f"the clamp value must be a scalar of at most 32 bits, got {t}", loc,
+                               rule="SPV_NV_tensor_addressing: the clamp Value must be a scalar 32-bit "
+                                    "integer type",
+                               rule_id="nv.clamp-value")
         if t.is_float:
             value = core.bitcast(value, {8: u8, 16: u16, 32: u32}[t.bits])
         if value.type != u32:
@@ -172,7 +189,10 @@ def tensor_view(dim: int, has_dimensions: bool = False, permutation=None) -> Val
         raise CompileError(f"{list(perm)} is not a permutation of 0..{d - 1}", loc,
                            rule=f"{SPEC}: the permutation values must form a valid permutation")
     if not isinstance(has_dimensions, bool):
-        raise CompileError("has_dimensions must be a compile-time bool", loc)
+        raise CompileError("has_dimensions must be a compile-time bool", loc,
+                           rule="SPV_NV_tensor_addressing: HasDimensions must be a constant instruction "
+                                "with scalar Boolean type",
+                           rule_id="nv.view-has-dimensions")
     return emit1("nv.create_view", [], {"type": TensorViewType(d, has_dimensions, perm)}, loc)
 
 
@@ -314,6 +334,86 @@ def _check_tensor_mem(mem, loc, what):
                            hint="pass the data as a buffer of its scalar type")
 
 
+# Faults of the addressing pseudo-code (pycoop.ops.nv.addressing.Outcome) found at trace time
+# when the layout (and view) are made of constants: rule id, rule, hint.
+_FAULT_RULES = {
+    A.Outcome.FAULT_UNDEFINED: (
+        "nv.undefined-out-of-bounds", f"{SPEC}: clamp mode Undefined: out of bounds accesses have "
+        "undefined behavior", "use a clamp mode other than undefined, or keep slices in bounds"),
+    A.Outcome.FAULT_MIRROR_DIM_1: (
+        "nv.mirror-dimension-1", f"{SPEC}: RepeatMirrored computes c % (2*dim - 2), a division by "
+        "zero for dim == 1 (NVIDIA GPUs hang)", "use clamp_to_edge for dimensions of size 1"),
+    A.Outcome.FAULT_ZERO_SPAN: (
+        "nv.zero-span", f"{CM2}: linearToSpanCoord computes index % span[dim] (a span or view "
+        "dimension of 0 divides by zero)", "give every dimension a span of at least 1"),
+    A.Outcome.FAULT_ZERO_BLOCK_SIZE: (
+        "nv.block-size-zero", f"{CM2}: blockCoord = c / blockSize, coordInBlock = c % blockSize "
+        "(a block size of 0 divides by zero)", "use 1 for dimensions that are not blocked"),
+    A.Outcome.FAULT_EMPTY_DIMENSION: (
+        "nv.empty-dimension", f"{SPEC}: ClampToEdge, Repeat and RepeatMirrored clamp into "
+        "[0, dim): a layout dimension of 0 has no coordinate to clamp to",
+        "give the layout dimensions of at least 1, or use the constant clamp mode"),
+    A.Outcome.FAULT_STORE_BLOCK_SIZE: (
+        "nv.store-block-size", f"{CM2}: a block size larger than 1 must not be used with "
+        "OpCooperativeMatrixStoreTensorNV (data races)",
+        "store through a layout without block_size(...): blocks are for decoding loads"),
+}
+
+
+def _constant_state(v: Value):
+    """The addressing state (pycoop.ops.nv.addressing) of layout or view `v` when every op that
+    made it has trace-time constant operands, else None. The clamp value plays no part in
+    which accesses are defined, so a runtime one counts as 0."""
+    chain = []
+    while v.op is not None and v.op.name in _STATE_OPS:
+        chain.append(v.op)
+        v = v.op.operands[0]
+    if v.op is None or v.op.name not in ("nv.create_layout", "nv.create_view"):
+        return None
+    t = v.op.attrs["type"]
+    state = A.create_layout(t.dim, t.clamp_mode) if v.op.name == "nv.create_layout" else \
+        A.create_view(t.dim, t.has_dimensions, t.permutation)
+    for op in reversed(chain):
+        vals = [constant_value(x) for x in op.operands[1:]]
+        if op.name == "nv.layout_clamp_value":
+            vals = [0 if c is None else c for c in vals]
+        if any(c is None for c in vals):
+            return None
+        state = _emu_state(None, op, state, *(np.int64(int(c) & 0xFFFFFFFF) for c in vals))
+    return state
+
+
+def _check_constant_access(name: str, layout: Value, view: Value | None, t: CoopMatType, store: bool,
+                           loc: Loc) -> None:
+    """A load or store through a layout (and view) of constants: the accesses the emulator would
+    report as undefined are a CompileError now."""
+    lay = _constant_state(layout)
+    vw = None if view is None else _constant_state(view)
+    if lay is None or (view is not None and vw is None):
+        return
+    plan = (A.store_tensor_plan if store else A.load_tensor_plan)(lay, vw, t.rows, t.cols)
+    try:
+        plan.check()
+    except A.TensorAddressingError as e:
+        rule_id, rule, hint = _FAULT_RULES[e.outcome]
+        raise CompileError(f"{name} through a constant layout: {e}", loc, rule=rule, hint=hint,
+                           rule_id=rule_id) from None
+
+
+def _check_view_dim(layout: Value, view: Value | None, loc: Loc) -> None:
+    if view is None:
+        return
+    vt, lt = view.type, layout.type
+    if not vt.has_dimensions and vt.dim > lt.dim:
+        raise CompileError(f"a {vt.dim}-dimensional view without dimensions over a {lt.dim}-dimensional "
+                           "layout", loc,
+                           rule=f"{CM2}: a view whose hasDimensions is false uses the layout's span as "
+                                "its dimensions",
+                           hint="create the view with has_dimensions=True and set its dimensions, or "
+                                f"give it at most {lt.dim} dimensions",
+                           rule_id="nv.view-dim-without-dimensions")
+
+
 def _infer_load_tensor(operands, attrs, regions, loc):
     mem, obj, layout = operands[:3]
     t: CoopMatType = attrs["type"]
@@ -326,12 +426,18 @@ def _infer_load_tensor(operands, attrs, regions, loc):
         raise CompileError(f"the object operand is {obj.type}, the result is {t}", loc,
                            rule=f"{CM2}: Object's type must match Result Type")
     if attrs.get("view") and not isinstance(operands[3].type, TensorViewType):
-        raise CompileError(f"view must be a tensor view, got {operands[3].type}", loc)
+        raise CompileError(f"view must be a tensor view, got {operands[3].type}", loc,
+                           rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
+                                "view type",
+                           rule_id="nv.view-operand")
     if attrs.get("decode") is None and isinstance(mem.type.elem, ScalarType) \
             and mem.type.elem.size != t.component.size:
         raise CompileError(f"loading {t.component} elements from an array of {mem.type.elem} "
                            "needs a decode function", loc,
-                           hint="pass decode=fn, or use a buffer of the component type")
+                           hint="pass decode=fn, or use a buffer of the component type",
+                           rule="SPV_NV_cooperative_matrix2: without DecodeFunc, elements are read as the "
+                                "component type (the index is multiplied by its size)",
+                           rule_id="nv.decode-needed")
     if attrs.get("decode") is None and not isinstance(mem.type.elem, ScalarType):
         raise CompileError(f"a buffer of {mem.type.elem} blocks needs a decode function", loc,
                            rule=f"{CM2}: without DecodeFunc, elements are read as the component type")
@@ -344,6 +450,9 @@ def _infer_load_tensor(operands, attrs, regions, loc):
                                rule=f"{DV.SPEC}: DecodeFunc must also be present")
         v = DV.check_vector_function(attrs["decode_vector"], t, layout.type.dim, loc)
         DV.check_static_block_size(layout, v, loc)
+    view = operands[3] if attrs.get("view") else None
+    _check_view_dim(layout, view, loc)
+    _check_constant_access("load_tensor", layout, view, t, False, loc)
     return [t]
 
 
@@ -351,15 +460,32 @@ def _infer_store_tensor(operands, attrs, regions, loc):
     mem, mat, layout = operands[:3]
     _check_tensor_mem(mem, loc, "store_tensor")
     if not isinstance(mat.type, CoopMatType):
-        raise CompileError(f"store_tensor stores a cooperative matrix, got {mat.type}", loc)
+        raise CompileError(f"store_tensor stores a cooperative matrix, got {mat.type}", loc,
+                           rule="SPV_NV_cooperative_matrix2: Object's type must be an "
+                                "OpTypeCooperativeMatrixKHR",
+                           rule_id="nv.store-object")
     if not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"store_tensor needs a tensor layout, got {layout.type}", loc,
                            rule=f"{CM2}: TensorLayout must have a tensor layout type")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
-        raise CompileError("cannot store into a read-only buffer", loc)
+        raise CompileError("cannot store into a read-only buffer", loc,
+                           rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
+                           rule_id="nv.read-only-store")
     if not isinstance(mem.type.elem, ScalarType) or mem.type.elem.size != mat.type.component.size:
         raise CompileError(f"cannot store {mat.type.component} elements into an array of "
-                           f"{mem.type.elem}", loc, hint="store into a buffer of the component type")
+                           f"{mem.type.elem}", loc, hint="store into a buffer of the component type",
+                           rule="SPV_NV_cooperative_matrix2: the index is multiplied by the size of the "
+                                "matrix component type (the array holds that type)",
+                           rule_id="nv.store-element-type")
+    for i, b in enumerate(block_sizes(layout) or ()):
+        c = constant_value(b)
+        if c is not None and c != 1:
+            rule_id, rule, hint = _FAULT_RULES[A.Outcome.FAULT_STORE_BLOCK_SIZE]
+            raise CompileError(f"store_tensor through a layout whose block size in dimension {i} is {c}",
+                               loc, rule=rule, hint=hint, rule_id=rule_id)
+    view = operands[3] if attrs.get("view") else None
+    _check_view_dim(layout, view, loc)
+    _check_constant_access("store_tensor", layout, view, mat.type, True, loc)
     return []
 
 
@@ -389,9 +515,15 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
                            hint="pass decode=f as well: the implementation may call either")
     if decode_vector_block is not None and decode_vector is None:
         raise CompileError("decode_vector_block is the pointee of the decode_vector function, which "
-                           "is missing", loc)
+                           "is missing", loc,
+                           rule="SPV_NV_cooperative_matrix_decode_vector: DecodeVectorFunc's first "
+                                "parameter points to the block it decodes",
+                           rule_id="nv.decode-vector-block")
     if not isinstance(mat_type, CoopMatType):
-        raise CompileError(f"load_tensor needs a coopmat type, got {mat_type!r}", loc)
+        raise CompileError(f"load_tensor needs a coopmat type, got {mat_type!r}", loc,
+                           rule="SPV_NV_cooperative_matrix2: Result Type of "
+                                "OpCooperativeMatrixLoadTensorNV must be a cooperative matrix type",
+                           rule_id="nv.load-result-type")
     _check_tensor_mem(mem, loc, "load_tensor")
     if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"load_tensor needs a tensor layout, got {getattr(layout, 'type', layout)!r}",
@@ -402,7 +534,10 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
     attrs = {"type": mat_type, "view": view is not None, "decode": None}
     if view is not None:
         if not isinstance(view, Value) or not isinstance(view.type, TensorViewType):
-            raise CompileError(f"view must be a tensor view, got {getattr(view, 'type', view)!r}", loc)
+            raise CompileError(f"view must be a tensor view, got {getattr(view, 'type', view)!r}", loc,
+                               rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
+                                    "view type",
+                               rule_id="nv.view-operand")
         operands.append(view)
     if decode is not None:
         if isinstance(mem.type, SharedArrayType):
@@ -441,7 +576,10 @@ def store_tensor(mem: Value, layout: Value, mat: Value, *, view: Value | None = 
                            rule=f"{CM2}: TensorLayout must have a tensor layout type")
     operands = [mem, mat, layout] + ([view] if view is not None else [])
     if view is not None and not (isinstance(view, Value) and isinstance(view.type, TensorViewType)):
-        raise CompileError("view must be a tensor view", loc)
+        raise CompileError("view must be a tensor view", loc,
+                           rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
+                                "view type",
+                           rule_id="nv.view-operand")
     emit("nv.store_tensor", operands, {"view": view is not None}, None, loc)
 
 
@@ -469,7 +607,10 @@ def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
     try:
         plan = (A.store_tensor_plan if store else A.load_tensor_plan)(lay, vw, t.rows, t.cols)
     except ValueError as e:
-        raise EmulatorError(str(e), op.loc) from None
+        raise EmulatorError(str(e), op.loc,
+                            rule="SPV_NV_cooperative_matrix2: matrixCoordToTensorElementWithView (a view "
+                                 "without dimensions uses the layout span)",
+                            rule_id="nv.view-dim-without-dimensions") from None
     active = ctx.scope_active(t.scope, op)
     fault = plan.fault if active is None else plan.fault & active[..., None, None]
     if fault.any():

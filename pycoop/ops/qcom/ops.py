@@ -82,7 +82,10 @@ def _array_type(v, what: str, loc: Loc) -> ArrayType:
 def _mat_type(t, what: str, loc: Loc) -> CoopMatType:
     if not isinstance(t, CoopMatType):
         raise CompileError(f"{what} must be a cooperative matrix, got {t!r}", loc,
-                           hint="e.g. pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]")
+                           hint="e.g. pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]",
+                           rule="SPV_QCOM_cooperative_matrix_conversion: the matrix type must be an "
+                                "OpTypeCooperativeMatrixKHR",
+                           rule_id="qcom.matrix-type")
     return t
 
 
@@ -150,7 +153,10 @@ def bitcast_array(arr: Value, elem_type) -> Value:
                    "bitcast", loc)
         res = ArrayType(elem_type, size // elem_type.size)
     else:
-        raise CompileError(f"bitcast_array takes a scalar or array type, got {elem_type!r}", loc)
+        raise CompileError(f"bitcast_array takes a scalar or array type, got {elem_type!r}", loc,
+                           rule="SPV_QCOM_cooperative_matrix_conversion: OpBitCastArrayQCOM's Result Type "
+                                "is an OpTypeArray",
+                           rule_id="qcom.bitcast-result")
     return emit1("qcom.bitcast_array", [arr], {"type": res}, loc)
 
 
@@ -295,7 +301,10 @@ def extract(mat: Value, elem_type=None) -> Value:
     elif isinstance(elem_type, ScalarType):
         res = ArrayType(elem_type, _sizes(t)[1])
     else:
-        raise CompileError(f"extract takes a scalar or array element type, got {elem_type!r}", loc)
+        raise CompileError(f"extract takes a scalar or array element type, got {elem_type!r}", loc,
+                           rule="SPV_QCOM_cooperative_matrix_conversion: OpCompositeExtractCoopMatQCOM's "
+                                "Result Type is an OpTypeArray",
+                           rule_id="qcom.extract-result")
     return emit1("qcom.extract", [mat], {"type": res, "subgroup_size": tracer().subgroup_size}, loc)
 
 
