@@ -45,20 +45,25 @@ def _infer_reduce(operands, attrs, regions, loc):
     if t.use != Use.Accumulator or r.use != Use.Accumulator:
         raise CompileError("reduce works on accumulator matrices and gives one", loc,
                            rule=f"{rule}: Matrix and Result Type have Use MatrixAccumulatorKHR",
-                           hint="convert A/B matrices to accumulators first")
+                           hint="convert A/B matrices to accumulators first",
+                           rule_id="nv.reduce-accumulator")
     if r.component != t.component or r.scope != t.scope:
         raise CompileError(f"reduce result {r} must keep the component type and scope of {t}", loc,
-                           rule=f"{rule}: same Component Type and Scope")
+                           rule=f"{rule}: same Component Type and Scope",
+                           rule_id="nv.reduce-type")
     check_untangled(attrs["combine"], "combine function", loc)
     if mode == "2x2" and (t.rows % 2 or t.cols % 2 or r.shape != (t.rows // 2, t.cols // 2)):
         raise CompileError(f"a 2x2 reduction of {t.rows}x{t.cols} gives {t.rows // 2}x{t.cols // 2}, "
-                           f"not {r.rows}x{r.cols}", loc, rule=f"{rule}: 2x2 halves both dimensions")
+                           f"not {r.rows}x{r.cols}", loc, rule=f"{rule}: 2x2 halves both dimensions",
+                           rule_id="nv.reduce-2x2-shape")
     if mode == "row" and r.rows != t.rows:
         raise CompileError(f"a row reduction keeps the {t.rows} rows, the result has {r.rows}", loc,
-                           rule=f"{rule}: Row keeps the number of rows")
+                           rule=f"{rule}: Row keeps the number of rows",
+                           rule_id="nv.reduce-row-shape")
     if mode == "column" and r.cols != t.cols:
         raise CompileError(f"a column reduction keeps the {t.cols} columns, the result has {r.cols}",
-                           loc, rule=f"{rule}: Column keeps the number of columns")
+                           loc, rule=f"{rule}: Column keeps the number of columns",
+                           rule_id="nv.reduce-column-shape")
     return [r]
 
 
@@ -138,7 +143,8 @@ def _infer_per_element(operands, attrs, regions, loc):
         if isinstance(v.type, CoopMatType) and v.type != t:
             raise CompileError(f"extra matrix operand {v.type} must have the type of the matrix {t}",
                                loc, rule=f"{CM2}: OpCooperativeMatrixPerElementOpNV: additional "
-                                         "matrix operands match Matrix's type")
+                                         "matrix operands match Matrix's type",
+                               rule_id="nv.per-element-matrix-type")
     return [t]
 
 
@@ -198,10 +204,12 @@ def _infer_convert(operands, attrs, regions, loc):
     rule = f"{CM2}: conversions"
     if (src.scope, src.rows, src.cols) != (dst.scope, dst.rows, dst.cols):
         raise CompileError(f"cannot convert {src} to {dst}: scope and shape must stay the same", loc,
-                           rule=f"{rule} keep Scope, Rows and Columns", hint="use transpose() to swap them")
+                           rule=f"{rule} keep Scope, Rows and Columns", hint="use transpose() to swap them",
+                           rule_id="nv.convert-shape")
     if src.use != dst.use and not (src.use == Use.Accumulator and dst.use in (Use.A, Use.B)):
         raise CompileError(f"cannot change the use from {src.use.short} to {dst.use.short}", loc,
-                           rule=f"{rule}: only an accumulator converts to a UseA or UseB matrix")
+                           rule=f"{rule}: only an accumulator converts to a UseA or UseB matrix",
+                           rule_id="nv.convert-use")
     return [dst]
 
 
@@ -248,11 +256,13 @@ def _infer_transpose(operands, attrs, regions, loc):
     rule = f"{CM2}: OpCooperativeMatrixTransposeNV"
     if src.use != Use.Accumulator:
         raise CompileError(f"transpose takes an accumulator, got use {src.use.short}", loc,
-                           rule=f"{rule}: Matrix has Use MatrixAccumulatorKHR")
+                           rule=f"{rule}: Matrix has Use MatrixAccumulatorKHR",
+                           rule_id="nv.transpose-use")
     if dst.use != Use.B or dst.shape != (src.cols, src.rows) or dst.scope != src.scope \
             or dst.component != src.component:
         raise CompileError(f"the transpose of {src} is a UseB {src.cols}x{src.rows} matrix, not {dst}",
-                           loc, rule=f"{rule}: Result is MatrixBKHR with Rows and Columns swapped")
+                           loc, rule=f"{rule}: Result is MatrixBKHR with Rows and Columns swapped",
+                           rule_id="nv.transpose-shape")
     return [dst]
 
 

@@ -35,19 +35,22 @@ TA_CAPS = ("TensorAddressingNV",)
 def _dims(n, what: str, loc: Loc) -> int:
     if isinstance(n, Value) or not isinstance(n, numbers.Integral) or not 1 <= n <= 5:
         raise CompileError(f"{what} must be a compile-time int from 1 to 5, got {n!r}", loc,
-                           rule=f"{SPEC}: 'Dim' must be greater than zero and at most 5")
+                           rule=f"{SPEC}: 'Dim' must be greater than zero and at most 5",
+                           rule_id="nv.dim-range")
     return int(n)
 
 
 def _u32s(values, n: int, what: str, loc: Loc, rule: str) -> list[Value]:
     values = list(values)
     if len(values) != n:
-        raise CompileError(f"{what} takes {n} values here, got {len(values)}", loc, rule=rule)
+        raise CompileError(f"{what} takes {n} values here, got {len(values)}", loc, rule=rule,
+                           rule_id="nv.operand-count")
     out = []
     for v in values:
         v = as_value(v, u32)
         if not (isinstance(v.type, ScalarType) and v.type.is_int and v.type.bits == 32):
-            raise CompileError(f"{what} operands must be 32-bit integers, got {v.type}", loc, rule=rule)
+            raise CompileError(f"{what} operands must be 32-bit integers, got {v.type}", loc, rule=rule,
+                               rule_id="nv.operand-type")
         out.append(v)
     return out
 
@@ -184,10 +187,12 @@ def tensor_view(dim: int, has_dimensions: bool = False, permutation=None) -> Val
     perm = tuple(range(d)) if permutation is None else tuple(permutation)
     if len(perm) != d:
         raise CompileError(f"a {d}-dimensional view needs {d} permutation values, got {len(perm)}", loc,
-                           rule=f"{SPEC}: OpTypeTensorViewNV has exactly Dim permutation operands")
+                           rule=f"{SPEC}: OpTypeTensorViewNV has exactly Dim permutation operands",
+                           rule_id="nv.view-permutation-count")
     if any(not isinstance(p, numbers.Integral) for p in perm) or sorted(perm) != list(range(d)):
         raise CompileError(f"{list(perm)} is not a permutation of 0..{d - 1}", loc,
-                           rule=f"{SPEC}: the permutation values must form a valid permutation")
+                           rule=f"{SPEC}: the permutation values must form a valid permutation",
+                           rule_id="nv.view-permutation")
     if not isinstance(has_dimensions, bool):
         raise CompileError("has_dimensions must be a compile-time bool", loc,
                            rule="SPV_NV_tensor_addressing: HasDimensions must be a constant instruction "
@@ -327,11 +332,13 @@ def _check_tensor_mem(mem, loc, what):
         raise CompileError(f"{what} needs a buffer parameter or a shared array, got "
                            f"{getattr(mem, 'type', type(mem).__name__)}", loc,
                            rule=f"{CM2}: 'Pointer' points into StorageBuffer, PhysicalStorageBuffer "
-                                "or Workgroup memory")
+                                "or Workgroup memory",
+                           rule_id="nv.tensor-pointer")
     if isinstance(mem.type.elem, VectorType):
         raise CompileError(f"{what} through an array of {mem.type.elem}", loc,
                            rule="pycoop: tensors are read through arrays of scalars or blocks",
-                           hint="pass the data as a buffer of its scalar type")
+                           hint="pass the data as a buffer of its scalar type",
+                           rule_id="nv.tensor-vector-array")
 
 
 # Faults of the addressing pseudo-code (pycoop.ops.nv.addressing.Outcome) found at trace time
@@ -421,10 +428,12 @@ def _infer_load_tensor(operands, attrs, regions, loc):
     core.check_readable(mem, loc)
     if not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"load_tensor needs a tensor layout, got {layout.type}", loc,
-                           rule=f"{CM2}: TensorLayout must have a tensor layout type")
+                           rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           rule_id="nv.layout-operand")
     if obj.type != t:
         raise CompileError(f"the object operand is {obj.type}, the result is {t}", loc,
-                           rule=f"{CM2}: Object's type must match Result Type")
+                           rule=f"{CM2}: Object's type must match Result Type",
+                           rule_id="nv.object-type")
     if attrs.get("view") and not isinstance(operands[3].type, TensorViewType):
         raise CompileError(f"view must be a tensor view, got {operands[3].type}", loc,
                            rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
@@ -440,14 +449,16 @@ def _infer_load_tensor(operands, attrs, regions, loc):
                            rule_id="nv.decode-needed")
     if attrs.get("decode") is None and not isinstance(mem.type.elem, ScalarType):
         raise CompileError(f"a buffer of {mem.type.elem} blocks needs a decode function", loc,
-                           rule=f"{CM2}: without DecodeFunc, elements are read as the component type")
+                           rule=f"{CM2}: without DecodeFunc, elements are read as the component type",
+                           rule_id="nv.decode-needed")
     if attrs.get("decode") is not None:
         check_untangled(attrs["decode"], "decode function", loc)
     if attrs.get("decode_vector") is not None:
         check_untangled(attrs["decode_vector"], "decode_vector function", loc)
         if attrs.get("decode") is None:
             raise CompileError("decode_vector needs a scalar decode function too", loc,
-                               rule=f"{DV.SPEC}: DecodeFunc must also be present")
+                               rule=f"{DV.SPEC}: DecodeFunc must also be present",
+                               rule_id="nv.decode-vector-needs-decode")
         v = DV.check_vector_function(attrs["decode_vector"], t, layout.type.dim, loc)
         DV.check_static_block_size(layout, v, loc)
     view = operands[3] if attrs.get("view") else None
@@ -466,7 +477,8 @@ def _infer_store_tensor(operands, attrs, regions, loc):
                            rule_id="nv.store-object")
     if not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"store_tensor needs a tensor layout, got {layout.type}", loc,
-                           rule=f"{CM2}: TensorLayout must have a tensor layout type")
+                           rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           rule_id="nv.layout-operand")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc,
                            rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
@@ -512,7 +524,8 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
     if decode_vector is not None and decode is None:
         raise CompileError("decode_vector needs a scalar decode function too", loc,
                            rule=f"{DV.SPEC}: DecodeFunc must also be present when DecodeVectorFunc is",
-                           hint="pass decode=f as well: the implementation may call either")
+                           hint="pass decode=f as well: the implementation may call either",
+                           rule_id="nv.decode-vector-needs-decode")
     if decode_vector_block is not None and decode_vector is None:
         raise CompileError("decode_vector_block is the pointee of the decode_vector function, which "
                            "is missing", loc,
@@ -528,7 +541,8 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
     if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"load_tensor needs a tensor layout, got {getattr(layout, 'type', layout)!r}",
                            loc, rule=f"{CM2}: TensorLayout must have a tensor layout type",
-                           hint="a view goes in view=, the layout is required")
+                           hint="a view goes in view=, the layout is required",
+                           rule_id="nv.layout-operand")
     obj = object if object is not None else emit1("nv.null", [], {"type": mat_type}, loc)
     operands = [mem, obj, layout]
     attrs = {"type": mat_type, "view": view is not None, "decode": None}
@@ -543,7 +557,8 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
         if isinstance(mem.type, SharedArrayType):
             raise CompileError("decode functions read PhysicalStorageBuffer memory, not shared arrays",
                                loc, rule=f"{CM2}: DecodeFunc's first parameter is a "
-                                         "PhysicalStorageBuffer pointer")
+                                         "PhysicalStorageBuffer pointer",
+                               rule_id="nv.decode-shared-memory")
         d = layout.type.dim
         coord = ArrayType(u32, d)
         fn = trace_function(decode, [PointerType(mem.type.elem, StorageClass.PhysicalStorageBuffer),
@@ -566,14 +581,17 @@ def store_tensor(mem: Value, layout: Value, mat: Value, *, view: Value | None = 
     if decode_vector is not None:
         raise CompileError("store_tensor takes no decode_vector function", loc,
                            rule=f"{DV.SPEC}: DecodeVectorFunc is not allowed on "
-                                "OpCooperativeMatrixStoreTensorNV")
+                                "OpCooperativeMatrixStoreTensorNV",
+                           rule_id="nv.store-no-decode-vector")
     if decode is not None:
         raise CompileError("store_tensor takes no decode function", loc,
-                           rule=f"{CM2}: DecodeFunc is not allowed on OpCooperativeMatrixStoreTensorNV")
+                           rule=f"{CM2}: DecodeFunc is not allowed on OpCooperativeMatrixStoreTensorNV",
+                           rule_id="nv.store-no-decode")
     _check_tensor_mem(mem, loc, "store_tensor")
     if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
         raise CompileError("store_tensor needs a tensor layout", loc,
-                           rule=f"{CM2}: TensorLayout must have a tensor layout type")
+                           rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           rule_id="nv.layout-operand")
     operands = [mem, mat, layout] + ([view] if view is not None else [])
     if view is not None and not (isinstance(view, Value) and isinstance(view.type, TensorViewType)):
         raise CompileError("view must be a tensor view", loc,
@@ -614,14 +632,11 @@ def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
     active = ctx.scope_active(t.scope, op)
     fault = plan.fault if active is None else plan.fault & active[..., None, None]
     if fault.any():
-        mirror = plan.mirror_zero_dim if active is None else plan.mirror_zero_dim & active[..., None, None]
         try:
             plan.check()
         except A.TensorAddressingError as e:
-            raise EmulatorError(str(e), op.loc, rule="undefined behaviour reported by the pycoop emulator",
-                                hint=("MirrorRepeat on a dimension of 1 divides by zero (it hangs NVIDIA "
-                                      "GPUs)" if mirror.any() else
-                                      "use a clamp mode other than undefined, or keep slices in bounds"))
+            rule_id, rule, hint = _FAULT_RULES[e.outcome]
+            raise EmulatorError(str(e), op.loc, rule=rule, hint=hint, rule_id=rule_id) from None
     return plan, active
 
 
@@ -630,7 +645,8 @@ def _check_read_extent(op, memory, ei: np.ndarray) -> None:
         raise EmulatorError(f"load_tensor reads element {int(ei.max())} of {memory._describe()}",
                             op.loc, rule="reported by the pycoop emulator",
                             hint="the layout's dimensions/strides describe more memory than the "
-                                 "buffer holds")
+                                 "buffer holds",
+                            rule_id="nv.buffer-extent")
 
 
 @emulation("nv.load_tensor")
@@ -693,7 +709,8 @@ def _emu_store_tensor(ctx, op, mem, mat, layout, *rest):
             ei = ei + where[0] * memory.segment
         if (ei >= memory.data.shape[0]).any():
             raise EmulatorError(f"store_tensor writes past the end of {memory._describe()}", op.loc,
-                                rule="reported by the pycoop emulator")
+                                rule="reported by the pycoop emulator",
+                                rule_id="nv.buffer-extent")
         vals = np.broadcast_to(mat, plan.shape)[where].reshape(-1)
         check_write_race(op, ei, vals, "store_tensor")
         memory.data.view(t.component.dtype)[ei] = vals

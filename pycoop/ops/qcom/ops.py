@@ -51,6 +51,14 @@ _HINTS = {
     "subarray-k-multiple": f"start at a multiple of {K_SIZES[0]} when the sub-array builds a matrix",
 }
 
+# Rule ids (docs/rules.md) of the tagged rules of pycoop.ops.qcom.conversion.static_checks.
+RULE_IDS = {tag: f"qcom.{tag.lower()}" for tag in (
+    "operands", "op", "scope", "subgroup-size", "A-component", "B-component", "accumulator-component",
+    "A-256-bit", "B-256-bit", "rows-subgroup", "columns-subgroup", "rows-supported", "columns-supported",
+    "array-element-type", "array-length", "bitcast-source-type", "bitcast-result-type", "bitcast-size",
+    "subarray-source-type", "subarray-element-type", "subarray-start-type", "subarray-range",
+    "subarray-k-multiple")}
+
 _RULES = {
     "bitcast": "OpBitCastArrayQCOM", "construct": "OpCompositeConstructCoopMatQCOM",
     "extract": "OpCompositeExtractCoopMatQCOM", "extract_subarray": "OpExtractSubArrayQCOM",
@@ -66,7 +74,8 @@ def _raise(errors: list[str], op: str, loc: Loc) -> None:
     tag = tag.lstrip("[")
     more = f" (and {len(errors) - 1} more: {'; '.join(e.partition('] ')[2] for e in errors[1:])})" \
         if len(errors) > 1 else ""
-    raise CompileError(msg + more, loc, rule=f"{SPEC}: {_RULES[op]} [{tag}]", hint=_HINTS.get(tag))
+    raise CompileError(msg + more, loc, rule=f"{SPEC}: {_RULES[op]} [{tag}]", hint=_HINTS.get(tag),
+                       rule_id=RULE_IDS[tag])
 
 
 def _array_type(v, what: str, loc: Loc) -> ArrayType:
@@ -75,7 +84,8 @@ def _array_type(v, what: str, loc: Loc) -> ArrayType:
         raise CompileError(f"{what} must be a per-invocation array of scalars, got "
                            f"{t if t is not None else type(v).__name__}", loc,
                            rule=f"{SPEC}: the source must be a one-dimensional OpTypeArray",
-                           hint="build one with pycoop.make_array([...])")
+                           hint="build one with pycoop.make_array([...])",
+                           rule_id="qcom.array-source")
     return t
 
 
@@ -194,7 +204,8 @@ def _check_subgroup(ctx, op) -> int:
     d = ctx.dispatch
     if not conversion._is_pow2(d.sgs):
         raise EmulatorError(f"the subgroup size {d.sgs} is not a power of two", op.loc,
-                            rule=f"{SPEC}: SubgroupSize must be a power of 2 (undefined otherwise)")
+                            rule=f"{SPEC}: SubgroupSize must be a power of 2 (undefined otherwise)",
+                            rule_id="qcom.subgroup-size")
     return d.sgs
 
 
@@ -317,7 +328,8 @@ def _infer_subarray(operands, attrs, regions, loc):
     st = start.type if isinstance(start.type, ScalarType) else None
     if st is None:
         raise CompileError(f"Start Index must be a 32-bit integer scalar, got {start.type}", loc,
-                           rule=f"{SPEC}: OpExtractSubArrayQCOM [subarray-start-type]")
+                           rule=f"{SPEC}: OpExtractSubArrayQCOM [subarray-start-type]",
+                           rule_id="qcom.subarray-start-type")
     c = _const_value(start)
     _raise(conversion.static_checks("extract_subarray", array_dtype=_dtype(src.elem), array_length=src.length,
                                     result_dtype=_dtype(res.elem), result_length=res.length,
@@ -358,7 +370,8 @@ def extract_subarray(arr: Value, start, length) -> Value:
     if isinstance(length, Value) or not isinstance(length, numbers.Integral) or isinstance(length, bool) \
             or length <= 0:
         raise CompileError(f"the sub-array length must be a positive compile-time int, got {length!r}", loc,
-                           rule=f"{SPEC}: OpExtractSubArrayQCOM: the result is an OpTypeArray of fixed length")
+                           rule=f"{SPEC}: OpExtractSubArrayQCOM: the result is an OpTypeArray of fixed length",
+                           rule_id="qcom.subarray-length")
     if isinstance(start, numbers.Integral) and not isinstance(start, bool):
         if not -2**31 <= int(start) < 2**31:
             _raise([f"[subarray-range] Start Index {start} does not fit a 32-bit int"], "extract_subarray", loc)
