@@ -118,11 +118,9 @@ def _constant(x):
 
 def _layout_dimension(l: Value, *dims) -> Value:
     if l.type.clamp_mode == CLAMP_MODES.index("mirror_repeat") and any(_constant(d) == 1 for d in dims):
-        raise CompileError("a MirrorRepeat layout with a dimension of 1", current_loc(),
-                           rule=f"{SPEC}: RepeatMirrored computes c % (2*dim - 2), a division by "
-                                "zero for dim == 1 (NVIDIA GPUs hang)",
-                           hint="use clamp_to_edge for dimensions of size 1",
-                           rule_id="nv.mirror-dimension-1")
+        rule, hint = _FAULT_RULES[A.Outcome.FAULT_MIRROR_DIM_1]
+        raise CompileError("a MirrorRepeat layout with a dimension of 1", current_loc(), rule=rule,
+                           hint=hint, rule_id=RULE_IDS[A.Outcome.FAULT_MIRROR_DIM_1])
     return _state("nv.layout_dimension", l, dims, "dimension()", l.type.dim,
                   f"{SPEC}: OpTensorLayoutSetDimensionNV takes Dim operands")
 
@@ -143,11 +141,9 @@ def _layout_block_size(l: Value, *sizes) -> Value:
     for s in sizes:
         c = _constant(s)
         if c is not None and c < 1:
-            raise CompileError(f"block sizes must be at least 1, got {c}", loc,
-                               rule=f"{CM2}: blockCoord = c / blockSize, coordInBlock = c % blockSize "
-                                    "(a block size of 0 divides by zero)",
-                               hint="use 1 for dimensions that are not blocked",
-                               rule_id="nv.block-size-zero")
+            rule, hint = _FAULT_RULES[A.Outcome.FAULT_ZERO_BLOCK_SIZE]
+            raise CompileError(f"block sizes must be at least 1, got {c}", loc, rule=rule, hint=hint,
+                               rule_id=RULE_IDS[A.Outcome.FAULT_ZERO_BLOCK_SIZE])
     return _state("nv.layout_block_size", l, sizes, "block_size()", l.type.dim,
                   f"{SPEC}: OpTensorLayoutSetBlockSizeNV takes Dim operands")
 
@@ -341,29 +337,34 @@ def _check_tensor_mem(mem, loc, what):
                            rule_id="nv.tensor-vector-array")
 
 
-# Faults of the addressing pseudo-code (pycoop.ops.nv.addressing.Outcome) found at trace time
-# when the layout (and view) are made of constants: rule id, rule, hint.
-_FAULT_RULES = {
+# Faults of the addressing pseudo-code (pycoop.ops.nv.addressing.Outcome), reported by the
+# emulator, and at trace time when the layout (and view) are made of constants.
+RULE_IDS = {
+    A.Outcome.FAULT_UNDEFINED: "nv.undefined-out-of-bounds", A.Outcome.FAULT_MIRROR_DIM_1: "nv.mirror-dimension-1",
+    A.Outcome.FAULT_ZERO_SPAN: "nv.zero-span", A.Outcome.FAULT_ZERO_BLOCK_SIZE: "nv.block-size-zero",
+    A.Outcome.FAULT_EMPTY_DIMENSION: "nv.empty-dimension",
+    A.Outcome.FAULT_STORE_BLOCK_SIZE: "nv.store-block-size",
+}
+_FAULT_RULES = {       # outcome: (rule, hint)
     A.Outcome.FAULT_UNDEFINED: (
-        "nv.undefined-out-of-bounds", f"{SPEC}: clamp mode Undefined: out of bounds accesses have "
-        "undefined behavior", "use a clamp mode other than undefined, or keep slices in bounds"),
+        f"{SPEC}: clamp mode Undefined: out of bounds accesses have undefined behavior",
+        "use a clamp mode other than undefined, or keep slices in bounds"),
     A.Outcome.FAULT_MIRROR_DIM_1: (
-        "nv.mirror-dimension-1", f"{SPEC}: RepeatMirrored computes c % (2*dim - 2), a division by "
-        "zero for dim == 1 (NVIDIA GPUs hang)", "use clamp_to_edge for dimensions of size 1"),
+        f"{SPEC}: RepeatMirrored computes c % (2*dim - 2), a division by zero for dim == 1 (NVIDIA GPUs "
+        "hang)", "use clamp_to_edge for dimensions of size 1"),
     A.Outcome.FAULT_ZERO_SPAN: (
-        "nv.zero-span", f"{CM2}: linearToSpanCoord computes index % span[dim] (a span or view "
-        "dimension of 0 divides by zero)", "give every dimension a span of at least 1"),
+        f"{CM2}: linearToSpanCoord computes index % span[dim] (a span or view dimension of 0 divides "
+        "by zero)", "give every dimension a span of at least 1"),
     A.Outcome.FAULT_ZERO_BLOCK_SIZE: (
-        "nv.block-size-zero", f"{CM2}: blockCoord = c / blockSize, coordInBlock = c % blockSize "
-        "(a block size of 0 divides by zero)", "use 1 for dimensions that are not blocked"),
+        f"{CM2}: blockCoord = c / blockSize, coordInBlock = c % blockSize (a block size of 0 divides "
+        "by zero)", "use 1 for dimensions that are not blocked"),
     A.Outcome.FAULT_EMPTY_DIMENSION: (
-        "nv.empty-dimension", f"{SPEC}: ClampToEdge, Repeat and RepeatMirrored clamp into "
-        "[0, dim): a layout dimension of 0 has no coordinate to clamp to",
-        "give the layout dimensions of at least 1, or use the constant clamp mode"),
+        f"{SPEC}: ClampToEdge, Repeat and RepeatMirrored clamp into [0, dim): a layout dimension of 0 "
+        "has no coordinate to clamp to", "give the layout dimensions of at least 1, or use the constant "
+        "clamp mode"),
     A.Outcome.FAULT_STORE_BLOCK_SIZE: (
-        "nv.store-block-size", f"{CM2}: a block size larger than 1 must not be used with "
-        "OpCooperativeMatrixStoreTensorNV (data races)",
-        "store through a layout without block_size(...): blocks are for decoding loads"),
+        f"{CM2}: a block size larger than 1 must not be used with OpCooperativeMatrixStoreTensorNV "
+        "(data races)", "store through a layout without block_size(...): blocks are for decoding loads"),
 }
 
 
@@ -402,9 +403,9 @@ def _check_constant_access(name: str, layout: Value, view: Value | None, t: Coop
     try:
         plan.check()
     except A.TensorAddressingError as e:
-        rule_id, rule, hint = _FAULT_RULES[e.outcome]
+        rule, hint = _FAULT_RULES[e.outcome]
         raise CompileError(f"{name} through a constant layout: {e}", loc, rule=rule, hint=hint,
-                           rule_id=rule_id) from None
+                           rule_id=RULE_IDS[e.outcome]) from None
 
 
 def _check_view_dim(layout: Value, view: Value | None, loc: Loc) -> None:
@@ -492,9 +493,9 @@ def _infer_store_tensor(operands, attrs, regions, loc):
     for i, b in enumerate(block_sizes(layout) or ()):
         c = constant_value(b)
         if c is not None and c != 1:
-            rule_id, rule, hint = _FAULT_RULES[A.Outcome.FAULT_STORE_BLOCK_SIZE]
+            rule, hint = _FAULT_RULES[A.Outcome.FAULT_STORE_BLOCK_SIZE]
             raise CompileError(f"store_tensor through a layout whose block size in dimension {i} is {c}",
-                               loc, rule=rule, hint=hint, rule_id=rule_id)
+                               loc, rule=rule, hint=hint, rule_id=RULE_IDS[A.Outcome.FAULT_STORE_BLOCK_SIZE])
     view = operands[3] if attrs.get("view") else None
     _check_view_dim(layout, view, loc)
     _check_constant_access("store_tensor", layout, view, mat.type, True, loc)
@@ -635,8 +636,8 @@ def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
         try:
             plan.check()
         except A.TensorAddressingError as e:
-            rule_id, rule, hint = _FAULT_RULES[e.outcome]
-            raise EmulatorError(str(e), op.loc, rule=rule, hint=hint, rule_id=rule_id) from None
+            rule, hint = _FAULT_RULES[e.outcome]
+            raise EmulatorError(str(e), op.loc, rule=rule, hint=hint, rule_id=RULE_IDS[e.outcome]) from None
     return plan, active
 
 

@@ -51,13 +51,13 @@ _HINTS = {
     "subarray-k-multiple": f"start at a multiple of {K_SIZES[0]} when the sub-array builds a matrix",
 }
 
-# Rule ids (docs/rules.md) of the tagged rules of pycoop.ops.qcom.conversion.static_checks.
+# Rule ids (docs/rules.md) of the tagged rules of pycoop.ops.qcom.conversion.static_checks that
+# these ops can break.
 RULE_IDS = {tag: f"qcom.{tag.lower()}" for tag in (
-    "operands", "op", "scope", "subgroup-size", "A-component", "B-component", "accumulator-component",
-    "A-256-bit", "B-256-bit", "rows-subgroup", "columns-subgroup", "rows-supported", "columns-supported",
-    "array-element-type", "array-length", "bitcast-source-type", "bitcast-result-type", "bitcast-size",
-    "subarray-source-type", "subarray-element-type", "subarray-start-type", "subarray-range",
-    "subarray-k-multiple")}
+    "scope", "subgroup-size", "A-component", "B-component", "accumulator-component", "A-256-bit",
+    "B-256-bit", "rows-subgroup", "columns-subgroup", "array-element-type", "array-length",
+    "bitcast-source-type", "bitcast-result-type", "bitcast-size", "subarray-source-type",
+    "subarray-start-type", "subarray-range", "subarray-k-multiple")}
 
 _RULES = {
     "bitcast": "OpBitCastArrayQCOM", "construct": "OpCompositeConstructCoopMatQCOM",
@@ -75,7 +75,7 @@ def _raise(errors: list[str], op: str, loc: Loc) -> None:
     more = f" (and {len(errors) - 1} more: {'; '.join(e.partition('] ')[2] for e in errors[1:])})" \
         if len(errors) > 1 else ""
     raise CompileError(msg + more, loc, rule=f"{SPEC}: {_RULES[op]} [{tag}]", hint=_HINTS.get(tag),
-                       rule_id=RULE_IDS[tag])
+                       rule_id=RULE_IDS.get(tag))
 
 
 def _array_type(v, what: str, loc: Loc) -> ArrayType:
