@@ -50,9 +50,11 @@ _ENVIRONMENT = {"opencl": "OpenCL", "vulkan": "Vulkan"}
 
 def _bound_op(op) -> str:
     """`op` and the extension that binds it to one environment, for messages."""
-    d = get(op.name)
-    exts = [e for c in d.capabilities for e in grammar.extensions_of_capability(c)][:1]
-    return f"{op.name} ({exts[0]})" if exts else op.name
+    exts = []
+    for c in get(op.name).capabilities:
+        exts += [e for e in grammar.extensions_of_capability(c)[:1]
+                 if e not in exts and e != "SPV_KHR_cooperative_matrix"]
+    return f"{op.name} ({', '.join(exts)})" if exts else op.name
 
 
 def module_target(module: Module) -> str:

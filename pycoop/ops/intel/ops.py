@@ -478,7 +478,7 @@ def _run(ctx, op, fn, *args, **kw):
         raise EmulatorError(f"{op.name.split('.')[1]} reads or writes past the end of buffer "
                             f"'{mem.name}' ({mem.data.nbytes} bytes): an element inside memory width x "
                             "memory height lies outside the array", op.loc,
-                            rule="reported by the pycoop emulator",
+                            rule="Vulkan: accesses outside the bound buffer are undefined",
                             hint="memory height * pitch must fit in the buffer",
                             rule_id="intel.buffer-extent") from None
 

@@ -644,7 +644,7 @@ def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
 def _check_read_extent(op, memory, ei: np.ndarray) -> None:
     if ei.size and ei.max() >= memory.length:
         raise EmulatorError(f"load_tensor reads element {int(ei.max())} of {memory._describe()}",
-                            op.loc, rule="reported by the pycoop emulator",
+                            op.loc, rule="Vulkan: accesses outside the bound buffer are undefined",
                             hint="the layout's dimensions/strides describe more memory than the "
                                  "buffer holds",
                             rule_id="nv.buffer-extent")
@@ -710,7 +710,7 @@ def _emu_store_tensor(ctx, op, mem, mat, layout, *rest):
             ei = ei + where[0] * memory.segment
         if (ei >= memory.data.shape[0]).any():
             raise EmulatorError(f"store_tensor writes past the end of {memory._describe()}", op.loc,
-                                rule="reported by the pycoop emulator",
+                                rule="Vulkan: accesses outside the bound buffer are undefined",
                                 rule_id="nv.buffer-extent")
         vals = np.broadcast_to(mat, plan.shape)[where].reshape(-1)
         check_write_race(op, ei, vals, "store_tensor")
