@@ -47,7 +47,8 @@ def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
         raise CompileError(f"the {role} must be a function, got {fn!r}", loc,
                            hint="pass a Python function (or a @pycoop.func)",
                            rule="SPV_NV_cooperative_matrix2: DecodeFunc, CombineFunc and Func are "
-                                "OpFunctions")
+                                "OpFunctions",
+                           rule_id="nv.callback-not-function")
     t = tracer()
     key = (fn, tuple(param_types), role)
     cached = t.function_cache.get(key)
@@ -59,7 +60,8 @@ def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
                            f"but is called with {len(param_types)} "
                            f"({', '.join(map(str, param_types))})", loc,
                            rule="SPV_NV_cooperative_matrix2: the function has one parameter per operand it "
-                                "is called with")
+                                "is called with",
+                           rule_id="nv.callback-arity")
     params = [Value(pt, name=f"p{i}") for i, pt in enumerate(param_types)]
     body = Block(list(params))
     call = _callable_for_trace(fn)
@@ -72,12 +74,14 @@ def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
             except CompileError:
                 raise CompileError(f"the {role} returned {out!r}, not a value", loc,
                                    rule="SPV_NV_cooperative_matrix2: the function's return type must match "
-                                        "the matrix component type") from None
+                                        "the matrix component type",
+                                   rule_id="nv.callback-return-type") from None
         if result_type is not None and out.type != result_type:
             raise CompileError(f"the {role} returns {out.type}, expected {result_type}", loc,
                                hint=f"convert the result, e.g. {result_type}(x)",
                                rule="SPV_NV_cooperative_matrix2: the function's return type must match the "
-                                    "matrix component type")
+                                    "matrix component type",
+                               rule_id="nv.callback-return-type")
         if body.terminated:
             raise CompileError(f"the {role} must end by returning a value", loc,
                                rule="SPV_NV_cooperative_matrix2: the function returns a value "

@@ -355,7 +355,8 @@ def _infer_mul_add(operands, attrs, regions, loc):
     if k != k2 or tc.shape != (m, n):
         raise CompileError(f"mul_add shapes do not match: A is {m}x{k}, B is {k2}x{n}, "
                            f"C is {tc.rows}x{tc.cols}", loc,
-                           rule=f"{rule}: A is MxK, B is KxN, C and the result are MxN")
+                           rule=f"{rule}: A is MxK, B is KxN, C and the result are MxN",
+                           rule_id="khr.mul-add-shape")
     kinds = {ta.component.is_float, tb.component.is_float}
     if len(kinds) != 1 or tc.component.is_float != ta.component.is_float:
         raise CompileError(f"mul_add mixes float and integer matrices ({ta.component}, "

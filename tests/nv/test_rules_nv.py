@@ -206,6 +206,24 @@ def k_convert_use(X: pc.Buffer[f16]):
     pc.nv.convert(MatB.fill(0.0), MatA)  # HERE
 
 
+def k_callback_not_function(X: pc.Buffer[f16]):
+    lay = pc.nv.tensor_layout(2).dimension(16, 16)
+    pc.nv.load_tensor(X, lay, Acc16, decode=3)  # HERE
+
+
+def k_callback_arity(X: pc.Buffer[f16]):
+    pc.nv.per_element(Acc.fill(0.0), lambda r, c: r)  # HERE
+
+
+def k_callback_return_type(X: pc.Buffer[f16]):
+    lay = pc.nv.tensor_layout(2).dimension(16, 16)
+    pc.nv.load_tensor(X, lay, Acc16, decode=lambda p, b, c: f32(p[0]))  # HERE
+
+
+def k_callback_return_value(X: pc.Buffer[f16]):
+    pc.nv.reduce(Acc.fill(0.0), "row", lambda a, b: "max")  # HERE
+
+
 def k_transpose_use(X: pc.Buffer[f16]):
     pc.nv.transpose(MatA.fill(0.0))  # HERE
 
@@ -284,6 +302,10 @@ RULES = [
     ("nv.convert-result-type", k_convert_result_type, "must be a coopmat type"),
     ("nv.convert-shape", k_convert_shape, "scope and shape must stay the same"),
     ("nv.convert-use", k_convert_use, "cannot change the use"),
+    ("nv.callback-not-function", k_callback_not_function, "must be a function"),
+    ("nv.callback-arity", k_callback_arity, "takes 2 parameters"),
+    ("nv.callback-return-type", k_callback_return_type, "returns f32, expected f16"),
+    ("nv.callback-return-type", k_callback_return_value, "returned 'max', not a value"),
     ("nv.transpose-use", k_transpose_use, "takes an accumulator"),
     ("nv.transpose-shape", k_transpose_shape, "is a UseB"),
     ("nv.store-block-size", k_store_block_size, "block size in dimension 0 is 2"),
