@@ -236,8 +236,9 @@ def _emu_create_view(ctx, op):
     return A.create_view(t.dim, t.has_dimensions, t.permutation, (1, 1))
 
 
-def _emu_state(ctx, op, obj, *vals):
-    name = op.name
+def _apply_state(name: str, obj, *vals):
+    """NumPy semantics of state op `name` (the emulator's, and the trace-time evaluation of
+    layouts made of constants)."""
     if name == "nv.layout_slice":
         return A.layout_slice(obj, _stack(list(vals[0::2])), _stack(list(vals[1::2])))
     if name == "nv.view_clip":
@@ -245,6 +246,10 @@ def _emu_state(ctx, op, obj, *vals):
     if name == "nv.layout_clamp_value":
         return A.layout_set_clamp_value(obj, vals[0])
     return _STATE_OPS[name][1](obj, _stack(list(vals)))
+
+
+def _emu_state(ctx, op, obj, *vals):
+    return _apply_state(op.name, obj, *vals)
 
 
 for _name in _STATE_OPS:
@@ -387,7 +392,7 @@ def _constant_state(v: Value):
             vals = [0 if c is None else c for c in vals]
         if any(c is None for c in vals):
             return None
-        state = _emu_state(None, op, state, *(np.int64(int(c) & 0xFFFFFFFF) for c in vals))
+        state = _apply_state(op.name, state, *(np.int64(int(c) & 0xFFFFFFFF) for c in vals))
     return state
 
 
