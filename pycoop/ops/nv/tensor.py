@@ -8,6 +8,7 @@ uniform; the addressing itself is pycoop.ops.nv.addressing (the spec pseudo-code
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 
 import numpy as np
@@ -373,44 +374,61 @@ _FAULT_RULES = {       # outcome: (rule, hint)
 }
 
 
-def _constant_state(v: Value):
-    """The addressing state (pycoop.ops.nv.addressing) of layout or view `v` when every op that
-    made it has trace-time constant operands, else None. The clamp value plays no part in
-    which accesses are defined, so a runtime one counts as 0."""
+def _constant_key(v: Value) -> tuple | None:
+    """A hashable description of layout or view `v` when every op that made it has trace-time
+    constant operands: its create op and type, then each state op with its operands (else
+    None). The clamp value plays no part in which accesses are defined, so it is left out."""
     chain = []
     while v.op is not None and v.op.name in _STATE_OPS:
-        chain.append(v.op)
+        if v.op.name != "nv.layout_clamp_value":
+            vals = [constant_value(x) for x in v.op.operands[1:]]
+            if any(c is None for c in vals):
+                return None
+            chain.append((v.op.name, tuple(int(c) & 0xFFFFFFFF for c in vals)))
         v = v.op.operands[0]
     if v.op is None or v.op.name not in ("nv.create_layout", "nv.create_view"):
         return None
-    t = v.op.attrs["type"]
-    state = A.create_layout(t.dim, t.clamp_mode) if v.op.name == "nv.create_layout" else \
+    return v.op.name, v.op.attrs["type"], tuple(reversed(chain))
+
+
+def _state_of(key: tuple):
+    """The addressing state (pycoop.ops.nv.addressing) that a _constant_key describes."""
+    name, t, chain = key
+    state = A.create_layout(t.dim, t.clamp_mode) if name == "nv.create_layout" else \
         A.create_view(t.dim, t.has_dimensions, t.permutation)
-    for op in reversed(chain):
-        vals = [constant_value(x) for x in op.operands[1:]]
-        if op.name == "nv.layout_clamp_value":
-            vals = [0 if c is None else c for c in vals]
-        if any(c is None for c in vals):
-            return None
-        state = _apply_state(op.name, state, *(np.int64(int(c) & 0xFFFFFFFF) for c in vals))
+    for op_name, vals in chain:
+        state = _apply_state(op_name, state, *(np.int64(c) for c in vals))
     return state
+
+
+@functools.lru_cache(maxsize=1024)
+def _constant_fault(layout_key: tuple, view_key: tuple | None, rows: int, cols: int,
+                    store: bool) -> tuple | None:
+    """(outcome, message) of the first access the emulator would report, or None. Cached: the
+    verifier re-runs each op's checks, and kernels reuse their layouts."""
+    view = None if view_key is None else _state_of(view_key)
+    plan = (A.store_tensor_plan if store else A.load_tensor_plan)(_state_of(layout_key), view, rows, cols)
+    try:
+        plan.check()
+    except A.TensorAddressingError as e:
+        return e.outcome, str(e)
+    return None
 
 
 def _check_constant_access(name: str, layout: Value, view: Value | None, t: CoopMatType, store: bool,
                            loc: Loc) -> None:
     """A load or store through a layout (and view) of constants: the accesses the emulator would
     report as undefined are a CompileError now."""
-    lay = _constant_state(layout)
-    vw = None if view is None else _constant_state(view)
+    lay = _constant_key(layout)
+    vw = None if view is None else _constant_key(view)
     if lay is None or (view is not None and vw is None):
         return
-    plan = (A.store_tensor_plan if store else A.load_tensor_plan)(lay, vw, t.rows, t.cols)
-    try:
-        plan.check()
-    except A.TensorAddressingError as e:
-        rule, hint = _FAULT_RULES[e.outcome]
-        raise CompileError(f"{name} through a constant layout: {e}", loc, rule=rule, hint=hint,
-                           rule_id=RULE_IDS[e.outcome]) from None
+    fault = _constant_fault(lay, vw, t.rows, t.cols, store)
+    if fault is not None:
+        outcome, text = fault
+        rule, hint = _FAULT_RULES[outcome]
+        raise CompileError(f"{name} through a constant layout: {text}", loc, rule=rule, hint=hint,
+                           rule_id=RULE_IDS[outcome])
 
 
 def _check_view_dim(layout: Value, view: Value | None, loc: Loc) -> None:
