@@ -27,7 +27,8 @@ class Loc:
 UNKNOWN = Loc("<unknown>", 0)
 
 
-def _render(what: str, loc: Loc | None, rule: str | None, hint: str | None) -> str:
+def _render(what: str, loc: Loc | None, rule: str | None, hint: str | None,
+            rule_id: str | None = None) -> str:
     parts = []
     if loc is not None and loc is not UNKNOWN:
         parts.append(f"{loc}: {what}")
@@ -39,7 +40,7 @@ def _render(what: str, loc: Loc | None, rule: str | None, hint: str | None) -> s
     else:
         parts.append(what)
     if rule:
-        parts.append(f"  rule: {rule}")
+        parts.append(f"  rule: {rule}" + (f" [{rule_id}]" if rule_id else ""))
     if hint:
         parts.append(f"  hint: {hint}")
     return "\n".join(parts)
@@ -50,12 +51,16 @@ class PycoopError(Exception):
 
 
 class CompileError(PycoopError):
-    """A kernel breaks a language or SPIR-V rule; raised while tracing, before any SPIR-V exists."""
+    """A kernel breaks a language or SPIR-V rule; raised while tracing, before any SPIR-V exists.
+
+    `rule` quotes the rule (the spec sentence or VUID, short); `rule_id` is its stable key in
+    the rules table (docs/rules.md), which names the test that checks it."""
 
     def __init__(self, message: str, loc: Loc | None = None, *, rule: str | None = None,
-                 hint: str | None = None):
+                 hint: str | None = None, rule_id: str | None = None):
         self.message, self.loc, self.rule, self.hint = message, loc, rule, hint
-        super().__init__(_render(message, loc, rule, hint))
+        self.rule_id = rule_id
+        super().__init__(_render(message, loc, rule, hint, rule_id))
 
     @property
     def line(self) -> int | None:
@@ -70,9 +75,10 @@ class EmulatorError(PycoopError):
     """The emulator caught undefined behaviour or an invalid access at run time."""
 
     def __init__(self, message: str, loc: Loc | None = None, *, rule: str | None = None,
-                 hint: str | None = None):
+                 hint: str | None = None, rule_id: str | None = None):
         self.message, self.loc, self.rule, self.hint = message, loc, rule, hint
-        super().__init__(_render(message, loc, rule, hint))
+        self.rule_id = rule_id
+        super().__init__(_render(message, loc, rule, hint, rule_id))
 
 
 class BackendUnavailable(PycoopError):

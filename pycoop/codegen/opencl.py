@@ -21,8 +21,10 @@ Every op lowering of the Vulkan target is reused through the LowerCtx interface
 """
 from __future__ import annotations
 
+from ..errors import CompileError
 from ..ir.core import Module
 from ..ops.registry import get
+from ..spirv import grammar
 from ..spirv.builder import ModuleBuilder
 from ..types import SCALARS, BufferType, ScalarType, SharedArrayType, StorageClass, Type, VectorType, i64, u32, u64
 from .lower import Lowered, LowerCtx
@@ -43,12 +45,43 @@ _SIZE_T_BUILTINS = {"WorkgroupId", "LocalInvocationId", "GlobalInvocationId", "N
                     "LocalInvocationIndex"}
 
 
+_ENVIRONMENT = {"opencl": "OpenCL", "vulkan": "Vulkan"}
+
+
+def _bound_op(op) -> str:
+    """`op` and the extension that binds it to one environment, for messages."""
+    exts = []
+    for c in get(op.name).capabilities:
+        exts += [e for e in grammar.extensions_of_capability(c)[:1]
+                 if e not in exts and e != "SPV_KHR_cooperative_matrix"]
+    return f"{op.name} ({', '.join(exts)})" if exts else op.name
+
+
 def module_target(module: Module) -> str:
-    """"opencl" if any op of the module exists only in the OpenCL environment, else "vulkan"."""
+    """The client environment of the module: "opencl" if an op exists only there (registry
+    entries with ``target="opencl"``: Intel 2D block IO), else "vulkan". Ops bound to Vulkan
+    (``target="vulkan"``: NV coopmat2 / tensor addressing, QCOM conversion) cannot share a
+    module with OpenCL-only ones: the first op, in program order, whose environment differs
+    from an earlier op's is a CompileError at its line."""
+    first = None
     for op in module.walk():
-        if get(op.name).extra.get("target") == TARGET:
-            return TARGET
-    return "vulkan"
+        env = get(op.name).extra.get("target")
+        if env is None:
+            continue
+        if first is None:
+            first, first_env = op, env
+        elif env != first_env:
+            raise CompileError(
+                f"{_bound_op(op)} exists only in the {_ENVIRONMENT[env]} environment, but this "
+                f"kernel also uses {_bound_op(first)} (line {first.loc.line}), which exists only in "
+                f"the {_ENVIRONMENT[first_env]} environment", op.loc,
+                rule="a SPIR-V module has one client environment: SPV_INTEL_2d_block_io needs "
+                     "OpenCL (CrossWorkgroup base pointers); SPV_NV_cooperative_matrix2, "
+                     "SPV_NV_tensor_addressing and SPV_QCOM_cooperative_matrix_conversion are "
+                     "Vulkan extensions (PhysicalStorageBuffer / Vulkan memory model)",
+                hint="split the work into two kernels, one per environment",
+                rule_id="target.mixed-environments")
+    return first_env if first is not None else "vulkan"
 
 
 class OpenCLLowerCtx(LowerCtx):

@@ -74,7 +74,10 @@ class _ElementDispatch(Dispatch):
         self.shape = (1, n)
 
     def builtin(self, name: str, comp: int) -> np.ndarray:
-        raise EmulatorError(f"built-in {name} is not available inside a function called per element")
+        raise EmulatorError(f"built-in {name} is not available inside a function called per element",
+                            rule="SPV_NV_cooperative_matrix2: decode, combine and per-element functions "
+                                 "are called per element, outside any invocation's built-in state (pycoop "
+                                 "reports built-ins there)")
 
 
 class PointerArray:
@@ -147,7 +150,8 @@ class EmuCtx:
         """Run one op (not yield/condition); True if it was a `return`."""
         d = get(op.name)
         if d.emulate is None:
-            raise EmulatorError(f"op {op.name} has no emulator semantics", op.loc)
+            raise EmulatorError(f"op {op.name} has no emulator semantics", op.loc,
+                                rule="pycoop: every op registered for the emulator has NumPy semantics")
         if self.poison and not op.regions and not d.extra.get("poison_aware"):
             self.check_poison(op)
         env = self.env
@@ -259,7 +263,10 @@ class EmuCtx:
         if scope == Scope.Subgroup:
             if d.wgs % d.sgs:
                 raise EmulatorError(f"the workgroup size {d.wgs} is not a multiple of the subgroup "
-                                    f"size {d.sgs}: partial subgroups are not emulated")
+                                    f"size {d.sgs}: partial subgroups are not emulated",
+                                    rule="pycoop emulator: subgroups are whole (the workgroup size is a "
+                                         "multiple of the subgroup size), as the Vulkan full-subgroups "
+                                         "requirement gives")
             return x.reshape(x.shape[0], d.nsg, d.sgs)
         return x.reshape(x.shape[0], 1, d.wgs)
 
@@ -397,7 +404,10 @@ def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size
                              for op in module.walk() for r in op.results):
         raise EmulatorError(f"the workgroup size {d.wgs} is not a multiple of the subgroup size "
                             f"{d.sgs}: subgroup-scope matrices with partial subgroups are not "
-                            "emulated", module.kernel.body.ops[0].loc if module.kernel.body.ops else None)
+                            "emulated", module.kernel.body.ops[0].loc if module.kernel.body.ops else None,
+                            rule="SPV_KHR_cooperative_matrix: every invocation of the Scope instance "
+                                 "executes the instruction together; a partial subgroup has no complete "
+                                 "instance")
     memories: dict[Value, Memory] = {}
     ctx = EmuCtx(module, d, memories)
     ctx.memo = launch_memo(module, d, args, module.kernel.params)

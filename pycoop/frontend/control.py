@@ -31,7 +31,9 @@ class _Undef:
     def _fail(self, *a, **k):
         raise CompileError("a variable is used where it has no value" + (f": {self.why}" if self.why else ""),
                            current_loc(),
-                           hint="assign it before the if/loop so it is defined on every path")
+                           hint="assign it before the if/loop so it is defined on every path",
+                           rule="Python: a variable must be assigned on every path before it is read "
+                                "(SPIR-V: an SSA value dominates its uses)")
 
     __getattr__ = __call__ = __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = _fail
     __rmul__ = __truediv__ = __getitem__ = __setitem__ = __index__ = __iter__ = __neg__ = _fail
@@ -69,7 +71,9 @@ def _runtime_bool(cond, loc: Loc) -> Value | None:
         return None
     if cond.type != bool_:
         raise CompileError(f"condition has type {cond.type}, not bool", loc,
-                           hint="compare explicitly, e.g. `if x != 0:`")
+                           hint="compare explicitly, e.g. `if x != 0:`",
+                           rule="SPIR-V: the Condition of OpBranchConditional must be a Boolean type "
+                                "scalar")
     return cond
 
 
@@ -166,7 +170,9 @@ def _zero(t: Type, loc: Loc) -> Value:
     if isinstance(t, ScalarType):
         return const(False if t.is_bool else 0, t, loc)
     raise CompileError(f"a function returning {t} from inside a loop is not supported", loc,
-                       hint="assign the result to a variable and return it after the loop")
+                       hint="assign the result to a variable and return it after the loop",
+                       rule="pycoop: a @pycoop.func that returns from inside a runtime loop returns a "
+                            "numeric scalar or cooperative matrix (a value the loop can carry)")
 
 
 def _is_number(x) -> bool:
@@ -216,7 +222,9 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
                 if out.value is not None:
                     raise CompileError("returning a value from inside an `if` on a runtime condition",
                                        loc, hint="assign the value to a variable in both branches and "
-                                                 "return it after the if")
+                                                 "return it after the if",
+                                       rule="pycoop: a @pycoop.func returns its value outside runtime "
+                                            "control flow (SPIR-V structured control flow has one merge)")
                 if not blk.terminated:
                     emit("return", [], loc=loc)
                 out = None
@@ -247,7 +255,9 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
     ref_tree, _ = live[0]
     if any(f[0] != ref_tree for f in live[1:]):
         raise CompileError("a variable holds containers of different shapes after the two branches",
-                           loc, hint="keep lists/tuples the same length in both branches")
+                           loc, hint="keep lists/tuples the same length in both branches",
+                           rule="pycoop: a list or tuple assigned in both branches of a runtime `if` keeps "
+                                "one shape (SPIR-V OpPhi merges values of one type)")
     n = len(live[0][1])
     results: list = [None] * n
     merge_idx, yields, mtypes = [], [[], []], []      # mtypes: the merged value's type
@@ -369,7 +379,9 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             c = _runtime_bool(c, loc)
             if c is None:
                 raise CompileError("the loop condition does not depend on runtime values here",
-                                   loc, hint="use a Python-level loop instead")
+                                   loc, hint="use a Python-level loop instead",
+                                   rule="pycoop: a `while` on a runtime value has a runtime condition in "
+                                        "every iteration")
             emit("condition", [c], loc=loc)
         with t.region(body_blk):
             new_extra, out = run_body(body_blk.args[:len(extra)], user_vals(body_blk))
@@ -377,7 +389,9 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             if returned:
                 if out.value is not None:
                     raise CompileError("returning a value from inside a runtime loop", loc,
-                                       hint="assign it to a variable and return after the loop")
+                                       hint="assign it to a variable and return after the loop",
+                                       rule="pycoop: a @pycoop.func returns its value outside runtime "
+                                            "control flow (SPIR-V structured control flow has one merge)")
                 if not body_blk.terminated:
                     emit("return", [], loc=loc)
                 out = user_vals(body_blk)
@@ -387,7 +401,9 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                          for v, v0 in zip(out, vals)]
         if out_trees != trees:
             raise CompileError("a variable changes its container shape inside a runtime loop", loc,
-                               hint="keep lists/tuples the same length across iterations")
+                               hint="keep lists/tuples the same length across iterations",
+                               rule="pycoop: a list or tuple carried by a runtime loop keeps one shape "
+                                    "(SPIR-V OpPhi merges values of one type)")
         # which Python leaves change? -> promote them to runtime values and trace again
         changed = {}
         for i, (a, b) in enumerate(zip(leaves, out_leaves)):
@@ -418,11 +434,14 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                 if not isinstance(v, Value):
                     if isinstance(v, _Undef):
                         raise CompileError("a loop-carried variable has no value at the end of the "
-                                           "loop body", loc)
+                                           "loop body", loc,
+                                           rule="SPIR-V: a loop-carried variable (an OpPhi) has a value on "
+                                                "every back edge")
                     v = as_value(v, want)
                 if v.type != want:
                     raise CompileError(f"a loop-carried variable changes type from {want} to {v.type}",
-                                       loc, hint="convert it explicitly so it keeps one type")
+                                       loc, hint="convert it explicitly so it keeps one type",
+                                       rule="SPIR-V: the OpPhi of a loop-carried variable has one type")
                 yv.append(v)
             emit("yield", yv, loc=loc)
     op = emit("loop", list(extra) + init, attrs or {}, [cond_blk, body_blk], loc)
@@ -477,12 +496,15 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     types_ = {a.type for a in (lo, hi, step) if isinstance(a, Value)}
     if len(types_) != 1:
         raise CompileError(f"range() bounds have different types: {', '.join(map(str, types_))}", loc,
-                           hint="cast them to one integer type")
+                           hint="cast them to one integer type",
+                           rule="pycoop: the bounds of a runtime range() share one integer type")
     it_t = types_.pop()
     if not (isinstance(it_t, ScalarType) and it_t.is_int):
-        raise CompileError(f"range() needs integer bounds, got {it_t}", loc)
+        raise CompileError(f"range() needs integer bounds, got {it_t}", loc,
+                           rule="Python: range() takes integer bounds")
     if not isinstance(step, Value) and step == 0:
-        raise CompileError("range() step must not be zero", loc)
+        raise CompileError("range() step must not be zero", loc,
+                           rule="Python: range() arg 3 must not be zero")
     lo, hi, step = (as_value(a, it_t) if not isinstance(a, Value) else a for a in (lo, hi, step))
     neg = step.op is not None and step.op.name == "const" and step.op.attrs["value"] < 0
 
@@ -514,7 +536,9 @@ def kernel_range(*args, unroll: bool | int | None = None):
     int n > 1 unrolls n iterations at a time, None leaves the choice to the driver. Constant
     bounds give a u32 loop variable (i32 if one is negative)."""
     raise CompileError("pycoop.range() is only for the header of a for loop in a kernel",
-                       current_loc(), hint="write `for i in pycoop.range(...):`")
+                       current_loc(), hint="write `for i in pycoop.range(...):`",
+                       rule="pycoop: pycoop.range() is the iterable of a `for` statement in a kernel or "
+                            "@pycoop.func")
 
 
 def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
@@ -522,9 +546,12 @@ def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
     unknown = set(kwargs) - {"unroll"}
     if unknown:
         raise CompileError(f"pycoop.range() got unexpected keyword(s) {', '.join(sorted(unknown))}",
-                           loc, hint="its only keyword is unroll=")
+                           loc, hint="its only keyword is unroll=",
+                           rule="pycoop: pycoop.range(start, stop, step, unroll=...) takes only the unroll "
+                                "keyword")
     if not 1 <= len(args) <= 3:
-        raise CompileError(f"pycoop.range() takes 1 to 3 bounds, got {len(args)}", loc)
+        raise CompileError(f"pycoop.range() takes 1 to 3 bounds, got {len(args)}", loc,
+                           rule="Python: range() takes 1 to 3 arguments")
     unroll = kwargs.get("unroll")
     if isinstance(unroll, bool) or unroll is None:
         control = {None: "None", True: "Unroll", False: "DontUnroll"}[unroll]
@@ -532,11 +559,13 @@ def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
         control = ("PartialCount", int(unroll))
     else:
         raise CompileError(f"pycoop.range(unroll={unroll!r}): expected True, False, None or an "
-                           "integer > 1", loc)
+                           "integer > 1", loc,
+                           rule="SPIR-V: LoopControl Unroll, DontUnroll or PartialCount with a count > 1")
     if not any(isinstance(a, Value) for a in args):
         for a in args:
             if not isinstance(a, numbers.Integral) or isinstance(a, bool):
-                raise CompileError(f"range() needs integer bounds, got {a!r}", loc)
+                raise CompileError(f"range() needs integer bounds, got {a!r}", loc,
+                                   rule="Python: range() takes integer bounds")
         t = default_type(-1) if any(a < 0 for a in args) else u32
         args = tuple(as_value(a, t) for a in args)
     return args, {"control": control}
@@ -555,7 +584,9 @@ def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=
             if isinstance(c, Value):
                 raise CompileError("this while condition became a runtime value after some "
                                    "iterations", loc,
-                                   hint="make it depend on runtime values from the start")
+                                   hint="make it depend on runtime values from the start",
+                                   rule="pycoop: a `while` on a runtime value has a runtime condition in "
+                                        "every iteration")
         return Result(vals)
     _, after = _runtime_loop(vals, loc, lambda e, u: cond_fn(*u), lambda e, u: ([], body_fn(*u)), [],
                              names)

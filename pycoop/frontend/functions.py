@@ -45,7 +45,10 @@ def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
     `role` names it in errors ("decode function", ...); `result_type`, if given, is checked."""
     if not callable(fn):
         raise CompileError(f"the {role} must be a function, got {fn!r}", loc,
-                           hint="pass a Python function (or a @pycoop.func)")
+                           hint="pass a Python function (or a @pycoop.func)",
+                           rule="SPV_NV_cooperative_matrix2: DecodeFunc, CombineFunc and Func are "
+                                "OpFunctions",
+                           rule_id="nv.callback-not-function")
     t = tracer()
     key = (fn, tuple(param_types), role)
     cached = t.function_cache.get(key)
@@ -55,7 +58,10 @@ def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
     if n is not None and n != len(param_types):
         raise CompileError(f"the {role} {getattr(fn, '__name__', fn)!r} takes {n} parameters, "
                            f"but is called with {len(param_types)} "
-                           f"({', '.join(map(str, param_types))})", loc)
+                           f"({', '.join(map(str, param_types))})", loc,
+                           rule="SPV_NV_cooperative_matrix2: the function has one parameter per operand it "
+                                "is called with",
+                           rule_id="nv.callback-arity")
     params = [Value(pt, name=f"p{i}") for i, pt in enumerate(param_types)]
     body = Block(list(params))
     call = _callable_for_trace(fn)
@@ -66,12 +72,20 @@ def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
             try:
                 out = as_value(out, result_type)
             except CompileError:
-                raise CompileError(f"the {role} returned {out!r}, not a value", loc) from None
+                raise CompileError(f"the {role} returned {out!r}, not a value", loc,
+                                   rule="SPV_NV_cooperative_matrix2: the function's return type must match "
+                                        "the matrix component type",
+                                   rule_id="nv.callback-return-type") from None
         if result_type is not None and out.type != result_type:
             raise CompileError(f"the {role} returns {out.type}, expected {result_type}", loc,
-                               hint=f"convert the result, e.g. {result_type}(x)")
+                               hint=f"convert the result, e.g. {result_type}(x)",
+                               rule="SPV_NV_cooperative_matrix2: the function's return type must match the "
+                                    "matrix component type",
+                               rule_id="nv.callback-return-type")
         if body.terminated:
-            raise CompileError(f"the {role} must end by returning a value", loc)
+            raise CompileError(f"the {role} must end by returning a value", loc,
+                               rule="SPV_NV_cooperative_matrix2: the function returns a value "
+                                    "(OpReturnValue)")
         emit("yield", [out], loc=loc)
     name = getattr(fn, "__name__", role.replace(" ", "_"))
     f = Function(f"{name}_{len(t.functions)}", params, body, kind="func", result_type=out.type,

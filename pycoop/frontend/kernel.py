@@ -95,11 +95,15 @@ class Kernel:
         self.name = fn.__name__
         ws = (workgroup_size,) if isinstance(workgroup_size, int) else tuple(workgroup_size)
         if not 1 <= len(ws) <= 3 or not all(isinstance(x, int) and x > 0 for x in ws):
-            raise CompileError(f"workgroup_size must be 1 to 3 positive ints, got {workgroup_size!r}")
+            raise CompileError(f"workgroup_size must be 1 to 3 positive ints, got {workgroup_size!r}",
+                               rule="SPIR-V: LocalSize x, y, z are positive integers (Vulkan: at most "
+                                    "maxComputeWorkGroupSize)")
         self.workgroup_size = tuple(ws) + (1,) * (3 - len(ws))
         self.subgroup_size = subgroup_size
         if subgroup_size is not None and (subgroup_size <= 0 or subgroup_size & (subgroup_size - 1)):
-            raise CompileError(f"subgroup_size must be a power of two, got {subgroup_size}")
+            raise CompileError(f"subgroup_size must be a power of two, got {subgroup_size}",
+                               rule="Vulkan: requiredSubgroupSize must be a power of two (VUID-"
+                                    "VkPipelineShaderStageRequiredSubgroupSizeCreateInfo-requiredSubgroupSize-02760)")
         self.params = self._signature()
         self.call_signature = inspect.Signature(   # how launches bind their arguments
             [inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=p.default)
@@ -122,7 +126,9 @@ class Kernel:
                     ann = eval(ann, self.fn.__globals__, scope)
                 except Exception as e:
                     raise CompileError(f"cannot evaluate the annotation {ann!r} of parameter "
-                                       f"'{p.name}': {e}") from None
+                                       f"'{p.name}': {e}",
+                                       rule="pycoop: kernel parameters are annotated with pycoop types "
+                                            "(Buffer[...], a scalar type, pycoop.Const)") from None
             if ann is Const:
                 out.append(Param(p.name, None, p.default))
             elif isinstance(ann, BufferType) and not (isinstance(ann.elem, StructType)
@@ -186,11 +192,14 @@ class Kernel:
                 ret = self._traced(*args)
             if ret is not None:
                 raise CompileError(f"kernel {self.name} returned {ret!r}; kernels return nothing",
-                                   hint="write results into a buffer parameter")
+                                   hint="write results into a buffer parameter",
+                                   rule="SPIR-V: a GLCompute/Kernel entry point returns OpTypeVoid")
             module = Module(Function(self.name, runtime, body), self.workgroup_size, sgs,
                             [p.name for p in self.params if not p.is_const], shared=t.shared,
                             functions=t.functions)
             verify(module)
+            from ..codegen.opencl import module_target
+            module_target(module)       # one client environment per module (else CompileError)
             return module
         except CompileError as e:
             raise _strip(e) from None

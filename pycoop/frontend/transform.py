@@ -445,7 +445,9 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
                 node.end_col_offset += indent
     fdef = tree.body[0]
     if not isinstance(fdef, ast.FunctionDef):
-        raise CompileError(f"{fn.__qualname__} is not a plain function definition", None)
+        raise CompileError(f"{fn.__qualname__} is not a plain function definition", None,
+                           rule="pycoop: a kernel or @pycoop.func is a plain `def` (its source is "
+                                "transformed)")
     fdef.decorator_list = []
     if returns_value and _nested_return(fdef.body):
         try:

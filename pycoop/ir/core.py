@@ -56,7 +56,9 @@ class Value:
         from .builder import current_loc
         from ..errors import CompileError
         raise CompileError(f"cannot iterate over a runtime value of type {self.type}",
-                           current_loc())
+                           current_loc(),
+                           rule="pycoop: only compile-time values are iterated in Python; runtime values "
+                                "have no length at trace time")
 
     def __len__(self):
         from .builder import current_loc
@@ -64,7 +66,9 @@ class Value:
         raise CompileError(f"len() of a runtime value of type {self.type} is not known at "
                            "trace time", current_loc(),
                            hint="pass the size as a kernel parameter (a u32, or pycoop.Const to "
-                                "fix it at compile time)")
+                                "fix it at compile time)",
+                           rule="pycoop: only compile-time values are iterated in Python; runtime values "
+                                "have no length at trace time")
 
     # NumPy functions cannot trace: a clear error at the user's line instead of NumPy's own.
     # An operator with a NumPy scalar on the left (np.float32(2) * x) reaches NumPy first; it

@@ -23,11 +23,15 @@ def _infer_construct(operands, attrs, regions, loc):
     elem = t.elem
     if len(operands) != (t.length if isinstance(t, ArrayType) else t.count):
         raise CompileError(f"{t} needs {t.length if isinstance(t, ArrayType) else t.count} "
-                           f"elements, got {len(operands)}", loc)
+                           f"elements, got {len(operands)}", loc,
+                           rule="SPIR-V: OpCompositeConstruct has exactly one constituent per component of "
+                                "the Result Type")
     for v in operands:
         if v.type != elem:
             raise CompileError(f"element of type {v.type} in a {t}", loc,
-                               hint=f"cast the elements to {elem}")
+                               hint=f"cast the elements to {elem}",
+                               rule="SPIR-V: OpCompositeConstruct constituents have the component type of "
+                                    "the Result Type")
     return [t]
 
 
@@ -52,7 +56,8 @@ def make_array(values, elem: ScalarType | None = None) -> Value:
     loc = current_loc()
     values = list(values)
     if not values:
-        raise CompileError("an array needs at least one element", loc)
+        raise CompileError("an array needs at least one element", loc,
+                           rule="SPIR-V: OpTypeArray Length must be at least 1")
     like = elem or next((v.type for v in values if isinstance(v, Value)), None)
     vals = [as_value(v, like) for v in values]
     return emit1("composite.construct", vals, {"type": ArrayType(vals[0].type, len(vals))}, loc)
@@ -71,7 +76,9 @@ def _infer_extract(operands, attrs, regions, loc):
     n = t.length if isinstance(t, ArrayType) else t.count
     i = attrs["index"]
     if not 0 <= i < n:
-        raise CompileError(f"index {i} is out of range for {t}", loc)
+        raise CompileError(f"index {i} is out of range for {t}", loc,
+                           rule="SPIR-V: OpCompositeExtract/Insert indexes must be in bounds of the "
+                                "composite")
     return [t.elem]
 
 
@@ -94,5 +101,6 @@ def extract(x: Value, index) -> Value:
     loc = current_loc()
     if isinstance(index, Value) or not isinstance(index, numbers.Integral):
         raise CompileError("arrays and vectors are indexed with compile-time ints", loc,
-                           hint="unroll the loop over the elements with a Python range()")
+                           hint="unroll the loop over the elements with a Python range()",
+                           rule="SPIR-V: OpCompositeExtract/Insert take literal indexes")
     return emit1("composite.extract", [x], {"index": int(index)}, loc)

@@ -20,7 +20,9 @@ from .registry import define, emulation, lowering
 
 def _infer_if(operands, attrs, regions, loc):
     if operands[0].type != bool_:
-        raise CompileError(f"if condition must be bool, not {operands[0].type}", loc)
+        raise CompileError(f"if condition must be bool, not {operands[0].type}", loc,
+                           rule="SPIR-V: the Condition of OpBranchConditional must be a Boolean type "
+                                "scalar")
     return list(attrs["result_types"])
 
 
@@ -182,7 +184,8 @@ def _lower_loop(ctx, op):
     if isinstance(control, tuple) and ctx.b.version < (1, 4):
         raise CompileError(f"pycoop.range(unroll={control[1]}) needs SPIR-V 1.4 (LoopControl "
                            f"PartialCount); this module is SPIR-V {ctx.b.version[0]}.{ctx.b.version[1]}",
-                           op.loc, hint="use unroll=True or unroll=False here")
+                           op.loc, hint="use unroll=True or unroll=False here",
+                           rule="SPIR-V: LoopControl PartialCount needs SPIR-V 1.4")
     ctx.emit("OpLoopMerge", None, l_merge, l_cont, *(control if isinstance(control, tuple) else (control,)))
     ctx.emit("OpBranch", None, l_cond)
     ctx.begin_block(l_cond)

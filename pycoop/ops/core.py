@@ -33,20 +33,30 @@ def const(value, type: ScalarType, loc: Loc | None = None) -> Value:
     return emit1("const", [], {"value": _check_literal(value, type, loc), "type": type}, loc)
 
 
+def constant_value(v):
+    """The value of `v` when it is a trace-time constant (a `const` op), else None: what
+    checks of "must" rules on operands use to report them at compile time."""
+    return v.op.attrs["value"] if isinstance(v, Value) and v.op is not None and v.op.name == "const" \
+        else None
+
+
 def _check_literal(value, type: ScalarType, loc: Loc):
     if type.is_bool:
         if not isinstance(value, (bool, np.bool_)):
-            raise CompileError(f"{value!r} is not a bool", loc)
+            raise CompileError(f"{value!r} is not a bool", loc,
+                               rule="SPIR-V: OpConstantTrue/OpConstantFalse are the Boolean constants")
         return bool(value)
     if type.is_int:
         if isinstance(value, float) and not value.is_integer():
             raise CompileError(f"{value!r} is not an integer, but the other operand is {type}", loc,
-                               hint=f"cast explicitly, e.g. {type}(x)")
+                               hint=f"cast explicitly, e.g. {type}(x)",
+                               rule="SPIR-V: an integer constant holds an integer value")
         v = int(value)
         lo, hi = type.min_max()
         if not lo <= v <= hi:
             raise CompileError(f"constant {v} does not fit in {type} (range {lo}..{hi})", loc,
-                               hint="use a wider type or cast the other operand")
+                               hint="use a wider type or cast the other operand",
+                               rule="SPIR-V: a constant's literal fits its type's width and signedness")
         return v
     return float(value)
 
@@ -144,7 +154,8 @@ class _Builtin:
 
     def _misused(self, *args):
         raise CompileError(f"pycoop.{self._name} is used as a value", current_loc(),
-                           hint=self._hint)
+                           hint=self._hint,
+                           rule="pycoop: pycoop functions are called, not used as values")
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _misused
     __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __neg__ = _misused
@@ -253,7 +264,9 @@ def _infer_binary(operands, attrs, regions, loc):
     t = a.type
     e = _elem(t)
     if e is None:
-        raise CompileError(f"`{sym}` is not defined on {t}", loc)
+        raise CompileError(f"`{sym}` is not defined on {t}", loc,
+                           rule="SPIR-V: arithmetic instructions take numeric operands of one type "
+                                "(OpFAdd: floating-point, OpIAdd: integer, ...)")
     if isinstance(t, CoopMatType) and kind not in _COOPMAT_BINARY:
         raise CompileError(f"`{sym}` is not defined on cooperative matrices", loc,
                            rule="SPV_KHR_cooperative_matrix allows only + - * / and negation "
@@ -265,12 +278,16 @@ def _infer_binary(operands, attrs, regions, loc):
                            hint=f"cast to f32 first: f32(x) {sym} f32(y)")
     if e.is_bool:
         if kind not in _BOOL_BINARY:
-            raise CompileError(f"`{sym}` is not defined on bool", loc, hint="use & | ^ on bools")
+            raise CompileError(f"`{sym}` is not defined on bool", loc, hint="use & | ^ on bools",
+                               rule="SPIR-V: arithmetic instructions take numeric operands, not Booleans "
+                                    "(OpLogical* for bools)")
     else:
         slot = 1 if e.is_float else (2 if e.signed else 3)
         if BINARY[kind][slot] is None:
             raise CompileError(f"`{sym}` is not defined on {e}", loc,
-                               hint="bitwise ops and shifts need integers; ** needs floats")
+                               hint="bitwise ops and shifts need integers; ** needs floats",
+                               rule="SPIR-V: arithmetic instructions take numeric operands of one type "
+                                    "(OpFAdd: floating-point, OpIAdd: integer, ...)")
     return [t]
 
 
@@ -411,19 +428,25 @@ def _infer_unary(operands, attrs, regions, loc):
     t = operands[0].type
     e = _elem(t)
     if e is None:
-        raise CompileError(f"{kind} is not defined on {t}", loc)
+        raise CompileError(f"{kind} is not defined on {t}", loc,
+                           rule="SPIR-V: arithmetic instructions take numeric operands of one type "
+                                "(OpFAdd: floating-point, OpIAdd: integer, ...)")
     if isinstance(t, CoopMatType) and kind != "neg":
         raise CompileError(f"{kind} is not defined on cooperative matrices", loc,
                            rule="SPV_KHR_cooperative_matrix allows only negation as a unary op",
                            hint="compute element-wise functions on scalars before loading, or after storing")
     if e.is_bool:
         if kind != "not":
-            raise CompileError(f"{kind} is not defined on bool", loc)
+            raise CompileError(f"{kind} is not defined on bool", loc,
+                               rule="SPIR-V: arithmetic instructions take numeric operands, not Booleans "
+                                    "(OpLogical* for bools)")
         return [t]
     slot = 0 if e.is_float else (1 if e.signed else 2)
     if UNARY[kind][slot] is None:
         raise CompileError(f"{kind} is not defined on {e}", loc,
-                           hint="math functions need a float operand: cast first")
+                           hint="math functions need a float operand: cast first",
+                           rule="SPIR-V: arithmetic instructions take numeric operands of one type "
+                                "(OpFAdd: floating-point, OpIAdd: integer, ...)")
     if UNARY[kind][0] and UNARY[kind][0].startswith("GLSL:") and e.is_float and e.bits not in (16, 32) \
             or (e.encoding and kind not in ("neg",)):
         raise CompileError(f"{kind} is not available for {e}", loc,
@@ -514,9 +537,13 @@ def _infer_compare(operands, attrs, regions, loc):
                            rule="comparisons need operands of one type",
                            hint=f"cast one side, e.g. pycoop.cast(x, {a.type})")
     if not isinstance(a.type, ScalarType):
-        raise CompileError(f"comparisons are defined on scalars, not {a.type}", loc)
+        raise CompileError(f"comparisons are defined on scalars, not {a.type}", loc,
+                           rule="SPIR-V: comparison instructions take scalar or vector operands (not "
+                                "cooperative matrices)")
     if a.type.is_bool and attrs["kind"] not in ("eq", "ne"):
-        raise CompileError("bools can only be compared with == and !=", loc)
+        raise CompileError("bools can only be compared with == and !=", loc,
+                           rule="SPIR-V: OpLogicalEqual/OpLogicalNotEqual are the only comparisons of "
+                                "Booleans")
     return [bool_]
 
 
@@ -551,12 +578,16 @@ def compare(kind: str, a, b) -> Value:
 def _infer_select(operands, attrs, regions, loc):
     c, a, b = operands
     if c.type != bool_:
-        raise CompileError(f"select condition must be bool, not {c.type}", loc)
+        raise CompileError(f"select condition must be bool, not {c.type}", loc,
+                           rule="SPIR-V: OpSelect's Condition must be a Boolean scalar")
     if a.type != b.type:
-        raise CompileError(f"select branches have different types: {a.type} and {b.type}", loc)
+        raise CompileError(f"select branches have different types: {a.type} and {b.type}", loc,
+                           rule="SPIR-V: OpSelect's Object 1 and Object 2 have the Result Type")
     if isinstance(a.type, CoopMatType):
         raise CompileError("select on cooperative matrices is not allowed", loc,
-                           hint="use an if/else on a scope-uniform condition")
+                           hint="use an if/else on a scope-uniform condition",
+                           rule="SPV_KHR_cooperative_matrix: OpSelect is not among the instructions that "
+                                "take cooperative matrices")
     return [a.type]
 
 
@@ -601,11 +632,15 @@ def _infer_cast(operands, attrs, regions, loc):
     src, dst = operands[0].type, attrs["type"]
     if not isinstance(src, ScalarType) or not isinstance(dst, ScalarType):
         raise CompileError(f"cannot cast {src} to {dst}", loc,
-                           hint="pycoop.convert converts cooperative matrices")
+                           hint="pycoop.convert converts cooperative matrices",
+                           rule="SPIR-V: conversion instructions convert between numeric scalar types of "
+                                "the same shape")
     if src.is_bool or dst.is_bool:
         if not (src.is_bool and dst.is_bool):
             raise CompileError(f"cannot cast between bool and {dst if src.is_bool else src}", loc,
-                               hint="use pycoop.select(c, 1, 0) or a comparison")
+                               hint="use pycoop.select(c, 1, 0) or a comparison",
+                               rule="SPIR-V: conversion instructions take numeric types; Booleans are made "
+                                    "with OpSelect or comparisons")
     return [dst]
 
 
@@ -757,14 +792,18 @@ def _infer_load(operands, attrs, regions, loc):
 
 def _check_indexable(mem: Value, idx: Value, loc: Loc):
     if not isinstance(mem.type, (BufferType, SharedArrayType)):
-        raise CompileError(f"cannot index a value of type {mem.type}", loc)
+        raise CompileError(f"cannot index a value of type {mem.type}", loc,
+                           rule="pycoop: buffers, shared arrays, arrays and vectors are indexed")
     if not (isinstance(idx.type, ScalarType) and idx.type.is_int):
         raise CompileError(f"index must be an integer, not {idx.type}", loc,
-                           hint="cast it, e.g. u32(i)")
+                           hint="cast it, e.g. u32(i)",
+                           rule="SPIR-V: OpAccessChain indexes are integer scalars")
     if not isinstance(mem.type.elem, (ScalarType, VectorType)):
         raise CompileError(f"elements of {mem.type} cannot be loaded or stored one by one", loc,
                            hint="buffers of blocks are read by decode functions of "
-                                "pycoop.nv.load_tensor")
+                                "pycoop.nv.load_tensor",
+                           rule="pycoop: elements of a buffer of structs are read through pointer members "
+                                "(pycoop.ptr)")
 
 
 define("load", _infer_load, doc="buf[i] / shared[i]: load one element.")
@@ -782,9 +821,11 @@ def _infer_store(operands, attrs, regions, loc):
     _check_indexable(mem, idx, loc)
     if val.type != mem.type.elem:
         raise CompileError(f"cannot store a {val.type} into an array of {mem.type.elem}", loc,
-                           hint=f"cast it: {mem.type.elem}(value)")
+                           hint=f"cast it: {mem.type.elem}(value)",
+                           rule="SPIR-V: OpStore's Object has the type Pointer points to")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
-        raise CompileError("cannot store into a read-only buffer", loc)
+        raise CompileError("cannot store into a read-only buffer", loc,
+                           rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to")
     return []
 
 
@@ -848,13 +889,18 @@ def shared(elem: ScalarType | VectorType, length: int) -> Value:
     loc = current_loc()
     if not memory_element(elem):
         raise CompileError(f"shared arrays hold numeric scalars or numeric vectors of 2 or 4 "
-                           f"components, not {elem!r}", loc)
+                           f"components, not {elem!r}", loc,
+                           rule="pycoop: shared arrays hold numeric scalars or 2/4-component numeric "
+                                "vectors")
     if isinstance(length, Value) or int(length) <= 0:
-        raise CompileError("shared array length must be a positive compile-time int", loc)
+        raise CompileError("shared array length must be a positive compile-time int", loc,
+                           rule="SPIR-V: OpTypeArray Length must be at least 1 (a constant)")
     t = tracer()
     if len(t.blocks) != 1:
         raise CompileError("shared arrays must be allocated at the top level of the kernel", loc,
-                           hint="move pycoop.shared(...) before any runtime if/for/while")
+                           hint="move pycoop.shared(...) before any runtime if/for/while",
+                           rule="SPIR-V: Workgroup variables are declared at module scope (pycoop: at the "
+                                "kernel's top level)")
     v = emit1("shared", [], {"elem": elem, "length": int(length)}, loc)
     t.shared.append(v)
     return v
@@ -864,7 +910,7 @@ def _infer_barrier(operands, attrs, regions, loc):
     return []
 
 
-define("barrier", _infer_barrier,
+define("barrier", _infer_barrier, tangled=True,
        doc="Workgroup execution + memory barrier (OpControlBarrier Workgroup, AcquireRelease).")
 
 
@@ -918,7 +964,9 @@ def _install_operators():
         if t is not None and t.is_int:
             raise CompileError("`/` on integers is ambiguous", current_loc(),
                                hint="use `//` (truncating integer division, as in C and SPIR-V) "
-                                    "or cast to a float type")
+                                    "or cast to a float type",
+                               rule="pycoop: `/` is true division on floats; integers use `//` "
+                                    "(OpSDiv/OpUDiv) explicitly")
         return binary("div", a, b)
 
     Value.__divmod__ = lambda s, o: (floordiv(s, o), binary("rem", s, o))
@@ -945,12 +993,14 @@ def _install_operators():
         if isinstance(self.type, (ArrayType, VectorType)):
             from .composite import extract
             return extract(self, idx)
-        raise CompileError(f"cannot index a value of type {self.type}", current_loc())
+        raise CompileError(f"cannot index a value of type {self.type}", current_loc(),
+                           rule="pycoop: buffers, shared arrays, arrays and vectors are indexed")
 
     def setitem(self, idx, val):
         if isinstance(self.type, (BufferType, SharedArrayType)):
             return store(self, idx, val)
-        raise CompileError(f"cannot assign into a value of type {self.type}", current_loc())
+        raise CompileError(f"cannot assign into a value of type {self.type}", current_loc(),
+                           rule="pycoop: buffers, shared arrays, arrays and vectors are assigned into")
 
     def getattr_(self, name):
         if name.startswith("__"):

@@ -31,7 +31,9 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
     loc = loc or current_loc()
     if not isinstance(key, tuple) or len(key) != 5:
         raise CompileError("coopmat takes [component, scope, rows, cols, use]", loc,
-                           hint="e.g. pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]")
+                           hint="e.g. pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]",
+                           rule="SPV_KHR_cooperative_matrix: OpTypeCooperativeMatrixKHR has Component "
+                                "Type, Scope, Rows, Columns and Use")
     comp, scope, rows, cols, use = key
     if not isinstance(comp, ScalarType) or comp.is_bool:
         raise CompileError(f"unsupported cooperative matrix component type {comp!r}", loc,
@@ -39,16 +41,22 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
                            hint="use f16, bf16, f32, f64, fp8_e4m3, fp8_e5m2 or an integer type")
     if not isinstance(scope, Scope):
         raise CompileError(f"cooperative matrix scope must be pycoop.Subgroup or pycoop.Workgroup, "
-                           f"not {scope!r}", loc)
+                           f"not {scope!r}", loc,
+                           rule="SPV_KHR_cooperative_matrix: Scope is Subgroup (or Workgroup with "
+                                "SPV_NV_cooperative_matrix2)")
     for what, n in (("rows", rows), ("cols", cols)):
         if isinstance(n, Value) or not isinstance(n, numbers.Integral) or isinstance(n, bool):
             raise CompileError(f"cooperative matrix {what} must be a compile-time int, got {n!r}", loc,
                                rule=f"{SPEC}: 'Rows'/'Columns' must be constant instructions",
                                hint="use a Python int (or a pycoop.Const parameter)")
         if n <= 0:
-            raise CompileError(f"cooperative matrix {what} must be positive, got {n}", loc)
+            raise CompileError(f"cooperative matrix {what} must be positive, got {n}", loc,
+                               rule="SPV_KHR_cooperative_matrix: Rows and Columns are positive constant "
+                                    "instructions")
     if not isinstance(use, Use):
-        raise CompileError(f"cooperative matrix use must be UseA, UseB or Accumulator, not {use!r}", loc)
+        raise CompileError(f"cooperative matrix use must be UseA, UseB or Accumulator, not {use!r}", loc,
+                           rule="SPV_KHR_cooperative_matrix: Use is MatrixAKHR, MatrixBKHR or "
+                                "MatrixAccumulatorKHR")
     return CoopMatType(comp, scope, int(rows), int(cols), use)
 
 
@@ -64,7 +72,9 @@ def _type_caps(t: CoopMatType) -> tuple[str, ...]:
 def _need_mat(v: Value, what: str, loc: Loc) -> CoopMatType:
     if not isinstance(v, Value) or not isinstance(v.type, CoopMatType):
         raise CompileError(f"{what} must be a cooperative matrix, got "
-                           f"{getattr(v, 'type', type(v).__name__)}", loc)
+                           f"{getattr(v, 'type', type(v).__name__)}", loc,
+                           rule="SPV_KHR_cooperative_matrix: the operand must be an "
+                                "OpTypeCooperativeMatrixKHR")
     return v.type
 
 
@@ -120,7 +130,8 @@ def _check_mem(mem: Value, loc: Loc, what: str):
 
 def _check_int(v: Value, what: str, loc: Loc):
     if not (isinstance(v.type, ScalarType) and v.type.is_int):
-        raise CompileError(f"{what} must be an integer scalar, got {v.type}", loc)
+        raise CompileError(f"{what} must be an integer scalar, got {v.type}", loc,
+                           rule="SPV_KHR_cooperative_matrix: Stride must be a scalar integer type")
 
 
 def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
@@ -258,7 +269,8 @@ def _infer_store(operands, attrs, regions, loc):
     _need_mat(mat, "the stored object", loc)
     _check_element_size(mem, mat.type, loc, "cooperative matrix store")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
-        raise CompileError("cannot store into a read-only buffer", loc)
+        raise CompileError("cannot store into a read-only buffer", loc,
+                           rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to")
     _check_static_addressing(mem, mat.type, attrs["layout"], offset, stride, loc,
                              "cooperative matrix store")
     return []
@@ -277,14 +289,18 @@ def _layout(layout: str, loc: Loc) -> str:
         return LAYOUTS[layout]
     except KeyError:
         raise CompileError(f"unknown layout {layout!r}", loc,
-                           hint="use 'row_major' or 'col_major'") from None
+                           hint="use 'row_major' or 'col_major'",
+                           rule="SPV_KHR_cooperative_matrix: MemoryLayout is RowMajorKHR or "
+                                "ColumnMajorKHR") from None
 
 
 def load(t: CoopMatType, mem: Value, offset, stride, layout: str = "row_major") -> Value:
     """Load a matrix of type `t` from `mem` (buffer or shared array) at element `offset`."""
     loc = current_loc()
     if not isinstance(t, CoopMatType):
-        raise CompileError(f"load needs a coopmat type, got {t!r}", loc)
+        raise CompileError(f"load needs a coopmat type, got {t!r}", loc,
+                           rule="SPV_KHR_cooperative_matrix: Result Type of OpCooperativeMatrixLoadKHR "
+                                "must be an OpTypeCooperativeMatrixKHR")
     _check_mem(mem, loc, "cooperative matrix load")
     return emit1("khr.load", [mem, as_value(offset, u32), as_value(stride, u32)],
                  {"type": t, "layout": _layout(layout, loc)}, loc)
@@ -453,7 +469,8 @@ def _infer_mul_add(operands, attrs, regions, loc):
     if k != k2 or tc.shape != (m, n):
         raise CompileError(f"mul_add shapes do not match: A is {m}x{k}, B is {k2}x{n}, "
                            f"C is {tc.rows}x{tc.cols}", loc,
-                           rule=f"{rule}: A is MxK, B is KxN, C and the result are MxN")
+                           rule=f"{rule}: A is MxK, B is KxN, C and the result are MxN",
+                           rule_id="khr.mul-add-shape")
     kinds = {ta.component.is_float, tb.component.is_float}
     if len(kinds) != 1 or tc.component.is_float != ta.component.is_float:
         raise CompileError(f"mul_add mixes float and integer matrices ({ta.component}, "
@@ -536,7 +553,9 @@ def _infer_scale(operands, attrs, regions, loc):
                            rule="OpMatrixTimesScalar: the scalar has the component type")
     if not t.component.is_float:
         raise CompileError("matrix * scalar (OpMatrixTimesScalar) needs a float component type", loc,
-                           hint="multiply by a filled matrix instead: m * Mat.fill(s)")
+                           hint="multiply by a filled matrix instead: m * Mat.fill(s)",
+                           rule="SPIR-V: OpMatrixTimesScalar takes floating-point operands (OpIMul for "
+                                "integer matrices)")
     return [t]
 
 
@@ -629,7 +648,9 @@ def convert(m: Value, to) -> Value:
     t = _need_mat(m, "the converted value", loc)
     dst = t.with_(component=to) if isinstance(to, ScalarType) else to
     if not isinstance(dst, CoopMatType):
-        raise CompileError(f"convert target must be a scalar or coopmat type, got {to!r}", loc)
+        raise CompileError(f"convert target must be a scalar or coopmat type, got {to!r}", loc,
+                           rule="SPV_KHR_cooperative_matrix: conversions produce a scalar or an "
+                                "OpTypeCooperativeMatrixKHR")
     if dst == t:
         return m
     return emit1("khr.convert", [m], {"type": dst}, loc)

@@ -67,7 +67,8 @@ class _ArrayMember:
     def __getitem__(self, i):
         loc = current_loc()
         if not isinstance(self.t.elem, ScalarType):
-            raise CompileError("nested arrays in blocks are not supported", loc)
+            raise CompileError("nested arrays in blocks are not supported", loc,
+                               rule="pycoop: arrays in buffer blocks are one-dimensional")
         idx = as_value(i, u32)
         return emit1("ptr.load", [self.ptr, idx],
                      {"type": self.t.elem, "offset": self.offset, "stride": self.t.elem.size,
@@ -85,14 +86,17 @@ def member(ptr: Value, name: str):
         raise AttributeError(name)
     names = [n for n, _ in st.fields]
     if name not in names:
-        raise CompileError(f"{st.name} has no member {name!r} (members: {', '.join(names)})", loc)
+        raise CompileError(f"{st.name} has no member {name!r} (members: {', '.join(names)})", loc,
+                           rule="SPIR-V: OpAccessChain indexes name a member of the struct")
     i = names.index(name)
     ft = st.fields[i][1]
     off = st.offsets[i]
     if isinstance(ft, ArrayType):
         return _ArrayMember(ptr, i, off, ft)
     if not isinstance(ft, ScalarType):
-        raise CompileError(f"member {name} of type {ft} cannot be loaded directly", loc)
+        raise CompileError(f"member {name} of type {ft} cannot be loaded directly", loc,
+                           rule="SPIR-V: OpLoad through a pointer loads a scalar, vector or array member "
+                                "(pycoop: index nested structs member by member)")
     return emit1("ptr.load", [ptr], {"type": ft, "offset": off, "stride": 0, "path": (i,),
                                      "scalar_block": False}, loc)
 
@@ -100,7 +104,9 @@ def member(ptr: Value, name: str):
 def element(ptr: Value, i) -> Value:
     t: PointerType = ptr.type
     if not isinstance(t.pointee, ScalarType):
-        raise CompileError(f"index the members of {t.pointee} by name", current_loc())
+        raise CompileError(f"index the members of {t.pointee} by name", current_loc(),
+                           rule="SPIR-V: struct members are selected with constant indexes (pycoop: by "
+                                "name)")
     return emit1("ptr.load", [ptr, as_value(i, u32)],
                  {"type": t.pointee, "offset": 0, "stride": t.pointee.size, "path": (),
                   "scalar_block": True})

@@ -86,6 +86,7 @@ def test_return_type_must_be_a_vector():
     with pytest.raises(CompileError, match="not a vector of the matrix component type") as e:
         _compile_load(decode_vector=dec)
     at_user_line(e.value, "# LOAD")
+    assert e.value.rule_id == "nv.decode-vector-return-type"
 
 
 def test_return_vector_of_the_component_type():
@@ -102,6 +103,7 @@ def test_vector_size_must_be_2_4_or_8(v):
     with pytest.raises(CompileError, match="V must be 2, 4 or 8") as e:
         _compile_load(decode_vector=wrong, block=(1, 240))
     at_user_line(e.value, "# LOAD")
+    assert e.value.rule_id == "nv.decode-vector-length"
 
 
 def test_parameter_count():
@@ -116,6 +118,7 @@ def test_bad_decode_vector_block():
     with pytest.raises(CompileError, match="decode_vector_block must be a block struct") as e:
         _compile_load(decode_vector_block=pc.Buffer[f16])
     at_user_line(e.value, "# LOAD")
+    assert e.value.rule_id == "nv.decode-vector-block-type"
     with pytest.raises(CompileError, match="decode_vector function, which is missing"):
         _compile_load(decode_vector=None, decode_vector_block=f16)
 
@@ -129,11 +132,16 @@ def test_parameter_types_rule():
           Value(ArrayType(u32, 2))]
     f = Function("fv", ok, Block(), "func", VectorType(f16, 4))
     assert DV.check_vector_function(f, MatA, 2, None) == 4
-    with pytest.raises(CompileError, match="first parameter must be pointer to PhysicalStorageBuffer"):
+    with pytest.raises(CompileError, match="first parameter must be pointer to PhysicalStorageBuffer") as e:
         DV.check_vector_function(Function("fv", [Value(PointerType(f16, StorageClass.Workgroup))] + ok[1:],
                                           Block(), "func", VectorType(f16, 4)), MatA, 2, None)
-    with pytest.raises(CompileError, match="expected u32\\[3\\]"):
+    assert e.value.rule_id == "nv.decode-vector-pointer"
+    with pytest.raises(CompileError, match="expected u32\\[3\\]") as e:
         DV.check_vector_function(f, MatA, 3, None)
+    assert e.value.rule_id == "nv.decode-vector-coord-params"
+    with pytest.raises(CompileError, match="takes 2 parameters, not 3") as e:
+        DV.check_vector_function(Function("fv", ok[:2], Block(), "func", VectorType(f16, 4)), MatA, 2, None)
+    assert e.value.rule_id == "nv.decode-vector-params"
     with pytest.raises(CompileError, match="expected u32\\[2\\]"):
         DV.check_vector_function(Function("fv", ok[:1] + [Value(ArrayType(pc.i32, 2))] * 2, Block(), "func",
                                           VectorType(f16, 4)), MatA, 2, None)
@@ -154,6 +162,7 @@ def test_constant_block_size_must_be_a_multiple_of_v(block):
     with pytest.raises(CompileError, match="not a multiple of the decode_vector width V = 4") as e:
         _compile_load(block=block)
     at_user_line(e.value, "# LOAD")
+    assert e.value.rule_id == "nv.decode-vector-block-multiple"
 
 
 def test_default_block_size_1_is_rejected():
@@ -183,6 +192,7 @@ def test_runtime_block_size_not_a_multiple_of_v_is_reported():
     with pytest.raises(EmulatorError, match="block size in its last dimension is 6") as e:
         k[1](A, O, 6)
     assert "# LOAD" in linecache.getline(e.value.loc.file, e.value.loc.line)
+    assert e.value.rule_id == "nv.decode-vector-block-multiple"
 
 
 # ============================================================================ checking mode
@@ -202,6 +212,7 @@ def test_checking_mode_catches_a_wrong_vector_decode():
     msg = str(e.value)
     assert "# WRONG" in linecache.getline(e.value.loc.file, e.value.loc.line)
     assert "row 0, col 0" in msg and "= 0.0" in msg and "= 3.0" in msg, msg
+    assert e.value.rule_id == "nv.decode-vector-agrees"
     # without checking the vector function is used where it may be (here: everywhere)
     with pc.knobs.check_decode_vector(False):
         k[1](A, O)

@@ -266,8 +266,9 @@ def test_a_layout_larger_than_its_buffer_is_reported(store, partial):
         else:
             pc.store(O, 0, pc.nv.load_tensor(X, lay, Acc16), 16)
     X, O = np.ones(256, np.float16), np.zeros(256, np.float16)
-    with pytest.raises(pc.EmulatorError, match="writes past the end" if store else "reads element"):
+    with pytest.raises(pc.EmulatorError, match="writes past the end" if store else "reads element") as e:
         k[1](X, O, 24 if partial else 32, backend="emulator")
+    assert e.value.rule_id == "nv.buffer-extent"
     assert not O.any()
     SPV.append(k)
 

@@ -442,10 +442,11 @@ def test_non_power_of_two_subgroup_is_reported():
     with pytest.raises(EmulatorError) as e:
         run(ck.module, (1, 1, 1), [np.zeros(512, np.float32)], subgroup_size=12)
     assert "power of two" in e.value.message and e.value.loc.line == line_of(k_npot, "# NPOT")
+    assert e.value.rule_id == "qcom.subgroup-size"
     with pytest.raises(CompileError) as e:
         k_npot.compile(subgroup_size=24)
     assert "power of 2" in e.value.message and e.value.loc.line == line_of(k_npot, "# NPOT")
-    assert "[subgroup-size]" in e.value.rule
+    assert "[subgroup-size]" in e.value.rule and e.value.rule_id == "qcom.subgroup-size"
 
 
 # --------------------------------------------------------------------------- compile-time rules
@@ -562,6 +563,11 @@ RULES = [
 ]
 
 
+# rule ids (docs/rules.md) of the RULES without a static_checks tag
+UNTAGGED_IDS = {"construct-not-array": "qcom.array-source", "construct-not-type": "qcom.matrix-type",
+                "extract-not-matrix": "qcom.matrix-type", "subarray-length": "qcom.subarray-length"}
+
+
 @pytest.mark.parametrize("name,body,tag,fragment", RULES, ids=[r[0] for r in RULES])
 def test_rule_is_a_compile_error_at_the_users_line(name, body, tag, fragment):
     e = _fail(body, S=4 if name == "extract-rows" else 16)
@@ -569,6 +575,25 @@ def test_rule_is_a_compile_error_at_the_users_line(name, body, tag, fragment):
     assert fragment in e.message, e.message
     if tag is not None:
         assert f"[{tag}]" in e.rule and "SPV_QCOM_cooperative_matrix_conversion" in e.rule
+        assert e.rule_id == f"qcom.{tag.lower()}", e.rule_id
+    else:
+        assert e.rule_id == UNTAGGED_IDS[name] and e.rule, e.rule_id
+
+
+def test_result_type_rules():
+    """bitcast_array and extract take a scalar or array type; an extract_subarray Start Index
+    of another type is refused by the op's own type rule."""
+    for body, rule_id in [(lambda F, H, U, I, B8, S16: pc.qcom.bitcast_array(_arr(F, 8), "u32"), "qcom.bitcast-result"),
+                          (lambda F, H, U, I, B8, S16: pc.qcom.extract(M(f32, 16, 8, pc.Accumulator).load(F, 0, 8), 3),
+                           "qcom.extract-result")]:
+        e = _fail(body)
+        assert e.rule_id == rule_id and e.loc.line == _body_line(body), str(e)
+    from pycoop.ops.qcom.ops import _infer_subarray
+    from pycoop.ir.core import Value
+    from pycoop.types import ArrayType
+    with pytest.raises(CompileError) as e:
+        _infer_subarray([Value(ArrayType(f32, 8)), Value(pc.vec(u32, 2))], {"type": ArrayType(f32, 4)}, None, None)
+    assert e.value.rule_id == "qcom.subarray-start-type"
 
 
 def test_good_forms_compile_and_validate():

@@ -294,6 +294,26 @@ def check_undefined(
     return errors
 
 
+def constant_checks(
+    elem_size: int,
+    subgroup_size: int,
+    mem_width_bytes: int | None = None,
+    mem_height_rows: int | None = None,
+    pitch_bytes: int | None = None,
+    coord_x: int | None = None,
+) -> list[str]:
+    """check_undefined's rules on the operands known when a kernel is traced (None: a runtime
+    operand). An unknown operand takes a value that satisfies every rule with the known ones,
+    so that only what the constants alone break is reported; a pitch below 64 breaks
+    "pitch >= width >= 64" whatever the width."""
+    width = 64 if mem_width_bytes is None else mem_width_bytes
+    if pitch_bytes is None:
+        pitch_bytes = -(-max(width, 64) // PITCH_MULTIPLE_BYTES) * PITCH_MULTIPLE_BYTES
+    errors = check_undefined(0, elem_size, 1, 1, 1, width, 1 if mem_height_rows is None else mem_height_rows,
+                             pitch_bytes, 0 if coord_x is None else coord_x, 0, subgroup_size)
+    return [e.partition(": instances [")[0] for e in errors]
+
+
 def static_checks(elem_size: int, block_width: int, block_height: int, block_count: int, op: Op) -> list[str]:
     """The spec's rules on compile-time operands, checkable when a kernel is traced."""
     errors: list[str] = []

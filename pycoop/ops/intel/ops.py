@@ -28,7 +28,7 @@ from ...ir.builder import current_loc, emit, emit1, tracer
 from ...ir.core import Value
 from ...types import (SCALARS, ArrayType, BufferType, PointerType, ScalarType, Scope, SharedArrayType,
                       StorageClass, VectorType, i32, u32)
-from ..core import as_value, check_readable
+from ..core import as_value, check_readable, constant_value
 from ..registry import define, emulation, lowering
 from . import blockio
 
@@ -45,6 +45,11 @@ OPS = {
     "intel.block_prefetch": ("prefetch", "OpSubgroup2DBlockPrefetchINTEL", ("Subgroup2DBlockIOINTEL",)),
     "intel.block_store": ("store", "OpSubgroup2DBlockStoreINTEL", ("Subgroup2DBlockIOINTEL",)),
 }
+# Rule ids (docs/rules.md) of the tagged rules of pycoop.ops.intel.blockio's checks that a
+# kernel can break (the base is a whole buffer, subgroups are full and executed as one here).
+RULE_IDS = {tag: f"intel.{tag}" for tag in (
+    "element-size", "block-operand", "block-width-multiple", "transform-element-size",
+    "coordinate-x-alignment", "memory-width", "memory-height", "memory-pitch")}
 _USER_NAME = {"load": "block_load", "load_transform": "block_load_transform",
               "load_transpose": "block_load_transpose", "prefetch": "block_prefetch",
               "store": "block_store"}
@@ -74,12 +79,14 @@ def _int32_scalar(v: Value, what: str, loc: Loc) -> None:
     if not (isinstance(t, ScalarType) and t.is_int):
         raise CompileError(f"{what} must be an integer scalar, got {t}", loc,
                            rule=f"{SPEC}: Memory Width, Memory Height and Memory Pitch must be "
-                                "integer type scalars", hint="cast it, e.g. pycoop.i32(x)")
+                                "integer type scalars", hint="cast it, e.g. pycoop.i32(x)",
+                           rule_id="intel.memory-operand-type")
     if t.bits != 32:
         raise CompileError(f"{what} must be a 32-bit integer, got {t}", loc,
                            rule="OpenCL environment (cl_intel_subgroup_2d_block_io): Memory "
                                 "Width/Height/Pitch are 32-bit integers",
-                           hint="cast it, e.g. pycoop.i32(x)")
+                           hint="cast it, e.g. pycoop.i32(x)",
+                           rule_id="intel.memory-operand-32bit")
 
 
 def _check_base(base: Value, mode: str, loc: Loc) -> BufferType:
@@ -87,14 +94,18 @@ def _check_base(base: Value, mode: str, loc: Loc) -> BufferType:
     which = "Dst Base Pointer" if mode == "store" else "Src Base Pointer"
     if isinstance(t, BufferType):
         if not (isinstance(t.elem, ScalarType) and not t.elem.is_bool):
-            raise CompileError(f"block IO needs a buffer of numeric scalars, got {t}", loc)
+            raise CompileError(f"block IO needs a buffer of numeric scalars, got {t}", loc,
+                               rule="SPV_INTEL_2d_block_io: the Base Pointer points to the block elements "
+                                    "(numeric scalars of Element Size bytes)",
+                               rule_id="intel.base-element-type")
         return t
     got = ("a workgroup-shared array (Workgroup storage class)" if isinstance(t, SharedArrayType)
            else f"a value of type {t}" if t is not None else f"a Python {type(base).__name__}")
     raise CompileError(f"{_USER_NAME[mode]}'s base pointer must be a kernel buffer parameter, got {got}",
                        loc, rule=f"{SPEC}: the {which} must be a pointer to the CrossWorkgroup "
                                  "storage class (a kernel buffer argument)",
-                       hint="pass a pycoop.Buffer[...] parameter of the kernel")
+                       hint="pass a pycoop.Buffer[...] parameter of the kernel",
+                       rule_id="intel.base-pointer")
 
 
 def _check_static(mode: str, attrs: dict, loc: Loc) -> None:
@@ -107,7 +118,7 @@ def _check_static(mode: str, attrs: dict, loc: Loc) -> None:
                 "[transform-element-size": "the transform (VNNI packing) exists for 1- and 2-byte "
                                             "elements; use block_load for 4/8-byte data",
                 "[block-operand": "use a positive int below 2**31"}.get(tag)
-        raise CompileError(text, loc, rule=f"{SPEC} ({tag[1:]})", hint=hint)
+        raise CompileError(text, loc, rule=f"{SPEC} ({tag[1:]})", hint=hint, rule_id=RULE_IDS.get(tag[1:]))
     sgs = attrs["subgroup_size"]
     if attrs["strict"]:
         if sgs != INTEL_SUBGROUP_SIZE:
@@ -116,7 +127,8 @@ def _check_static(mode: str, attrs: dict, loc: Loc) -> None:
                 f"is compiled for subgroup size {sgs}", loc,
                 rule="cl_intel_subgroup_2d_block_io: the subgroup size must be 16",
                 hint="drop the kernel's subgroup_size, or pass strict_intel_shapes=False to "
-                     "pycoop.kernel to emulate other subgroup sizes (8/16/32)")
+                     "pycoop.kernel to emulate other subgroup sizes (8/16/32)",
+                rule_id="intel.subgroup-size-16")
         ok, nearest = blockio.intel_supported_shape(mode, e, w, h, c)
         if not ok:
             rows = "; ".join(_row_text(r) for r in nearest[:2])
@@ -125,7 +137,28 @@ def _check_static(mode: str, attrs: dict, loc: Loc) -> None:
                 rule="cl_intel_subgroup_2d_block_io SPIR-V environment table (strict_intel_shapes)",
                 hint=f"nearest supported row: {rows}; or pass strict_intel_shapes=False to "
                      "pycoop.kernel (or strict=False to this op) for shapes the SPIR-V extension "
-                     "defines but Intel's OpenCL driver does not list")
+                     "defines but Intel's OpenCL driver does not list",
+                rule_id="intel.supported-shape")
+
+
+_UB_HINT = ("memory width 64..2^24 bytes, height 1..2^24 rows, pitch >= width and a multiple of 8, "
+            "x a multiple of 4 (1-byte) / 2 (2-byte elements)")
+
+
+def _check_constant_operands(mode: str, attrs: dict, mw: Value, mh: Value, pitch: Value, coord: Value,
+                             loc: Loc) -> None:
+    """The Restrictions the emulator checks per subgroup at run time, on the operands that are
+    trace-time constants: a CompileError before any launch."""
+    x = coord.op.operands[0] if coord.op is not None and coord.op.name == "composite.construct" else None
+    known = {"memory width": constant_value(mw), "memory height": constant_value(mh),
+             "pitch": constant_value(pitch), "coordinate x": None if x is None else constant_value(x)}
+    errors = blockio.constant_checks(attrs["elem_size"], attrs["subgroup_size"], *known.values())
+    if errors:
+        tag, _, text = errors[0].partition("] ")
+        values = ", ".join(f"{k} {v}" for k, v in known.items() if v is not None)
+        raise CompileError(f"{_USER_NAME[mode]}: {text} (constant operands: {values})", loc,
+                           rule=f"{SPEC}: Restrictions ({tag[1:]})", hint=_UB_HINT,
+                           rule_id=RULE_IDS.get(tag[1:]))
 
 
 def _infer(operands, attrs, regions, loc):
@@ -135,7 +168,10 @@ def _infer(operands, attrs, regions, loc):
     if mode == "store":
         if bt.access == "read":
             raise CompileError("cannot block_store into a read-only buffer", loc,
-                               hint="annotate the parameter pycoop.Buffer[...] or pycoop.WriteBuffer[...]")
+                               hint="annotate the parameter pycoop.Buffer[...] or pycoop.WriteBuffer[...]",
+                               rule="SPIR-V: memory of a FuncParamAttr NoWrite pointer (a ReadBuffer) is "
+                                    "not stored to",
+                               rule_id="intel.read-only-store")
     elif mode != "prefetch":
         check_readable(base, loc)
     for v, what in ((mw, "memory width (bytes)"), (mh, "memory height (rows)"), (pitch, "memory pitch (bytes)")):
@@ -145,12 +181,15 @@ def _infer(operands, attrs, regions, loc):
         raise CompileError(f"the coordinate must be a 2-vector of integers (x in elements, y in rows), "
                            f"got {ct}", loc,
                            rule=f"{SPEC}: Coordinate must be a vector of two integer type components",
-                           hint="pass (x, y) or pycoop.make_vector([x, y]) with integer x and y")
+                           hint="pass (x, y) or pycoop.make_vector([x, y]) with integer x and y",
+                           rule_id="intel.coordinate-type")
     if ct.elem.bits != 32:
         raise CompileError(f"the coordinate must have 32-bit integer components, got {ct}", loc,
                            rule="OpenCL environment: Coordinate is a vector of two 32-bit integers",
-                           hint="cast x and y with pycoop.i32(...)")
+                           hint="cast x and y with pycoop.i32(...)",
+                           rule_id="intel.coordinate-32bit")
     _check_static(mode, attrs, loc)
+    _check_constant_operands(mode, attrs, mw, mh, pitch, coord, loc)
     n = dest_length(attrs["elem_size"], attrs["width"], attrs["height"], attrs["count"],
                     attrs["subgroup_size"], mode)
     if mode == "store":
@@ -160,18 +199,21 @@ def _infer(operands, attrs, regions, loc):
             raise CompileError(f"block_store stores a per-invocation array of numbers, got {vt}", loc,
                                rule=f"{SPEC}: Src Pointer points to per-invocation (Function) storage "
                                     "holding the data",
-                               hint=f"build it with pycoop.make_array([...]) ({n} elements)")
+                               hint=f"build it with pycoop.make_array([...]) ({n} elements)",
+                               rule_id="intel.store-source")
         if vt.elem.size != e:
             raise CompileError(f"block_store of {e}-byte elements from an array of {vt.elem} "
                                f"({vt.elem.size}-byte)", loc,
                                rule=f"{SPEC}: Element Size is the size of one block element",
-                               hint=f"convert the elements to a {e}-byte type")
+                               hint=f"convert the elements to a {e}-byte type",
+                               rule_id="intel.store-element-size")
         if vt.length != n:
             raise CompileError(f"block_store of this block needs {n} elements per invocation, the "
                                f"array has {vt.length}", loc,
                                rule=f"{SPEC}: Mapping Block Data to Invocations (subgroup size "
                                     f"{attrs['subgroup_size']})",
-                               hint=f"pycoop.intel.block_length(...) gives the length ({n})")
+                               hint=f"pycoop.intel.block_length(...) gives the length ({n})",
+                               rule_id="intel.store-length")
         return []
     if mode == "prefetch":
         return []
@@ -181,17 +223,19 @@ def _infer(operands, attrs, regions, loc):
             raise CompileError(f"block_load_transform packs rows into 32-bit integers; the destination "
                                f"element type {elem} is not one", loc,
                                rule=f"{SPEC}: the transform's Dst Pointer must point to a scalar 32-bit "
-                                    "integer type", hint="use dtype=pycoop.u32 (the default) or pycoop.i32")
+                                    "integer type", hint="use dtype=pycoop.u32 (the default) or pycoop.i32",
+                               rule_id="intel.transform-destination")
     elif elem.size != attrs["elem_size"]:
         raise CompileError(f"destination element type {elem} is {elem.size} bytes, the block elements "
                            f"are {attrs['elem_size']}", loc,
                            rule=f"{SPEC}: Element Size is the size of one block element",
-                           hint="pick a dtype of Element Size bytes")
+                           hint="pick a dtype of Element Size bytes",
+                           rule_id="intel.destination-element-size")
     return [ArrayType(elem, n)]
 
 
 for _name, (_mode, _opname, _caps) in OPS.items():
-    define(_name, _infer, capabilities=_caps, target="opencl", instruction=_opname,
+    define(_name, _infer, capabilities=_caps, target="opencl", instruction=_opname, tangled=True,
            writes=0 if _mode == "store" else None,
            doc=f"{_opname}: subgroup 2D block {_USER_NAME[_mode].replace('block_', '').replace('_', ' ')} "
                "(OpenCL environment only).")
@@ -205,11 +249,13 @@ def _const_int(v, what: str, loc: Loc) -> int:
                            f"{getattr(v, 'type', None) or type(v).__name__}", loc,
                            rule=f"{SPEC}: Element Size, Block Width, Block Height and Block Count must be "
                                 "constant instructions with scalar 32-bit integer type",
-                           hint="use a Python int or a pycoop.Const parameter")
+                           hint="use a Python int or a pycoop.Const parameter",
+                           rule_id="intel.block-operand-constant")
     v = int(v)
     if not -(1 << 31) <= v < (1 << 32):
         raise CompileError(f"{what} = {v} does not fit in a 32-bit integer constant", loc,
-                           rule=f"{SPEC}: the block operands are scalar 32-bit integer constants")
+                           rule=f"{SPEC}: the block operands are scalar 32-bit integer constants",
+                           rule_id="intel.block-operand-constant")
     return v
 
 
@@ -219,7 +265,8 @@ def _int_operand(x, what: str, loc: Loc) -> Value:
     if isinstance(x, numbers.Integral) and not isinstance(x, bool):
         return as_value(int(x), i32)
     raise CompileError(f"{what} must be an integer, got {x!r}", loc,
-                       rule=f"{SPEC}: Memory Width, Memory Height and Memory Pitch must be integer scalars")
+                       rule=f"{SPEC}: Memory Width, Memory Height and Memory Pitch must be integer scalars",
+                       rule_id="intel.memory-operand-type")
 
 
 def _coord(coord, loc: Loc) -> Value:
@@ -233,11 +280,13 @@ def _coord(coord, loc: Loc) -> Value:
                    for v in vals):
             raise CompileError(f"the coordinate must be a 2-vector of integers, got {coord!r}", loc,
                                rule=f"{SPEC}: Coordinate must be a vector of two integer type components",
-                               hint="pass (x, y) with integer x (elements) and y (rows)")
+                               hint="pass (x, y) with integer x (elements) and y (rows)",
+                               rule_id="intel.coordinate-type")
         return make_vector(vals, like if isinstance(like, ScalarType) else i32)
     raise CompileError(f"the coordinate must be a 2-vector of integers, got {coord!r}", loc,
                        rule=f"{SPEC}: Coordinate must be a vector of two integer type components",
-                       hint="pass (x, y) or pycoop.make_vector([x, y])")
+                       hint="pass (x, y) or pycoop.make_vector([x, y])",
+                       rule_id="intel.coordinate-type")
 
 
 def _subgroup(loc: Loc) -> int:
@@ -267,7 +316,10 @@ def _attrs(mode, base, elem_size, width, height, count, strict, loc) -> dict:
 def _default_elem(mode: str, base: Value, e: int, dtype, loc: Loc) -> ScalarType:
     if dtype is not None:
         if not isinstance(dtype, ScalarType) or dtype.is_bool:
-            raise CompileError(f"dtype must be a pycoop numeric scalar type, got {dtype!r}", loc)
+            raise CompileError(f"dtype must be a pycoop numeric scalar type, got {dtype!r}", loc,
+                               rule="SPV_INTEL_2d_block_io: the Dst Pointer points to a numeric scalar "
+                                    "type",
+                               rule_id="intel.destination-type")
         return dtype
     if mode == "load_transform":
         return u32
@@ -343,7 +395,10 @@ def block_store(base: Value, value: Value, *, width: int, height: int, memory_wi
     attrs = _attrs("store", base, elem_size, width, height, count, strict, loc)
     if not isinstance(value, Value):
         raise CompileError(f"block_store stores a per-invocation array, got {type(value).__name__}", loc,
-                           hint="build it with pycoop.make_array([...])")
+                           hint="build it with pycoop.make_array([...])",
+                           rule="SPV_INTEL_2d_block_io: Src Pointer points to per-invocation (Function) "
+                                "storage holding the data",
+                           rule_id="intel.store-source")
     emit("intel.block_store", _operands(base, memory_width, memory_height, pitch, coord, loc) + [value],
          attrs, None, loc)
 
@@ -370,7 +425,8 @@ def _active_subgroups(ctx, op) -> np.ndarray:
         raise EmulatorError(f"the workgroup size {d.wgs} is not a multiple of the subgroup size {d.sgs}",
                             op.loc, rule=f"{SPEC}: behaviour is undefined unless the subgroup is full "
                                          "(SubgroupSize equals SubgroupMaxSize)",
-                            hint="make the workgroup size a multiple of the subgroup size")
+                            hint="make the workgroup size a multiple of the subgroup size",
+                            rule_id="intel.full-subgroup")
     if ctx.mask is None:
         return np.ones((d.nwg, d.nsg), bool)
     m = ctx._scope_split(ctx.mask, Scope.Subgroup)
@@ -381,7 +437,8 @@ def _active_subgroups(ctx, op) -> np.ndarray:
                             f"workgroup {ctx._wg_name(w)}", op.loc,
                             rule=f"{SPEC}: behaviour is undefined unless all invocations within the "
                                  "subgroup execute the same dynamic instance of this instruction",
-                            hint="keep block IO under conditions that are uniform across the subgroup")
+                            hint="keep block IO under conditions that are uniform across the subgroup",
+                            rule_id="intel.same-dynamic-instance")
     return allv
 
 
@@ -403,9 +460,8 @@ def _operand_batch(ctx, op, mw, mh, pitch, coord):
         raise EmulatorError(f"undefined behaviour in workgroup {ctx._wg_name(w)}, subgroup {s}: {text} "
                             f"(memory width {vals[0][k]} bytes, height {vals[1][k]} rows, pitch "
                             f"{vals[2][k]} bytes, coordinate ({vals[3][k]}, {vals[4][k]}))", op.loc,
-                            rule=f"{SPEC}: Restrictions ({tag[1:]})",
-                            hint="memory width 64..2^24 bytes, height 1..2^24 rows, pitch >= width and "
-                                 "a multiple of 8, x a multiple of 4 (1-byte) / 2 (2-byte elements)")
+                            rule=f"{SPEC}: Restrictions ({tag[1:]})", hint=_UB_HINT,
+                            rule_id=RULE_IDS.get(tag[1:]))
     return active, vals
 
 
@@ -422,8 +478,9 @@ def _run(ctx, op, fn, *args, **kw):
         raise EmulatorError(f"{op.name.split('.')[1]} reads or writes past the end of buffer "
                             f"'{mem.name}' ({mem.data.nbytes} bytes): an element inside memory width x "
                             "memory height lies outside the array", op.loc,
-                            rule="reported by the pycoop emulator",
-                            hint="memory height * pitch must fit in the buffer") from None
+                            rule="Vulkan: accesses outside the bound buffer are undefined",
+                            hint="memory height * pitch must fit in the buffer",
+                            rule_id="intel.buffer-extent") from None
 
 
 def _emu_load(ctx, op, base, mw, mh, pitch, coord):
@@ -469,7 +526,10 @@ def _emu_store(ctx, op, base, mw, mh, pitch, coord, value):
 def _need_opencl(ctx, op):
     if getattr(ctx, "target", "vulkan") != "opencl":
         raise CompileError(f"{op.name} exists only in the OpenCL environment (CrossWorkgroup base "
-                           "pointers); lower this module with pycoop.codegen.opencl", op.loc)
+                           "pointers); lower this module with pycoop.codegen.opencl", op.loc,
+                           rule="SPV_INTEL_2d_block_io: the Dst/Src Base Pointer must be a pointer to the "
+                                "CrossWorkgroup storage class (OpenCL environment)",
+                           rule_id="intel.opencl-only")
 
 
 def _block_operands(ctx, op) -> list[int]:

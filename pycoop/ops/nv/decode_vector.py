@@ -43,7 +43,8 @@ def check_block_type(block, loc: Loc) -> None:
                            f"scalar type, got {block!r}", loc,
                            rule=f"{SPEC}: DecodeVectorFunc's first parameter is a pointer in the "
                                 "PhysicalStorageBuffer storage class (its pointee may differ from "
-                                "DecodeFunc's)")
+                                "DecodeFunc's)",
+                           rule_id="nv.decode-vector-block-type")
 
 
 def check_vector_function(fn, mat_type: CoopMatType, dim: int, loc: Loc) -> int:
@@ -55,25 +56,30 @@ def check_vector_function(fn, mat_type: CoopMatType, dim: int, loc: Loc) -> int:
                            f"component type {comp}", loc,
                            rule=f"{SPEC}: the Result Type of DecodeVectorFunc's function must be a "
                                 "vector of the Component Type of Result Type",
-                           hint=f"return pycoop.make_vector([...], {comp}) with 2, 4 or 8 elements")
+                           hint=f"return pycoop.make_vector([...], {comp}) with 2, 4 or 8 elements",
+                           rule_id="nv.decode-vector-return-type")
     if rt.count not in VECTOR_SIZES:
         raise CompileError(f"the decode_vector function returns {rt.count} components; V must be "
                            "2, 4 or 8", loc,
-                           rule=f"{SPEC}: the return vector has 2, 4, or 8 components")
+                           rule=f"{SPEC}: the return vector has 2, 4, or 8 components",
+                           rule_id="nv.decode-vector-length")
     params = [p.type for p in fn.params]
     coord = ArrayType(_u32(), dim)
     if len(params) != 3:
         raise CompileError(f"the decode_vector function takes {len(params)} parameters, not 3", loc,
-                           rule=f"{SPEC}: same parameters as DecodeFunc")
+                           rule=f"{SPEC}: same parameters as DecodeFunc",
+                           rule_id="nv.decode-vector-params")
     p0 = params[0]
     if not (isinstance(p0, PointerType) and p0.storage == StorageClass.PhysicalStorageBuffer):
         raise CompileError(f"the decode_vector function's first parameter is {p0}", loc,
-                           rule=f"{SPEC}: first parameter must be pointer to PhysicalStorageBuffer")
+                           rule=f"{SPEC}: first parameter must be pointer to PhysicalStorageBuffer",
+                           rule_id="nv.decode-vector-pointer")
     for i, p in enumerate(params[1:], 2):
         if p != coord:
             raise CompileError(f"parameter {i} of the decode_vector function is {p}, expected {coord}",
                                loc, rule=f"{SPEC}: second and third parameters are arrays of 32-bit "
-                                         "integers whose length equals the tensor layout dimension")
+                                         "integers whose length equals the tensor layout dimension",
+                               rule_id="nv.decode-vector-coord-params")
     return rt.count
 
 
@@ -105,7 +111,8 @@ def check_static_block_size(layout_value, v: int, loc: Loc) -> None:
                            f"of the decode_vector width V = {v}", loc,
                            rule=f"{SPEC}: blockSize[LDim-1] must be a multiple of V (otherwise "
                                 "DecodeVectorFunc invocations are undefined behaviour)",
-                           hint=f"set .block_size(..., {v * max(1, -(-bs // v))}) or use a smaller V")
+                           hint=f"set .block_size(..., {v * max(1, -(-bs // v))}) or use a smaller V",
+                           rule_id="nv.decode-vector-block-multiple")
 
 
 # --------------------------------------------------------------------------- emulator
@@ -155,7 +162,8 @@ def emulate_decode(ctx, op, fn, fv, memory, plan, where, ei, check: bool):
             f"dimension is {int(bs.reshape(-1)[i])} in scope instance "
             f"{np.unravel_index(i, batch) if batch else ()}, not a multiple of V", op.loc,
             rule=f"{SPEC}: blockSize[LDim-1] must be a multiple of V (undefined behaviour otherwise)",
-            hint="reported by the pycoop emulator")
+            hint="reported by the pycoop emulator",
+            rule_id="nv.decode-vector-block-multiple")
     bc = plan.block_coord[where].astype(np.uint32)
     cib = plan.coord_in_block[where].astype(np.uint32)
     gid, lane, whole, first = groups(inst, bc, cib, v)
@@ -199,7 +207,8 @@ def emulate_decode(ctx, op, fn, fv, memory, plan, where, ei, check: bool):
                     rule=f"{SPEC}: the implementation may call either function for any element, "
                          "so both must return the same values",
                     hint=f"component i of the vector is the element at coordInBlock[-1] + i "
-                         f"(V = {v}); checked because PYCOOP_CHECK_DECODE_VECTOR is on")
+                         f"(V = {v}); checked because PYCOOP_CHECK_DECODE_VECTOR is on",
+                    rule_id="nv.decode-vector-agrees")
             out[sel[~both]] = svals[~both]
         else:
             out[sel] = svals

@@ -16,6 +16,7 @@ from ...types import CoopMatType, ScalarType, Use, u32
 from .. import core
 from ..core import as_value, convert_array
 from ..registry import define, emulation, lowering
+from .tangled import check_untangled
 
 CM2 = "SPV_NV_cooperative_matrix2"
 REDUCE_MODES = {"row": ("Row",), "column": ("Column",), "row_column": ("Row", "Column"),
@@ -27,7 +28,10 @@ _BUILTIN_COMBINE = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b,
 def _mat(v, what: str, loc: Loc) -> CoopMatType:
     if not isinstance(v, Value) or not isinstance(v.type, CoopMatType):
         raise CompileError(f"{what} must be a cooperative matrix, got "
-                           f"{getattr(v, 'type', type(v).__name__)}", loc)
+                           f"{getattr(v, 'type', type(v).__name__)}", loc,
+                           rule="SPV_NV_cooperative_matrix2: the Matrix operand must be an "
+                                "OpTypeCooperativeMatrixKHR",
+                           rule_id="nv.matrix-operand")
     return v.type
 
 
@@ -41,23 +45,29 @@ def _infer_reduce(operands, attrs, regions, loc):
     if t.use != Use.Accumulator or r.use != Use.Accumulator:
         raise CompileError("reduce works on accumulator matrices and gives one", loc,
                            rule=f"{rule}: Matrix and Result Type have Use MatrixAccumulatorKHR",
-                           hint="convert A/B matrices to accumulators first")
+                           hint="convert A/B matrices to accumulators first",
+                           rule_id="nv.reduce-accumulator")
     if r.component != t.component or r.scope != t.scope:
         raise CompileError(f"reduce result {r} must keep the component type and scope of {t}", loc,
-                           rule=f"{rule}: same Component Type and Scope")
+                           rule=f"{rule}: same Component Type and Scope",
+                           rule_id="nv.reduce-type")
+    check_untangled(attrs["combine"], "combine function", loc)
     if mode == "2x2" and (t.rows % 2 or t.cols % 2 or r.shape != (t.rows // 2, t.cols // 2)):
         raise CompileError(f"a 2x2 reduction of {t.rows}x{t.cols} gives {t.rows // 2}x{t.cols // 2}, "
-                           f"not {r.rows}x{r.cols}", loc, rule=f"{rule}: 2x2 halves both dimensions")
+                           f"not {r.rows}x{r.cols}", loc, rule=f"{rule}: 2x2 halves both dimensions",
+                           rule_id="nv.reduce-2x2-shape")
     if mode == "row" and r.rows != t.rows:
         raise CompileError(f"a row reduction keeps the {t.rows} rows, the result has {r.rows}", loc,
-                           rule=f"{rule}: Row keeps the number of rows")
+                           rule=f"{rule}: Row keeps the number of rows",
+                           rule_id="nv.reduce-row-shape")
     if mode == "column" and r.cols != t.cols:
         raise CompileError(f"a column reduction keeps the {t.cols} columns, the result has {r.cols}",
-                           loc, rule=f"{rule}: Column keeps the number of columns")
+                           loc, rule=f"{rule}: Column keeps the number of columns",
+                           rule_id="nv.reduce-column-shape")
     return [r]
 
 
-define("nv.reduce", _infer_reduce, capabilities=("CooperativeMatrixReductionsNV",),
+define("nv.reduce", _infer_reduce, capabilities=("CooperativeMatrixReductionsNV",), target="vulkan",
        doc="OpCooperativeMatrixReduceNV: every element of a reduced row/column/all/2x2 block "
            "holds the combination of the source elements (pairwise tree of CombineFunc).")
 
@@ -70,13 +80,19 @@ def reduce(mat: Value, mode: str, combine, result_type: CoopMatType | None = Non
     t = _mat(mat, "the reduced value", loc)
     if mode not in REDUCE_MODES:
         raise CompileError(f"unknown reduction {mode!r}", loc,
-                           hint=f"use one of {', '.join(REDUCE_MODES)}")
+                           hint=f"use one of {', '.join(REDUCE_MODES)}",
+                           rule="SPV_NV_cooperative_matrix2: Reduce must be Row, Column, Row|Column, or "
+                                "2x2",
+                           rule_id="nv.reduce-mode")
     if result_type is None:
         result_type = t.with_(rows=t.rows // 2, cols=t.cols // 2) if mode == "2x2" else t
     fn = _BUILTIN_COMBINE.get(combine, combine) if isinstance(combine, str) else combine
     if isinstance(combine, str) and combine not in _BUILTIN_COMBINE:
         raise CompileError(f"unknown combine function {combine!r}", loc,
-                           hint=f"use one of {', '.join(_BUILTIN_COMBINE)} or a function (a, b) -> value")
+                           hint=f"use one of {', '.join(_BUILTIN_COMBINE)} or a function (a, b) -> value",
+                           rule="SPV_NV_cooperative_matrix2: CombineFunc must be an OpFunction with two "
+                                "parameters",
+                           rule_id="nv.combine-function")
     f = trace_function(fn, [t.component, t.component], "combine function", loc, t.component)
     return emit1("nv.reduce", [mat], {"type": result_type, "mode": mode, "combine": f}, loc)
 
@@ -122,15 +138,18 @@ def _lower_reduce(ctx, op):
 
 def _infer_per_element(operands, attrs, regions, loc):
     t = operands[0].type
+    check_untangled(attrs["fn"], "per-element function", loc)
     for v in operands[1:]:
         if isinstance(v.type, CoopMatType) and v.type != t:
             raise CompileError(f"extra matrix operand {v.type} must have the type of the matrix {t}",
                                loc, rule=f"{CM2}: OpCooperativeMatrixPerElementOpNV: additional "
-                                         "matrix operands match Matrix's type")
+                                         "matrix operands match Matrix's type",
+                               rule_id="nv.per-element-matrix-type")
     return [t]
 
 
 define("nv.per_element", _infer_per_element, capabilities=("CooperativeMatrixPerElementOperationsNV",),
+       target="vulkan",
        doc="OpCooperativeMatrixPerElementOpNV: fn(row, col, element, *extra) for every element; "
            "extra matrix operands pass their element.")
 
@@ -145,7 +164,10 @@ def per_element(mat: Value, fn, *extra) -> Value:
                                          for e in ex]
     for e in ex:
         if not isinstance(e.type, (CoopMatType, ScalarType)):
-            raise CompileError(f"extra operands are scalars or matrices, got {e.type}", loc)
+            raise CompileError(f"extra operands are scalars or matrices, got {e.type}", loc,
+                               rule="SPV_NV_cooperative_matrix2: PerElementOp's additional operands are "
+                                    "scalars or matrices of Matrix's type",
+                               rule_id="nv.per-element-operand")
     f = trace_function(fn, ptypes, "per-element function", loc, t.component)
     return emit1("nv.per_element", [mat, *ex], {"fn": f}, loc)
 
@@ -182,14 +204,16 @@ def _infer_convert(operands, attrs, regions, loc):
     rule = f"{CM2}: conversions"
     if (src.scope, src.rows, src.cols) != (dst.scope, dst.rows, dst.cols):
         raise CompileError(f"cannot convert {src} to {dst}: scope and shape must stay the same", loc,
-                           rule=f"{rule} keep Scope, Rows and Columns", hint="use transpose() to swap them")
+                           rule=f"{rule} keep Scope, Rows and Columns", hint="use transpose() to swap them",
+                           rule_id="nv.convert-shape")
     if src.use != dst.use and not (src.use == Use.Accumulator and dst.use in (Use.A, Use.B)):
         raise CompileError(f"cannot change the use from {src.use.short} to {dst.use.short}", loc,
-                           rule=f"{rule}: only an accumulator converts to a UseA or UseB matrix")
+                           rule=f"{rule}: only an accumulator converts to a UseA or UseB matrix",
+                           rule_id="nv.convert-use")
     return [dst]
 
 
-define("nv.convert", _infer_convert, capabilities=("CooperativeMatrixConversionsNV",),
+define("nv.convert", _infer_convert, capabilities=("CooperativeMatrixConversionsNV",), target="vulkan",
        doc="OpCooperativeMatrixConvertNV (use change, same component type) or an "
            "Op*Convert that also changes the component type (the relaxed rule).")
 
@@ -199,7 +223,10 @@ def convert(mat: Value, to: CoopMatType) -> Value:
     loc = current_loc()
     t = _mat(mat, "the converted value", loc)
     if not isinstance(to, CoopMatType):
-        raise CompileError(f"convert target must be a coopmat type, got {to!r}", loc)
+        raise CompileError(f"convert target must be a coopmat type, got {to!r}", loc,
+                           rule="SPV_NV_cooperative_matrix2: Result Type must be an "
+                                "OpTypeCooperativeMatrixKHR",
+                           rule_id="nv.convert-result-type")
     if to == t:
         return mat
     if to.use == t.use:
@@ -229,15 +256,17 @@ def _infer_transpose(operands, attrs, regions, loc):
     rule = f"{CM2}: OpCooperativeMatrixTransposeNV"
     if src.use != Use.Accumulator:
         raise CompileError(f"transpose takes an accumulator, got use {src.use.short}", loc,
-                           rule=f"{rule}: Matrix has Use MatrixAccumulatorKHR")
+                           rule=f"{rule}: Matrix has Use MatrixAccumulatorKHR",
+                           rule_id="nv.transpose-use")
     if dst.use != Use.B or dst.shape != (src.cols, src.rows) or dst.scope != src.scope \
             or dst.component != src.component:
         raise CompileError(f"the transpose of {src} is a UseB {src.cols}x{src.rows} matrix, not {dst}",
-                           loc, rule=f"{rule}: Result is MatrixBKHR with Rows and Columns swapped")
+                           loc, rule=f"{rule}: Result is MatrixBKHR with Rows and Columns swapped",
+                           rule_id="nv.transpose-shape")
     return [dst]
 
 
-define("nv.transpose", _infer_transpose, capabilities=("CooperativeMatrixConversionsNV",),
+define("nv.transpose", _infer_transpose, capabilities=("CooperativeMatrixConversionsNV",), target="vulkan",
        doc="OpCooperativeMatrixTransposeNV: accumulator MxN -> UseB NxM, transposed.")
 
 

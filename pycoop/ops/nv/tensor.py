@@ -8,6 +8,7 @@ uniform; the addressing itself is pycoop.ops.nv.addressing (the spec pseudo-code
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 
 import numpy as np
@@ -21,10 +22,11 @@ from ...types import (CLAMP_MODES, ArrayType, BufferType, CoopMatType, PointerTy
                       SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, u8, u16, u32,
                       Layout, VectorType, alignment)
 from .. import core
-from ..core import TYPE_METHODS, as_value
+from ..core import TYPE_METHODS, as_value, constant_value
 from ..registry import define, emulation, lowering
 from . import addressing as A
 from . import decode_vector as DV
+from .tangled import check_untangled
 
 SPEC = "SPV_NV_tensor_addressing"
 CM2 = "SPV_NV_cooperative_matrix2"
@@ -34,19 +36,22 @@ TA_CAPS = ("TensorAddressingNV",)
 def _dims(n, what: str, loc: Loc) -> int:
     if isinstance(n, Value) or not isinstance(n, numbers.Integral) or not 1 <= n <= 5:
         raise CompileError(f"{what} must be a compile-time int from 1 to 5, got {n!r}", loc,
-                           rule=f"{SPEC}: 'Dim' must be greater than zero and at most 5")
+                           rule=f"{SPEC}: 'Dim' must be greater than zero and at most 5",
+                           rule_id="nv.dim-range")
     return int(n)
 
 
 def _u32s(values, n: int, what: str, loc: Loc, rule: str) -> list[Value]:
     values = list(values)
     if len(values) != n:
-        raise CompileError(f"{what} takes {n} values here, got {len(values)}", loc, rule=rule)
+        raise CompileError(f"{what} takes {n} values here, got {len(values)}", loc, rule=rule,
+                           rule_id="nv.operand-count")
     out = []
     for v in values:
         v = as_value(v, u32)
         if not (isinstance(v.type, ScalarType) and v.type.is_int and v.type.bits == 32):
-            raise CompileError(f"{what} operands must be 32-bit integers, got {v.type}", loc, rule=rule)
+            raise CompileError(f"{what} operands must be 32-bit integers, got {v.type}", loc, rule=rule,
+                               rule_id="nv.operand-type")
         out.append(v)
     return out
 
@@ -59,7 +64,9 @@ def tensor_layout(dim: int, clamp: str = "undefined") -> Value:
     loc = current_loc()
     d = _dims(dim, "tensor layout dimension count", loc)
     if clamp not in CLAMP_MODES:
-        raise CompileError(f"unknown clamp mode {clamp!r}", loc, hint=f"use one of {', '.join(CLAMP_MODES)}")
+        raise CompileError(f"unknown clamp mode {clamp!r}", loc, hint=f"use one of {', '.join(CLAMP_MODES)}",
+                           rule="SPV_NV_tensor_addressing: ClampMode must be a valid TensorClampMode",
+                           rule_id="nv.clamp-mode")
     return emit1("nv.create_layout", [], {"type": TensorLayoutType(d, CLAMP_MODES.index(clamp))}, loc)
 
 
@@ -75,7 +82,7 @@ def _infer_state(operands, attrs, regions, loc):
 for _name, _doc in [
         ("nv.create_layout", "OpCreateTensorLayoutNV: dimension, stride, span, offset 0; block size 1."),
         ("nv.create_view", "OpCreateTensorViewNV: view dimension/stride 0; clip spans all.")]:
-    define(_name, _infer_create, capabilities=TA_CAPS, doc=_doc)
+    define(_name, _infer_create, capabilities=TA_CAPS, target="vulkan", doc=_doc)
 _STATE_OPS = {
     # op: (SPIR-V opcode, NumPy semantics, doc)
     "nv.layout_dimension": ("OpTensorLayoutSetDimensionNV", A.layout_set_dimension,
@@ -93,7 +100,7 @@ _STATE_OPS = {
     "nv.view_clip": ("OpTensorViewSetClipNV", None, "Set the clip rectangle (row/col offset and span)."),
 }
 for _name, (_opc, _fn, _doc) in _STATE_OPS.items():
-    define(_name, _infer_state, capabilities=TA_CAPS, doc=f"{_opc}: {_doc}")
+    define(_name, _infer_state, capabilities=TA_CAPS, target="vulkan", doc=f"{_opc}: {_doc}")
 
 
 def _state(name: str, obj: Value, values: list, what: str, n: int, rule: str) -> Value:
@@ -102,14 +109,19 @@ def _state(name: str, obj: Value, values: list, what: str, n: int, rule: str) ->
     return emit1(name, [obj, *vals], {}, loc)
 
 
+def _constant(x):
+    """`x` (a Python int or a Value) as an int when known at trace time, else None."""
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return int(x)
+    c = constant_value(x)
+    return None if c is None else int(c)
+
+
 def _layout_dimension(l: Value, *dims) -> Value:
-    if l.type.clamp_mode == CLAMP_MODES.index("mirror_repeat") and any(
-            (d == 1 if not isinstance(d, Value) else
-             d.op is not None and d.op.name == "const" and d.op.attrs["value"] == 1) for d in dims):
-        raise CompileError("a MirrorRepeat layout with a dimension of 1", current_loc(),
-                           rule=f"{SPEC}: RepeatMirrored computes c % (2*dim - 2), a division by "
-                                "zero for dim == 1 (NVIDIA GPUs hang)",
-                           hint="use clamp_to_edge for dimensions of size 1")
+    if l.type.clamp_mode == CLAMP_MODES.index("mirror_repeat") and any(_constant(d) == 1 for d in dims):
+        rule, hint = _FAULT_RULES[A.Outcome.FAULT_MIRROR_DIM_1]
+        raise CompileError("a MirrorRepeat layout with a dimension of 1", current_loc(), rule=rule,
+                           hint=hint, rule_id=RULE_IDS[A.Outcome.FAULT_MIRROR_DIM_1])
     return _state("nv.layout_dimension", l, dims, "dimension()", l.type.dim,
                   f"{SPEC}: OpTensorLayoutSetDimensionNV takes Dim operands")
 
@@ -128,8 +140,11 @@ def _layout_slice(l: Value, *offsets_spans) -> Value:
 def _layout_block_size(l: Value, *sizes) -> Value:
     loc = current_loc()
     for s in sizes:
-        if isinstance(s, numbers.Integral) and s < 1:
-            raise CompileError(f"block sizes must be at least 1, got {s}", loc)
+        c = _constant(s)
+        if c is not None and c < 1:
+            rule, hint = _FAULT_RULES[A.Outcome.FAULT_ZERO_BLOCK_SIZE]
+            raise CompileError(f"block sizes must be at least 1, got {c}", loc, rule=rule, hint=hint,
+                               rule_id=RULE_IDS[A.Outcome.FAULT_ZERO_BLOCK_SIZE])
     return _state("nv.layout_block_size", l, sizes, "block_size()", l.type.dim,
                   f"{SPEC}: OpTensorLayoutSetBlockSizeNV takes Dim operands")
 
@@ -141,7 +156,10 @@ def _layout_clamp_value(l: Value, value) -> Value:
     if isinstance(value, Value):
         t = value.type
         if not isinstance(t, ScalarType) or t.bits > 32:
-            raise CompileError(f"the clamp value must be a scalar of at most 32 bits, got {t}", loc)
+            raise CompileError(f"the clamp value must be a scalar of at most 32 bits, got {t}", loc,
+                               rule="SPV_NV_tensor_addressing: the clamp Value must be a scalar 32-bit "
+                                    "integer type",
+                               rule_id="nv.clamp-value")
         if t.is_float:
             value = core.bitcast(value, {8: u8, 16: u16, 32: u32}[t.bits])
         if value.type != u32:
@@ -166,12 +184,17 @@ def tensor_view(dim: int, has_dimensions: bool = False, permutation=None) -> Val
     perm = tuple(range(d)) if permutation is None else tuple(permutation)
     if len(perm) != d:
         raise CompileError(f"a {d}-dimensional view needs {d} permutation values, got {len(perm)}", loc,
-                           rule=f"{SPEC}: OpTypeTensorViewNV has exactly Dim permutation operands")
+                           rule=f"{SPEC}: OpTypeTensorViewNV has exactly Dim permutation operands",
+                           rule_id="nv.view-permutation-count")
     if any(not isinstance(p, numbers.Integral) for p in perm) or sorted(perm) != list(range(d)):
         raise CompileError(f"{list(perm)} is not a permutation of 0..{d - 1}", loc,
-                           rule=f"{SPEC}: the permutation values must form a valid permutation")
+                           rule=f"{SPEC}: the permutation values must form a valid permutation",
+                           rule_id="nv.view-permutation")
     if not isinstance(has_dimensions, bool):
-        raise CompileError("has_dimensions must be a compile-time bool", loc)
+        raise CompileError("has_dimensions must be a compile-time bool", loc,
+                           rule="SPV_NV_tensor_addressing: HasDimensions must be a constant instruction "
+                                "with scalar Boolean type",
+                           rule_id="nv.view-has-dimensions")
     return emit1("nv.create_view", [], {"type": TensorViewType(d, has_dimensions, perm)}, loc)
 
 
@@ -214,8 +237,9 @@ def _emu_create_view(ctx, op):
     return A.create_view(t.dim, t.has_dimensions, t.permutation, (1, 1))
 
 
-def _emu_state(ctx, op, obj, *vals):
-    name = op.name
+def _apply_state(name: str, obj, *vals):
+    """NumPy semantics of state op `name` (the emulator's, and the trace-time evaluation of
+    layouts made of constants)."""
     if name == "nv.layout_slice":
         return A.layout_slice(obj, _stack(list(vals[0::2])), _stack(list(vals[1::2])))
     if name == "nv.view_clip":
@@ -223,6 +247,10 @@ def _emu_state(ctx, op, obj, *vals):
     if name == "nv.layout_clamp_value":
         return A.layout_set_clamp_value(obj, vals[0])
     return _STATE_OPS[name][1](obj, _stack(list(vals)))
+
+
+def _emu_state(ctx, op, obj, *vals):
+    return _apply_state(op.name, obj, *vals)
 
 
 for _name in _STATE_OPS:
@@ -306,11 +334,115 @@ def _check_tensor_mem(mem, loc, what):
         raise CompileError(f"{what} needs a buffer parameter or a shared array, got "
                            f"{getattr(mem, 'type', type(mem).__name__)}", loc,
                            rule=f"{CM2}: 'Pointer' points into StorageBuffer, PhysicalStorageBuffer "
-                                "or Workgroup memory")
+                                "or Workgroup memory",
+                           rule_id="nv.tensor-pointer")
     if isinstance(mem.type.elem, VectorType):
         raise CompileError(f"{what} through an array of {mem.type.elem}", loc,
                            rule="pycoop: tensors are read through arrays of scalars or blocks",
-                           hint="pass the data as a buffer of its scalar type")
+                           hint="pass the data as a buffer of its scalar type",
+                           rule_id="nv.tensor-vector-array")
+
+
+# Faults of the addressing pseudo-code (pycoop.ops.nv.addressing.Outcome), reported by the
+# emulator, and at trace time when the layout (and view) are made of constants.
+RULE_IDS = {
+    A.Outcome.FAULT_UNDEFINED: "nv.undefined-out-of-bounds", A.Outcome.FAULT_MIRROR_DIM_1: "nv.mirror-dimension-1",
+    A.Outcome.FAULT_ZERO_SPAN: "nv.zero-span", A.Outcome.FAULT_ZERO_BLOCK_SIZE: "nv.block-size-zero",
+    A.Outcome.FAULT_EMPTY_DIMENSION: "nv.empty-dimension",
+    A.Outcome.FAULT_STORE_BLOCK_SIZE: "nv.store-block-size",
+}
+_FAULT_RULES = {       # outcome: (rule, hint)
+    A.Outcome.FAULT_UNDEFINED: (
+        f"{SPEC}: clamp mode Undefined: out of bounds accesses have undefined behavior",
+        "use a clamp mode other than undefined, or keep slices in bounds"),
+    A.Outcome.FAULT_MIRROR_DIM_1: (
+        f"{SPEC}: RepeatMirrored computes c % (2*dim - 2), a division by zero for dim == 1 (NVIDIA GPUs "
+        "hang)", "use clamp_to_edge for dimensions of size 1"),
+    A.Outcome.FAULT_ZERO_SPAN: (
+        f"{CM2}: linearToSpanCoord computes index % span[dim] (a span or view dimension of 0 divides "
+        "by zero)", "give every dimension a span of at least 1"),
+    A.Outcome.FAULT_ZERO_BLOCK_SIZE: (
+        f"{CM2}: blockCoord = c / blockSize, coordInBlock = c % blockSize (a block size of 0 divides "
+        "by zero)", "use 1 for dimensions that are not blocked"),
+    A.Outcome.FAULT_EMPTY_DIMENSION: (
+        f"{SPEC}: ClampToEdge, Repeat and RepeatMirrored clamp into [0, dim): a layout dimension of 0 "
+        "has no coordinate to clamp to", "give the layout dimensions of at least 1, or use the constant "
+        "clamp mode"),
+    A.Outcome.FAULT_STORE_BLOCK_SIZE: (
+        f"{CM2}: a block size larger than 1 must not be used with OpCooperativeMatrixStoreTensorNV "
+        "(data races)", "store through a layout without block_size(...): blocks are for decoding loads"),
+}
+
+
+def _constant_key(v: Value) -> tuple | None:
+    """A hashable description of layout or view `v` when every op that made it has trace-time
+    constant operands: its create op and type, then each state op with its operands (else
+    None). The clamp value plays no part in which accesses are defined, so it is left out."""
+    chain = []
+    while v.op is not None and v.op.name in _STATE_OPS:
+        if v.op.name != "nv.layout_clamp_value":
+            vals = [constant_value(x) for x in v.op.operands[1:]]
+            if any(c is None for c in vals):
+                return None
+            chain.append((v.op.name, tuple(int(c) & 0xFFFFFFFF for c in vals)))
+        v = v.op.operands[0]
+    if v.op is None or v.op.name not in ("nv.create_layout", "nv.create_view"):
+        return None
+    return v.op.name, v.op.attrs["type"], tuple(reversed(chain))
+
+
+def _state_of(key: tuple):
+    """The addressing state (pycoop.ops.nv.addressing) that a _constant_key describes."""
+    name, t, chain = key
+    state = A.create_layout(t.dim, t.clamp_mode) if name == "nv.create_layout" else \
+        A.create_view(t.dim, t.has_dimensions, t.permutation)
+    for op_name, vals in chain:
+        state = _apply_state(op_name, state, *(np.int64(c) for c in vals))
+    return state
+
+
+@functools.lru_cache(maxsize=1024)
+def _constant_fault(layout_key: tuple, view_key: tuple | None, rows: int, cols: int,
+                    store: bool) -> tuple | None:
+    """(outcome, message) of the first access the emulator would report, or None. Cached: the
+    verifier re-runs each op's checks, and kernels reuse their layouts."""
+    view = None if view_key is None else _state_of(view_key)
+    plan = (A.store_tensor_plan if store else A.load_tensor_plan)(_state_of(layout_key), view, rows, cols)
+    try:
+        plan.check()
+    except A.TensorAddressingError as e:
+        return e.outcome, str(e)
+    return None
+
+
+def _check_constant_access(name: str, layout: Value, view: Value | None, t: CoopMatType, store: bool,
+                           loc: Loc) -> None:
+    """A load or store through a layout (and view) of constants: the accesses the emulator would
+    report as undefined are a CompileError now."""
+    lay = _constant_key(layout)
+    vw = None if view is None else _constant_key(view)
+    if lay is None or (view is not None and vw is None):
+        return
+    fault = _constant_fault(lay, vw, t.rows, t.cols, store)
+    if fault is not None:
+        outcome, text = fault
+        rule, hint = _FAULT_RULES[outcome]
+        raise CompileError(f"{name} through a constant layout: {text}", loc, rule=rule, hint=hint,
+                           rule_id=RULE_IDS[outcome])
+
+
+def _check_view_dim(layout: Value, view: Value | None, loc: Loc) -> None:
+    if view is None:
+        return
+    vt, lt = view.type, layout.type
+    if not vt.has_dimensions and vt.dim > lt.dim:
+        raise CompileError(f"a {vt.dim}-dimensional view without dimensions over a {lt.dim}-dimensional "
+                           "layout", loc,
+                           rule=f"{CM2}: a view whose hasDimensions is false uses the layout's span as "
+                                "its dimensions",
+                           hint="create the view with has_dimensions=True and set its dimensions, or "
+                                f"give it at most {lt.dim} dimensions",
+                           rule_id="nv.view-dim-without-dimensions")
 
 
 def _infer_load_tensor(operands, attrs, regions, loc):
@@ -320,26 +452,42 @@ def _infer_load_tensor(operands, attrs, regions, loc):
     core.check_readable(mem, loc)
     if not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"load_tensor needs a tensor layout, got {layout.type}", loc,
-                           rule=f"{CM2}: TensorLayout must have a tensor layout type")
+                           rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           rule_id="nv.layout-operand")
     if obj.type != t:
         raise CompileError(f"the object operand is {obj.type}, the result is {t}", loc,
-                           rule=f"{CM2}: Object's type must match Result Type")
+                           rule=f"{CM2}: Object's type must match Result Type",
+                           rule_id="nv.object-type")
     if attrs.get("view") and not isinstance(operands[3].type, TensorViewType):
-        raise CompileError(f"view must be a tensor view, got {operands[3].type}", loc)
+        raise CompileError(f"view must be a tensor view, got {operands[3].type}", loc,
+                           rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
+                                "view type",
+                           rule_id="nv.view-operand")
     if attrs.get("decode") is None and isinstance(mem.type.elem, ScalarType) \
             and mem.type.elem.size != t.component.size:
         raise CompileError(f"loading {t.component} elements from an array of {mem.type.elem} "
                            "needs a decode function", loc,
-                           hint="pass decode=fn, or use a buffer of the component type")
+                           hint="pass decode=fn, or use a buffer of the component type",
+                           rule="SPV_NV_cooperative_matrix2: without DecodeFunc, elements are read as the "
+                                "component type (the index is multiplied by its size)",
+                           rule_id="nv.decode-needed")
     if attrs.get("decode") is None and not isinstance(mem.type.elem, ScalarType):
         raise CompileError(f"a buffer of {mem.type.elem} blocks needs a decode function", loc,
-                           rule=f"{CM2}: without DecodeFunc, elements are read as the component type")
+                           rule=f"{CM2}: without DecodeFunc, elements are read as the component type",
+                           rule_id="nv.decode-needed")
+    if attrs.get("decode") is not None:
+        check_untangled(attrs["decode"], "decode function", loc)
     if attrs.get("decode_vector") is not None:
+        check_untangled(attrs["decode_vector"], "decode_vector function", loc)
         if attrs.get("decode") is None:
             raise CompileError("decode_vector needs a scalar decode function too", loc,
-                               rule=f"{DV.SPEC}: DecodeFunc must also be present")
+                               rule=f"{DV.SPEC}: DecodeFunc must also be present",
+                               rule_id="nv.decode-vector-needs-decode")
         v = DV.check_vector_function(attrs["decode_vector"], t, layout.type.dim, loc)
         DV.check_static_block_size(layout, v, loc)
+    view = operands[3] if attrs.get("view") else None
+    _check_view_dim(layout, view, loc)
+    _check_constant_access("load_tensor", layout, view, t, False, loc)
     return [t]
 
 
@@ -347,24 +495,42 @@ def _infer_store_tensor(operands, attrs, regions, loc):
     mem, mat, layout = operands[:3]
     _check_tensor_mem(mem, loc, "store_tensor")
     if not isinstance(mat.type, CoopMatType):
-        raise CompileError(f"store_tensor stores a cooperative matrix, got {mat.type}", loc)
+        raise CompileError(f"store_tensor stores a cooperative matrix, got {mat.type}", loc,
+                           rule="SPV_NV_cooperative_matrix2: Object's type must be an "
+                                "OpTypeCooperativeMatrixKHR",
+                           rule_id="nv.store-object")
     if not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"store_tensor needs a tensor layout, got {layout.type}", loc,
-                           rule=f"{CM2}: TensorLayout must have a tensor layout type")
+                           rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           rule_id="nv.layout-operand")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
-        raise CompileError("cannot store into a read-only buffer", loc)
+        raise CompileError("cannot store into a read-only buffer", loc,
+                           rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
+                           rule_id="nv.read-only-store")
     if not isinstance(mem.type.elem, ScalarType) or mem.type.elem.size != mat.type.component.size:
         raise CompileError(f"cannot store {mat.type.component} elements into an array of "
-                           f"{mem.type.elem}", loc, hint="store into a buffer of the component type")
+                           f"{mem.type.elem}", loc, hint="store into a buffer of the component type",
+                           rule="SPV_NV_cooperative_matrix2: the index is multiplied by the size of the "
+                                "matrix component type (the array holds that type)",
+                           rule_id="nv.store-element-type")
+    for i, b in enumerate(block_sizes(layout) or ()):
+        c = constant_value(b)
+        if c is not None and c != 1:
+            rule, hint = _FAULT_RULES[A.Outcome.FAULT_STORE_BLOCK_SIZE]
+            raise CompileError(f"store_tensor through a layout whose block size in dimension {i} is {c}",
+                               loc, rule=rule, hint=hint, rule_id=RULE_IDS[A.Outcome.FAULT_STORE_BLOCK_SIZE])
+    view = operands[3] if attrs.get("view") else None
+    _check_view_dim(layout, view, loc)
+    _check_constant_access("store_tensor", layout, view, mat.type, True, loc)
     return []
 
 
-define("nv.load_tensor", _infer_load_tensor,
+define("nv.load_tensor", _infer_load_tensor, target="vulkan",
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
        doc="OpCooperativeMatrixLoadTensorNV: elements addressed through a tensor layout (and "
            "view); clipped elements keep Object's value; Constant clamp reads the clamp value; "
            "with a decode function each element is decoded from its block.")
-define("nv.store_tensor", _infer_store_tensor, writes=0,
+define("nv.store_tensor", _infer_store_tensor, writes=0, target="vulkan",
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
        doc="OpCooperativeMatrixStoreTensorNV: clipped and (unless Undefined) out-of-bounds "
            "elements are not written.")
@@ -382,29 +548,41 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
     if decode_vector is not None and decode is None:
         raise CompileError("decode_vector needs a scalar decode function too", loc,
                            rule=f"{DV.SPEC}: DecodeFunc must also be present when DecodeVectorFunc is",
-                           hint="pass decode=f as well: the implementation may call either")
+                           hint="pass decode=f as well: the implementation may call either",
+                           rule_id="nv.decode-vector-needs-decode")
     if decode_vector_block is not None and decode_vector is None:
         raise CompileError("decode_vector_block is the pointee of the decode_vector function, which "
-                           "is missing", loc)
+                           "is missing", loc,
+                           rule="SPV_NV_cooperative_matrix_decode_vector: DecodeVectorFunc's first "
+                                "parameter points to the block it decodes",
+                           rule_id="nv.decode-vector-block")
     if not isinstance(mat_type, CoopMatType):
-        raise CompileError(f"load_tensor needs a coopmat type, got {mat_type!r}", loc)
+        raise CompileError(f"load_tensor needs a coopmat type, got {mat_type!r}", loc,
+                           rule="SPV_NV_cooperative_matrix2: Result Type of "
+                                "OpCooperativeMatrixLoadTensorNV must be a cooperative matrix type",
+                           rule_id="nv.load-result-type")
     _check_tensor_mem(mem, loc, "load_tensor")
     if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"load_tensor needs a tensor layout, got {getattr(layout, 'type', layout)!r}",
                            loc, rule=f"{CM2}: TensorLayout must have a tensor layout type",
-                           hint="a view goes in view=, the layout is required")
+                           hint="a view goes in view=, the layout is required",
+                           rule_id="nv.layout-operand")
     obj = object if object is not None else emit1("nv.null", [], {"type": mat_type}, loc)
     operands = [mem, obj, layout]
     attrs = {"type": mat_type, "view": view is not None, "decode": None}
     if view is not None:
         if not isinstance(view, Value) or not isinstance(view.type, TensorViewType):
-            raise CompileError(f"view must be a tensor view, got {getattr(view, 'type', view)!r}", loc)
+            raise CompileError(f"view must be a tensor view, got {getattr(view, 'type', view)!r}", loc,
+                               rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
+                                    "view type",
+                               rule_id="nv.view-operand")
         operands.append(view)
     if decode is not None:
         if isinstance(mem.type, SharedArrayType):
             raise CompileError("decode functions read PhysicalStorageBuffer memory, not shared arrays",
                                loc, rule=f"{CM2}: DecodeFunc's first parameter is a "
-                                         "PhysicalStorageBuffer pointer")
+                                         "PhysicalStorageBuffer pointer",
+                               rule_id="nv.decode-shared-memory")
         d = layout.type.dim
         coord = ArrayType(u32, d)
         fn = trace_function(decode, [PointerType(mem.type.elem, StorageClass.PhysicalStorageBuffer),
@@ -427,17 +605,23 @@ def store_tensor(mem: Value, layout: Value, mat: Value, *, view: Value | None = 
     if decode_vector is not None:
         raise CompileError("store_tensor takes no decode_vector function", loc,
                            rule=f"{DV.SPEC}: DecodeVectorFunc is not allowed on "
-                                "OpCooperativeMatrixStoreTensorNV")
+                                "OpCooperativeMatrixStoreTensorNV",
+                           rule_id="nv.store-no-decode-vector")
     if decode is not None:
         raise CompileError("store_tensor takes no decode function", loc,
-                           rule=f"{CM2}: DecodeFunc is not allowed on OpCooperativeMatrixStoreTensorNV")
+                           rule=f"{CM2}: DecodeFunc is not allowed on OpCooperativeMatrixStoreTensorNV",
+                           rule_id="nv.store-no-decode")
     _check_tensor_mem(mem, loc, "store_tensor")
     if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
         raise CompileError("store_tensor needs a tensor layout", loc,
-                           rule=f"{CM2}: TensorLayout must have a tensor layout type")
+                           rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           rule_id="nv.layout-operand")
     operands = [mem, mat, layout] + ([view] if view is not None else [])
     if view is not None and not (isinstance(view, Value) and isinstance(view.type, TensorViewType)):
-        raise CompileError("view must be a tensor view", loc)
+        raise CompileError("view must be a tensor view", loc,
+                           rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
+                                "view type",
+                           rule_id="nv.view-operand")
     emit("nv.store_tensor", operands, {"view": view is not None}, None, loc)
 
 
@@ -465,27 +649,28 @@ def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
     try:
         plan = (A.store_tensor_plan if store else A.load_tensor_plan)(lay, vw, t.rows, t.cols)
     except ValueError as e:
-        raise EmulatorError(str(e), op.loc) from None
+        raise EmulatorError(str(e), op.loc,
+                            rule="SPV_NV_cooperative_matrix2: matrixCoordToTensorElementWithView (a view "
+                                 "without dimensions uses the layout span)",
+                            rule_id="nv.view-dim-without-dimensions") from None
     active = ctx.scope_active(t.scope, op)
     fault = plan.fault if active is None else plan.fault & active[..., None, None]
     if fault.any():
-        mirror = plan.mirror_zero_dim if active is None else plan.mirror_zero_dim & active[..., None, None]
         try:
             plan.check()
         except A.TensorAddressingError as e:
-            raise EmulatorError(str(e), op.loc, rule="undefined behaviour reported by the pycoop emulator",
-                                hint=("MirrorRepeat on a dimension of 1 divides by zero (it hangs NVIDIA "
-                                      "GPUs)" if mirror.any() else
-                                      "use a clamp mode other than undefined, or keep slices in bounds"))
+            rule, hint = _FAULT_RULES[e.outcome]
+            raise EmulatorError(str(e), op.loc, rule=rule, hint=hint, rule_id=RULE_IDS[e.outcome]) from None
     return plan, active
 
 
 def _check_read_extent(op, memory, ei: np.ndarray) -> None:
     if ei.size and ei.max() >= memory.length:
         raise EmulatorError(f"load_tensor reads element {int(ei.max())} of {memory._describe()}",
-                            op.loc, rule="reported by the pycoop emulator",
+                            op.loc, rule="Vulkan: accesses outside the bound buffer are undefined",
                             hint="the layout's dimensions/strides describe more memory than the "
-                                 "buffer holds")
+                                 "buffer holds",
+                            rule_id="nv.buffer-extent")
 
 
 @emulation("nv.load_tensor")
@@ -548,7 +733,8 @@ def _emu_store_tensor(ctx, op, mem, mat, layout, *rest):
             ei = ei + where[0] * memory.segment
         if (ei >= memory.data.shape[0]).any():
             raise EmulatorError(f"store_tensor writes past the end of {memory._describe()}", op.loc,
-                                rule="reported by the pycoop emulator")
+                                rule="Vulkan: accesses outside the bound buffer are undefined",
+                                rule_id="nv.buffer-extent")
         vals = np.broadcast_to(mat, plan.shape)[where].reshape(-1)
         check_write_race(op, ei, vals, "store_tensor")
         memory.data.view(t.component.dtype)[ei] = vals

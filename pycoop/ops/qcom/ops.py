@@ -51,6 +51,14 @@ _HINTS = {
     "subarray-k-multiple": f"start at a multiple of {K_SIZES[0]} when the sub-array builds a matrix",
 }
 
+# Rule ids (docs/rules.md) of the tagged rules of pycoop.ops.qcom.conversion.static_checks that
+# these ops can break.
+RULE_IDS = {tag: f"qcom.{tag.lower()}" for tag in (
+    "scope", "subgroup-size", "A-component", "B-component", "accumulator-component", "A-256-bit",
+    "B-256-bit", "rows-subgroup", "columns-subgroup", "array-element-type", "array-length",
+    "bitcast-source-type", "bitcast-result-type", "bitcast-size", "subarray-source-type",
+    "subarray-start-type", "subarray-range", "subarray-k-multiple")}
+
 _RULES = {
     "bitcast": "OpBitCastArrayQCOM", "construct": "OpCompositeConstructCoopMatQCOM",
     "extract": "OpCompositeExtractCoopMatQCOM", "extract_subarray": "OpExtractSubArrayQCOM",
@@ -66,7 +74,8 @@ def _raise(errors: list[str], op: str, loc: Loc) -> None:
     tag = tag.lstrip("[")
     more = f" (and {len(errors) - 1} more: {'; '.join(e.partition('] ')[2] for e in errors[1:])})" \
         if len(errors) > 1 else ""
-    raise CompileError(msg + more, loc, rule=f"{SPEC}: {_RULES[op]} [{tag}]", hint=_HINTS.get(tag))
+    raise CompileError(msg + more, loc, rule=f"{SPEC}: {_RULES[op]} [{tag}]", hint=_HINTS.get(tag),
+                       rule_id=RULE_IDS.get(tag))
 
 
 def _array_type(v, what: str, loc: Loc) -> ArrayType:
@@ -75,14 +84,18 @@ def _array_type(v, what: str, loc: Loc) -> ArrayType:
         raise CompileError(f"{what} must be a per-invocation array of scalars, got "
                            f"{t if t is not None else type(v).__name__}", loc,
                            rule=f"{SPEC}: the source must be a one-dimensional OpTypeArray",
-                           hint="build one with pycoop.make_array([...])")
+                           hint="build one with pycoop.make_array([...])",
+                           rule_id="qcom.array-source")
     return t
 
 
 def _mat_type(t, what: str, loc: Loc) -> CoopMatType:
     if not isinstance(t, CoopMatType):
         raise CompileError(f"{what} must be a cooperative matrix, got {t!r}", loc,
-                           hint="e.g. pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]")
+                           hint="e.g. pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]",
+                           rule="SPV_QCOM_cooperative_matrix_conversion: the matrix type must be an "
+                                "OpTypeCooperativeMatrixKHR",
+                           rule_id="qcom.matrix-type")
     return t
 
 
@@ -120,7 +133,7 @@ def _infer_bitcast(operands, attrs, regions, loc):
     return [res]
 
 
-define("qcom.bitcast_array", _infer_bitcast, capabilities=CAPS, poison_aware=True,
+define("qcom.bitcast_array", _infer_bitcast, capabilities=CAPS, poison_aware=True, target="vulkan",
        doc="OpBitCastArrayQCOM: reinterpret a per-invocation array's bytes (little-endian) as "
            "another element type; the total size stays the same.")
 
@@ -150,7 +163,10 @@ def bitcast_array(arr: Value, elem_type) -> Value:
                    "bitcast", loc)
         res = ArrayType(elem_type, size // elem_type.size)
     else:
-        raise CompileError(f"bitcast_array takes a scalar or array type, got {elem_type!r}", loc)
+        raise CompileError(f"bitcast_array takes a scalar or array type, got {elem_type!r}", loc,
+                           rule="SPV_QCOM_cooperative_matrix_conversion: OpBitCastArrayQCOM's Result Type "
+                                "is an OpTypeArray",
+                           rule_id="qcom.bitcast-result")
     return emit1("qcom.bitcast_array", [arr], {"type": res}, loc)
 
 
@@ -179,7 +195,7 @@ def _infer_construct(operands, attrs, regions, loc):
     return [t]
 
 
-define("qcom.construct", _infer_construct, capabilities=CAPS, poison_aware=True,
+define("qcom.construct", _infer_construct, capabilities=CAPS, poison_aware=True, target="vulkan",
        doc="OpCompositeConstructCoopMatQCOM: lane i's array is row i (UseA, Accumulator) or "
            "column i (UseB) of a subgroup matrix; lanes past the matrix are ignored.")
 
@@ -188,7 +204,8 @@ def _check_subgroup(ctx, op) -> int:
     d = ctx.dispatch
     if not conversion._is_pow2(d.sgs):
         raise EmulatorError(f"the subgroup size {d.sgs} is not a power of two", op.loc,
-                            rule=f"{SPEC}: SubgroupSize must be a power of 2 (undefined otherwise)")
+                            rule=f"{SPEC}: SubgroupSize must be a power of 2 (undefined otherwise)",
+                            rule_id="qcom.subgroup-size")
     return d.sgs
 
 
@@ -246,7 +263,7 @@ def _infer_extract(operands, attrs, regions, loc):
     return [res]
 
 
-define("qcom.extract", _infer_extract, capabilities=CAPS, poison_aware=True,
+define("qcom.extract", _infer_extract, capabilities=CAPS, poison_aware=True, target="vulkan",
        doc="OpCompositeExtractCoopMatQCOM: row i (UseA, Accumulator) or column i (UseB) of a "
            "subgroup matrix to lane i; lanes past the matrix get an undefined array.")
 
@@ -295,7 +312,10 @@ def extract(mat: Value, elem_type=None) -> Value:
     elif isinstance(elem_type, ScalarType):
         res = ArrayType(elem_type, _sizes(t)[1])
     else:
-        raise CompileError(f"extract takes a scalar or array element type, got {elem_type!r}", loc)
+        raise CompileError(f"extract takes a scalar or array element type, got {elem_type!r}", loc,
+                           rule="SPV_QCOM_cooperative_matrix_conversion: OpCompositeExtractCoopMatQCOM's "
+                                "Result Type is an OpTypeArray",
+                           rule_id="qcom.extract-result")
     return emit1("qcom.extract", [mat], {"type": res, "subgroup_size": tracer().subgroup_size}, loc)
 
 
@@ -308,7 +328,8 @@ def _infer_subarray(operands, attrs, regions, loc):
     st = start.type if isinstance(start.type, ScalarType) else None
     if st is None:
         raise CompileError(f"Start Index must be a 32-bit integer scalar, got {start.type}", loc,
-                           rule=f"{SPEC}: OpExtractSubArrayQCOM [subarray-start-type]")
+                           rule=f"{SPEC}: OpExtractSubArrayQCOM [subarray-start-type]",
+                           rule_id="qcom.subarray-start-type")
     c = _const_value(start)
     _raise(conversion.static_checks("extract_subarray", array_dtype=_dtype(src.elem), array_length=src.length,
                                     result_dtype=_dtype(res.elem), result_length=res.length,
@@ -317,7 +338,7 @@ def _infer_subarray(operands, attrs, regions, loc):
     return [res]
 
 
-define("qcom.extract_subarray", _infer_subarray, capabilities=CAPS, poison_aware=True,
+define("qcom.extract_subarray", _infer_subarray, capabilities=CAPS, poison_aware=True, target="vulkan",
        doc="OpExtractSubArrayQCOM: arr[start:start+length] (start may be a runtime i32/u32).")
 
 
@@ -349,7 +370,8 @@ def extract_subarray(arr: Value, start, length) -> Value:
     if isinstance(length, Value) or not isinstance(length, numbers.Integral) or isinstance(length, bool) \
             or length <= 0:
         raise CompileError(f"the sub-array length must be a positive compile-time int, got {length!r}", loc,
-                           rule=f"{SPEC}: OpExtractSubArrayQCOM: the result is an OpTypeArray of fixed length")
+                           rule=f"{SPEC}: OpExtractSubArrayQCOM: the result is an OpTypeArray of fixed length",
+                           rule_id="qcom.subarray-length")
     if isinstance(start, numbers.Integral) and not isinstance(start, bool):
         if not -2**31 <= int(start) < 2**31:
             _raise([f"[subarray-range] Start Index {start} does not fit a 32-bit int"], "extract_subarray", loc)
