@@ -450,6 +450,13 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     attrs, iterable = {}, None          # iterable: a loop unrolled while tracing
     if callee is kernel_range:
         args, attrs = _kernel_range(args, kwargs or {}, loc)
+        bounds = _constant_bounds(args)
+        if bounds is not None and (attrs["control"] == "Unroll" or not len(range(*bounds))):
+            # Unrolled here rather than by the driver (a full-unroll hint has crashed a
+            # driver's compiler), and a loop that never runs is not emitted at all. The loop
+            # variable stays a constant of the loop's type.
+            t = next(a.type for a in args if isinstance(a, Value))
+            iterable = (const(i, t, loc) for i in range(*bounds))
     elif callee is not None:
         iterable = callee(*args, **(kwargs or {}))
     elif not any(isinstance(a, Value) for a in args):
@@ -484,6 +491,9 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     if not isinstance(step, Value) and step == 0:
         raise CompileError("range() step must not be zero", loc)
     lo, hi, step = (as_value(a, it_t) if not isinstance(a, Value) else a for a in (lo, hi, step))
+    bounds = _constant_bounds((lo, hi, step))
+    if bounds is not None and not len(range(*bounds)):       # never runs: dead code
+        return Result((UNDEF, *vals))
     neg = step.op is not None and step.op.name == "const" and step.op.attrs["value"] < 0
 
     def cond(extra, user):
@@ -505,6 +515,51 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
 
     _, after = _runtime_loop(vals, loc, cond, body, [lo], names, attrs)
     return Result((_Undef("the loop variable of a runtime loop is not defined after it"), *after))
+
+
+def _constant_bounds(args: tuple) -> tuple[int, ...] | None:
+    """The bounds of a loop as Python ints when every one is a constant integer of one type
+    and the step is not zero, else None (the loop is then checked and emitted as written)."""
+    out, types_ = [], set()
+    for a in args:
+        if isinstance(a, Value):
+            if a.op is None or a.op.name != "const":
+                return None
+            types_.add(a.type)
+            a = a.op.attrs["value"]
+        if not isinstance(a, numbers.Integral) or isinstance(a, bool):
+            return None
+        out.append(int(a))
+    if len(types_) != 1 or not next(iter(types_)).is_int or (len(out) == 3 and out[2] == 0):
+        return None
+    return tuple(out)
+
+
+def python_range(callee: Callable, args: tuple, kwargs: dict, why: str, pos=None):
+    """The iterable of a `for ... in range(...)` loop that stays a Python loop (`why` says
+    why): its bounds must be known at trace time."""
+    if callee is kernel_range or (callee is range and any(isinstance(a, Value) for a in args)):
+        what = "it cannot be a pycoop.range() loop" if callee is kernel_range \
+            else "its bounds must be known at trace time"
+        raise CompileError(f"this loop {why}, so {what}",
+                           _loc(pos), rule="a kernel loop's break and continue must sit in its body "
+                                           "or in `if` statements in it; loops with `else` run while "
+                                           "tracing only",
+                           hint="set a flag variable and test it after the loop instead of `else`; "
+                                "move break/continue out of the `match` into an `if`")
+    return callee(*args, **kwargs)
+
+
+def python_cond(cond, why: str, pos=None):
+    """The condition of a `while` loop that stays a Python loop: known at trace time."""
+    if isinstance(cond, Value):
+        raise CompileError(f"this while loop {why}, so its condition cannot be a runtime value",
+                           _loc(pos), rule="a kernel loop's break and continue must sit in its body "
+                                           "or in `if` statements in it; loops with `else` run while "
+                                           "tracing only",
+                           hint="set a flag variable and test it after the loop instead of `else`; "
+                                "move break/continue out of the `match` into an `if`")
+    return cond
 
 
 def kernel_range(*args, unroll: bool | int | None = None):
