@@ -112,21 +112,61 @@ def _flatten(x, leaves: list) -> Any:
     return None
 
 
-def _unflatten(tree, it) -> Any:
+class _LoopList(list):
+    """A list as the body of a runtime loop sees it: it notes the first line that changes its
+    length, so that the error (a carried list keeps its length) names that line."""
+    __slots__ = ("where",)
+
+    def _grows(self):
+        if not hasattr(self, "where"):
+            self.where = current_loc()
+
+    def _wrap(name):
+        def method(self, *a, **k):
+            self._grows()
+            return getattr(list, name)(self, *a, **k)
+        method.__name__ = name
+        return method
+
+    for _m in ("append", "extend", "insert", "pop", "remove", "clear", "__delitem__", "__iadd__",
+               "__imul__"):
+        locals()[_m] = _wrap(_m)
+    del _m, _wrap
+
+    def __setitem__(self, i, v):
+        if isinstance(i, slice):
+            self._grows()
+        list.__setitem__(self, i, v)
+
+
+def _growth_loc(x) -> Loc | None:
+    """The line that first changed the length of a list in `x` (a body's output), if any."""
+    if isinstance(x, _LoopList) and hasattr(x, "where"):
+        return x.where
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else \
+        [getattr(x, k) for k in _fields(x) or ()]
+    for v in items:
+        w = _growth_loc(v)
+        if w is not None:
+            return w
+    return None
+
+
+def _unflatten(tree, it, lst=list) -> Any:
     if tree is None:
         return next(it)
     kind, items = tree
     if kind == "list":
-        return [_unflatten(t, it) for t in items]
+        return lst(_unflatten(t, it, lst) for t in items)
     if kind == "tuple":
-        return tuple(_unflatten(t, it) for t in items)
+        return tuple(_unflatten(t, it, lst) for t in items)
     if kind == "record":
         rec, fields = items
         new = copy.copy(rec.template)
         for k, t in fields:
-            object.__setattr__(new, k, _unflatten(t, it))    # frozen dataclasses too
+            object.__setattr__(new, k, _unflatten(t, it, lst))    # frozen dataclasses too
         return new
-    return {k: _unflatten(t, it) for k, t in items}
+    return {k: _unflatten(t, it, lst) for k, t in items}
 
 
 def _write_back(orig, new):
@@ -362,7 +402,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             for k, i in enumerate(carried):
                 cur[i] = blk.args[len(extra) + k]
             it = iter(cur)
-            return tuple(_unflatten(tr, it) for tr in trees)
+            return tuple(_unflatten(tr, it, _LoopList) for tr in trees)
 
         with t.region(cond_blk):
             c = make_cond(cond_blk.args[:len(extra)], user_vals(cond_blk))
@@ -386,8 +426,13 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             out_trees = [_flatten(v if not isinstance(v0, _Undef) else v0, out_leaves)
                          for v, v0 in zip(out, vals)]
         if out_trees != trees:
-            raise CompileError("a variable changes its container shape inside a runtime loop", loc,
-                               hint="keep lists/tuples the same length across iterations")
+            grown = _growth_loc(out)
+            raise CompileError("a variable changes its container shape inside a runtime loop"
+                               + (f" (the loop at line {loc.line})" if grown else ""), grown or loc,
+                               rule="the variables a runtime loop carries keep their types, and "
+                                    "lists, tuples and dicts their lengths and keys",
+                               hint="keep lists/tuples the same length across iterations (collect "
+                                    "per-iteration results in a buffer or shared array)")
         # which Python leaves change? -> promote them to runtime values and trace again
         changed = {}
         for i, (a, b) in enumerate(zip(leaves, out_leaves)):
@@ -533,6 +578,16 @@ def _constant_bounds(args: tuple) -> tuple[int, ...] | None:
     if len(types_) != 1 or not next(iter(types_)).is_int or (len(out) == 3 and out[2] == 0):
         return None
     return tuple(out)
+
+
+def kernel_return(value, pos=None):
+    """The value of a kernel's `return X`: only None (kernels return nothing)."""
+    if value is not None:
+        what = f"a {value.type} value" if isinstance(value, Value) else repr(value)
+        raise CompileError(f"a kernel returns nothing, but this returns {what}", _loc(pos),
+                           rule="a kernel's entry point returns void",
+                           hint="write results into a buffer parameter and `return` without a value")
+    return None
 
 
 def python_range(callee: Callable, args: tuple, kwargs: dict, why: str, pos=None):

@@ -502,6 +502,23 @@ class _DelToUndef(ast.NodeTransformer):
         return [ast.fix_missing_locations(ast.copy_location(s, node)) for s in out]
 
 
+class _KernelReturns(ast.NodeTransformer):
+    """In a kernel: `return X` -> `return __pc.kernel_return(X, pos)`, which rejects a value at
+    that line (kernels return nothing); nested functions keep their returns."""
+
+    def visit_Return(self, node: ast.Return):
+        if node.value is None or isinstance(node.value, ast.Constant) and node.value.value is None:
+            return node
+        pos = ast.Constant((node.lineno, node.value.col_offset + 1))
+        node.value = _call("kernel_return", [node.value, pos], node.value)
+        return ast.fix_missing_locations(node)
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+
 def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.FunctionType:
     """Return `fn` rewritten for tracing (same globals, closure, defaults, file and lines).
     Functions that return a value (not kernels) may return from inside branches and loops."""
@@ -529,6 +546,8 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
     fdef.decorator_list = []
     _check_statements(fdef, fn.__code__.co_filename)
     fdef = _DelToUndef().visit(fdef)
+    if not returns_value:
+        fdef.body = [_KernelReturns().visit(st) for st in fdef.body]
     if returns_value and _nested_return(fdef.body):
         try:
             _single_exit(fdef)
