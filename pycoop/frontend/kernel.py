@@ -176,6 +176,9 @@ class Kernel:
             if isinstance(ann, str):
                 try:
                     ann = eval(ann, self.fn.__globals__, scope)
+                except CompileError as e:          # e.g. Buffer[coopmat]: at the annotation
+                    raise CompileError(e.message, _def_loc(self.fn, p.name), rule=e.rule,
+                                       hint=e.hint) from None
                 except Exception as e:
                     raise CompileError(f"cannot evaluate the annotation {ann!r} of parameter "
                                        f"'{p.name}': {e}", _def_loc(self.fn, p.name),

@@ -558,6 +558,9 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
     # module), so the rewritten function gets the original cells and globals. A helper defined
     # inside a rewritten function may already refer to the control module.
     free = [n for n in fn.__code__.co_freevars if n != _PC] + [_PC]
+    # Named apart inside the factory, so the function's own name in its body still means what
+    # it meant (e.g. the global @pycoop.func object of a recursive helper); renamed back below.
+    fdef.name = f"{_PC}_fn"
     factory = ast.FunctionDef(
         name=f"{_PC}_factory",
         args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in free], vararg=None, kwonlyargs=[],
@@ -567,7 +570,8 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
     module = ast.fix_missing_locations(ast.Module([ast.copy_location(factory, fdef)], []))
     code = compile(module, fn.__code__.co_filename, "exec")
     fcode = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-    icode = next(c for c in fcode.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.__name__)
+    icode = next(c for c in fcode.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
+    icode = icode.replace(co_name=fn.__code__.co_name, co_qualname=fn.__code__.co_qualname)
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
     cells[_PC] = types.CellType(control)
     closure = tuple(cells[n] for n in icode.co_freevars)
