@@ -23,8 +23,10 @@ def _callable_for_trace(fn):
         from .transform import transform
         try:
             return transform(fn)
-        except CompileError:
-            return fn
+        except CompileError as e:
+            if e.loc is not None:       # a statement kernels reject: at the user's line
+                raise
+            return fn                   # no source to read: called as it is
     return fn
 
 

@@ -92,14 +92,27 @@ def k_helper_try(A: pc.Buffer[u32]):
     A[0] = helper(A[0])
 
 
+def _per_element_try(r, c, e):
+    try:                                       # HERE
+        return e + e
+    except ValueError:
+        return e
+
+
+@pc.kernel(workgroup_size=32)
+def k_callback_try(X: pc.Buffer[f32]):
+    pc.store(X, 0, pc.nv.per_element(C32.load(X, 0, 16), _per_element_try), 16)
+
+
 @pytest.mark.parametrize("kernel,what", [
     (k_try, "try"), (k_try_finally, "try"), (k_with, "with"), (k_global, "global"),
     (_nonlocal_kernel(), "nonlocal"), (k_yield, "yield"), (k_async, "async def"),
-    (k_helper_try, "try")], ids=lambda x: x if isinstance(x, str) else x.name)
+    (k_helper_try, "try"), (k_callback_try, "try")],
+    ids=lambda x: x if isinstance(x, str) else x.name)
 def test_unsupported_statements_are_rejected_by_name(kernel, what):
     with pytest.raises(pc.CompileError, match=f"`{what}` is not supported in a kernel") as e:
         kernel.compile()
-    at_line(e.value, kernel, "# HERE")
+    at_line(e.value, _per_element_try if kernel is k_callback_try else kernel, "# HERE")
 
 
 @pc.kernel(workgroup_size=8)
