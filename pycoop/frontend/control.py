@@ -622,7 +622,8 @@ def kernel_range(*args, unroll: bool | int | None = None):
     its bounds are known at trace time (the built-in range() is then unrolled while tracing),
     with a hint to the driver's compiler: unroll=True unrolls it, False keeps it rolled, an
     int n > 1 unrolls n iterations at a time, None leaves the choice to the driver. Constant
-    bounds give a u32 loop variable (i32 if one is negative)."""
+    bounds give a u32 loop variable (i32 if one is negative); with them, unroll=True is
+    unrolled while tracing and a loop that never runs is not emitted."""
     raise CompileError("pycoop.range() is only for the header of a for loop in a kernel",
                        current_loc(), hint="write `for i in pycoop.range(...):`")
 
