@@ -277,7 +277,7 @@ class _Rewriter(ast.NodeTransformer):
         """Why a loop stays a Python loop (for the error when its bound is a runtime value)."""
         if node.orelse:
             return "has an `else` clause"
-        return getattr(node, "_pc_python_only", "has a `break` or `continue` the rewrite cannot place")
+        return node._pc_python_only         # set by _flags
 
     def visit_For(self, node: ast.For):
         it = node.iter
@@ -472,6 +472,7 @@ def _check_statements(fdef: ast.FunctionDef, file: str) -> None:
     """Reject, at their line, the statements kernels do not support (a `try` would otherwise
     lose its handlers silently). `yield` is rejected in the traced function itself only: a
     helper generator defined inside it is ordinary trace-time Python."""
+    found = []
     stack: list[tuple[ast.AST, bool]] = [(st, True) for st in fdef.body]
     while stack:
         n, top = stack.pop()
@@ -479,11 +480,13 @@ def _check_statements(fdef: ast.FunctionDef, file: str) -> None:
         if entry is None and top and isinstance(n, (ast.Yield, ast.YieldFrom)):
             entry = ("yield",) + _YIELD_RULE
         if entry is not None:
-            what, rule, hint = entry
-            raise CompileError(f"`{what}` is not supported in a kernel", Loc(file, n.lineno, n.col_offset + 1),
-                               rule=rule, hint=hint)
+            found.append((n.lineno, n.col_offset, entry))
         inner = top and not isinstance(n, (ast.FunctionDef, ast.Lambda, ast.ClassDef))
         stack.extend((c, inner) for c in ast.iter_child_nodes(n))
+    if found:                                   # the first in the source
+        line, col, (what, rule, hint) = min(found, key=lambda f: f[:2])
+        raise CompileError(f"`{what}` is not supported in a kernel", Loc(file, line, col + 1),
+                           rule=rule, hint=hint)
 
 
 class _DelToUndef(ast.NodeTransformer):

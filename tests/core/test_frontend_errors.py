@@ -242,6 +242,10 @@ def _decl(case: str):
         @pc.kernel(workgroup_size=32)
         def k(A: pc.Buffer[u32], n):
             pass
+    elif case == "unknown name":
+        @pc.kernel(workgroup_size=32)
+        def k(A: pc.Buffer[u32], n: u64):      # noqa: F821 (not imported)
+            pass
 
 
 DECLARATIONS = {
@@ -255,6 +259,7 @@ DECLARATIONS = {
     "bool parameter": ("parameter 'flag' of kernel k is a bool", "flag: pc.bool_", "OpTypeBool"),
     "no annotation": ("parameter 'n' of kernel k has no annotation", "pc.Buffer[u32], n)",
                       "kernel parameters are annotated"),
+    "unknown name": ("cannot evaluate the annotation 'u64'", "n: u64", "annotations are evaluated"),
 }
 
 

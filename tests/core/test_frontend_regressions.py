@@ -286,9 +286,20 @@ def decode_capture(A: pc.ReadBuffer[f16], O: pc.Buffer[f16], s: f16):
     pc.nv.store_tensor(O, pc.nv.tensor_layout(2).dimension(16, 16), m)
 
 
+@pc.kernel(workgroup_size=32)
+def decode_vector_capture(A: pc.ReadBuffer[f16], O: pc.Buffer[f16], s: f16):
+    l = pc.nv.tensor_layout(2, clamp="constant").block_size(1, 8).dimension(16, 16)
+    MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
+    m = pc.nv.load_tensor(A, l, MatA, decode=lambda p, bc, cib: f16(p[cib[1]]),
+                          decode_vector=lambda p, bc, cib: pc.make_vector(
+                              [f16(p[cib[1] + i]) * s for i in range(4)]))
+    pc.nv.store_tensor(O, pc.nv.tensor_layout(2).dimension(16, 16), m)
+
+
 @pytest.mark.parametrize("kernel,text,rule", [
     (combine_capture, "lambda a, b: a + b * s", "CombineFunc's parameters are two components"),
     (decode_capture, "decode=lambda", "DecodeFunc's parameters"),
+    (decode_vector_capture, "[f16(p[cib[1] + i]) * s", "DecodeVectorFunc's parameters"),
     (per_element_reads_buffer, "lambda r, c, e: e + X[r]", "not memory")])
 def test_captures_a_function_cannot_receive_are_compile_errors(kernel, text, rule):
     with pytest.raises(pc.CompileError, match="uses a") as e:
