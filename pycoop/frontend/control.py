@@ -113,8 +113,8 @@ def _flatten(x, leaves: list) -> Any:
 
 
 class _LoopList(list):
-    """A list as the body of a runtime loop sees it: it notes the first line that changes its
-    length, so that the error (a carried list keeps its length) names that line."""
+    """A list as the body of a runtime loop or branch sees it: it notes the first line that
+    changes its length, so that the error (a carried list keeps its length) names that line."""
     __slots__ = ("where",)
 
     def _grows(self):
@@ -245,7 +245,7 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
 
     def fresh():
         it = iter(leaves)
-        return tuple(_unflatten(tr, it) for tr in trees)
+        return tuple(_unflatten(tr, it, _LoopList) for tr in trees)
 
     outs, blocks = [], []
     for fn in (then_fn, else_fn):
@@ -286,8 +286,12 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
     live = [f for f in flat if f is not None]
     ref_tree, _ = live[0]
     if any(f[0] != ref_tree for f in live[1:]):
-        raise CompileError("a variable holds containers of different shapes after the two branches",
-                           loc, hint="keep lists/tuples the same length in both branches")
+        grown = _growth_loc(outs)
+        raise CompileError("a variable holds containers of different shapes after the two branches"
+                           + (f" of the `if` at line {loc.line}" if grown else ""), grown or loc,
+                           rule="after a runtime `if`, lists, tuples and dicts have the same "
+                                "lengths and keys on both paths",
+                           hint="keep lists/tuples the same length in both branches")
     n = len(live[0][1])
     results: list = [None] * n
     merge_idx, yields, mtypes = [], [[], []], []      # mtypes: the merged value's type

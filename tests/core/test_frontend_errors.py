@@ -359,3 +359,21 @@ def test_a_list_grown_by_a_helper_in_a_runtime_loop_is_reported_at_the_append():
         k_helper_grows_list.compile()
     assert e.value.line == line_of(_grow, "# HERE")
     assert f"line {line_of(k_helper_grows_list, 'for j in range(n)')}" in e.value.message
+
+
+@pc.kernel(workgroup_size=8)
+def k_branch_grows_list(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    xs = [A[i]]
+    if A[i] > u32(3):
+        xs.pop()                               # HERE
+    else:
+        xs[0] = u32(1)
+    A[i] = u32(len(xs))
+
+
+def test_a_list_shortened_in_one_branch_of_a_runtime_if_is_reported_at_the_pop():
+    with pytest.raises(pc.CompileError, match="containers of different shapes") as e:
+        k_branch_grows_list.compile()
+    at_line(e.value, k_branch_grows_list, "# HERE")
+    assert f"line {line_of(k_branch_grows_list, 'if A[i] > u32(3)')}" in e.value.message
