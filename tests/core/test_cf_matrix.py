@@ -15,7 +15,6 @@ import textwrap
 import numpy as np
 import pytest
 
-import pycoop as pc
 
 KINDS = ("range", "static_range", "pc_range", "pc_range_unroll", "while")
 EXITS = ("none", "break", "continue", "both", "return")
