@@ -330,7 +330,14 @@ class _BufferFactory:
 
     def __getitem__(self, elem) -> BufferType:
         if not isinstance(elem, (ScalarType, VectorType, StructType)):
-            raise TypeError(f"Buffer[...] takes a pycoop scalar, vector or struct type, got {elem!r}")
+            from .errors import CompileError
+            from .ir.builder import current_loc
+            raise CompileError(f"Buffer[...] takes a pycoop scalar, vector or struct type, got {elem!r}",
+                               current_loc(), rule="kernel buffers hold numeric scalars, numeric "
+                                                   "vectors or structs (blocks)",
+                               hint="a buffer of the matrix's component type, loaded with "
+                                    "M.load(buffer, offset, stride)" if isinstance(elem, CoopMatType)
+                               else "use a type such as pycoop.f32 or pycoop.vec(pycoop.f16, 4)")
         return BufferType(elem, self.access)
 
 

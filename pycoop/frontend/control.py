@@ -116,21 +116,61 @@ def _flatten(x, leaves: list) -> Any:
     return None
 
 
-def _unflatten(tree, it) -> Any:
+class _LoopList(list):
+    """A list as the body of a runtime loop or branch sees it: it notes the first line that
+    changes its length, so that the error (a carried list keeps its length) names that line."""
+    __slots__ = ("where",)
+
+    def _grows(self):
+        if not hasattr(self, "where"):
+            self.where = current_loc()
+
+    def _wrap(name):
+        def method(self, *a, **k):
+            self._grows()
+            return getattr(list, name)(self, *a, **k)
+        method.__name__ = name
+        return method
+
+    for _m in ("append", "extend", "insert", "pop", "remove", "clear", "__delitem__", "__iadd__",
+               "__imul__"):
+        locals()[_m] = _wrap(_m)
+    del _m, _wrap
+
+    def __setitem__(self, i, v):
+        if isinstance(i, slice):
+            self._grows()
+        list.__setitem__(self, i, v)
+
+
+def _growth_loc(x) -> Loc | None:
+    """The line that first changed the length of a list in `x` (a body's output), if any."""
+    if isinstance(x, _LoopList) and hasattr(x, "where"):
+        return x.where
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else \
+        [getattr(x, k) for k in _fields(x) or ()]
+    for v in items:
+        w = _growth_loc(v)
+        if w is not None:
+            return w
+    return None
+
+
+def _unflatten(tree, it, lst=list) -> Any:
     if tree is None:
         return next(it)
     kind, items = tree
     if kind == "list":
-        return [_unflatten(t, it) for t in items]
+        return lst(_unflatten(t, it, lst) for t in items)
     if kind == "tuple":
-        return tuple(_unflatten(t, it) for t in items)
+        return tuple(_unflatten(t, it, lst) for t in items)
     if kind == "record":
         rec, fields = items
         new = copy.copy(rec.template)
         for k, t in fields:
-            object.__setattr__(new, k, _unflatten(t, it))    # frozen dataclasses too
+            object.__setattr__(new, k, _unflatten(t, it, lst))    # frozen dataclasses too
         return new
-    return {k: _unflatten(t, it) for k, t in items}
+    return {k: _unflatten(t, it, lst) for k, t in items}
 
 
 def _write_back(orig, new):
@@ -211,7 +251,7 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
 
     def fresh():
         it = iter(leaves)
-        return tuple(_unflatten(tr, it) for tr in trees)
+        return tuple(_unflatten(tr, it, _LoopList) for tr in trees)
 
     outs, blocks = [], []
     for fn in (then_fn, else_fn):
@@ -254,10 +294,12 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
     live = [f for f in flat if f is not None]
     ref_tree, _ = live[0]
     if any(f[0] != ref_tree for f in live[1:]):
-        raise CompileError("a variable holds containers of different shapes after the two branches",
-                           loc, hint="keep lists/tuples the same length in both branches",
-                           rule="pycoop: a list or tuple assigned in both branches of a runtime `if` keeps "
-                                "one shape (SPIR-V OpPhi merges values of one type)")
+        grown = _growth_loc(outs)
+        raise CompileError("a variable holds containers of different shapes after the two branches"
+                           + (f" of the `if` at line {loc.line}" if grown else ""), grown or loc,
+                           rule="after a runtime `if`, lists, tuples and dicts have the same "
+                                "lengths and keys on both paths",
+                           hint="keep lists/tuples the same length in both branches")
     n = len(live[0][1])
     results: list = [None] * n
     merge_idx, yields, mtypes = [], [[], []], []      # mtypes: the merged value's type
@@ -372,7 +414,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             for k, i in enumerate(carried):
                 cur[i] = blk.args[len(extra) + k]
             it = iter(cur)
-            return tuple(_unflatten(tr, it) for tr in trees)
+            return tuple(_unflatten(tr, it, _LoopList) for tr in trees)
 
         with t.region(cond_blk):
             c = make_cond(cond_blk.args[:len(extra)], user_vals(cond_blk))
@@ -400,10 +442,13 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             out_trees = [_flatten(v if not isinstance(v0, _Undef) else v0, out_leaves)
                          for v, v0 in zip(out, vals)]
         if out_trees != trees:
-            raise CompileError("a variable changes its container shape inside a runtime loop", loc,
-                               hint="keep lists/tuples the same length across iterations",
-                               rule="pycoop: a list or tuple carried by a runtime loop keeps one shape "
-                                    "(SPIR-V OpPhi merges values of one type)")
+            grown = _growth_loc(out)
+            raise CompileError("a variable changes its container shape inside a runtime loop"
+                               + (f" (the loop at line {loc.line})" if grown else ""), grown or loc,
+                               rule="the variables a runtime loop carries keep their types, and "
+                                    "lists, tuples and dicts their lengths and keys",
+                               hint="keep lists/tuples the same length across iterations (collect "
+                                    "per-iteration results in a buffer or shared array)")
         # which Python leaves change? -> promote them to runtime values and trace again
         changed = {}
         for i, (a, b) in enumerate(zip(leaves, out_leaves)):
@@ -469,6 +514,13 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     attrs, iterable = {}, None          # iterable: a loop unrolled while tracing
     if callee is kernel_range:
         args, attrs = _kernel_range(args, kwargs or {}, loc)
+        bounds = _constant_bounds(args)
+        if bounds is not None and (attrs["control"] == "Unroll" or not len(range(*bounds))):
+            # Unrolled here rather than by the driver (a full-unroll hint has crashed a
+            # driver's compiler), and a loop that never runs is not emitted at all. The loop
+            # variable stays a constant of the loop's type.
+            t = next(a.type for a in args if isinstance(a, Value))
+            iterable = (const(i, t, loc) for i in range(*bounds))
     elif callee is not None:
         iterable = callee(*args, **(kwargs or {}))
     elif not any(isinstance(a, Value) for a in args):
@@ -506,6 +558,9 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
         raise CompileError("range() step must not be zero", loc,
                            rule="Python: range() arg 3 must not be zero")
     lo, hi, step = (as_value(a, it_t) if not isinstance(a, Value) else a for a in (lo, hi, step))
+    bounds = _constant_bounds((lo, hi, step))
+    if bounds is not None and not len(range(*bounds)):       # never runs: dead code
+        return Result((UNDEF, *vals))
     neg = step.op is not None and step.op.name == "const" and step.op.attrs["value"] < 0
 
     def cond(extra, user):
@@ -529,12 +584,68 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     return Result((_Undef("the loop variable of a runtime loop is not defined after it"), *after))
 
 
+def _constant_bounds(args: tuple) -> tuple[int, ...] | None:
+    """The bounds of a loop as Python ints when every one is a constant integer of one type
+    and the step is not zero, else None (the loop is then checked and emitted as written)."""
+    out, types_ = [], set()
+    for a in args:
+        if isinstance(a, Value):
+            if a.op is None or a.op.name != "const":
+                return None
+            types_.add(a.type)
+            a = a.op.attrs["value"]
+        if not isinstance(a, numbers.Integral) or isinstance(a, bool):
+            return None
+        out.append(int(a))
+    if len(types_) != 1 or not next(iter(types_)).is_int or (len(out) == 3 and out[2] == 0):
+        return None
+    return tuple(out)
+
+
+def kernel_return(value, pos=None):
+    """The value of a kernel's `return X`: only None (kernels return nothing)."""
+    if value is not None:
+        what = f"a {value.type} value" if isinstance(value, Value) else repr(value)
+        raise CompileError(f"a kernel returns nothing, but this returns {what}", _loc(pos),
+                           rule="a kernel's entry point returns void",
+                           hint="write results into a buffer parameter and `return` without a value")
+    return None
+
+
+def python_range(callee: Callable, args: tuple, kwargs: dict, why: str, pos=None):
+    """The iterable of a `for ... in range(...)` loop that stays a Python loop (`why` says
+    why): its bounds must be known at trace time."""
+    if callee is kernel_range or (callee is range and any(isinstance(a, Value) for a in args)):
+        what = "it cannot be a pycoop.range() loop" if callee is kernel_range \
+            else "its bounds must be known at trace time"
+        raise CompileError(f"this loop {why}, so {what}",
+                           _loc(pos), rule="a kernel loop's break and continue must sit in its body "
+                                           "or in `if` statements in it; loops with `else` run while "
+                                           "tracing only",
+                           hint="set a flag variable and test it after the loop instead of `else`; "
+                                "move break/continue out of the `match` into an `if`")
+    return callee(*args, **kwargs)
+
+
+def python_cond(cond, why: str, pos=None):
+    """The condition of a `while` loop that stays a Python loop: known at trace time."""
+    if isinstance(cond, Value):
+        raise CompileError(f"this while loop {why}, so its condition cannot be a runtime value",
+                           _loc(pos), rule="a kernel loop's break and continue must sit in its body "
+                                           "or in `if` statements in it; loops with `else` run while "
+                                           "tracing only",
+                           hint="set a flag variable and test it after the loop instead of `else`; "
+                                "move break/continue out of the `match` into an `if`")
+    return cond
+
+
 def kernel_range(*args, unroll: bool | int | None = None):
     """`for i in pycoop.range(start, stop, step, unroll=None)`: a loop of the kernel even when
     its bounds are known at trace time (the built-in range() is then unrolled while tracing),
     with a hint to the driver's compiler: unroll=True unrolls it, False keeps it rolled, an
     int n > 1 unrolls n iterations at a time, None leaves the choice to the driver. Constant
-    bounds give a u32 loop variable (i32 if one is negative)."""
+    bounds give a u32 loop variable (i32 if one is negative); with them, unroll=True is
+    unrolled while tracing and a loop that never runs is not emitted."""
     raise CompileError("pycoop.range() is only for the header of a for loop in a kernel",
                        current_loc(), hint="write `for i in pycoop.range(...):`",
                        rule="pycoop: pycoop.range() is the iterable of a `for` statement in a kernel or "

@@ -8,8 +8,8 @@ import types as pytypes
 
 from ..errors import CompileError, Loc
 from ..ir.builder import emit, tracer
-from ..ir.core import Block, Function, Value
-from ..types import Type
+from ..ir.core import Block, Function, Op, Value, walk_block
+from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, Type
 
 
 def _callable_for_trace(fn):
@@ -23,8 +23,10 @@ def _callable_for_trace(fn):
         from .transform import transform
         try:
             return transform(fn)
-        except CompileError:
-            return fn
+        except CompileError as e:
+            if e.loc is not None:       # a statement kernels reject: at the user's line
+                raise
+            return fn                   # no source to read: called as it is
     return fn
 
 
@@ -39,10 +41,70 @@ def arity(fn) -> int | None:
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
+# Why a function of each role cannot receive kernel values: the extension fixes its
+# parameters (the per-element function alone takes extra operands, see trace_closure).
+_FIXED_PARAMS = {
+    "decode function": "SPV_NV_cooperative_matrix2: DecodeFunc's parameters are the pointer, the "
+                       "element coordinates and the block coordinates only",
+    "decode_vector function": "SPV_NV_cooperative_matrix_decode_vector: DecodeVectorFunc's "
+                              "parameters are the pointer and the coordinates only",
+    "combine function": "SPV_NV_cooperative_matrix2: CombineFunc's parameters are two components "
+                        "only",
+}
+_FIXED_HINT = {
+    "decode function": "decode from the block alone, then apply the kernel value to the loaded "
+                       "matrix (m * s, or pycoop.nv.per_element(m, fn, s))",
+    "decode_vector function": "decode from the block alone, then apply the kernel value to the "
+                              "loaded matrix (m * s, or pycoop.nv.per_element(m, fn, s))",
+    "combine function": "combine the components alone, then apply the kernel value to the "
+                        "reduced matrix (pycoop.nv.per_element(m, fn, s))",
+}
+
+
+def _outside_values(body: Block, params: list[Value]) -> dict[Value, object]:
+    """Values a traced body uses but does not define (captured from the kernel by a closure):
+    each with the first op that uses it."""
+    defined, out = set(params), {}
+
+    def walk(b: Block):
+        defined.update(b.args)
+        for op in b.ops:
+            for v in op.operands:
+                if v not in defined:
+                    out.setdefault(v, op)
+            for r in op.regions:
+                walk(r)
+            defined.update(op.results)
+
+    walk(body)
+    return out
+
+
+def _substitute(body: Block, new: dict[Value, Value]) -> None:
+    for op in walk_block(body):
+        op.operands = [new.get(v, v) for v in op.operands]
+
+
 def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
                    result_type: Type | None = None) -> Function:
     """Trace `fn(*params)` into a Function (cached per callable and signature in this trace).
-    `role` names it in errors ("decode function", ...); `result_type`, if given, is checked."""
+    `role` names it in errors ("decode function", ...); `result_type`, if given, is checked.
+    Constants the function captures from the kernel are copied into it; any other kernel
+    value it uses is a CompileError at the line that uses it (its parameters are fixed)."""
+    return _trace(fn, param_types, role, loc, result_type, closure=False)[0]
+
+
+def trace_closure(fn, param_types: list[Type], role: str, loc: Loc,
+                  result_type: Type | None = None) -> tuple[Function, list[Value]]:
+    """Like trace_function, for a function that may use scalars and matrices of the kernel
+    (a closure over a parameter or a value computed before the call): each becomes a further
+    parameter of the Function, after `param_types`. Returns the Function and the kernel
+    values the caller passes for those parameters."""
+    return _trace(fn, param_types, role, loc, result_type, closure=True)
+
+
+def _trace(fn, param_types: list[Type], role: str, loc: Loc, result_type: Type | None,
+           closure: bool) -> tuple[Function, list[Value]]:
     if not callable(fn):
         raise CompileError(f"the {role} must be a function, got {fn!r}", loc,
                            hint="pass a Python function (or a @pycoop.func)",
@@ -53,7 +115,7 @@ def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
     key = (fn, tuple(param_types), role)
     cached = t.function_cache.get(key)
     if cached is not None:
-        return cached
+        return cached, []
     n = arity(fn)
     if n is not None and n != len(param_types):
         raise CompileError(f"the {role} {getattr(fn, '__name__', fn)!r} takes {n} parameters, "
@@ -87,9 +149,38 @@ def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
                                rule="SPV_NV_cooperative_matrix2: the function returns a value "
                                     "(OpReturnValue)")
         emit("yield", [out], loc=loc)
+    outside = _outside_values(body, params)
+    new, captured = {}, []
+    for v, user in outside.items():
+        if v.op is not None and v.op.name == "const":        # a copy of the constant
+            c = Op("const", [], dict(v.op.attrs), [v.type], None, v.op.loc)
+            body.ops.insert(0, c)
+            new[v] = c.result
+        elif closure and isinstance(v.type, (ScalarType, CoopMatType)):
+            p = Value(v.type, name=f"p{len(params)}")
+            params.append(p)
+            body.args.append(p)
+            new[v] = p
+            captured.append(v)
+        else:
+            what = "a buffer or shared array of the kernel" if isinstance(v.type, (BufferType, SharedArrayType)) \
+                else f"a value of the kernel ({v.type})"
+            if closure:
+                rule = (f"the {role}'s parameters are its operands; pycoop passes the scalars and "
+                        "matrices it uses from the kernel as further operands, not memory")
+                hint = ("read what it needs in the kernel before the call and use that value "
+                        "(or pass it as an extra operand)")
+            else:
+                rule = _FIXED_PARAMS.get(role, f"the {role}'s parameters are fixed by the extension")
+                hint = _FIXED_HINT.get(role, "compute it from its parameters and values known at "
+                                             "trace time only")
+            raise CompileError(f"the {role} uses {what}", user.loc, rule=rule,
+                               hint=hint)
+    _substitute(body, new)
     name = getattr(fn, "__name__", role.replace(" ", "_"))
     f = Function(f"{name}_{len(t.functions)}", params, body, kind="func", result_type=out.type,
                  loc=loc)
     t.functions.append(f)
-    t.function_cache[key] = f
-    return f
+    if not outside:         # a closure over kernel values is traced again at each use
+        t.function_cache[key] = f
+    return f, captured

@@ -2,10 +2,12 @@
 artifacts (IR, SPIR-V, ABI) and launches."""
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import json
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,13 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from .. import knobs
-from ..errors import ArgumentError, CompileError
-from ..ir.builder import Tracer, trace_scope
+from ..errors import ArgumentError, CompileError, Loc
+from ..ir.builder import Tracer, current_loc, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
 from ..ops.registry import get
-from ..types import BufferType, ScalarType, StructType, Type, VectorType, memory_element
+from ..types import BufferType, CoopMatType, ScalarType, StructType, Type, VectorType, memory_element
 from .transform import transform
 
 __version__ = "0.1.0"
@@ -67,6 +69,32 @@ class Param:
         return self.type is None
 
 
+def _def_loc(fn, param: str | None = None) -> Loc | None:
+    """Where the decorated `fn` is written: the annotation (or name) of `param`, else the
+    line of its first decorator (which holds the decorator's arguments)."""
+    code = fn.__code__
+    where = Loc(code.co_filename, code.co_firstlineno)
+    if param is None:
+        return where
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return where
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    a = tree.body[0].args
+    for arg in a.posonlyargs + a.args + a.kwonlyargs:
+        if arg.arg == param:
+            node = arg.annotation or arg
+            return Loc(code.co_filename, start + node.lineno - 1, node.col_offset + indent + 1)
+    return where
+
+
+# `@pycoop.func` helpers being inlined (nested calls of one helper: recursion)
+_func_depth: dict[int, int] = {}
+_MAX_RECURSION = 64
+
+
 class func:
     """`@pycoop.func`: a helper whose Python control flow may depend on runtime values. It is
     inlined where it is called from a kernel."""
@@ -82,7 +110,24 @@ class func:
                 self._traced = transform(self._fn)
             except CompileError as e:
                 raise _strip(e) from None
-        return self._traced(*args, **kwargs)
+        # A helper is inlined, so recursion must end on trace-time values; one that recurses
+        # on a runtime condition would only end in Python's RecursionError.
+        depth = _func_depth.get(id(self), 0)
+        if depth >= _MAX_RECURSION:
+            raise CompileError(f"@pycoop.func {self.__name__} calls itself more than "
+                               f"{_MAX_RECURSION} levels deep", current_loc(),
+                               rule="a @pycoop.func is inlined where it is called (kernels have "
+                                    "no call stack): recursion must end on trace-time values",
+                               hint="end the recursion on a Python value (a length, a Const), "
+                                    "or write the computation as a loop")
+        _func_depth[id(self)] = depth + 1
+        try:
+            return self._traced(*args, **kwargs)
+        finally:
+            if depth:
+                _func_depth[id(self)] = depth
+            else:
+                del _func_depth[id(self)]
 
 
 class Kernel:
@@ -93,17 +138,24 @@ class Kernel:
         self._def_locals = def_locals or {}
         self.fn = fn
         self.name = fn.__name__
-        ws = (workgroup_size,) if isinstance(workgroup_size, int) else tuple(workgroup_size)
-        if not 1 <= len(ws) <= 3 or not all(isinstance(x, int) and x > 0 for x in ws):
+        try:
+            ws = (workgroup_size,) if isinstance(workgroup_size, int) else tuple(workgroup_size)
+        except TypeError:
+            ws = ()
+        if not 1 <= len(ws) <= 3 or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                                            for x in ws):
             raise CompileError(f"workgroup_size must be 1 to 3 positive ints, got {workgroup_size!r}",
-                               rule="SPIR-V: LocalSize x, y, z are positive integers (Vulkan: at most "
-                                    "maxComputeWorkGroupSize)")
+                               _def_loc(fn), rule="LocalSize: each workgroup dimension is a positive "
+                                                  "integer (x, y, z)",
+                               hint="e.g. @pycoop.kernel(workgroup_size=64) or workgroup_size=(16, 16)")
         self.workgroup_size = tuple(ws) + (1,) * (3 - len(ws))
         self.subgroup_size = subgroup_size
-        if subgroup_size is not None and (subgroup_size <= 0 or subgroup_size & (subgroup_size - 1)):
-            raise CompileError(f"subgroup_size must be a power of two, got {subgroup_size}",
-                               rule="Vulkan: requiredSubgroupSize must be a power of two (VUID-"
-                                    "VkPipelineShaderStageRequiredSubgroupSizeCreateInfo-requiredSubgroupSize-02760)")
+        if subgroup_size is not None and (not isinstance(subgroup_size, int) or subgroup_size <= 0
+                                          or subgroup_size & (subgroup_size - 1)):
+            raise CompileError(f"subgroup_size must be a power of two, got {subgroup_size!r}",
+                               _def_loc(fn), rule="VkPhysicalDeviceSubgroupProperties: the subgroup "
+                                                  "size is a power of two",
+                               hint="use 16 or 32 (or leave it out: the device's size)")
         self.params = self._signature()
         self.call_signature = inspect.Signature(   # how launches bind their arguments
             [inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=p.default)
@@ -124,28 +176,49 @@ class Kernel:
             if isinstance(ann, str):
                 try:
                     ann = eval(ann, self.fn.__globals__, scope)
+                except CompileError as e:          # e.g. Buffer[coopmat]: at the annotation
+                    raise CompileError(e.message, _def_loc(self.fn, p.name), rule=e.rule,
+                                       hint=e.hint) from None
                 except Exception as e:
                     raise CompileError(f"cannot evaluate the annotation {ann!r} of parameter "
-                                       f"'{p.name}': {e}",
-                                       rule="pycoop: kernel parameters are annotated with pycoop types "
-                                            "(Buffer[...], a scalar type, pycoop.Const)") from None
+                                       f"'{p.name}': {e}", _def_loc(self.fn, p.name),
+                                       rule="annotations are evaluated where the kernel is defined",
+                                       hint="import the types the annotation names") from None
+            rule = ("kernel parameters are annotated pycoop.Buffer[T], a numeric scalar type (u32, "
+                    "f32, ...) or pycoop.Const")
+            hint = f"e.g. def {self.name}(A: pycoop.Buffer[f32], n: u32, tile: pycoop.Const = 64)"
             if ann is Const:
                 out.append(Param(p.name, None, p.default))
             elif isinstance(ann, BufferType) and not (isinstance(ann.elem, StructType)
                                                       or memory_element(ann.elem)):
                 raise CompileError(
                     f"parameter '{p.name}' of kernel {self.name}: buffers of {ann.elem} are not "
-                    "supported", None, rule="kernel buffers hold numeric scalars, numeric vectors "
-                                            "of 2 or 4 components, or structs (blocks)",
-                    hint="pass the data as a buffer of its scalar type and index it explicitly")
+                    "supported", _def_loc(self.fn, p.name),
+                    rule="kernel buffers hold numeric scalars, numeric vectors of 2 or 4 "
+                         "components, or structs (blocks)",
+                    hint="pass the data as a buffer of its scalar type and index it explicitly"
+                         + ("; load matrices from it with M.load(A, offset, stride)"
+                            if isinstance(ann.elem, CoopMatType) else ""))
             elif isinstance(ann, BufferType) or (isinstance(ann, ScalarType) and not ann.is_bool):
                 out.append(Param(p.name, ann, p.default))
+            elif ann is inspect.Parameter.empty:
+                raise CompileError(f"parameter '{p.name}' of kernel {self.name} has no annotation",
+                                   _def_loc(self.fn, p.name), rule=rule, hint=hint)
+            elif isinstance(ann, ScalarType):
+                raise CompileError(f"parameter '{p.name}' of kernel {self.name} is a bool",
+                                   _def_loc(self.fn, p.name),
+                                   rule=rule + "; bool has no memory layout (SPIR-V OpTypeBool)",
+                                   hint=f"pass a u32 (0 or 1) and compare it: `if {p.name} != 0:`")
+            elif isinstance(ann, CoopMatType):
+                raise CompileError(f"parameter '{p.name}' of kernel {self.name} is a cooperative "
+                                   "matrix", _def_loc(self.fn, p.name), rule=rule,
+                                   hint=f"pass a buffer and load the matrix in the kernel: "
+                                        f"{p.name}: pycoop.Buffer[{ann.component}], then "
+                                        f"M.load({p.name}, offset, stride)")
             else:
                 raise CompileError(
                     f"parameter '{p.name}' of kernel {self.name} has annotation {ann!r}",
-                    None, rule="kernel parameters are annotated pycoop.Buffer[T], a numeric scalar "
-                               "type (u32, f32, ...) or pycoop.Const",
-                    hint=f"e.g. def {self.name}(A: pycoop.Buffer[f32], n: u32, tile: pycoop.Const = 64)")
+                    _def_loc(self.fn, p.name), rule=rule, hint=hint)
         return out
 
     # ---------------------------------------------------------------- compile
@@ -189,11 +262,23 @@ class Kernel:
             body = Block()
             t.blocks.append(body)
             with trace_scope(t):
-                ret = self._traced(*args)
+                try:
+                    ret = self._traced(*args)
+                except KeyError as e:
+                    if not (e.args and isinstance(e.args[0], Value)):
+                        raise
+                    raise CompileError(
+                        f"a Python container was indexed with a runtime value ({e.args[0].type})",
+                        _user_frame_loc(e.__traceback__),
+                        rule="dicts and other Python containers are indexed while tracing: "
+                             "their keys must be known at trace time",
+                        hint="index with a Python value (a Const, a trace-time loop variable), "
+                             "keep the data in a buffer or shared array, or choose with "
+                             "pycoop.select") from None
             if ret is not None:
                 raise CompileError(f"kernel {self.name} returned {ret!r}; kernels return nothing",
-                                   hint="write results into a buffer parameter",
-                                   rule="SPIR-V: a GLCompute/Kernel entry point returns OpTypeVoid")
+                                   _def_loc(self.fn), rule="a kernel's entry point returns void",
+                                   hint="write results into a buffer parameter")
             module = Module(Function(self.name, runtime, body), self.workgroup_size, sgs,
                             [p.name for p in self.params if not p.is_const], shared=t.shared,
                             functions=t.functions)
@@ -224,6 +309,18 @@ def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, stri
     if fn is None:
         return lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes)
     return Kernel(fn, workgroup_size, subgroup_size, scope, strict_intel_shapes)
+
+
+def _user_frame_loc(tb) -> Loc | None:
+    """The innermost line of kernel code (not pycoop's implementation) in a traceback."""
+    from ..ir.builder import _KERNELS_DIR, _PKG_DIR
+    loc = None
+    while tb is not None:
+        f = tb.tb_frame.f_code.co_filename
+        if not f.startswith(_PKG_DIR) or f.startswith(_KERNELS_DIR):
+            loc = Loc(f, tb.tb_lineno)
+        tb = tb.tb_next
+    return loc
 
 
 @dataclass(frozen=True)

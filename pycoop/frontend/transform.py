@@ -13,7 +13,7 @@ import inspect
 import textwrap
 import types
 
-from ..errors import CompileError
+from ..errors import CompileError, Loc
 from .control import PASSED
 
 _PC = "__pc"
@@ -131,7 +131,8 @@ def _lambda(body: ast.expr) -> ast.Lambda:
 
 
 class _Unsupported(Exception):
-    """A break/continue inside a statement the flag rewrite does not handle."""
+    """A break/continue (or return) inside a statement the flag rewrite does not handle (its
+    kind is the argument)."""
 
 
 class _Rewriter(ast.NodeTransformer):
@@ -226,9 +227,12 @@ class _Rewriter(ast.NodeTransformer):
     def _flags(self, node) -> tuple[list[ast.stmt], str] | None:
         """Rewrite `break`/`continue` of this loop into flags (`_pc_brk_N`, `_pc_cnt_N`): the
         statements after one run only while both are false, and the loop stops once the break
-        flag is set. None if the loop has neither, or has one inside a statement other than `if`."""
+        flag is set. None if the loop has neither, or has one inside a statement other than `if`.
+        The break flag is returned only if the loop has a `break`: otherwise no statement of the
+        body assigns it, so the rewritten loop does not carry it and must not test it."""
         if node.orelse or not _has(node.body, (ast.Break, ast.Continue), into_loops=False):
             return None
+        breaks = _has(node.body, (ast.Break,), into_loops=False)
         self.n += 1
         brk, cnt = f"_pc_brk_{self.n}", f"_pc_cnt_{self.n}"
 
@@ -245,7 +249,7 @@ class _Rewriter(ast.NodeTransformer):
                     out.append(st)
                     continue
                 if not isinstance(st, ast.If):
-                    raise _Unsupported
+                    raise _Unsupported(type(st).__name__.lower())
                 out.append(ast.If(st.test, rewrite(st.body) or [ast.Pass()], rewrite(st.orelse)))
                 rest = rewrite(stmts[i + 1:])
                 if rest:
@@ -257,7 +261,8 @@ class _Rewriter(ast.NodeTransformer):
 
         try:
             body = rewrite(node.body)
-        except _Unsupported:
+        except _Unsupported as e:
+            node._pc_python_only = f"has a `break` or `continue` inside a `{e.args[0]}` statement"
             return None
         node.body = [assign(cnt, False), *body]
         pre = [assign(brk, False)]
@@ -265,7 +270,14 @@ class _Rewriter(ast.NodeTransformer):
             for n in ast.walk(tree):
                 if isinstance(n, (ast.stmt, ast.expr)) and not hasattr(n, "lineno"):
                     ast.copy_location(n, node)
-        return pre, brk
+        return pre, brk if breaks else None
+
+    @staticmethod
+    def _python_only(node) -> str:
+        """Why a loop stays a Python loop (for the error when its bound is a runtime value)."""
+        if node.orelse:
+            return "has an `else` clause"
+        return node._pc_python_only         # set by _flags
 
     def visit_For(self, node: ast.For):
         it = node.iter
@@ -280,7 +292,13 @@ class _Rewriter(ast.NodeTransformer):
         self.generic_visit(node)
         if (not is_range or node.orelse
                 or _has(node.body, (ast.Break, ast.Continue), into_loops=False)):
-            return node      # stays a Python loop: its bounds must be known at trace time
+            if is_range:     # stays a Python loop: its bounds must be known at trace time
+                node.iter = _call("python_range", [
+                    it.func, ast.Tuple(it.args, ast.Load()),
+                    ast.Dict([ast.Constant(kw.arg) for kw in it.keywords], [kw.value for kw in it.keywords]),
+                    ast.Constant(self._python_only(node)), self._loc_arg(node)], it)
+                ast.fix_missing_locations(node)
+            return node
         names, marked, stored = self._names(node.body, (node.target.id,))
         has_ret = _has(node.body, (ast.Return,))
         b = self._fresh("body")
@@ -289,19 +307,22 @@ class _Rewriter(ast.NodeTransformer):
                                    [kw.value for kw in it.keywords])] if method else []
         call = _call("for_range", [ast.Tuple(it.args, ast.Load()), ast.Name(b, ast.Load()),
                                    _tuple(names, ast.Load), ast.Constant(marked),
-                                   self._loc_arg(node), ast.Constant(flags[1] if flags else None),
+                                   self._loc_arg(node), ast.Constant(flags and flags[1]),
                                    *extra], node)
         return (flags[0] if flags else []) + [fn] + self._finish(node, call, [node.target.id, *stored],
                                                                  has_ret)
 
     def visit_While(self, node: ast.While):
         flags = self._flags(node)
-        if flags:
+        if flags and flags[1]:
             stop = ast.UnaryOp(ast.Not(), ast.Name(flags[1], ast.Load()))
             node.test = ast.copy_location(ast.BoolOp(ast.And(), [stop, node.test]), node.test)
             ast.fix_missing_locations(node)
         self.generic_visit(node)
         if node.orelse or _has(node.body, (ast.Break, ast.Continue), into_loops=False):
+            node.test = _call("python_cond", [node.test, ast.Constant(self._python_only(node)),
+                                              self._loc_arg(node)], node.test)
+            ast.fix_missing_locations(node)
             return node
         names, marked, stored = self._names(node.body, ())
         has_ret = _has(node.body, (ast.Return,))
@@ -422,6 +443,85 @@ def _single_exit(fdef: ast.FunctionDef) -> None:
     fdef.body = new
 
 
+# Statements a kernel cannot mean: what they do happens (or is skipped) while tracing, not in
+# the kernel, or the rewrite of loops and branches cannot keep their meaning.
+_UNSUPPORTED = {
+    ast.Try: ("try", "a kernel raises no Python exceptions at run time: the `except` "
+                     "handlers would never run",
+              "check the condition with an `if` instead; errors found while tracing are "
+              "CompileErrors"),
+    ast.With: ("with", "a context manager would run while the kernel is traced, not in the kernel",
+               "enter it around the launch (or the compile() call) instead"),
+    ast.AsyncWith: ("async with", "kernels are not coroutines", "write plain code"),
+    ast.AsyncFor: ("async for", "kernels are not coroutines", "use `for i in range(...)`"),
+    ast.AsyncFunctionDef: ("async def", "kernels are not coroutines", "use a plain `def`"),
+    ast.Await: ("await", "kernels are not coroutines", "call the function directly"),
+    ast.Global: ("global", "a kernel's variables live in the kernel: branches and loops pass "
+                           "them in and out, which a global or nonlocal name would bypass",
+                 "return the value (from a @pycoop.func) or write it to a buffer"),
+}
+_UNSUPPORTED[ast.Nonlocal] = ("nonlocal",) + _UNSUPPORTED[ast.Global][1:]
+if hasattr(ast, "TryStar"):                            # Python 3.11: try/except*
+    _UNSUPPORTED[ast.TryStar] = ("try",) + _UNSUPPORTED[ast.Try][1:]
+_YIELD_RULE = ("a kernel or traced function runs once while tracing and cannot be a generator",
+               "collect the values in a list and return it (from a @pycoop.func), or define "
+               "the generator as a separate helper function")
+
+
+def _check_statements(fdef: ast.FunctionDef, file: str) -> None:
+    """Reject, at their line, the statements kernels do not support (a `try` would otherwise
+    lose its handlers silently). `yield` is rejected in the traced function itself only: a
+    helper generator defined inside it is ordinary trace-time Python."""
+    found = []
+    stack: list[tuple[ast.AST, bool]] = [(st, True) for st in fdef.body]
+    while stack:
+        n, top = stack.pop()
+        entry = _UNSUPPORTED.get(type(n))
+        if entry is None and top and isinstance(n, (ast.Yield, ast.YieldFrom)):
+            entry = ("yield",) + _YIELD_RULE
+        if entry is not None:
+            found.append((n.lineno, n.col_offset, entry))
+        inner = top and not isinstance(n, (ast.FunctionDef, ast.Lambda, ast.ClassDef))
+        stack.extend((c, inner) for c in ast.iter_child_nodes(n))
+    if found:                                   # the first in the source
+        line, col, (what, rule, hint) = min(found, key=lambda f: f[:2])
+        raise CompileError(f"`{what}` is not supported in a kernel", Loc(file, line, col + 1),
+                           rule=rule, hint=hint)
+
+
+class _DelToUndef(ast.NodeTransformer):
+    """`del x` -> `x = UNDEF`: the variable has no value afterwards (a use is a CompileError),
+    which branches and loops carry like any other value (a deleted name could not be)."""
+
+    def visit_Delete(self, node: ast.Delete):
+        names = [t for t in node.targets if isinstance(t, ast.Name)]
+        rest = [t for t in node.targets if not isinstance(t, ast.Name)]
+        out: list[ast.stmt] = []
+        if names:
+            undef = ast.Attribute(ast.Name(_PC, ast.Load()), "UNDEF", ast.Load())
+            out.append(ast.Assign([ast.Name(t.id, ast.Store()) for t in names], undef))
+        if rest:
+            out.append(ast.Delete(rest))
+        return [ast.fix_missing_locations(ast.copy_location(s, node)) for s in out]
+
+
+class _KernelReturns(ast.NodeTransformer):
+    """In a kernel: `return X` -> `return __pc.kernel_return(X, pos)`, which rejects a value at
+    that line (kernels return nothing); nested functions keep their returns."""
+
+    def visit_Return(self, node: ast.Return):
+        if node.value is None or isinstance(node.value, ast.Constant) and node.value.value is None:
+            return node
+        pos = ast.Constant((node.lineno, node.value.col_offset + 1))
+        node.value = _call("kernel_return", [node.value, pos], node.value)
+        return ast.fix_missing_locations(node)
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+
 def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.FunctionType:
     """Return `fn` rewritten for tracing (same globals, closure, defaults, file and lines).
     Functions that return a value (not kernels) may return from inside branches and loops."""
@@ -449,6 +549,10 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
                            rule="pycoop: a kernel or @pycoop.func is a plain `def` (its source is "
                                 "transformed)")
     fdef.decorator_list = []
+    _check_statements(fdef, fn.__code__.co_filename)
+    fdef = _DelToUndef().visit(fdef)
+    if not returns_value:
+        fdef.body = [_KernelReturns().visit(st) for st in fdef.body]
     if returns_value and _nested_return(fdef.body):
         try:
             _single_exit(fdef)
@@ -456,8 +560,12 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
             pass                    # a return inside e.g. `with`: traced as written
     fdef = _Rewriter(fn.__code__.co_freevars).visit(fdef)
     # Wrap in a factory whose parameters are the closure's free variables (plus the control
-    # module), so the rewritten function gets the original cells and globals.
-    free = list(fn.__code__.co_freevars) + [_PC]
+    # module), so the rewritten function gets the original cells and globals. A helper defined
+    # inside a rewritten function may already refer to the control module.
+    free = [n for n in fn.__code__.co_freevars if n != _PC] + [_PC]
+    # Named apart inside the factory, so the function's own name in its body still means what
+    # it meant (e.g. the global @pycoop.func object of a recursive helper); renamed back below.
+    fdef.name = f"{_PC}_fn"
     factory = ast.FunctionDef(
         name=f"{_PC}_factory",
         args=ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in free], vararg=None, kwonlyargs=[],
@@ -467,7 +575,8 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
     module = ast.fix_missing_locations(ast.Module([ast.copy_location(factory, fdef)], []))
     code = compile(module, fn.__code__.co_filename, "exec")
     fcode = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-    icode = next(c for c in fcode.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.__name__)
+    icode = next(c for c in fcode.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
+    icode = icode.replace(co_name=fn.__code__.co_name, co_qualname=fn.__code__.co_qualname)
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
     cells[_PC] = types.CellType(control)
     closure = tuple(cells[n] for n in icode.co_freevars)

@@ -27,7 +27,7 @@ def loop_controls(ck) -> list[str]:
 
 @pytest.mark.parametrize("specialize,driver_unroll,vector_copy", [
     (False, None, False), (True, None, False), (True, False, False), (False, 2, False),
-    (False, None, True), (True, None, True)])
+    (False, None, True), (True, None, True), (True, True, False), (False, True, False)])
 def test_staged_khr_gemm(specialize, driver_unroll, vector_copy):
     cfg = (64, 64, 32, 2, 2, 8)
     M, N, K = 128, 64, 96
@@ -40,8 +40,9 @@ def test_staged_khr_gemm(specialize, driver_unroll, vector_copy):
     k[(M // 64, N // 64)](a, b, C, M, N, K, backend="emulator")
     np.testing.assert_allclose(C, gemm_reference(A, B), rtol=1e-5, atol=1e-4)
     ck = k.compile(**({"M": M, "N": N, "K": K} if specialize else {}))
-    want = {None: "None", False: "DontUnroll", 2: "2"}[driver_unroll]
-    assert loop_controls(ck) == [want]           # one K loop, never unrolled at trace time
+    want = {None: "None", False: "DontUnroll", 2: "2", True: "Unroll"}[driver_unroll]
+    # one K loop, unrolled at trace time only with unroll=True and constant bounds (K fixed)
+    assert loop_controls(ck) == ([] if driver_unroll is True and specialize else [want])
 
 
 @pytest.mark.parametrize("clamp,M,N,K", [("constant", 100, 72, 80), ("undefined", 128, 128, 128)])

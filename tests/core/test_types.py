@@ -164,8 +164,9 @@ def test_buffer_annotations():
     assert pycoop.ReadBuffer[f32].access == "read"
     assert pycoop.WriteBuffer[f32].access == "write"
     assert pycoop.Buffer[pycoop.vec(f32, 4)].elem == pycoop.vec(f32, 4)
-    with pytest.raises(TypeError):
+    with pytest.raises(pycoop.CompileError, match="Buffer.*takes a pycoop scalar") as e:
         pycoop.Buffer[int]
+    assert e.value.loc.file == __file__ and "scalars" in e.value.rule
 
 
 # --------------------------------------------------------------------------- cooperative matrices

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import CompileError, Loc
-from ...frontend.functions import trace_function
+from ...frontend.functions import trace_closure, trace_function
 from ...ir.builder import current_loc, emit1
 from ...ir.core import Value
 from ...types import CoopMatType, ScalarType, Use, u32
@@ -168,8 +168,9 @@ def per_element(mat: Value, fn, *extra) -> Value:
                                rule="SPV_NV_cooperative_matrix2: PerElementOp's additional operands are "
                                     "scalars or matrices of Matrix's type",
                                rule_id="nv.per-element-operand")
-    f = trace_function(fn, ptypes, "per-element function", loc, t.component)
-    return emit1("nv.per_element", [mat, *ex], {"fn": f}, loc)
+    # values the function captures from the kernel are passed like extra operands
+    f, captured = trace_closure(fn, ptypes, "per-element function", loc, t.component)
+    return emit1("nv.per_element", [mat, *ex, *captured], {"fn": f}, loc)
 
 
 @emulation("nv.per_element")

@@ -1,0 +1,379 @@
+"""Python a kernel cannot mean, and mistakes in a kernel's declaration: each is a CompileError
+at the user's line (the statement, the annotation, the decorator or the call) with the rule
+and a hint, never an internal exception; what does work keeps working."""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop import f32, u32
+
+from core_helpers import emu, line_of
+
+C32 = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
+G = 0
+
+
+def at_line(e, fn, text: str) -> None:
+    assert e.loc is not None and e.loc.file == __file__, e.loc
+    assert e.line == line_of(fn, text), (e.loc, text)
+    assert e.rule and e.hint
+
+
+# --------------------------------------------------------------------------- statements
+
+@pc.kernel(workgroup_size=8)
+def k_try(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    try:                                       # HERE
+        A[i] = A[i] + u32(1)
+    except Exception:
+        A[i] = u32(0)
+
+
+@pc.kernel(workgroup_size=8)
+def k_try_finally(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    if A[i] > u32(2):
+        try:                                   # HERE
+            A[i] = u32(1)
+        finally:
+            A[i] = u32(2)
+
+
+@pc.kernel(workgroup_size=8)
+def k_with(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    with contextlib.nullcontext():             # HERE
+        A[i] = u32(1)
+
+
+@pc.kernel(workgroup_size=8)
+def k_global(A: pc.Buffer[u32]):
+    global G                                   # HERE
+    i = pc.global_invocation_id.x
+    G = A[i]
+
+
+def _nonlocal_kernel():
+    total = 0
+
+    @pc.kernel(workgroup_size=8)
+    def k_nonlocal(A: pc.Buffer[u32]):
+        nonlocal total                         # HERE
+        i = pc.global_invocation_id.x
+        total = A[i]
+    return k_nonlocal
+
+
+@pc.kernel(workgroup_size=8)
+def k_yield(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    yield A[i]                                 # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_async(A: pc.Buffer[u32]):
+    async def later():                         # HERE
+        pass
+    A[pc.global_invocation_id.x] = u32(1)
+
+
+@pc.kernel(workgroup_size=8)
+def k_helper_try(A: pc.Buffer[u32]):
+    def helper(x):
+        try:                                   # HERE
+            return x + u32(1)
+        except KeyError:
+            return x
+    A[0] = helper(A[0])
+
+
+def _per_element_try(r, c, e):
+    try:                                       # HERE
+        return e + e
+    except ValueError:
+        return e
+
+
+@pc.kernel(workgroup_size=32)
+def k_callback_try(X: pc.Buffer[f32]):
+    pc.store(X, 0, pc.nv.per_element(C32.load(X, 0, 16), _per_element_try), 16)
+
+
+@pytest.mark.parametrize("kernel,what", [
+    (k_try, "try"), (k_try_finally, "try"), (k_with, "with"), (k_global, "global"),
+    (_nonlocal_kernel(), "nonlocal"), (k_yield, "yield"), (k_async, "async def"),
+    (k_helper_try, "try"), (k_callback_try, "try")],
+    ids=lambda x: x if isinstance(x, str) else x.name)
+def test_unsupported_statements_are_rejected_by_name(kernel, what):
+    with pytest.raises(pc.CompileError, match=f"`{what}` is not supported in a kernel") as e:
+        kernel.compile()
+    at_line(e.value, _per_element_try if kernel is k_callback_try else kernel, "# HERE")
+
+
+@pc.kernel(workgroup_size=8)
+def k_for_else(A: pc.Buffer[u32], n: u32):
+    i = pc.global_invocation_id.x
+    for j in range(n):                         # HERE
+        A[i] = A[i] + u32(1)
+    else:
+        A[i] = u32(0)
+
+
+@pc.kernel(workgroup_size=8)
+def k_while_else(A: pc.Buffer[u32], n: u32):
+    i = pc.global_invocation_id.x
+    j = u32(0)
+    while j < n:                               # HERE
+        j += u32(1)
+    else:
+        A[i] = j
+
+
+@pc.kernel(workgroup_size=8)
+def k_break_in_match(A: pc.Buffer[u32], n: u32):
+    i = pc.global_invocation_id.x
+    for j in pc.range(n):                      # HERE
+        match 1:
+            case 1:
+                if A[i] > j:
+                    break
+        A[i] = A[i] + u32(1)
+
+
+@pytest.mark.parametrize("kernel,why", [
+    (k_for_else, "has an `else` clause, so its bounds must be known at trace time"),
+    (k_while_else, "has an `else` clause, so its condition cannot be a runtime value"),
+    (k_break_in_match, "inside a `match` statement, so it cannot be a pycoop.range() loop")],
+    ids=lambda x: x if isinstance(x, str) else x.name)
+def test_loops_that_stay_python_loops_need_trace_time_bounds(kernel, why):
+    with pytest.raises(pc.CompileError, match="this (while )?loop") as e:
+        kernel.compile()
+    assert why in e.value.message
+    at_line(e.value, kernel, "# HERE")
+
+
+@pc.kernel(workgroup_size=8)
+def k_python_constructs(A: pc.Buffer[u32]):
+    """What worked before keeps working: loops with else over trace-time ranges, match on a
+    Python value, a class, lambdas, del, walrus."""
+    i = pc.global_invocation_id.x
+    x = A[i]
+    for j in range(2):
+        x = x + u32(1)
+    else:
+        x = x + u32(10)
+    match 3:
+        case 3:
+            x = x * u32(2)
+
+    class Pair:
+        scale = 3
+    inc = lambda v: v + u32(Pair.scale) if v > u32(20) else v      # noqa: E731
+    x = inc(x)
+    tmp = x
+    del tmp
+    if (y := x + u32(1)) > u32(30):
+        x = y
+    A[i] = x
+
+
+def test_supported_python_constructs_still_work():
+    A = np.arange(8, dtype=np.uint32) * 5
+    want = []
+    for a in A.tolist():
+        x = (a + 12) * 2
+        x = x + 3 if x > 20 else x
+        want.append(x + 1 if x + 1 > 30 else x)
+    emu(k_python_constructs, 1, A)
+    np.testing.assert_array_equal(A, want)
+
+
+@pc.kernel(workgroup_size=8)
+def k_del_in_branch(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    y = A[i]
+    if y > u32(3):
+        del y
+    A[i] = y + u32(1)                          # HERE
+
+
+def test_a_deleted_variable_has_no_value_after_a_runtime_if():
+    """`del` in a runtime branch leaves the variable without a value on that path (before, an
+    UnboundLocalError escaped from the rewritten branch)."""
+    with pytest.raises(pc.CompileError, match="no value.*only one branch") as e:
+        k_del_in_branch.compile()
+    assert e.value.line == line_of(k_del_in_branch, "# HERE")
+
+
+# --------------------------------------------------------------------------- declarations
+
+def _decl(case: str):
+    if case == "workgroup_size=0":
+        @pc.kernel(workgroup_size=0)
+        def k(A: pc.Buffer[u32]):
+            pass
+    elif case == "workgroup_size=(8, 0)":
+        @pc.kernel(workgroup_size=(8, 0))
+        def k(A: pc.Buffer[u32]):
+            pass
+    elif case == "subgroup_size=24":
+        @pc.kernel(workgroup_size=32, subgroup_size=24)
+        def k(A: pc.Buffer[u32]):
+            pass
+    elif case == "coopmat parameter":
+        @pc.kernel(workgroup_size=32)
+        def k(A: pc.Buffer[f32],
+              M: C32):
+            pass
+    elif case == "Buffer[coopmat]":
+        @pc.kernel(workgroup_size=32)
+        def k(A: pc.Buffer[C32]):
+            pass
+    elif case == "bool parameter":
+        @pc.kernel(workgroup_size=32)
+        def k(A: pc.Buffer[u32], flag: pc.bool_):
+            pass
+    elif case == "no annotation":
+        @pc.kernel(workgroup_size=32)
+        def k(A: pc.Buffer[u32], n):
+            pass
+    elif case == "unknown name":
+        @pc.kernel(workgroup_size=32)
+        def k(A: pc.Buffer[u32], n: u64):      # noqa: F821 (not imported)
+            pass
+
+
+DECLARATIONS = {
+    "workgroup_size=0": ("workgroup_size must be 1 to 3 positive ints", "@pc.kernel(workgroup_size=0)",
+                         "LocalSize"),
+    "workgroup_size=(8, 0)": ("workgroup_size must be", "@pc.kernel(workgroup_size=(8, 0))", "LocalSize"),
+    "subgroup_size=24": ("subgroup_size must be a power of two", "subgroup_size=24", "power of two"),
+    "coopmat parameter": ("parameter 'M' of kernel k is a cooperative matrix", "M: C32",
+                          "kernel parameters are annotated"),
+    "Buffer[coopmat]": ("Buffer.*takes a pycoop scalar", "A: pc.Buffer[C32]", "kernel buffers hold"),
+    "bool parameter": ("parameter 'flag' of kernel k is a bool", "flag: pc.bool_", "OpTypeBool"),
+    "no annotation": ("parameter 'n' of kernel k has no annotation", "pc.Buffer[u32], n)",
+                      "kernel parameters are annotated"),
+    "unknown name": ("cannot evaluate the annotation 'u64'", "n: u64", "annotations are evaluated"),
+}
+
+
+@pytest.mark.parametrize("case", DECLARATIONS)
+def test_declaration_errors_name_the_users_line(case):
+    message, text, rule = DECLARATIONS[case]
+    with pytest.raises(pc.CompileError, match=message) as e:
+        _decl(case)
+    lines, start = __import__("inspect").getsourcelines(_decl)
+    want = [start + i for i, ln in enumerate(lines) if text in ln]
+    assert e.value.loc.file == __file__ and e.value.line in want, (e.value.loc, text)
+    assert rule in e.value.rule and e.value.hint
+
+
+@pc.kernel(workgroup_size=8)
+def k_returns(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    return A[i]                                # HERE
+
+
+def test_a_kernel_returning_a_value_is_reported_at_the_return():
+    with pytest.raises(pc.CompileError, match="returns nothing, but this returns a u32 value") as e:
+        k_returns.compile()
+    at_line(e.value, k_returns, "# HERE")
+
+
+# --------------------------------------------------------------------------- recursion, dicts
+
+@pc.func
+def countdown(x):
+    if x > u32(3):
+        return countdown(x - u32(1))           # HERE
+    return x
+
+
+@pc.kernel(workgroup_size=8)
+def k_recursion(A: pc.Buffer[u32]):
+    A[0] = countdown(A[0])
+
+
+@pc.func
+def tree_sum(xs):
+    if len(xs) == 1:
+        return xs[0]
+    h = len(xs) // 2
+    return tree_sum(xs[:h]) + tree_sum(xs[h:])
+
+
+@pc.kernel(workgroup_size=8)
+def k_tree(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = tree_sum([A[i] * u32(q + 1) for q in range(6)])
+
+
+def test_recursion_on_a_runtime_condition_is_a_compile_error():
+    with pytest.raises(pc.CompileError, match="calls itself more than 64 levels deep") as e:
+        k_recursion.compile()
+    at_line(e.value, countdown, "# HERE")
+    assert "inlined" in e.value.rule
+
+
+def test_recursion_ending_on_trace_time_values_works():
+    A = np.arange(8, dtype=np.uint32)
+    emu(k_tree, 1, A)
+    np.testing.assert_array_equal(A, np.arange(8) * 21)
+
+
+@pc.kernel(workgroup_size=8)
+def k_dict_runtime_key(A: pc.Buffer[u32]):
+    table = {0: u32(5), 1: u32(7)}
+    i = pc.global_invocation_id.x
+    A[i] = table[A[i]]                         # HERE
+
+
+def test_a_dict_indexed_by_a_runtime_value():
+    with pytest.raises(pc.CompileError, match="indexed with a runtime value") as e:
+        k_dict_runtime_key.compile()
+    assert e.value.loc.file == __file__ and e.value.line == line_of(k_dict_runtime_key, "# HERE")
+    assert "trace time" in e.value.rule and "pycoop.select" in e.value.hint
+
+
+@pc.func
+def _grow(xs, v):
+    xs.append(v)                               # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_helper_grows_list(A: pc.Buffer[u32], n: u32):
+    xs = [A[0]]
+    for j in range(n):
+        _grow(xs, j)
+    A[0] = xs[0]
+
+
+def test_a_list_grown_by_a_helper_in_a_runtime_loop_is_reported_at_the_append():
+    with pytest.raises(pc.CompileError, match="changes its container shape") as e:
+        k_helper_grows_list.compile()
+    assert e.value.line == line_of(_grow, "# HERE")
+    assert f"line {line_of(k_helper_grows_list, 'for j in range(n)')}" in e.value.message
+
+
+@pc.kernel(workgroup_size=8)
+def k_branch_grows_list(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    xs = [A[i]]
+    if A[i] > u32(3):
+        xs.pop()                               # HERE
+    else:
+        xs[0] = u32(1)
+    A[i] = u32(len(xs))
+
+
+def test_a_list_shortened_in_one_branch_of_a_runtime_if_is_reported_at_the_pop():
+    with pytest.raises(pc.CompileError, match="containers of different shapes") as e:
+        k_branch_grows_list.compile()
+    at_line(e.value, k_branch_grows_list, "# HERE")
+    assert f"line {line_of(k_branch_grows_list, 'if A[i] > u32(3)')}" in e.value.message

@@ -1,0 +1,308 @@
+"""Kernels the front end once crashed on or compiled wrongly: `continue` without `break`,
+loops that never run and `pycoop.range(unroll=True)` (which crashed a driver's compiler),
+helpers and closures passed to per-element, combine and decode functions. Scalar kernels run
+on the emulator and on Vulkan (lavapipe in CI) and agree with a NumPy or Python reference;
+the driver-crash kernels also run on a GPU (-m gpu)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop import f16, f32, i16, i64, u32
+
+from core_helpers import line_of
+
+C32 = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
+
+
+def _vulkan() -> bool:
+    try:
+        from pycoop.runtime.vulkan import get_runtime
+        get_runtime()
+    except Exception:
+        return False
+    return True
+
+
+HAVE_VULKAN = _vulkan()
+
+
+def run_both(kernel, grid, *args):
+    """Outputs on the emulator and (where a driver exists) on Vulkan, from copies of the same
+    inputs; the Vulkan outputs are None without a driver."""
+    emu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    kernel[grid](*emu, backend="emulator")
+    if not HAVE_VULKAN:
+        return emu, None
+    vk = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    assert kernel[grid](*vk, backend="vulkan").backend == "vulkan"
+    return emu, vk
+
+
+def check_both(kernel, grid, args, index, want):
+    emu, vk = run_both(kernel, grid, *args)
+    np.testing.assert_array_equal(emu[index], want)
+    if vk is not None:
+        np.testing.assert_array_equal(vk[index], want)
+
+
+# --------------------------------------------------------------------------- continue, no break
+
+@pc.kernel(workgroup_size=8)
+def continue_runtime(A: pc.Buffer[u32], n: u32):
+    gid = pc.global_invocation_id.x
+    for j in range(n):
+        if gid == u32(1):
+            continue
+        A[gid] = A[gid] + u32(1)
+
+
+@pc.kernel(workgroup_size=8)
+def continue_unrolled(A: pc.Buffer[u32], n: u32):
+    gid = pc.global_invocation_id.x
+    for j in range(3):
+        if gid == u32(1):
+            continue
+        A[gid] = A[gid] + u32(1)
+
+
+@pc.kernel(workgroup_size=8)
+def continue_pc_range(A: pc.Buffer[u32], n: u32):
+    gid = pc.global_invocation_id.x
+    s = u32(0)
+    for j in pc.range(0, 5, unroll=True):
+        if (gid + j) % u32(2) == u32(0):
+            continue
+        s = s + j
+    A[gid] = s
+
+
+@pytest.mark.parametrize("kernel,bump", [(continue_runtime, 5), (continue_unrolled, 3)])
+def test_continue_in_a_loop_without_break(kernel, bump):
+    A = np.arange(16, dtype=np.uint32)
+    want = A + bump
+    want[1] = 1                            # global id 1 skips every step
+    check_both(kernel, 2, (A, 5), 0, want)
+
+
+def test_continue_in_an_unrolled_pc_range():
+    want = [sum(j for j in range(5) if (g + j) % 2) for g in range(8)]
+    check_both(continue_pc_range, 1, (np.zeros(8, np.uint32), 0), 0, np.array(want, np.uint32))
+
+
+# --------------------------------------------------------------------------- driver crashes
+
+@pc.kernel(workgroup_size=32)
+def zero_trip(A: pc.ReadBuffer[i16], O: pc.Buffer[u32]):
+    gid = u32(1) + pc.local_invocation_id.x
+    x = A[gid]
+    w = u32(0)
+    while w < u32(5):
+        w += u32(1)
+        if x > i16(15):
+            return
+    for q in pc.range(1, 1):          # a loop that never runs
+        O[gid] = u32(1)
+    w2 = u32(0)
+    while w2 < gid:
+        w2 += u32(1)
+    O[gid] = gid
+
+
+@pc.kernel(workgroup_size=32)
+def unrolled_break(A: pc.ReadBuffer[i64], O: pc.Buffer[i64]):
+    gid = pc.local_invocation_id.x
+    x = A[gid]
+    while x > i64(100):
+        x = x // i64(3)
+    s = i64(0)
+    for q in pc.range(1, 3, unroll=True):
+        if x // i64(7) < x:
+            break
+        s += x * i64(q)
+    O[gid] = s + x
+
+
+def _zero_trip_case():
+    A = np.arange(40, dtype=np.int16)
+    want = np.zeros(40, np.uint32)
+    want[1:16] = np.arange(1, 16)           # ids 16.. return early (x = id > 15)
+    return (A, np.zeros(40, np.uint32)), want
+
+
+def _unrolled_break_case():
+    A = (np.arange(32, dtype=np.int64) * 37 - 40)
+    want = []
+    for x in A.tolist():
+        while x > 100:
+            x //= 3
+        s = 0
+        for q in range(1, 3):
+            if x // 7 < x:
+                break
+            s += x * q
+        want.append(s + x)
+    return (A, np.zeros(32, np.int64)), np.array(want, np.int64)
+
+
+def test_driver_crash_kernels_emit_no_zero_trip_or_unroll_hinted_loop():
+    """The two kernels that crashed a driver's pipeline compiler: no loop op for the loop
+    that never runs, and `pycoop.range(unroll=True)` unrolled by the tracer (no Unroll hint)."""
+    assert [op.name for op in zero_trip.compile().module.walk()].count("loop") == 2     # the whiles
+    ck = unrolled_break.compile()
+    assert [op.name for op in ck.module.walk()].count("loop") == 1
+    assert " Unroll" not in ck.spvasm and ck.spv
+
+
+@pytest.mark.parametrize("kernel,case", [(zero_trip, _zero_trip_case), (unrolled_break, _unrolled_break_case)])
+def test_driver_crash_kernels_run(kernel, case):
+    args, want = case()
+    check_both(kernel, 1, args, 1, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,case", [(zero_trip, _zero_trip_case), (unrolled_break, _unrolled_break_case)])
+def test_driver_crash_kernels_run_on_the_gpu(kernel, case):
+    """These crashed vkCreateComputePipelines on an H100 (driver 580.159.04) before the tracer
+    folded the zero-trip loop and unrolled the unroll=True one."""
+    args, want = case()
+    out = [a.copy() for a in args]
+    assert kernel[1](*out, backend="vulkan").backend == "vulkan"
+    np.testing.assert_array_equal(out[1], want)
+    emu = [a.copy() for a in args]
+    kernel[1](*emu, backend="emulator")
+    np.testing.assert_array_equal(out[1], emu[1])
+
+
+@pc.kernel(workgroup_size=8)
+def folded_runtime_range(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    for j in range(u32(4), u32(4)):          # constant bounds, no iteration
+        A[i] = u32(7)
+    for j in range(u32(0), u32(2)):          # constant bounds: stays a loop
+        A[i] = A[i] + j
+
+
+def test_a_runtime_range_with_constant_empty_bounds_is_folded():
+    assert [op.name for op in folded_runtime_range.compile().module.walk()].count("loop") == 1
+    check_both(folded_runtime_range, 1, (np.zeros(8, np.uint32),), 0, np.ones(8, np.uint32))
+
+
+@pc.kernel(workgroup_size=8)
+def unrolled_values(A: pc.Buffer[i64]):
+    i = pc.global_invocation_id.x
+    s = i64(0)
+    for j in pc.range(5, -4, -3, unroll=True):      # 5, 2, -1: an i32 loop variable
+        s = s * i64(10) + i64(j)
+    A[i] = s
+
+
+def test_unrolled_pc_range_keeps_the_loop_variable_type_and_order():
+    assert not any(op.name == "loop" for op in unrolled_values.compile().module.walk())
+    check_both(unrolled_values, 1, (np.zeros(8, np.int64),), 0, np.full(8, (5 * 10 + 2) * 10 - 1))
+
+
+# --------------------------------------------------------------------------- callbacks
+
+@pc.kernel(workgroup_size=32)
+def helper_with_local(X: pc.Buffer[f32]):
+    def twice(r, c, e):
+        t = e + e
+        return t
+    pc.store(X, 0, pc.nv.per_element(C32.load(X, 0, 16), twice), 16)
+
+
+@pc.kernel(workgroup_size=32)
+def closure_over_parameter(X: pc.Buffer[f32], s: f32):
+    pc.store(X, 0, pc.nv.per_element(C32.load(X, 0, 16), lambda r, c, e: e * s), 16)
+
+
+@pc.kernel(workgroup_size=32)
+def closure_over_values(X: pc.Buffer[f32], s: f32):
+    m = C32.load(X, 0, 16)
+    k = f32(2.0)
+    t = s + f32(1.0)
+
+    def f(r, c, e, o):                       # o: the extra operand; m, s, t, k: captured
+        if e > s:
+            return e * o * k + t
+        return e - f32(r)
+    pc.store(X, 0, pc.nv.per_element(m, f, m), 16)
+
+
+@pc.kernel(workgroup_size=32)
+def closure_in_a_loop(X: pc.Buffer[f32]):
+    m = C32.load(X, 0, 16)
+    for s in (f32(2.0), f32(3.0)):           # one lambda object per iteration, same code
+        m = pc.nv.per_element(m, lambda r, c, e: e * s)
+    pc.store(X, 0, m, 16)
+
+
+def test_a_helper_with_a_local_variable_as_per_element_function():
+    X = np.arange(256, dtype=np.float32)
+    helper_with_local[1](X, backend="emulator")
+    np.testing.assert_array_equal(X, np.arange(256, dtype=np.float32) * 2)
+    assert helper_with_local.compile().spv
+
+
+def test_closures_pass_kernel_values_as_extra_operands():
+    X = np.arange(256, dtype=np.float32)
+    closure_over_parameter[1](X, 1.5, backend="emulator")
+    np.testing.assert_array_equal(X, np.arange(256, dtype=np.float32) * 1.5)
+    fn = closure_over_parameter.compile().module.functions[0]
+    assert len(fn.params) == 4                           # row, col, element, s
+
+    X0 = np.arange(256, dtype=np.float32)
+    X = X0.copy()
+    closure_over_values[1](X, 100.0, backend="emulator")
+    r = np.arange(256) // 16
+    np.testing.assert_array_equal(X, np.where(X0 > 100, X0 * X0 * 2 + 101, X0 - r))
+
+    X = X0.copy()
+    closure_in_a_loop[1](X, backend="emulator")
+    np.testing.assert_array_equal(X, X0 * 6)
+    for k in (closure_over_parameter, closure_over_values, closure_in_a_loop):
+        assert k.compile().spv                           # passes spirv-val
+
+
+@pc.kernel(workgroup_size=32)
+def combine_capture(X: pc.Buffer[f32], s: f32):
+    m = pc.nv.reduce(C32.load(X, 0, 16), "row", lambda a, b: a + b * s)
+    pc.store(X, 0, m, 16)
+
+
+@pc.kernel(workgroup_size=32)
+def per_element_reads_buffer(X: pc.Buffer[f32]):
+    m = C32.load(X, 0, 16)
+    pc.store(X, 0, pc.nv.per_element(m, lambda r, c, e: e + X[r]), 16)
+
+
+@pc.kernel(workgroup_size=32)
+def decode_capture(A: pc.ReadBuffer[f16], O: pc.Buffer[f16], s: f16):
+    l = pc.nv.tensor_layout(2, clamp="constant").block_size(1, 8).dimension(16, 16)
+    MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
+    m = pc.nv.load_tensor(A, l, MatA, decode=lambda p, bc, cib: f16(p[cib[1]]) * s)
+    pc.nv.store_tensor(O, pc.nv.tensor_layout(2).dimension(16, 16), m)
+
+
+@pc.kernel(workgroup_size=32)
+def decode_vector_capture(A: pc.ReadBuffer[f16], O: pc.Buffer[f16], s: f16):
+    l = pc.nv.tensor_layout(2, clamp="constant").block_size(1, 8).dimension(16, 16)
+    MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
+    m = pc.nv.load_tensor(A, l, MatA, decode=lambda p, bc, cib: f16(p[cib[1]]),
+                          decode_vector=lambda p, bc, cib: pc.make_vector(
+                              [f16(p[cib[1] + i]) * s for i in range(4)]))
+    pc.nv.store_tensor(O, pc.nv.tensor_layout(2).dimension(16, 16), m)
+
+
+@pytest.mark.parametrize("kernel,text,rule", [
+    (combine_capture, "lambda a, b: a + b * s", "CombineFunc's parameters are two components"),
+    (decode_capture, "decode=lambda", "DecodeFunc's parameters"),
+    (decode_vector_capture, "[f16(p[cib[1] + i]) * s", "DecodeVectorFunc's parameters"),
+    (per_element_reads_buffer, "lambda r, c, e: e + X[r]", "not memory")])
+def test_captures_a_function_cannot_receive_are_compile_errors(kernel, text, rule):
+    with pytest.raises(pc.CompileError, match="uses a") as e:
+        kernel.compile()
+    assert e.value.line == line_of(kernel, text)
+    assert rule in e.value.rule and e.value.hint
