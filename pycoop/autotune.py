@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import knobs
-from .errors import PycoopError
+from .errors import PycoopError, entry_point
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class TuneResult:
     cached: bool = False                        # chosen earlier (no timing this time)
 
 
+@entry_point
 def autotune(configs: Sequence, run: Callable[[Any, int], Any], *, repeat: int = 20,
              key: str | None = None) -> TuneResult:
     """The fastest of `configs`, timing `run(config, repeat)` (a launch with repeat=repeat
