@@ -84,6 +84,24 @@ class BackendUnavailable(PycoopError):
     """The requested backend cannot run this kernel; the message names what is missing."""
 
 
+class BackendFallbackWarning(UserWarning):
+    """backend="auto" ran a kernel on the emulator because Vulkan cannot run it; warned once per
+    kernel. `.kernel` (its name), `.reason` (the full explanation) and `.missing` (what the
+    selected device lacks; empty when there is no usable Vulkan device) hold the details.
+    Silence it with `warnings.filterwarnings("ignore", category=pycoop.BackendFallbackWarning)`,
+    or choose a backend (backend="emulator", PYCOOP_BACKEND=emulator)."""
+
+    def __init__(self, kernel: str, reason: str, missing: tuple[str, ...] = ()):
+        self.kernel, self.reason, self.missing = kernel, reason, tuple(missing)
+        if missing:
+            why = f"the Vulkan device lacks {missing[0]}" + (
+                f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+        else:
+            why = "no usable Vulkan device"
+        super().__init__(f"{kernel} runs on the pycoop emulator: {why} (details: the warning's "
+                         ".reason, `pycoop info`)")
+
+
 # ------------------------------------------------------------------ hiding pycoop's frames
 # An exception gains a traceback entry for every frame it leaves, so pycoop's frames are removed
 # where the error leaves pycoop: each function a user calls (decorators, compile, .spv, launches,
@@ -147,6 +165,15 @@ def _install_excepthook() -> None:
     shell = ipython.get_ipython() if ipython is not None else None
     if shell is not None and not shell.custom_exceptions:
         shell.set_custom_exc((PycoopError,), _ipython_handler)
+
+
+def user_stacklevel() -> int:
+    """The `stacklevel` for warnings.warn, called from the function that warns, that points at
+    the first frame outside pycoop (the user's launch line)."""
+    level, f = 2, sys._getframe(2)
+    while f is not None and is_internal(f.f_code.co_filename):
+        level, f = level + 1, f.f_back
+    return level
 
 
 def entry_point(fn):
