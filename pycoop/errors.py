@@ -23,6 +23,9 @@ class Loc:
     col: int = 0
 
     def __str__(self) -> str:
+        cell = cell_label(self.file)
+        if cell is not None:         # a notebook cell: "In [4], line 3", as IPython names it
+            return f"{cell}, line {self.line}" + (f", column {self.col}" if self.col else "")
         return f"{self.file}:{self.line}" + (f":{self.col}" if self.col else "")
 
     def source_line(self) -> str:
@@ -30,6 +33,21 @@ class Loc:
 
 
 UNKNOWN = Loc("<unknown>", 0)
+
+
+def cell_label(filename: str) -> str | None:
+    """`In [4]` for the code of IPython/Jupyter cell 4, else None. ipykernel compiles each cell
+    from a temporary file name (/tmp/ipykernel_123/2530548090.py) that the shell's compiler maps
+    back to the execution count; plain IPython uses <ipython-input-4-...>."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    name = getattr(getattr(shell, "compile", None), "format_code_name", None)
+    found = name(filename) if name is not None else None
+    if found:
+        return found[1].replace("In[", "In [")
+    if filename.startswith("<ipython-input-"):
+        return f"In [{filename.split('-')[2]}]"
+    return None
 
 
 def _render(what: str, loc: Loc | None, rule: str | None, hint: str | None) -> str:
@@ -163,7 +181,7 @@ def _install_excepthook() -> None:
         sys.excepthook = _excepthook
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
-    if shell is not None and not shell.custom_exceptions:
+    if hasattr(shell, "set_custom_exc") and not shell.custom_exceptions:
         shell.set_custom_exc((PycoopError,), _ipython_handler)
 
 

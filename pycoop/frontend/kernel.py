@@ -206,6 +206,10 @@ class Kernel:
         sig = ", ".join(f"{p.name}: {p.type if p.type else 'Const'}" for p in self.params)
         return f"<pycoop.kernel {self.name}({sig}) workgroup_size={self.workgroup_size}>"
 
+    def _repr_html_(self) -> str:
+        from ..jupyter import kernel_html
+        return kernel_html(self)
+
 
 @entry_point
 def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, strict_intel_shapes: bool = True):
@@ -233,6 +237,10 @@ class LaunchResult:
     def __repr__(self) -> str:
         runs = f" (fastest of {len(self.times_ms)})" if len(self.times_ms) > 1 else ""
         return f"<launch on {self.backend}: {self.time_ms:.3f} ms{runs}>"
+
+    def _repr_html_(self) -> str:
+        from ..jupyter import launch_result_html
+        return launch_result_html(self)
 
 
 def _grid(grid) -> tuple[int, int, int]:
