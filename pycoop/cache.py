@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -26,6 +27,7 @@ TARGET = "vulkan1.3"
 # is lowered by pycoop.codegen.opencl and validated as OpenCL.
 VALIDATOR_ENV = {"vulkan": TARGET, "opencl": "opencl2.2"}
 _memory: dict[str, Lowered] = {}
+_log = logging.getLogger(__name__)        # disk hits, stores and evictions, at DEBUG level
 
 
 @functools.cache
@@ -64,6 +66,7 @@ def lower_cached(module: Module, *, decode_vector: bool = True) -> Lowered:
             data = json.loads(path.read_text())
             if data.get("key") == key:
                 _touch(path)
+                _log.debug("disk cache hit %s", path)
                 low = Lowered(bytes.fromhex(data["spv"]), data["abi"], data["capabilities"],
                               data["extensions"], _requirements(data["requirements"]),
                               data.get("notes", []))
@@ -108,6 +111,7 @@ def _store(path, key: str, low: Lowered) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f)
         os.replace(tmp, path)
+        _log.debug("disk cache store %s", path)
         _evict(path.parent, knobs.cache_max_bytes(), keep=path)
     except OSError:
         pass              # a read-only cache directory only costs recompilation
@@ -147,6 +151,7 @@ def _evict(d: Path, limit: int, keep: Path | None = None) -> None:
             p.unlink()
         except OSError:
             continue
+        _log.debug("disk cache evicted %s (%d bytes; limit %d)", p, size, limit)
         total -= size
 
 

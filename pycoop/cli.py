@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from .errors import PycoopError
@@ -239,7 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
     try:
-        rc = a.fn(a)
+        with warnings.catch_warnings():
+            # a warning (e.g. the emulator fallback) is a line of the command's output, not a
+            # Python warning pointing into pycoop's own files
+            warnings.showwarning = lambda message, *_: print(f"pycoop {a.cmd}: {message}",
+                                                             file=sys.stderr)
+            rc = a.fn(a)
         sys.stdout.flush()      # a closed pipe shows here, inside the handler below
         return rc
     except BrokenPipeError:

@@ -4,6 +4,7 @@ otherwise the emulator, with a BackendFallbackWarning (once per kernel) saying w
 silent switch."""
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ import numpy as np
 from .. import knobs
 from ..errors import ArgumentError, BackendFallbackWarning, BackendUnavailable, user_stacklevel
 
+_log = logging.getLogger(__name__)        # every choice, at DEBUG level
 _local = threading.local()
 _noticed: set[tuple[str, str]] = set()      # (kernel, reason) pairs already warned about
 BACKENDS = ("auto", "vulkan", "emulator")
@@ -63,6 +65,7 @@ def choose(requested: str | None, ck) -> str:
         why = f"the Vulkan device lacks {', '.join(missing)}" if missing else None
     except BackendUnavailable as e:
         missing, why = [], str(e)
+    _log.debug("%s (backend=%s): %s", ck.name, name, why or "runs on Vulkan")
     if why is None:
         return "vulkan"
     if name == "vulkan":

@@ -56,11 +56,14 @@ def test_eviction_keeps_the_recently_used(disk_cache, monkeypatch):
     assert stats["bytes"] <= stats["max_bytes"]
 
 
-def test_zero_limit_keeps_only_the_newest(disk_cache, monkeypatch):
+def test_zero_limit_keeps_only_the_newest(disk_cache, monkeypatch, caplog):
     monkeypatch.setenv("PYCOOP_CACHE_MAX_MB", "0")
-    for s in (1, 2, 3):
-        _lower(s)
+    with caplog.at_level("DEBUG", logger="pycoop.cache"):
+        for s in (1, 2, 3):
+            _lower(s)
     assert len(_entries(disk_cache)) == 1
+    evicted = [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()]
+    assert len(evicted) == 2 and "limit 0" in evicted[0]
 
 
 def test_cache_knobs(monkeypatch, tmp_path):

@@ -147,3 +147,18 @@ def test_every_option_has_help():
             assert action.help, f"pycoop {name} {action.option_strings or action.dest} has no help"
     for choice in subparsers._choices_actions:
         assert choice.help
+
+
+def test_warnings_are_lines_of_the_command(monkeypatch, capsys):
+    import warnings
+    from pycoop.runtime import backend
+    monkeypatch.setattr(backend, "_noticed", set())
+    monkeypatch.setattr(backend, "vulkan_missing", lambda ck: ["extension VK_KHR_cooperative_matrix"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert cli.main(["demo", "--size", "64"]) == 0
+    out, err = capsys.readouterr()
+    assert "backend: emulator" in out and "-> OK" in out
+    assert err.strip().splitlines() == [
+        "pycoop demo: gemm_khr runs on the pycoop emulator: the Vulkan device lacks extension "
+        "VK_KHR_cooperative_matrix (details: the warning's .reason, `pycoop info`)"]
