@@ -94,9 +94,12 @@ def test_autotune_figure():
     assert "failed: (4, 4): CompileError: too big" in ax.get_xlabel()
     with pytest.raises(ValueError, match="cached"):
         plot.autotune_figure(TuneResult((2, 2), cached=True))
+    assert r._repr_png_()[:4] == b"\x89PNG"                       # Jupyter shows the picture
+    assert TuneResult((2, 2), cached=True)._repr_png_() is None    # and the text here
 
 
 def test_without_matplotlib(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(ImportError, match=r"pip install 'pycoop\[plot\]'"):
         plot.TensorLoad(plot.layout((4, 4), "repeat"), 4, 4).figure()
+    assert TuneResult(1, {1: 1.0})._repr_png_() is None
