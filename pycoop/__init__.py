@@ -32,7 +32,8 @@ UseB = Use.B
 Accumulator = Use.Accumulator
 
 __all__ = [
-    "ArgumentError", "BackendFallbackWarning", "BackendUnavailable", "CompileError", "EmulatorError", "PycoopError",
+    "ArgumentError", "BackendFallbackWarning", "BackendUnavailable", "CompileError", "EmulatorError",
+    "PycoopError",
     "TuneResult", "autotune",
     "CompiledKernel", "Const", "Kernel", "LaunchResult", "__version__", "func", "kernel", "range",
     "abs", "barrier", "bitcast", "cast", "ceil", "cos", "exp", "exp2", "floor", "global_invocation_id",
