@@ -91,3 +91,13 @@ def test_an_error_filter_raises_it(lacking):
         warnings.simplefilter("error", pc.BackendFallbackWarning)
         with pytest.raises(pc.BackendFallbackWarning):
             _launch(np.zeros(256, np.float32))
+
+
+@pytest.mark.gpu
+def test_no_warning_on_a_capable_device(monkeypatch):
+    monkeypatch.setattr(backend, "_noticed", set())
+    C = np.zeros(256, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pc.BackendFallbackWarning)
+        r = _launch(C)
+    assert r.backend == "vulkan" and (C == 1).all()

@@ -176,3 +176,21 @@ def test_ipython_display_hides_them():
     out = r.stdout + r.stderr
     assert "EmulatorError" in out and "out of bounds" in out
     assert PACKAGE not in out, out
+
+
+@pc.kernel(workgroup_size=64)
+def double(x: pc.Buffer[f32]):
+    i = pc.global_invocation_id.x
+    x[i] = x[i] * 2.0
+
+
+@pytest.mark.vulkan
+def test_error_from_inside_the_vulkan_runtime():
+    try:
+        from pycoop.runtime.vulkan import get_runtime
+        limit = get_runtime().capabilities.max_compute_workgroup_count[0]
+    except Exception as e:          # no Vulkan here
+        pytest.skip(f"no Vulkan device: {e}")
+    x = np.zeros(64, np.float32)
+    e = _raises(pc.ArgumentError, lambda: double[limit + 1](x, backend="vulkan"))
+    assert f"grid[0] = {limit + 1} exceeds the device limit {limit}" in str(e)
