@@ -168,7 +168,7 @@ def _ipython_handler(shell, etype, value, tb, tb_offset=None):
     if not knobs.show_internal_frames():
         tb = user_frames(tb)
         value.with_traceback(tb)
-    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)   # IPython ignores a return
 
 
 def _install_excepthook() -> None:
