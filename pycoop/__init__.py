@@ -8,7 +8,8 @@ semantics and reports undefined behaviour.
 from __future__ import annotations
 
 from . import ops as _ops  # noqa: F401  (registers every op)
-from .errors import ArgumentError, BackendUnavailable, CompileError, EmulatorError, PycoopError
+from .errors import (ArgumentError, BackendFallbackWarning, BackendUnavailable, CompileError,
+                     EmulatorError, PycoopError)
 from .frontend.control import kernel_range as range  # noqa: A001  (pycoop.range)
 from .frontend.kernel import CompiledKernel, Const, Kernel, LaunchResult, __version__, func, kernel
 from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2, floor, global_invocation_id,
@@ -31,7 +32,8 @@ UseB = Use.B
 Accumulator = Use.Accumulator
 
 __all__ = [
-    "ArgumentError", "BackendUnavailable", "CompileError", "EmulatorError", "PycoopError",
+    "ArgumentError", "BackendFallbackWarning", "BackendUnavailable", "CompileError", "EmulatorError",
+    "PycoopError",
     "TuneResult", "autotune",
     "CompiledKernel", "Const", "Kernel", "LaunchResult", "__version__", "func", "kernel", "range",
     "abs", "barrier", "bitcast", "cast", "ceil", "cos", "exp", "exp2", "floor", "global_invocation_id",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import knobs
-from .errors import PycoopError
+from .errors import PycoopError, entry_point
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,19 @@ class TuneResult:
     failures: dict = field(default_factory=dict)  # configuration -> why it could not run
     cached: bool = False                        # chosen earlier (no timing this time)
 
+    def _repr_png_(self) -> bytes | None:
+        """In Jupyter: the time per configuration (pycoop.plot), when there are timings and
+        matplotlib is installed; otherwise the text repr."""
+        if not self.times_ms:
+            return None
+        from .plot import autotune_figure, png
+        try:
+            return png(autotune_figure(self))
+        except ImportError:
+            return None
 
+
+@entry_point
 def autotune(configs: Sequence, run: Callable[[Any, int], Any], *, repeat: int = 20,
              key: str | None = None) -> TuneResult:
     """The fastest of `configs`, timing `run(config, repeat)` (a launch with repeat=repeat

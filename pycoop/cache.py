@@ -2,13 +2,16 @@
 
 The disk key is a SHA-256 over pycoop's version, the canonical IR text (without source
 locations), the target and the validator; entries are written atomically and their stored key
-is checked on every hit, so a stale or foreign file is never used.
+is checked on every hit, so a stale or foreign file is never used. A hit refreshes the
+entry's modification time; when a store takes the directory past PYCOOP_CACHE_MAX_MB, the
+least recently used entries are deleted (a bounded cache, not one that only grows).
 """
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -24,6 +27,7 @@ TARGET = "vulkan1.3"
 # is lowered by pycoop.codegen.opencl and validated as OpenCL.
 VALIDATOR_ENV = {"vulkan": TARGET, "opencl": "opencl2.2"}
 _memory: dict[str, Lowered] = {}
+_log = logging.getLogger(__name__)        # disk hits, stores and evictions, at DEBUG level
 
 
 @functools.cache
@@ -61,6 +65,8 @@ def lower_cached(module: Module, *, decode_vector: bool = True) -> Lowered:
         try:
             data = json.loads(path.read_text())
             if data.get("key") == key:
+                _touch(path)
+                _log.debug("disk cache hit %s", path)
                 low = Lowered(bytes.fromhex(data["spv"]), data["abi"], data["capabilities"],
                               data["extensions"], _requirements(data["requirements"]),
                               data.get("notes", []))
@@ -105,5 +111,53 @@ def _store(path, key: str, low: Lowered) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f)
         os.replace(tmp, path)
+        _log.debug("disk cache store %s", path)
+        _evict(path.parent, knobs.cache_max_bytes(), keep=path)
     except OSError:
         pass              # a read-only cache directory only costs recompilation
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass              # read-only: the entry just looks older than it is
+
+
+def _entries(d: Path) -> list[tuple[float, int, Path]]:
+    """(last use, size, path) of every SPIR-V entry in `d` (autotune choices live in a
+    subdirectory and are never evicted)."""
+    out = []
+    for p in d.glob("*.json"):
+        try:
+            st = p.stat()
+        except OSError:       # deleted by another process meanwhile
+            continue
+        out.append((st.st_mtime, st.st_size, p))
+    return out
+
+
+def _evict(d: Path, limit: int, keep: Path | None = None) -> None:
+    """Delete the least recently used entries until the directory holds at most `limit` bytes
+    (never `keep`, the entry just written)."""
+    entries = sorted(_entries(d))
+    total = sum(size for _, size, _ in entries)
+    for _, size, p in entries:
+        if total <= limit:
+            break
+        if p == keep:
+            continue
+        try:
+            p.unlink()
+        except OSError:
+            continue
+        _log.debug("disk cache evicted %s (%d bytes; limit %d)", p, size, limit)
+        total -= size
+
+
+def cache_stats() -> dict:
+    """The disk cache's directory (None when off), its entries, bytes and size limit."""
+    d = knobs.cache_dir()
+    entries = _entries(d) if d is not None and d.is_dir() else []
+    return {"dir": str(d) if d is not None else None, "entries": len(entries),
+            "bytes": sum(size for _, size, _ in entries), "max_bytes": knobs.cache_max_bytes()}

@@ -1,53 +1,124 @@
-"""Command line: `pycoop compile | disasm | info | demo`."""
+"""Command line: `pycoop compile | disasm | info | demo`.
+
+Every failure a user can cause (a missing file, a bad option value, a kernel that breaks a
+rule) ends in one `pycoop: ...` message on stderr and a non-zero exit status, never in a
+traceback; option values are checked by argparse (`type=`) before any work.
+"""
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
+import os
 import sys
+import warnings
 from pathlib import Path
 
 from .errors import PycoopError
+from .spirv.errors import SpirvError
 
 
+class UsageError(Exception):
+    """A command-line value that is well formed but does not fit the kernel (exit status 2)."""
+
+
+# ------------------------------------------------------------------ argparse type= validators
+def _define(text: str) -> tuple[str, object]:
+    """-D NAME=VALUE -> (NAME, VALUE); VALUE is JSON (42, 1.5, true, "x", [1, 2]) or else a
+    bare string. Whether it suits the kernel is checked once the kernel is loaded."""
+    name, eq, value = text.partition("=")
+    if not eq or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (e.g. TM=2), got {text!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
+def _subgroup_size(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0 or n & (n - 1):
+        raise argparse.ArgumentTypeError(f"the subgroup size must be a power of two (8, 16, 32, "
+                                         f"64, ...), got {text!r}")
+    return n
+
+
+def _demo_size(text: str) -> int:
+    from .kernels.gemm import gemm_workgroup_tile
+    tile = max(gemm_workgroup_tile())
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0 or n % tile:
+        raise argparse.ArgumentTypeError(
+            f"size must be a positive multiple of {tile} (the GEMM computes {tile}x{tile} tiles "
+            f"and has no edge handling), got {text!r}")
+    return n
+
+
+# ------------------------------------------------------------------ kernels and their Consts
 def _load_kernel(spec: str):
     """FILE.py:KERNEL (or module:KERNEL) -> the Kernel object."""
     target, _, name = spec.rpartition(":")
     if not target or not name:
-        raise SystemExit(f"pycoop: expected FILE.py:KERNEL, got {spec!r}")
+        raise UsageError(f"expected FILE.py:KERNEL, got {spec!r}")
     if target.endswith(".py"):
         path = Path(target).resolve()
-        if not path.exists():
-            raise SystemExit(f"pycoop: no such file {target}")
+        if not path.is_file():
+            raise UsageError(f"no such file: {target}")
         mod_spec = importlib.util.spec_from_file_location(path.stem, path)
         mod = importlib.util.module_from_spec(mod_spec)
         sys.modules[path.stem] = mod
         sys.path.insert(0, str(path.parent))
         mod_spec.loader.exec_module(mod)
     else:
-        mod = importlib.import_module(target)
+        try:
+            mod = importlib.import_module(target)
+        except ModuleNotFoundError as e:
+            raise UsageError(f"cannot import {target!r}: {e}") from None
     from .frontend.kernel import Kernel
     k = getattr(mod, name, None)
     if not isinstance(k, Kernel):
         kernels = [n for n, v in vars(mod).items() if isinstance(v, Kernel)]
-        raise SystemExit(f"pycoop: {target} has no kernel {name!r} (kernels: {', '.join(kernels) or 'none'})")
+        raise UsageError(f"{target} has no kernel {name!r} (kernels: {', '.join(kernels) or 'none'})")
     return k
 
 
-def _consts(pairs: list[str]) -> dict:
+_TYPE_NAMES = {bool: "a boolean (true or false)", int: "an integer", float: "a number",
+               str: "a string"}
+
+
+def _consts(k, defines: list[tuple[str, object]]) -> dict:
+    """The -D values checked against the kernel's Const parameters: the name must be one, and a
+    parameter with a default takes a value of the default's type (so `-D TM=banana` is
+    reported here, not deep inside the trace)."""
+    params = {p.name: p for p in k.params if p.is_const}
     out = {}
-    for p in pairs:
-        key, _, val = p.partition("=")
-        try:
-            out[key] = json.loads(val)
-        except json.JSONDecodeError:
-            out[key] = val
+    for name, value in defines:
+        p = params.get(name)
+        if p is None:
+            raise UsageError(f"-D {name}: {k.name} has no Const parameter {name!r} (its Const "
+                             f"parameters: {', '.join(params) or 'none'})")
+        default = p.default
+        want = type(default)
+        if want in _TYPE_NAMES:
+            ok = (isinstance(value, want) and (want is not int or not isinstance(value, bool))
+                  or want is float and isinstance(value, int) and not isinstance(value, bool))
+            if not ok:
+                raise UsageError(f"-D {name}={json.dumps(value) if not isinstance(value, str) else value}: "
+                                 f"{name} expects {_TYPE_NAMES[want]} (its default is {default!r})")
+        out[name] = value
     return out
 
 
+# ------------------------------------------------------------------ commands
 def cmd_compile(a) -> int:
     k = _load_kernel(a.kernel)
-    ck = k.compile(subgroup_size=a.subgroup_size, **_consts(a.const))
+    ck = k.compile(subgroup_size=a.subgroup_size, **_consts(k, a.const))
     out = Path(a.output or f"{k.name}.spv")
     ck.save(out)
     print(f"wrote {out} ({len(ck.spv)} bytes) and {out}.json")
@@ -62,34 +133,60 @@ def cmd_disasm(a) -> int:
         print(disassemble(Path(a.target).read_bytes()))
     else:
         k = _load_kernel(a.target)
-        print(k.compile(**_consts(a.const)).spvasm)
+        print(k.compile(**_consts(k, a.const)).spvasm)
     return 0
 
 
-def cmd_info(a) -> int:
-    print("pycoop backends:")
-    print("  emulator: available (NumPy, vectorised across the dispatch; reports undefined behaviour)")
+def info() -> dict:
+    """What `pycoop info` reports, as JSON-ready data: the backends, every Vulkan device, the
+    selected device's capabilities, and why Vulkan is unavailable when it is."""
+    from . import knobs
+    from .cache import cache_stats
+    from .frontend.kernel import __version__
+    vulkan: dict = {"available": False, "reason": None, "devices": [], "selected": None}
     try:
         from .runtime.vulkan import VulkanUnavailable, get_runtime, list_devices
-        devices = list_devices()
-    except Exception as e:        # no loader, no pyvulkan: say why
-        print(f"  vulkan:   unavailable ({e})")
-        return 0
-    print("  vulkan:   " + (f"{len(devices)} device(s)" if devices else "no devices"))
-    for d in devices:
-        print(f"    [{d.index}] {d.name} ({d.device_type}, Vulkan {d.api_version})"
-              + ("" if d.usable else " - not usable"))
-    try:
-        rt = get_runtime()
-    except VulkanUnavailable as e:
-        print(f"  selected device: none ({e})")
-        return 0
-    caps = rt.capabilities
+        vulkan["devices"] = [{"index": d.index, "name": d.name, "device_type": d.device_type,
+                              "vendor": d.vendor, "api_version": d.api_version, "usable": d.usable}
+                             for d in list_devices()]
+        vulkan["selected"] = get_runtime().capabilities.to_dict()
+        vulkan["available"] = True
+    except Exception as e:         # no loader, no driver, no Vulkan 1.3 device: say why
+        vulkan["reason"] = str(e) or type(e).__name__
+    return {"pycoop_version": __version__,
+            "default_backend": os.environ.get("PYCOOP_BACKEND", "auto"),
+            "backends": {"emulator": {"available": True, "description": "NumPy, vectorised across "
+                                      "the dispatch; reports undefined behaviour"},
+                         "vulkan": vulkan},
+            "cache": cache_stats(),
+            "subgroup_size": knobs.subgroup_size()}
+
+
+def cmd_info(a) -> int:
+    data = info()
     if a.json:
-        print(json.dumps(caps.to_dict(), indent=2, default=str))
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    vk = data["backends"]["vulkan"]
+    print(f"pycoop {data['pycoop_version']} backends (default: {data['default_backend']}):")
+    print(f"  emulator: available ({data['backends']['emulator']['description']})")
+    if not vk["devices"] and vk["reason"]:
+        print(f"  vulkan:   unavailable ({vk['reason']})")
     else:
-        print("  selected device (PYCOOP_DEVICE chooses):")
-        print("    " + caps.describe().replace("\n", "\n    "))
+        print(f"  vulkan:   {len(vk['devices'])} device(s)" if vk["devices"] else "  vulkan:   no devices")
+        for d in vk["devices"]:
+            print(f"    [{d['index']}] {d['name']} ({d['device_type']}, Vulkan {d['api_version']})"
+                  + ("" if d["usable"] else " - not usable"))
+        if vk["available"]:
+            from .runtime.vulkan import get_runtime
+            print("  selected device (PYCOOP_DEVICE chooses):")
+            print("    " + get_runtime().capabilities.describe().replace("\n", "\n    "))
+        else:
+            print(f"  selected device: none ({vk['reason']})")
+    c = data["cache"]
+    print(f"  SPIR-V cache: {c['dir'] or 'off'}"
+          + (f" ({c['entries']} entries, {c['bytes'] / 2**20:.1f} MiB of {c['max_bytes'] / 2**20:.0f} MiB)"
+             if c["dir"] else ""))
     return 0
 
 
@@ -98,33 +195,74 @@ def cmd_demo(a) -> int:
     return main(a.size, a.backend)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pycoop", description="Cooperative-matrix kernels in Python.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("compile", help="write FILE.py:KERNEL as a .spv plus a JSON sidecar")
-    c.add_argument("kernel", help="FILE.py:KERNEL")
-    c.add_argument("-o", "--output", help="output .spv path (default KERNEL.spv)")
-    c.add_argument("-D", "--const", action="append", default=[], metavar="NAME=VALUE",
-                   help="value of a pycoop.Const parameter (JSON)")
-    c.add_argument("--subgroup-size", type=int, default=None)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    define = dict(action="append", type=_define, default=[], metavar="NAME=VALUE",
+                  help="value of a pycoop.Const parameter of the kernel: JSON (2, 1.5, true, "
+                       "\"s\") or a bare string; repeatable")
+    c = sub.add_parser("compile", help="write FILE.py:KERNEL as a .spv plus a JSON sidecar",
+                       description="Trace, specialise and validate a kernel; write its SPIR-V "
+                                   "and the JSON description of its ABI.")
+    c.add_argument("kernel", metavar="FILE.py:KERNEL",
+                   help="the kernel: a file and a name in it (or module:KERNEL)")
+    c.add_argument("-o", "--output", metavar="OUT.spv", help="output .spv path (default KERNEL.spv)")
+    c.add_argument("-D", "--const", **define)
+    c.add_argument("--subgroup-size", type=_subgroup_size, default=None, metavar="N",
+                   help="subgroup size to trace with (a power of two; default: the kernel's, "
+                        "else PYCOOP_SUBGROUP_SIZE, else 32)")
     c.add_argument("--ir", action="store_true", help="also print the IR")
     c.set_defaults(fn=cmd_compile)
-    d = sub.add_parser("disasm", help="disassemble a .spv file or FILE.py:KERNEL")
-    d.add_argument("target")
-    d.add_argument("-D", "--const", action="append", default=[], metavar="NAME=VALUE")
+    d = sub.add_parser("disasm", help="disassemble a .spv file or FILE.py:KERNEL",
+                       description="Print the SPIR-V assembly of a .spv file or of a kernel.")
+    d.add_argument("target", metavar="FILE.spv|FILE.py:KERNEL", help="a SPIR-V binary or a kernel")
+    d.add_argument("-D", "--const", **define)
     d.set_defaults(fn=cmd_disasm)
-    i = sub.add_parser("info", help="backends, devices and their cooperative-matrix capabilities")
-    i.add_argument("--json", action="store_true")
+    i = sub.add_parser("info", help="backends, devices and their cooperative-matrix capabilities",
+                       description="Report the backends, every Vulkan device, the selected "
+                                   "device's cooperative-matrix support and the cache.")
+    i.add_argument("--json", action="store_true",
+                   help="print the report as JSON (only JSON on stdout)")
     i.set_defaults(fn=cmd_info)
-    m = sub.add_parser("demo", help="run a GEMM on the best backend and check it against NumPy")
-    m.add_argument("--size", type=int, default=512, help="M = N = K (multiple of 64)")
-    m.add_argument("--backend", default="auto", choices=["auto", "vulkan", "emulator"])
+    m = sub.add_parser("demo", help="run a GEMM on the best backend and check it against NumPy",
+                       description="Run an f16 GEMM with f32 accumulation on the best backend "
+                                   "and compare it with NumPy.")
+    m.add_argument("--size", type=_demo_size, default=512, metavar="N",
+                   help="M = N = K, a positive multiple of 64 (default 512)")
+    m.add_argument("--backend", default="auto", choices=["auto", "vulkan", "emulator"],
+                   help="where to run: auto (Vulkan if capable, else the emulator), vulkan or "
+                        "emulator (default auto)")
     m.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
     try:
-        return a.fn(a)
-    except PycoopError as e:
-        print(f"pycoop: {e}", file=sys.stderr)
+        with warnings.catch_warnings():
+            # a warning (e.g. the emulator fallback) is a line of the command's output, not a
+            # Python warning pointing into pycoop's own files
+            warnings.showwarning = lambda message, *_: print(f"pycoop {a.cmd}: {message}",
+                                                             file=sys.stderr)
+            rc = a.fn(a)
+        sys.stdout.flush()      # a closed pipe shows here, inside the handler below
+        return rc
+    except BrokenPipeError:
+        # `pycoop info | head`: the reader is gone. Point stdout at devnull so the interpreter's
+        # final flush does not fail again, and exit as a process killed by SIGPIPE would.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except UsageError as e:
+        print(f"pycoop {a.cmd}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:        # a missing or unreadable file
+        where = f": {e.filename}" if e.filename else ""
+        print(f"pycoop {a.cmd}: {e.strerror or e}{where}", file=sys.stderr)
+        return 1
+    except (PycoopError, SpirvError) as e:     # a kernel's rule, an invalid .spv
+        print(f"pycoop {a.cmd}: {e}", file=sys.stderr)
         return 1
 
 

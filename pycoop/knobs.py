@@ -3,6 +3,7 @@ so tests and users can change them at run time)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 
@@ -15,15 +16,38 @@ def backend() -> str:
 
 
 def cache_dir() -> Path | None:
-    """PYCOOP_CACHE_DIR: where compiled SPIR-V is cached ("" or "off" disables the disk cache)."""
+    """PYCOOP_CACHE_DIR: where compiled SPIR-V is cached ("" or "off" disables the disk cache).
+    Default: the platform's user cache directory ($XDG_CACHE_HOME or ~/.cache on Linux,
+    ~/Library/Caches on macOS, %LOCALAPPDATA% on Windows), then "pycoop"."""
     v = os.environ.get("PYCOOP_CACHE_DIR")
     if v is not None and v.strip().lower() in ("", "off", "0"):
         return None
-    return Path(v) if v else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pycoop"
+    if v:
+        return Path(v)
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    elif sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        base = Path(os.environ["LOCALAPPDATA"])
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "pycoop"
+
+
+def cache_max_bytes() -> int:
+    """PYCOOP_CACHE_MAX_MB (default 256): the disk cache's size limit; past it, the least
+    recently used entries are deleted."""
+    v = os.environ.get("PYCOOP_CACHE_MAX_MB", "256").strip()
+    try:
+        mb = float(v)
+    except ValueError:
+        raise ValueError(f"PYCOOP_CACHE_MAX_MB={v!r}: expected a size in MiB, e.g. 256") from None
+    if mb < 0:
+        raise ValueError(f"PYCOOP_CACHE_MAX_MB={v!r}: expected a size >= 0")
+    return int(mb * 2**20)
 
 
 def show_internal_frames() -> bool:
-    """PYCOOP_TRACEBACK=1: keep pycoop's own frames in tracebacks of CompileError."""
+    """PYCOOP_TRACEBACK=1: keep pycoop's own frames in the tracebacks of pycoop's errors."""
     return os.environ.get("PYCOOP_TRACEBACK", "") not in ("", "0")
 
 

@@ -295,6 +295,10 @@ class CoopMatType(Type):
         return (f"coopmat<{self.component}, {self.scope.value}, {self.rows}x{self.cols}, "
                 f"{self.use.short}>")
 
+    def _repr_html_(self) -> str:
+        from .jupyter import coopmat_type_html
+        return coopmat_type_html(self)
+
     @property
     def shape(self) -> tuple[int, int]:
         return (self.rows, self.cols)

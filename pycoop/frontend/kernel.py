@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import knobs
-from ..errors import ArgumentError, CompileError, Loc
+from ..errors import ArgumentError, CompileError, Loc, entry_point, is_internal, user_frames
 from ..ir.builder import Tracer, current_loc, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
@@ -51,11 +51,9 @@ class RequiresSubgroupSize(Exception):
 
 
 def _strip(e: CompileError) -> CompileError:
-    if not knobs.show_internal_frames():
-        e.__traceback__ = None
-        e.__cause__ = None
-        e.__suppress_context__ = True
-    return e
+    """The error without pycoop's frames, raised `from None` by the caller: the tracer's own
+    exceptions must not show as its context (the user-facing methods are `entry_point`s too)."""
+    return e if knobs.show_internal_frames() else e.with_traceback(user_frames(e.__traceback__))
 
 
 @dataclass(frozen=True)
@@ -222,6 +220,7 @@ class Kernel:
         return out
 
     # ---------------------------------------------------------------- compile
+    @entry_point
     def compile(self, *, subgroup_size: int | None = None, **consts) -> "CompiledKernel":
         """Trace and specialise for the given Const parameters; the result exposes `.ir`,
         `.spv`, `.spvasm`, `.abi` and `.save()`. Cached per specialisation."""
@@ -290,6 +289,7 @@ class Kernel:
             raise _strip(e) from None
 
     # ---------------------------------------------------------------- launch
+    @entry_point
     def __getitem__(self, grid) -> "_Launcher":
         return _Launcher(self, grid)
 
@@ -300,15 +300,22 @@ class Kernel:
         sig = ", ".join(f"{p.name}: {p.type if p.type else 'Const'}" for p in self.params)
         return f"<pycoop.kernel {self.name}({sig}) workgroup_size={self.workgroup_size}>"
 
+    def _repr_html_(self) -> str:
+        from ..jupyter import kernel_html
+        return kernel_html(self)
 
+
+@entry_point
 def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, strict_intel_shapes: bool = True):
     """Decorator: `@pycoop.kernel(workgroup_size=128)` turns a Python function into a kernel.
     `strict_intel_shapes` (kernels using pycoop.intel): reject block shapes outside Intel's
     supported-shape table (subgroup size 16)."""
-    scope = sys._getframe(1).f_locals
-    if fn is None:
-        return lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes)
-    return Kernel(fn, workgroup_size, subgroup_size, scope, strict_intel_shapes)
+    caller = sys._getframe(1)
+    while is_internal(caller.f_code.co_filename):     # the entry_point wrapper
+        caller = caller.f_back
+    scope = caller.f_locals
+    make = entry_point(lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes))
+    return make if fn is None else make(fn)
 
 
 def _user_frame_loc(tb) -> Loc | None:
@@ -337,6 +344,10 @@ class LaunchResult:
         runs = f" (fastest of {len(self.times_ms)})" if len(self.times_ms) > 1 else ""
         return f"<launch on {self.backend}: {self.time_ms:.3f} ms{runs}>"
 
+    def _repr_html_(self) -> str:
+        from ..jupyter import launch_result_html
+        return launch_result_html(self)
+
 
 def _grid(grid) -> tuple[int, int, int]:
     try:
@@ -353,6 +364,7 @@ class _Launcher:
     def __init__(self, k: Kernel, grid):
         self.k, self.grid = k, _grid(grid)
 
+    @entry_point
     def __call__(self, *args, backend: str | None = None, subgroup_size: int | None = None,
                  repeat: int = 1, **kwargs):
         k = self.k
@@ -442,6 +454,7 @@ class CompiledKernel:
         return module_target(self.module)
 
     @functools.cached_property
+    @entry_point
     def ir(self) -> str:
         return print_module(self.module)
 
@@ -472,11 +485,13 @@ class CompiledKernel:
         return lower_cached(self.module)
 
     @property
+    @entry_point
     def spv(self) -> bytes:
         """The validated SPIR-V binary (for kernels using decode_vector: see `.decode_vector`)."""
         return self._lower().spv
 
     @property
+    @entry_point
     def spv_full(self) -> bytes:
         """The module with every DecodeVectorFunc operand (SPV_NV_cooperative_matrix_decode_vector),
         whatever `.spv` holds; checked by pycoop's decode_vector verifier (and spirv-val when it
@@ -486,6 +501,7 @@ class CompiledKernel:
         return self._lower_full().spv
 
     @property
+    @entry_point
     def report(self) -> list[str]:
         """Notes of the compilation: what was changed for the target (e.g. stripped
         DecodeVectorFunc operands) and how the module was checked."""
@@ -495,18 +511,22 @@ class CompiledKernel:
         return notes
 
     @functools.cached_property
+    @entry_point
     def spvasm(self) -> str:
         from ..spirv.tools import disassemble
         return disassemble(self.spv)
 
     @property
+    @entry_point
     def abi(self) -> dict:
         return self._lower().abi
 
     @property
+    @entry_point
     def requirements(self) -> dict:
         return self._lower().requirements
 
+    @entry_point
     def metadata(self) -> dict:
         """The JSON sidecar of an exported .spv (see docs/abi.md)."""
         low = self._lower()
@@ -522,6 +542,7 @@ class CompiledKernel:
                 **({"decode_vector": self.decode_vector, "notes": self.report}
                    if self.decode_vector else {})}
 
+    @entry_point
     def save(self, path) -> Path:
         """Write `path` (.spv) and `path`.json (entry point, ABI, requirements)."""
         path = Path(path)
@@ -544,6 +565,7 @@ class CompiledKernel:
                 out.append(_as_scalar(name, v, p.type))
         return out
 
+    @entry_point
     def launch(self, grid, args: list, *, backend: str | None = None, repeat: int = 1) -> LaunchResult:
         """Run the kernel over `grid`. `repeat` runs it that many times back to back on the
         same buffers (each run sees the previous one's writes): on a GPU one upload, one

@@ -1,19 +1,22 @@
 """Backend choice: "auto" | "vulkan" | "emulator" per call, a context manager, or
 PYCOOP_BACKEND. `auto` uses Vulkan when a device supports everything the kernel needs and
-otherwise the emulator, with a one-time notice saying why. Never a silent switch."""
+otherwise the emulator, with a BackendFallbackWarning (once per kernel) saying why. Never a
+silent switch."""
 from __future__ import annotations
 
-import sys
+import logging
 import threading
+import warnings
 from contextlib import contextmanager
 
 import numpy as np
 
 from .. import knobs
-from ..errors import ArgumentError, BackendUnavailable
+from ..errors import ArgumentError, BackendFallbackWarning, BackendUnavailable, user_stacklevel
 
+_log = logging.getLogger(__name__)        # every choice, at DEBUG level
 _local = threading.local()
-_noticed: set[str] = set()
+_noticed: set[tuple[str, str]] = set()      # (kernel, reason) pairs already warned about
 BACKENDS = ("auto", "vulkan", "emulator")
 
 
@@ -30,10 +33,11 @@ def use_backend(name: str):
         _local.backend = prev
 
 
-def _notice(msg: str) -> None:
-    if msg not in _noticed:
-        _noticed.add(msg)
-        print(f"pycoop: {msg}", file=sys.stderr)
+def _notice(kernel: str, reason: str, missing: list[str]) -> None:
+    if (kernel, reason) not in _noticed:
+        _noticed.add((kernel, reason))
+        warnings.warn(BackendFallbackWarning(kernel, reason, tuple(missing)),
+                      stacklevel=user_stacklevel())
 
 
 def vulkan_missing(ck) -> list[str]:
@@ -60,13 +64,13 @@ def choose(requested: str | None, ck) -> str:
         missing = vulkan_missing(ck)
         why = f"the Vulkan device lacks {', '.join(missing)}" if missing else None
     except BackendUnavailable as e:
-        why = str(e)
+        missing, why = [], str(e)
+    _log.debug("%s (backend=%s): %s", ck.name, name, why or "runs on Vulkan")
     if why is None:
         return "vulkan"
     if name == "vulkan":
         raise BackendUnavailable(f"cannot run {ck.name} on Vulkan: {why}")
-    _notice(f"running {ck.name} on the emulator because {why} "
-            "(set backend='emulator' or PYCOOP_BACKEND=emulator to silence this)")
+    _notice(ck.name, f"{ck.name} runs on the emulator because {why}", missing)
     return "emulator"
 
 
