@@ -1,7 +1,9 @@
 """Lowering with validation, cached in memory and on disk.
 
-The disk key is a SHA-256 over pycoop's version, the canonical IR text (without source
-locations), the target and the validator; entries are written atomically and their stored key
+The disk key is a SHA-256 over pycoop's version, the canonical IR text, the target, the ABI
+and the validator. The IR text carries source locations only when the module gets debug line
+info (OpLine holds file paths and lines, so moving a kernel changes its binary); without it,
+the same kernel anywhere shares one entry; entries are written atomically and their stored key
 is checked on every hit, so a stale or foreign file is never used. A hit refreshes the
 entry's modification time; when a store takes the directory past PYCOOP_CACHE_MAX_MB, the
 least recently used entries are deleted (a bounded cache, not one that only grows).
@@ -41,21 +43,27 @@ def _compiler_hash() -> str:
     return h.hexdigest()
 
 
-def _key(module: Module, target: str = "vulkan", decode_vector: bool = True) -> str:
+def _key(module: Module, target: str = "vulkan", decode_vector: bool = True,
+         debug_info: bool = True, abi: str = "device_address") -> str:
     from .frontend.kernel import __version__
     text = print_module(module, locs=False)
-    variant = "" if decode_vector else "decode_vector=stripped\n"
+    if debug_info:       # OpLine operands: full path, line and column of every op
+        text += "".join(f"\n{op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc else "\n-"
+                        for op in module.walk())
+    variant = ("" if decode_vector else "decode_vector=stripped\n") + f"abi={abi}\n" \
+        + ("debug_info\n" if debug_info else "")
     return hashlib.sha256(f"pycoop {__version__} {_compiler_hash()}\n{VALIDATOR_ENV[target]}\n"
                           f"{variant}{text}".encode()).hexdigest()
 
 
-def lower_cached(module: Module, *, decode_vector: bool = True) -> Lowered:
+def lower_cached(module: Module, *, decode_vector: bool = True, debug_info: bool = True,
+                 abi: str = "device_address") -> Lowered:
     """Lowered and validated module. `decode_vector=False`: DecodeVectorFunc operands stripped
     (validated by spirv-val). With them kept, modules using decode_vector are checked by
     pycoop.ops.nv.decode_vector.check_module, and by spirv-val only if it knows the extension."""
     from .codegen.opencl import lower_opencl, module_target
     target = module_target(module)
-    key = _key(module, target, decode_vector)
+    key = _key(module, target, decode_vector, debug_info, abi)
     hit = _memory.get(key)
     if hit is not None:
         return hit
@@ -74,7 +82,8 @@ def lower_cached(module: Module, *, decode_vector: bool = True) -> Lowered:
                 return low
         except (OSError, ValueError, KeyError):
             pass          # unreadable entry: rebuild and overwrite it
-    low = lower_opencl(module) if target == "opencl" else lower(module, decode_vector)
+    low = lower_opencl(module) if target == "opencl" else lower(module, decode_vector, debug_info=debug_info,
+                                                                      abi=abi)
     from .ops.nv import decode_vector as DV
     if "SPV_NV_cooperative_matrix_decode_vector" in low.extensions:
         problems = DV.check_module(low.spv)

@@ -350,6 +350,29 @@ ReadBuffer = _BufferFactory("read")
 WriteBuffer = _BufferFactory("write")
 
 
+@dataclass(frozen=True)
+class SpecType:
+    """The annotation `Spec[u32]` of a specialization-constant parameter: one SPIR-V module
+    whose value (an OpSpecConstant with a SpecId) the application picks at pipeline creation.
+    Unlike a `Const`, it is a runtime value while tracing: usable in arithmetic, conditions and
+    loop bounds, not in shapes."""
+    type: Type
+
+    def __str__(self) -> str:
+        return f"Spec[{self.type}]"
+
+
+class _SpecFactory:
+    """`Spec[T]`: the annotation of a specialization-constant parameter of scalar type T
+    (checked where the kernel is defined)."""
+
+    def __getitem__(self, t) -> SpecType:
+        return SpecType(t)
+
+
+Spec = _SpecFactory()
+
+
 def vec(elem: ScalarType, count: int) -> VectorType:
     if count not in (2, 3, 4, 8, 16):
         raise TypeError(f"vector size must be 2, 3, 4, 8 or 16, got {count}")

@@ -76,8 +76,13 @@ class LowerCtx:
 
     target = "vulkan"            # the SPIR-V client environment (OpenCLLowerCtx: "opencl")
 
-    def __init__(self, module: Module, decode_vector: bool = True):
+    def __init__(self, module: Module, decode_vector: bool = True, debug_info: bool = False,
+                 descriptors: bool = False):
         self.module = module
+        self.debug_info = debug_info          # OpLine for the instructions of each op
+        # where buffer parameters live: StorageBuffer descriptors or device addresses
+        self.buffer_storage = StorageClass.StorageBuffer if descriptors else \
+            StorageClass.PhysicalStorageBuffer
         # False: leave DecodeVectorFunc operands out (SPV_NV_cooperative_matrix_decode_vector)
         self.decode_vector = decode_vector
         self.stripped_functions: set = set()
@@ -145,16 +150,7 @@ class LowerCtx:
                           self.const(u32, t.rows), self.const(u32, t.cols),
                           self.const(u32, self.enum("CooperativeMatrixUse", t.use.value)))
         if isinstance(t, BufferType):
-            self._storage_caps(t.elem)
-            arr = b.type("OpTypeRuntimeArray", self._explicit(t.elem), unique=True)
-            b.decorate(arr, "ArrayStride", t.elem.size)
-            self._buffer_arrays[t] = arr
-            st = b.type("OpTypeStruct", arr, unique=True)
-            b.decorate(st, "Block")
-            b.member_decorate(st, 0, "Offset", 0)
-            if t.access == "read":
-                b.member_decorate(st, 0, "NonWritable")
-            return b.type("OpTypePointer", "PhysicalStorageBuffer", st)
+            return b.type("OpTypePointer", self.buffer_storage.value, self.buffer_block(t))
         if isinstance(t, ArrayType):
             return b.type("OpTypeArray", self.type_id(t.elem), self.const(u32, t.length))
         if isinstance(t, SharedArrayType):
@@ -165,7 +161,10 @@ class LowerCtx:
             return b.type("OpTypeTensorViewNV", self.const(u32, t.dim),
                           self.const(bool_, t.has_dimensions), *(self.const(u32, p) for p in t.permutation))
         if isinstance(t, PointerType):
+            if t.storage == StorageClass.StorageBuffer:
+                return b.type("OpTypePointer", t.storage.value, self._explicit(t.pointee))
             if t.storage == StorageClass.PhysicalStorageBuffer:
+                self.need("PhysicalStorageBufferAddresses")
                 pointee = self._explicit(t.pointee)
                 if isinstance(t.pointee, ScalarType):
                     # OpPtrAccessChain on a PhysicalStorageBuffer pointer needs its stride
@@ -203,9 +202,26 @@ class LowerCtx:
         self._types[key] = tid
         return tid
 
+    def buffer_block(self, t: BufferType) -> int:
+        """Id of the Block struct (one runtime array) a buffer parameter points to."""
+        key = ("block", t)
+        st = self._types.get(key)
+        if st is None:
+            b = self.b
+            self._storage_caps(t.elem)
+            arr = b.type("OpTypeRuntimeArray", self._explicit(t.elem), unique=True)
+            b.decorate(arr, "ArrayStride", t.elem.size)
+            self._buffer_arrays[t] = arr
+            st = self._types[key] = b.type("OpTypeStruct", arr, unique=True)
+            b.decorate(st, "Block")
+            b.member_decorate(st, 0, "Offset", 0)
+            if t.access == "read":
+                b.member_decorate(st, 0, "NonWritable")
+        return st
+
     def buffer_array_id(self, t: BufferType) -> int:
         """Id of the runtime array inside a buffer parameter's Block struct."""
-        self.type_id(t)
+        self.buffer_block(t)
         return self._buffer_arrays[t]
 
     def emit_raw(self, opname: str, result_type_id: int, *operands):
@@ -281,7 +297,15 @@ class LowerCtx:
         d = get(op.name)
         for cap in d.capabilities:
             self.need(cap)
-        d.lower(self, op)
+        if not (self.debug_info and op.loc is not None):
+            d.lower(self, op)
+            return
+        # the op's instructions carry its source position; regions it lowers set their own
+        outer = self.b.set_line(op.loc.file, op.loc.line, op.loc.col)
+        try:
+            d.lower(self, op)
+        finally:
+            self.b.restore_line(outer)
 
     def need_shape(self, a: CoopMatType, b: CoopMatType, c: CoopMatType, result: CoopMatType,
                    saturating: bool) -> None:
@@ -333,8 +357,9 @@ class LowerCtx:
         its accesses must declare (PhysicalStorageBuffer) or None."""
         t = mem.type
         if isinstance(t, BufferType):
-            p = self.ptr_type(t.elem, StorageClass.PhysicalStorageBuffer)
-            return self.b.emit("OpAccessChain", p, self.id(mem), self.const(u32, 0), self.id(idx)), t.elem.size
+            p = self.ptr_type(t.elem, self.buffer_storage)
+            align = t.elem.size if self.buffer_storage == StorageClass.PhysicalStorageBuffer else None
+            return self.b.emit("OpAccessChain", p, self.id(mem), self.const(u32, 0), self.id(idx)), align
         p = self.ptr_type(t.elem, StorageClass.Workgroup)
         return self.b.emit("OpAccessChain", p, self.id(mem), self.id(idx)), None
 
@@ -362,24 +387,46 @@ def glsl_opcode(name: str) -> int:
     return _GLSL[name]
 
 
-def lower(module: Module, decode_vector: bool = True) -> Lowered:
+def lower(module: Module, decode_vector: bool = True, *, debug_info: bool = True,
+          abi: str = "device_address") -> Lowered:
     """`decode_vector=False` strips DecodeVectorFunc operands and their functions (the
-    module stays correct: DecodeFunc alone is a valid implementation of the load)."""
-    ctx = LowerCtx(module, decode_vector)
+    module stays correct: DecodeFunc alone is a valid implementation of the load).
+    `debug_info`: OpSource/OpString/OpLine map instructions to the kernel's source lines.
+    `abi`: "device_address" (buffers as device addresses in push constants) or "descriptors"
+    (buffers as StorageBuffer bindings of set 0, scalars in push constants); see abi.py."""
+    descriptors = abi_mod.check_abi(abi) == "descriptors"
+    ctx = LowerCtx(module, decode_vector, debug_info, descriptors)
     b = ctx.b
-    for cap in ("Shader", "VulkanMemoryModel", "PhysicalStorageBufferAddresses"):
+    # descriptor modules use Logical addressing unless a pointer (decode functions) needs addresses
+    for cap in ("Shader", "VulkanMemoryModel") + (() if descriptors else ("PhysicalStorageBufferAddresses",)):
         ctx.need(cap)
-    b.memory_model("PhysicalStorageBuffer64", "Vulkan")
     fn = module.kernel
     ptypes = [p.type for p in fn.params]
-    layout = abi_mod.layout(module.param_names, ptypes)
+    layout = abi_mod.layout(module.param_names, ptypes, abi)
+    layout["spec_constants"] = abi_mod.spec_constants(module)
 
+    if descriptors:
+        for p, a in zip(fn.params, layout["args"]):
+            if a["kind"] != "buffer":
+                continue
+            var = b.global_inst("OpVariable", ctx.type_id(p.type), "StorageBuffer")
+            b.decorate(var, "DescriptorSet", a["set"])
+            b.decorate(var, "Binding", a["binding"])
+            if p.type.access == "write":
+                b.decorate(var, "NonReadable")
+            b.name(var, a["name"])
+            ctx.set(p, var)
+            ctx.interface.append(var)
+        members = [(p, ctx.type_id(p.type)) for p in fn.params if not isinstance(p.type, BufferType)]
+        entries = [a for a in layout["args"] if a["kind"] != "buffer"]
+    else:
+        members = [(p, ctx.type_id(p.type)) for p in fn.params]
+        entries = layout["args"]
     # the argument block: a push-constant struct, or a pointer to it in an argument buffer
-    members = [ctx.type_id(t) for t in ptypes]
-    block = b.type("OpTypeStruct", *members, unique=True) if members else None
+    block = b.type("OpTypeStruct", *(m for _, m in members), unique=True) if members else None
     if block is not None:
         b.decorate(block, "Block")
-        for i, a in enumerate(layout["args"]):
+        for i, a in enumerate(entries):
             b.member_decorate(block, i, "Offset", a["offset"])
             b.member_name(block, i, a["name"])
         b.name(block, "Args")
@@ -404,12 +451,12 @@ def lower(module: Module, decode_vector: bool = True) -> Lowered:
             slot = b.emit("OpAccessChain", b.type("OpTypePointer", "PushConstant", pp), pc_var,
                           ctx.const(u32, 0))
             base, storage = b.emit("OpLoad", pp, slot), "PhysicalStorageBuffer"
-        for i, (p, mid) in enumerate(zip(fn.params, members)):
+        for i, (p, mid) in enumerate(members):
             slot = b.emit("OpAccessChain", b.type("OpTypePointer", storage, mid), base, ctx.const(u32, i))
             extra = ["Aligned", 8 if isinstance(p.type, BufferType) else p.type.size] \
                 if storage == "PhysicalStorageBuffer" else []
             ctx.set(p, b.emit("OpLoad", mid, slot, *extra))
-            b.name(ctx.id(p), module.param_names[i])
+            b.name(ctx.id(p), entries[i]["name"])
     if ctx.lower_region(fn.body, []) is not None:
         b.emit("OpReturn")
     b.end_function()
@@ -417,6 +464,8 @@ def lower(module: Module, decode_vector: bool = True) -> Lowered:
         if f in ctx.stripped_functions and f not in ctx._functions:
             continue
         ctx.lower_function(f)
+    b.memory_model("PhysicalStorageBuffer64" if "PhysicalStorageBufferAddresses" in ctx.caps
+                   else "Logical", "Vulkan")
     b.entry_point("GLCompute", main, "main", ctx.interface)
     b.execution_mode(main, "LocalSize", *module.workgroup_size)
     shared_bytes = sum(v.type.elem.size * v.type.length for v in module.shared)
@@ -429,7 +478,7 @@ def lower(module: Module, decode_vector: bool = True) -> Lowered:
         "coopmat_types": sorted(ctx.coopmat_types),
         "workgroup_invocations": module.workgroup_size[0] * module.workgroup_size[1] * module.workgroup_size[2],
         "shared_memory": shared_bytes,
-        "push_constants": layout["size"] if layout["mode"] == "push_constants" else 8,
+        "push_constants": 8 if layout["mode"] == "arg_buffer" else layout["size"],
     }
     if ctx.uses_subgroup:
         reqs["subgroup_size"] = module.subgroup_size

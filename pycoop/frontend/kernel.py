@@ -16,12 +16,13 @@ import numpy as np
 
 from .. import knobs
 from ..errors import ArgumentError, CompileError, Loc, entry_point, is_internal, user_frames
-from ..ir.builder import Tracer, current_loc, trace_scope
+from ..ir.builder import Tracer, current_loc, emit1, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
 from ..ops.registry import get
-from ..types import BufferType, CoopMatType, ScalarType, StructType, Type, VectorType, memory_element
+from ..types import (BufferType, CoopMatType, ScalarType, SpecType, StructType, Type, VectorType,
+                     memory_element)
 from .transform import transform
 
 __version__ = "0.1.0"
@@ -65,6 +66,15 @@ class Param:
     @property
     def is_const(self) -> bool:
         return self.type is None
+
+    @property
+    def is_spec(self) -> bool:
+        return isinstance(self.type, SpecType)
+
+    @property
+    def is_runtime(self) -> bool:
+        """A buffer or scalar argument of each launch (not a Const or Spec parameter)."""
+        return not (self.is_const or self.is_spec)
 
 
 def _def_loc(fn, param: str | None = None) -> Loc | None:
@@ -187,6 +197,8 @@ class Kernel:
             hint = f"e.g. def {self.name}(A: pycoop.Buffer[f32], n: u32, tile: pycoop.Const = 64)"
             if ann is Const:
                 out.append(Param(p.name, None, p.default))
+            elif isinstance(ann, SpecType):
+                out.append(self._spec_param(p, ann))
             elif isinstance(ann, BufferType) and not (isinstance(ann.elem, StructType)
                                                       or memory_element(ann.elem)):
                 raise CompileError(
@@ -219,16 +231,42 @@ class Kernel:
                     _def_loc(self.fn, p.name), rule=rule, hint=hint)
         return out
 
+    def _spec_param(self, p: inspect.Parameter, ann: SpecType) -> Param:
+        from ..ops.core import _check_literal
+        where = _def_loc(self.fn, p.name)
+        if not isinstance(ann.type, ScalarType):
+            raise CompileError(f"parameter '{p.name}' of kernel {self.name}: Spec[{ann.type!r}] is "
+                               "not a scalar type", where,
+                               rule="OpSpecConstant: a specialization constant is a scalar "
+                                    "(integer, float or bool)",
+                               hint=f"e.g. {p.name}: pycoop.Spec[pycoop.u32] = 64")
+        if p.default is inspect.Parameter.empty:
+            raise CompileError(f"specialization constant '{p.name}' of kernel {self.name} has no "
+                               "default", where,
+                               rule="OpSpecConstant: a specialization constant has a default value, "
+                                    "used when the pipeline does not set it",
+                               hint=f"give it one: {p.name}: Spec[{ann.type}] = ...")
+        return Param(p.name, ann, _check_literal(p.default, ann.type, where))
+
     # ---------------------------------------------------------------- compile
     @entry_point
-    def compile(self, *, subgroup_size: int | None = None, **consts) -> "CompiledKernel":
-        """Trace and specialise for the given Const parameters; the result exposes `.ir`,
-        `.spv`, `.spvasm`, `.abi` and `.save()`. Cached per specialisation."""
+    def compile(self, *, subgroup_size: int | None = None, debug_info: bool = True,
+                abi: str = "device_address", **consts) -> "CompiledKernel":
+        """Trace and specialise for the given Const parameters (and Spec parameters: the
+        default value of their OpSpecConstant); the result exposes `.ir`, `.spv`, `.spvasm`,
+        `.abi` and `.save()`. `debug_info=False` leaves OpSource/OpLine out of the module;
+        `abi="descriptors"` binds buffers as descriptors (docs/abi.md). Cached per
+        specialisation."""
+        from ..codegen.abi import check_abi
+        check_abi(abi)
         explicit = subgroup_size or self.subgroup_size
         sgs = explicit or knobs.subgroup_size()
         values = {}
         for p in self.params:
-            if p.is_const:
+            if p.is_spec:
+                values[p.name] = _spec_value(p, consts.pop(p.name)) if p.name in consts \
+                    else p.default
+            elif p.is_const:
                 if p.name in consts:
                     values[p.name] = consts.pop(p.name)
                 elif p.default is not inspect.Parameter.empty:
@@ -237,7 +275,8 @@ class Kernel:
                     raise ArgumentError(f"{self.name}: compile-time parameter '{p.name}' needs a value")
         if consts:
             raise ArgumentError(f"{self.name}: unknown compile-time parameter(s) {sorted(consts)}; "
-                                f"its Const parameters are {[p.name for p in self.params if p.is_const]}")
+                                f"its Const and Spec parameters are "
+                                f"{[p.name for p in self.params if not p.is_runtime]}")
         key = (sgs, tuple(sorted((k, repr(v)) for k, v in values.items())))
         ck = self._cache.get(key)
         if ck is None:
@@ -246,7 +285,8 @@ class Kernel:
             except RequiresSubgroupSize as r:
                 module = self._trace(values, r.size, True)
             ck = self._cache[key] = CompiledKernel(self, module, values)
-        return ck
+        # the same module lowered with other options (debug info, ABI)
+        return ck if (debug_info, abi) == (True, "device_address") else ck.variant(debug_info, abi)
 
     def _trace(self, consts: dict, sgs: int, explicit: bool = True) -> Module:
         try:
@@ -255,12 +295,17 @@ class Kernel:
             t = Tracer(sgs, self.workgroup_size)
             t.subgroup_size_explicit = explicit
             t.strict_intel_shapes = self.strict_intel_shapes
-            runtime = [Value(p.type, name=p.name) for p in self.params if not p.is_const]
+            runtime = [Value(p.type, name=p.name) for p in self.params if p.is_runtime]
             it = iter(runtime)
-            args = [consts[p.name] if p.is_const else next(it) for p in self.params]
             body = Block()
             t.blocks.append(body)
             with trace_scope(t):
+                specs = iter(range(len(self.params)))
+                args = [consts[p.name] if p.is_const else next(it) if p.is_runtime else
+                        emit1("spec_constant", [], {"name": p.name, "spec_id": next(specs),
+                                                    "type": p.type.type, "value": consts[p.name]},
+                              _def_loc(self.fn, p.name))
+                        for p in self.params]
                 try:
                     ret = self._traced(*args)
                 except KeyError as e:
@@ -279,7 +324,7 @@ class Kernel:
                                    _def_loc(self.fn), rule="a kernel's entry point returns void",
                                    hint="write results into a buffer parameter")
             module = Module(Function(self.name, runtime, body), self.workgroup_size, sgs,
-                            [p.name for p in self.params if not p.is_const], shared=t.shared,
+                            [p.name for p in self.params if p.is_runtime], shared=t.shared,
                             functions=t.functions)
             verify(module)
             from ..codegen.opencl import module_target
@@ -375,9 +420,10 @@ class _Launcher:
             raise ArgumentError(f"{k.name}: {e}\n  parameters:\n{table}") from None
         bound.apply_defaults()
         consts = {p.name: bound.arguments[p.name] for p in k.params if p.is_const}
+        spec = {p.name: bound.arguments[p.name] for p in k.params if p.is_spec}
         ck = k.compile(subgroup_size=subgroup_size, **consts)
-        return ck.launch(self.grid, [bound.arguments[p.name] for p in k.params if not p.is_const],
-                         backend=backend, repeat=repeat)
+        return ck.launch(self.grid, [bound.arguments[p.name] for p in k.params if p.is_runtime],
+                         backend=backend, repeat=repeat, spec=spec)
 
 
 def _as_array(name: str, value, t: BufferType) -> np.ndarray:
@@ -429,13 +475,27 @@ def _as_scalar(name: str, value, t: ScalarType):
     return float(value)
 
 
+def _spec_value(p: Param, v):
+    t = p.type.type
+    if not t.is_bool:
+        return _as_scalar(p.name, v, t)
+    if not isinstance(v, (bool, np.bool_)):
+        raise ArgumentError(f"argument '{p.name}' ({p.type}) must be a bool, got {v!r}")
+    return bool(v)
+
+
 class CompiledKernel:
     """A traced, specialised kernel and its artifacts."""
 
-    def __init__(self, k: Kernel, module: Module, consts: dict):
+    def __init__(self, k: Kernel, module: Module, values: dict, debug_info: bool = True,
+                 abi: str = "device_address"):
         self.kernel = k
         self.module = module
-        self.consts = consts
+        spec = {p.name for p in k.params if p.is_spec}
+        self.consts = {n: v for n, v in values.items() if n not in spec}
+        self.spec = {n: v for n, v in values.items() if n in spec}   # OpSpecConstant defaults
+        self.debug_info, self.abi_kind = debug_info, abi
+        self._variants: dict = {}
         self._lowered = None
         # the memories ops write (each op's registry entry names its memory operand)
         written = (op.operands[get(op.name).extra["writes"]] for op in module.walk()
@@ -445,6 +505,14 @@ class CompiledKernel:
     @property
     def name(self) -> str:
         return self.kernel.name
+
+    def variant(self, debug_info: bool, abi: str) -> "CompiledKernel":
+        """This module lowered with other options (same trace)."""
+        ck = self._variants.get((debug_info, abi))
+        if ck is None:
+            ck = self._variants[(debug_info, abi)] = CompiledKernel(
+                self.kernel, self.module, {**self.consts, **self.spec}, debug_info, abi)
+        return ck
 
     @functools.cached_property
     def target(self) -> str:
@@ -474,15 +542,17 @@ class CompiledKernel:
         if self._lowered is None:
             from ..cache import lower_cached
             if self.decode_vector == "stripped":
-                self._lowered = lower_cached(self.module, decode_vector=False)
+                self._lowered = lower_cached(self.module, decode_vector=False,
+                                             debug_info=self.debug_info, abi=self.abi_kind)
                 self._lower_full()        # the full module is still checked (pycoop's verifier)
             else:
-                self._lowered = lower_cached(self.module)
+                self._lowered = lower_cached(self.module, debug_info=self.debug_info,
+                                             abi=self.abi_kind)
         return self._lowered
 
     def _lower_full(self):
         from ..cache import lower_cached
-        return lower_cached(self.module)
+        return lower_cached(self.module, debug_info=self.debug_info, abi=self.abi_kind)
 
     @property
     @entry_point
@@ -536,6 +606,7 @@ class CompiledKernel:
                 "spirv_version": low.abi.get("spirv_version", "1.6"),
                 "workgroup_size": list(self.module.workgroup_size),
                 "subgroup_size": self.module.subgroup_size, "constants": {k: repr(v) for k, v in self.consts.items()},
+                "debug_info": self.debug_info,
                 "abi": low.abi, "capabilities": low.capabilities, "extensions": low.extensions,
                 "requirements": {k: (list(map(list, v)) if k in ("coopmat_shapes", "coopmat_types") else v)
                                  for k, v in low.requirements.items()},
@@ -566,14 +637,21 @@ class CompiledKernel:
         return out
 
     @entry_point
-    def launch(self, grid, args: list, *, backend: str | None = None, repeat: int = 1) -> LaunchResult:
+    def launch(self, grid, args: list, *, backend: str | None = None, repeat: int = 1,
+               spec: dict | None = None) -> LaunchResult:
         """Run the kernel over `grid`. `repeat` runs it that many times back to back on the
         same buffers (each run sees the previous one's writes): on a GPU one upload, one
-        readback and no idle gaps, so timings are taken at full clock."""
+        readback and no idle gaps, so timings are taken at full clock. `spec`: values of Spec
+        parameters (default: the compiled ones), set at pipeline creation."""
         from ..runtime.backend import check_repeat, choose
         grid = _grid(grid)
         repeat = check_repeat(repeat)
         arrays = self.check_args(args)
+        spec = self._spec_values(spec)
+        if self.abi_kind != "device_address":
+            raise ArgumentError(f"{self.name} was compiled with abi={self.abi_kind!r}, which "
+                                "pycoop exports for other applications; pycoop launches the "
+                                "device-address ABI (compile without abi=)")
         if self.target == "opencl":       # no OpenCL runtime: such kernels run on the emulator
             from ..errors import BackendUnavailable
             from ..runtime.backend import _local
@@ -586,17 +664,30 @@ class CompiledKernel:
             be = choose(backend, self)
         if be == "emulator":
             from ..emulator.machine import run
+            # the emulator runs the module compiled with these values as its defaults
+            module = self.module if spec == self.spec else self.kernel.compile(
+                subgroup_size=self.module.subgroup_size, **self.consts, **spec).module
             times = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                run(self.module, grid, arrays)
+                run(module, grid, arrays)
                 times.append((time.perf_counter() - t0) * 1e3)
             return LaunchResult("emulator", tuple(times))
         from ..runtime.backend import vulkan_launch
-        return LaunchResult("vulkan", vulkan_launch(self, grid, arrays, repeat))
+        return LaunchResult("vulkan", vulkan_launch(self, grid, arrays, repeat, spec))
+
+    def _spec_values(self, spec: dict | None) -> dict:
+        """Spec parameter values checked against their types (missing ones: the compiled)."""
+        out = dict(self.spec)
+        for name, v in (spec or {}).items():
+            p = next((p for p in self.kernel.params if p.name == name and p.is_spec), None)
+            if p is None:
+                raise ArgumentError(f"{self.name} has no Spec parameter {name!r}")
+            out[name] = _spec_value(p, v)
+        return out
 
     def __repr__(self) -> str:
-        consts = "".join(f" {k}={v!r}" for k, v in self.consts.items())
+        consts = "".join(f" {k}={v!r}" for k, v in {**self.consts, **self.spec}.items())
         return f"<pycoop compiled kernel {self.name}{consts} ({self.target})>"
 
     def _repr_html_(self) -> str:

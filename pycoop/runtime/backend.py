@@ -81,7 +81,11 @@ def check_repeat(repeat) -> int:
     return int(repeat)
 
 
-def vulkan_launch(ck, grid, arrays, repeat: int = 1) -> tuple[float, ...]:
+def vulkan_launch(ck, grid, arrays, repeat: int = 1, spec: dict | None = None) -> tuple[float, ...]:
     from .vulkan import get_runtime
-    res = get_runtime().launch(ck.spv, "main", grid, ck.abi, arrays, repeat=repeat)
+    from .vulkan.pipeline import specialization
+    abi = ck.abi
+    if abi.get("spec_constants"):      # values for VkSpecializationInfo at pipeline creation
+        abi = {**abi, "specialization": specialization(abi["spec_constants"], spec or {})}
+    res = get_runtime().launch(ck.spv, "main", grid, abi, arrays, repeat=repeat)
     return res.device_times_ms

@@ -65,6 +65,12 @@ class ModuleBuilder:
         self._scalars: dict[int, tuple[str, int, int | None]] = {}  # id -> (opname, width, sign/encoding)
         self._functions: list[_Function] = []
         self._current: _Function | None = None
+        # Debug line info (OpLine): the source position of what is emitted now, and the one the
+        # open block last declared. An OpLine's scope ends with its block, so each block that
+        # needs a position declares it again (after its OpLabel: an OpLine cannot precede it).
+        self.loc: tuple[int, int, int] | None = None      # (OpString file id, line, column)
+        self._block_loc: tuple[int, int, int] | None = None
+        self._after_merge = False
 
     # ---------------------------------------------------------------- ids
     def new_id(self) -> int:
@@ -269,16 +275,35 @@ class ModuleBuilder:
 
     def emit(self, opname: str, *operands: OperandValue, result: int | None = None) -> int | None:
         """Append an instruction to the open function. For instructions with a result, pass the
-        result type (if any) as first operand; the result id is allocated (or ``result``) and returned."""
+        result type (if any) as first operand; the result id is allocated (or ``result``) and returned.
+        An OpLine (or OpNoLine) for ``loc`` goes first when the block's position differs."""
         fn = self._open_function()
+        if opname == "OpLabel":
+            self._block_loc = None
+            self._after_merge = False
+        else:
+            self._sync_line(fn)
+            self._after_merge = opname in ("OpSelectionMerge", "OpLoopMerge")
         rid = self._append(fn.body, opname, operands, result)
         if fn.first_block_start is None and opname == "OpLabel":
             fn.first_block_start = len(fn.body)
         return rid
 
+    def _sync_line(self, fn: _Function) -> None:
+        # a merge instruction must immediately precede its branch: no OpLine in between
+        if self.loc == self._block_loc or self._after_merge:
+            return
+        if self.loc is None:
+            fn.body += self.encode("OpNoLine", ())
+        else:
+            fn.body += self.encode("OpLine", self.loc)
+        self._block_loc = self.loc
+
     def position(self) -> int:
         """Word index in the open function where the next instruction goes (see patch_word)."""
-        return len(self._open_function().body)
+        fn = self._open_function()
+        self._sync_line(fn)
+        return len(fn.body)
 
     def patch_word(self, index: int, value: int) -> None:
         """Overwrite one word of the open function, e.g. an OpPhi operand known only later."""
@@ -296,10 +321,26 @@ class ModuleBuilder:
         fn.variables += self.encode("OpVariable", (ptr_type, "Function", *extra), rid)
         return rid
 
+    def set_line(self, file: str | None, line: int = 0, column: int = 0) -> tuple | None:
+        """Source position of the instructions emitted from now on (None: none); returns the
+        previous one, to restore with ``restore_line``. Files become OpString + OpSource."""
+        prev = self.loc
+        if file is None:
+            self.loc = None
+        else:
+            fid = self._strings.get(file)
+            if fid is None:
+                fid = self.string(file)
+                self._debug_source += self.encode("OpSource", ("Unknown", 0, fid))
+            self.loc = (fid, line, column)
+        return prev
+
+    def restore_line(self, loc: tuple | None) -> None:
+        self.loc = loc
+
     def line(self, file_id: int, line: int, column: int) -> None:
-        """OpLine in the open function, or in the globals section outside functions."""
-        target = self._current.body if self._current is not None else self._globals
-        target += self.encode("OpLine", (file_id, line, column))
+        """Position (an OpString id, line, column) of the instructions emitted from now on."""
+        self.loc = (file_id, line, column)
 
     def end_function(self) -> None:
         fn = self._open_function()
@@ -307,6 +348,7 @@ class ModuleBuilder:
             raise SpirvEncodingError("function_variable() used in a function without blocks")
         fn.body += self.encode("OpFunctionEnd", ())
         self._current = None
+        self._block_loc = None
 
     def _open_function(self) -> _Function:
         if self._current is None:

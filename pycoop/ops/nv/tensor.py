@@ -747,9 +747,13 @@ def _tensor_ptr(ctx, mem: Value) -> tuple[int, list]:
     """Pointer operand (to the array) and memory operands of a tensor load/store."""
     t = mem.type
     if isinstance(t, BufferType):
-        ptype = ctx.b.type("OpTypePointer", "PhysicalStorageBuffer", ctx.buffer_array_id(t))
-        return ctx.emit_raw("OpAccessChain", ptype, ctx.id(mem), ctx.const(u32, 0)), \
-            ["Aligned|NonPrivatePointer", alignment(t.elem, getattr(t.elem, "layout", Layout.scalar))]
+        storage = ctx.buffer_storage.value
+        ptype = ctx.b.type("OpTypePointer", storage, ctx.buffer_array_id(t))
+        chain = ctx.emit_raw("OpAccessChain", ptype, ctx.id(mem), ctx.const(u32, 0))
+        if storage != "PhysicalStorageBuffer":      # descriptor ABI: no Aligned operand
+            return chain, ["NonPrivatePointer"]
+        return chain, ["Aligned|NonPrivatePointer",
+                       alignment(t.elem, getattr(t.elem, "layout", Layout.scalar))]
     return ctx.id(mem), ["NonPrivatePointer"]
 
 

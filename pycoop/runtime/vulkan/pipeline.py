@@ -21,6 +21,18 @@ OP_ENTRY_POINT, OP_EXECUTION_MODE, OP_FUNCTION = 15, 16, 54
 EXECUTION_MODEL_GLCOMPUTE, EXECUTION_MODE_LOCAL_SIZE = 5, 17
 
 
+def specialization(entries: list[dict], values: dict) -> tuple[tuple[int, bytes], ...]:
+    """(SpecId, bytes) of each specialization constant (the sidecar's `spec_constants`): the
+    value in `values`, else its default; bools as VkBool32."""
+    import numpy as np
+    out = []
+    for e in entries:
+        v = values.get(e["name"], e["default"])
+        data = np.uint32(bool(v)) if e["dtype"] == "bool" else np.array(v, dtype=e["dtype"])
+        out.append((e["id"], data.tobytes()))
+    return tuple(out)
+
+
 @dataclass
 class Pipeline:
     handle: Any
@@ -72,26 +84,29 @@ class Pipelines:
         self.vk_cache = handle[0]
 
     @staticmethod
-    def key(spv: bytes, entry: str, required_subgroup_size: int | None, push_size: int) -> bytes:
+    def key(spv: bytes, entry: str, required_subgroup_size: int | None, push_size: int,
+            spec: tuple = ()) -> bytes:
         h = hashlib.sha256(spv)
-        h.update(f"\0{entry}\0{required_subgroup_size}\0{push_size}".encode())
+        h.update(f"\0{entry}\0{required_subgroup_size}\0{push_size}\0{spec!r}".encode())
         return h.digest()
 
     def get(self, spv: bytes, entry: str, required_subgroup_size: int | None,
-            push_size: int) -> Pipeline:
-        key = self.key(spv, entry, required_subgroup_size, push_size)
+            push_size: int, spec: tuple = ()) -> Pipeline:
+        """`spec`: (SpecId, value bytes) pairs, passed as VkSpecializationInfo."""
+        key = self.key(spv, entry, required_subgroup_size, push_size, spec)
         pipeline = self._cache.get(key)
         if pipeline is not None:
             self.hits += 1
             return pipeline
         self.misses += 1
         local_size = inspect_spirv(spv, entry)
-        pipeline = self._create(spv, entry, required_subgroup_size, push_size, local_size)
+        pipeline = self._create(spv, entry, required_subgroup_size, push_size, local_size, spec)
         self._cache[key] = pipeline
         return pipeline
 
     def _create(self, spv: bytes, entry: str, required_subgroup_size: int | None,
-                push_size: int, local_size: tuple[int, int, int] | None) -> Pipeline:
+                push_size: int, local_size: tuple[int, int, int] | None,
+                spec: tuple = ()) -> Pipeline:
         dev, caps = self.device.handle, self.device.capabilities
         code = ffi.new("uint32_t[]", len(spv) // 4)
         ffi.memmove(code, spv, len(spv))
@@ -121,10 +136,21 @@ class Pipelines:
                                                            local_size)
             if subgroup_info is not None:
                 stage_next = subgroup_info
+        spec_info = ffi.NULL
+        if spec:
+            data = b"".join(v for _, v in spec)
+            offsets = [sum(len(v) for _, v in spec[:i]) for i in range(len(spec))]
+            entries = ffi.new("VkSpecializationMapEntry[]", [
+                {"constantID": sid, "offset": off, "size": len(v)}
+                for (sid, v), off in zip(spec, offsets)])
+            blob = ffi.new("char[]", data)
+            spec_info = ffi.new("VkSpecializationInfo*", {
+                "mapEntryCount": len(spec), "pMapEntries": entries, "dataSize": len(data),
+                "pData": blob})
         stage = ffi.new("VkPipelineShaderStageCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, "pNext": stage_next,
             "flags": stage_flags, "stage": vk.VK_SHADER_STAGE_COMPUTE_BIT, "module": module[0],
-            "pName": name})
+            "pName": name, "pSpecializationInfo": spec_info})
         info = ffi.new("VkComputePipelineCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, "stage": stage[0],
             "layout": layout[0], "basePipelineIndex": -1})

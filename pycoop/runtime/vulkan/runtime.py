@@ -203,7 +203,7 @@ class VulkanRuntime:
                     f"allows {caps.max_push_constants_size} (compile with arg_buffer mode)")
             try:
                 pipeline = ctx.pipelines.get(bytes(spv), entry, abi.get("required_subgroup_size"),
-                                             push_size)
+                                             push_size, abi.get("specialization", ()))
                 ctx.reserve_timestamps(repeat)
                 return self._run(ctx, pipeline, grid, abi["mode"], bound, timeout_s, repeat)
             except (DeviceLost, VulkanTimeout):

@@ -1,0 +1,35 @@
+"""Specialization constants: the value of a `pycoop.Spec[T]` kernel parameter.
+
+One `spec_constant` op per parameter, at the top of the kernel body. It lowers to an
+OpSpecConstant (its default: the value the kernel was compiled with) decorated with a SpecId,
+which a Vulkan application overrides at pipeline creation (VkSpecializationInfo). Its
+instructions use the id like any other value; the emulator runs the module with the value
+it was compiled for (pycoop compiles one module per value it emulates).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import define, emulation, lowering
+
+
+def _infer(operands, attrs, regions, loc):
+    return [attrs["type"]]
+
+
+define("spec_constant", _infer,
+       doc="The value of a Spec[T] parameter: an OpSpecConstant with SpecId `spec_id`, set at "
+           "pipeline creation (its default: `value`).")
+
+
+@emulation("spec_constant")
+def _emulate(ctx, op):
+    return np.full((1, 1), op.attrs["value"], dtype=op.attrs["type"].dtype)
+
+
+@lowering("spec_constant")
+def _lower(ctx, op):
+    sid = ctx.b.spec_constant(ctx.type_id(op.attrs["type"]), op.attrs["value"])
+    ctx.b.decorate(sid, "SpecId", op.attrs["spec_id"])
+    ctx.b.name(sid, op.attrs["name"])
+    ctx.set(op.result, sid)
