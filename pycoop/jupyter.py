@@ -6,7 +6,7 @@ otherwise turn IR and SPIR-V into a proportional font. Locations never wrap (`wh
 nowrap`), and code of a notebook cell is named as the cell, `In [4], line 3`, not by
 ipykernel's temporary file name. Python source is highlighted with pygments when it is
 installed (the optional extra `pycoop[jupyter]`) and shown plain otherwise. Each IR line links to
-the source line that made it.
+the source line that made it, and so does each OpLine of the SPIR-V disassembly.
 """
 from __future__ import annotations
 
@@ -148,6 +148,25 @@ def _ir_html(ck, sources: _Sources) -> str:
     return f"<pre style=\"{PRE}\">" + "\n".join(out) + "</pre>"
 
 
+def _spirv_html(ck, sources: _Sources) -> str:
+    """The disassembly, each `OpLine %file line col` followed by a link to that source line
+    (OpString holds the path, or the cell's name for notebook code)."""
+    files = {cell_label(f) or f: f for f in sources.files}
+    strings, out = {}, []
+    for text in ck.spvasm.splitlines():
+        words = text.split()
+        if len(words) == 4 and words[2] == "OpString" and words[3].startswith('"'):
+            strings[words[0]] = files.get(words[3].strip('"'))
+        file = strings.get(words[1]) if len(words) == 4 and words[0] == "OpLine" else None
+        if file is not None and words[2].isdigit():
+            line = int(words[2])
+            out.append(f"{html.escape(text)}  <a href='#{sources.anchor(file, line)}' "
+                       f"style='{MUTED}; {NOWRAP}'># {html.escape(location(file, line))}</a>")
+        else:
+            out.append(html.escape(text))
+    return f"<pre style=\"{PRE}\">" + "\n".join(out) + "</pre>"
+
+
 def compiled_kernel_html(ck) -> str:
     """A compiled kernel: signature, constants, capabilities, the IR (each op linked to its
     source line), the source, and the SPIR-V disassembly."""
@@ -170,8 +189,7 @@ def compiled_kernel_html(ck) -> str:
         low = ck._lower()
         caps = ", ".join(low.capabilities)
         exts = ", ".join(low.extensions) or "none"
-        spvasm = _details(f"SPIR-V ({len(ck.spv)} bytes, {ck.target})",
-                          f"<pre style=\"{PRE}\">{html.escape(ck.spvasm)}</pre>")
+        spvasm = _details(f"SPIR-V ({len(ck.spv)} bytes, {ck.target})", _spirv_html(ck, sources))
     except Exception as e:          # show the kernel even if lowering fails
         caps = exts = "?"
         spvasm = f"<pre style=\"{PRE}\">lowering failed: {html.escape(str(e))}</pre>"

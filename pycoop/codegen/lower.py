@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import cell_label
 from ..ir.core import Block, Module, Op, Value
 from ..ops.registry import get
 from ..spirv import grammar
@@ -301,7 +302,8 @@ class LowerCtx:
             d.lower(self, op)
             return
         # the op's instructions carry its source position; regions it lowers set their own
-        outer = self.b.set_line(op.loc.file, op.loc.line, op.loc.col)
+        # a notebook cell is named as the cell ("In [4]"), not by ipykernel's temporary file
+        outer = self.b.set_line(cell_label(op.loc.file) or op.loc.file, op.loc.line, op.loc.col)
         try:
             d.lower(self, op)
         finally:
