@@ -93,10 +93,10 @@ _TYPE_NAMES = {bool: "a boolean (true or false)", int: "an integer", float: "a n
 
 
 def _consts(k, defines: list[tuple[str, object]]) -> dict:
-    """The -D values checked against the kernel's Const parameters: the name must be one, and a
-    parameter with a default takes a value of the default's type (so `-D TM=banana` is
-    reported here, not deep inside the trace)."""
-    params = {p.name: p for p in k.params if p.is_const}
+    """The -D values checked against the kernel's Const (and Spec: the module's default)
+    parameters: the name must be one, and a parameter with a default takes a value of the
+    default's type (so `-D TM=banana` is reported here, not deep inside the trace)."""
+    params = {p.name: p for p in k.params if not p.is_runtime}
     out = {}
     for name, value in defines:
         p = params.get(name)
@@ -118,7 +118,8 @@ def _consts(k, defines: list[tuple[str, object]]) -> dict:
 # ------------------------------------------------------------------ commands
 def cmd_compile(a) -> int:
     k = _load_kernel(a.kernel)
-    ck = k.compile(subgroup_size=a.subgroup_size, **_consts(k, a.const))
+    ck = k.compile(subgroup_size=a.subgroup_size, debug_info=a.debug_info, abi=a.abi,
+                   **_consts(k, a.const))
     out = Path(a.output or f"{k.name}.spv")
     ck.save(out)
     print(f"wrote {out} ({len(ck.spv)} bytes) and {out}.json")
@@ -199,8 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pycoop", description="Cooperative-matrix kernels in Python.")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     define = dict(action="append", type=_define, default=[], metavar="NAME=VALUE",
-                  help="value of a pycoop.Const parameter of the kernel: JSON (2, 1.5, true, "
-                       "\"s\") or a bare string; repeatable")
+                  help="value of a pycoop.Const parameter of the kernel (or the default of a "
+                       "pycoop.Spec one): JSON (2, 1.5, true, \"s\") or a bare string; repeatable")
     c = sub.add_parser("compile", help="write FILE.py:KERNEL as a .spv plus a JSON sidecar",
                        description="Trace, specialise and validate a kernel; write its SPIR-V "
                                    "and the JSON description of its ABI.")
@@ -212,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="subgroup size to trace with (a power of two; default: the kernel's, "
                         "else PYCOOP_SUBGROUP_SIZE, else 32)")
     c.add_argument("--ir", action="store_true", help="also print the IR")
+    c.add_argument("--abi", choices=["device_address", "descriptors"], default="device_address",
+                   help="how buffers are bound: device addresses in push constants (default) or "
+                        "StorageBuffer descriptors of set 0 (docs/abi.md)")
+    c.add_argument("--no-debug-info", dest="debug_info", action="store_false",
+                   help="leave out OpSource/OpString/OpLine (the source file, line and column "
+                        "of each instruction)")
     c.set_defaults(fn=cmd_compile)
     d = sub.add_parser("disasm", help="disassemble a .spv file or FILE.py:KERNEL",
                        description="Print the SPIR-V assembly of a .spv file or of a kernel.")

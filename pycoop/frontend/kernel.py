@@ -285,6 +285,12 @@ class Kernel:
             except RequiresSubgroupSize as r:
                 module = self._trace(values, r.size, True)
             ck = self._cache[key] = CompiledKernel(self, module, values)
+        if abi == "descriptors":         # its push-constant limit, reported at the kernel
+            from ..codegen.abi import layout
+            try:
+                layout(ck.module.param_names, [p.type for p in ck.module.kernel.params], abi)
+            except CompileError as e:
+                raise CompileError(e.message, _def_loc(self.fn), rule=e.rule, hint=e.hint) from None
         # the same module lowered with other options (debug info, ABI)
         return ck if (debug_info, abi) == (True, "device_address") else ck.variant(debug_info, abi)
 

@@ -18,6 +18,7 @@ from ..ir.core import Value
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, Type, VectorType,
                      SCALARS, bool_, f32, i32, u32, memory_element, scalar_of_dtype)
 from .registry import define, emulation, lowering
+from .spec import check_not_spec
 
 # --------------------------------------------------------------------------- constants
 
@@ -892,6 +893,7 @@ def shared(elem: ScalarType | VectorType, length: int) -> Value:
                            f"components, not {elem!r}", loc,
                            rule="pycoop: shared arrays hold numeric scalars or 2/4-component numeric "
                                 "vectors")
+    check_not_spec(length, "a shared array length", loc)
     if isinstance(length, Value) or int(length) <= 0:
         raise CompileError("shared array length must be a positive compile-time int", loc,
                            rule="SPIR-V: OpTypeArray Length must be at least 1 (a constant)")

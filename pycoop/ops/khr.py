@@ -18,6 +18,7 @@ from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType
 from .core import as_value, check_readable, convert_array
 from .known_bits import exact, low_bits
 from .registry import MEMORYLESS, define, emulation, lowering
+from .spec import check_not_spec
 
 KHR_CAPS = ("CooperativeMatrixKHR",)
 LAYOUTS = {"row_major": "RowMajorKHR", "col_major": "ColumnMajorKHR",
@@ -45,6 +46,7 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
                            rule="SPV_KHR_cooperative_matrix: Scope is Subgroup (or Workgroup with "
                                 "SPV_NV_cooperative_matrix2)")
     for what, n in (("rows", rows), ("cols", cols)):
+        check_not_spec(n, f"cooperative matrix {what}", loc)
         if isinstance(n, Value) or not isinstance(n, numbers.Integral) or isinstance(n, bool):
             raise CompileError(f"cooperative matrix {what} must be a compile-time int, got {n!r}", loc,
                                rule=f"{SPEC}: 'Rows'/'Columns' must be constant instructions",

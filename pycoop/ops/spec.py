@@ -10,7 +10,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import CompileError
 from .registry import define, emulation, lowering
+
+SHAPE_RULE = ("pycoop: a Spec value is chosen at pipeline creation, after tracing; shapes "
+              "(cooperative-matrix rows and columns, shared-array lengths) are trace-time ints")
+
+
+def check_not_spec(v, what: str, loc) -> None:
+    """A CompileError when `v` (used as `what`, a shape) is a Spec parameter's value."""
+    op = getattr(v, "op", None)
+    if op is not None and op.name == "spec_constant":
+        raise CompileError(f"{what} cannot be the specialization constant "
+                           f"'{op.attrs['name']}'", loc, rule=SHAPE_RULE,
+                           hint=f"make '{op.attrs['name']}' a pycoop.Const parameter (one module "
+                                "per value), or use a Python int")
 
 
 def _infer(operands, attrs, regions, loc):
