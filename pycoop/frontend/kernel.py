@@ -287,6 +287,9 @@ class Kernel:
             ck = self._cache[key] = CompiledKernel(self, module, values)
         if abi == "descriptors":         # its push-constant limit, reported at the kernel
             from ..codegen.abi import layout
+            if ck.target != "vulkan":
+                raise ArgumentError(f"{self.name} targets OpenCL (it uses pycoop.intel ops): "
+                                    "abi='descriptors' is a Vulkan ABI")
             try:
                 layout(ck.module.param_names, [p.type for p in ck.module.kernel.params], abi)
             except CompileError as e:

@@ -153,3 +153,13 @@ def test_too_many_scalar_bytes_for_push_constants():
     assert "maxPushConstantsSize >= 128" in err.value.rule and "buffer" in err.value.hint
     assert err.value.loc.line == line_of(test_too_many_scalar_bytes_for_push_constants,
                                          "@pc.kernel(workgroup_size=1)")
+
+
+def test_opencl_kernels_have_no_descriptor_abi():
+    @pc.kernel(workgroup_size=16)
+    def prefetch(src: pc.Buffer[pc.u16]):
+        pc.intel.block_prefetch(src, width=16, height=8, memory_width=64, memory_height=8,
+                                pitch=64, coord=(0, 0))
+
+    with pytest.raises(pc.ArgumentError, match="targets OpenCL.*Vulkan ABI"):
+        prefetch.compile(abi="descriptors")
