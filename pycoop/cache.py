@@ -82,8 +82,10 @@ def lower_cached(module: Module, *, decode_vector: bool = True, debug_info: bool
                 return low
         except (OSError, ValueError, KeyError):
             pass          # unreadable entry: rebuild and overwrite it
-    low = lower_opencl(module) if target == "opencl" else lower(module, decode_vector, debug_info=debug_info,
-                                                                      abi=abi)
+    if target == "opencl":
+        low = lower_opencl(module, debug_info)
+    else:
+        low = lower(module, decode_vector, debug_info=debug_info, abi=abi)
     from .ops.nv import decode_vector as DV
     if "SPV_NV_cooperative_matrix_decode_vector" in low.extensions:
         problems = DV.check_module(low.spv)

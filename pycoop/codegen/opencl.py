@@ -87,8 +87,8 @@ def module_target(module: Module) -> str:
 class OpenCLLowerCtx(LowerCtx):
     target = TARGET
 
-    def __init__(self, module: Module):
-        super().__init__(module)
+    def __init__(self, module: Module, debug_info: bool = False):
+        super().__init__(module, debug_info=debug_info)
         self.b = ModuleBuilder(SPIRV_VERSION)
         self._ocl: int | None = None
         self._result_types: dict[int, int] = {}     # result id -> type id (to elide no-op bitcasts)
@@ -180,9 +180,10 @@ def _arg_entry(name: str, t: Type, index: int) -> dict:
     return {"name": name, "index": index, "kind": "scalar", "size": t.size, "dtype": str(t.dtype)}
 
 
-def lower_opencl(module: Module) -> Lowered:
-    """The OpenCL-environment SPIR-V module of a traced kernel (validate with VALIDATOR_ENV)."""
-    ctx = OpenCLLowerCtx(module)
+def lower_opencl(module: Module, debug_info: bool = True) -> Lowered:
+    """The OpenCL-environment SPIR-V module of a traced kernel (validate with VALIDATOR_ENV);
+    `debug_info`: OpSource/OpString/OpLine, as for Vulkan."""
+    ctx = OpenCLLowerCtx(module, debug_info)
     b = ctx.b
     for cap in ("Addresses", "Kernel", "Int64", "SubgroupDispatch"):
         ctx.need(cap)

@@ -145,3 +145,15 @@ def test_jupyter_links_oplines_to_source_lines():
     link = re.search(rf"OpLine %\d+ {line} {col}  <a href='#([\w-]+)'", page)
     assert link and f"id='{link.group(1)}'" in page            # the anchor of that line
     assert f"# {Path(__file__).name}:{line}</a>" in page
+
+
+def test_opencl_target_modules_carry_lines_too():
+    @pc.kernel(workgroup_size=16)
+    def prefetch(src: pc.Buffer[pc.u16]):
+        pc.intel.block_prefetch(src, width=16, height=8, memory_width=64, memory_height=8,
+                                pitch=64, coord=(0, 0))
+
+    line = inspect.getsourcelines(test_opencl_target_modules_carry_lines_too)[1] + 3
+    on = prefetch.compile()                                 # validated (opencl2.2)
+    assert on.target == "opencl" and re.search(rf"OpLine %\d+ {line} 9", on.spvasm)
+    assert "OpLine" not in prefetch.compile(debug_info=False).spvasm
