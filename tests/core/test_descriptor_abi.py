@@ -7,12 +7,15 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import pycoop as pc
 from pycoop import f16, f32, u32, u64
+from pycoop.codegen import abi as abi_mod
 from pycoop.spirv import tools
 
-from core_helpers import emu, line_of
+from core_helpers import SETTINGS, emu, line_of
 
 
 @pc.kernel(workgroup_size=64)
@@ -82,6 +85,30 @@ def test_pycoop_launches_only_the_device_address_abi():
 def test_unknown_abi():
     with pytest.raises(ValueError, match="abi must be one of"):
         saxpy3.compile(abi="bindless")
+
+
+PARAM_TYPES = [pc.Buffer[f32], pc.ReadBuffer[f16], pc.WriteBuffer[pc.u8], pc.u8, pc.i16, u32,
+               u64, f16, f32, pc.f64]
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(PARAM_TYPES), min_size=1, max_size=14))
+def test_descriptor_layout_properties(types):
+    names = [f"p{i}" for i in range(len(types))]
+    lay = abi_mod.layout(names, types, "descriptors")
+    buffers = [a for a in lay["args"] if a["kind"] == "buffer"]
+    assert [a["binding"] for a in buffers] == list(range(len(buffers)))
+    assert all(a["set"] == 0 and "offset" not in a for a in buffers)
+    end = 0
+    for a, t in zip(lay["args"], types):
+        if a["kind"] == "scalar":          # declaration order, natural alignment, no overlap
+            assert a["offset"] >= end and a["offset"] % t.size == 0
+            end = a["offset"] + t.size
+    assert lay["size"] == (end + 7) // 8 * 8 and lay["mode"] == "push_constants"
+    # the device-address layout keeps every parameter in the block, buffers as 8-byte addresses
+    dev = abi_mod.layout(names, types)
+    assert [a["name"] for a in dev["args"]] == names
+    assert all(a["offset"] % 8 == 0 for a in dev["args"] if a["kind"] == "buffer")
 
 
 MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
