@@ -16,7 +16,7 @@ from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1, tracer
 from ..ir.core import Value
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, Type, VectorType,
-                     SCALARS, bool_, f32, i32, u32, memory_element, scalar_of_dtype)
+                     SCALARS, bool_, f32, f64, i32, u32, memory_element, scalar_of_dtype)
 from .registry import define, emulation, lowering
 
 # --------------------------------------------------------------------------- constants
@@ -48,7 +48,31 @@ def _check_literal(value, type: ScalarType, loc: Loc):
             raise CompileError(f"constant {v} does not fit in {type} (range {lo}..{hi})", loc,
                                hint="use a wider type or cast the other operand")
         return v
-    return float(value)
+    return _float_literal(value, type, loc)
+
+
+def _float_literal(value, type: ScalarType, loc: Loc) -> float:
+    """The literal, checked against `type`'s range (rounded once, to nearest even); a finite literal
+    beyond the type's range is an error rather than a silent infinity (or NaN in fp8_e4m3,
+    which has no infinity)."""
+    x = float(value)
+    r = float(convert_array(np.array(x), f64, type).astype(np.float64))
+    if math.isfinite(r) or not math.isfinite(x) and not math.isnan(r) or math.isnan(x):
+        # IEEE types keep the literal as written (NumPy and the SPIR-V encoder round it once);
+        # bf16 / fp8 get the rounded value, since their conversions from a double would not
+        return r if type.encoding else x
+    big = float(_finite_max(type))
+    raise CompileError(f"the literal {value!r} is outside the range of {type} (largest finite "
+                       f"value {big:g})", loc,
+                       rule="a constant must be a value of its type (OpConstant)",
+                       hint=f"compute in f32 (f32(x) * {value!r}), or write the infinity "
+                            f"explicitly ({type}(math.inf))" if type.name != "fp8_e4m3" else
+                       "compute in f32: fp8_e4m3 has no infinity")
+
+
+def _finite_max(t: ScalarType):
+    import ml_dtypes
+    return ml_dtypes.finfo(t.dtype).max
 
 
 @emulation("const")
@@ -195,18 +219,20 @@ num_subgroups = _BuiltinScalar("num_subgroups")
 
 # name: (python symbol, float opcode, signed opcode, unsigned opcode, numpy fn)
 def _np_div(a, b):
+    if np.issubdtype(a.dtype, np.signedinteger):
+        # OpSDiv truncates toward zero: floor division corrected where it rounded down. (No
+        # abs(): |INT_MIN| does not exist in the type.) The caller has replaced divisors that
+        # are undefined (0; -1 under INT_MIN) by 1.
+        q = np.floor_divide(a, b)
+        return q + ((q * b != a) & ((a < 0) != (b < 0))).astype(a.dtype)
     if np.issubdtype(a.dtype, np.integer):
-        # SPIR-V OpSDiv / OpUDiv truncate toward zero.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q = np.abs(a.astype(np.int64) if a.dtype != np.uint64 else a) // np.abs(
-                b.astype(np.int64) if b.dtype != np.uint64 else b)
-            if np.issubdtype(a.dtype, np.signedinteger):
-                q = np.where((a < 0) != (b < 0), -q, q)
-            return q.astype(a.dtype)
+        return np.floor_divide(a, b)
     return np.divide(a, b)
 
 
 def _np_rem(a, b):
+    if np.issubdtype(a.dtype, np.signedinteger):
+        return a - _np_div(a, b) * b          # OpSRem: the sign of the dividend
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.fmod(a, b)
 
@@ -271,6 +297,10 @@ def _infer_binary(operands, attrs, regions, loc):
         if BINARY[kind][slot] is None:
             raise CompileError(f"`{sym}` is not defined on {e}", loc,
                                hint="bitwise ops and shifts need integers; ** needs floats")
+        if kind in _GLSL_16_32 and e.bits not in (16, 32):
+            raise CompileError(f"`{sym}` is not available for {e}", loc,
+                               rule="GLSL.std.450 Pow: 16- or 32-bit floats only",
+                               hint="cast to f32 first")
     return [t]
 
 
@@ -292,10 +322,7 @@ def _emu_binary(ctx, op, a, b):
             ctx.check_instances(bad.any((-2, -1)), ctx.scope_active(t.scope, op), op, msg)
         else:
             ctx.check_ub(bad, op, msg)
-        if kind == "rem" and not e.signed:
-            with np.errstate(divide="ignore"):
-                return np.remainder(a, np.where(b == 0, 1, b))
-        b = np.where(b == 0, np.ones_like(b), b)
+        b = np.where(bad, np.ones_like(b), b)     # undefined: any value, but no trap in NumPy
     if e.is_int and kind in ("shl", "shr"):
         ctx.check_ub((b < 0) | (b >= e.bits), op,
                      f"shifting a {e.bits}-bit integer by a negative amount or >= {e.bits} is undefined")
@@ -304,6 +331,9 @@ def _emu_binary(ctx, op, a, b):
         fn = {"and": np.logical_and, "or": np.logical_or, "xor": np.not_equal}[kind]
     if not e.is_float:                 # integer array ops raise no floating-point errors
         return fn(a, b).astype(a.dtype, copy=False)
+    if e.encoding:                     # bf16 / fp8 matrices: in f32, rounded once (as lowered)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return convert_array(fn(a.astype(np.float32), b.astype(np.float32)), f32, e)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         r = fn(a, b)
     return r.astype(a.dtype, copy=False)
@@ -319,7 +349,9 @@ def _lower_binary(ctx, op):
     else:
         opname = BINARY[kind][1 if e.is_float else (2 if e.signed else 3)]
     a, b = (ctx.id(v) for v in op.operands)
-    if opname == "OpSRem" and ctx.target == "vulkan":
+    if e.encoding:
+        ctx.set(op.result, via_f32(ctx, t, lambda wt, x, y: ctx.emit(opname, wt, x, y), a, b))
+    elif opname == "OpSRem" and ctx.target == "vulkan":
         ctx.set(op.result, _signed_rem(ctx, t, a, b))
     elif opname.startswith("GLSL:"):
         ctx.set(op.result, ctx.glsl(opname[5:], t, a, b))
@@ -424,12 +456,21 @@ def _infer_unary(operands, attrs, regions, loc):
     if UNARY[kind][slot] is None:
         raise CompileError(f"{kind} is not defined on {e}", loc,
                            hint="math functions need a float operand: cast first")
-    if UNARY[kind][0] and UNARY[kind][0].startswith("GLSL:") and e.is_float and e.bits not in (16, 32) \
-            or (e.encoding and kind not in ("neg",)):
+    if e.encoding and kind != "neg":
         raise CompileError(f"{kind} is not available for {e}", loc,
-                           rule="GLSL.std.450 math is defined for 16- and 32-bit IEEE floats",
+                           rule=f"GLSL.std.450 is defined for IEEE float types, not {e}",
+                           hint="cast to f32 first")
+    if kind in _GLSL_16_32 and e.bits not in (16, 32):
+        raise CompileError(f"{kind} is not available for {e}", loc,
+                           rule=f"GLSL.std.450 {UNARY[kind][0][5:]}: 16- or 32-bit floats only",
                            hint="cast to f32 first")
     return [t]
+
+
+# GLSL.std.450 instructions whose text restricts the operand to 16- or 32-bit floats (the
+# exponential, logarithmic, power and trigonometric family); FAbs, Floor, Ceil, Trunc, Sqrt,
+# InverseSqrt, FMin, FMax and Fma take any float width, f64 included.
+_GLSL_16_32 = {"exp", "exp2", "log", "log2", "sin", "cos", "tanh", "pow"}
 
 
 define("unary", _infer_unary, doc="Element-wise unary arithmetic and math functions.")
@@ -453,11 +494,52 @@ def _lower_unary(ctx, op):
     if e.is_bool:
         ctx.set(op.result, ctx.emit("OpLogicalNot", t, a))
         return
+    if kind == "neg" and e.encoding:
+        ctx.set(op.result, via_f32(ctx, t, lambda wt, x: ctx.emit("OpFNegate", wt, x), a))
+        return
+    if kind == "neg" and e.is_int and e.bits < 32 and isinstance(t, (ScalarType, VectorType)):
+        ctx.set(op.result, _narrow_negate(ctx, t, a))
+        return
     opname = UNARY[kind][0 if e.is_float else (1 if e.signed else 2)]
     if opname.startswith("GLSL:"):
         ctx.set(op.result, ctx.glsl(opname[5:], t, a))
     else:
         ctx.set(op.result, ctx.emit(opname, t, a))
+
+
+def _narrow_negate(ctx, t: Type, a: int) -> int:
+    """-x for 8- and 16-bit integers, computed in 32 bits and brought back to the narrow type
+    by a shift pair (which leaves the 32-bit register sign- or zero-extended).
+
+    Driver workaround: the NVIDIA driver (580.159.04) keeps -x of a narrow INT_MIN as +128 /
+    +32768 in a 32-bit register, so comparisons, shifts, min/max and widening conversions of
+    it are wrong; OpSNegate itself is what SPIR-V means. The extra shifts cost nothing
+    measurable and the result is the same on every target."""
+    e = _elem(t)
+    w = SCALARS[("i32" if e.signed else "u32")]
+    wt = VectorType(w, t.count) if isinstance(t, VectorType) else w
+
+    def splat(x: int) -> int:
+        c = ctx.const(u32, x)
+        return ctx.constant_composite(VectorType(u32, t.count), *[c] * t.count) \
+            if isinstance(t, VectorType) else c
+    x = ctx.emit("OpSConvert" if e.signed else "OpUConvert", wt, a)
+    n = ctx.emit("OpSNegate", wt, x)
+    n = ctx.emit("OpShiftLeftLogical", wt, n, splat(32 - e.bits))
+    n = ctx.emit("OpShiftRightArithmetic" if e.signed else "OpShiftRightLogical", wt, n,
+                 splat(32 - e.bits))
+    return ctx.emit("OpSConvert" if e.signed else "OpUConvert", t, n)
+
+
+def via_f32(ctx, t: Type, compute, *args: int) -> int:
+    """An arithmetic op on bf16 or fp8 matrices, which SPIR-V's float arithmetic does not take
+    (SPV_KHR_bfloat16, SPV_EXT_float8 allow only conversions, loads/stores and MulAdd on them):
+    convert the operands to f32, compute, convert back. One f32 op rounded to the narrow type
+    is the correctly rounded narrow result (f32 has more than 2p+1 bits for p <= 8), which is
+    what the emulator computes."""
+    wt = t.with_(component=f32)
+    wide = [ctx.emit("OpFConvert", wt, x) for x in args]
+    return ctx.emit("OpFConvert", t, compute(wt, *wide))
 
 
 def unary(kind: str, x) -> Value:
@@ -614,23 +696,70 @@ define("cast", _infer_cast, doc="Scalar numeric conversion (round to nearest eve
 
 
 def convert_array(x: np.ndarray, src: ScalarType, dst: ScalarType) -> np.ndarray:
-    """NumPy semantics of SPIR-V numeric conversion, shared by scalar casts and matrices."""
+    """NumPy semantics of SPIR-V numeric conversion, shared by scalar casts and matrices: one
+    rounding (to nearest even) into a float type, truncation toward zero into an integer type."""
     if src == dst:
         return x
     if src.is_float and dst.is_int:
+        # Out-of-range float to int is undefined in SPIR-V (the caller reports it); the emulator
+        # saturates. Bounds compared as exact powers of two: float(2**63 - 1) is 2**63.
         lo, hi = dst.min_max()
-        # Out-of-range float to int is undefined in SPIR-V; the emulator saturates (and the
-        # caller may report it). Truncation toward zero otherwise.
         y = np.trunc(x.astype(np.float64))
-        y = np.nan_to_num(np.clip(y, lo, hi))
-        return y.astype(dst.dtype)
-    if src.is_float and dst.is_float and src.encoding is None and dst.encoding is None:
-        return x.astype(dst.dtype)
-    if src.is_float or dst.is_float:
-        # ml_dtypes' casts round to nearest even; go through f32 (exact for every source here).
-        via = x.astype(np.float64) if (src.is_int or src.bits == 64) else x.astype(np.float32)
-        return via.astype(dst.dtype)
+        inside = (y >= float(lo)) & (y < float(hi + 1))
+        r = np.where(inside, y, 0).astype(dst.dtype)
+        r = np.where(y >= float(hi + 1), dst.dtype.type(hi), r)
+        return np.where(y < float(lo), dst.dtype.type(lo), r)
+    if dst.is_float:
+        if src.is_float:
+            # every float type other than f64 converts exactly to f32
+            via = x.astype(np.float64) if src.bits == 64 else x.astype(np.float32)
+        elif src.bits == 64 and dst.bits < 64:
+            via = _int64_to_f64_odd(x)
+        else:
+            via = x.astype(np.float64)      # exact (<= 32-bit ints), or the one rounding to f64
+        return _round_float(via, dst)
     return x.astype(dst.dtype)      # int -> int: wrap / sign- or zero-extend per source
+
+
+# Correct rounding without double rounding: a value rounded to odd (truncated, with its lowest
+# bit set when anything was cut off) with at least two more bits than the target rounds to the
+# target as the exact value would (Boldo & Melquiond, "When double rounding is odd", 2008).
+
+def _round_float(v: np.ndarray, dst: ScalarType) -> np.ndarray:
+    """Round `v` (f32, or f64 possibly rounded to odd) to `dst` with one effective rounding."""
+    if v.dtype == dst.dtype:
+        return v
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dst.encoding is None or v.dtype == np.float32:
+            # NumPy converts f64 -> f32 and f64/f32 -> f16 directly; ml_dtypes f32 -> bf16/fp8
+            return v.astype(dst.dtype)
+        # ml_dtypes converts f64 to bf16/fp8 through f32: make that first step round to odd
+        return _f64_to_f32_odd(v).astype(dst.dtype)
+
+
+def _int64_to_f64_odd(x: np.ndarray) -> np.ndarray:
+    """64-bit integers to f64 rounded to odd (>= 43 significant bits, enough for any narrower
+    target): magnitudes >= 2**53 keep their bits from 2**11 up, OR-ing the rest into bit 0."""
+    signed = x.dtype == np.int64
+    u = x.view(np.uint64) if signed else x
+    neg = x < 0 if signed else np.zeros(x.shape, bool)
+    m = np.where(neg, np.uint64(0) - u, u)           # |x|, exact for INT64_MIN too
+    big = m >= np.uint64(1 << 53)
+    y = np.where(big, (m >> np.uint64(11)) | (m & np.uint64(0x7FF) != 0).astype(np.uint64), m)
+    f = y.astype(np.float64) * np.where(big, 2048.0, 1.0)
+    return np.where(neg, -f, f)
+
+
+def _f64_to_f32_odd(v: np.ndarray) -> np.ndarray:
+    """f64 to f32 rounded to odd (inf and NaN convert as they are)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = np.asarray(v.astype(np.float32))
+    back = f.astype(np.float64)
+    inexact = (back != v) & np.isfinite(v)
+    bits = f.view(np.uint32)
+    bits = np.where(inexact & (np.abs(back) > np.abs(v)), bits - np.uint32(1), bits)  # toward 0
+    bits = np.where(inexact, bits | np.uint32(1), bits)
+    return bits.astype(np.uint32).view(np.float32)
 
 
 @emulation("cast")
@@ -638,8 +767,8 @@ def _emu_cast(ctx, op, x):
     src, dst = op.operands[0].type, op.attrs["type"]
     if src.is_float and dst.is_int:
         lo, hi = dst.min_max()
-        xf = x.astype(np.float64)
-        ctx.check_ub(~np.isfinite(xf) | (np.trunc(xf) < lo) | (np.trunc(xf) > hi), op,
+        xf = np.trunc(x.astype(np.float64))
+        ctx.check_ub(~np.isfinite(xf) | (xf < float(lo)) | (xf >= float(hi + 1)), op,
                      f"converting an out-of-range float to {dst} is undefined")
     return convert_array(x, src, dst)
 
