@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from .. import knobs
-from ..errors import ArgumentError, CompileError
+from ..errors import ArgumentError, CompileError, Loc
 from ..ir.builder import Tracer, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
 from ..ops.registry import get
+from ..codegen.float_modes import DEFAULT_FP, FP_MODES
 from ..types import BufferType, ScalarType, StructType, Type, VectorType, memory_element
 from .transform import transform
 
@@ -87,8 +88,16 @@ class func:
 
 class Kernel:
     def __init__(self, fn, workgroup_size, subgroup_size: int | None = None, def_locals=None,
-                 strict_intel_shapes: bool = True):
+                 strict_intel_shapes: bool = True, fp: str = DEFAULT_FP):
         functools.update_wrapper(self, fn)
+        if fp not in FP_MODES:
+            raise CompileError(f"fp={fp!r}: the floating-point mode is one of "
+                               f"{', '.join(map(repr, FP_MODES))}",
+                               Loc(fn.__code__.co_filename, fn.__code__.co_firstlineno),
+                               rule="floating-point modes: exact, strict (exact with subnormals "
+                                    "preserved) or fast (see docs/numerics.md)",
+                               hint='e.g. @pycoop.kernel(workgroup_size=64, fp="fast")')
+        self.fp = fp
         self.strict_intel_shapes = bool(strict_intel_shapes)
         self._def_locals = def_locals or {}
         self.fn = fn
@@ -189,7 +198,7 @@ class Kernel:
                                    hint="write results into a buffer parameter")
             module = Module(Function(self.name, runtime, body), self.workgroup_size, sgs,
                             [p.name for p in self.params if not p.is_const], shared=t.shared,
-                            functions=t.functions)
+                            functions=t.functions, fp=self.fp)
             verify(module)
             return module
         except CompileError as e:
@@ -207,14 +216,16 @@ class Kernel:
         return f"<pycoop.kernel {self.name}({sig}) workgroup_size={self.workgroup_size}>"
 
 
-def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, strict_intel_shapes: bool = True):
+def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, strict_intel_shapes: bool = True,
+           fp: str = DEFAULT_FP):
     """Decorator: `@pycoop.kernel(workgroup_size=128)` turns a Python function into a kernel.
     `strict_intel_shapes` (kernels using pycoop.intel): reject block shapes outside Intel's
-    supported-shape table (subgroup size 16)."""
+    supported-shape table (subgroup size 16). `fp`: the floating-point mode, "exact"
+    (default), "strict" or "fast" (docs/numerics.md)."""
     scope = sys._getframe(1).f_locals
     if fn is None:
-        return lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes)
-    return Kernel(fn, workgroup_size, subgroup_size, scope, strict_intel_shapes)
+        return lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes, fp)
+    return Kernel(fn, workgroup_size, subgroup_size, scope, strict_intel_shapes, fp)
 
 
 @dataclass(frozen=True)

@@ -576,6 +576,120 @@ def maximum(a, b):
     return binary("max", a, b)
 
 
+# --------------------------------------------------------------------------- fma
+
+def _infer_fma(operands, attrs, regions, loc):
+    a, b, c = operands
+    if not (a.type == b.type == c.type):
+        raise CompileError(f"pycoop.fma operands have different types: {a.type}, {b.type}, "
+                           f"{c.type}", loc, rule="GLSL.std.450 Fma: a, b, c and the result "
+                                                  "have one type",
+                           hint=f"convert the operands, e.g. pycoop.cast(x, {a.type})"
+                           if isinstance(a.type, ScalarType) else None)
+    e = a.type if isinstance(a.type, ScalarType) else (
+        a.type.elem if isinstance(a.type, VectorType) else None)
+    if e is None or not e.is_float or e.encoding:
+        raise CompileError(f"pycoop.fma is not defined on {a.type}", loc,
+                           rule="GLSL.std.450 Fma takes IEEE float scalars or vectors "
+                                "(f16, f32, f64)",
+                           hint="convert to f32 first" if e is not None and e.is_float else
+                           "fma needs float operands")
+    return [a.type]
+
+
+define("fma", _infer_fma, doc="a * b + c with one rounding (GLSL.std.450 Fma).")
+
+
+@emulation("fma")
+def _emu_fma(ctx, op, a, b, c):
+    return fma_array(a, b, c)
+
+
+@lowering("fma")
+def _lower_fma(ctx, op):
+    ctx.set(op.result, ctx.glsl("Fma", op.result.type, *(ctx.id(v) for v in op.operands)))
+
+
+def fma(a, b, c) -> Value:
+    """a * b + c rounded once (GLSL.std.450 Fma), for f16, f32 and f64 scalars or vectors. On
+    Python numbers it computes a * b + c in Python."""
+    if not any(isinstance(x, Value) for x in (a, b, c)):
+        return a * b + c
+    loc = current_loc()
+    like = next(x.type for x in (a, b, c) if isinstance(x, Value))
+    return emit1("fma", [as_value(x, like) for x in (a, b, c)], {}, loc)
+
+
+def fma_array(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """a * b + c with one rounding to nearest even, element-wise on one float dtype."""
+    if a.dtype == np.float64:
+        return _fma_f64(a, b, c)
+    # f16 / f32: the product is exact in f64, the sum is rounded to odd there, then once more
+    # to the narrow type - which is the correctly rounded result.
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = a.astype(np.float64) * b.astype(np.float64)
+        s = _add_odd(p, c.astype(np.float64))
+        return _round_float(s, scalar_of_dtype(a.dtype))
+
+
+def _two_sum(a, b):
+    """s + e == a + b exactly, s the rounded sum (Knuth)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _add_odd(a, b):
+    """a + b in f64 rounded to odd (finite sums; inf and NaN as a plain sum)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s, e = _two_sum(a, b)
+    bits = s.view(np.uint64)
+    inexact = (e != 0) & np.isfinite(s)
+    bits = np.where(inexact & ((e < 0) != (s < 0)), bits - np.uint64(1), bits)   # toward zero
+    bits = np.where(inexact, bits | np.uint64(1), bits)
+    return bits.astype(np.uint64).view(np.float64)
+
+
+def _split(x):
+    """hi + lo == x with hi holding the top 26 significant bits (Veltkamp)."""
+    t = x * 134217729.0                           # 2**27 + 1
+    hi = t - (t - x)
+    return hi, x - hi
+
+
+def _two_prod(a, b):
+    """p + e == a * b exactly, for |a|, |b| in [0.5, 1) (Dekker)."""
+    p = a * b
+    (ah, al), (bh, bl) = _split(a), _split(b)
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _fma_f64(a, b, c):
+    """Exact f64 fma (Boldo & Melquiond's emulation with rounding to odd), vectorised.
+
+    a and b are scaled to [0.5, 1) by their exponents (frexp), so the product's halves are
+    exact; c is scaled by the same power of two. The result is exact except when it is
+    subnormal (|result| < 2**-1022): there the final scaling rounds a second time and the last
+    bit can differ in halfway cases."""
+    ma, ea = np.frexp(a)
+    mb, eb = np.frexp(b)
+    e = (ea + eb).astype(np.int64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        cs = np.ldexp(c, np.clip(-e, -2000, 2000))
+        lost = (cs == 0) & (c != 0)                 # c far below the product: a sticky bit
+        cs = np.where(lost, np.copysign(2.0 ** -1000, c), cs)
+        uh, ul = _two_prod(ma, mb)
+        th, tl = _two_sum(cs, uh)
+        r = np.ldexp(th + _add_odd(tl, ul), e)
+        huge = ~np.isfinite(cs)                     # c far above the product: c itself
+        r = np.where(huge, c, r)
+        finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+        special = np.where(np.isinf(c) & np.isfinite(a) & np.isfinite(b), c, a * b + c)
+        zero = (a == 0) | (b == 0)                  # exact zero product: IEEE signed-zero sum
+        r = np.where(zero, (a * b) + c, r)
+    return np.where(finite, r, special)
+
+
 # --------------------------------------------------------------------------- comparisons
 
 COMPARE = {
