@@ -351,6 +351,8 @@ def _lower_binary(ctx, op):
     a, b = (ctx.id(v) for v in op.operands)
     if e.encoding:
         ctx.set(op.result, via_f32(ctx, t, lambda wt, x, y: ctx.emit(opname, wt, x, y), a, b))
+    elif opname in _NARROW_WRAP and e.signed and e.bits < 32 and isinstance(t, (ScalarType, VectorType)):
+        ctx.set(op.result, narrow_int(ctx, t, opname, a, b))
     elif opname == "OpSRem" and ctx.target == "vulkan":
         ctx.set(op.result, _signed_rem(ctx, t, a, b))
     elif opname.startswith("GLSL:"):
@@ -497,8 +499,8 @@ def _lower_unary(ctx, op):
     if kind == "neg" and e.encoding:
         ctx.set(op.result, via_f32(ctx, t, lambda wt, x: ctx.emit("OpFNegate", wt, x), a))
         return
-    if kind == "neg" and e.is_int and e.bits < 32 and isinstance(t, (ScalarType, VectorType)):
-        ctx.set(op.result, _narrow_negate(ctx, t, a))
+    if kind == "neg" and e.is_int and e.signed and e.bits < 32 and isinstance(t, (ScalarType, VectorType)):
+        ctx.set(op.result, narrow_int(ctx, t, "OpSNegate", a))
         return
     opname = UNARY[kind][0 if e.is_float else (1 if e.signed else 2)]
     if opname.startswith("GLSL:"):
@@ -507,28 +509,34 @@ def _lower_unary(ctx, op):
         ctx.set(op.result, ctx.emit(opname, t, a))
 
 
-def _narrow_negate(ctx, t: Type, a: int) -> int:
-    """-x for 8- and 16-bit integers, computed in 32 bits and brought back to the narrow type
-    by a shift pair (which leaves the 32-bit register sign- or zero-extended).
+def narrow_int(ctx, t: Type, opname: str, *args: int) -> int:
+    """`opname` on 8- or 16-bit integers, computed in 32 bits and brought back to the narrow
+    type by a shift pair that leaves the 32-bit register sign- or zero-extended.
 
-    Driver workaround: the NVIDIA driver (580.159.04) keeps -x of a narrow INT_MIN as +128 /
-    +32768 in a 32-bit register, so comparisons, shifts, min/max and widening conversions of
-    it are wrong; OpSNegate itself is what SPIR-V means. The extra shifts cost nothing
-    measurable and the result is the same on every target."""
+    Driver workaround: the NVIDIA driver (580.159.04) does not wrap the negation of an 8- or
+    16-bit INT_MIN before a comparison, shift, min/max or widening conversion uses it (-x of
+    an i8 -128 stayed +128), including negations it finds in the code itself (~x + 1). The
+    SPIR-V pycoop emitted was right. The extra instructions cost nothing measurable, and the
+    result is the same on every target."""
     e = _elem(t)
-    w = SCALARS[("i32" if e.signed else "u32")]
+    w = SCALARS["i32" if e.signed else "u32"]
     wt = VectorType(w, t.count) if isinstance(t, VectorType) else w
+    conv = "OpSConvert" if e.signed else "OpUConvert"
 
     def splat(x: int) -> int:
         c = ctx.const(u32, x)
         return ctx.constant_composite(VectorType(u32, t.count), *[c] * t.count) \
             if isinstance(t, VectorType) else c
-    x = ctx.emit("OpSConvert" if e.signed else "OpUConvert", wt, a)
-    n = ctx.emit("OpSNegate", wt, x)
-    n = ctx.emit("OpShiftLeftLogical", wt, n, splat(32 - e.bits))
-    n = ctx.emit("OpShiftRightArithmetic" if e.signed else "OpShiftRightLogical", wt, n,
+    r = ctx.emit(opname, wt, *(ctx.emit(conv, wt, x) for x in args))
+    r = ctx.emit("OpShiftLeftLogical", wt, r, splat(32 - e.bits))
+    r = ctx.emit("OpShiftRightArithmetic" if e.signed else "OpShiftRightLogical", wt, r,
                  splat(32 - e.bits))
-    return ctx.emit("OpSConvert" if e.signed else "OpUConvert", t, n)
+    return ctx.emit(conv, t, r)
+
+
+# Signed narrow ops that are, or that a driver may turn into, a negation (-x, ~x + 1, 0 - x,
+# x * -1): computed by narrow_int. Unsigned narrow arithmetic and shifts wrap correctly there.
+_NARROW_WRAP = {"OpSNegate", "OpIAdd", "OpISub", "OpIMul"}
 
 
 def via_f32(ctx, t: Type, compute, *args: int) -> int:

@@ -24,8 +24,9 @@ from pycoop.spirv.tools import validate
 from core_helpers import SETTINGS, emu, line_of
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
-from numerics_cases import (FLOATS, INTS, cast_kernel, int_expected, int_operands,  # noqa: E402
-                            negation_expected, round_to, run_int_ops, run_negation, ties, wrap)
+from numerics_cases import (FLOATS, INTS, NARROW, cast_kernel, int_expected,  # noqa: E402
+                            int_operands, narrow_expected, narrow_kernel, round_to, run_int_ops,
+                            run_narrow, ties, wrap)
 
 
 # --------------------------------------------------------------------------- integers
@@ -335,18 +336,18 @@ def test_fma_kernel_on_vectors_of_f32(seed):
 
 # --------------------------------------------------------------------------- narrow negation
 
-@pytest.mark.parametrize("t", [i8, i16], ids=str)
-def test_narrow_negation_of_int_min(t):
-    assert run_negation(t, "emulator") == negation_expected(
-        t, [t.min_max()[0], t.min_max()[0] + 1, -1, 0, 1, t.min_max()[1]],
-        [0, 5, t.min_max()[0], t.min_max()[1], -1, 0])
+@pytest.mark.parametrize("t", NARROW, ids=str)
+def test_narrow_results_wrap(t):
+    assert run_narrow(t, "emulator") == narrow_expected(t)
 
 
-def test_narrow_negation_is_lowered_in_32_bits():
-    from numerics_cases import negation_kernel
-    asm = negation_kernel(i8).compile().spvasm
-    assert "OpSNegate %int " in asm and "OpSNegate %char" not in asm
-    assert "OpShiftRightArithmetic %int" in asm
+def test_narrow_arithmetic_is_lowered_in_32_bits():
+    asm = narrow_kernel(i8).compile().spvasm
+    for op in ("OpSNegate", "OpIAdd", "OpISub", "OpIMul"):
+        assert f"{op} %int " in asm and f"{op} %char" not in asm, op
+    assert "OpShiftRightArithmetic %int" in asm and "OpShiftLeftLogical %char" in asm
+    asm = narrow_kernel(pc.u16).compile().spvasm       # unsigned: as written
+    assert "OpIAdd %ushort" in asm and "OpSNegate %ushort" in asm
 
 
 # --------------------------------------------------------------------------- bf16 / fp8 matrices

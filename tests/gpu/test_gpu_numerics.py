@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import pycoop as pc
-from pycoop import f16, f32, f64, i8, i16, u32
+from pycoop import f16, f32, f64, u32
 from pycoop.ops.core import fma_array
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
-from numerics_cases import (IEEE, INTS, cast_kernel, int_expected, int_operands,  # noqa: E402
-                            negation_expected, run_int_ops, run_negation, ties)
+from numerics_cases import (IEEE, INTS, NARROW, cast_kernel, int_expected,  # noqa: E402
+                            int_operands, narrow_expected, run_int_ops, run_narrow, ties)
 from test_vulkan_numerics import _both, _contraction_kernel, f64_math, fma32  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -31,13 +31,12 @@ def test_float_controls_of_the_device():
         assert caps.float_controls[f"shaderRoundingModeRTEFloat{w}"]
 
 
-@pytest.mark.parametrize("t", [i8, i16], ids=str)
-def test_narrow_negation_of_int_min(t):
-    """Driver workaround: -x of an 8/16-bit INT_MIN wraps before comparisons, shifts, min/max
-    and conversions (NVIDIA 580.159.04 kept +128 / +32768 with a plain OpSNegate)."""
-    lo, hi = t.min_max()
-    assert run_negation(t, "vulkan") == negation_expected(t, [lo, lo + 1, -1, 0, 1, hi],
-                                                          [0, 5, lo, hi, -1, 0])
+@pytest.mark.parametrize("t", NARROW, ids=str)
+def test_narrow_results_wrap(t):
+    """Driver workaround: 8/16-bit -x, ~x + 1, x + y, x - y, x * y and x << 1 wrap before
+    comparisons, shifts, min and widening conversions (NVIDIA 580.159.04 kept -x of an i8
+    -128 as +128, and ~x + 1 too, with plain narrow instructions)."""
+    assert run_narrow(t, "vulkan") == narrow_expected(t)
 
 
 @pytest.mark.parametrize("t", INTS, ids=str)

@@ -115,43 +115,55 @@ def run_int_ops(t, backend: str) -> dict[str, list[int]]:
     return {name: [int(x) for x in out[k * n:(k + 1) * n]] for k, name in enumerate(names)}
 
 
-# --------------------------------------------------------------------------- narrow negation
+# --------------------------------------------------------------------------- narrow wrap
+
+NARROW = (pc.i8, pc.i16, pc.u8, pc.u16)
+
 
 @cache
-def negation_kernel(t):
-    """The expressions that the NVIDIA driver got wrong for 8/16-bit INT_MIN (each into its
-    own slot of O, as i32)."""
+def narrow_kernel(t):
+    """8/16-bit results that leave the narrow range (-x, ~x + 1, 0 - x, x + y, x - y, x * y,
+    x << 1) used by a widening conversion, a comparison, a right shift and min: what the NVIDIA
+    driver got wrong for negations (it kept -x of an i8 -128 as +128)."""
+    W = pc.i32 if t.signed else u32
+
     @pc.kernel(workgroup_size=32)
-    def narrow_neg(X: pc.ReadBuffer[t], Y: pc.ReadBuffer[t], O: pc.WriteBuffer[pc.i32], n: u32):
+    def narrow_wrap(X: pc.ReadBuffer[t], Y: pc.ReadBuffer[t], O: pc.WriteBuffer[W], n: u32):
         i = pc.global_invocation_id.x
         if i < n:
             x, y = X[i], Y[i]
-            O[i] = pc.i32(pc.max(-x, t(0)))
-            O[n + i] = pc.select(-x > y, pc.i32(1), pc.i32(0))
-            O[u32(2) * n + i] = pc.i32((-x) >> t(1))
-            O[u32(3) * n + i] = pc.cast(-x, pc.i32)
-            O[u32(4) * n + i] = pc.i32(pc.min(-x, y))
-            O[u32(5) * n + i] = pc.i32(~x + t(1))
-            O[u32(6) * n + i] = pc.i32(-x)
-            O[u32(7) * n + i] = pc.select(-x < t(0), pc.i32(1), pc.i32(0))
-    return narrow_neg
+            for k, v in enumerate([-x, ~x + t(1), t(0) - x, x + y, x - y, x * y, x << t(1)]):
+                O[u32(4 * k) * n + i] = W(v)
+                O[u32(4 * k + 1) * n + i] = pc.select(v > y, W(1), W(0))
+                O[u32(4 * k + 2) * n + i] = W(v >> t(1))
+                O[u32(4 * k + 3) * n + i] = W(pc.min(v, y))
+    return narrow_wrap
 
 
-def negation_expected(t, xs, ys) -> list[list[int]]:
-    neg = [wrap(-x, t) for x in xs]
-    return [[max(v, 0) for v in neg], [int(v > y) for v, y in zip(neg, ys)],
-            [v >> 1 for v in neg], neg, [min(v, y) for v, y in zip(neg, ys)],
-            [wrap(wrap(~x, t) + 1, t) for x in xs], neg, [int(v < 0) for v in neg]]
-
-
-def run_negation(t, backend: str) -> list[list[int]]:
+def narrow_operands(t) -> tuple[list[int], list[int]]:
     lo, hi = t.min_max()
-    xs = [lo, lo + 1, -1, 0, 1, hi]
-    ys = [0, 5, lo, hi, -1, 0]
+    if t.signed:
+        return [lo, lo + 1, -1, 0, 1, hi, hi, lo], [0, 5, lo, hi, -1, 1, hi, -1]
+    return [0, 1, hi // 2 + 1, hi - 1, hi, 2, hi, 0], [0, 5, hi, 1, 1, hi, hi, 1]
+
+
+def narrow_expected(t) -> list[int]:
+    xs, ys = narrow_operands(t)
+    out = []
+    for f in (lambda x, y: -x, lambda x, y: ~x + 1, lambda x, y: -x, lambda x, y: x + y,
+              lambda x, y: x - y, lambda x, y: x * y, lambda x, y: x << 1):
+        v = [wrap(f(x, y), t) for x, y in zip(xs, ys)]
+        out += v + [int(a > y) for a, y in zip(v, ys)] + [a >> 1 for a in v] + \
+            [min(a, y) for a, y in zip(v, ys)]
+    return out
+
+
+def run_narrow(t, backend: str) -> list[int]:
+    xs, ys = narrow_operands(t)
     n = len(xs)
-    out = np.zeros(8 * n, np.int32)
-    negation_kernel(t)[1](np.array(xs, t.dtype), np.array(ys, t.dtype), out, n, backend=backend)
-    return [[int(v) for v in out[k * n:(k + 1) * n]] for k in range(8)]
+    out = np.zeros(28 * n, np.int32 if t.signed else np.uint32)
+    narrow_kernel(t)[1](np.array(xs, t.dtype), np.array(ys, t.dtype), out, n, backend=backend)
+    return [int(v) for v in out]
 
 
 # --------------------------------------------------------------------------- floats

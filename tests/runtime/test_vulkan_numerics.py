@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import pycoop as pc
-from pycoop import f16, f32, f64, i8, i16, u32
+from pycoop import f16, f32, f64, u32
 from pycoop.ops.core import fma_array
 
-from numerics_cases import (IEEE, INTS, cast_kernel, int_expected, int_operands, negation_expected,
-                            run_int_ops, run_negation, ties)
+from numerics_cases import (IEEE, INTS, NARROW, cast_kernel, int_expected, int_operands,
+                            narrow_expected, run_int_ops, run_narrow, ties)
 
 pytestmark = pytest.mark.vulkan
 
@@ -32,11 +32,9 @@ def test_integer_ops_at_the_extremes(t):
         assert got[name] == want[name], name
 
 
-@pytest.mark.parametrize("t", [i8, i16], ids=str)
-def test_narrow_negation_of_int_min(t):
-    lo, hi = t.min_max()
-    assert run_negation(t, "vulkan") == negation_expected(t, [lo, lo + 1, -1, 0, 1, hi],
-                                                          [0, 5, lo, hi, -1, 0])
+@pytest.mark.parametrize("t", NARROW, ids=str)
+def test_narrow_results_wrap(t):
+    assert run_narrow(t, "vulkan") == narrow_expected(t)
 
 
 def _both(kernel, grid, *args):
