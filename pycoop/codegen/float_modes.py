@@ -11,6 +11,9 @@ SPIR-V module and of the device.
 - "fast": none of these; the driver may contract, drop the sign of zero, assume no NaN or
   infinity, and flush subnormals.
 
+The modes apply to Vulkan modules; OpenCL-environment modules (kernels using pycoop.intel)
+keep that environment's defaults, since NoContraction needs the Shader capability.
+
 The emulator computes IEEE results (one rounding per operation, to nearest even, signed zeros
 and subnormals kept) in every mode: in "exact" mode the GPU must agree with it bit for bit on
 + - * fma, conversions, min/max and floor/ceil/trunc, subnormals aside.

@@ -247,7 +247,7 @@ class LowerCtx:
         if result_type is None:
             return self.b.emit(opname, *operands)
         rid = self.b.emit(opname, self.type_id(result_type), *operands)
-        if opname in float_modes.CONTRACTIBLE and self.fp != "fast":
+        if opname in float_modes.CONTRACTIBLE and self.fp != "fast" and self.target == "vulkan":
             self.b.decorate(rid, "NoContraction")
         return rid
 
