@@ -482,3 +482,37 @@ def test_device_float_controls_are_checked():
     assert "shaderRoundingModeRTEFloat64" in _caps().missing(exact)[0]
     unprobed = Capabilities("test", "NVIDIA", "", "1.3", "discrete")
     assert unprobed.missing(strict) == []
+
+
+@pytest.mark.parametrize("t", INTS, ids=str)
+def test_shift_by_the_width_is_reported(t):
+    @pc.kernel(workgroup_size=1)
+    def k(A: pc.Buffer[t]):
+        A[0] = A[0] << A[1]
+    emu(k, 1, np.array([1, t.bits - 1], t.dtype))
+    with pytest.raises(pc.EmulatorError, match=f"shifting a {t.bits}-bit integer") as ei:
+        emu(k, 1, np.array([1, t.bits], t.dtype))
+    assert ei.value.loc.line == line_of(k, "A[0] << A[1]")
+
+
+def test_narrow_vector_negation_wraps():
+    V = pc.vec(i8, 4)
+
+    @pc.kernel(workgroup_size=2)
+    def k(A: pc.Buffer[V]):
+        i = pc.global_invocation_id.x
+        A[i] = -A[i] + A[i] * A[i]
+    a = np.array([-128, 127, -1, 0, 1, 64, -64, 100], np.int8)
+    want = [wrap(-v + v * v, i8) for v in a.tolist()]
+    emu(k, 1, a)
+    assert a.tolist() == want
+    asm = k.compile().spvasm
+    assert "OpSNegate %v4int" in asm and "OpSNegate %v4char" not in asm
+
+
+def test_describe_lists_float_controls():
+    text = _caps(shaderSignedZeroInfNanPreserveFloat32=True, shaderRoundingModeRTEFloat16=True,
+                 shaderRoundingModeRTEFloat64=True).describe()
+    assert ("float controls: signed zero/inf/nan preserve f32, denorm preserve none, round to "
+            "nearest even f16/f64") in text
+    assert "float controls" not in Capabilities("test", "NVIDIA", "", "1.3", "discrete").describe()
