@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import CompileError, Loc
@@ -57,22 +58,16 @@ def _float_literal(value, type: ScalarType, loc: Loc) -> float:
     which has no infinity)."""
     x = float(value)
     r = float(convert_array(np.array(x), f64, type).astype(np.float64))
-    if math.isfinite(r) or not math.isfinite(x) and not math.isnan(r) or math.isnan(x):
+    if math.isfinite(r) or math.isnan(x) or (math.isinf(x) and math.isinf(r)):
         # IEEE types keep the literal as written (NumPy and the SPIR-V encoder round it once);
         # bf16 / fp8 get the rounded value, since their conversions from a double would not
         return r if type.encoding else x
-    big = float(_finite_max(type))
+    big = float(ml_dtypes.finfo(type.dtype).max)
+    hint = (f"compute in f32 (f32(x) * {value!r}), or write the infinity explicitly "
+            f"({type}(math.inf))") if math.isinf(r) else f"compute in f32: {type} has no infinity"
     raise CompileError(f"the literal {value!r} is outside the range of {type} (largest finite "
                        f"value {big:g})", loc,
-                       rule="a constant must be a value of its type (OpConstant)",
-                       hint=f"compute in f32 (f32(x) * {value!r}), or write the infinity "
-                            f"explicitly ({type}(math.inf))" if type.name != "fp8_e4m3" else
-                       "compute in f32: fp8_e4m3 has no infinity")
-
-
-def _finite_max(t: ScalarType):
-    import ml_dtypes
-    return ml_dtypes.finfo(t.dtype).max
+                       rule="a constant must be a value of its type (OpConstant)", hint=hint)
 
 
 @emulation("const")
@@ -510,8 +505,8 @@ def _lower_unary(ctx, op):
 
 
 def narrow_int(ctx, t: Type, opname: str, *args: int) -> int:
-    """`opname` on 8- or 16-bit integers, computed in 32 bits and brought back to the narrow
-    type by a shift pair that leaves the 32-bit register sign- or zero-extended.
+    """`opname` on 8- or 16-bit signed integers, computed in 32 bits and brought back to the
+    narrow type by a shift pair that leaves the 32-bit register sign-extended.
 
     Driver workaround: the NVIDIA driver (580.159.04) does not wrap the negation of an 8- or
     16-bit INT_MIN before a comparison, shift, min/max or widening conversion uses it (-x of
@@ -519,19 +514,16 @@ def narrow_int(ctx, t: Type, opname: str, *args: int) -> int:
     SPIR-V pycoop emitted was right. The extra instructions cost nothing measurable, and the
     result is the same on every target."""
     e = _elem(t)
-    w = SCALARS["i32" if e.signed else "u32"]
-    wt = VectorType(w, t.count) if isinstance(t, VectorType) else w
-    conv = "OpSConvert" if e.signed else "OpUConvert"
+    wt = VectorType(i32, t.count) if isinstance(t, VectorType) else i32
 
     def splat(x: int) -> int:
         c = ctx.const(u32, x)
         return ctx.constant_composite(VectorType(u32, t.count), *[c] * t.count) \
             if isinstance(t, VectorType) else c
-    r = ctx.emit(opname, wt, *(ctx.emit(conv, wt, x) for x in args))
+    r = ctx.emit(opname, wt, *(ctx.emit("OpSConvert", wt, x) for x in args))
     r = ctx.emit("OpShiftLeftLogical", wt, r, splat(32 - e.bits))
-    r = ctx.emit("OpShiftRightArithmetic" if e.signed else "OpShiftRightLogical", wt, r,
-                 splat(32 - e.bits))
-    return ctx.emit(conv, t, r)
+    r = ctx.emit("OpShiftRightArithmetic", wt, r, splat(32 - e.bits))
+    return ctx.emit("OpSConvert", t, r)
 
 
 # Signed narrow ops that are, or that a driver may turn into, a negation (-x, ~x + 1, 0 - x,
@@ -619,10 +611,12 @@ def _lower_fma(ctx, op):
 
 
 def fma(a, b, c) -> Value:
-    """a * b + c rounded once (GLSL.std.450 Fma), for f16, f32 and f64 scalars or vectors. On
-    Python numbers it computes a * b + c in Python."""
+    """a * b + c rounded once (GLSL.std.450 Fma), for f16, f32 and f64 scalars or vectors (on
+    Python numbers: exactly for ints, rounded once to a float otherwise)."""
     if not any(isinstance(x, Value) for x in (a, b, c)):
-        return a * b + c
+        if all(isinstance(x, numbers.Integral) for x in (a, b, c)):
+            return a * b + c
+        return float(_fma_f64(*(np.array(float(x)) for x in (a, b, c))))
     loc = current_loc()
     like = next(x.type for x in (a, b, c) if isinstance(x, Value))
     return emit1("fma", [as_value(x, like) for x in (a, b, c)], {}, loc)

@@ -307,7 +307,8 @@ def test_fma_f64_large_and_cancelling():
 
 
 def test_fma_types_and_python_numbers():
-    assert pc.fma(2.0, 3.0, 1.0) == 7.0
+    assert pc.fma(2, 3, 1) == 7 and pc.fma(2.0, 3.0, 1.0) == 7.0
+    assert pc.fma(0.1, 10.0, -1.0) == 2.0 ** -54          # 0.1 * 10.0 - 1.0 is 0.0
 
     @pc.kernel(workgroup_size=1)
     def k(X: pc.Buffer[i16]):
