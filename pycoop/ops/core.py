@@ -453,6 +453,10 @@ def _infer_unary(operands, attrs, regions, loc):
     if UNARY[kind][slot] is None:
         raise CompileError(f"{kind} is not defined on {e}", loc,
                            hint="math functions need a float operand: cast first")
+    if e.encoding and kind == "neg" and not isinstance(t, CoopMatType):
+        raise CompileError(f"negation is not defined on scalar {e}", loc,
+                           rule=f"SPIR-V arithmetic on {e} exists only for cooperative matrices",
+                           hint="cast to f32 first: -f32(x)")
     if e.encoding and kind != "neg":
         raise CompileError(f"{kind} is not available for {e}", loc,
                            rule=f"GLSL.std.450 is defined for IEEE float types, not {e}",

@@ -517,3 +517,14 @@ def test_describe_lists_float_controls():
     assert ("float controls: signed zero/inf/nan preserve f32, denorm preserve none, round to "
             "nearest even f16/f64") in text
     assert "float controls" not in Capabilities("test", "NVIDIA", "", "1.3", "discrete").describe()
+
+
+@pytest.mark.parametrize("t", [bf16, fp8_e4m3], ids=str)
+def test_scalar_narrow_float_negation_is_rejected(t):
+    @pc.kernel(workgroup_size=1)
+    def k(X: pc.Buffer[t]):
+        X[0] = -X[0]
+    with pytest.raises(pc.CompileError, match=f"negation is not defined on scalar {t}") as ei:
+        k.compile()
+    assert ei.value.loc.line == line_of(k, "X[0] = -X[0]")
+    assert ei.value.hint == "cast to f32 first: -f32(x)"
