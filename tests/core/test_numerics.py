@@ -528,3 +528,14 @@ def test_scalar_narrow_float_negation_is_rejected(t):
         k.compile()
     assert ei.value.loc.line == line_of(k, "X[0] = -X[0]")
     assert ei.value.hint == "cast to f32 first: -f32(x)"
+
+
+def test_fma_operands_of_different_types_are_a_compile_error():
+    @pc.kernel(workgroup_size=1)
+    def k(X: pc.Buffer[f32], Y: pc.Buffer[f64]):
+        X[0] = pc.fma(X[0], X[0], Y[0])
+    with pytest.raises(pc.CompileError, match="pycoop.fma operands have different types") as ei:
+        k.compile()
+    assert ei.value.loc.line == line_of(k, "pc.fma(X[0], X[0], Y[0])")
+    assert ei.value.rule == "GLSL.std.450 Fma: a, b, c and the result have one type"
+    assert ei.value.hint == "convert the operands, e.g. pycoop.cast(x, f32)"
