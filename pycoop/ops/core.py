@@ -329,8 +329,23 @@ def _emu_binary(ctx, op, a, b):
     if e.encoding:                     # bf16 / fp8 matrices: in f32, rounded once (as lowered)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             return convert_array(fn(a.astype(np.float32), b.astype(np.float32)), f32, e)
+    if kind in ("min", "max"):
+        return _float_min_max(kind, a, b)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         r = fn(a, b)
+    return r.astype(a.dtype, copy=False)
+
+
+def _float_min_max(kind: str, a, b):
+    """GLSL FMin/FMax as IEEE 754-2019 minimumNumber/maximumNumber: a NaN operand gives the
+    other operand, and -0 is less than +0. GLSL leaves the NaN case unspecified and words the
+    zero case as "y if y < x"; the H100 computes exactly this (lavapipe returns the second
+    operand of a +-0 pair)."""
+    both_zero = (a == 0) & (b == 0)
+    if kind == "min":
+        r = np.where(both_zero, np.where(np.signbit(a), a, b), np.fmin(a, b))
+    else:
+        r = np.where(both_zero, np.where(np.signbit(a), b, a), np.fmax(a, b))
     return r.astype(a.dtype, copy=False)
 
 
@@ -572,7 +587,8 @@ def abs_(x):
 
 
 def minimum(a, b):
-    """Element-wise minimum (NaN handling follows GLSL FMin: unspecified)."""
+    """Element-wise minimum. Floats: a NaN operand gives the other one and -0 < +0 (what
+    GLSL FMin leaves open; see docs/numerics.md)."""
     return binary("min", a, b)
 
 

@@ -539,3 +539,21 @@ def test_fma_operands_of_different_types_are_a_compile_error():
     assert ei.value.loc.line == line_of(k, "pc.fma(X[0], X[0], Y[0])")
     assert ei.value.rule == "GLSL.std.450 Fma: a, b, c and the result have one type"
     assert ei.value.hint == "convert the operands, e.g. pycoop.cast(x, f32)"
+
+
+@pytest.mark.parametrize("t", [f16, f32, f64], ids=str)
+def test_float_min_max_of_signed_zeros_and_nan(t):
+    """IEEE 754-2019 minimumNumber / maximumNumber, as the H100 computes GLSL FMin / FMax."""
+    @pc.kernel(workgroup_size=8)
+    def k(X: pc.ReadBuffer[t], Y: pc.ReadBuffer[t], O: pc.WriteBuffer[t]):
+        i = pc.global_invocation_id.x
+        O[i] = pc.min(X[i], Y[i])
+        O[8 + i] = pc.max(X[i], Y[i])
+    n = np.nan
+    x = np.array([0.0, -0.0, n, 1.0, n, -0.0, 2.0, -3.0], t.dtype)
+    y = np.array([-0.0, 0.0, 1.0, n, n, -0.0, 2.0, 4.0], t.dtype)
+    o = np.zeros(16, t.dtype)
+    emu(k, 1, x, y, o)
+    mn, mx = o[:8], o[8:]
+    assert [str(v) for v in mn.tolist()] == ["-0.0", "-0.0", "1.0", "1.0", "nan", "-0.0", "2.0", "-3.0"]
+    assert [str(v) for v in mx.tolist()] == ["0.0", "0.0", "1.0", "1.0", "nan", "-0.0", "2.0", "4.0"]

@@ -117,3 +117,19 @@ def test_fast_mode_stays_within_one_rounding_of_the_product():
     fast_contraction[16](a, b, o, 4096, backend="vulkan")
     p = (a * b).astype(np.float32)
     assert (np.abs(o) <= np.spacing(np.abs(p)) / 2).all()
+
+
+@pc.kernel(workgroup_size=8)
+def min_max32(X: pc.ReadBuffer[f32], Y: pc.ReadBuffer[f32], O: pc.WriteBuffer[f32]):
+    i = pc.global_invocation_id.x
+    O[i] = pc.min(X[i], Y[i])
+    O[8 + i] = pc.max(X[i], Y[i])
+
+
+def test_min_max_of_signed_zeros_and_nan():
+    """The emulator's FMin/FMax (-0 < +0, a NaN gives the other operand) is the H100's."""
+    n = np.nan
+    x = np.array([0.0, -0.0, n, 1.0, n, -0.0, 2.0, -3.0], np.float32)
+    y = np.array([-0.0, 0.0, 1.0, n, n, -0.0, 2.0, 4.0], np.float32)
+    gpu, emu = _both(min_max32, 1, x, y, np.zeros(16, np.float32))
+    assert gpu[2].tobytes() == emu[2].tobytes()
