@@ -16,7 +16,7 @@ from pycoop.ops.core import fma_array
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 from numerics_cases import (IEEE, INTS, NARROW, cast_kernel, int_expected,  # noqa: E402
                             int_operands, narrow_expected, run_int_ops, run_narrow, ties)
-from test_vulkan_numerics import _both, _contraction_kernel, f64_math, fma32  # noqa: E402
+from test_vulkan_numerics import _both, _contraction_kernel, f64_math, fma32, min_max32  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -117,13 +117,6 @@ def test_fast_mode_stays_within_one_rounding_of_the_product():
     fast_contraction[16](a, b, o, 4096, backend="vulkan")
     p = (a * b).astype(np.float32)
     assert (np.abs(o) <= np.spacing(np.abs(p)) / 2).all()
-
-
-@pc.kernel(workgroup_size=8)
-def min_max32(X: pc.ReadBuffer[f32], Y: pc.ReadBuffer[f32], O: pc.WriteBuffer[f32]):
-    i = pc.global_invocation_id.x
-    O[i] = pc.min(X[i], Y[i])
-    O[8 + i] = pc.max(X[i], Y[i])
 
 
 def test_min_max_of_signed_zeros_and_nan():
