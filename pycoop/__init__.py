@@ -12,7 +12,7 @@ from .errors import (ArgumentError, BackendFallbackWarning, BackendUnavailable, 
                      EmulatorError, PycoopError)
 from .frontend.control import kernel_range as range  # noqa: A001  (pycoop.range)
 from .frontend.kernel import CompiledKernel, Const, Kernel, LaunchResult, __version__, func, kernel
-from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2, floor, global_invocation_id,
+from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2, floor, fma, global_invocation_id,
                        local_invocation_id, local_invocation_index, log, log2, maximum as max,
                        minimum as min, num_subgroups, num_workgroups, rsqrt, select, shared, sin,
                        sqrt, subgroup_id, subgroup_local_id, subgroup_size, tanh, trunc, workgroup_id)
@@ -36,7 +36,7 @@ __all__ = [
     "PycoopError",
     "TuneResult", "autotune",
     "CompiledKernel", "Const", "Kernel", "LaunchResult", "__version__", "func", "kernel", "range",
-    "abs", "barrier", "bitcast", "cast", "ceil", "cos", "exp", "exp2", "floor", "global_invocation_id",
+    "abs", "barrier", "bitcast", "cast", "ceil", "cos", "exp", "exp2", "floor", "fma", "global_invocation_id",
     "local_invocation_id", "local_invocation_index", "log", "log2", "max", "min", "num_subgroups",
     "num_workgroups", "rsqrt", "select", "shared", "sin", "sqrt", "subgroup_id", "subgroup_local_id",
     "subgroup_size", "tanh", "trunc", "workgroup_id",

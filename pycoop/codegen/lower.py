@@ -16,10 +16,12 @@ from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType
                      StorageClass, StructType, TensorLayoutType, TensorViewType, Type, VectorType,
                      bool_, u32)
 from . import abi as abi_mod
+from . import float_modes
 
 # Capabilities that SPIR-V 1.6 has in core: their extensions need no OpExtension.
 _CORE_IN_1_6 = {"VulkanMemoryModel", "VulkanMemoryModelDeviceScope", "PhysicalStorageBufferAddresses",
-                "StorageBuffer8BitAccess", "StorageBuffer16BitAccess", "GroupNonUniform"}
+                "StorageBuffer8BitAccess", "StorageBuffer16BitAccess", "GroupNonUniform",
+                "SignedZeroInfNanPreserve", "RoundingModeRTE", "DenormPreserve"}
 _TYPE_CAPS = {("float", 16, None): ("Float16",), ("float", 64, None): ("Float64",),
               ("int", 8, None): ("Int8",), ("int", 16, None): ("Int16",), ("int", 64, None): ("Int64",),
               ("float", 16, "BFloat16KHR"): ("BFloat16TypeKHR",),
@@ -95,6 +97,8 @@ class LowerCtx:
         self._functions: dict = {}
         self._buffer_arrays: dict = {}
         self.workgroup_scope = False         # workgroup-scope matrices (NV coopmat2 feature)
+        self.fp = module.fp                  # floating-point mode (float_modes)
+        self.float_widths: set[int] = set()  # IEEE float widths used (float-controls modes)
 
     # ---------------------------------------------------------------- capabilities
     def need(self, cap: str) -> None:
@@ -125,6 +129,8 @@ class LowerCtx:
                 return b.type("OpTypeBool")
             if t.is_int:
                 return b.type("OpTypeInt", t.bits, int(t.signed))
+            if not t.encoding:
+                self.float_widths.add(t.bits)
             if t.encoding:
                 return b.type("OpTypeFloat", t.bits, t.encoding)
             return b.type("OpTypeFloat", t.bits)
@@ -240,7 +246,10 @@ class LowerCtx:
     def emit(self, opname: str, result_type: Type | None, *operands):
         if result_type is None:
             return self.b.emit(opname, *operands)
-        return self.b.emit(opname, self.type_id(result_type), *operands)
+        rid = self.b.emit(opname, self.type_id(result_type), *operands)
+        if opname in float_modes.CONTRACTIBLE and self.fp != "fast" and self.target == "vulkan":
+            self.b.decorate(rid, "NoContraction")
+        return rid
 
     def emit_patchable(self, opname: str, result_type: Type, result: int, *operands):
         """Emit an instruction whose last two operands are filled in later (OpPhi back edges)."""
@@ -419,6 +428,10 @@ def lower(module: Module, decode_vector: bool = True) -> Lowered:
         ctx.lower_function(f)
     b.entry_point("GLCompute", main, "main", ctx.interface)
     b.execution_mode(main, "LocalSize", *module.workgroup_size)
+    fp_modes = float_modes.execution_modes(ctx.fp, ctx.float_widths)
+    for mode, width in fp_modes:
+        ctx.need(mode)
+        b.execution_mode(main, mode, width)
     shared_bytes = sum(v.type.elem.size * v.type.length for v in module.shared)
     reqs = {
         "capabilities": sorted(ctx.caps),
@@ -430,6 +443,8 @@ def lower(module: Module, decode_vector: bool = True) -> Lowered:
         "workgroup_invocations": module.workgroup_size[0] * module.workgroup_size[1] * module.workgroup_size[2],
         "shared_memory": shared_bytes,
         "push_constants": layout["size"] if layout["mode"] == "push_constants" else 8,
+        "float_controls": [float_modes.device_property(m, w) for m, w in fp_modes],
+        "fp": ctx.fp,
     }
     if ctx.uses_subgroup:
         reqs["subgroup_size"] = module.subgroup_size

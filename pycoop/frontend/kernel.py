@@ -21,6 +21,7 @@ from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
 from ..ops.registry import get
+from ..codegen.float_modes import DEFAULT_FP, FP_MODES
 from ..types import BufferType, CoopMatType, ScalarType, StructType, Type, VectorType, memory_element
 from .transform import transform
 
@@ -130,8 +131,16 @@ class func:
 
 class Kernel:
     def __init__(self, fn, workgroup_size, subgroup_size: int | None = None, def_locals=None,
-                 strict_intel_shapes: bool = True):
+                 strict_intel_shapes: bool = True, fp: str = DEFAULT_FP):
         functools.update_wrapper(self, fn)
+        if fp not in FP_MODES:
+            raise CompileError(f"fp={fp!r}: the floating-point mode is one of "
+                               f"{', '.join(map(repr, FP_MODES))}",
+                               Loc(fn.__code__.co_filename, fn.__code__.co_firstlineno),
+                               rule="floating-point modes: exact, strict (exact with subnormals "
+                                    "preserved) or fast (see docs/numerics.md)",
+                               hint='e.g. @pycoop.kernel(workgroup_size=64, fp="fast")')
+        self.fp = fp
         self.strict_intel_shapes = bool(strict_intel_shapes)
         self._def_locals = def_locals or {}
         self.fn = fn
@@ -280,7 +289,7 @@ class Kernel:
                                    hint="write results into a buffer parameter")
             module = Module(Function(self.name, runtime, body), self.workgroup_size, sgs,
                             [p.name for p in self.params if not p.is_const], shared=t.shared,
-                            functions=t.functions)
+                            functions=t.functions, fp=self.fp)
             verify(module)
             from ..codegen.opencl import module_target
             module_target(module)       # one client environment per module (else CompileError)
@@ -306,15 +315,18 @@ class Kernel:
 
 
 @entry_point
-def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, strict_intel_shapes: bool = True):
+def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, strict_intel_shapes: bool = True,
+           fp: str = DEFAULT_FP):
     """Decorator: `@pycoop.kernel(workgroup_size=128)` turns a Python function into a kernel.
     `strict_intel_shapes` (kernels using pycoop.intel): reject block shapes outside Intel's
-    supported-shape table (subgroup size 16)."""
+    supported-shape table (subgroup size 16). `fp`: the floating-point mode, "exact"
+    (default), "strict" or "fast" (docs/numerics.md)."""
     caller = sys._getframe(1)
     while is_internal(caller.f_code.co_filename):     # the entry_point wrapper
         caller = caller.f_back
     scope = caller.f_locals
-    make = entry_point(lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes))
+    make = entry_point(lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes,
+                                        fp))
     return make if fn is None else make(fn)
 
 

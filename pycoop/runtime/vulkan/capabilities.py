@@ -74,6 +74,9 @@ class Capabilities:
     max_compute_workgroup_size: tuple[int, int, int] = (0, 0, 0)
     max_compute_workgroup_count: tuple[int, int, int] = (0, 0, 0)
     timestamp_period_ns: float = 0.0
+    # VkPhysicalDeviceFloatControlsProperties booleans (shaderSignedZeroInfNanPreserveFloat32,
+    # ...); None: not probed, so float-controls requirements are not checked
+    float_controls: dict[str, bool] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -176,6 +179,11 @@ class Capabilities:
                 limit = min(limit, self.coopmat2_max_workgroup_size)
             if invocations > limit:
                 missing.append(f"{invocations} invocations per workgroup (device: {limit})")
+        lacking = [prop for prop in requirements.get("float_controls", ())
+                   if self.float_controls is not None and not self.float_controls.get(prop)]
+        if lacking:
+            missing.append(f"float controls {', '.join(lacking)} (asked for by "
+                           f"fp=\"{requirements.get('fp')}\"; fp=\"fast\" asks for none)")
         push = requirements.get("push_constants")
         if push is not None and push > self.max_push_constants_size:
             missing.append(f"{push} bytes of push constants (device: {self.max_push_constants_size})")
@@ -224,6 +232,13 @@ class Capabilities:
                       for x in self.flexible_dimensions]
         lines.append(f"  NV decode vector: {yes(self.decode_vector)}, QCOM conversion: "
                      f"{yes(self.qcom_conversion)}")
+        if self.float_controls is not None:
+            def widths(kind):
+                return "/".join(f"f{w}" for w in (16, 32, 64)
+                                if self.float_controls.get(f"shader{kind}Float{w}")) or "none"
+            lines.append(f"  float controls: signed zero/inf/nan preserve {widths('SignedZeroInfNanPreserve')}, "
+                         f"denorm preserve {widths('DenormPreserve')}, round to nearest even "
+                         f"{widths('RoundingModeRTE')}")
         return "\n".join(lines)
 
 

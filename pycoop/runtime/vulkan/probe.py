@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...codegen import float_modes
 from . import ext
 from .capabilities import NV_COOPMAT2_FEATURES, Capabilities, CoopmatShape, FlexibleDimensions
 from .errors import check
@@ -133,6 +134,7 @@ def query(instance: Any, physical_device: Any) -> DeviceSupport:
         max_compute_workgroup_size=tuple(limits.maxComputeWorkGroupSize),
         max_compute_workgroup_count=tuple(limits.maxComputeWorkGroupCount),
         timestamp_period_ns=limits.timestampPeriod,
+        float_controls={name: bool(getattr(p12, name)) for name in float_modes.PROPERTIES},
     )
     if features.get("cooperativeMatrix"):
         caps.khr_coopmat_shapes = [CoopmatShape(
