@@ -217,10 +217,28 @@ def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, stri
     return Kernel(fn, workgroup_size, subgroup_size, scope, strict_intel_shapes)
 
 
-@dataclass(frozen=True)
 class LaunchResult:
-    backend: str
-    times_ms: tuple[float, ...]   # per run: device time (Vulkan timestamps) or wall time (emulator)
+    """What a launch returns: the backend and the time of each run (`repeat=`): device time
+    from Vulkan timestamps, or wall time on the emulator. An asynchronous launch (Vulkan,
+    device arrays) gets its times at the next synchronisation: reading them waits for it."""
+
+    __slots__ = ("backend", "_times", "_pending")
+
+    def __init__(self, backend: str, times_ms: tuple[float, ...] | None = None, pending=None):
+        self.backend, self._times, self._pending = backend, times_ms, pending
+
+    @property
+    def times_ms(self) -> tuple[float, ...]:
+        """Per run, in ms (waits for an asynchronous launch to finish; raises its error)."""
+        if self._times is None:
+            pending = self._pending
+            if pending.times_ms is None and pending.error is None:
+                from ..runtime.arrays import synchronize
+                synchronize()
+            if pending.error is not None:
+                raise pending.error
+            self._times = pending.times_ms
+        return self._times
 
     @property
     def time_ms(self) -> float:
@@ -258,32 +276,37 @@ class _Launcher:
         bound.apply_defaults()
         consts = {p.name: bound.arguments[p.name] for p in k.params if p.is_const}
         ck = k.compile(subgroup_size=subgroup_size, **consts)
+        caller = sys._getframe(1)
         return ck.launch(self.grid, [bound.arguments[p.name] for p in k.params if not p.is_const],
-                         backend=backend, repeat=repeat)
+                         backend=backend, repeat=repeat,
+                         site=f"{caller.f_code.co_filename}:{caller.f_lineno}")
 
 
-def _as_array(name: str, value, t: BufferType) -> np.ndarray:
-    if isinstance(value, np.ndarray):
+def _as_array(name: str, value, t: BufferType):
+    """A buffer argument as the launch uses it: a NumPy array on the caller's memory (NumPy,
+    torch CPU tensors, anything with the array interface or DLPack) or a pycoop.Array.
+    Hints are phrased in the caller's library."""
+    from ..runtime import interop
+    from ..runtime.arrays import Array
+    if isinstance(value, Array):
         arr = value
-    elif hasattr(value, "__array_interface__") or hasattr(value, "__array__"):
-        arr = np.asarray(value)
-    elif hasattr(value, "__dlpack__"):
-        arr = np.from_dlpack(value)
     else:
-        raise ArgumentError(f"argument '{name}' ({t}) must be an array, got {type(value).__name__}")
+        arr = interop.host_array(value, name)
     if isinstance(t.elem, StructType):
         # blocks are passed as raw bytes (or a structured array of the same item size)
         if arr.dtype != np.uint8 and arr.dtype.itemsize != t.elem.size:
             raise ArgumentError(f"argument '{name}' ({t}) must be a uint8 array of "
                                 f"{t.elem.size}-byte blocks or a structured array of that item "
                                 f"size, got {arr.dtype}")
-        if not arr.flags.c_contiguous:
+        if not isinstance(arr, Array) and not arr.flags.c_contiguous:
             raise ArgumentError(f"argument '{name}' ({t}) must be C-contiguous")
-        flat = arr.reshape(-1).view(np.uint8)
-        if flat.size % t.elem.size:
-            raise ArgumentError(f"argument '{name}' ({t}) has {flat.size} bytes, not a multiple of "
+        nbytes = arr.nbytes
+        if nbytes % t.elem.size:
+            raise ArgumentError(f"argument '{name}' ({t}) has {nbytes} bytes, not a multiple of "
                                 f"the {t.elem.size}-byte block")
-        return flat
+        if isinstance(arr, Array):
+            return arr.reshape(-1) if arr.dtype == np.uint8 else _byte_view(arr)
+        return arr.reshape(-1).view(np.uint8)
     want = t.elem.dtype
     if isinstance(t.elem, VectorType) and arr.size % t.elem.count:
         raise ArgumentError(f"argument '{name}' ({t}) has {arr.size} {want} values, not a "
@@ -291,11 +314,17 @@ def _as_array(name: str, value, t: BufferType) -> np.ndarray:
     if arr.dtype != want:
         raise ArgumentError(
             f"argument '{name}' ({t}) must have dtype {want}, got {arr.dtype}; "
-            f"convert it with {name}.astype({want.name!r})")
-    if not arr.flags.c_contiguous:
+            f"{interop.dtype_hint(value, name, want)}")
+    if not isinstance(arr, Array) and not arr.flags.c_contiguous:
         raise ArgumentError(f"argument '{name}' ({t}) must be C-contiguous; "
-                            f"pass np.ascontiguousarray({name}) and copy results back")
+                            f"{interop.contiguity_hint(value, name)}")
     return arr
+
+
+def _byte_view(arr):
+    """A structured-dtype Array seen as bytes (same memory)."""
+    from ..runtime.arrays import Array
+    return Array(arr._storage, arr._byte_offset, (arr.nbytes,), np.dtype(np.uint8))
 
 
 def _as_scalar(name: str, value, t: ScalarType):
@@ -319,6 +348,7 @@ class CompiledKernel:
         self.module = module
         self.consts = consts
         self._lowered = None
+        self._vulkan_checked = None     # set once the Vulkan device is known to run it
         # the memories ops write (each op's registry entry names its memory operand)
         written = (op.operands[get(op.name).extra["writes"]] for op in module.walk()
                    if get(op.name).extra.get("writes") is not None)
@@ -430,7 +460,8 @@ class CompiledKernel:
         for p, name, v in zip(self.module.kernel.params, names, args):
             if isinstance(p.type, BufferType):
                 arr = _as_array(name, v, p.type)
-                if p in self._written and not arr.flags.writeable:
+                if (p in self._written and isinstance(arr, np.ndarray)
+                        and not arr.flags.writeable):
                     raise ArgumentError(f"argument '{name}' is written by the kernel but the array is "
                                         "read-only")
                 out.append(arr)
@@ -438,34 +469,104 @@ class CompiledKernel:
                 out.append(_as_scalar(name, v, p.type))
         return out
 
-    def launch(self, grid, args: list, *, backend: str | None = None, repeat: int = 1) -> LaunchResult:
+    def launch(self, grid, args: list, *, backend: str | None = None, repeat: int = 1,
+               site: str | None = None) -> LaunchResult:
         """Run the kernel over `grid`. `repeat` runs it that many times back to back on the
         same buffers (each run sees the previous one's writes): on a GPU one upload, one
-        readback and no idle gaps, so timings are taken at full clock."""
-        from ..runtime.backend import check_repeat, choose
+        readback and no idle gaps, so timings are taken at full clock.
+
+        On pycoop.Arrays the kernel runs on their backend; on Vulkan the launch is queued and
+        returns at once (see docs/arrays.md). With NumPy (or torch CPU) arguments it is
+        synchronous: results are in the caller's arrays on return."""
+        from ..runtime import interop
+        from ..runtime.arrays import Array
+        from ..runtime.backend import check_repeat
         grid = _grid(grid)
         repeat = check_repeat(repeat)
+        writebacks = []
+        if interop.torch_module() is not None:     # torch CUDA tensors: a device copy in
+            args, writebacks = self._cuda_tensor_arguments(args, backend)
         arrays = self.check_args(args)
-        if self.target == "opencl":       # no OpenCL runtime: such kernels run on the emulator
-            from ..errors import BackendUnavailable
-            from ..runtime.backend import _local
-            if (backend or getattr(_local, "backend", None) or knobs.backend()) == "vulkan":
-                raise BackendUnavailable(f"{self.name} is an OpenCL-environment kernel (it uses "
-                                         "pycoop.intel ops): Vulkan cannot run it; use the emulator "
-                                         "or load its .spv with an OpenCL runtime")
-            be = "emulator"
-        else:
-            be = choose(backend, self)
+        device_arrays = [a for a in arrays if isinstance(a, Array)]
+        be = self._backend(device_arrays, backend)
         if be == "emulator":
             from ..emulator.machine import run
+            host = [a._host_view() if isinstance(a, Array) else a for a in arrays]
             times = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                run(self.module, grid, arrays)
+                run(self.module, grid, host)
                 times.append((time.perf_counter() - t0) * 1e3)
             return LaunchResult("emulator", tuple(times))
-        from ..runtime.backend import vulkan_launch
-        return LaunchResult("vulkan", vulkan_launch(self, grid, arrays, repeat))
+        from ..runtime.arrays import vulkan_runtime
+        runtime = vulkan_runtime()
+        shared = interop.wait_for_torch(device_arrays)
+        pending = runtime.enqueue(
+            self.spv, "main", grid, self.abi,
+            [a.kernel_argument() if isinstance(a, Array) else a for a in arrays],
+            repeat=repeat, label=f"kernel {self.name} launched at {site or '<unknown>'}")
+        if shared:          # torch may read what it wrote next: finish first
+            runtime.synchronize()
+        for tensor, array in writebacks:
+            tensor.copy_(array.torch())
+        return LaunchResult("vulkan", pending=pending)
+
+    def _backend(self, device_arrays: list, backend: str | None) -> str:
+        """Where this launch runs: on device arrays, their backend (never a silent move);
+        otherwise as `backend`/`use_backend`/$PYCOOP_BACKEND choose."""
+        from ..errors import BackendUnavailable
+        from ..runtime.backend import _local, choose, vulkan_missing
+        requested = backend or getattr(_local, "backend", None)
+        if not device_arrays:
+            if self.target == "opencl":   # no OpenCL runtime: such kernels run on the emulator
+                if (requested or knobs.backend()) == "vulkan":
+                    raise BackendUnavailable(f"{self.name} is an OpenCL-environment kernel (it "
+                                             "uses pycoop.intel ops): Vulkan cannot run it; use "
+                                             "the emulator or load its .spv with an OpenCL runtime")
+                return "emulator"
+            return choose(backend, self)
+        kinds = sorted({a.backend for a in device_arrays})
+        if len(kinds) > 1:
+            raise ArgumentError(f"{self.name}: its array arguments live on different backends "
+                                f"({', '.join(kinds)}); pycoop does not move arrays silently\n"
+                                "  hint: move one with a.to('vulkan') or a.to('emulator') (a copy)")
+        be = kinds[0]
+        if requested not in (None, "auto", be):
+            raise ArgumentError(f"{self.name}: backend {requested!r} was asked for, but its array "
+                                f"arguments live on {be}\n  hint: a.to({requested!r}) copies an "
+                                "array there")
+        if be == "vulkan":
+            why = None
+            if self.target == "opencl":
+                why = "it is an OpenCL-environment kernel (pycoop.intel ops)"
+            elif self._vulkan_checked is None:
+                missing = vulkan_missing(self)
+                if missing:
+                    why = f"the Vulkan device lacks {', '.join(missing)}"
+                else:
+                    self._vulkan_checked = True
+            if why:
+                raise BackendUnavailable(
+                    f"cannot run {self.name} on its Vulkan arrays: {why}\n  hint: run it on "
+                    "the emulator with arrays made there (pycoop.zeros(..., backend='emulator')) "
+                    "or moved there with a.to('emulator') (a copy)")
+        return be
+
+    def _cuda_tensor_arguments(self, args: list, backend: str | None):
+        """torch CUDA tensors pycoop does not own: each copied once, device to device, into a
+        Vulkan array; after the launch the copy goes back into the tensor if the kernel
+        writes it."""
+        from ..runtime import interop
+        from ..runtime.arrays import asarray
+        out, writebacks = [], []
+        for p, v in zip(self.module.kernel.params, args):
+            if isinstance(p.type, BufferType) and interop.is_cuda_tensor(v):
+                array = asarray(v, backend=backend or "vulkan")
+                if p in self._written:
+                    writebacks.append((v, array))
+                v = array
+            out.append(v)
+        return out, writebacks
 
     def __repr__(self) -> str:
         consts = "".join(f" {k}={v!r}" for k, v in self.consts.items())

@@ -34,11 +34,27 @@ def numpy_dtype(name: str) -> np.dtype:
         raise ArgumentError(f"unknown dtype {name!r} in kernel ABI") from None
 
 
+class DeviceView:
+    """A buffer argument already in device memory (a `pycoop.Array` on Vulkan): `nbytes`
+    bytes at byte `offset` of `allocation`, holding `dtype` elements. Launches pass its
+    address, nothing is copied."""
+    __slots__ = ("allocation", "offset", "nbytes", "dtype", "writeable")
+
+    def __init__(self, allocation: Any, offset: int, nbytes: int, dtype: np.dtype,
+                 writeable: bool = True):
+        self.allocation, self.offset, self.nbytes = allocation, offset, nbytes
+        self.dtype, self.writeable = dtype, writeable
+
+    @property
+    def address(self) -> int:
+        return self.allocation.address + self.offset
+
+
 @dataclass
 class BufferBinding:
-    """A numpy array bound to a buffer parameter; `address_offsets` are where its device
-    address goes in the argument block (the same array may be passed for several)."""
-    array: np.ndarray
+    """A numpy array or DeviceView bound to a buffer parameter; `address_offsets` are where its
+    device address goes in the argument block (the same array may be passed for several)."""
+    array: np.ndarray | DeviceView
     names: list[str]
     address_offsets: list[int]
     upload: bool
@@ -89,8 +105,12 @@ def bind(abi: dict, args: list | tuple) -> BoundArguments:
             access = param.get("access", "readwrite")
             if access not in ACCESS:
                 raise ArgumentError(f"parameter {name}: access {access!r} not in {ACCESS}")
-            array = _check_array(name, value, dtype, access)
-            key = (array.__array_interface__["data"][0], array.nbytes, array.dtype.str)
+            if isinstance(value, DeviceView):
+                array = _check_view(name, value, dtype, access)
+                key = (id(value.allocation), value.offset, value.nbytes, value.dtype.str)
+            else:
+                array = _check_array(name, value, dtype, access)
+                key = (array.__array_interface__["data"][0], array.nbytes, array.dtype.str)
             binding = buffers.get(key)
             if binding is None:
                 binding = buffers[key] = BufferBinding(array, [], [], False, False)
@@ -118,6 +138,14 @@ def _check_array(name: str, value: Any, dtype: np.dtype, access: str) -> np.ndar
     if access != "read" and not value.flags.writeable:
         raise ArgumentError(f"parameter {name}: the kernel writes it but the array is read-only")
     return value
+
+
+def _check_view(name: str, view: DeviceView, dtype: np.dtype, access: str) -> DeviceView:
+    if view.dtype != dtype and not (dtype == np.uint8 and view.dtype.kind == "V"):
+        raise ArgumentError(f"parameter {name}: expected dtype {dtype.name}, got {view.dtype.name}")
+    if access != "read" and not view.writeable:
+        raise ArgumentError(f"parameter {name}: the kernel writes it but the array is read-only")
+    return view
 
 
 def _scalar_bytes(name: str, value: Any, dtype: np.dtype) -> bytes:
