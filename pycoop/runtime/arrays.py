@@ -355,15 +355,16 @@ def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
     return out
 
 
-def synchronize() -> None:
-    """Wait for every queued launch and copy (Vulkan). Errors of a queued launch (device lost,
-    a hang) are raised here, naming it. A no-op when only the emulator was used."""
+def synchronize(timeout_s: float | None = None) -> None:
+    """Wait for every queued launch and copy (Vulkan), at most `timeout_s` per batch (default
+    10 s). Errors of a queued launch (device lost, a hang) are raised here, naming it. A no-op
+    when only the emulator was used."""
     try:
         from .vulkan import runtime as vulkan
     except ImportError:
         return
     if vulkan._runtime is not None:
-        vulkan._runtime.synchronize()
+        vulkan._runtime.synchronize(timeout_s)
 
 
 class EmulatorRuntime:

@@ -88,6 +88,7 @@ class Submission:
         self.query_pool = None
         self.timestamps = None
         self.hazards = Hazards()
+        self.barriers = 0          # recorded over the submission's life (tests and stats)
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -121,6 +122,7 @@ class Submission:
         lib.vkCmdResetQueryPool(self.cmd, self.query_pool, 0, self.capacity)
 
     def barrier(self, memory_barrier: Any) -> None:
+        self.barriers += 1
         lib.vkCmdPipelineBarrier(self.cmd, ALL_STAGES, ALL_STAGES, 0, 1, memory_barrier, 0,
                                  ffi.NULL, 0, ffi.NULL)
         self.hazards.clear()

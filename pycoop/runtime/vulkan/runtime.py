@@ -162,7 +162,7 @@ class VulkanRuntime:
         """Pipeline cache hits/misses, memory (to spot leaks) and queued work. `live_*`: every
         Vulkan buffer that exists (in use or pooled); `pooled_*`: free ones kept for reuse;
         `array_*`: buffers held by device arrays; `pending_launches`: recorded or submitted
-        launches not yet seen complete."""
+        launches not yet seen complete; `barriers`: pipeline barriers recorded so far."""
         with self._lock:
             ctx = self._context()
             memory = ctx.memory
@@ -174,7 +174,9 @@ class VulkanRuntime:
                     "live_allocations": memory.live_count, "live_bytes": memory.live_bytes,
                     "pooled_count": memory.pooled_count, "pooled_bytes": memory.pooled_bytes,
                     "array_count": ctx.array_count, "array_bytes": ctx.array_bytes,
-                    "pending_launches": pending, "heap_usage": ctx.device.heap_usage()}
+                    "pending_launches": pending,
+                    "barriers": sum(s.barriers for s in ctx.submissions),
+                    "heap_usage": ctx.device.heap_usage()}
 
     def close(self) -> None:
         with self._lock:
