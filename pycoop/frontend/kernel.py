@@ -19,6 +19,9 @@ from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
 from ..ops.registry import get
+from ..runtime import interop
+from ..runtime.arrays import Array, asarray, synchronize, vulkan_runtime
+from ..runtime.backend import _local, check_repeat, choose, vulkan_missing
 from ..types import BufferType, ScalarType, StructType, Type, VectorType, memory_element
 from .transform import transform
 
@@ -106,6 +109,8 @@ class Kernel:
              for p in self.params])
         self._traced = None
         self._cache: dict = {}
+        self._no_consts = not any(p.is_const for p in self.params)
+        self._launchers: dict = {}      # grid -> its checked _Launcher (launches reuse them)
 
     def _signature(self) -> list[Param]:
         # String annotations (from __future__ import annotations) are evaluated in the
@@ -197,7 +202,15 @@ class Kernel:
 
     # ---------------------------------------------------------------- launch
     def __getitem__(self, grid) -> "_Launcher":
-        return _Launcher(self, grid)
+        try:
+            launcher = self._launchers.get(grid)
+        except TypeError:                # an unhashable grid: checked (and refused) below
+            return _Launcher(self, grid)
+        if launcher is None:
+            launcher = _Launcher(self, grid)
+            if len(self._launchers) < 256:
+                self._launchers[grid] = launcher
+        return launcher
 
     def __call__(self, *a, **k):
         raise TypeError(f"launch a kernel with {self.name}[grid](...), e.g. {self.name}[(8, 8)](...)")
@@ -233,7 +246,6 @@ class LaunchResult:
         if self._times is None:
             pending = self._pending
             if pending.times_ms is None and pending.error is None:
-                from ..runtime.arrays import synchronize
                 synchronize()
             if pending.error is not None:
                 raise pending.error
@@ -268,6 +280,13 @@ class _Launcher:
     def __call__(self, *args, backend: str | None = None, subgroup_size: int | None = None,
                  repeat: int = 1, **kwargs):
         k = self.k
+        if not kwargs and subgroup_size is None and len(args) == len(k.params) and k._no_consts:
+            # the common case, without inspect's binding: positional, no compile-time values
+            ck = k._cache.get((k.subgroup_size or knobs.subgroup_size(), ()))
+            if ck is not None:
+                caller = sys._getframe(1)
+                return ck.launch(self.grid, args, backend=backend, repeat=repeat,
+                                 site=f"{caller.f_code.co_filename}:{caller.f_lineno}")
         try:
             bound = k.call_signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -286,8 +305,6 @@ def _as_array(name: str, value, t: BufferType):
     """A buffer argument as the launch uses it: a NumPy array on the caller's memory (NumPy,
     torch CPU tensors, anything with the array interface or DLPack) or a pycoop.Array.
     Hints are phrased in the caller's library."""
-    from ..runtime import interop
-    from ..runtime.arrays import Array
     if isinstance(value, Array):
         arr = value
     else:
@@ -323,7 +340,6 @@ def _as_array(name: str, value, t: BufferType):
 
 def _byte_view(arr):
     """A structured-dtype Array seen as bytes (same memory)."""
-    from ..runtime.arrays import Array
     return Array(arr._storage, arr._byte_offset, (arr.nbytes,), np.dtype(np.uint8))
 
 
@@ -349,6 +365,7 @@ class CompiledKernel:
         self.consts = consts
         self._lowered = None
         self._vulkan_checked = None     # set once the Vulkan device is known to run it
+        self._binder = None             # the Vulkan ABI's argument packer, made once
         # the memories ops write (each op's registry entry names its memory operand)
         written = (op.operands[get(op.name).extra["writes"]] for op in module.walk()
                    if get(op.name).extra.get("writes") is not None)
@@ -478,9 +495,6 @@ class CompiledKernel:
         On pycoop.Arrays the kernel runs on their backend; on Vulkan the launch is queued and
         returns at once (see docs/arrays.md). With NumPy (or torch CPU) arguments it is
         synchronous: results are in the caller's arrays on return."""
-        from ..runtime import interop
-        from ..runtime.arrays import Array
-        from ..runtime.backend import check_repeat
         grid = _grid(grid)
         repeat = check_repeat(repeat)
         writebacks = []
@@ -498,11 +512,13 @@ class CompiledKernel:
                 run(self.module, grid, host)
                 times.append((time.perf_counter() - t0) * 1e3)
             return LaunchResult("emulator", tuple(times))
-        from ..runtime.arrays import vulkan_runtime
         runtime = vulkan_runtime()
         shared = interop.wait_for_torch(device_arrays)
+        if self._binder is None:
+            from ..runtime.vulkan.abi import Binder
+            self._binder = Binder(self.abi)
         pending = runtime.enqueue(
-            self.spv, "main", grid, self.abi,
+            self.spv, "main", grid, self._binder,
             [a.kernel_argument() if isinstance(a, Array) else a for a in arrays],
             repeat=repeat, label=f"kernel {self.name} launched at {site or '<unknown>'}")
         if shared:          # torch may read what it wrote next: finish first
@@ -515,7 +531,6 @@ class CompiledKernel:
         """Where this launch runs: on device arrays, their backend (never a silent move);
         otherwise as `backend`/`use_backend`/$PYCOOP_BACKEND choose."""
         from ..errors import BackendUnavailable
-        from ..runtime.backend import _local, choose, vulkan_missing
         requested = backend or getattr(_local, "backend", None)
         if not device_arrays:
             if self.target == "opencl":   # no OpenCL runtime: such kernels run on the emulator
@@ -556,8 +571,6 @@ class CompiledKernel:
         """torch CUDA tensors pycoop does not own: each copied once, device to device, into a
         Vulkan array; after the launch the copy goes back into the tensor if the kernel
         writes it."""
-        from ..runtime import interop
-        from ..runtime.arrays import asarray
         out, writebacks = [], []
         for p, v in zip(self.module.kernel.params, args):
             if isinstance(p.type, BufferType) and interop.is_cuda_tensor(v):

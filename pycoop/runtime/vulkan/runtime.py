@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import check_repeat
-from .abi import BoundArguments, DeviceView, bind
+from .abi import Binder, BoundArguments, DeviceView
 from .batch import ALL_READ_WRITE, BOTTOM, TOP, PendingTimes, Submission
 from .capabilities import Capabilities
 from .device import MEMORY_DEVICE_LOCAL, MEMORY_HOST_COHERENT, MEMORY_HOST_VISIBLE, Device
@@ -196,14 +196,17 @@ class VulkanRuntime:
         self.synchronize(timeout_s)
         return LaunchResult(pending.times_ms)
 
-    def enqueue(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict,
+    def enqueue(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict | Binder,
                 args: list, *, repeat: int = 1, label: str = "kernel",
                 timeout_s: float | None = None) -> PendingTimes:
         """Record a launch into the open batch and return without waiting, unless an argument
         is a NumPy array: then the batch is submitted and waited for, and results are in the
         arrays on return. The returned PendingTimes gets its device times at the
-        synchronisation that sees the launch complete."""
-        bound = bind(abi, args)
+        synchronisation that sees the launch complete. `abi` may be a Binder made once for
+        the kernel (faster)."""
+        binder = abi if isinstance(abi, Binder) else Binder(abi)
+        bound = binder.bind(args)
+        abi = binder.abi
         grid = _check_grid(grid)
         repeat = check_repeat(repeat)
         with self._lock:
