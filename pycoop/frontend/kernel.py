@@ -253,6 +253,15 @@ class LaunchResult:
         return self._times
 
     @property
+    def spans_ns(self) -> tuple[tuple[float, float], ...] | None:
+        """(start, end) of each run on the device's clock in ns (Vulkan), None on the
+        emulator: the gap between one launch's end and the next one's start is device idle."""
+        if self._pending is None:
+            return None
+        self.times_ms               # waits for the launch
+        return self._pending.spans_ns
+
+    @property
     def time_ms(self) -> float:
         """The fastest run."""
         return min(self.times_ms)

@@ -120,6 +120,7 @@ class CudaMapping:
 
     def close(self) -> None:
         if self._external is not None:
+            self._cudart.cudaDeviceSynchronize()    # no queued CUDA work may use it after
             self._cudart.cudaFree(self.pointer)
             self._cudart.cudaDestroyExternalMemory(self._external)
             self._external = None

@@ -57,11 +57,14 @@ def _overlaps(ranges, lo: int, hi: int) -> bool:
 class PendingTimes:
     """Device times of one launch, known once its submission completes."""
 
-    __slots__ = ("label", "times_ms", "error")
+    __slots__ = ("label", "times_ms", "spans_ns", "error")
 
     def __init__(self, label: str):
         self.label = label
         self.times_ms: tuple[float, ...] | None = None
+        # (start, end) of each run on the device clock, in ns: gaps between launches show
+        # where the device sat idle
+        self.spans_ns: tuple[tuple[float, float], ...] | None = None
         self.error: BaseException | None = None
 
 

@@ -518,9 +518,11 @@ class VulkanRuntime:
         check(lib.vkGetQueryPoolResults(ctx.device.handle, sub.query_pool, 0, n, 8 * n, ts, 8,
                                         vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT),
               "vkGetQueryPoolResults")
-        scale, mask = ctx.timestamp_period_ns / 1e6, ctx.timestamp_mask
+        period, mask = ctx.timestamp_period_ns, ctx.timestamp_mask
         for pending, first, count in sub.launches:
-            pending.times_ms = tuple(((ts[first + 2 * i + 1] - ts[first + 2 * i]) & mask) * scale
+            pending.times_ms = tuple(((ts[first + 2 * i + 1] - ts[first + 2 * i]) & mask)
+                                     * period / 1e6 for i in range(count))
+            pending.spans_ns = tuple((ts[first + 2 * i] * period, ts[first + 2 * i + 1] * period)
                                      for i in range(count))
 
     def _abandon(self) -> None:
