@@ -294,8 +294,9 @@ class _Launcher:
             ck = k._cache.get((k.subgroup_size or knobs.subgroup_size(), ()))
             if ck is not None:
                 caller = sys._getframe(1)
-                return ck.launch(self.grid, args, backend=backend, repeat=repeat,
-                                 site=f"{caller.f_code.co_filename}:{caller.f_lineno}")
+                return ck._launch(self.grid, args, backend,
+                                  1 if repeat == 1 and type(repeat) is int else check_repeat(repeat),
+                                  f"{caller.f_code.co_filename}:{caller.f_lineno}")
         try:
             bound = k.call_signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -305,9 +306,9 @@ class _Launcher:
         consts = {p.name: bound.arguments[p.name] for p in k.params if p.is_const}
         ck = k.compile(subgroup_size=subgroup_size, **consts)
         caller = sys._getframe(1)
-        return ck.launch(self.grid, [bound.arguments[p.name] for p in k.params if not p.is_const],
-                         backend=backend, repeat=repeat,
-                         site=f"{caller.f_code.co_filename}:{caller.f_lineno}")
+        return ck._launch(self.grid, [bound.arguments[p.name] for p in k.params if not p.is_const],
+                          backend, check_repeat(repeat),
+                          f"{caller.f_code.co_filename}:{caller.f_lineno}")
 
 
 def _as_array(name: str, value, t: BufferType):
@@ -353,6 +354,13 @@ def _byte_view(arr):
 
 
 def _as_scalar(name: str, value, t: ScalarType):
+    kind = type(value)
+    if kind is float and not t.is_int:
+        return value
+    if kind is int and t.is_int:
+        lo, hi = t.min_max()
+        if lo <= value <= hi:
+            return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ArgumentError(f"argument '{name}' ({t}) must be a number, got {type(value).__name__}")
     if t.is_int:
@@ -480,19 +488,32 @@ class CompiledKernel:
         side.write_text(json.dumps(self.metadata(), indent=2) + "\n")
         return path
 
+    @functools.cached_property
+    def _arg_specs(self) -> list[tuple]:
+        """Per runtime parameter: (name, type, is buffer, written, the dtype a device array
+        must have to be taken as it is (None: check in full))."""
+        specs = []
+        for p, name in zip(self.module.kernel.params, self.module.param_names):
+            buffer = isinstance(p.type, BufferType)
+            plain = (buffer and isinstance(p.type.elem, ScalarType)) or None
+            specs.append((name, p.type, buffer, p in self._written,
+                          p.type.elem.dtype if plain else None))
+        return specs
+
     def check_args(self, args: list) -> list:
         out = []
-        names = self.module.param_names
-        for p, name, v in zip(self.module.kernel.params, names, args):
-            if isinstance(p.type, BufferType):
-                arr = _as_array(name, v, p.type)
-                if (p in self._written and isinstance(arr, np.ndarray)
-                        and not arr.flags.writeable):
+        for (name, t, buffer, written, dtype), v in zip(self._arg_specs, args):
+            if buffer:
+                if type(v) is Array and v.dtype == dtype:
+                    out.append(v)
+                    continue
+                arr = _as_array(name, v, t)
+                if written and isinstance(arr, np.ndarray) and not arr.flags.writeable:
                     raise ArgumentError(f"argument '{name}' is written by the kernel but the array is "
                                         "read-only")
                 out.append(arr)
             else:
-                out.append(_as_scalar(name, v, p.type))
+                out.append(_as_scalar(name, v, t))
         return out
 
     def launch(self, grid, args: list, *, backend: str | None = None, repeat: int = 1,
@@ -504,10 +525,14 @@ class CompiledKernel:
         On pycoop.Arrays the kernel runs on their backend; on Vulkan the launch is queued and
         returns at once (see docs/arrays.md). With NumPy (or torch CPU) arguments it is
         synchronous: results are in the caller's arrays on return."""
-        grid = _grid(grid)
-        repeat = check_repeat(repeat)
+        return self._launch(_grid(grid), args, backend, check_repeat(repeat), site)
+
+    def _launch(self, grid: tuple[int, int, int], args: list, backend: str | None, repeat: int,
+                site: str | None) -> LaunchResult:
+        """`launch` with `grid` and `repeat` already checked (the launcher's hot path)."""
         writebacks = []
-        if interop.torch_module() is not None:     # torch CUDA tensors: a device copy in
+        torch = interop.torch_module()
+        if torch is not None and any(isinstance(v, torch.Tensor) for v in args):
             args, writebacks = self._cuda_tensor_arguments(args, backend)
         arrays = self.check_args(args)
         device_arrays = [a for a in arrays if isinstance(a, Array)]
@@ -549,7 +574,7 @@ class CompiledKernel:
                                              "the emulator or load its .spv with an OpenCL runtime")
                 return "emulator"
             return choose(backend, self)
-        kinds = sorted({a.backend for a in device_arrays})
+        kinds = sorted({a._storage.backend for a in device_arrays})
         if len(kinds) > 1:
             raise ArgumentError(f"{self.name}: its array arguments live on different backends "
                                 f"({', '.join(kinds)}); pycoop does not move arrays silently\n"

@@ -19,6 +19,7 @@ import numpy as np
 from .. import knobs
 from ..errors import ArgumentError, BackendUnavailable
 from . import interop
+from .vulkan.abi import DeviceView
 
 _lock = threading.Lock()
 _emulator_stats = {"array_count": 0, "array_bytes": 0}
@@ -71,14 +72,29 @@ def resolve_backend(backend: str | None = None) -> str:
 
 
 def vulkan_runtime():
+    """The process-wide VulkanRuntime (BackendUnavailable if there is none)."""
+    runtime = _vulkan_module._runtime if _vulkan_module is not None else None
+    if runtime is not None:
+        return runtime
+    return _make_vulkan_runtime()
+
+
+_vulkan_module = None       # pycoop.runtime.vulkan.runtime once loaded (pyvulkan found)
+
+
+def _make_vulkan_runtime():
+    global _vulkan_module
     try:
         from .vulkan import VulkanUnavailable, get_runtime
     except ImportError as e:
         raise BackendUnavailable(f"Vulkan is not available: {e}") from None
     try:
-        return get_runtime()
+        runtime = get_runtime()
     except VulkanUnavailable as e:
         raise BackendUnavailable(f"Vulkan is not available: {e}") from None
+    from .vulkan import runtime as module
+    _vulkan_module = module
+    return runtime
 
 
 class _HostStorage:
@@ -292,11 +308,12 @@ class Array:
     def kernel_argument(self):
         """What a launch on this array's backend passes: the NumPy memory (emulator) or a
         DeviceView (Vulkan)."""
-        if self.backend == "emulator":
+        storage = self._storage
+        if storage.backend == "emulator":
             return self._host_view()
-        from .vulkan.abi import DeviceView
-        self._storage.check()
-        return DeviceView(self._storage.allocation, self._byte_offset, self.nbytes, self.dtype)
+        if not storage.ctx.alive:
+            storage.check()
+        return DeviceView(storage.allocation, self._byte_offset, self.nbytes, self.dtype)
 
 
 # ------------------------------------------------------------------ constructors

@@ -91,7 +91,7 @@ class Submission:
         self.query_pool = None
         self.timestamps = None
         self.hazards = Hazards()
-        self.barriers = 0          # recorded over the submission's life (tests and stats)
+        self.barriers = 0          # hazard barriers over the submission's life (stats)
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -124,8 +124,10 @@ class Submission:
         check(lib.vkBeginCommandBuffer(self.cmd, begin_info), "vkBeginCommandBuffer")
         lib.vkCmdResetQueryPool(self.cmd, self.query_pool, 0, self.capacity)
 
-    def barrier(self, memory_barrier: Any) -> None:
-        self.barriers += 1
+    def barrier(self, memory_barrier: Any, hazard: bool = True) -> None:
+        """A global memory barrier; `hazard`: one a dependency between commands needed (the
+        ones counted), not the one that ends a batch."""
+        self.barriers += hazard
         lib.vkCmdPipelineBarrier(self.cmd, ALL_STAGES, ALL_STAGES, 0, 1, memory_barrier, 0,
                                  ffi.NULL, 0, ffi.NULL)
         self.hazards.clear()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import check_repeat
+from . import hostcopy
 from .abi import Binder, BoundArguments, DeviceView
 from .batch import ALL_READ_WRITE, BOTTOM, TOP, PendingTimes, Submission
 from .capabilities import Capabilities
@@ -39,6 +40,8 @@ from .pipeline import Pipelines
 TRANSFER_MODES = ("auto", "direct", "staged")
 MAX_BATCH_DISPATCHES = 256      # a batch this large is submitted without waiting
 MAX_IN_FLIGHT = 8               # submissions queued on the GPU before the oldest is waited for
+EAGER_MS = 0.05                 # launches this long on the device are submitted eagerly
+LAZY_BATCH = 32                 # shorter ones are submitted in batches of this many
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class _Context:
         bits = self.device.timestamp_bits
         self.timestamp_mask = (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
         self.timestamp_period_ns = self.device.capabilities.timestamp_period_ns
+        self.grids_ok: set[tuple[int, int, int]] = set()     # within the device's limits
+        self.eager = True           # the last finished launch was long: submit at once
         self.array_count = 0        # allocations held by device arrays
         self.array_bytes = 0
 
@@ -162,7 +167,8 @@ class VulkanRuntime:
         """Pipeline cache hits/misses, memory (to spot leaks) and queued work. `live_*`: every
         Vulkan buffer that exists (in use or pooled); `pooled_*`: free ones kept for reuse;
         `array_*`: buffers held by device arrays; `pending_launches`: recorded or submitted
-        launches not yet seen complete; `barriers`: pipeline barriers recorded so far."""
+        launches not yet seen complete; `barriers`: pipeline barriers recorded so far between
+        dependent commands."""
         with self._lock:
             ctx = self._context()
             memory = ctx.memory
@@ -208,20 +214,24 @@ class VulkanRuntime:
         bound = binder.bind(args)
         abi = binder.abi
         grid = _check_grid(grid)
-        repeat = check_repeat(repeat)
+        if repeat != 1:
+            repeat = check_repeat(repeat)
         with self._lock:
             ctx = self._context()
             caps = ctx.device.capabilities
-            for axis, (n, limit) in enumerate(zip(grid, caps.max_compute_workgroup_count)):
-                if n > limit:
-                    raise ArgumentError(f"grid[{axis}] = {n} exceeds the device limit {limit}")
+            if grid not in ctx.grids_ok:
+                for axis, (n, limit) in enumerate(zip(grid, caps.max_compute_workgroup_count)):
+                    if n > limit:
+                        raise ArgumentError(f"grid[{axis}] = {n} exceeds the device limit {limit}")
+                if len(ctx.grids_ok) < 1024:
+                    ctx.grids_ok.add(grid)
             push_size = 8 if abi["mode"] == "arg_buffer" else abi["size"]
             if push_size > caps.max_push_constants_size:
                 raise ArgumentError(
                     f"kernel needs {push_size} bytes of push constants; {caps.device_name} "
                     f"allows {caps.max_push_constants_size} (compile with arg_buffer mode)")
             for b in bound.buffers:
-                if isinstance(b.array, DeviceView) and b.array.allocation.owner is not ctx.memory:
+                if type(b.array) is DeviceView and b.array.allocation.owner is not ctx.memory:
                     raise ArgumentError(f"parameter {b.names[0]}: the array was made on a device "
                                         "that has since been lost or closed; make it again")
             try:
@@ -236,11 +246,26 @@ class VulkanRuntime:
             except (OutOfDeviceMemory, OutOfHostMemory):
                 ctx.memory.trim()
                 raise
-            if host or ctx.recording.dispatches >= MAX_BATCH_DISPATCHES:
+            if host or self._should_submit(ctx):
                 self._flush(ctx)
         if host:
             self.synchronize(timeout_s)
         return pending
+
+    def _should_submit(self, ctx: _Context) -> bool:
+        """Keep the GPU busy without a submission per launch: submit when the batch is large,
+        or when fewer than two batches are still running (after retiring finished ones) and
+        either the last finished launch took long on the device (each submission then pays
+        for itself) or the batch has grown to LAZY_BATCH launches."""
+        dispatches = ctx.recording.dispatches
+        if dispatches >= MAX_BATCH_DISPATCHES:
+            return True
+        if not ctx.eager and dispatches < LAZY_BATCH:
+            return False
+        in_flight, dev = ctx.in_flight, ctx.device.handle
+        while in_flight and lib.vkGetFenceStatus(dev, in_flight[0].fences[0]) == 0:
+            self._retire(ctx, in_flight[0], self.timeout_s)
+        return len(in_flight) < 2
 
     def _open(self, ctx: _Context, queries: int = 0) -> Submission:
         """The recording submission, begun if needed, with room for `queries` timestamps."""
@@ -287,7 +312,7 @@ class VulkanRuntime:
         accesses, readbacks, host = [], [], False
         for b in bound.buffers:
             view = b.array
-            if isinstance(view, DeviceView):
+            if type(view) is DeviceView:
                 if view.nbytes:     # a write conflicts with any later access: one entry
                     accesses.append((id(view.allocation), view.offset, view.offset + view.nbytes,
                                      b.readback))
@@ -301,14 +326,14 @@ class VulkanRuntime:
                 target = memory.acquire("unified", nbytes)
                 sub.releases.append(target)
                 if nbytes:
-                    ffi.memmove(target.mapped, array, nbytes)
+                    hostcopy.to_mapped(target.mapped, array)
             else:
                 target = memory.acquire("device", nbytes)
                 sub.releases.append(target)
                 if nbytes:
                     staging = memory.acquire("host", nbytes)
                     sub.releases.append(staging)
-                    ffi.memmove(staging.mapped, array, nbytes)
+                    hostcopy.to_mapped(staging.mapped, array)
                     self._copy(ctx, sub, staging, 0, target, 0, nbytes)
             bound.set_address(b, target.address)
             if nbytes:
@@ -361,7 +386,7 @@ class VulkanRuntime:
             host, host_offset = ctx.memory.acquire("host", nbytes), 0
             sub.releases.append(host)
             self._copy(ctx, sub, source, offset, host, 0, nbytes)
-        sub.after.append(lambda: ffi.memmove(out, host.mapped + host_offset, nbytes))
+        sub.after.append(lambda: hostcopy.from_mapped(out, host.mapped + host_offset))
 
     # ------------------------------------------------------------------ device memory
     def allocate(self, nbytes: int, zero: bool = True) -> tuple[Allocation, _Context]:
@@ -403,7 +428,7 @@ class VulkanRuntime:
             sub = self._open(ctx)
             staging = ctx.memory.acquire("host", nbytes)
             sub.releases.append(staging)
-            ffi.memmove(staging.mapped, data, nbytes)
+            hostcopy.to_mapped(staging.mapped, data)
             self._copy(ctx, sub, staging, 0, allocation, offset, nbytes)
 
     def copy(self, src: Allocation, src_offset: int, dst: Allocation, dst_offset: int,
@@ -434,7 +459,7 @@ class VulkanRuntime:
         if sub is None:
             return
         ctx.recording = None
-        sub.barrier(ctx.barrier)        # the host (and the next batch) sees every write
+        sub.barrier(ctx.barrier, hazard=False)      # the host and the next batch see every write
         check(lib.vkEndCommandBuffer(sub.cmd), "vkEndCommandBuffer")
         check(lib.vkResetFences(ctx.device.handle, 1, sub.fences), "vkResetFences")
         result = lib.vkQueueSubmit(ctx.device.queue, 1, sub.submit_info, sub.fences[0])
@@ -524,6 +549,8 @@ class VulkanRuntime:
                                      * period / 1e6 for i in range(count))
             pending.spans_ns = tuple((ts[first + 2 * i] * period, ts[first + 2 * i + 1] * period)
                                      for i in range(count))
+        last = sub.launches[-1][0].times_ms
+        ctx.eager = bool(last) and last[-1] >= EAGER_MS
 
     def _abandon(self) -> None:
         """Drop the context after loss or a hang. It is destroyed only if its submissions are
@@ -544,6 +571,10 @@ def _names(pendings: list[PendingTimes]) -> str:
 
 
 def _check_grid(grid: Any) -> tuple[int, int, int]:
+    if type(grid) is tuple and len(grid) == 3:
+        a, b, c = grid
+        if type(a) is int and type(b) is int and type(c) is int and min(a, b, c) >= 0:
+            return grid
     try:
         values = tuple(int(n) for n in grid)
     except (TypeError, ValueError):
