@@ -104,8 +104,10 @@ def bench_chain() -> None:
     grid = n // 256
     pc.synchronize()
     idles = []
+    rt = pc.get_runtime("vulkan")
     for _ in range(5):
-        rs = [axpy[grid](x, y, 0.5, n) for _ in range(100)]      # each reads the previous y
+        with rt.batch():                                 # one command buffer, one submission
+            rs = [axpy[grid](x, y, 0.5, n) for _ in range(100)]   # each reads the previous y
         pc.synchronize()
         spans = [r.spans_ns[0] for r in rs]
         idles += [(b[0] - a[1]) / 1e3 for a, b in zip(spans, spans[1:])]

@@ -135,12 +135,8 @@ def test_a_chain_of_dependent_launches(backend):
 
 @pytest.mark.vulkan
 @pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
-def test_barriers_only_where_a_launch_depends_on_an_earlier_one(monkeypatch):
-    from pycoop.runtime.vulkan import runtime as module
+def test_barriers_only_where_a_launch_depends_on_an_earlier_one():
     rt = pc.get_runtime("vulkan")
-    monkeypatch.setattr(module, "EAGER_MS", float("inf"))    # every launch in one batch
-    monkeypatch.setattr(module, "LAZY_BATCH", 1 << 20)
-    rt.context.eager = False
     n = 256
     xs = [pc.full(n, float(i), backend="vulkan") for i in range(4)]
     ys = [pc.zeros(n, backend="vulkan") for _ in range(4)]
@@ -151,8 +147,9 @@ def test_barriers_only_where_a_launch_depends_on_an_earlier_one(monkeypatch):
 
     def barriers(launches):
         before = rt.stats()["barriers"]
-        launches()
-        after = rt.stats()["barriers"]
+        with rt.batch():                      # every launch in one command buffer
+            launches()
+            after = rt.stats()["barriers"]
         pc.synchronize()
         return after - before
 

@@ -19,6 +19,7 @@ import math
 import os
 import threading
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,21 @@ MAX_BATCH_DISPATCHES = 256      # a batch this large is submitted without waitin
 MAX_IN_FLIGHT = 8               # submissions queued on the GPU before the oldest is waited for
 EAGER_MS = 0.05                 # launches this long on the device are submitted eagerly
 LAZY_BATCH = 32                 # shorter ones are submitted in batches of this many
+
+
+@dataclass
+class Prepared:
+    """A checked, bound launch (`VulkanRuntime.prepare`). With only device arrays in the
+    push-constant ABI, `push` holds the final argument block and `accesses` the byte ranges
+    it touches, so recording it again costs only the Vulkan calls."""
+    ctx: Any
+    pipeline: Any
+    grid: tuple[int, int, int]
+    mode: str
+    bound: BoundArguments
+    repeat: int
+    push: bytes | None
+    accesses: list
 
 
 @dataclass(frozen=True)
@@ -140,6 +156,7 @@ class VulkanRuntime:
         self._lock = threading.RLock()
         self._ctx: _Context | None = None
         self.timeout_s = 10.0       # default wait for one submission at a synchronisation
+        self._held = 0              # open `batch()` blocks
         self._context()     # fail now, not at the first launch, if there is no device
 
     def _context(self) -> _Context:
@@ -210,6 +227,12 @@ class VulkanRuntime:
         arrays on return. The returned PendingTimes gets its device times at the
         synchronisation that sees the launch complete. `abi` may be a Binder made once for
         the kernel (faster)."""
+        return self.record(self.prepare(spv, entry, grid, abi, args, repeat), label, timeout_s)
+
+    def prepare(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict | Binder,
+                args: list, repeat: int = 1) -> Prepared:
+        """Check and bind a launch (no GPU work): `record` records it, and may record it again
+        (same arguments) when it has only device arrays."""
         binder = abi if isinstance(abi, Binder) else Binder(abi)
         bound = binder.bind(args)
         abi = binder.abi
@@ -230,16 +253,47 @@ class VulkanRuntime:
                 raise ArgumentError(
                     f"kernel needs {push_size} bytes of push constants; {caps.device_name} "
                     f"allows {caps.max_push_constants_size} (compile with arg_buffer mode)")
+            device_only = abi["mode"] == "push_constants"
+            accesses = []
             for b in bound.buffers:
-                if type(b.array) is DeviceView and b.array.allocation.owner is not ctx.memory:
+                view = b.array
+                if type(view) is not DeviceView:
+                    device_only = False
+                    continue
+                if view.allocation.owner is not ctx.memory:
                     raise ArgumentError(f"parameter {b.names[0]}: the array was made on a device "
                                         "that has since been lost or closed; make it again")
+                bound.set_address(b, view.address)
+                if view.nbytes:     # a write conflicts with any later access: one entry
+                    accesses.append((id(view.allocation), view.offset, view.offset + view.nbytes,
+                                     b.readback))
             try:
                 pipeline = ctx.pipelines.get(bytes(spv), entry, abi.get("required_subgroup_size"),
                                              push_size)
-                pending = PendingTimes(label)
-                host = self._record_launch(ctx, pipeline, grid, abi["mode"], bound, repeat,
-                                           pending)
+            except (DeviceLost, VulkanTimeout):
+                self._abandon()
+                raise
+        return Prepared(ctx, pipeline, grid, abi["mode"], bound, repeat,
+                        bytes(bound.block) if device_only else None, accesses)
+
+    def record(self, prepared: Prepared, label: str = "kernel",
+               timeout_s: float | None = None) -> PendingTimes:
+        """Record a prepared launch (see `enqueue`)."""
+        with self._lock:
+            ctx = self._context()
+            if prepared.ctx is not ctx:
+                raise ArgumentError("the launch was prepared on a device that has since been "
+                                    "lost or closed")
+            pending = PendingTimes(label)
+            host = prepared.push is None
+            try:
+                if host:
+                    self._record_launch(ctx, prepared.pipeline, prepared.grid, prepared.mode,
+                                        prepared.bound, prepared.repeat, pending)
+                else:
+                    self._record_dispatch(ctx, self._open(ctx, 2 * prepared.repeat),
+                                          prepared.pipeline, prepared.grid, prepared.push,
+                                          prepared.accesses, prepared.repeat, pending)
             except (DeviceLost, VulkanTimeout):
                 self._abandon()
                 raise
@@ -260,6 +314,8 @@ class VulkanRuntime:
         dispatches = ctx.recording.dispatches
         if dispatches >= MAX_BATCH_DISPATCHES:
             return True
+        if self._held:
+            return False
         if not ctx.eager and dispatches < LAZY_BATCH:
             return False
         in_flight, dev = ctx.in_flight, ctx.device.handle
@@ -304,12 +360,12 @@ class VulkanRuntime:
 
     def _record_launch(self, ctx: _Context, pipeline: Any, grid: tuple[int, int, int],
                        mode: str, bound: BoundArguments, repeat: int,
-                       pending: PendingTimes) -> bool:
-        """Record uploads, the dispatches and readbacks; True if NumPy arrays are involved
-        (the caller then submits and waits)."""
+                       pending: PendingTimes) -> None:
+        """Record a launch with NumPy arguments: uploads, the dispatches, readbacks (copied
+        into the arrays when the submission completes)."""
         memory = ctx.memory
         sub = self._open(ctx, 2 * repeat)
-        accesses, readbacks, host = [], [], False
+        accesses, readbacks = [], []
         for b in bound.buffers:
             view = b.array
             if type(view) is DeviceView:
@@ -318,7 +374,6 @@ class VulkanRuntime:
                                      b.readback))
                 bound.set_address(b, view.address)
                 continue
-            host = True
             array, nbytes = view, view.nbytes
             # Every NumPy buffer is uploaded, even write-only ones: what the kernel does not
             # write must come back as the caller's own values, never as other memory.
@@ -347,6 +402,15 @@ class VulkanRuntime:
             push = arg_buffer.address.to_bytes(8, "little")
         else:
             push = bytes(bound.block)
+        self._record_dispatch(ctx, sub, pipeline, grid, push, accesses, repeat, pending)
+        for array, target in readbacks:
+            self._read_into(ctx, sub, target, 0, array)
+
+    def _record_dispatch(self, ctx: _Context, sub: Submission, pipeline: Any,
+                         grid: tuple[int, int, int], push: bytes, accesses: list, repeat: int,
+                         pending: PendingTimes) -> None:
+        """A barrier if a hazard needs one, the pipeline if not bound, the push constants, and
+        `repeat` timed dispatches."""
         self._touch(ctx, sub, accesses)
         cmd = sub.cmd
         if sub.bound_pipeline is not pipeline:
@@ -368,9 +432,6 @@ class VulkanRuntime:
         sub.queries_used += 2 * repeat
         sub.dispatches += repeat
         sub.launches.append((pending, first, repeat))
-        for array, target in readbacks:
-            self._read_into(ctx, sub, target, 0, array)
-        return host
 
     def _read_into(self, ctx: _Context, sub: Submission, source: Allocation, offset: int,
                    out: np.ndarray) -> None:
@@ -448,6 +509,21 @@ class VulkanRuntime:
         self.synchronize(timeout_s)
 
     # ------------------------------------------------------------------ synchronisation
+    @contextmanager
+    def batch(self):
+        """`with runtime.batch(): ...` records the launches inside into as few command
+        buffers as possible (up to MAX_BATCH_DISPATCHES each) and submits at the end, instead
+        of submitting early to keep the GPU busy: no submission gaps between them."""
+        with self._lock:
+            self._held += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._held -= 1
+            if not self._held:
+                self.flush()
+
     def flush(self) -> None:
         """Submit the open batch without waiting."""
         with self._lock:
