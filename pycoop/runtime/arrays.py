@@ -12,6 +12,7 @@ Every constructor returns zero-filled memory unless it writes every byte itself 
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -388,8 +389,13 @@ class EmulatorRuntime:
     """The emulator's side of `pycoop.get_runtime`: launches run when called, so there is
     nothing to wait for; `stats()` counts live arrays."""
 
-    def synchronize(self) -> None:
+    def synchronize(self, timeout_s: float | None = None) -> None:
         """Nothing is ever queued on the emulator."""
+
+    @contextmanager
+    def batch(self):
+        """Launches run as they are called on the emulator: nothing to group."""
+        yield self
 
     def stats(self) -> dict[str, Any]:
         with _lock:
@@ -398,7 +404,7 @@ class EmulatorRuntime:
 
 def get_runtime(backend: str | None = None):
     """The runtime new arrays and launches use (`backend` as for `empty`): a VulkanRuntime or
-    an EmulatorRuntime; both have `.stats()` and `.synchronize()`."""
+    an EmulatorRuntime; both have `.stats()`, `.synchronize()` and `.batch()`."""
     if resolve_backend(backend) == "emulator":
         return EmulatorRuntime()
     return vulkan_runtime()
