@@ -246,7 +246,7 @@ class LaunchResult:
         """Per run, in ms (waits for an asynchronous launch to finish; raises its error)."""
         if self._times is None:
             pending = self._pending
-            if pending.times_ms is None and pending.error is None:
+            if not pending.done and pending.error is None:
                 synchronize()
             if pending.error is not None:
                 raise pending.error

@@ -184,7 +184,7 @@ def test_launches_are_queued_until_a_synchronisation():
     host = np.zeros(n, np.float32)
     axpy[1](x, y, 1.0, n)
     r = axpy[1](x, host, 2.0, n)                          # a NumPy launch waits for everything
-    assert r._pending.times_ms is not None and rt.stats()["pending_launches"] == 0
+    assert r._pending.done and rt.stats()["pending_launches"] == 0
     np.testing.assert_array_equal(host, np.full(n, 2.0, np.float32))
     r = axpy[1](x, y, 1.0, n, repeat=3)                   # repeat: 3 timed dispatches, in order
     assert len(r.times_ms) == 3 and y.numpy()[0] == 9.0

@@ -9,6 +9,7 @@ to the pool) is attached to it and run when its fence is seen signalled.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from .errors import check
@@ -55,17 +56,44 @@ def _overlaps(ranges, lo: int, hi: int) -> bool:
 
 
 class PendingTimes:
-    """Device times of one launch, known once its submission completes."""
+    """Device times of one launch, known once its submission completes (`done`). The raw
+    timestamps are kept and turned into milliseconds only when asked for, so retiring a
+    batch costs little per launch."""
 
-    __slots__ = ("label", "times_ms", "spans_ns", "error")
+    __slots__ = ("label", "done", "error", "_ticks", "_first", "_count", "_period", "_mask")
 
     def __init__(self, label: str):
         self.label = label
-        self.times_ms: tuple[float, ...] | None = None
-        # (start, end) of each run on the device clock, in ns: gaps between launches show
-        # where the device sat idle
-        self.spans_ns: tuple[tuple[float, float], ...] | None = None
+        self.done = False
         self.error: BaseException | None = None
+        self._ticks = None
+
+    def finish(self, ticks, first: int, count: int, period_ns: float, mask: int) -> None:
+        """`ticks`: the submission's timestamps (None: the queue has none)."""
+        self._ticks, self._first, self._count = ticks, first, count
+        self._period, self._mask = period_ns, mask
+        self.done = True
+
+    @property
+    def times_ms(self) -> tuple[float, ...] | None:
+        """Per dispatch (nan without timestamps); None until done."""
+        if not self.done:
+            return None
+        if self._ticks is None:
+            return (math.nan,) * self._count
+        t, f = self._ticks, self._first
+        return tuple(((int(t[f + 2 * i + 1]) - int(t[f + 2 * i])) & self._mask)
+                     * self._period / 1e6 for i in range(self._count))
+
+    @property
+    def spans_ns(self) -> tuple[tuple[float, float], ...] | None:
+        """(start, end) of each dispatch on the device clock, in ns: gaps between launches
+        show where the device sat idle."""
+        if not self.done or self._ticks is None:
+            return None
+        t, f, p = self._ticks, self._first, self._period
+        return tuple((int(t[f + 2 * i]) * p, int(t[f + 2 * i + 1]) * p)
+                     for i in range(self._count))
 
 
 class Submission:

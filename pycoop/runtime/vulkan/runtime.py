@@ -15,7 +15,6 @@ are gone). Out-of-memory frees the pool; the next launch starts clean.
 """
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections import deque
@@ -611,22 +610,19 @@ class VulkanRuntime:
         n = sub.queries_used
         if not n:
             return
-        if ctx.device.timestamp_bits == 0:
-            for pending, _, count in sub.launches:
-                pending.times_ms = (math.nan,) * count
-            return
-        ts = sub.timestamps
-        check(lib.vkGetQueryPoolResults(ctx.device.handle, sub.query_pool, 0, n, 8 * n, ts, 8,
-                                        vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT),
-              "vkGetQueryPoolResults")
+        ticks = None
+        if ctx.device.timestamp_bits:
+            check(lib.vkGetQueryPoolResults(ctx.device.handle, sub.query_pool, 0, n, 8 * n,
+                                            sub.timestamps, 8, vk.VK_QUERY_RESULT_64_BIT
+                                            | vk.VK_QUERY_RESULT_WAIT_BIT),
+                  "vkGetQueryPoolResults")
+            ticks = np.frombuffer(ffi.buffer(sub.timestamps, 8 * n), np.uint64).copy()
         period, mask = ctx.timestamp_period_ns, ctx.timestamp_mask
         for pending, first, count in sub.launches:
-            pending.times_ms = tuple(((ts[first + 2 * i + 1] - ts[first + 2 * i]) & mask)
-                                     * period / 1e6 for i in range(count))
-            pending.spans_ns = tuple((ts[first + 2 * i] * period, ts[first + 2 * i + 1] * period)
-                                     for i in range(count))
-        last = sub.launches[-1][0].times_ms
-        ctx.eager = bool(last) and last[-1] >= EAGER_MS
+            pending.finish(ticks, first, count, period, mask)
+        if ticks is not None:
+            last = (int(ticks[n - 1]) - int(ticks[n - 2])) & mask
+            ctx.eager = last * period / 1e6 >= EAGER_MS
 
     def _abandon(self) -> None:
         """Drop the context after loss or a hang. It is destroyed only if its submissions are
