@@ -175,10 +175,11 @@ def test_launches_are_queued_until_a_synchronisation():
     n = 64
     x, y = pc.full(n, 1.0, backend="vulkan"), pc.zeros(n, backend="vulkan")
     pc.synchronize()
-    results = [axpy[1](x, y, 1.0, n) for _ in range(5)]
-    assert rt.stats()["pending_launches"] == 5            # recorded, nothing waited for
-    assert all(r._times is None for r in results)
-    assert y.numpy()[0] == 5.0                            # .numpy() submits and waits
+    with rt.batch():                                      # recorded, not submitted
+        results = [axpy[1](x, y, 1.0, n) for _ in range(5)]
+        assert rt.stats()["pending_launches"] == 5
+        assert not any(r._pending.done for r in results)
+        assert y.numpy()[0] == 5.0                        # .numpy() submits and waits
     assert rt.stats()["pending_launches"] == 0
     assert all(len(r.times_ms) == 1 and r.times_ms[0] >= 0 for r in results)
     host = np.zeros(n, np.float32)
@@ -219,16 +220,23 @@ def test_thousands_of_launches_do_not_leak():
 
 
 class _FailingWaits:
-    """pyvulkan's `lib` with vkWaitForFences answering `result` (a lost device, a timeout):
-    what a driver reports for a GPU fault or a hang, without making one."""
+    """pyvulkan's `lib` with fence queries answering what a driver reports for a GPU fault
+    (-4, device lost) or a hang (not ready, then a timeout), without making one. Once the
+    failure has been reported, fences answer truthfully again (so the device is torn down)."""
 
     def __init__(self, lib, result: int):
-        self._lib, self._result = lib, result
+        self._lib, self._result, self._armed = lib, result, True
 
     def __getattr__(self, name):
         return getattr(self._lib, name)
 
+    def vkGetFenceStatus(self, *args):
+        if self._armed:
+            return -4 if self._result == -4 else 1
+        return self._lib.vkGetFenceStatus(*args)
+
     def vkWaitForFences(self, *args):
+        self._armed = False
         return self._result
 
 

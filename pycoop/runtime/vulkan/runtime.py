@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ MAX_BATCH_DISPATCHES = 256      # a batch this large is submitted without waitin
 MAX_IN_FLIGHT = 8               # submissions queued on the GPU before the oldest is waited for
 EAGER_MS = 0.05                 # launches this long on the device are submitted eagerly
 LAZY_BATCH = 32                 # shorter ones are submitted in batches of this many
+SPIN_S = 200e-6                 # a synchronisation polls the fence this long before blocking
 
 
 @dataclass
@@ -559,7 +561,14 @@ class VulkanRuntime:
         """Wait for the oldest submission, hand out its timestamps, run its host copies and
         release its buffers."""
         dev = ctx.device.handle
-        result = lib.vkWaitForFences(dev, 1, sub.fences, 1, max(0, int(timeout_s * 1e9)))
+        # Poll briefly first: a blocking wait wakes up tens of microseconds late, which is
+        # most of a short launch's round trip.
+        fence, deadline = sub.fences[0], time.perf_counter() + SPIN_S
+        result = lib.vkGetFenceStatus(dev, fence)
+        while result == 1 and time.perf_counter() < deadline:
+            result = lib.vkGetFenceStatus(dev, fence)
+        if result == 1:
+            result = lib.vkWaitForFences(dev, 1, sub.fences, 1, max(0, int(timeout_s * 1e9)))
         if result == 2:
             culprit = self._unfinished(ctx, sub)
             self._fail(ctx, VulkanTimeout,
