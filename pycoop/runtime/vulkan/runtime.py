@@ -43,7 +43,6 @@ MAX_BATCH_DISPATCHES = 256      # a batch this large is submitted without waitin
 MAX_IN_FLIGHT = 8               # submissions queued on the GPU before the oldest is waited for
 EAGER_MS = 0.05                 # launches this long on the device are submitted eagerly
 LAZY_BATCH = 32                 # shorter ones are submitted in batches of this many
-OVERLAP_BYTES = 8 << 20         # an upload this large is submitted before the next is copied
 SPIN_S = 200e-6                 # a synchronisation polls the fence this long before blocking
 
 
@@ -367,7 +366,7 @@ class VulkanRuntime:
         into the arrays when the submission completes)."""
         memory = ctx.memory
         sub = self._open(ctx, 2 * repeat)
-        accesses, readbacks, held = [], [], []
+        accesses, readbacks = [], []
         for b in bound.buffers:
             view = b.array
             if type(view) is DeviceView:
@@ -381,28 +380,22 @@ class VulkanRuntime:
             # write must come back as the caller's own values, never as other memory.
             if ctx.direct:
                 target = memory.acquire("unified", nbytes)
-                held.append(target)
+                sub.releases.append(target)
                 if nbytes:
                     hostcopy.to_mapped(target.mapped, array)
             else:
                 target = memory.acquire("device", nbytes)
-                held.append(target)
+                sub.releases.append(target)
                 if nbytes:
                     staging = memory.acquire("host", nbytes)
-                    held.append(staging)
+                    sub.releases.append(staging)
                     hostcopy.to_mapped(staging.mapped, array)
-                    sub = self._open(ctx, 2 * repeat)
                     self._copy(ctx, sub, staging, 0, target, 0, nbytes)
-                    if nbytes >= OVERLAP_BYTES:     # the DMA runs while the next one is copied
-                        self._flush(ctx)
             bound.set_address(b, target.address)
             if nbytes:
                 accesses.append((id(target), 0, nbytes, b.readback))
                 if b.readback:
                     readbacks.append((array, target))
-        sub = self._open(ctx, 2 * repeat)
-        # the buffers go back to the pool when the submission with the dispatch is done
-        sub.releases.extend(held)
         if mode == "arg_buffer":
             arg_buffer = memory.acquire("unified" if ctx.direct else "host", len(bound.block))
             sub.releases.append(arg_buffer)
