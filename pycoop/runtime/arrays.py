@@ -19,8 +19,9 @@ import numpy as np
 
 from .. import knobs
 from ..errors import ArgumentError, BackendUnavailable
+from ..types import ScalarType
 from . import interop
-from .vulkan.abi import DeviceView
+from .vulkan.abi import DeviceView, numpy_dtype
 
 _lock = threading.Lock()
 _emulator_stats = {"array_count": 0, "array_bytes": 0}
@@ -33,17 +34,15 @@ def _error(message: str, hint: str) -> ArgumentError:
 
 def _dtype(dtype: Any) -> np.dtype:
     """A NumPy dtype from a NumPy dtype/name or a pycoop scalar type (pc.f32, pc.bf16...)."""
-    from ..types import ScalarType
     if isinstance(dtype, ScalarType):
         dtype = dtype.dtype
     if isinstance(dtype, str):
-        from .vulkan.abi import numpy_dtype
         return numpy_dtype(dtype)
     try:
         return np.dtype(dtype)
     except TypeError:
         raise _error(f"{dtype!r} is not a dtype",
-                            "pass a NumPy dtype (np.float32) or a pycoop type (pc.f32)") from None
+                     "pass a NumPy dtype (np.float32) or a pycoop type (pc.f32)") from None
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
