@@ -21,6 +21,7 @@ from .ops.khr import convert, fill, length, load, mul_add, store
 from .ops import intel, nv, qcom  # the vendor namespaces: pycoop.nv, pycoop.intel, pycoop.qcom
 from .autotune import TuneResult, autotune
 from .runtime.backend import use_backend
+from .runtime.arrays import Array, asarray, empty, full, get_runtime, synchronize, zeros
 from .types import (Buffer, ReadBuffer, WriteBuffer, CoopMatType, ScalarType, Scope, StorageClass, Use,
                     array, bf16, bool_, coopmat, f16, f32, f64, fp8_e4m3, fp8_e5m2, i8, i16, i32,
                     i64, struct, u8, u16, u32, u64, vec)
@@ -41,6 +42,7 @@ __all__ = [
     "num_workgroups", "rsqrt", "select", "shared", "sin", "sqrt", "subgroup_id", "subgroup_local_id",
     "subgroup_size", "tanh", "trunc", "workgroup_id",
     "make_array", "make_vector", "convert", "fill", "length", "load", "mul_add", "store", "use_backend",
+    "Array", "asarray", "empty", "full", "get_runtime", "synchronize", "zeros",
     "Buffer", "ReadBuffer", "WriteBuffer", "CoopMatType", "ScalarType", "Scope", "StorageClass", "Use",
     "array", "bf16", "bool_", "coopmat", "f16", "f32", "f64", "fp8_e4m3", "fp8_e5m2", "i8", "i16",
     "i32", "i64", "struct", "u8", "u16", "u32", "u64", "vec",
