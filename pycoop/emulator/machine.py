@@ -401,9 +401,13 @@ def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size
     memories: dict[Value, Memory] = {}
     ctx = EmuCtx(module, d, memories)
     ctx.memo = launch_memo(module, d, args, module.kernel.params)
+    # buffers some atomic op updates: their plain accesses are recorded for race checks
+    atomic = {op.operands[0] for op in module.walk() if get(op.name).extra.get("atomic")}
     for p, a, name in zip(module.kernel.params, args, module.param_names):
         if isinstance(p.type, BufferType):
             memories[p] = Memory(name, a, p.type.elem)
+            if p in atomic:
+                memories[p].track_atomics()
             ctx.env[p] = np.zeros((1, 1), np.uint8)
         else:
             ctx.env[p] = np.full((1, 1), a, dtype=p.type.dtype)

@@ -55,6 +55,8 @@ EXTENSIONS = {
     "decode_vector": "VK_NV_cooperative_matrix_decode_vector",
     "qcom_conversion": "VK_QCOM_cooperative_matrix_conversion",
     "memory_budget": "VK_EXT_memory_budget",
+    "atomic_float": "VK_EXT_shader_atomic_float",
+    "atomic_float2": "VK_EXT_shader_atomic_float2",
 }
 
 # --- struct layouts pyvulkan lacks (REF members, in order) -----------------------------------
