@@ -214,12 +214,6 @@ def _emu_arith(ctx, op, x):
     kind, mode, t = op.attrs["kind"], op.attrs["mode"], op.operands[0].type
     lanes = _Lanes(ctx, x)
     sgs = ctx.dispatch.sgs
-    if mode == "clustered" and op.attrs["cluster"] > sgs:
-        raise EmulatorError(f"cluster size {op.attrs['cluster']} is larger than the subgroup "
-                            f"size {sgs}", op.loc,
-                            rule="SPIR-V: if ClusterSize is greater than the size of the group, "
-                                 "executing this instruction results in undefined behavior",
-                            hint="use a cluster size of at most pycoop.subgroup_size()")
     fn = (_BOOL_UFUNC if t.is_bool else _FLOAT_UFUNC if t.is_float else {}).get(kind, _UFUNC[kind])
     ident = np.array(_identity(kind, t)).astype(x.dtype)
     # Inactive lanes contribute the identity; -0.0 is the exact identity of float addition
