@@ -53,6 +53,8 @@ def _infer_atomic(operands, attrs, regions, loc):
     kind = attrs["kind"]
     if not isinstance(mem.type, (BufferType, SharedArrayType)):
         raise CompileError(f"atomic {kind} needs a buffer or shared array, not {mem.type}", loc,
+                           rule="SPIR-V: the Pointer of an atomic points into StorageBuffer, "
+                                "PhysicalStorageBuffer or Workgroup memory",
                            hint="pass the array and the index: pycoop.atomic.add(buf, i, v)")
     if isinstance(mem.type, BufferType):
         check_readable(mem, loc)
@@ -61,7 +63,8 @@ def _infer_atomic(operands, attrs, regions, loc):
                                rule="ReadBuffer parameters are NonWritable",
                                hint="annotate the parameter pycoop.Buffer[...]")
     if not (isinstance(idx.type, ScalarType) and idx.type.is_int):
-        raise CompileError(f"index must be an integer, not {idx.type}", loc, hint="cast it, e.g. u32(i)")
+        raise CompileError(f"index must be an integer, not {idx.type}", loc,
+                           rule="array indices are integers", hint="cast it, e.g. u32(i)")
     t = mem.type.elem
     ok_int = isinstance(t, ScalarType) and t.is_int and t.bits in (32, 64)
     ok_float = (isinstance(t, ScalarType) and t.is_float and t.encoding is None
@@ -226,6 +229,8 @@ def _atomic(kind: str, mem, idx, *vals, semantics: str) -> Value:
 def _check_semantics(semantics, loc: Loc) -> None:
     if semantics not in SEMANTICS:
         raise CompileError(f"unknown atomic semantics {semantics!r}", loc,
+                           rule="pycoop atomics take Relaxed, Acquire, Release or AcquireRelease "
+                                "semantics (Vulkan memory model)",
                            hint=f"one of {', '.join(map(repr, SEMANTICS))}")
 
 

@@ -287,6 +287,7 @@ def exclusive_scan(x, op: str) -> Value:
 def _check_kind(op) -> None:
     if op not in ARITH:
         raise CompileError(f"unknown subgroup operation {op!r}", current_loc(),
+                           rule="GroupNonUniform arithmetic is add, mul, min, max, and, or or xor",
                            hint=f"one of {', '.join(map(repr, ARITH))}")
 
 
@@ -550,6 +551,8 @@ def ballot_bit_count(b, mode: str = "reduce") -> Value:
     loc = current_loc()
     if mode not in _BIT_COUNT_MODES:
         raise CompileError(f"unknown ballot_bit_count mode {mode!r}", loc,
+                           rule="OpGroupNonUniformBallotBitCount takes Reduce, InclusiveScan or "
+                                "ExclusiveScan",
                            hint="one of 'reduce', 'inclusive', 'exclusive'")
     return emit1("subgroup.ballot_bit_count", [as_value(b)], {"mode": mode}, loc)
 
