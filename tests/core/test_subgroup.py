@@ -13,7 +13,7 @@ import pycoop as pc
 from pycoop import f32, i32, u32
 from pycoop.runtime.vulkan.capabilities import Capabilities
 
-from core_helpers import FEW, SETTINGS, emu, line_of
+from core_helpers import SETTINGS, emu, line_of
 
 WG, SGS = 48, 16          # three subgroups per workgroup
 KINDS = ["add", "mul", "min", "max", "and", "or", "xor"]
