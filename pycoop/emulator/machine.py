@@ -24,6 +24,8 @@ from .memory import Memory, SharedMemory
 class Dispatch:
     """Geometry of one dispatch and the built-in variables."""
 
+    per_element = False      # a function applied per matrix element (_ElementDispatch)
+
     def __init__(self, grid: tuple[int, int, int], wg_size: tuple[int, int, int], subgroup_size: int):
         self.grid, self.wg_size, self.sgs = grid, wg_size, subgroup_size
         self.nwg = prod(grid)
@@ -67,6 +69,8 @@ class Dispatch:
 
 class _ElementDispatch(Dispatch):
     """The 'dispatch' of a function applied element-wise: one row of n lanes, no built-ins."""
+
+    per_element = True
 
     def __init__(self, n: int, parent: Dispatch):
         self.grid, self.wg_size, self.sgs = (1, 1, 1), (n, 1, 1), parent.sgs

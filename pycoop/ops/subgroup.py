@@ -77,16 +77,11 @@ def _scope(ctx) -> int:
     return ctx.const(u32, ctx.enum("Scope", "Subgroup"))
 
 
-def _check_scalar(x: Value, what: str, loc: Loc, *, numeric: bool = False, boolean: bool = False):
+def _check_scalar(x: Value, what: str, loc: Loc, *, boolean: bool = False):
     t = x.type
-    ok = isinstance(t, ScalarType) and t.encoding is None
-    if ok and boolean:
-        ok = t.is_bool
-    elif ok and numeric:
-        ok = not t.is_bool
+    ok = isinstance(t, ScalarType) and t.encoding is None and (t.is_bool or not boolean)
     if not ok:
-        need = "a bool" if boolean else ("a numeric scalar (integer, f16, f32 or f64)" if numeric
-                                         else "a scalar (bool, integer, f16, f32 or f64)")
+        need = "a bool" if boolean else "a scalar (bool, integer, f16, f32 or f64)"
         raise CompileError(f"{what} takes {need}, not {t}", loc,
                            rule="GroupNonUniform operands are scalars of the result type",
                            hint="cast bf16/fp8 values to f32 first; reduce vectors one component "
@@ -107,8 +102,14 @@ class _Lanes:
     """A per-invocation value seen as (workgroups, subgroups, lanes[, components]), with the
     active mask in the same shape; a partial last subgroup is padded with inactive lanes."""
 
-    def __init__(self, ctx, x: np.ndarray):
+    def __init__(self, ctx, op, x: np.ndarray):
         d = ctx.dispatch
+        if d.per_element:
+            raise EmulatorError("subgroup collectives are not available inside a function "
+                                "called per matrix element", op.loc,
+                                rule="decode, combine and per-element functions run once per "
+                                     "element, not in an invocation's subgroup",
+                                hint="call pycoop.subgroup ops in the kernel body")
         self.ctx, self.d = ctx, d
         self.pad = d.nsg * d.sgs - d.wgs
         extra = x.shape[2:]
@@ -212,7 +213,7 @@ def _lower_arith(ctx, op):
 @emulation("subgroup.arith")
 def _emu_arith(ctx, op, x):
     kind, mode, t = op.attrs["kind"], op.attrs["mode"], op.operands[0].type
-    lanes = _Lanes(ctx, x)
+    lanes = _Lanes(ctx, op, x)
     sgs = ctx.dispatch.sgs
     fn = (_BOOL_UFUNC if t.is_bool else _FLOAT_UFUNC if t.is_float else {}).get(kind, _UFUNC[kind])
     ident = np.array(_identity(kind, t)).astype(x.dtype)
@@ -357,8 +358,8 @@ def _lower_broadcast(ctx, op):
 
 @emulation("subgroup.broadcast")
 def _emu_broadcast(ctx, op, x, lane):
-    lanes = _Lanes(ctx, x)
-    ids = _Lanes(ctx, lane.astype(np.int64))
+    lanes = _Lanes(ctx, op, x)
+    ids = _Lanes(ctx, op, lane.astype(np.int64))
     first = np.take_along_axis(ids.x, ids.m.argmax(-1)[..., None], -1)
     if ((ids.x != first) & ids.m).any():
         w, s, i = np.argwhere((ids.x != first) & ids.m)[0]
@@ -391,7 +392,7 @@ def _lower_broadcast_first(ctx, op):
 
 @emulation("subgroup.broadcast_first")
 def _emu_broadcast_first(ctx, op, x):
-    lanes = _Lanes(ctx, x)
+    lanes = _Lanes(ctx, op, x)
     first = np.take_along_axis(lanes.x, lanes.m.argmax(-1)[..., None], -1)
     return lanes.back(np.broadcast_to(first, lanes.x.shape))
 
@@ -421,8 +422,8 @@ def _lower_shuffle(ctx, op):
 
 @emulation("subgroup.shuffle")
 def _emu_shuffle(ctx, op, x, operand):
-    lanes = _Lanes(ctx, x)
-    k = _Lanes(ctx, operand.astype(np.int64)).x
+    lanes = _Lanes(ctx, op, x)
+    k = _Lanes(ctx, op, operand.astype(np.int64)).x
     me = lanes.lane
     src = {"index": lambda: k, "xor": lambda: me ^ k, "up": lambda: me - k,
            "down": lambda: me + k}[op.attrs["kind"]]()
@@ -489,7 +490,7 @@ def _lower_ballot(ctx, op):
 
 @emulation("subgroup.ballot")
 def _emu_ballot(ctx, op, pred):
-    lanes = _Lanes(ctx, pred)
+    lanes = _Lanes(ctx, op, pred)
     bits = (lanes.x & lanes.m).astype(np.uint64)               # (W, S, lanes)
     sgs = ctx.dispatch.sgs
     words = np.zeros(bits.shape[:2] + (4,), np.uint32)
@@ -527,7 +528,7 @@ def _lower_bit_count(ctx, op):
 
 @emulation("subgroup.ballot_bit_count")
 def _emu_bit_count(ctx, op, b):
-    lanes = _Lanes(ctx, b)
+    lanes = _Lanes(ctx, op, b)
     sgs, mode = ctx.dispatch.sgs, op.attrs["mode"]
     lane = np.arange(128)
     word = lanes.x[..., lane // 32]                             # (W, S, lanes, 128)
@@ -573,7 +574,7 @@ def _lower_elect(ctx, op):
 
 @emulation("subgroup.elect")
 def _emu_elect(ctx, op):
-    lanes = _Lanes(ctx, np.zeros((1, 1), bool))
+    lanes = _Lanes(ctx, op, np.zeros((1, 1), bool))
     return lanes.back(lanes.lane == lanes.m.argmax(-1)[..., None])
 
 
@@ -609,7 +610,7 @@ def _lower_vote(ctx, op):
 
 @emulation("subgroup.vote")
 def _emu_vote(ctx, op, x):
-    lanes = _Lanes(ctx, x)
+    lanes = _Lanes(ctx, op, x)
     kind, m = op.attrs["kind"], lanes.m
     if kind == "all":
         r = (lanes.x | ~m).all(-1)

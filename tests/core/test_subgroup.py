@@ -392,3 +392,23 @@ def test_wrong_types():
         X[0] = pc.subgroup.reduce(X[0], "nand")            # BAD
     e = _compile_error(unknown)
     assert "unknown subgroup operation 'nand'" in e.message and e.line == line_of(unknown, "# BAD")
+
+
+WAcc = pc.coopmat[f32, pc.Workgroup, 16, 16, pc.Accumulator]
+
+
+def _plus_subgroup_sum(row, col, e):
+    return e + pc.subgroup.add(e)                          # PER ELEMENT
+
+
+@pc.kernel(workgroup_size=32)
+def sg_in_per_element(C: pc.Buffer[f32]):
+    pc.store(C, 0, pc.nv.per_element(WAcc.fill(1.0), _plus_subgroup_sum), 16)
+
+
+def test_collectives_inside_a_per_element_function_are_reported():
+    with pytest.raises(pc.EmulatorError) as e:
+        emu(sg_in_per_element, 1, np.zeros(256, np.float32))
+    assert "not available inside a function called per matrix element" in str(e.value)
+    assert e.value.rule and e.value.hint
+    assert e.value.loc.line == line_of(_plus_subgroup_sum, "# PER ELEMENT")
