@@ -77,15 +77,27 @@ def _scope(ctx) -> int:
     return ctx.const(u32, ctx.enum("Scope", "Subgroup"))
 
 
-def _check_scalar(x: Value, what: str, loc: Loc, *, boolean: bool = False):
+def elem(t) -> ScalarType | None:
+    """The component type of a scalar or vector operand."""
+    return t.elem if isinstance(t, VectorType) else t if isinstance(t, ScalarType) else None
+
+
+def _check_operand(x: Value, what: str, loc: Loc, *, boolean: bool = False):
+    """Collectives take scalars or vectors of bool, integers, f16, f32 or f64; votes and
+    ballots a bool."""
     t = x.type
-    ok = isinstance(t, ScalarType) and t.encoding is None and (t.is_bool or not boolean)
+    e = elem(t)
+    ok = e is not None and e.encoding is None
+    if boolean:
+        ok = ok and t == bool_
     if not ok:
-        need = "a bool" if boolean else "a scalar (bool, integer, f16, f32 or f64)"
+        need = "a bool" if boolean else "a scalar or vector of bool, integers, f16, f32 or f64"
         raise CompileError(f"{what} takes {need}, not {t}", loc,
-                           rule="GroupNonUniform operands are scalars of the result type",
-                           hint="cast bf16/fp8 values to f32 first; reduce vectors one component "
-                                "at a time" if not boolean else "compare to get a bool, e.g. x > 0")
+                           rule="SPIR-V: GroupNonUniform operands are scalars or vectors of the "
+                                "result type" if not boolean else "SPIR-V: the predicate of a "
+                                "vote or ballot is a Boolean scalar",
+                           hint="cast bf16/fp8 values to f32 first" if not boolean
+                           else "compare to get a bool, e.g. x > 0")
 
 
 def _lane_operand(x, what: str, loc: Loc) -> Value:
@@ -121,6 +133,7 @@ class _Lanes:
         self.x = x.reshape((d.nwg, d.nsg, d.sgs) + extra)
         self.m = m.reshape(d.nwg, d.nsg, d.sgs)
         self.lane = np.arange(d.sgs, dtype=np.int64)
+        self.mx = self.m.reshape(self.m.shape + (1,) * (self.x.ndim - 3))   # mask, x's rank
 
     def back(self, y: np.ndarray) -> np.ndarray:
         """A (W, S, lanes, ...) result as the emulator's (W, invocations, ...) value."""
@@ -128,13 +141,21 @@ class _Lanes:
         y = y.reshape((d.nwg, d.nsg * d.sgs) + y.shape[3:])
         return y[:, :d.wgs] if self.pad else y
 
+    def at(self, lane: np.ndarray) -> np.ndarray:
+        """x of lane `lane` (W, S, lanes or 1), with x's components."""
+        return np.take_along_axis(self.x, lane.reshape(lane.shape + (1,) * (self.x.ndim - 3)), 2)
+
+    def first(self) -> np.ndarray:
+        """x of the lowest active lane of each subgroup, (W, S, 1, ...)."""
+        return self.at(self.m.argmax(-1)[..., None])
+
     def read(self, src: np.ndarray, ctx, op, what: str) -> np.ndarray:
         """Each lane's value of x at lane `src` (W, S, lanes); where `src` is out of range or
         an inactive lane the result is undefined (poisoned for the reads that follow)."""
         ok = (src >= 0) & (src < self.d.sgs)
         s = np.where(ok, src, 0)
         ok &= np.take_along_axis(self.m, s, -1)
-        y = np.take_along_axis(self.x, s, -1)
+        y = self.at(s)
         bad = self.m & ~ok
         if bad.any():
             ctx.poison[op.result] = (self.back(bad), f"the result of {what} at {op.loc} reads "
@@ -178,14 +199,15 @@ ARITH = {
 }
 
 
-def _arith_opcode(kind: str, t: ScalarType) -> str | None:
+def _arith_opcode(kind: str, t) -> str | None:
+    t = elem(t)
     return ARITH[kind][3 if t.is_bool else (0 if t.is_float else (1 if t.signed else 2))]
 
 
 def _infer_arith(operands, attrs, regions, loc):
     x = operands[0]
     kind = attrs["kind"]
-    _check_scalar(x, f"pycoop.subgroup {kind}", loc)
+    _check_operand(x, f"pycoop.subgroup {kind}", loc)
     if _arith_opcode(kind, x.type) is None:
         raise CompileError(f"subgroup {kind} is not defined on {x.type}", loc,
                            rule="SPIR-V: GroupNonUniform add/mul/min/max take integers or floats, "
@@ -205,14 +227,14 @@ def _lower_arith(ctx, op):
     opname = _arith_opcode(op.attrs["kind"], x.type)
     mode = _MODES[op.attrs["mode"]]
     _need(ctx, op, opname, mode)
-    _extended(ctx, x.type)
+    _extended(ctx, elem(x.type))
     extra = [ctx.const(u32, op.attrs["cluster"])] if op.attrs["mode"] == "clustered" else []
     ctx.set(op.result, ctx.emit(opname, x.type, _scope(ctx), mode, ctx.id(x), *extra))
 
 
 @emulation("subgroup.arith")
 def _emu_arith(ctx, op, x):
-    kind, mode, t = op.attrs["kind"], op.attrs["mode"], op.operands[0].type
+    kind, mode, t = op.attrs["kind"], op.attrs["mode"], elem(op.operands[0].type)
     lanes = _Lanes(ctx, op, x)
     sgs = ctx.dispatch.sgs
     fn = (_BOOL_UFUNC if t.is_bool else _FLOAT_UFUNC if t.is_float else {}).get(kind, _UFUNC[kind])
@@ -220,23 +242,24 @@ def _emu_arith(ctx, op, x):
     # Inactive lanes contribute the identity; -0.0 is the exact identity of float addition
     # (x + -0.0 == x for every x), so an all-(-0.0) sum keeps its sign.
     fill = np.array(-0.0, x.dtype) if t.is_float and kind == "add" else ident
-    v = np.where(lanes.m, lanes.x, fill)
-    if mode == "clustered":
-        c = op.attrs["cluster"]
-        vc = v.reshape(v.shape[:2] + (sgs // c, c))
-        r = fn.accumulate(vc, axis=-1)[..., -1:]
-        out = np.broadcast_to(r, vc.shape).reshape(v.shape)
-    else:
-        with np.errstate(all="ignore"):
-            inc = fn.accumulate(v, axis=-1)            # left to right: lane order
-        if mode == "reduce":
-            out = np.broadcast_to(inc[..., -1:], v.shape)
-        elif mode == "inclusive":
-            out = inc
+    v = np.where(lanes.mx, lanes.x, fill)            # (W, S, lanes[, components])
+    with np.errstate(all="ignore"):
+        if mode == "clustered":
+            c = op.attrs["cluster"]
+            vc = v.reshape(v.shape[:2] + (sgs // c, c) + v.shape[3:])
+            r = fn.accumulate(vc, axis=3)[:, :, :, -1:]
+            out = np.broadcast_to(r, vc.shape).reshape(v.shape)
         else:
-            ex = np.concatenate([np.broadcast_to(fill, v.shape[:2] + (1,)), inc[..., :-1]], -1)
-            before = np.cumsum(lanes.m, -1) - lanes.m          # active lanes before each lane
-            out = np.where(before == 0, ident, ex)
+            inc = fn.accumulate(v, axis=2)             # left to right: lane order
+            if mode == "reduce":
+                out = np.broadcast_to(inc[:, :, -1:], v.shape)
+            elif mode == "inclusive":
+                out = inc
+            else:
+                ex = np.concatenate([np.broadcast_to(fill, v.shape[:2] + (1,) + v.shape[3:]),
+                                     inc[:, :, :-1]], 2)
+                before = np.cumsum(lanes.mx, 2) - lanes.mx     # active lanes before each lane
+                out = np.where(before == 0, ident, ex)
     return lanes.back(np.ascontiguousarray(out, dtype=x.dtype))
 
 
@@ -340,7 +363,7 @@ def exclusive_add(x) -> Value:
 # --------------------------------------------------------------------------- broadcasts, shuffles
 
 def _infer_broadcast(operands, attrs, regions, loc):
-    _check_scalar(operands[0], "pycoop.subgroup.broadcast", loc)
+    _check_operand(operands[0], "pycoop.subgroup.broadcast", loc)
     return [operands[0].type]
 
 
@@ -352,7 +375,7 @@ define("subgroup.broadcast", _infer_broadcast,
 def _lower_broadcast(ctx, op):
     x, lane = op.operands
     _need(ctx, op, "OpGroupNonUniformBroadcast")
-    _extended(ctx, x.type)
+    _extended(ctx, elem(x.type))
     ctx.set(op.result, ctx.emit("OpGroupNonUniformBroadcast", x.type, _scope(ctx), ctx.id(x), ctx.id(lane)))
 
 
@@ -360,7 +383,7 @@ def _lower_broadcast(ctx, op):
 def _emu_broadcast(ctx, op, x, lane):
     lanes = _Lanes(ctx, op, x)
     ids = _Lanes(ctx, op, lane.astype(np.int64))
-    first = np.take_along_axis(ids.x, ids.m.argmax(-1)[..., None], -1)
+    first = ids.first()
     if ((ids.x != first) & ids.m).any():
         w, s, i = np.argwhere((ids.x != first) & ids.m)[0]
         raise EmulatorError(
@@ -374,7 +397,7 @@ def _emu_broadcast(ctx, op, x, lane):
 
 
 def _infer_broadcast_first(operands, attrs, regions, loc):
-    _check_scalar(operands[0], "pycoop.subgroup.broadcast_first", loc)
+    _check_operand(operands[0], "pycoop.subgroup.broadcast_first", loc)
     return [operands[0].type]
 
 
@@ -386,15 +409,14 @@ define("subgroup.broadcast_first", _infer_broadcast_first,
 def _lower_broadcast_first(ctx, op):
     x = op.operands[0]
     _need(ctx, op, "OpGroupNonUniformBroadcastFirst")
-    _extended(ctx, x.type)
+    _extended(ctx, elem(x.type))
     ctx.set(op.result, ctx.emit("OpGroupNonUniformBroadcastFirst", x.type, _scope(ctx), ctx.id(x)))
 
 
 @emulation("subgroup.broadcast_first")
 def _emu_broadcast_first(ctx, op, x):
     lanes = _Lanes(ctx, op, x)
-    first = np.take_along_axis(lanes.x, lanes.m.argmax(-1)[..., None], -1)
-    return lanes.back(np.broadcast_to(first, lanes.x.shape))
+    return lanes.back(np.broadcast_to(lanes.first(), lanes.x.shape))
 
 
 SHUFFLES = {"index": "OpGroupNonUniformShuffle", "xor": "OpGroupNonUniformShuffleXor",
@@ -402,7 +424,7 @@ SHUFFLES = {"index": "OpGroupNonUniformShuffle", "xor": "OpGroupNonUniformShuffl
 
 
 def _infer_shuffle(operands, attrs, regions, loc):
-    _check_scalar(operands[0], "pycoop.subgroup.shuffle", loc)
+    _check_operand(operands[0], "pycoop.subgroup.shuffle", loc)
     return [operands[0].type]
 
 
@@ -416,7 +438,7 @@ def _lower_shuffle(ctx, op):
     x, lane = op.operands
     opname = SHUFFLES[op.attrs["kind"]]
     _need(ctx, op, opname)
-    _extended(ctx, x.type)
+    _extended(ctx, elem(x.type))
     ctx.set(op.result, ctx.emit(opname, x.type, _scope(ctx), ctx.id(x), ctx.id(lane)))
 
 
@@ -474,7 +496,7 @@ def shuffle_down(x, delta) -> Value:
 # --------------------------------------------------------------------------- ballots, elect, votes
 
 def _infer_ballot(operands, attrs, regions, loc):
-    _check_scalar(operands[0], "pycoop.subgroup.ballot", loc, boolean=True)
+    _check_operand(operands[0], "pycoop.subgroup.ballot", loc, boolean=True)
     return [BALLOT]
 
 
@@ -590,7 +612,7 @@ VOTES = {"all": "OpGroupNonUniformAll", "any": "OpGroupNonUniformAny",
 
 def _infer_vote(operands, attrs, regions, loc):
     kind = attrs["kind"]
-    _check_scalar(operands[0], f"pycoop.subgroup.{kind}", loc, boolean=kind != "all_equal")
+    _check_operand(operands[0], f"pycoop.subgroup.{kind}", loc, boolean=kind != "all_equal")
     return [bool_]
 
 
@@ -604,7 +626,7 @@ def _lower_vote(ctx, op):
     x = op.operands[0]
     opname = VOTES[op.attrs["kind"]]
     _need(ctx, op, opname)
-    _extended(ctx, x.type)
+    _extended(ctx, elem(x.type))
     ctx.set(op.result, ctx.emit(opname, bool_, _scope(ctx), ctx.id(x)))
 
 
@@ -617,8 +639,10 @@ def _emu_vote(ctx, op, x):
     elif kind == "any":
         r = (lanes.x & m).any(-1)
     else:
-        first = np.take_along_axis(lanes.x, m.argmax(-1)[..., None], -1)
-        r = ((lanes.x == first) | ~m).all(-1)
+        same = lanes.x == lanes.first()
+        if same.ndim > 3:                                  # vectors: every component equal
+            same = same.all(-1)
+        r = (same | ~m).all(-1)
     return lanes.back(np.broadcast_to(r[..., None], m.shape))
 
 

@@ -412,3 +412,46 @@ def test_collectives_inside_a_per_element_function_are_reported():
     assert "not available inside a function called per matrix element" in str(e.value)
     assert e.value.rule and e.value.hint
     assert e.value.loc.line == line_of(_plus_subgroup_sum, "# PER ELEMENT")
+
+
+V4 = pc.vec(f32, 4)
+V2I = pc.vec(i32, 2)
+
+
+@pc.kernel(workgroup_size=WG, subgroup_size=SGS)
+def sg_vectors(X: pc.ReadBuffer[V4], Y: pc.ReadBuffer[V2I], M: pc.ReadBuffer[u32], O: pc.Buffer[V4],
+               P: pc.Buffer[V2I], E: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    if M[i] != 0:
+        x, y = X[i], Y[i]
+        O[i * u32(3)] = pc.subgroup.add(x)
+        O[i * u32(3) + u32(1)] = pc.subgroup.exclusive_scan(x, "max")
+        O[i * u32(3) + u32(2)] = pc.subgroup.broadcast_first(x)
+        P[i * u32(2)] = pc.subgroup.reduce(y, "xor", 4)
+        P[i * u32(2) + u32(1)] = pc.subgroup.inclusive_scan(y, "min")
+        E[i] = pc.select(pc.subgroup.all_equal(y), u32(1), u32(0))
+
+
+@SETTINGS
+@given(density=st.floats(0, 1), seed=st.integers(0, 2**31), spread=st.integers(0, 3))
+def test_vector_operands_work_per_component(density, seed, spread):
+    r = np.random.default_rng(seed)
+    n = 2 * WG
+    X = r.standard_normal((n, 4)).astype(np.float32)
+    Y = r.integers(-spread, spread + 1, (n, 2)).astype(np.int32)
+    M = (r.random(n) < density).astype(np.uint32)
+    O, P, E = np.zeros((3 * n, 4), np.float32), np.zeros((2 * n, 2), np.int32), np.zeros(n, np.uint32)
+    emu(sg_vectors, 2, X, Y, M, O, P, E)
+    act = M != 0
+    O, P = O.reshape(n, 3, 4), P.reshape(n, 2, 2)
+    for c in range(4):
+        np.testing.assert_array_equal(O[act, 0, c], reference(X[:, c].copy(), M, "add", "reduce", None)[act])
+        np.testing.assert_array_equal(O[act, 1, c], reference(X[:, c].copy(), M, "max", "exclusive", None)[act])
+    for c in range(2):
+        np.testing.assert_array_equal(P[act, 0, c], reference(Y[:, c].copy(), M, "xor", "reduce", 4)[act])
+        np.testing.assert_array_equal(P[act, 1, c], reference(Y[:, c].copy(), M, "min", "inclusive", None)[act])
+    for base in range(0, n, SGS):
+        lanes = [j for j in range(base, base + SGS) if M[j]]
+        for k in lanes:
+            np.testing.assert_array_equal(O[k, 2], X[lanes[0]])
+            assert E[k] == all((Y[j] == Y[lanes[0]]).all() for j in lanes)

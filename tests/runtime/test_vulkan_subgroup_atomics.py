@@ -173,3 +173,21 @@ def test_float_atomic_add_where_the_device_has_it(caps):
         return
     gpu, emu = both(float_atomic_sum, 16, caps.subgroup_size, X, np.zeros(4, np.float32), 1000)
     np.testing.assert_allclose(gpu[1], emu[1], rtol=1e-4, atol=1e-4)
+
+
+@pc.kernel(workgroup_size=32)
+def vector_collectives(X: pc.ReadBuffer[pc.vec(i32, 2)], M: pc.ReadBuffer[u32], O: pc.Buffer[pc.vec(i32, 2)]):
+    i = pc.global_invocation_id.x
+    x = X[i]
+    O[i * u32(3)] = pc.subgroup.shuffle_xor(x, 1)
+    if M[i] != 0:
+        O[i * u32(3) + u32(1)] = pc.subgroup.add(x)
+        O[i * u32(3) + u32(2)] = pc.subgroup.exclusive_scan(x, "or")
+
+
+def test_vector_collectives_match_bit_for_bit(sgs):
+    r = np.random.default_rng(9)
+    X = r.integers(-100, 100, (64, 2)).astype(np.int32)
+    M = (r.random(64) < 0.5).astype(np.uint32)
+    gpu, emu = both(vector_collectives, 2, sgs, X, M, np.zeros((3 * 64, 2), np.int32))
+    np.testing.assert_array_equal(gpu[2], emu[2])
