@@ -33,6 +33,7 @@ def sgs(caps):
 
 
 def both(kernel, grid, sgs, *args, **consts):
+    """Outputs of the Vulkan run and of the emulator run on copies of the same inputs."""
     gpu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     emu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     r = kernel[grid](*gpu, backend="vulkan", subgroup_size=sgs, **consts)
@@ -159,20 +160,64 @@ def test_integer_atomics_match_bit_for_bit(caps, n, seed):
 
 
 @pc.kernel(workgroup_size=64)
-def float_atomic_sum(X: pc.ReadBuffer[f32], S: pc.Buffer[f32], n: u32):
+def float_atomics(X: pc.ReadBuffer[f32], S: pc.Buffer[f32], n: u32, KIND: pc.Const, SHARED: pc.Const):
+    i = pc.global_invocation_id.x
+    lid = pc.local_invocation_index()
+    sh = pc.shared(f32, 4)
+    if SHARED:
+        if lid < u32(4):       # the identity (reading S here would race with other workgroups)
+            sh[lid] = f32({"add": 0.0, "min": 1e30, "max": -1e30}[KIND])
+        pc.barrier()
+    if i < n:
+        if SHARED:
+            getattr(pc.atomic, KIND)(sh, i % u32(4), X[i])
+        else:
+            getattr(pc.atomic, KIND)(S, i % u32(4), X[i])
+    if SHARED:
+        pc.barrier()
+        if lid < u32(4):
+            getattr(pc.atomic, KIND)(S, lid, sh[lid])
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("kind", ["add", "min", "max"])
+def test_float_atomics_where_the_device_has_them(caps, kind, shared):
+    X = np.random.default_rng(2).standard_normal(1000).astype(np.float32)
+    S = np.zeros(4, np.float32)
+    feature = f"shader{'Shared' if shared else 'Buffer'}Float32Atomic{'Add' if kind == 'add' else 'MinMax'}"
+    if not caps.has(feature):
+        with pytest.raises(pc.BackendUnavailable, match=feature):
+            float_atomics[16](X, S, 1000, kind, shared, backend="vulkan")
+        return
+    gpu, emu = both(float_atomics, 16, caps.subgroup_size, X, S, 1000, KIND=kind, SHARED=shared)
+    if kind == "add":
+        np.testing.assert_allclose(gpu[1], emu[1], rtol=1e-4, atol=1e-4)   # any order
+    else:
+        np.testing.assert_array_equal(gpu[1], emu[1])      # one result in every order
+
+
+@pc.kernel(workgroup_size=64)
+def wide_atomics(D: pc.Buffer[pc.i64], F: pc.Buffer[pc.f64], V: pc.ReadBuffer[pc.i64], n: u32):
     i = pc.global_invocation_id.x
     if i < n:
-        pc.atomic.add(S, i % u32(4), X[i])
+        v = V[i]
+        pc.atomic.add(D, i % u32(2), v)
+        pc.atomic.max(D, u32(2) + i % u32(2), v)
+        pc.atomic.xor(D, u32(4), v)
+        if F[0] < 0.0:            # never true; the module still needs f64 atomic add
+            pc.atomic.add(F, 0, 1.0)
 
 
-def test_float_atomic_add_where_the_device_has_it(caps):
-    X = np.random.default_rng(2).standard_normal(1000).astype(np.float32)
-    if not caps.has("shaderBufferFloat32AtomicAdd"):
-        with pytest.raises(pc.BackendUnavailable, match="shaderBufferFloat32AtomicAdd"):
-            float_atomic_sum[16](X, np.zeros(4, np.float32), 1000, backend="vulkan")
+def test_64_bit_atomics_and_the_feature_check(caps):
+    V = np.random.default_rng(3).integers(-2**62, 2**62, 500).astype(np.int64)
+    args = (np.zeros(5, np.int64), np.zeros(1, np.float64), V, 500)
+    missing = [f for f in ("shaderBufferInt64Atomics", "shaderBufferFloat64AtomicAdd") if not caps.has(f)]
+    if missing:
+        with pytest.raises(pc.BackendUnavailable, match=missing[0]):
+            wide_atomics[8](*args, backend="vulkan")
         return
-    gpu, emu = both(float_atomic_sum, 16, caps.subgroup_size, X, np.zeros(4, np.float32), 1000)
-    np.testing.assert_allclose(gpu[1], emu[1], rtol=1e-4, atol=1e-4)
+    gpu, emu = both(wide_atomics, 8, caps.subgroup_size, *args)
+    np.testing.assert_array_equal(gpu[0], emu[0])
 
 
 @pc.kernel(workgroup_size=32)
