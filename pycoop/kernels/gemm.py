@@ -508,7 +508,8 @@ def q4_0_planes(raw: np.ndarray, rows: int, K: int) -> tuple[np.ndarray, np.ndar
 @functools.cache
 def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
-                     driver_unroll: bool | int | None = None, split_k: int = 1):
+                     driver_unroll: bool | int | None = None, split_k: int = 1,
+                     split_k_mode: str = "stacked"):
     """Y (M x N, f32) = W (M x K, Q4_0) @ X (K x N, f16), the weights as two planes
     (`q4_0_planes`): Q, a uvec4 of nibbles per block, and D, an f16 scale per block.
 
@@ -518,9 +519,11 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     shared A tile, whose rows run along K as the blocks do; X is copied as uvec4. Both tiles
     are read row-major. X is passed as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N
     must be multiples of the tile and K of BK; BK a multiple of 32, pad of 8. The grid is
-    (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` as in gemm_khr_staged.
+    (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` and `split_k_mode` as
+    in gemm_khr_staged.
     """
-    _check_split_k(split_k)
+    _check_split_k(split_k, split_k_mode)
+    atomic = split_k > 1 and split_k_mode == "atomic"
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda, ldx = BK + pad, BN + pad                 # halves per shared row of W and of X
     nth = 32 * SGM * SGN
@@ -535,6 +538,7 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     def gemm_q4_0_planes(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[f16], X: pc.ReadBuffer[U4],
                          Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
         sw, sx = pc.shared(U4, BM * lda // 8), pc.shared(U4, BK * ldx // 8)
+        scratch = pc.shared(f32, SGM * SGN * 256) if atomic else None     # a tile per subgroup
         sg, t = pc.subgroup_id(), pc.local_invocation_index()
         wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
@@ -563,5 +567,8 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
         acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
                              split_k, driver_unroll, fetch, stage,
                              lambda acc: _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8))
-        _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
+        if atomic:
+            _add_tiles_atomic(Y, acc, scratch, sg, m0 + wm, n0 + wn, N)
+        else:
+            _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
     return gemm_q4_0_planes

@@ -8,7 +8,7 @@ import pytest
 
 import pycoop as pc
 from pycoop import f32, i32, i64, u32
-from pycoop.kernels import gemm_khr_staged, gemm_reference
+from pycoop.kernels import gemm_khr_staged, gemm_q4_0_planes, gemm_reference, q4_0_planes
 
 pytestmark = pytest.mark.gpu
 
@@ -115,3 +115,22 @@ def test_fused_split_k_gemm(caps, split_k):
                                      C, M, N, K, backend="vulkan")
     want = gemm_reference(A, B)
     assert np.abs(C - want).max() / np.abs(want).max() < 1e-4
+
+
+def test_fused_split_k_q4_0_planes(caps):
+    if not caps.has("shaderBufferFloat32AtomicAdd"):
+        pytest.skip("the device lacks shaderBufferFloat32AtomicAdd")
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+    from q4_0_gemm import dequantize_q4_0, quantize_q4_0
+    M, N, K = 512, 256, 2048
+    r = np.random.default_rng(6)
+    Wq = quantize_q4_0(r.standard_normal((M, K)).astype(np.float32))
+    X = r.standard_normal((K, N)).astype(np.float16)
+    Y = np.zeros((M, N), np.float32)
+    gemm_q4_0_planes(128, 128, 64, 2, 2, specialize=True, split_k=4, split_k_mode="atomic")[
+        (M // 128, N // 128, 4)](*q4_0_planes(Wq, M, K), X.view(np.uint32).reshape(-1, 4), Y, M, N, K,
+                                 backend="vulkan")
+    want = dequantize_q4_0(Wq, M, K).astype(np.float32) @ X.astype(np.float32)
+    assert np.abs(Y - want).max() / np.abs(want).max() < 1e-4
