@@ -304,7 +304,36 @@ def test_misuse_is_a_compile_error_at_the_line():
     assert "got a i32 operand" in e.message and e.hint == "cast it: u32(value)"
     assert e.line == line_of(mismatch, "# BAD")
 
+    def not_memory(B: pc.Buffer[u32], n: u32):
+        pc.atomic.add(n, 0, 1)                              # BAD
+    e = _error(not_memory)
+    assert "needs a buffer or shared array, not u32" in e.message and "Pointer" in e.rule
+    assert e.line == line_of(not_memory, "# BAD")
+
+    def write_only(B: pc.WriteBuffer[u32]):
+        pc.atomic.or_(B, 0, 1)                              # BAD
+    e = _error(write_only)
+    assert "write-only buffer" in e.message and e.line == line_of(write_only, "# BAD")
+
+    def float_index(B: pc.Buffer[u32], x: f32):
+        pc.atomic.add(B, x, 1)                              # BAD
+    e = _error(float_index)
+    assert "index must be an integer, not f32" in e.message and e.line == line_of(float_index, "# BAD")
+
     def semantics(B: pc.Buffer[u32]):
         pc.atomic.add(B, 0, 1, semantics="seq_cst")         # BAD
     e = _error(semantics)
     assert "unknown atomic semantics 'seq_cst'" in e.message and e.line == line_of(semantics, "# BAD")
+
+
+@pc.kernel(workgroup_size=32)
+def out_of_bounds(B: pc.Buffer[u32], n: u32):
+    pc.atomic.add(B, pc.local_invocation_index() + n, 1)     # OOB
+
+
+def test_an_atomic_out_of_bounds_is_reported():
+    emu(out_of_bounds, 1, np.zeros(40, np.uint32), 8)
+    with pytest.raises(pc.EmulatorError) as e:
+        emu(out_of_bounds, 1, np.zeros(40, np.uint32), 9)
+    assert "invocation 31: atomic operation out of bounds of buffer 'B' (40 elements)" in str(e.value)
+    assert e.value.loc.line == line_of(out_of_bounds, "# OOB")

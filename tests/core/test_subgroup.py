@@ -455,3 +455,17 @@ def test_vector_operands_work_per_component(density, seed, spread):
         for k in lanes:
             np.testing.assert_array_equal(O[k, 2], X[lanes[0]])
             assert E[k] == all((Y[j] == Y[lanes[0]]).all() for j in lanes)
+
+
+def test_ballot_bit_count_misuse():
+    def not_a_ballot(X: pc.Buffer[u32]):
+        X[0] = pc.subgroup.ballot_bit_count(pc.make_vector([X[0], X[1]]))      # BAD
+    e = _compile_error(not_a_ballot)
+    assert "takes a ballot (vec4<u32>), not vec2<u32>" in e.message
+    assert "four components" in e.rule and e.line == line_of(not_a_ballot, "# BAD")
+
+    def bad_mode(X: pc.Buffer[u32]):
+        X[0] = pc.subgroup.ballot_bit_count(pc.subgroup.ballot(X[0] > 1), "prefix")   # BAD
+    e = _compile_error(bad_mode)
+    assert "unknown ballot_bit_count mode 'prefix'" in e.message and "ExclusiveScan" in e.rule
+    assert e.line == line_of(bad_mode, "# BAD")
