@@ -57,7 +57,7 @@ def test_collectives_match_the_emulator(density):
     M = (r.random(n) < density).astype(np.uint32)
     gpu, emu = both(collectives, 4, X, F, M, np.zeros(8 * n, np.int32), np.zeros(3 * n, np.float32))
     np.testing.assert_array_equal(gpu[3], emu[3])
-    np.testing.assert_allclose(gpu[4], emu[4], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gpu[4], emu[4], rtol=1e-5, atol=1e-4)   # sums: any order
 
 
 @pc.kernel(workgroup_size=256)
