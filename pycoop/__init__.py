@@ -19,6 +19,7 @@ from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2
 from .ops.composite import make_array, make_vector
 from .ops.khr import convert, fill, length, load, mul_add, store
 from .ops import intel, nv, qcom  # the vendor namespaces: pycoop.nv, pycoop.intel, pycoop.qcom
+from .ops import atomic, subgroup  # pycoop.atomic.add(buf, i, v), pycoop.subgroup.add(x), ...
 from .autotune import TuneResult, autotune
 from .runtime.backend import use_backend
 from .runtime.arrays import Array, asarray, empty, full, get_runtime, synchronize, zeros
@@ -47,5 +48,5 @@ __all__ = [
     "array", "bf16", "bool_", "coopmat", "f16", "f32", "f64", "fp8_e4m3", "fp8_e5m2", "i8", "i16",
     "i32", "i64", "struct", "u8", "u16", "u32", "u64", "vec",
     "Subgroup", "Workgroup", "UseA", "UseB", "Accumulator",
-    "intel", "nv", "qcom",
+    "intel", "nv", "qcom", "atomic", "subgroup",
 ]

@@ -35,6 +35,7 @@ _FEATURES = {
     "StorageBuffer8BitAccess": "storageBuffer8BitAccess",
     "StorageBuffer16BitAccess": "storageBuffer16BitAccess",
     "VulkanMemoryModel": "vulkanMemoryModel", "PhysicalStorageBufferAddresses": "bufferDeviceAddress",
+    "VulkanMemoryModelDeviceScope": "vulkanMemoryModelDeviceScope",
     "CooperativeMatrixKHR": "cooperativeMatrix", "BFloat16TypeKHR": "shaderBFloat16Type",
     "BFloat16CooperativeMatrixKHR": "shaderBFloat16CooperativeMatrix", "Float8EXT": "shaderFloat8",
     "Float8CooperativeMatrixEXT": "shaderFloat8CooperativeMatrix",
@@ -55,6 +56,9 @@ _VK_EXTENSIONS = {
     "SPV_NV_cooperative_matrix_decode_vector": "VK_NV_cooperative_matrix_decode_vector",
     "SPV_KHR_bfloat16": "VK_KHR_shader_bfloat16", "SPV_EXT_float8": "VK_EXT_shader_float8",
     "SPV_QCOM_cooperative_matrix_conversion": "VK_QCOM_cooperative_matrix_conversion",
+    "SPV_EXT_shader_atomic_float_add": "VK_EXT_shader_atomic_float",
+    "SPV_EXT_shader_atomic_float_min_max": "VK_EXT_shader_atomic_float2",
+    "SPV_EXT_shader_atomic_float16_add": "VK_EXT_shader_atomic_float2",
 }
 
 
@@ -99,6 +103,8 @@ class LowerCtx:
         self.workgroup_scope = False         # workgroup-scope matrices (NV coopmat2 feature)
         self.fp = module.fp                  # floating-point mode (float_modes)
         self.float_widths: set[int] = set()  # IEEE float widths used (float-controls modes)
+        self.features: set[str] = set()      # device features ops need beyond their capabilities
+        self.subgroup_operations: set[str] = set()   # VkSubgroupFeatureFlagBits names (ops.subgroup)
 
     # ---------------------------------------------------------------- capabilities
     def need(self, cap: str) -> None:
@@ -436,7 +442,7 @@ def lower(module: Module, decode_vector: bool = True) -> Lowered:
     reqs = {
         "capabilities": sorted(ctx.caps),
         "extensions": sorted({_VK_EXTENSIONS[e] for e in b.extensions if e in _VK_EXTENSIONS}),
-        "features": sorted({_FEATURES[c] for c in ctx.caps if c in _FEATURES}
+        "features": sorted({_FEATURES[c] for c in ctx.caps if c in _FEATURES} | ctx.features
                            | ({"cooperativeMatrixWorkgroupScope"} if ctx.workgroup_scope else set())),
         "coopmat_shapes": sorted(ctx.coopmat_shapes),
         "coopmat_types": sorted(ctx.coopmat_types),
@@ -446,6 +452,8 @@ def lower(module: Module, decode_vector: bool = True) -> Lowered:
         "float_controls": [float_modes.device_property(m, w) for m, w in fp_modes],
         "fp": ctx.fp,
     }
+    if ctx.subgroup_operations:
+        reqs["subgroup_operations"] = sorted(ctx.subgroup_operations)
     if ctx.uses_subgroup:
         reqs["subgroup_size"] = module.subgroup_size
         layout["required_subgroup_size"] = module.subgroup_size

@@ -1,2 +1,2 @@
 """Op families; importing this package registers every op in the registry."""
-from . import composite, control, core, intel, khr, nv, pointer, qcom  # noqa: F401
+from . import atomic, composite, control, core, intel, khr, nv, pointer, qcom, subgroup  # noqa: F401

@@ -64,6 +64,8 @@ class Capabilities:
     decode_vector: bool = False
     qcom_conversion: bool = False
     subgroup_size: int = 0
+    subgroup_operations: tuple[str, ...] = ()   # supportedOperations ("basic", "vote", ...)
+    subgroup_stages: tuple[str, ...] = ()       # supportedStages ("compute", ...)
     min_subgroup_size: int = 0
     max_subgroup_size: int = 0
     subgroup_size_control: bool = False
@@ -164,6 +166,12 @@ class Capabilities:
                     if not self.supports_matrix_type(r, c, use, comp, scope, invocations)]
         workgroup_scope = any(s.scope == "workgroup" for s in shapes) or any(
             t[4] == "workgroup" for t in requirements.get("coopmat_types", ()))
+        ops = requirements.get("subgroup_operations", ())
+        lacking = [o for o in ops if o not in self.subgroup_operations]
+        if lacking or (ops and "compute" not in self.subgroup_stages):
+            missing.append(f"subgroup operations {', '.join(lacking or ops)} in compute shaders "
+                           f"(device: {', '.join(self.subgroup_operations) or 'none'} in "
+                           f"{', '.join(self.subgroup_stages) or 'no stage'})")
         size = requirements.get("subgroup_size")
         if size is not None and not self.supports_subgroup_size(size):
             missing.append(f"subgroup size {size} (device: {self._subgroup_text()})")
@@ -203,7 +211,8 @@ class Capabilities:
         lines = [
             f"{self.device_name} ({self.device_type}, {self.vendor})",
             f"  driver {self.driver_version}, Vulkan {self.api_version}",
-            f"  subgroup size {self._subgroup_text()}",
+            f"  subgroup size {self._subgroup_text()}; operations "
+            f"{', '.join(self.subgroup_operations) or 'none'} in {', '.join(self.subgroup_stages) or 'no stage'}",
             f"  limits: push constants {self.max_push_constants_size} B, shared memory "
             f"{self.max_compute_shared_memory_size} B, workgroup invocations "
             f"{self.max_compute_workgroup_invocations}, workgroup size "
@@ -216,6 +225,11 @@ class Capabilities:
             f"{yes(f('shaderFloat64'))}, bfloat16 {yes(f('shaderBFloat16Type'))} (coopmat "
             f"{yes(f('shaderBFloat16CooperativeMatrix'))}), float8 {yes(f('shaderFloat8'))} "
             f"(coopmat {yes(f('shaderFloat8CooperativeMatrix'))})",
+            f"  atomics: int64 buffer {yes(f('shaderBufferInt64Atomics'))} shared "
+            f"{yes(f('shaderSharedInt64Atomics'))}; float add/min-max (buffer): f16 "
+            f"{yes(f('shaderBufferFloat16AtomicAdd'))}/{yes(f('shaderBufferFloat16AtomicMinMax'))}, "
+            f"f32 {yes(f('shaderBufferFloat32AtomicAdd'))}/{yes(f('shaderBufferFloat32AtomicMinMax'))}, "
+            f"f64 {yes(f('shaderBufferFloat64AtomicAdd'))}/{yes(f('shaderBufferFloat64AtomicMinMax'))}",
             f"  KHR cooperative matrix: {yes(f('cooperativeMatrix'))}",
         ]
         lines += [f"    {_shape_text(s)}" for s in self.khr_coopmat_shapes]

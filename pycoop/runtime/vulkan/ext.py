@@ -56,6 +56,8 @@ EXTENSIONS = {
     "qcom_conversion": "VK_QCOM_cooperative_matrix_conversion",
     "memory_budget": "VK_EXT_memory_budget",
     "external_memory_fd": "VK_KHR_external_memory_fd",     # device arrays shared with CUDA
+    "atomic_float": "VK_EXT_shader_atomic_float",
+    "atomic_float2": "VK_EXT_shader_atomic_float2",
 }
 
 # --- struct layouts pyvulkan lacks (REF members, in order) -----------------------------------
