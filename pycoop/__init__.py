@@ -12,15 +12,17 @@ from .errors import (ArgumentError, BackendFallbackWarning, BackendUnavailable, 
                      EmulatorError, PycoopError)
 from .frontend.control import kernel_range as range  # noqa: A001  (pycoop.range)
 from .frontend.kernel import CompiledKernel, Const, Kernel, LaunchResult, __version__, func, kernel
-from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2, floor, global_invocation_id,
+from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2, floor, fma, global_invocation_id,
                        local_invocation_id, local_invocation_index, log, log2, maximum as max,
                        minimum as min, num_subgroups, num_workgroups, rsqrt, select, shared, sin,
                        sqrt, subgroup_id, subgroup_local_id, subgroup_size, tanh, trunc, workgroup_id)
 from .ops.composite import make_array, make_vector
 from .ops.khr import convert, fill, length, load, mul_add, store
 from .ops import intel, nv, qcom  # the vendor namespaces: pycoop.nv, pycoop.intel, pycoop.qcom
+from .ops import atomic, subgroup  # pycoop.atomic.add(buf, i, v), pycoop.subgroup.add(x), ...
 from .autotune import TuneResult, autotune
 from .runtime.backend import use_backend
+from .runtime.arrays import Array, asarray, empty, full, get_runtime, synchronize, zeros
 from .types import (Buffer, ReadBuffer, WriteBuffer, Spec, CoopMatType, ScalarType, Scope, StorageClass, Use,
                     array, bf16, bool_, coopmat, f16, f32, f64, fp8_e4m3, fp8_e5m2, i8, i16, i32,
                     i64, struct, u8, u16, u32, u64, vec)
@@ -36,14 +38,15 @@ __all__ = [
     "PycoopError",
     "TuneResult", "autotune",
     "CompiledKernel", "Const", "Kernel", "LaunchResult", "__version__", "func", "kernel", "range",
-    "abs", "barrier", "bitcast", "cast", "ceil", "cos", "exp", "exp2", "floor", "global_invocation_id",
+    "abs", "barrier", "bitcast", "cast", "ceil", "cos", "exp", "exp2", "floor", "fma", "global_invocation_id",
     "local_invocation_id", "local_invocation_index", "log", "log2", "max", "min", "num_subgroups",
     "num_workgroups", "rsqrt", "select", "shared", "sin", "sqrt", "subgroup_id", "subgroup_local_id",
     "subgroup_size", "tanh", "trunc", "workgroup_id",
     "make_array", "make_vector", "convert", "fill", "length", "load", "mul_add", "store", "use_backend",
+    "Array", "asarray", "empty", "full", "get_runtime", "synchronize", "zeros",
     "Buffer", "ReadBuffer", "WriteBuffer", "Spec", "CoopMatType", "ScalarType", "Scope", "StorageClass", "Use",
     "array", "bf16", "bool_", "coopmat", "f16", "f32", "f64", "fp8_e4m3", "fp8_e5m2", "i8", "i16",
     "i32", "i64", "struct", "u8", "u16", "u32", "u64", "vec",
     "Subgroup", "Workgroup", "UseA", "UseB", "Accumulator",
-    "intel", "nv", "qcom",
+    "intel", "nv", "qcom", "atomic", "subgroup",
 ]

@@ -17,10 +17,12 @@ from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType
                      StorageClass, StructType, TensorLayoutType, TensorViewType, Type, VectorType,
                      bool_, u32)
 from . import abi as abi_mod
+from . import float_modes
 
 # Capabilities that SPIR-V 1.6 has in core: their extensions need no OpExtension.
 _CORE_IN_1_6 = {"VulkanMemoryModel", "VulkanMemoryModelDeviceScope", "PhysicalStorageBufferAddresses",
-                "StorageBuffer8BitAccess", "StorageBuffer16BitAccess", "GroupNonUniform"}
+                "StorageBuffer8BitAccess", "StorageBuffer16BitAccess", "GroupNonUniform",
+                "SignedZeroInfNanPreserve", "RoundingModeRTE", "DenormPreserve"}
 _TYPE_CAPS = {("float", 16, None): ("Float16",), ("float", 64, None): ("Float64",),
               ("int", 8, None): ("Int8",), ("int", 16, None): ("Int16",), ("int", 64, None): ("Int64",),
               ("float", 16, "BFloat16KHR"): ("BFloat16TypeKHR",),
@@ -34,6 +36,7 @@ _FEATURES = {
     "StorageBuffer8BitAccess": "storageBuffer8BitAccess",
     "StorageBuffer16BitAccess": "storageBuffer16BitAccess",
     "VulkanMemoryModel": "vulkanMemoryModel", "PhysicalStorageBufferAddresses": "bufferDeviceAddress",
+    "VulkanMemoryModelDeviceScope": "vulkanMemoryModelDeviceScope",
     "CooperativeMatrixKHR": "cooperativeMatrix", "BFloat16TypeKHR": "shaderBFloat16Type",
     "BFloat16CooperativeMatrixKHR": "shaderBFloat16CooperativeMatrix", "Float8EXT": "shaderFloat8",
     "Float8CooperativeMatrixEXT": "shaderFloat8CooperativeMatrix",
@@ -54,6 +57,9 @@ _VK_EXTENSIONS = {
     "SPV_NV_cooperative_matrix_decode_vector": "VK_NV_cooperative_matrix_decode_vector",
     "SPV_KHR_bfloat16": "VK_KHR_shader_bfloat16", "SPV_EXT_float8": "VK_EXT_shader_float8",
     "SPV_QCOM_cooperative_matrix_conversion": "VK_QCOM_cooperative_matrix_conversion",
+    "SPV_EXT_shader_atomic_float_add": "VK_EXT_shader_atomic_float",
+    "SPV_EXT_shader_atomic_float_min_max": "VK_EXT_shader_atomic_float2",
+    "SPV_EXT_shader_atomic_float16_add": "VK_EXT_shader_atomic_float2",
 }
 
 
@@ -101,6 +107,10 @@ class LowerCtx:
         self._functions: dict = {}
         self._buffer_arrays: dict = {}
         self.workgroup_scope = False         # workgroup-scope matrices (NV coopmat2 feature)
+        self.fp = module.fp                  # floating-point mode (float_modes)
+        self.float_widths: set[int] = set()  # IEEE float widths used (float-controls modes)
+        self.features: set[str] = set()      # device features ops need beyond their capabilities
+        self.subgroup_operations: set[str] = set()   # VkSubgroupFeatureFlagBits names (ops.subgroup)
 
     # ---------------------------------------------------------------- capabilities
     def need(self, cap: str) -> None:
@@ -131,6 +141,8 @@ class LowerCtx:
                 return b.type("OpTypeBool")
             if t.is_int:
                 return b.type("OpTypeInt", t.bits, int(t.signed))
+            if not t.encoding:
+                self.float_widths.add(t.bits)
             if t.encoding:
                 return b.type("OpTypeFloat", t.bits, t.encoding)
             return b.type("OpTypeFloat", t.bits)
@@ -257,7 +269,10 @@ class LowerCtx:
     def emit(self, opname: str, result_type: Type | None, *operands):
         if result_type is None:
             return self.b.emit(opname, *operands)
-        return self.b.emit(opname, self.type_id(result_type), *operands)
+        rid = self.b.emit(opname, self.type_id(result_type), *operands)
+        if opname in float_modes.CONTRACTIBLE and self.fp != "fast" and self.target == "vulkan":
+            self.b.decorate(rid, "NoContraction")
+        return rid
 
     def emit_patchable(self, opname: str, result_type: Type, result: int, *operands):
         """Emit an instruction whose last two operands are filled in later (OpPhi back edges)."""
@@ -470,18 +485,26 @@ def lower(module: Module, decode_vector: bool = True, *, debug_info: bool = True
                    else "Logical", "Vulkan")
     b.entry_point("GLCompute", main, "main", ctx.interface)
     b.execution_mode(main, "LocalSize", *module.workgroup_size)
+    fp_modes = float_modes.execution_modes(ctx.fp, ctx.float_widths)
+    for mode, width in fp_modes:
+        ctx.need(mode)
+        b.execution_mode(main, mode, width)
     shared_bytes = sum(v.type.elem.size * v.type.length for v in module.shared)
     reqs = {
         "capabilities": sorted(ctx.caps),
         "extensions": sorted({_VK_EXTENSIONS[e] for e in b.extensions if e in _VK_EXTENSIONS}),
-        "features": sorted({_FEATURES[c] for c in ctx.caps if c in _FEATURES}
+        "features": sorted({_FEATURES[c] for c in ctx.caps if c in _FEATURES} | ctx.features
                            | ({"cooperativeMatrixWorkgroupScope"} if ctx.workgroup_scope else set())),
         "coopmat_shapes": sorted(ctx.coopmat_shapes),
         "coopmat_types": sorted(ctx.coopmat_types),
         "workgroup_invocations": module.workgroup_size[0] * module.workgroup_size[1] * module.workgroup_size[2],
         "shared_memory": shared_bytes,
         "push_constants": 8 if layout["mode"] == "arg_buffer" else layout["size"],
+        "float_controls": [float_modes.device_property(m, w) for m, w in fp_modes],
+        "fp": ctx.fp,
     }
+    if ctx.subgroup_operations:
+        reqs["subgroup_operations"] = sorted(ctx.subgroup_operations)
     if ctx.uses_subgroup:
         reqs["subgroup_size"] = module.subgroup_size
         layout["required_subgroup_size"] = module.subgroup_size

@@ -24,6 +24,8 @@ from .memory import Memory, SharedMemory
 class Dispatch:
     """Geometry of one dispatch and the built-in variables."""
 
+    per_element = False      # a function applied per matrix element (_ElementDispatch)
+
     def __init__(self, grid: tuple[int, int, int], wg_size: tuple[int, int, int], subgroup_size: int):
         self.grid, self.wg_size, self.sgs = grid, wg_size, subgroup_size
         self.nwg = prod(grid)
@@ -67,6 +69,8 @@ class Dispatch:
 
 class _ElementDispatch(Dispatch):
     """The 'dispatch' of a function applied element-wise: one row of n lanes, no built-ins."""
+
+    per_element = True
 
     def __init__(self, n: int, parent: Dispatch):
         self.grid, self.wg_size, self.sgs = (1, 1, 1), (n, 1, 1), parent.sgs
@@ -411,9 +415,13 @@ def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size
     memories: dict[Value, Memory] = {}
     ctx = EmuCtx(module, d, memories)
     ctx.memo = launch_memo(module, d, args, module.kernel.params)
+    # buffers some atomic op updates: their plain accesses are recorded for race checks
+    atomic = {op.operands[0] for op in module.walk() if get(op.name).extra.get("atomic")}
     for p, a, name in zip(module.kernel.params, args, module.param_names):
         if isinstance(p.type, BufferType):
             memories[p] = Memory(name, a, p.type.elem)
+            if p in atomic:
+                memories[p].track_atomics()
             ctx.env[p] = np.zeros((1, 1), np.uint8)
         else:
             ctx.env[p] = np.full((1, 1), a, dtype=p.type.dtype)

@@ -94,6 +94,11 @@ class Memory:
     segment: int | None = None
     tracks_writes = False             # shared memory records its writers for race checks
     unit = "elements"                 # what `length` counts
+    # Per element, the smallest and largest invocation (global index) that accessed it with a
+    # plain load/store and with an atomic op in this dispatch; allocated by track_atomics()
+    # for buffers that some atomic op uses.
+    _plain: tuple[np.ndarray, np.ndarray] | None = None
+    _atomic: tuple[np.ndarray, np.ndarray] | None = None
 
     def __init__(self, name: str, array: np.ndarray, elem):
         self.name = name
@@ -144,11 +149,81 @@ class Memory:
         self._record_write(ctx, op, flat, val)
         self.data[flat.reshape(-1)] = val
 
+    def _who(self, ctx):
+        d = ctx.dispatch
+        return (np.arange(d.nwg, dtype=np.int64)[:, None] * d.wgs
+                + np.arange(d.wgs, dtype=np.int64)[None, :])
+
     def _check_race_read(self, ctx, op, flat):
-        pass
+        if self._plain is not None:
+            flat = np.broadcast_to(flat, ctx.dispatch.shape)
+            who = np.broadcast_to(self._who(ctx), ctx.dispatch.shape)
+            if ctx.mask is not None:
+                flat, who = flat[ctx.mask], who[ctx.mask]
+            self._plain_access(op, flat.reshape(-1), who.reshape(-1), "load")
 
     def _record_write(self, ctx, op, flat, vals):
-        pass
+        if self._plain is not None:
+            who = np.broadcast_to(self._who(ctx), ctx.dispatch.shape)
+            who = who[ctx.mask] if ctx.mask is not None else who.reshape(-1)
+            self._plain_access(op, flat.reshape(-1), who, "store")
+
+    # ---------------------------------------------------------------- atomics
+
+    def track_atomics(self) -> None:
+        """Record plain and atomic accesses per element from now on (race checks)."""
+        big = np.iinfo(np.int64).max
+        self._plain = (np.full(self.length, big), np.full(self.length, -1, np.int64))
+        self._atomic = (np.full(self.length, big), np.full(self.length, -1, np.int64))
+
+    @staticmethod
+    def _note(lohi, e, who) -> None:
+        np.minimum.at(lohi[0], e, who)
+        np.maximum.at(lohi[1], e, who)
+
+    @staticmethod
+    def _others(lohi, e, who) -> np.ndarray:
+        """Whether an invocation other than `who` is recorded in `lohi` for element e."""
+        lo, hi = lohi[0][e], lohi[1][e]
+        return (hi >= 0) & ((lo != who) | (hi != who))
+
+    def _plain_access(self, op, e, who, what: str) -> None:
+        bad = self._others(self._atomic, e, who)
+        if bad.any():
+            k = int(np.argmax(bad))
+            self._atomic_race(op, int(e[k]), f"this {what}", "an atomic operation of another invocation")
+        self._note(self._plain, e, who)
+
+    def _atomic_race(self, op, e: int, this: str, other: str):
+        raise EmulatorError(
+            f"data race: {this} accesses element {e} of {self._describe()}, which "
+            f"{other} also accesses{'' if self.segment is None else ' since the last barrier'}",
+            op.loc, rule="Vulkan memory model: conflicting accesses, one of them non-atomic, "
+                         "must be ordered (reported by the pycoop emulator)",
+            hint="access an element that invocations update atomically only with "
+                 "pycoop.atomic ops (e.g. read it with pycoop.atomic.add(buf, i, 0))")
+
+    def atomic_access(self, ctx, op, idx: np.ndarray):
+        """The elements (flat indices, invocation order) an atomic op of the active invocations
+        touches, and the active mask (None: all): bounds- and race-checked, then recorded."""
+        idx = idx.astype(np.int64)
+        self._oob(ctx, op, idx, "atomic operation")
+        shape = ctx.dispatch.shape
+        flat = np.broadcast_to(self._flat(ctx, idx), shape)
+        who = np.broadcast_to(self._who(ctx), shape)
+        active = None if ctx.mask is None else np.broadcast_to(ctx.mask, shape)
+        flat, who = (flat.reshape(-1), who.reshape(-1)) if active is None else (flat[active], who[active])
+        self._atomic_check(ctx, op, flat, who)
+        return flat, active
+
+    def _atomic_check(self, ctx, op, e, who) -> None:
+        if self._plain is None:
+            return
+        bad = self._others(self._plain, e, who)
+        if bad.any():
+            k = int(np.argmax(bad))
+            self._atomic_race(op, int(e[k]), "this atomic operation", "a plain load or store of another invocation")
+        self._note(self._atomic, e, who)
 
     # ---------------------------------------------------------------- cooperative blocks
 
@@ -260,6 +335,9 @@ class Memory:
         pass
 
 
+# `SharedMemory.writer` of an element several invocations accessed atomically since the barrier.
+ATOMIC_MANY = -(1 << 40)
+
 # `SharedMemory.epoch` of an element nothing wrote in this dispatch (its value is undefined),
 # and of one written only by an op whose writes are not tracked per writer (untracked_write).
 NEVER_WRITTEN, UNTRACKED = -1, -2
@@ -286,6 +364,9 @@ class SharedMemory(Memory):
         self.writer = np.full(dispatch.nwg * length, -1, dtype=np.int64)
         # the barrier epoch of each element's last write (or NEVER_WRITTEN, UNTRACKED)
         self.epoch = np.full(dispatch.nwg * length, NEVER_WRITTEN, dtype=np.int64)
+        # the barrier epoch of each element's last atomic access (-1: none); its `writer` is
+        # then the one invocation that accessed it atomically in that epoch, or ATOMIC_MANY
+        self.atomic_epoch = np.full(dispatch.nwg * length, -1, dtype=np.int64)
         # The smallest and largest reader of each element in the current barrier epoch, as
         # keys that order by epoch first: max of epoch * R + id and min of -epoch * R + id
         # (id shifted to 0 <= id < R). A newer epoch's reads win both, so nothing is reset at
@@ -387,6 +468,10 @@ class SharedMemory(Memory):
         another invocation or scope instance wrote, or read, since the last barrier is a race."""
         cur = ctx.barrier_epoch
         e = self._el(idx)
+        atomic = (self.atomic_epoch[e] == cur) & (self.writer[e] != who)
+        if atomic.any():
+            self._atomic_race(op, int(e[np.argmax(atomic)]) % self.segment, "this store",
+                              "an atomic operation of another invocation")
         wrote = (self.epoch[e] == cur) & (self.writer[e] != who)
         was_read, rmin, rmax = self._readers(ctx, e)
         read = was_read & ((rmin != who) | (rmax != who))
@@ -407,6 +492,40 @@ class SharedMemory(Memory):
                              "this store (a second buffer needs fewer barriers)")
         self.writer[e] = who
         self.epoch[e] = ctx.barrier_epoch
+
+    def _atomic_check(self, ctx, op, e, who) -> None:
+        """Atomics race with plain reads and writes of other invocations since the barrier
+        (not with other atomics); they read the old value, so it must have been written."""
+        cur = ctx.barrier_epoch
+        e = self._el(e)
+        if (self.epoch[e] == NEVER_WRITTEN).any():
+            k = int(np.argmax(self.epoch[e] == NEVER_WRITTEN))
+            raise EmulatorError(
+                f"undefined behaviour: an atomic operation reads shared element "
+                f"{int(e[k]) % self.segment}, which nothing in its workgroup wrote (its value "
+                f"is undefined)", op.loc,
+                rule="reported by the pycoop emulator: Workgroup variables are not initialised",
+                hint="initialise the shared array (and put pycoop.barrier() after that)")
+        plain_write = ((self.epoch[e] == cur) & (self.atomic_epoch[e] != cur)
+                       & (self.writer[e] != who))
+        was_read, rmin, rmax = self._readers(ctx, e)
+        plain_read = was_read & ((rmin != who) | (rmax != who))
+        for bad, other in ((plain_write, "a plain store of another invocation"),
+                           (plain_read, "a plain load of another invocation")):
+            if bad.any():
+                self._atomic_race(op, int(e[np.argmax(bad)]) % self.segment,
+                                  "this atomic operation", other)
+        # one atomic invocation per element keeps its id as the writer; several: ATOMIC_MANY
+        uniq, inv = np.unique(e, return_inverse=True)
+        lo = np.full(len(uniq), np.iinfo(np.int64).max, np.int64)
+        hi = np.full(len(uniq), -1, np.int64)
+        np.minimum.at(lo, inv, who)
+        np.maximum.at(hi, inv, who)
+        prev = self.writer[uniq]
+        many = (lo != hi) | ((self.atomic_epoch[uniq] == cur) & (prev != lo))
+        self.writer[uniq] = np.where(many, ATOMIC_MANY, lo)
+        self.epoch[uniq] = cur
+        self.atomic_epoch[uniq] = cur
 
     def _instance_ids(self, t, shape):
         return np.broadcast_to(-2 - np.arange(shape[1], dtype=np.int64)[None, :], shape)

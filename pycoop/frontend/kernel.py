@@ -9,6 +9,7 @@ import json
 import sys
 import textwrap
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,10 @@ from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
 from ..ops.registry import get
+from ..codegen.float_modes import DEFAULT_FP, FP_MODES
+from ..runtime import interop
+from ..runtime.arrays import Array, asarray, synchronize, vulkan_runtime
+from ..runtime.backend import _local, check_repeat, choose, vulkan_missing
 from ..types import (BufferType, CoopMatType, ScalarType, SpecType, StructType, Type, VectorType,
                      memory_element)
 from .transform import transform
@@ -140,8 +145,16 @@ class func:
 
 class Kernel:
     def __init__(self, fn, workgroup_size, subgroup_size: int | None = None, def_locals=None,
-                 strict_intel_shapes: bool = True):
+                 strict_intel_shapes: bool = True, fp: str = DEFAULT_FP):
         functools.update_wrapper(self, fn)
+        if fp not in FP_MODES:
+            raise CompileError(f"fp={fp!r}: the floating-point mode is one of "
+                               f"{', '.join(map(repr, FP_MODES))}",
+                               Loc(fn.__code__.co_filename, fn.__code__.co_firstlineno),
+                               rule="floating-point modes: exact, strict (exact with subnormals "
+                                    "preserved) or fast (see docs/numerics.md)",
+                               hint='e.g. @pycoop.kernel(workgroup_size=64, fp="fast")')
+        self.fp = fp
         self.strict_intel_shapes = bool(strict_intel_shapes)
         self._def_locals = def_locals or {}
         self.fn = fn
@@ -170,6 +183,8 @@ class Kernel:
              for p in self.params])
         self._traced = None
         self._cache: dict = {}
+        self._no_consts = not any(p.is_const for p in self.params)
+        self._launchers: dict = {}      # grid -> its checked _Launcher (launches reuse them)
 
     def _signature(self) -> list[Param]:
         # String annotations (from __future__ import annotations) are evaluated in the
@@ -334,7 +349,7 @@ class Kernel:
                                    hint="write results into a buffer parameter")
             module = Module(Function(self.name, runtime, body), self.workgroup_size, sgs,
                             [p.name for p in self.params if p.is_runtime], shared=t.shared,
-                            functions=t.functions)
+                            functions=t.functions, fp=self.fp)
             verify(module)
             from ..codegen.opencl import module_target
             module_target(module)       # one client environment per module (else CompileError)
@@ -345,7 +360,15 @@ class Kernel:
     # ---------------------------------------------------------------- launch
     @entry_point
     def __getitem__(self, grid) -> "_Launcher":
-        return _Launcher(self, grid)
+        try:
+            launcher = self._launchers.get(grid)
+        except TypeError:                # an unhashable grid: checked (and refused) below
+            return _Launcher(self, grid)
+        if launcher is None:
+            launcher = _Launcher(self, grid)
+            if len(self._launchers) < 256:
+                self._launchers[grid] = launcher
+        return launcher
 
     def __call__(self, *a, **k):
         raise TypeError(f"launch a kernel with {self.name}[grid](...), e.g. {self.name}[(8, 8)](...)")
@@ -360,15 +383,18 @@ class Kernel:
 
 
 @entry_point
-def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, strict_intel_shapes: bool = True):
+def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, strict_intel_shapes: bool = True,
+           fp: str = DEFAULT_FP):
     """Decorator: `@pycoop.kernel(workgroup_size=128)` turns a Python function into a kernel.
     `strict_intel_shapes` (kernels using pycoop.intel): reject block shapes outside Intel's
-    supported-shape table (subgroup size 16)."""
+    supported-shape table (subgroup size 16). `fp`: the floating-point mode, "exact"
+    (default), "strict" or "fast" (docs/numerics.md)."""
     caller = sys._getframe(1)
     while is_internal(caller.f_code.co_filename):     # the entry_point wrapper
         caller = caller.f_back
     scope = caller.f_locals
-    make = entry_point(lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes))
+    make = entry_point(lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes,
+                                        fp))
     return make if fn is None else make(fn)
 
 
@@ -384,10 +410,36 @@ def _user_frame_loc(tb) -> Loc | None:
     return loc
 
 
-@dataclass(frozen=True)
 class LaunchResult:
-    backend: str
-    times_ms: tuple[float, ...]   # per run: device time (Vulkan timestamps) or wall time (emulator)
+    """What a launch returns: the backend and the time of each run (`repeat=`): device time
+    from Vulkan timestamps, or wall time on the emulator. An asynchronous launch (Vulkan,
+    device arrays) gets its times at the next synchronisation: reading them waits for it."""
+
+    __slots__ = ("backend", "_times", "_pending")
+
+    def __init__(self, backend: str, times_ms: tuple[float, ...] | None = None, pending=None):
+        self.backend, self._times, self._pending = backend, times_ms, pending
+
+    @property
+    def times_ms(self) -> tuple[float, ...]:
+        """Per run, in ms (waits for an asynchronous launch to finish; raises its error)."""
+        if self._times is None:
+            pending = self._pending
+            if not pending.done and pending.error is None:
+                synchronize()
+            if pending.error is not None:
+                raise pending.error
+            self._times = pending.times_ms
+        return self._times
+
+    @property
+    def spans_ns(self) -> tuple[tuple[float, float], ...] | None:
+        """(start, end) of each run on the device's clock in ns (Vulkan), None on the
+        emulator: the gap between one launch's end and the next one's start is device idle."""
+        if self._pending is None:
+            return None
+        self.times_ms               # waits for the launch
+        return self._pending.spans_ns
 
     @property
     def time_ms(self) -> float:
@@ -422,6 +474,13 @@ class _Launcher:
     def __call__(self, *args, backend: str | None = None, subgroup_size: int | None = None,
                  repeat: int = 1, **kwargs):
         k = self.k
+        if not kwargs and subgroup_size is None and len(args) == len(k.params) and k._no_consts:
+            # the common case, without inspect's binding: positional, no compile-time values
+            ck = k._cache.get((k.subgroup_size or knobs.subgroup_size(), ()))
+            if ck is not None:
+                return ck._launch(self.grid, args, backend,
+                                  1 if repeat == 1 and type(repeat) is int else check_repeat(repeat),
+                                  _launch_site())
         try:
             bound = k.call_signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -431,32 +490,41 @@ class _Launcher:
         consts = {p.name: bound.arguments[p.name] for p in k.params if p.is_const}
         spec = {p.name: bound.arguments[p.name] for p in k.params if p.is_spec}
         ck = k.compile(subgroup_size=subgroup_size, **consts)
-        return ck.launch(self.grid, [bound.arguments[p.name] for p in k.params if p.is_runtime],
-                         backend=backend, repeat=repeat, spec=spec)
+        return ck._launch(self.grid, [bound.arguments[p.name] for p in k.params if p.is_runtime],
+                          backend, check_repeat(repeat), _launch_site(), spec)
 
 
-def _as_array(name: str, value, t: BufferType) -> np.ndarray:
-    if isinstance(value, np.ndarray):
+def _launch_site() -> str:
+    """file:line of the user's launch (past the entry_point wrapper), named by queued errors."""
+    caller = sys._getframe(2)
+    while is_internal(caller.f_code.co_filename):
+        caller = caller.f_back
+    return f"{caller.f_code.co_filename}:{caller.f_lineno}"
+
+
+def _as_array(name: str, value, t: BufferType):
+    """A buffer argument as the launch uses it: a NumPy array on the caller's memory (NumPy,
+    torch CPU tensors, anything with the array interface or DLPack) or a pycoop.Array.
+    Hints are phrased in the caller's library."""
+    if isinstance(value, Array):
         arr = value
-    elif hasattr(value, "__array_interface__") or hasattr(value, "__array__"):
-        arr = np.asarray(value)
-    elif hasattr(value, "__dlpack__"):
-        arr = np.from_dlpack(value)
     else:
-        raise ArgumentError(f"argument '{name}' ({t}) must be an array, got {type(value).__name__}")
+        arr = interop.host_array(value, name)
     if isinstance(t.elem, StructType):
         # blocks are passed as raw bytes (or a structured array of the same item size)
         if arr.dtype != np.uint8 and arr.dtype.itemsize != t.elem.size:
             raise ArgumentError(f"argument '{name}' ({t}) must be a uint8 array of "
                                 f"{t.elem.size}-byte blocks or a structured array of that item "
                                 f"size, got {arr.dtype}")
-        if not arr.flags.c_contiguous:
+        if not isinstance(arr, Array) and not arr.flags.c_contiguous:
             raise ArgumentError(f"argument '{name}' ({t}) must be C-contiguous")
-        flat = arr.reshape(-1).view(np.uint8)
-        if flat.size % t.elem.size:
-            raise ArgumentError(f"argument '{name}' ({t}) has {flat.size} bytes, not a multiple of "
+        nbytes = arr.nbytes
+        if nbytes % t.elem.size:
+            raise ArgumentError(f"argument '{name}' ({t}) has {nbytes} bytes, not a multiple of "
                                 f"the {t.elem.size}-byte block")
-        return flat
+        if isinstance(arr, Array):
+            return arr.reshape(-1) if arr.dtype == np.uint8 else _byte_view(arr)
+        return arr.reshape(-1).view(np.uint8)
     want = t.elem.dtype
     if isinstance(t.elem, VectorType) and arr.size % t.elem.count:
         raise ArgumentError(f"argument '{name}' ({t}) has {arr.size} {want} values, not a "
@@ -464,14 +532,26 @@ def _as_array(name: str, value, t: BufferType) -> np.ndarray:
     if arr.dtype != want:
         raise ArgumentError(
             f"argument '{name}' ({t}) must have dtype {want}, got {arr.dtype}; "
-            f"convert it with {name}.astype({want.name!r})")
-    if not arr.flags.c_contiguous:
+            f"{interop.dtype_hint(value, name, want)}")
+    if not isinstance(arr, Array) and not arr.flags.c_contiguous:
         raise ArgumentError(f"argument '{name}' ({t}) must be C-contiguous; "
-                            f"pass np.ascontiguousarray({name}) and copy results back")
+                            f"{interop.contiguity_hint(value, name)}")
     return arr
 
 
+def _byte_view(arr):
+    """A structured-dtype Array seen as bytes (same memory)."""
+    return Array(arr._storage, arr._byte_offset, (arr.nbytes,), np.dtype(np.uint8))
+
+
 def _as_scalar(name: str, value, t: ScalarType):
+    kind = type(value)
+    if kind is float and not t.is_int:
+        return value
+    if kind is int and t.is_int:
+        lo, hi = t.min_max()
+        if lo <= value <= hi:
+            return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ArgumentError(f"argument '{name}' ({t}) must be a number, got {type(value).__name__}")
     if t.is_int:
@@ -493,6 +573,38 @@ def _spec_value(p: Param, v):
     return bool(v)
 
 
+class _LaunchMemo:
+    """A kernel's last launch on Vulkan device arrays, kept prepared: a launch with the same
+    grid, the same Array objects (held weakly: the memo never keeps memory alive) and equal
+    scalars records it again without checking and binding anew (loops launch like this)."""
+
+    __slots__ = ("grid", "repeat", "backend", "scope_backend", "args", "prepared", "runtime")
+
+    def __init__(self, grid, repeat, backend, args, prepared, runtime):
+        self.grid, self.repeat, self.backend = grid, repeat, backend
+        self.scope_backend = getattr(_local, "backend", None)
+        self.args = tuple(weakref.ref(a) if type(a) is Array else a for a in args)
+        self.prepared, self.runtime = prepared, runtime
+
+    def matches(self, grid, args, backend, repeat) -> bool:
+        if (grid != self.grid or repeat != self.repeat or backend != self.backend
+                or len(args) != len(self.args)
+                or getattr(_local, "backend", None) != self.scope_backend):
+            return False
+        for old, new in zip(self.args, args):
+            if type(old) is weakref.ReferenceType:
+                if old() is not new:
+                    return False
+            elif type(old) is not type(new) or old != new:
+                return False
+        return True
+
+    @staticmethod
+    def shared_with_torch(args) -> bool:
+        """Arrays torch has seen need the synchronised path."""
+        return any(type(a) is Array and a._storage.cuda is not None for a in args)
+
+
 class CompiledKernel:
     """A traced, specialised kernel and its artifacts."""
 
@@ -506,6 +618,10 @@ class CompiledKernel:
         self.debug_info, self.abi_kind = debug_info, abi
         self._variants: dict = {}
         self._lowered = None
+        self._vulkan_checked = None     # set once the Vulkan device is known to run it
+        self._binders: dict = {}        # the Vulkan ABI's argument packer per Spec values
+        self._memo: _LaunchMemo | None = None   # the last device-array launch on Vulkan
+        self._memo_spec: dict = {}              # ... and its Spec values
         # the memories ops write (each op's registry entry names its memory operand)
         written = (op.operands[get(op.name).extra["writes"]] for op in module.walk()
                    if get(op.name).extra.get("writes") is not None)
@@ -631,59 +747,102 @@ class CompiledKernel:
         side.write_text(json.dumps(self.metadata(), indent=2) + "\n")
         return path
 
+    @functools.cached_property
+    def _arg_specs(self) -> list[tuple]:
+        """Per runtime parameter: (name, type, is buffer, written, the dtype a device array
+        must have to be taken as it is (None: check in full))."""
+        specs = []
+        for p, name in zip(self.module.kernel.params, self.module.param_names):
+            buffer = isinstance(p.type, BufferType)
+            plain = (buffer and isinstance(p.type.elem, ScalarType)) or None
+            specs.append((name, p.type, buffer, p in self._written,
+                          p.type.elem.dtype if plain else None))
+        return specs
+
     def check_args(self, args: list) -> list:
         out = []
-        names = self.module.param_names
-        for p, name, v in zip(self.module.kernel.params, names, args):
-            if isinstance(p.type, BufferType):
-                arr = _as_array(name, v, p.type)
-                if p in self._written and not arr.flags.writeable:
+        for (name, t, buffer, written, dtype), v in zip(self._arg_specs, args):
+            if buffer:
+                if type(v) is Array and v.dtype == dtype:
+                    out.append(v)
+                    continue
+                arr = _as_array(name, v, t)
+                if written and isinstance(arr, np.ndarray) and not arr.flags.writeable:
                     raise ArgumentError(f"argument '{name}' is written by the kernel but the array is "
                                         "read-only")
                 out.append(arr)
             else:
-                out.append(_as_scalar(name, v, p.type))
+                out.append(_as_scalar(name, v, t))
         return out
 
     @entry_point
     def launch(self, grid, args: list, *, backend: str | None = None, repeat: int = 1,
-               spec: dict | None = None) -> LaunchResult:
+               site: str | None = None, spec: dict | None = None) -> LaunchResult:
         """Run the kernel over `grid`. `repeat` runs it that many times back to back on the
         same buffers (each run sees the previous one's writes): on a GPU one upload, one
         readback and no idle gaps, so timings are taken at full clock. `spec`: values of Spec
-        parameters (default: the compiled ones), set at pipeline creation."""
-        from ..runtime.backend import check_repeat, choose
-        grid = _grid(grid)
-        repeat = check_repeat(repeat)
-        arrays = self.check_args(args)
-        spec = self._spec_values(spec)
+        parameters (default: the compiled ones), set at pipeline creation.
+
+        On pycoop.Arrays the kernel runs on their backend; on Vulkan the launch is queued and
+        returns at once (see docs/arrays.md). With NumPy (or torch CPU) arguments it is
+        synchronous: results are in the caller's arrays on return."""
+        return self._launch(_grid(grid), args, backend, check_repeat(repeat), site, spec)
+
+    def _launch(self, grid: tuple[int, int, int], args: list, backend: str | None, repeat: int,
+                site: str | None, spec: dict | None = None) -> LaunchResult:
+        """`launch` with `grid` and `repeat` already checked (the launcher's hot path)."""
         if self.abi_kind != "device_address":
             raise ArgumentError(f"{self.name} was compiled with abi={self.abi_kind!r}, which "
                                 "pycoop exports for other applications; pycoop launches the "
                                 "device-address ABI (compile without abi=)")
-        if self.target == "opencl":       # no OpenCL runtime: such kernels run on the emulator
-            from ..errors import BackendUnavailable
-            from ..runtime.backend import _local
-            if (backend or getattr(_local, "backend", None) or knobs.backend()) == "vulkan":
-                raise BackendUnavailable(f"{self.name} is an OpenCL-environment kernel (it uses "
-                                         "pycoop.intel ops): Vulkan cannot run it; use the emulator "
-                                         "or load its .spv with an OpenCL runtime")
-            be = "emulator"
-        else:
-            be = choose(backend, self)
+        spec = self._spec_values(spec) if spec or self.spec else {}
+        memo = self._memo
+        if memo is not None and spec == self._memo_spec and memo.matches(grid, args, backend, repeat):
+            runtime = memo.runtime
+            if memo.prepared.ctx is runtime._ctx and not memo.shared_with_torch(args):
+                return LaunchResult("vulkan", pending=runtime.record(
+                    memo.prepared, f"kernel {self.name} launched at {site or '<unknown>'}"))
+        writebacks = []
+        torch = interop.torch_module()
+        if torch is not None and any(isinstance(v, torch.Tensor) for v in args):
+            args, writebacks = self._cuda_tensor_arguments(args, backend)
+        arrays = self.check_args(args)
+        device_arrays = [a for a in arrays if isinstance(a, Array)]
+        be = self._backend(device_arrays, backend)
         if be == "emulator":
             from ..emulator.machine import run
+            host = [a._host_view() if isinstance(a, Array) else a for a in arrays]
             # the emulator runs the module compiled with these values as its defaults
             module = self.module if spec == self.spec else self.kernel.compile(
                 subgroup_size=self.module.subgroup_size, **self.consts, **spec).module
             times = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                run(module, grid, arrays)
+                run(module, grid, host)
                 times.append((time.perf_counter() - t0) * 1e3)
             return LaunchResult("emulator", tuple(times))
-        from ..runtime.backend import vulkan_launch
-        return LaunchResult("vulkan", vulkan_launch(self, grid, arrays, repeat, spec))
+        runtime = vulkan_runtime()
+        shared = interop.wait_for_torch(device_arrays)
+        binder = self._binders.get(tuple(spec.items()))
+        if binder is None:
+            from ..runtime.vulkan.abi import Binder
+            from ..runtime.vulkan.pipeline import specialization
+            abi = self.abi     # with the VkSpecializationInfo values of this launch
+            if abi.get("spec_constants"):
+                abi = {**abi, "specialization": specialization(abi["spec_constants"], spec)}
+            binder = self._binders[tuple(spec.items())] = Binder(abi)
+        prepared = runtime.prepare(
+            self.spv, "main", grid, binder,
+            [a.kernel_argument() if isinstance(a, Array) else a for a in arrays], repeat)
+        if prepared.push is not None and not writebacks:
+            self._memo = _LaunchMemo(grid, repeat, backend, args, prepared, runtime)
+            self._memo_spec = spec
+        pending = runtime.record(prepared, f"kernel {self.name} launched at {site or '<unknown>'}")
+        if shared:          # torch may read what it wrote next: finish first
+            runtime.synchronize()
+        for tensor, array in writebacks:
+            tensor.copy_(array.torch())
+        return LaunchResult("vulkan", pending=pending)
 
     def _spec_values(self, spec: dict | None) -> dict:
         """Spec parameter values checked against their types (missing ones: the compiled)."""
@@ -694,6 +853,60 @@ class CompiledKernel:
                 raise ArgumentError(f"{self.name} has no Spec parameter {name!r}")
             out[name] = _spec_value(p, v)
         return out
+
+    def _backend(self, device_arrays: list, backend: str | None) -> str:
+        """Where this launch runs: on device arrays, their backend (never a silent move);
+        otherwise as `backend`/`use_backend`/$PYCOOP_BACKEND choose."""
+        from ..errors import BackendUnavailable
+        requested = backend or getattr(_local, "backend", None)
+        if not device_arrays:
+            if self.target == "opencl":   # no OpenCL runtime: such kernels run on the emulator
+                if (requested or knobs.backend()) == "vulkan":
+                    raise BackendUnavailable(f"{self.name} is an OpenCL-environment kernel (it "
+                                             "uses pycoop.intel ops): Vulkan cannot run it; use "
+                                             "the emulator or load its .spv with an OpenCL runtime")
+                return "emulator"
+            return choose(backend, self)
+        kinds = sorted({a._storage.backend for a in device_arrays})
+        if len(kinds) > 1:
+            raise ArgumentError(f"{self.name}: its array arguments live on different backends "
+                                f"({', '.join(kinds)}); pycoop does not move arrays silently\n"
+                                "  hint: move one with a.to('vulkan') or a.to('emulator') (a copy)")
+        be = kinds[0]
+        if requested not in (None, "auto", be):
+            raise ArgumentError(f"{self.name}: backend {requested!r} was asked for, but its array "
+                                f"arguments live on {be}\n  hint: a.to({requested!r}) copies an "
+                                "array there")
+        if be == "vulkan":
+            why = None
+            if self.target == "opencl":
+                why = "it is an OpenCL-environment kernel (pycoop.intel ops)"
+            elif self._vulkan_checked is None:
+                missing = vulkan_missing(self)
+                if missing:
+                    why = f"the Vulkan device lacks {', '.join(missing)}"
+                else:
+                    self._vulkan_checked = True
+            if why:
+                raise BackendUnavailable(
+                    f"cannot run {self.name} on its Vulkan arrays: {why}\n  hint: run it on "
+                    "the emulator with arrays made there (pycoop.zeros(..., backend='emulator')) "
+                    "or moved there with a.to('emulator') (a copy)")
+        return be
+
+    def _cuda_tensor_arguments(self, args: list, backend: str | None):
+        """torch CUDA tensors pycoop does not own: each copied once, device to device, into a
+        Vulkan array; after the launch the copy goes back into the tensor if the kernel
+        writes it."""
+        out, writebacks = [], []
+        for p, v in zip(self.module.kernel.params, args):
+            if isinstance(p.type, BufferType) and interop.is_cuda_tensor(v):
+                array = asarray(v, backend=backend or "vulkan")
+                if p in self._written:
+                    writebacks.append((v, array))
+                v = array
+            out.append(v)
+        return out, writebacks
 
     def __repr__(self) -> str:
         consts = "".join(f" {k}={v!r}" for k, v in {**self.consts, **self.spec}.items())

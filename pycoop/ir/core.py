@@ -158,6 +158,7 @@ class Module:
     param_names: list[str]
     functions: list[Function] = field(default_factory=list)
     shared: list[Value] = field(default_factory=list)      # workgroup arrays (global variables)
+    fp: str = "exact"          # floating-point mode of the kernel (pycoop.codegen.float_modes)
 
     def walk(self) -> Iterator[Op]:
         for fn in [self.kernel, *self.functions]:

@@ -52,7 +52,7 @@ def print_module(m: Module, *, locs: bool = True) -> str:
         name.names[p] = f"%{n}"
     params = ", ".join(f"%{n}: {p.type}" for p, n in zip(fn.params, m.param_names))
     out = [f"kernel {fn.name}({params}) workgroup_size={m.workgroup_size} "
-           f"subgroup_size={m.subgroup_size} {{"]
+           f"subgroup_size={m.subgroup_size} fp={m.fp} {{"]
     _block(fn.body, name, 1, out, locs)
     out.append("}")
     for f in m.functions:

@@ -58,15 +58,34 @@ def _store_tiles(C, acc: list, m0, n0, N) -> None:
             pc.store(C, (m0 + 16 * i) * N + n0 + 16 * j, tile, N)
 
 
+def _add_tiles_atomic(C, acc: list, scratch, sg, m0, n0, N) -> None:
+    """C += the 16x16 accumulator tiles acc[i][j] at row m0 + 16i, column n0 + 16j, with f32
+    atomic adds (the fused split-K): the subgroup stores a tile into its 256 floats of
+    `scratch`, then each of its 32 invocations adds 8 elements of it. The barriers order the
+    tile's store before the reads, and the reads before the next tile's store."""
+    lane = pc.subgroup_local_id()
+    base = sg * 256
+    for i, row in enumerate(acc):
+        for j, tile in enumerate(row):
+            pc.store(scratch, base, tile, 16)
+            pc.barrier()
+            for q in range(8):
+                r, c = divmod(lane + 32 * q, 16)
+                pc.atomic.add(C, (m0 + 16 * i + r) * N + n0 + 16 * j + c, scratch[base + r * 16 + c])
+            pc.barrier()
+
+
 def _uvec4_slots(t, nth: int, rows: int, cols: int) -> list:
     """The (row, uvec4 column) slots of a rows x cols f16 tile that invocation t of nth
     copies, consecutive invocations on consecutive uvec4."""
     return [divmod(t + q * nth, cols // 8) for q in range(rows * cols // 8 // nth)]
 
 
-def _check_split_k(split_k: int) -> None:
+def _check_split_k(split_k: int, mode: str = "stacked") -> None:
     if not isinstance(split_k, int) or isinstance(split_k, bool) or split_k < 1:
         raise ValueError(f"split_k must be an int >= 1, got {split_k!r}")
+    if mode not in ("stacked", "atomic"):
+        raise ValueError(f"split_k_mode must be 'stacked' or 'atomic', got {mode!r}")
 
 
 def _check_tiling(name: str, M, N, K, BM: int, BN: int, BK: int, split_k: int) -> None:
@@ -145,7 +164,7 @@ def gemm_khr(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N:
 @functools.cache
 def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SGN: int = 4,
                     pad: int = 8, specialize: bool = False, driver_unroll: bool | int | None = None,
-                    vector_copy: bool = False, split_k: int = 1):
+                    vector_copy: bool = False, split_k: int = 1, split_k_mode: str = "stacked"):
     """Subgroup-scope KHR GEMM with shared-memory staging and a register prefetch.
 
     SGM x SGN subgroups compute a BM x BN tile of C. Each k-step has four phases:
@@ -163,8 +182,14 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
     `split_k`: the grid gains a z dimension of split_k workgroups, each multiplying an equal
     share of K; C then holds split_k stacked M x N partial products (split_k * M rows), summed
     by `sum_splits(split_k)`. K must be a multiple of BK * split_k.
+    `split_k_mode="atomic"` (the fused split-K): each workgroup adds its partial product into
+    the M x N matrix C with f32 atomic adds instead, so C must hold zeros (or a bias to add
+    to) before the launch and no second kernel runs; it needs a device with
+    shaderBufferFloat32AtomicAdd (VK_EXT_shader_atomic_float), and the summation order of the
+    splits varies from run to run on a GPU.
     """
-    _check_split_k(split_k)
+    _check_split_k(split_k, split_k_mode)
+    atomic = split_k > 1 and split_k_mode == "atomic"
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda, ldb = BK + pad, BN + pad
     nsg = SGM * SGN
@@ -181,6 +206,7 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
     def gemm_khr_staged(A: pc.Buffer[El], B: pc.Buffer[El], C: pc.Buffer[f32], M: Dim, N: Dim,
                         K: Dim):
         sa, sb = pc.shared(El, BM * lda // V), pc.shared(El, BK * ldb // V)
+        scratch = pc.shared(f32, nsg * 256) if atomic else None     # a tile per subgroup
         sg = pc.subgroup_id()
         wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
@@ -216,7 +242,10 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
         acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
                              split_k, driver_unroll, fetch, stage,
                              lambda acc: _tile_products(acc, sa, lda, sb, ldb, wm, wn, BK, V))
-        _store_tiles(C, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
+        if atomic:
+            _add_tiles_atomic(C, acc, scratch, sg, m0 + wm, n0 + wn, N)
+        else:
+            _store_tiles(C, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
     return gemm_khr_staged
 
 
@@ -479,7 +508,8 @@ def q4_0_planes(raw: np.ndarray, rows: int, K: int) -> tuple[np.ndarray, np.ndar
 @functools.cache
 def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
-                     driver_unroll: bool | int | None = None, split_k: int = 1):
+                     driver_unroll: bool | int | None = None, split_k: int = 1,
+                     split_k_mode: str = "stacked"):
     """Y (M x N, f32) = W (M x K, Q4_0) @ X (K x N, f16), the weights as two planes
     (`q4_0_planes`): Q, a uvec4 of nibbles per block, and D, an f16 scale per block.
 
@@ -489,9 +519,11 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     shared A tile, whose rows run along K as the blocks do; X is copied as uvec4. Both tiles
     are read row-major. X is passed as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N
     must be multiples of the tile and K of BK; BK a multiple of 32, pad of 8. The grid is
-    (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` as in gemm_khr_staged.
+    (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` and `split_k_mode` as
+    in gemm_khr_staged.
     """
-    _check_split_k(split_k)
+    _check_split_k(split_k, split_k_mode)
+    atomic = split_k > 1 and split_k_mode == "atomic"
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda, ldx = BK + pad, BN + pad                 # halves per shared row of W and of X
     nth = 32 * SGM * SGN
@@ -506,6 +538,7 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     def gemm_q4_0_planes(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[f16], X: pc.ReadBuffer[U4],
                          Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
         sw, sx = pc.shared(U4, BM * lda // 8), pc.shared(U4, BK * ldx // 8)
+        scratch = pc.shared(f32, SGM * SGN * 256) if atomic else None     # a tile per subgroup
         sg, t = pc.subgroup_id(), pc.local_invocation_index()
         wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
@@ -534,5 +567,8 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
         acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
                              split_k, driver_unroll, fetch, stage,
                              lambda acc: _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8))
-        _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
+        if atomic:
+            _add_tiles_atomic(Y, acc, scratch, sg, m0 + wm, n0 + wn, N)
+        else:
+            _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
     return gemm_q4_0_planes

@@ -1,2 +1,2 @@
 """Op families; importing this package registers every op in the registry."""
-from . import composite, control, core, intel, khr, nv, pointer, qcom, spec  # noqa: F401
+from . import atomic, composite, control, core, intel, khr, nv, pointer, qcom, spec, subgroup  # noqa: F401

@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 import numbers
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1, tracer
 from ..ir.core import Value
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, Type, VectorType,
-                     SCALARS, bool_, f32, i32, u32, memory_element, scalar_of_dtype)
+                     SCALARS, bool_, f32, f64, i32, u32, memory_element, scalar_of_dtype)
 from .registry import define, emulation, lowering
 from .spec import check_not_spec
 
@@ -59,7 +60,25 @@ def _check_literal(value, type: ScalarType, loc: Loc):
                                hint="use a wider type or cast the other operand",
                                rule="SPIR-V: a constant's literal fits its type's width and signedness")
         return v
-    return float(value)
+    return _float_literal(value, type, loc)
+
+
+def _float_literal(value, type: ScalarType, loc: Loc) -> float:
+    """The literal, checked against `type`'s range (rounded once, to nearest even); a finite literal
+    beyond the type's range is an error rather than a silent infinity (or NaN in fp8_e4m3,
+    which has no infinity)."""
+    x = float(value)
+    r = float(convert_array(np.array(x), f64, type).astype(np.float64))
+    if math.isfinite(r) or math.isnan(x) or (math.isinf(x) and math.isinf(r)):
+        # IEEE types keep the literal as written (NumPy and the SPIR-V encoder round it once);
+        # bf16 / fp8 get the rounded value, since their conversions from a double would not
+        return r if type.encoding else x
+    big = float(ml_dtypes.finfo(type.dtype).max)
+    hint = (f"compute in f32 (f32(x) * {value!r}), or write the infinity explicitly "
+            f"({type}(math.inf))") if math.isinf(r) else f"compute in f32: {type} has no infinity"
+    raise CompileError(f"the literal {value!r} is outside the range of {type} (largest finite "
+                       f"value {big:g})", loc,
+                       rule="a constant must be a value of its type (OpConstant)", hint=hint)
 
 
 @emulation("const")
@@ -207,18 +226,20 @@ num_subgroups = _BuiltinScalar("num_subgroups")
 
 # name: (python symbol, float opcode, signed opcode, unsigned opcode, numpy fn)
 def _np_div(a, b):
+    if np.issubdtype(a.dtype, np.signedinteger):
+        # OpSDiv truncates toward zero: floor division corrected where it rounded down. (No
+        # abs(): |INT_MIN| does not exist in the type.) The caller has replaced divisors that
+        # are undefined (0; -1 under INT_MIN) by 1.
+        q = np.floor_divide(a, b)
+        return q + ((q * b != a) & ((a < 0) != (b < 0))).astype(a.dtype)
     if np.issubdtype(a.dtype, np.integer):
-        # SPIR-V OpSDiv / OpUDiv truncate toward zero.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q = np.abs(a.astype(np.int64) if a.dtype != np.uint64 else a) // np.abs(
-                b.astype(np.int64) if b.dtype != np.uint64 else b)
-            if np.issubdtype(a.dtype, np.signedinteger):
-                q = np.where((a < 0) != (b < 0), -q, q)
-            return q.astype(a.dtype)
+        return np.floor_divide(a, b)
     return np.divide(a, b)
 
 
 def _np_rem(a, b):
+    if np.issubdtype(a.dtype, np.signedinteger):
+        return a - _np_div(a, b) * b          # OpSRem: the sign of the dividend
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.fmod(a, b)
 
@@ -289,6 +310,10 @@ def _infer_binary(operands, attrs, regions, loc):
                                hint="bitwise ops and shifts need integers; ** needs floats",
                                rule="SPIR-V: arithmetic instructions take numeric operands of one type "
                                     "(OpFAdd: floating-point, OpIAdd: integer, ...)")
+        if kind in _GLSL_16_32 and e.bits not in (16, 32):
+            raise CompileError(f"`{sym}` is not available for {e}", loc,
+                               rule="GLSL.std.450 Pow: 16- or 32-bit floats only",
+                               hint="cast to f32 first")
     return [t]
 
 
@@ -310,10 +335,7 @@ def _emu_binary(ctx, op, a, b):
             ctx.check_instances(bad.any((-2, -1)), ctx.scope_active(t.scope, op), op, msg)
         else:
             ctx.check_ub(bad, op, msg)
-        if kind == "rem" and not e.signed:
-            with np.errstate(divide="ignore"):
-                return np.remainder(a, np.where(b == 0, 1, b))
-        b = np.where(b == 0, np.ones_like(b), b)
+        b = np.where(bad, np.ones_like(b), b)     # undefined: any value, but no trap in NumPy
     if e.is_int and kind in ("shl", "shr"):
         ctx.check_ub((b < 0) | (b >= e.bits), op,
                      f"shifting a {e.bits}-bit integer by a negative amount or >= {e.bits} is undefined")
@@ -322,8 +344,26 @@ def _emu_binary(ctx, op, a, b):
         fn = {"and": np.logical_and, "or": np.logical_or, "xor": np.not_equal}[kind]
     if not e.is_float:                 # integer array ops raise no floating-point errors
         return fn(a, b).astype(a.dtype, copy=False)
+    if e.encoding:                     # bf16 / fp8 matrices: in f32, rounded once (as lowered)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return convert_array(fn(a.astype(np.float32), b.astype(np.float32)), f32, e)
+    if kind in ("min", "max"):
+        return _float_min_max(kind, a, b)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         r = fn(a, b)
+    return r.astype(a.dtype, copy=False)
+
+
+def _float_min_max(kind: str, a, b):
+    """GLSL FMin/FMax as IEEE 754-2019 minimumNumber/maximumNumber: a NaN operand gives the
+    other operand, and -0 is less than +0. GLSL leaves the NaN case unspecified and words the
+    zero case as "y if y < x"; the H100 computes exactly this (lavapipe returns the second
+    operand of a +-0 pair)."""
+    both_zero = (a == 0) & (b == 0)
+    if kind == "min":
+        r = np.where(both_zero, np.where(np.signbit(a), a, b), np.fmin(a, b))
+    else:
+        r = np.where(both_zero, np.where(np.signbit(a), b, a), np.fmax(a, b))
     return r.astype(a.dtype, copy=False)
 
 
@@ -337,7 +377,11 @@ def _lower_binary(ctx, op):
     else:
         opname = BINARY[kind][1 if e.is_float else (2 if e.signed else 3)]
     a, b = (ctx.id(v) for v in op.operands)
-    if opname == "OpSRem" and ctx.target == "vulkan":
+    if e.encoding:
+        ctx.set(op.result, via_f32(ctx, t, lambda wt, x, y: ctx.emit(opname, wt, x, y), a, b))
+    elif opname in _NARROW_WRAP and e.signed and e.bits < 32 and isinstance(t, (ScalarType, VectorType)):
+        ctx.set(op.result, narrow_int(ctx, t, opname, a, b))
+    elif opname == "OpSRem" and ctx.target == "vulkan":
         ctx.set(op.result, _signed_rem(ctx, t, a, b))
     elif opname.startswith("GLSL:"):
         ctx.set(op.result, ctx.glsl(opname[5:], t, a, b))
@@ -448,12 +492,25 @@ def _infer_unary(operands, attrs, regions, loc):
                            hint="math functions need a float operand: cast first",
                            rule="SPIR-V: arithmetic instructions take numeric operands of one type "
                                 "(OpFAdd: floating-point, OpIAdd: integer, ...)")
-    if UNARY[kind][0] and UNARY[kind][0].startswith("GLSL:") and e.is_float and e.bits not in (16, 32) \
-            or (e.encoding and kind not in ("neg",)):
+    if e.encoding and kind == "neg" and not isinstance(t, CoopMatType):
+        raise CompileError(f"negation is not defined on scalar {e}", loc,
+                           rule=f"SPIR-V arithmetic on {e} exists only for cooperative matrices",
+                           hint="cast to f32 first: -f32(x)")
+    if e.encoding and kind != "neg":
         raise CompileError(f"{kind} is not available for {e}", loc,
-                           rule="GLSL.std.450 math is defined for 16- and 32-bit IEEE floats",
+                           rule=f"GLSL.std.450 is defined for IEEE float types, not {e}",
+                           hint="cast to f32 first")
+    if kind in _GLSL_16_32 and e.bits not in (16, 32):
+        raise CompileError(f"{kind} is not available for {e}", loc,
+                           rule=f"GLSL.std.450 {UNARY[kind][0][5:]}: 16- or 32-bit floats only",
                            hint="cast to f32 first")
     return [t]
+
+
+# GLSL.std.450 instructions whose text restricts the operand to 16- or 32-bit floats (the
+# exponential, logarithmic, power and trigonometric family); FAbs, Floor, Ceil, Trunc, Sqrt,
+# InverseSqrt, FMin, FMax and Fma take any float width, f64 included.
+_GLSL_16_32 = {"exp", "exp2", "log", "log2", "sin", "cos", "tanh", "pow"}
 
 
 define("unary", _infer_unary, doc="Element-wise unary arithmetic and math functions.")
@@ -477,11 +534,55 @@ def _lower_unary(ctx, op):
     if e.is_bool:
         ctx.set(op.result, ctx.emit("OpLogicalNot", t, a))
         return
+    if kind == "neg" and e.encoding:
+        ctx.set(op.result, via_f32(ctx, t, lambda wt, x: ctx.emit("OpFNegate", wt, x), a))
+        return
+    if kind == "neg" and e.is_int and e.signed and e.bits < 32 and isinstance(t, (ScalarType, VectorType)):
+        ctx.set(op.result, narrow_int(ctx, t, "OpSNegate", a))
+        return
     opname = UNARY[kind][0 if e.is_float else (1 if e.signed else 2)]
     if opname.startswith("GLSL:"):
         ctx.set(op.result, ctx.glsl(opname[5:], t, a))
     else:
         ctx.set(op.result, ctx.emit(opname, t, a))
+
+
+def narrow_int(ctx, t: Type, opname: str, *args: int) -> int:
+    """`opname` on 8- or 16-bit signed integers, computed in 32 bits and brought back to the
+    narrow type by a shift pair that leaves the 32-bit register sign-extended.
+
+    Driver workaround: the NVIDIA driver (580.159.04) does not wrap the negation of an 8- or
+    16-bit INT_MIN before a comparison, shift, min/max or widening conversion uses it (-x of
+    an i8 -128 stayed +128), including negations it finds in the code itself (~x + 1). The
+    SPIR-V pycoop emitted was right. The extra instructions cost nothing measurable, and the
+    result is the same on every target."""
+    e = _elem(t)
+    wt = VectorType(i32, t.count) if isinstance(t, VectorType) else i32
+
+    def splat(x: int) -> int:
+        c = ctx.const(u32, x)
+        return ctx.constant_composite(VectorType(u32, t.count), *[c] * t.count) \
+            if isinstance(t, VectorType) else c
+    r = ctx.emit(opname, wt, *(ctx.emit("OpSConvert", wt, x) for x in args))
+    r = ctx.emit("OpShiftLeftLogical", wt, r, splat(32 - e.bits))
+    r = ctx.emit("OpShiftRightArithmetic", wt, r, splat(32 - e.bits))
+    return ctx.emit("OpSConvert", t, r)
+
+
+# Signed narrow ops that are, or that a driver may turn into, a negation (-x, ~x + 1, 0 - x,
+# x * -1): computed by narrow_int. Unsigned narrow arithmetic and shifts wrap correctly there.
+_NARROW_WRAP = {"OpSNegate", "OpIAdd", "OpISub", "OpIMul"}
+
+
+def via_f32(ctx, t: Type, compute, *args: int) -> int:
+    """An arithmetic op on bf16 or fp8 matrices, which SPIR-V's float arithmetic does not take
+    (SPV_KHR_bfloat16, SPV_EXT_float8 allow only conversions, loads/stores and MulAdd on them):
+    convert the operands to f32, compute, convert back. One f32 op rounded to the narrow type
+    is the correctly rounded narrow result (f32 has more than 2p+1 bits for p <= 8), which is
+    what the emulator computes."""
+    wt = t.with_(component=f32)
+    wide = [ctx.emit("OpFConvert", wt, x) for x in args]
+    return ctx.emit("OpFConvert", t, compute(wt, *wide))
 
 
 def unary(kind: str, x) -> Value:
@@ -510,12 +611,129 @@ def abs_(x):
 
 
 def minimum(a, b):
-    """Element-wise minimum (NaN handling follows GLSL FMin: unspecified)."""
+    """Element-wise minimum. Floats: a NaN operand gives the other one and -0 < +0 (what
+    GLSL FMin leaves open; see docs/numerics.md)."""
     return binary("min", a, b)
 
 
 def maximum(a, b):
     return binary("max", a, b)
+
+
+# --------------------------------------------------------------------------- fma
+
+def _infer_fma(operands, attrs, regions, loc):
+    a, b, c = operands
+    if not (a.type == b.type == c.type):
+        raise CompileError(f"pycoop.fma operands have different types: {a.type}, {b.type}, "
+                           f"{c.type}", loc, rule="GLSL.std.450 Fma: a, b, c and the result "
+                                                  "have one type",
+                           hint=f"convert the operands, e.g. pycoop.cast(x, {a.type})"
+                           if isinstance(a.type, ScalarType) else None)
+    e = a.type if isinstance(a.type, ScalarType) else (
+        a.type.elem if isinstance(a.type, VectorType) else None)
+    if e is None or not e.is_float or e.encoding:
+        raise CompileError(f"pycoop.fma is not defined on {a.type}", loc,
+                           rule="GLSL.std.450 Fma takes IEEE float scalars or vectors "
+                                "(f16, f32, f64)",
+                           hint="convert to f32 first" if e is not None and e.is_float else
+                           "fma needs float operands")
+    return [a.type]
+
+
+define("fma", _infer_fma, doc="a * b + c with one rounding (GLSL.std.450 Fma).")
+
+
+@emulation("fma")
+def _emu_fma(ctx, op, a, b, c):
+    return fma_array(a, b, c)
+
+
+@lowering("fma")
+def _lower_fma(ctx, op):
+    ctx.set(op.result, ctx.glsl("Fma", op.result.type, *(ctx.id(v) for v in op.operands)))
+
+
+def fma(a, b, c) -> Value:
+    """a * b + c rounded once (GLSL.std.450 Fma), for f16, f32 and f64 scalars or vectors (on
+    Python numbers: exactly for ints, rounded once to a float otherwise)."""
+    if not any(isinstance(x, Value) for x in (a, b, c)):
+        if all(isinstance(x, numbers.Integral) for x in (a, b, c)):
+            return a * b + c
+        return float(_fma_f64(*(np.array(float(x)) for x in (a, b, c))))
+    loc = current_loc()
+    like = next(x.type for x in (a, b, c) if isinstance(x, Value))
+    return emit1("fma", [as_value(x, like) for x in (a, b, c)], {}, loc)
+
+
+def fma_array(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """a * b + c with one rounding to nearest even, element-wise on one float dtype."""
+    if a.dtype == np.float64:
+        return _fma_f64(a, b, c)
+    # f16 / f32: the product is exact in f64, the sum is rounded to odd there, then once more
+    # to the narrow type - which is the correctly rounded result.
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = a.astype(np.float64) * b.astype(np.float64)
+        s = _add_odd(p, c.astype(np.float64))
+        return _round_float(s, scalar_of_dtype(a.dtype))
+
+
+def _two_sum(a, b):
+    """s + e == a + b exactly, s the rounded sum (Knuth)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _add_odd(a, b):
+    """a + b in f64 rounded to odd (finite sums; inf and NaN as a plain sum)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s, e = _two_sum(a, b)
+    bits = s.view(np.uint64)
+    inexact = (e != 0) & np.isfinite(s)
+    bits = np.where(inexact & ((e < 0) != (s < 0)), bits - np.uint64(1), bits)   # toward zero
+    bits = np.where(inexact, bits | np.uint64(1), bits)
+    return bits.astype(np.uint64).view(np.float64)
+
+
+def _split(x):
+    """hi + lo == x with hi holding the top 26 significant bits (Veltkamp)."""
+    t = x * 134217729.0                           # 2**27 + 1
+    hi = t - (t - x)
+    return hi, x - hi
+
+
+def _two_prod(a, b):
+    """p + e == a * b exactly, for |a|, |b| in [0.5, 1) (Dekker)."""
+    p = a * b
+    (ah, al), (bh, bl) = _split(a), _split(b)
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _fma_f64(a, b, c):
+    """Exact f64 fma (Boldo & Melquiond's emulation with rounding to odd), vectorised.
+
+    a and b are scaled to [0.5, 1) by their exponents (frexp), so the product's halves are
+    exact; c is scaled by the same power of two. The result is exact except when it is
+    subnormal (|result| < 2**-1022): there the final scaling rounds a second time and the last
+    bit can differ in halfway cases."""
+    ma, ea = np.frexp(a)
+    mb, eb = np.frexp(b)
+    e = (ea + eb).astype(np.int64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        cs = np.ldexp(c, np.clip(-e, -2000, 2000))
+        lost = (cs == 0) & (c != 0)                 # c far below the product: a sticky bit
+        cs = np.where(lost, np.copysign(2.0 ** -1000, c), cs)
+        uh, ul = _two_prod(ma, mb)
+        th, tl = _two_sum(cs, uh)
+        r = np.ldexp(th + _add_odd(tl, ul), e)
+        huge = ~np.isfinite(cs)                     # c far above the product: c itself
+        r = np.where(huge, c, r)
+        finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+        special = np.where(np.isinf(c) & np.isfinite(a) & np.isfinite(b), c, a * b + c)
+        zero = (a == 0) | (b == 0)                  # exact zero product: IEEE signed-zero sum
+        r = np.where(zero, (a * b) + c, r)
+    return np.where(finite, r, special)
 
 
 # --------------------------------------------------------------------------- comparisons
@@ -650,23 +868,70 @@ define("cast", _infer_cast, doc="Scalar numeric conversion (round to nearest eve
 
 
 def convert_array(x: np.ndarray, src: ScalarType, dst: ScalarType) -> np.ndarray:
-    """NumPy semantics of SPIR-V numeric conversion, shared by scalar casts and matrices."""
+    """NumPy semantics of SPIR-V numeric conversion, shared by scalar casts and matrices: one
+    rounding (to nearest even) into a float type, truncation toward zero into an integer type."""
     if src == dst:
         return x
     if src.is_float and dst.is_int:
+        # Out-of-range float to int is undefined in SPIR-V (the caller reports it); the emulator
+        # saturates. Bounds compared as exact powers of two: float(2**63 - 1) is 2**63.
         lo, hi = dst.min_max()
-        # Out-of-range float to int is undefined in SPIR-V; the emulator saturates (and the
-        # caller may report it). Truncation toward zero otherwise.
         y = np.trunc(x.astype(np.float64))
-        y = np.nan_to_num(np.clip(y, lo, hi))
-        return y.astype(dst.dtype)
-    if src.is_float and dst.is_float and src.encoding is None and dst.encoding is None:
-        return x.astype(dst.dtype)
-    if src.is_float or dst.is_float:
-        # ml_dtypes' casts round to nearest even; go through f32 (exact for every source here).
-        via = x.astype(np.float64) if (src.is_int or src.bits == 64) else x.astype(np.float32)
-        return via.astype(dst.dtype)
+        inside = (y >= float(lo)) & (y < float(hi + 1))
+        r = np.where(inside, y, 0).astype(dst.dtype)
+        r = np.where(y >= float(hi + 1), dst.dtype.type(hi), r)
+        return np.where(y < float(lo), dst.dtype.type(lo), r)
+    if dst.is_float:
+        if src.is_float:
+            # every float type other than f64 converts exactly to f32
+            via = x.astype(np.float64) if src.bits == 64 else x.astype(np.float32)
+        elif src.bits == 64 and dst.bits < 64:
+            via = _int64_to_f64_odd(x)
+        else:
+            via = x.astype(np.float64)      # exact (<= 32-bit ints), or the one rounding to f64
+        return _round_float(via, dst)
     return x.astype(dst.dtype)      # int -> int: wrap / sign- or zero-extend per source
+
+
+# Correct rounding without double rounding: a value rounded to odd (truncated, with its lowest
+# bit set when anything was cut off) with at least two more bits than the target rounds to the
+# target as the exact value would (Boldo & Melquiond, "When double rounding is odd", 2008).
+
+def _round_float(v: np.ndarray, dst: ScalarType) -> np.ndarray:
+    """Round `v` (f32, or f64 possibly rounded to odd) to `dst` with one effective rounding."""
+    if v.dtype == dst.dtype:
+        return v
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dst.encoding is None or v.dtype == np.float32:
+            # NumPy converts f64 -> f32 and f64/f32 -> f16 directly; ml_dtypes f32 -> bf16/fp8
+            return v.astype(dst.dtype)
+        # ml_dtypes converts f64 to bf16/fp8 through f32: make that first step round to odd
+        return _f64_to_f32_odd(v).astype(dst.dtype)
+
+
+def _int64_to_f64_odd(x: np.ndarray) -> np.ndarray:
+    """64-bit integers to f64 rounded to odd (>= 43 significant bits, enough for any narrower
+    target): magnitudes >= 2**53 keep their bits from 2**11 up, OR-ing the rest into bit 0."""
+    signed = x.dtype == np.int64
+    u = x.view(np.uint64) if signed else x
+    neg = x < 0 if signed else np.zeros(x.shape, bool)
+    m = np.where(neg, np.uint64(0) - u, u)           # |x|, exact for INT64_MIN too
+    big = m >= np.uint64(1 << 53)
+    y = np.where(big, (m >> np.uint64(11)) | (m & np.uint64(0x7FF) != 0).astype(np.uint64), m)
+    f = y.astype(np.float64) * np.where(big, 2048.0, 1.0)
+    return np.where(neg, -f, f)
+
+
+def _f64_to_f32_odd(v: np.ndarray) -> np.ndarray:
+    """f64 to f32 rounded to odd (inf and NaN convert as they are)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = np.asarray(v.astype(np.float32))
+    back = f.astype(np.float64)
+    inexact = (back != v) & np.isfinite(v)
+    bits = f.view(np.uint32)
+    bits = np.where(inexact & (np.abs(back) > np.abs(v)), bits - np.uint32(1), bits)  # toward 0
+    bits = np.where(inexact, bits | np.uint32(1), bits)
+    return bits.astype(np.uint32).view(np.float32)
 
 
 @emulation("cast")
@@ -674,8 +939,8 @@ def _emu_cast(ctx, op, x):
     src, dst = op.operands[0].type, op.attrs["type"]
     if src.is_float and dst.is_int:
         lo, hi = dst.min_max()
-        xf = x.astype(np.float64)
-        ctx.check_ub(~np.isfinite(xf) | (np.trunc(xf) < lo) | (np.trunc(xf) > hi), op,
+        xf = np.trunc(x.astype(np.float64))
+        ctx.check_ub(~np.isfinite(xf) | (xf < float(lo)) | (xf >= float(hi + 1)), op,
                      f"converting an out-of-range float to {dst} is undefined")
     return convert_array(x, src, dst)
 

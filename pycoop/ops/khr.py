@@ -14,8 +14,8 @@ from ..emulator.memory import block_extent
 from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1
 from ..ir.core import Value
-from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, u32)
-from .core import as_value, check_readable, convert_array
+from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, f32, u32)
+from .core import as_value, check_readable, convert_array, via_f32
 from .known_bits import exact, low_bits
 from .registry import MEMORYLESS, define, emulation, lowering
 from .spec import check_not_spec
@@ -568,13 +568,21 @@ define("khr.scale", _infer_scale, capabilities=KHR_CAPS, doc="OpMatrixTimesScala
 def _emu_scale(ctx, op, m, s):
     t = op.result.type
     s = ctx.scope_uniform_value(s, t.scope, op, "the scalar")
+    if t.component.encoding:        # in f32, rounded once, as lowered
+        return convert_array(m.astype(np.float32) * s[..., None, None].astype(np.float32), f32,
+                             t.component)
     return (m * s[..., None, None]).astype(t.component.dtype, copy=False)
 
 
 @lowering("khr.scale")
 def _lower_scale(ctx, op):
-    ctx.set(op.result, ctx.emit("OpMatrixTimesScalar", op.result.type,
-                                *(ctx.id(v) for v in op.operands)))
+    t = op.result.type
+    m, s = (ctx.id(v) for v in op.operands)
+    if t.component.encoding:        # bf16 / fp8: OpMatrixTimesScalar takes IEEE floats only
+        s = ctx.emit("OpFConvert", f32, s)
+        ctx.set(op.result, via_f32(ctx, t, lambda wt, x: ctx.emit("OpMatrixTimesScalar", wt, x, s), m))
+        return
+    ctx.set(op.result, ctx.emit("OpMatrixTimesScalar", t, m, s))
 
 
 def scale(m: Value, s) -> Value:
@@ -582,6 +590,12 @@ def scale(m: Value, s) -> Value:
 
 
 def _infer_length(operands, attrs, regions, loc):
+    if not isinstance(attrs["type"], CoopMatType):
+        raise CompileError(f"pycoop.length takes a cooperative matrix type, not {attrs['type']!r}",
+                           loc, rule="OpCooperativeMatrixLengthKHR: Type must be a cooperative "
+                                     "matrix type",
+                           hint="pass the type, e.g. pycoop.length(pycoop.coopmat[f16, "
+                                "pycoop.Subgroup, 16, 16, pycoop.UseA])")
     return [u32]
 
 

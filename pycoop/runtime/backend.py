@@ -79,13 +79,3 @@ def check_repeat(repeat) -> int:
     if not isinstance(repeat, (int, np.integer)) or isinstance(repeat, bool) or not 1 <= repeat <= 4096:
         raise ArgumentError(f"repeat must be an int from 1 to 4096, got {repeat!r}")
     return int(repeat)
-
-
-def vulkan_launch(ck, grid, arrays, repeat: int = 1, spec: dict | None = None) -> tuple[float, ...]:
-    from .vulkan import get_runtime
-    from .vulkan.pipeline import specialization
-    abi = ck.abi
-    if abi.get("spec_constants"):      # values for VkSpecializationInfo at pipeline creation
-        abi = {**abi, "specialization": specialization(abi["spec_constants"], spec or {})}
-    res = get_runtime().launch(ck.spv, "main", grid, abi, arrays, repeat=repeat)
-    return res.device_times_ms

@@ -105,6 +105,21 @@ def test_vulkan_sets_values_at_pipeline_creation():
         np.testing.assert_allclose(y, reference(x, 2.0, **values), rtol=1e-6)
 
 
+def test_repeated_device_array_launches_follow_the_values():
+    """Launches on the same device arrays are re-recorded from a memo: a launch with other
+    Spec values must get its own pipeline."""
+    try:
+        from pycoop.runtime.vulkan import get_runtime
+        get_runtime()
+    except Exception as e:
+        pytest.skip(f"no Vulkan device: {e}")
+    x = np.arange(64, dtype=np.float32)
+    dx, dy = pc.asarray(x, backend="vulkan"), pc.zeros(64, f32, backend="vulkan")
+    for values in ({}, {}, {"reps": 4}, {"reps": 4}, {"beta": -2.0}, {}):
+        spec_axpy[1](dx, dy, 64, 3.0, **values)
+        np.testing.assert_allclose(dy.numpy(), reference(x, 3.0, **values), rtol=1e-6)
+
+
 def test_spec_without_default_is_reported_at_its_annotation():
     with pytest.raises(pc.CompileError) as e:
         @pc.kernel

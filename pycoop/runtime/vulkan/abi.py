@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +35,27 @@ def numpy_dtype(name: str) -> np.dtype:
         raise ArgumentError(f"unknown dtype {name!r} in kernel ABI") from None
 
 
+class DeviceView:
+    """A buffer argument already in device memory (a `pycoop.Array` on Vulkan): `nbytes`
+    bytes at byte `offset` of `allocation`, holding `dtype` elements. Launches pass its
+    address, nothing is copied."""
+    __slots__ = ("allocation", "offset", "nbytes", "dtype", "writeable")
+
+    def __init__(self, allocation: Any, offset: int, nbytes: int, dtype: np.dtype,
+                 writeable: bool = True):
+        self.allocation, self.offset, self.nbytes = allocation, offset, nbytes
+        self.dtype, self.writeable = dtype, writeable
+
+    @property
+    def address(self) -> int:
+        return self.allocation.address + self.offset
+
+
 @dataclass
 class BufferBinding:
-    """A numpy array bound to a buffer parameter; `address_offsets` are where its device
-    address goes in the argument block (the same array may be passed for several)."""
-    array: np.ndarray
+    """A numpy array or DeviceView bound to a buffer parameter; `address_offsets` are where its
+    device address goes in the argument block (the same array may be passed for several)."""
+    array: np.ndarray | DeviceView
     names: list[str]
     address_offsets: list[int]
     upload: bool
@@ -63,46 +80,91 @@ def check_abi(abi: dict) -> None:
         raise ArgumentError(f"kernel ABI size {size!r} is not a byte count")
 
 
+_STRUCT_CODES = {"int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i",
+                 "uint32": "I", "int64": "q", "uint64": "Q", "float16": "e", "float32": "f",
+                 "float64": "d"}
+
+
+class Binder:
+    """`bind` for one ABI, with the ABI checked and each parameter's packing worked out once
+    (launches of a kernel reuse it: binding is on the hot path of every launch)."""
+
+    def __init__(self, abi: dict):
+        check_abi(abi)
+        self.abi, self.size = abi, abi["size"]
+        self.names = [p["name"] for p in abi["args"]]
+        self.params = []
+        for param in abi["args"]:
+            name, kind, offset = param["name"], param["kind"], param["offset"]
+            dtype = numpy_dtype(param["dtype"])
+            width = 8 if kind == "buffer" else dtype.itemsize
+            if offset < 0 or offset + width > self.size:
+                raise ArgumentError(f"parameter {name}: offset {offset} + {width} bytes is outside "
+                                    f"the {self.size}-byte argument block")
+            if kind == "buffer":
+                access = param.get("access", "readwrite")
+                if access not in ACCESS:
+                    raise ArgumentError(f"parameter {name}: access {access!r} not in {ACCESS}")
+                self.params.append((name, True, offset, dtype, access, None, None))
+            elif kind == "scalar":
+                code = _STRUCT_CODES.get(dtype.name)
+                packer = struct.Struct("<" + code) if code else None
+                limits = (np.iinfo(dtype).min, np.iinfo(dtype).max) if dtype.kind in "iu" else None
+                self.params.append((name, False, offset, dtype, limits, packer, dtype.kind))
+            else:
+                raise ArgumentError(f"parameter {name}: unknown kind {kind!r}")
+
+    def bind(self, args: list | tuple) -> BoundArguments:
+        """Check `args` (count, kinds, dtypes, contiguity, scalar ranges) and build the
+        argument block with zeroed addresses. Raises ArgumentError naming the parameter."""
+        params = self.params
+        if len(args) != len(params):
+            names = self.names
+            if len(args) < len(params):
+                missing = ", ".join(names[len(args):])
+                raise ArgumentError(f"missing argument(s) {missing}: kernel takes {len(params)} "
+                                    f"({', '.join(names)}), got {len(args)}")
+            raise ArgumentError(f"too many arguments: kernel takes {len(params)} "
+                                f"({', '.join(names)}), got {len(args)}")
+        block = bytearray(self.size)
+        buffers: dict[tuple, BufferBinding] = {}
+        for (name, is_buffer, offset, dtype, extra, packer, kind), value in zip(params, args):
+            if is_buffer:
+                access = extra
+                if type(value) is DeviceView:
+                    array = _check_view(name, value, dtype, access)
+                    key = (id(value.allocation), value.offset, value.nbytes, value.dtype.str)
+                else:
+                    array = _check_array(name, value, dtype, access)
+                    key = (array.__array_interface__["data"][0], array.nbytes, array.dtype.str)
+                binding = buffers.get(key)
+                if binding is None:
+                    binding = buffers[key] = BufferBinding(array, [], [], False, False)
+                binding.names.append(name)
+                binding.address_offsets.append(offset)
+                binding.upload |= access != "write"
+                binding.readback |= access != "read"
+                continue
+            # scalars: the common cases packed directly, everything else checked in full
+            if packer is not None:
+                if kind in "iu":
+                    if type(value) is int and extra[0] <= value <= extra[1]:
+                        packer.pack_into(block, offset, value)
+                        continue
+                elif type(value) is float:
+                    try:
+                        packer.pack_into(block, offset, value)
+                        continue
+                    except OverflowError:
+                        pass
+            block[offset:offset + dtype.itemsize] = _scalar_bytes(name, value, dtype)
+        return BoundArguments(block, list(buffers.values()))
+
+
 def bind(abi: dict, args: list | tuple) -> BoundArguments:
     """Check `args` against `abi` (count, kinds, dtypes, contiguity, scalar ranges) and build
     the argument block with zeroed addresses. Raises ArgumentError naming the parameter."""
-    check_abi(abi)
-    params = abi["args"]
-    if len(args) != len(params):
-        names = [p["name"] for p in params]
-        if len(args) < len(params):
-            missing = ", ".join(names[len(args):])
-            raise ArgumentError(f"missing argument(s) {missing}: kernel takes {len(params)} "
-                                f"({', '.join(names)}), got {len(args)}")
-        raise ArgumentError(f"too many arguments: kernel takes {len(params)} "
-                            f"({', '.join(names)}), got {len(args)}")
-    block = bytearray(abi["size"])
-    buffers: dict[tuple[int, int, str], BufferBinding] = {}
-    for param, value in zip(params, args):
-        name, kind, offset = param["name"], param["kind"], param["offset"]
-        dtype = numpy_dtype(param["dtype"])
-        width = 8 if kind == "buffer" else dtype.itemsize
-        if offset < 0 or offset + width > len(block):
-            raise ArgumentError(f"parameter {name}: offset {offset} + {width} bytes is outside "
-                                f"the {len(block)}-byte argument block")
-        if kind == "buffer":
-            access = param.get("access", "readwrite")
-            if access not in ACCESS:
-                raise ArgumentError(f"parameter {name}: access {access!r} not in {ACCESS}")
-            array = _check_array(name, value, dtype, access)
-            key = (array.__array_interface__["data"][0], array.nbytes, array.dtype.str)
-            binding = buffers.get(key)
-            if binding is None:
-                binding = buffers[key] = BufferBinding(array, [], [], False, False)
-            binding.names.append(name)
-            binding.address_offsets.append(offset)
-            binding.upload |= access != "write"
-            binding.readback |= access != "read"
-        elif kind == "scalar":
-            block[offset:offset + width] = _scalar_bytes(name, value, dtype)
-        else:
-            raise ArgumentError(f"parameter {name}: unknown kind {kind!r}")
-    return BoundArguments(block, list(buffers.values()))
+    return Binder(abi).bind(args)
 
 
 def _check_array(name: str, value: Any, dtype: np.dtype, access: str) -> np.ndarray:
@@ -118,6 +180,14 @@ def _check_array(name: str, value: Any, dtype: np.dtype, access: str) -> np.ndar
     if access != "read" and not value.flags.writeable:
         raise ArgumentError(f"parameter {name}: the kernel writes it but the array is read-only")
     return value
+
+
+def _check_view(name: str, view: DeviceView, dtype: np.dtype, access: str) -> DeviceView:
+    if view.dtype != dtype and not (dtype == np.uint8 and view.dtype.kind == "V"):
+        raise ArgumentError(f"parameter {name}: expected dtype {dtype.name}, got {view.dtype.name}")
+    if access != "read" and not view.writeable:
+        raise ArgumentError(f"parameter {name}: the kernel writes it but the array is read-only")
+    return view
 
 
 def _scalar_bytes(name: str, value: Any, dtype: np.dtype) -> bytes:

@@ -64,6 +64,8 @@ class Capabilities:
     decode_vector: bool = False
     qcom_conversion: bool = False
     subgroup_size: int = 0
+    subgroup_operations: tuple[str, ...] = ()   # supportedOperations ("basic", "vote", ...)
+    subgroup_stages: tuple[str, ...] = ()       # supportedStages ("compute", ...)
     min_subgroup_size: int = 0
     max_subgroup_size: int = 0
     subgroup_size_control: bool = False
@@ -74,6 +76,9 @@ class Capabilities:
     max_compute_workgroup_size: tuple[int, int, int] = (0, 0, 0)
     max_compute_workgroup_count: tuple[int, int, int] = (0, 0, 0)
     timestamp_period_ns: float = 0.0
+    # VkPhysicalDeviceFloatControlsProperties booleans (shaderSignedZeroInfNanPreserveFloat32,
+    # ...); None: not probed, so float-controls requirements are not checked
+    float_controls: dict[str, bool] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -161,6 +166,12 @@ class Capabilities:
                     if not self.supports_matrix_type(r, c, use, comp, scope, invocations)]
         workgroup_scope = any(s.scope == "workgroup" for s in shapes) or any(
             t[4] == "workgroup" for t in requirements.get("coopmat_types", ()))
+        ops = requirements.get("subgroup_operations", ())
+        lacking = [o for o in ops if o not in self.subgroup_operations]
+        if lacking or (ops and "compute" not in self.subgroup_stages):
+            missing.append(f"subgroup operations {', '.join(lacking or ops)} in compute shaders "
+                           f"(device: {', '.join(self.subgroup_operations) or 'none'} in "
+                           f"{', '.join(self.subgroup_stages) or 'no stage'})")
         size = requirements.get("subgroup_size")
         if size is not None and not self.supports_subgroup_size(size):
             missing.append(f"subgroup size {size} (device: {self._subgroup_text()})")
@@ -176,6 +187,11 @@ class Capabilities:
                 limit = min(limit, self.coopmat2_max_workgroup_size)
             if invocations > limit:
                 missing.append(f"{invocations} invocations per workgroup (device: {limit})")
+        lacking = [prop for prop in requirements.get("float_controls", ())
+                   if self.float_controls is not None and not self.float_controls.get(prop)]
+        if lacking:
+            missing.append(f"float controls {', '.join(lacking)} (asked for by "
+                           f"fp=\"{requirements.get('fp')}\"; fp=\"fast\" asks for none)")
         push = requirements.get("push_constants")
         if push is not None and push > self.max_push_constants_size:
             missing.append(f"{push} bytes of push constants (device: {self.max_push_constants_size})")
@@ -195,7 +211,8 @@ class Capabilities:
         lines = [
             f"{self.device_name} ({self.device_type}, {self.vendor})",
             f"  driver {self.driver_version}, Vulkan {self.api_version}",
-            f"  subgroup size {self._subgroup_text()}",
+            f"  subgroup size {self._subgroup_text()}; operations "
+            f"{', '.join(self.subgroup_operations) or 'none'} in {', '.join(self.subgroup_stages) or 'no stage'}",
             f"  limits: push constants {self.max_push_constants_size} B, shared memory "
             f"{self.max_compute_shared_memory_size} B, workgroup invocations "
             f"{self.max_compute_workgroup_invocations}, workgroup size "
@@ -208,6 +225,11 @@ class Capabilities:
             f"{yes(f('shaderFloat64'))}, bfloat16 {yes(f('shaderBFloat16Type'))} (coopmat "
             f"{yes(f('shaderBFloat16CooperativeMatrix'))}), float8 {yes(f('shaderFloat8'))} "
             f"(coopmat {yes(f('shaderFloat8CooperativeMatrix'))})",
+            f"  atomics: int64 buffer {yes(f('shaderBufferInt64Atomics'))} shared "
+            f"{yes(f('shaderSharedInt64Atomics'))}; float add/min-max (buffer): f16 "
+            f"{yes(f('shaderBufferFloat16AtomicAdd'))}/{yes(f('shaderBufferFloat16AtomicMinMax'))}, "
+            f"f32 {yes(f('shaderBufferFloat32AtomicAdd'))}/{yes(f('shaderBufferFloat32AtomicMinMax'))}, "
+            f"f64 {yes(f('shaderBufferFloat64AtomicAdd'))}/{yes(f('shaderBufferFloat64AtomicMinMax'))}",
             f"  KHR cooperative matrix: {yes(f('cooperativeMatrix'))}",
         ]
         lines += [f"    {_shape_text(s)}" for s in self.khr_coopmat_shapes]
@@ -224,6 +246,13 @@ class Capabilities:
                       for x in self.flexible_dimensions]
         lines.append(f"  NV decode vector: {yes(self.decode_vector)}, QCOM conversion: "
                      f"{yes(self.qcom_conversion)}")
+        if self.float_controls is not None:
+            def widths(kind):
+                return "/".join(f"f{w}" for w in (16, 32, 64)
+                                if self.float_controls.get(f"shader{kind}Float{w}")) or "none"
+            lines.append(f"  float controls: signed zero/inf/nan preserve {widths('SignedZeroInfNanPreserve')}, "
+                         f"denorm preserve {widths('DenormPreserve')}, round to nearest even "
+                         f"{widths('RoundingModeRTE')}")
         return "\n".join(lines)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import cffi
 
 from ._loader import load_vulkan
-from .errors import check
+from .errors import VulkanError, check
 
 vk = load_vulkan()
 ffi, lib = vk.ffi, vk.lib
@@ -55,6 +55,9 @@ EXTENSIONS = {
     "decode_vector": "VK_NV_cooperative_matrix_decode_vector",
     "qcom_conversion": "VK_QCOM_cooperative_matrix_conversion",
     "memory_budget": "VK_EXT_memory_budget",
+    "external_memory_fd": "VK_KHR_external_memory_fd",     # device arrays shared with CUDA
+    "atomic_float": "VK_EXT_shader_atomic_float",
+    "atomic_float2": "VK_EXT_shader_atomic_float2",
 }
 
 # --- struct layouts pyvulkan lacks (REF members, in order) -----------------------------------
@@ -149,6 +152,32 @@ def get_buffer_device_address(device: Any, buffer: Any) -> int:
     info = ffi.new("VkBufferDeviceAddressInfo*", {
         "sType": vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, "buffer": buffer})
     return int(lib.vkGetBufferDeviceAddress(device, info))
+
+
+def get_memory_fd(device: Any, memory: Any) -> int:
+    """A POSIX fd for exportable `memory` (VK_KHR_external_memory_fd, opaque fd). The function
+    is not in pyvulkan's `lib`: it is fetched with vkGetDeviceProcAddr. Each call makes a new
+    fd; whoever imports it owns it."""
+    pointer = lib.vkGetDeviceProcAddr(device, b"vkGetMemoryFdKHR")
+    if pointer == ffi.NULL:
+        raise VulkanError("vkGetMemoryFdKHR is not available (VK_KHR_external_memory_fd)")
+    fn = ffi.cast("PFN_vkGetMemoryFdKHR", pointer)
+    info = ffi.new("VkMemoryGetFdInfoKHR*", {
+        "sType": vk.VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR, "memory": memory,
+        "handleType": vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT})
+    fd = ffi.new("int*")
+    check(fn(device, info, fd), "vkGetMemoryFdKHR")
+    return fd[0]
+
+
+def device_uuid(physical_device: Any) -> bytes:
+    """VkPhysicalDeviceIDProperties.deviceUUID: matches CUDA's device UUID on NVIDIA."""
+    ids = ffi.new("VkPhysicalDeviceIDProperties*", {
+        "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES})
+    props = ffi.new("VkPhysicalDeviceProperties2*", {
+        "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, "pNext": ids})
+    lib.vkGetPhysicalDeviceProperties2(physical_device, props)
+    return bytes(ffi.buffer(ids.deviceUUID, 16))
 
 
 def _instance_function(instance: Any, name: str, ctype: str) -> Any:

@@ -3,7 +3,9 @@
 Kinds: "device" (device-local, for kernels), "host" (host-visible, cached if possible:
 staging for uploads and readbacks), "unified" (device-local and host-visible: kernels read
 it directly, no copies; used where that memory is the normal kind, e.g. lavapipe/integrated).
-Every buffer can be used by kernels through its device address.
+Every buffer can be used by kernels through its device address. Where the device has
+VK_KHR_external_memory_fd, "device" buffers are exportable (opaque fd), so a device array can
+be imported into CUDA and seen by torch without a copy.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from .errors import OutOfDeviceMemory, VulkanError, check
 from .ext import (BUFFER_USAGE_SHADER_DEVICE_ADDRESS, MEMORY_ALLOCATE_DEVICE_ADDRESS, ffi,
                   get_buffer_device_address, lib, vk)
 
+EXTERNAL_MEMORY_FD = "VK_KHR_external_memory_fd"
 _HOST = MEMORY_HOST_VISIBLE | MEMORY_HOST_COHERENT
 MEMORY_PREFERENCES = {
     "device": [MEMORY_DEVICE_LOCAL, 0],
@@ -41,12 +44,14 @@ def size_class(size: int) -> int:
 
 class Allocation:
     """A VkBuffer bound to its own VkDeviceMemory; `mapped` is set for host-visible kinds."""
-    __slots__ = ("kind", "size", "buffer", "memory", "address", "mapped")
+    __slots__ = ("kind", "size", "buffer", "memory", "address", "mapped", "owner",
+                 "memory_size", "exportable")
 
     def __init__(self, kind: str, size: int, buffer: Any, memory: Any, address: int,
-                 mapped: Any):
+                 mapped: Any, owner: "Memory"):
         self.kind, self.size, self.buffer, self.memory = kind, size, buffer, memory
-        self.address, self.mapped = address, mapped
+        self.address, self.mapped, self.owner = address, mapped, owner
+        self.memory_size, self.exportable = size, False
 
 
 class Memory:
@@ -54,11 +59,20 @@ class Memory:
 
     def __init__(self, device: Device):
         self.device = device
+        self.export = EXTERNAL_MEMORY_FD in device.capabilities.extensions
         self._free: dict[tuple[str, int], list[Allocation]] = defaultdict(list)
         self._pooled_bytes: dict[str, int] = defaultdict(int)
         self._pooled_count: dict[str, int] = defaultdict(int)
         self.live_count = 0          # allocations that exist (in use or pooled)
         self.live_bytes = 0
+
+    @property
+    def pooled_count(self) -> int:
+        return sum(self._pooled_count.values())
+
+    @property
+    def pooled_bytes(self) -> int:
+        return sum(self._pooled_bytes.values())
 
     def acquire(self, kind: str, size: int) -> Allocation:
         capacity = size_class(size)
@@ -95,9 +109,14 @@ class Memory:
 
     def _allocate(self, kind: str, size: int) -> Allocation:
         dev = self.device.handle
+        export = self.export and kind == "device"
+        external = ffi.new("VkExternalMemoryBufferCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+            "handleTypes": vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT})
         info = ffi.new("VkBufferCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": size, "usage": USAGE,
-            "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
+            "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE,
+            "pNext": external if export else ffi.NULL})
         handle = ffi.new("VkBuffer*")
         check(lib.vkCreateBuffer(dev, info, ffi.NULL, handle), "vkCreateBuffer")
         buffer = handle[0]
@@ -108,9 +127,13 @@ class Memory:
                                                       MEMORY_PREFERENCES[kind])
             if type_index is None:
                 raise VulkanError(f"no memory type for {kind} buffers on {self.device.info.name}")
+            exported = ffi.new("VkExportMemoryAllocateInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
+                "handleTypes": vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT})
             flags = ffi.new("VkMemoryAllocateFlagsInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
-                "flags": MEMORY_ALLOCATE_DEVICE_ADDRESS})
+                "flags": MEMORY_ALLOCATE_DEVICE_ADDRESS,
+                "pNext": exported if export else ffi.NULL})
             allocate = ffi.new("VkMemoryAllocateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, "pNext": flags,
                 "allocationSize": requirements.size, "memoryTypeIndex": type_index})
@@ -134,8 +157,10 @@ class Memory:
             raise
         self.live_count += 1
         self.live_bytes += size
-        return Allocation(kind, size, buffer, memory, get_buffer_device_address(dev, buffer),
-                          mapped)
+        allocation = Allocation(kind, size, buffer, memory,
+                                get_buffer_device_address(dev, buffer), mapped, self)
+        allocation.memory_size, allocation.exportable = requirements.size, export
+        return allocation
 
     def _destroy(self, allocation: Allocation) -> None:
         lib.vkDestroyBuffer(self.device.handle, allocation.buffer, ffi.NULL)

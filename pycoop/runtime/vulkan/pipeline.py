@@ -75,6 +75,9 @@ class Pipelines:
     def __init__(self, device: Device):
         self.device = device
         self._cache: dict[bytes, Pipeline] = {}
+        # the same bytes object launched again skips hashing: (id, ...) -> (spv, pipeline);
+        # the entry keeps `spv` alive so its id cannot be reused by another object
+        self._by_object: dict[tuple, tuple[bytes, Pipeline]] = {}
         self.hits = self.misses = 0
         info = ffi.new("VkPipelineCacheCreateInfo*",
                        {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO})
@@ -93,6 +96,18 @@ class Pipelines:
     def get(self, spv: bytes, entry: str, required_subgroup_size: int | None,
             push_size: int, spec: tuple = ()) -> Pipeline:
         """`spec`: (SpecId, value bytes) pairs, passed as VkSpecializationInfo."""
+        fast = (id(spv), entry, required_subgroup_size, push_size, spec)
+        seen = self._by_object.get(fast)
+        if seen is not None and seen[0] is spv:
+            self.hits += 1
+            return seen[1]
+        pipeline = self._get(spv, entry, required_subgroup_size, push_size, spec)
+        if len(self._by_object) < 4096:
+            self._by_object[fast] = (spv, pipeline)
+        return pipeline
+
+    def _get(self, spv: bytes, entry: str, required_subgroup_size: int | None,
+             push_size: int, spec: tuple = ()) -> Pipeline:
         key = self.key(spv, entry, required_subgroup_size, push_size, spec)
         pipeline = self._cache.get(key)
         if pipeline is not None:
@@ -171,6 +186,7 @@ class Pipelines:
             lib.vkDestroyPipelineLayout(dev, p.layout, ffi.NULL)
             lib.vkDestroyShaderModule(dev, p.module, ffi.NULL)
         self._cache.clear()
+        self._by_object.clear()
         lib.vkDestroyPipelineCache(dev, self.vk_cache, ffi.NULL)
 
 

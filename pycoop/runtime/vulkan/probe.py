@@ -9,11 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...codegen import float_modes
 from . import ext
 from .capabilities import NV_COOPMAT2_FEATURES, Capabilities, CoopmatShape, FlexibleDimensions
 from .errors import check
 from .ext import ffi, lib, vk
 from .instance import DEVICE_TYPES, VENDORS, version_text
+
+# float atomics (pycoop.atomic on floats), by storage: VK_EXT_shader_atomic_float / _float2
+ATOMIC_FLOAT_FEATURES = tuple(f"shader{where}Float{bits}Atomic{what}" for where in ("Buffer", "Shared")
+                              for bits in (32, 64) for what in ("s", "Add"))
+ATOMIC_FLOAT2_FEATURES = tuple(f"shader{where}Float{bits}Atomic{what}" for where in ("Buffer", "Shared")
+                               for bits, what in ((16, "s"), (16, "Add"), (16, "MinMax"),
+                                                  (32, "MinMax"), (64, "MinMax")))
+# VkSubgroupFeatureFlagBits (names as pycoop.ops.subgroup.VULKAN_OPERATIONS uses them)
+SUBGROUP_OPERATIONS = {0x1: "basic", 0x2: "vote", 0x4: "arithmetic", 0x8: "ballot", 0x10: "shuffle",
+                       0x20: "shuffle_relative", 0x40: "clustered", 0x80: "quad"}
 
 # (struct type, sType, extension that must be supported or None for core 1.3, members wanted)
 FEATURES: list[tuple[str, int, str | None, tuple[str, ...]]] = [
@@ -24,10 +35,17 @@ FEATURES: list[tuple[str, int, str | None, tuple[str, ...]]] = [
      None, ("bufferDeviceAddress", "vulkanMemoryModel", "vulkanMemoryModelDeviceScope",
             "shaderFloat16", "shaderInt8", "storageBuffer8BitAccess",
             "uniformAndStorageBuffer8BitAccess", "scalarBlockLayout",
-            "shaderSubgroupExtendedTypes", "hostQueryReset")),
+            "shaderSubgroupExtendedTypes", "hostQueryReset", "shaderBufferInt64Atomics",
+            "shaderSharedInt64Atomics")),
     ("VkPhysicalDeviceVulkan13Features", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
      None, ("subgroupSizeControl", "computeFullSubgroups", "maintenance4",
             "shaderIntegerDotProduct")),
+    ("VkPhysicalDeviceShaderAtomicFloatFeaturesEXT",
+     vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT,
+     ext.EXTENSIONS["atomic_float"], ATOMIC_FLOAT_FEATURES),
+    ("VkPhysicalDeviceShaderAtomicFloat2FeaturesEXT",
+     vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_2_FEATURES_EXT,
+     ext.EXTENSIONS["atomic_float2"], ATOMIC_FLOAT2_FEATURES),
     ("VkPhysicalDeviceCooperativeMatrixFeaturesKHR",
      vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR,
      ext.EXTENSIONS["coopmat"], ("cooperativeMatrix",)),
@@ -122,6 +140,10 @@ def query(instance: Any, physical_device: Any) -> DeviceSupport:
         decode_vector=features.get("cooperativeMatrixDecodeVector", False),
         qcom_conversion=features.get("cooperativeMatrixConversion", False),
         subgroup_size=p11.subgroupSize,
+        subgroup_operations=tuple(name for bit, name in SUBGROUP_OPERATIONS.items()
+                                  if p11.subgroupSupportedOperations & bit),
+        subgroup_stages=tuple(name for bit, name in STAGES.items()
+                              if p11.subgroupSupportedStages & bit),
         min_subgroup_size=p13.minSubgroupSize,
         max_subgroup_size=p13.maxSubgroupSize,
         subgroup_size_control=features.get("subgroupSizeControl", False),
@@ -133,6 +155,7 @@ def query(instance: Any, physical_device: Any) -> DeviceSupport:
         max_compute_workgroup_size=tuple(limits.maxComputeWorkGroupSize),
         max_compute_workgroup_count=tuple(limits.maxComputeWorkGroupCount),
         timestamp_period_ns=limits.timestampPeriod,
+        float_controls={name: bool(getattr(p12, name)) for name in float_modes.PROPERTIES},
     )
     if features.get("cooperativeMatrix"):
         caps.khr_coopmat_shapes = [CoopmatShape(

@@ -1,50 +1,69 @@
-"""`VulkanRuntime.launch`: run one compiled kernel on numpy arrays and time it on the device.
+"""`VulkanRuntime`: run compiled kernels on one Vulkan device, asynchronously in batches.
 
-Per launch: bind and check arguments (no GPU work yet), get the cached pipeline, take buffers
-from the pool, upload, record one command buffer (copies, timestamps around the dispatch,
-copies back), submit, wait on a fence with a finite timeout, copy results into the caller's
-arrays, return the buffers. Device loss or a hang tears the device down; the next launch
-creates a fresh one. Out-of-memory frees the pool; the next launch starts clean.
+Launches are recorded into an open command buffer (see batch.py) and submitted together: on
+`synchronize()`, when a launch has NumPy arguments (those keep synchronous semantics: results
+are in the caller's arrays when `launch` returns), when a host copy needs the data, or when a
+batch grows large. Device arrays (`DeviceView` arguments) are passed by address, never copied.
+NumPy arguments go through pooled host-visible staging buffers: one memmove in, one out, read
+back from host-cached memory where the device has it. Every NumPy buffer is uploaded, written
+or not, so elements a kernel does not write keep the caller's values. Pooled device memory is
+zeroed (vkCmdFillBuffer) before a new array sees it.
+
+Device loss or a hang surfaces at the next synchronisation, naming the launch(es) concerned;
+the device is then torn down and the next use creates a fresh one (arrays on the old device
+are gone). Out-of-memory frees the pool; the next launch starts clean.
 """
 from __future__ import annotations
 
-import math
 import os
 import threading
+import time
+from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..backend import check_repeat
-from .abi import BoundArguments, bind
+from . import hostcopy
+from .abi import Binder, BoundArguments, DeviceView
+from .batch import ALL_READ_WRITE, BOTTOM, TOP, PendingTimes, Submission
 from .capabilities import Capabilities
 from .device import MEMORY_DEVICE_LOCAL, MEMORY_HOST_COHERENT, MEMORY_HOST_VISIBLE, Device
 from .errors import (ArgumentError, DeviceLost, OutOfDeviceMemory, OutOfHostMemory,
-                     VulkanTimeout, check)
+                     VulkanError, VulkanTimeout, check)
 from .ext import ffi, lib, vk
 from .instance import Instance
 from .memory import Allocation, Memory
 from .pipeline import Pipelines
 
 TRANSFER_MODES = ("auto", "direct", "staged")
-_ALL_READ_WRITE = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
-                   | vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
-                   | vk.VK_ACCESS_HOST_READ_BIT | vk.VK_ACCESS_HOST_WRITE_BIT)
+MAX_BATCH_DISPATCHES = 256      # a batch this large is submitted without waiting
+MAX_IN_FLIGHT = 8               # submissions queued on the GPU before the oldest is waited for
+EAGER_MS = 0.05                 # launches this long on the device are submitted eagerly
+LAZY_BATCH = 32                 # shorter ones are submitted in batches of this many
+SPIN_S = 200e-6                 # a synchronisation polls the fence this long before blocking
+
+
+@dataclass
+class Prepared:
+    """A checked, bound launch (`VulkanRuntime.prepare`). With only device arrays in the
+    push-constant ABI, `push` holds the final argument block and `accesses` the byte ranges
+    it touches, so recording it again costs only the Vulkan calls."""
+    ctx: Any
+    pipeline: Any
+    grid: tuple[int, int, int]
+    mode: str
+    bound: BoundArguments
+    repeat: int
+    push: bytes | None
+    accesses: list
 
 
 @dataclass(frozen=True)
 class LaunchResult:
     device_times_ms: tuple[float, ...]   # per dispatch, from timestamp queries (nan if unsupported)
-
-
-@dataclass
-class _Transfer:
-    array: np.ndarray
-    target: Allocation          # what the kernel reads/writes
-    staging: Allocation | None  # host-visible copy (staged mode), else None
-    upload: bool
-    readback: bool
 
 
 class _Context:
@@ -53,6 +72,7 @@ class _Context:
     def __init__(self, device_spec: str | None, transfer: str):
         self.instance = Instance()
         self.device: Device | None = None
+        self.alive = True
         try:
             self.device = Device(self.instance, device_spec)
             self.memory = Memory(self.device)
@@ -72,60 +92,48 @@ class _Context:
         pool = ffi.new("VkCommandPool*")
         check(lib.vkCreateCommandPool(dev, pool_info, ffi.NULL, pool), "vkCreateCommandPool")
         self.command_pool = pool[0]
-        alloc = ffi.new("VkCommandBufferAllocateInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-            "commandPool": self.command_pool, "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-            "commandBufferCount": 1})
-        self.command_buffers = ffi.new("VkCommandBuffer[1]")
-        check(lib.vkAllocateCommandBuffers(dev, alloc, self.command_buffers),
-              "vkAllocateCommandBuffers")
-        fence_info = ffi.new("VkFenceCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO})
-        self.fences = ffi.new("VkFence[1]")
-        check(lib.vkCreateFence(dev, fence_info, ffi.NULL, self.fences), "vkCreateFence")
-        self.queries = 0
-        self.reserve_timestamps(1)
+        self.submissions: list[Submission] = []       # every one created (for destroy)
+        self.idle: list[Submission] = []
+        self.recording: Submission | None = None
+        self.in_flight: deque[Submission] = deque()
         # Reused per launch (the hot path allocates no structs beyond copy regions).
         self.begin_info = ffi.new("VkCommandBufferBeginInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
             "flags": vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT})
         self.barrier = ffi.new("VkMemoryBarrier*", {
-            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, "srcAccessMask": _ALL_READ_WRITE,
-            "dstAccessMask": _ALL_READ_WRITE})
-        self.submit_info = ffi.new("VkSubmitInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "commandBufferCount": 1,
-            "pCommandBuffers": self.command_buffers})
+            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, "srcAccessMask": ALL_READ_WRITE,
+            "dstAccessMask": ALL_READ_WRITE})
+        self.copy_region = ffi.new("VkBufferCopy*")
         bits = self.device.timestamp_bits
         self.timestamp_mask = (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
         self.timestamp_period_ns = self.device.capabilities.timestamp_period_ns
+        self.grids_ok: set[tuple[int, int, int]] = set()     # within the device's limits
+        self.eager = True           # the last finished launch was long: submit at once
+        self.array_count = 0        # allocations held by device arrays
+        self.array_bytes = 0
 
-    def reserve_timestamps(self, dispatches: int) -> None:
-        """A query pool (and result array) for two timestamps around each of `dispatches`."""
-        if 2 * dispatches <= self.queries:
-            return
-        dev = self.device.handle
-        if self.queries:
-            lib.vkDestroyQueryPool(dev, self.query_pool, ffi.NULL)
-            self.queries = 0
-        query_info = ffi.new("VkQueryPoolCreateInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
-            "queryType": vk.VK_QUERY_TYPE_TIMESTAMP, "queryCount": 2 * dispatches})
-        query_pool = ffi.new("VkQueryPool*")
-        check(lib.vkCreateQueryPool(dev, query_info, ffi.NULL, query_pool), "vkCreateQueryPool")
-        self.query_pool, self.queries = query_pool[0], 2 * dispatches
-        self.timestamps = ffi.new(f"uint64_t[{2 * dispatches}]")
+    def submission(self) -> Submission:
+        if self.idle:
+            return self.idle.pop()
+        sub = Submission(self.device.handle, self.command_pool)
+        self.submissions.append(sub)
+        return sub
+
+    def all_done(self) -> bool:
+        return all(lib.vkGetFenceStatus(self.device.handle, s.fences[0]) in (0, -4)
+                   for s in self.in_flight)
 
     def destroy(self) -> None:
         """Destroy everything (also valid after device loss). Never call with work in flight."""
+        self.alive = False
         if self.device is not None and self.device.handle is not None:
             dev = self.device.handle
             if hasattr(self, "pipelines"):
                 self.pipelines.destroy()
             if hasattr(self, "memory"):
                 self.memory.trim()
-            if getattr(self, "queries", 0):
-                lib.vkDestroyQueryPool(dev, self.query_pool, ffi.NULL)
-            if hasattr(self, "fences"):
-                lib.vkDestroyFence(dev, self.fences[0], ffi.NULL)
+            for sub in getattr(self, "submissions", ()):
+                sub.destroy()
             if hasattr(self, "command_pool"):
                 lib.vkDestroyCommandPool(dev, self.command_pool, ffi.NULL)
             self.device.destroy()
@@ -148,12 +156,20 @@ class VulkanRuntime:
             raise ValueError(f"transfer mode {self._transfer!r} not in {TRANSFER_MODES}")
         self._lock = threading.RLock()
         self._ctx: _Context | None = None
+        self.timeout_s = 10.0       # default wait for one submission at a synchronisation
+        self._held = 0              # open `batch()` blocks
         self._context()     # fail now, not at the first launch, if there is no device
 
     def _context(self) -> _Context:
         if self._ctx is None:
             self._ctx = _Context(self._device_spec, self._transfer)
         return self._ctx
+
+    @property
+    def context(self) -> _Context:
+        """The live device context (arrays remember theirs: after device loss it changes)."""
+        with self._lock:
+            return self._context()
 
     @property
     def capabilities(self) -> Capabilities:
@@ -166,12 +182,24 @@ class VulkanRuntime:
             return "direct" if self._context().direct else "staged"
 
     def stats(self) -> dict[str, Any]:
-        """Pipeline cache hits/misses and live Vulkan memory (to spot leaks)."""
+        """Pipeline cache hits/misses, memory (to spot leaks) and queued work. `live_*`: every
+        Vulkan buffer that exists (in use or pooled); `pooled_*`: free ones kept for reuse;
+        `array_*`: buffers held by device arrays; `pending_launches`: recorded or submitted
+        launches not yet seen complete; `barriers`: pipeline barriers recorded so far between
+        dependent commands."""
         with self._lock:
             ctx = self._context()
-            return {"pipeline_hits": ctx.pipelines.hits, "pipeline_misses": ctx.pipelines.misses,
-                    "live_allocations": ctx.memory.live_count,
-                    "live_bytes": ctx.memory.live_bytes,
+            memory = ctx.memory
+            pending = sum(len(s.launches) for s in ctx.in_flight)
+            if ctx.recording is not None:
+                pending += len(ctx.recording.launches)
+            return {"backend": "vulkan", "device": ctx.device.info.name,
+                    "pipeline_hits": ctx.pipelines.hits, "pipeline_misses": ctx.pipelines.misses,
+                    "live_allocations": memory.live_count, "live_bytes": memory.live_bytes,
+                    "pooled_count": memory.pooled_count, "pooled_bytes": memory.pooled_bytes,
+                    "array_count": ctx.array_count, "array_bytes": ctx.array_bytes,
+                    "pending_launches": pending,
+                    "barriers": sum(s.barriers for s in ctx.submissions),
                     "heap_usage": ctx.device.heap_usage()}
 
     def close(self) -> None:
@@ -181,149 +209,453 @@ class VulkanRuntime:
                 lib.vkDeviceWaitIdle(ctx.device.handle)
                 ctx.destroy()
 
+    # ------------------------------------------------------------------ launches
     def launch(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict,
                args: list, *, timeout_s: float = 10.0, repeat: int = 1) -> LaunchResult:
-        """Dispatch `grid` workgroups of the kernel; buffers written by it (access "write" or
-        "readwrite") are copied back into the same numpy arrays. `repeat` dispatches it that
-        many times back to back on the same buffers (one upload, one readback; each dispatch
-        sees the previous one's writes), each timed."""
-        bound = bind(abi, args)
+        """Dispatch `grid` workgroups of the kernel and wait. NumPy buffers written by it
+        (access "write" or "readwrite") are copied back into the same arrays. `repeat`
+        dispatches it that many times back to back on the same buffers (one upload, one
+        readback; each dispatch sees the previous one's writes), each timed."""
+        pending = self.enqueue(spv, entry, grid, abi, args, repeat=repeat, label="kernel")
+        self.synchronize(timeout_s)
+        return LaunchResult(pending.times_ms)
+
+    def enqueue(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict | Binder,
+                args: list, *, repeat: int = 1, label: str = "kernel",
+                timeout_s: float | None = None) -> PendingTimes:
+        """Record a launch into the open batch and return without waiting, unless an argument
+        is a NumPy array: then the batch is submitted and waited for, and results are in the
+        arrays on return. The returned PendingTimes gets its device times at the
+        synchronisation that sees the launch complete. `abi` may be a Binder made once for
+        the kernel (faster)."""
+        return self.record(self.prepare(spv, entry, grid, abi, args, repeat), label, timeout_s)
+
+    def prepare(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict | Binder,
+                args: list, repeat: int = 1) -> Prepared:
+        """Check and bind a launch (no GPU work): `record` records it, and may record it again
+        (same arguments) when it has only device arrays."""
+        binder = abi if isinstance(abi, Binder) else Binder(abi)
+        bound = binder.bind(args)
+        abi = binder.abi
         grid = _check_grid(grid)
-        repeat = check_repeat(repeat)
+        if repeat != 1:
+            repeat = check_repeat(repeat)
         with self._lock:
             ctx = self._context()
             caps = ctx.device.capabilities
-            for axis, (n, limit) in enumerate(zip(grid, caps.max_compute_workgroup_count)):
-                if n > limit:
-                    raise ArgumentError(f"grid[{axis}] = {n} exceeds the device limit {limit}")
+            if grid not in ctx.grids_ok:
+                for axis, (n, limit) in enumerate(zip(grid, caps.max_compute_workgroup_count)):
+                    if n > limit:
+                        raise ArgumentError(f"grid[{axis}] = {n} exceeds the device limit {limit}")
+                if len(ctx.grids_ok) < 1024:
+                    ctx.grids_ok.add(grid)
             push_size = 8 if abi["mode"] == "arg_buffer" else abi["size"]
             if push_size > caps.max_push_constants_size:
                 raise ArgumentError(
                     f"kernel needs {push_size} bytes of push constants; {caps.device_name} "
                     f"allows {caps.max_push_constants_size} (compile with arg_buffer mode)")
+            device_only = abi["mode"] == "push_constants"
+            accesses = []
+            for b in bound.buffers:
+                view = b.array
+                if type(view) is not DeviceView:
+                    device_only = False
+                    continue
+                if view.allocation.owner is not ctx.memory:
+                    raise ArgumentError(f"parameter {b.names[0]}: the array was made on a device "
+                                        "that has since been lost or closed; make it again")
+                bound.set_address(b, view.address)
+                if view.nbytes:     # a write conflicts with any later access: one entry
+                    accesses.append((id(view.allocation), view.offset, view.offset + view.nbytes,
+                                     b.readback))
             try:
                 pipeline = ctx.pipelines.get(bytes(spv), entry, abi.get("required_subgroup_size"),
                                              push_size, abi.get("specialization", ()))
-                ctx.reserve_timestamps(repeat)
-                return self._run(ctx, pipeline, grid, abi["mode"], bound, timeout_s, repeat)
+            except (DeviceLost, VulkanTimeout):
+                self._abandon()
+                raise
+        return Prepared(ctx, pipeline, grid, abi["mode"], bound, repeat,
+                        bytes(bound.block) if device_only else None, accesses)
+
+    def record(self, prepared: Prepared, label: str = "kernel",
+               timeout_s: float | None = None) -> PendingTimes:
+        """Record a prepared launch (see `enqueue`)."""
+        with self._lock:
+            ctx = self._context()
+            if prepared.ctx is not ctx:
+                raise ArgumentError("the launch was prepared on a device that has since been "
+                                    "lost or closed")
+            pending = PendingTimes(label)
+            host = prepared.push is None
+            try:
+                if host:
+                    self._record_launch(ctx, prepared.pipeline, prepared.grid, prepared.mode,
+                                        prepared.bound, prepared.repeat, pending)
+                else:
+                    self._record_dispatch(ctx, self._open(ctx, 2 * prepared.repeat),
+                                          prepared.pipeline, prepared.grid, prepared.push,
+                                          prepared.accesses, prepared.repeat, pending)
             except (DeviceLost, VulkanTimeout):
                 self._abandon()
                 raise
             except (OutOfDeviceMemory, OutOfHostMemory):
                 ctx.memory.trim()
                 raise
+            if host or self._should_submit(ctx):
+                self._flush(ctx)
+        if host:
+            self.synchronize(timeout_s)
+        return pending
 
-    def _abandon(self) -> None:
-        """Drop the context after loss or a hang. It is destroyed only if its last submission
-        is over (done or lost): destroying objects a hung kernel still uses is undefined."""
-        ctx, self._ctx = self._ctx, None
-        if ctx is not None and lib.vkGetFenceStatus(ctx.device.handle, ctx.fences[0]) in (0, -4):
-            ctx.destroy()
+    def _should_submit(self, ctx: _Context) -> bool:
+        """Keep the GPU busy without a submission per launch: submit when the batch is large,
+        or when fewer than two batches are still running (after retiring finished ones) and
+        either the last finished launch took long on the device (each submission then pays
+        for itself) or the batch has grown to LAZY_BATCH launches."""
+        dispatches = ctx.recording.dispatches
+        if dispatches >= MAX_BATCH_DISPATCHES:
+            return True
+        if self._held:
+            return False
+        if not ctx.eager and dispatches < LAZY_BATCH:
+            return False
+        in_flight, dev = ctx.in_flight, ctx.device.handle
+        while in_flight and lib.vkGetFenceStatus(dev, in_flight[0].fences[0]) == 0:
+            self._retire(ctx, in_flight[0], self.timeout_s)
+        return len(in_flight) < 2
 
-    def _run(self, ctx: _Context, pipeline: Any, grid: tuple[int, int, int], mode: str,
-             bound: BoundArguments, timeout_s: float, repeat: int) -> LaunchResult:
-        acquired: list[Allocation] = []
-        memory = ctx.memory
-
-        def take(kind: str, size: int) -> Allocation:
-            allocation = memory.acquire(kind, size)
-            acquired.append(allocation)
-            return allocation
-
-        try:
-            transfers = []
-            for b in bound.buffers:
-                nbytes = b.array.nbytes
-                if ctx.direct:
-                    target, staging = take("unified", nbytes), None
-                    if b.upload and nbytes:
-                        ffi.memmove(target.mapped, b.array, nbytes)
-                else:
-                    target = take("device", nbytes)
-                    staging = take("host", nbytes) if nbytes else None
-                    if b.upload and nbytes:
-                        ffi.memmove(staging.mapped, b.array, nbytes)
-                bound.set_address(b, target.address)
-                transfers.append(_Transfer(b.array, target, staging, b.upload, b.readback))
-            if mode == "arg_buffer":
-                arg_buffer = take("unified" if ctx.direct else "host", len(bound.block))
-                ffi.memmove(arg_buffer.mapped, bytes(bound.block), len(bound.block))
-                push = arg_buffer.address.to_bytes(8, "little")
-            else:
-                push = bytes(bound.block)
-            self._record(ctx, pipeline, grid, push, transfers, repeat)
-            self._submit_and_wait(ctx, timeout_s)
-            for t in transfers:
-                if t.readback and t.array.nbytes:
-                    ffi.memmove(t.array, (t.staging or t.target).mapped, t.array.nbytes)
-            return LaunchResult(self._device_times_ms(ctx, repeat))
-        finally:
-            for allocation in acquired:
-                memory.release(allocation)
+    def _open(self, ctx: _Context, queries: int = 0) -> Submission:
+        """The recording submission, begun if needed, with room for `queries` timestamps."""
+        sub = ctx.recording
+        if sub is not None and sub.queries_used + queries > sub.capacity:
+            self._flush(ctx)
+            sub = None
+        if sub is None:
+            if not ctx.idle and len(ctx.in_flight) >= MAX_IN_FLIGHT:
+                self._retire(ctx, ctx.in_flight[0], self.timeout_s)
+            sub = ctx.submission()
+            sub.reserve_queries(queries)
+            sub.begin(ctx.begin_info)
+            ctx.recording = sub
+        return sub
 
     @staticmethod
-    def _record(ctx: _Context, pipeline: Any, grid: tuple[int, int, int], push: bytes,
-                transfers: list[_Transfer], repeat: int) -> None:
-        cmd = ctx.command_buffers[0]
-        check(lib.vkBeginCommandBuffer(cmd, ctx.begin_info), "vkBeginCommandBuffer")
-        lib.vkCmdResetQueryPool(cmd, ctx.query_pool, 0, 2 * repeat)
-        uploads = [t for t in transfers if t.upload and t.staging is not None]
-        for t in uploads:
-            _copy(cmd, t.staging, t.target, t.array.nbytes)
-        all_stages = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | vk.VK_PIPELINE_STAGE_HOST_BIT
-        lib.vkCmdPipelineBarrier(cmd, all_stages, all_stages, 0, 1, ctx.barrier, 0, ffi.NULL,
-                                 0, ffi.NULL)
-        bottom = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
-        lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
+    def _touch(ctx: _Context, sub: Submission, accesses) -> None:
+        """Insert a barrier if any (allocation, lo, hi, write) access conflicts with an earlier
+        command of the batch since the last barrier, then note the accesses."""
+        hazards = sub.hazards
+        for key, lo, hi, write in accesses:
+            if hazards.conflicts(key, lo, hi, write):
+                sub.barrier(ctx.barrier)
+                break
+        for key, lo, hi, write in accesses:
+            hazards.add(key, lo, hi, write)
+
+    def _copy(self, ctx: _Context, sub: Submission, src: Allocation, src_offset: int,
+              dst: Allocation, dst_offset: int, size: int) -> None:
+        self._touch(ctx, sub, ((id(src), src_offset, src_offset + size, False),
+                               (id(dst), dst_offset, dst_offset + size, True)))
+        region = ctx.copy_region
+        region.srcOffset, region.dstOffset, region.size = src_offset, dst_offset, size
+        lib.vkCmdCopyBuffer(sub.cmd, src.buffer, dst.buffer, 1, region)
+
+    def _record_launch(self, ctx: _Context, pipeline: Any, grid: tuple[int, int, int],
+                       mode: str, bound: BoundArguments, repeat: int,
+                       pending: PendingTimes) -> None:
+        """Record a launch with NumPy arguments: uploads, the dispatches, readbacks (copied
+        into the arrays when the submission completes)."""
+        memory = ctx.memory
+        sub = self._open(ctx, 2 * repeat)
+        accesses, readbacks = [], []
+        for b in bound.buffers:
+            view = b.array
+            if type(view) is DeviceView:
+                if view.nbytes:     # a write conflicts with any later access: one entry
+                    accesses.append((id(view.allocation), view.offset, view.offset + view.nbytes,
+                                     b.readback))
+                bound.set_address(b, view.address)
+                continue
+            array, nbytes = view, view.nbytes
+            # Every NumPy buffer is uploaded, even write-only ones: what the kernel does not
+            # write must come back as the caller's own values, never as other memory.
+            if ctx.direct:
+                target = memory.acquire("unified", nbytes)
+                sub.releases.append(target)
+                if nbytes:
+                    hostcopy.to_mapped(target.mapped, array)
+            else:
+                target = memory.acquire("device", nbytes)
+                sub.releases.append(target)
+                if nbytes:
+                    staging = memory.acquire("host", nbytes)
+                    sub.releases.append(staging)
+                    hostcopy.to_mapped(staging.mapped, array)
+                    self._copy(ctx, sub, staging, 0, target, 0, nbytes)
+            bound.set_address(b, target.address)
+            if nbytes:
+                accesses.append((id(target), 0, nbytes, b.readback))
+                if b.readback:
+                    readbacks.append((array, target))
+        if mode == "arg_buffer":
+            arg_buffer = memory.acquire("unified" if ctx.direct else "host", len(bound.block))
+            sub.releases.append(arg_buffer)
+            ffi.memmove(arg_buffer.mapped, bytes(bound.block), len(bound.block))
+            push = arg_buffer.address.to_bytes(8, "little")
+        else:
+            push = bytes(bound.block)
+        self._record_dispatch(ctx, sub, pipeline, grid, push, accesses, repeat, pending)
+        for array, target in readbacks:
+            self._read_into(ctx, sub, target, 0, array)
+
+    def _record_dispatch(self, ctx: _Context, sub: Submission, pipeline: Any,
+                         grid: tuple[int, int, int], push: bytes, accesses: list, repeat: int,
+                         pending: PendingTimes) -> None:
+        """A barrier if a hazard needs one, the pipeline if not bound, the push constants, and
+        `repeat` timed dispatches."""
+        self._touch(ctx, sub, accesses)
+        cmd = sub.cmd
+        if sub.bound_pipeline is not pipeline:
+            lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
+            sub.bound_pipeline = pipeline
         if push:
             lib.vkCmdPushConstants(cmd, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0,
                                    len(push), push)
+        first = sub.queries_used
+        pool = sub.query_pool
         for i in range(repeat):
-            lib.vkCmdWriteTimestamp(cmd, bottom, ctx.query_pool, 2 * i)
+            if i:
+                sub.barrier(ctx.barrier)     # each repeat sees the previous one's writes
+            lib.vkCmdWriteTimestamp(cmd, TOP, pool, first + 2 * i)
             lib.vkCmdDispatch(cmd, *grid)
-            lib.vkCmdWriteTimestamp(cmd, bottom, ctx.query_pool, 2 * i + 1)
-            lib.vkCmdPipelineBarrier(cmd, all_stages, all_stages, 0, 1, ctx.barrier, 0,
-                                     ffi.NULL, 0, ffi.NULL)
-        readbacks = [t for t in transfers if t.readback and t.staging is not None]
-        for t in readbacks:
-            _copy(cmd, t.target, t.staging, t.array.nbytes)
-        if readbacks:
-            lib.vkCmdPipelineBarrier(cmd, all_stages, all_stages, 0, 1, ctx.barrier, 0,
-                                     ffi.NULL, 0, ffi.NULL)
-        check(lib.vkEndCommandBuffer(cmd), "vkEndCommandBuffer")
+            lib.vkCmdWriteTimestamp(cmd, BOTTOM, pool, first + 2 * i + 1)
+        if repeat > 1:
+            self._touch(ctx, sub, accesses)
+        sub.queries_used += 2 * repeat
+        sub.dispatches += repeat
+        sub.launches.append((pending, first, repeat))
 
-    @staticmethod
-    def _submit_and_wait(ctx: _Context, timeout_s: float) -> None:
+    def _read_into(self, ctx: _Context, sub: Submission, source: Allocation, offset: int,
+                   out: np.ndarray) -> None:
+        """Record a copy of `out.nbytes` bytes at `offset` of `source` into `out` (done on
+        the host once the submission completes)."""
+        nbytes = out.nbytes
+        if not nbytes:
+            return
+        if source.mapped is not None and ctx.direct:
+            self._touch(ctx, sub, ((id(source), offset, offset + nbytes, False),))
+            host, host_offset = source, offset
+        else:
+            host, host_offset = ctx.memory.acquire("host", nbytes), 0
+            sub.releases.append(host)
+            self._copy(ctx, sub, source, offset, host, 0, nbytes)
+        sub.after.append(lambda: hostcopy.from_mapped(out, host.mapped + host_offset))
+
+    # ------------------------------------------------------------------ device memory
+    def allocate(self, nbytes: int, zero: bool = True) -> tuple[Allocation, _Context]:
+        """A buffer for a device array of `nbytes` (pooled), zero-filled on the device first
+        unless the caller writes every byte itself. Returns it and the context that owns it."""
+        with self._lock:
+            ctx = self._context()
+            allocation = ctx.memory.acquire("unified" if ctx.direct else "device", nbytes)
+            ctx.array_count += 1
+            ctx.array_bytes += allocation.size
+            if zero:
+                sub = self._open(ctx)
+                self._touch(ctx, sub, ((id(allocation), 0, allocation.size, True),))
+                lib.vkCmdFillBuffer(sub.cmd, allocation.buffer, 0, allocation.size, 0)
+            return allocation, ctx
+
+    def free(self, allocation: Allocation, ctx: _Context) -> None:
+        """Give a device array's buffer back to the pool once no queued work uses it."""
+        with self._lock:
+            if ctx is not self._ctx or not ctx.alive:
+                return          # its device is gone (the whole context was destroyed)
+            ctx.array_count -= 1
+            ctx.array_bytes -= allocation.size
+            if ctx.recording is not None:
+                ctx.recording.releases.append(allocation)
+            elif ctx.in_flight:
+                ctx.in_flight[-1].releases.append(allocation)
+            else:
+                ctx.memory.release(allocation)
+
+    def write(self, allocation: Allocation, offset: int, data: np.ndarray) -> None:
+        """Queue an upload of `data` (C-contiguous) to byte `offset` of `allocation`. The bytes
+        are copied into staging memory now, so `data` may change right after."""
+        nbytes = data.nbytes
+        if not nbytes:
+            return
+        with self._lock:
+            ctx = self._context()
+            sub = self._open(ctx)
+            staging = ctx.memory.acquire("host", nbytes)
+            sub.releases.append(staging)
+            hostcopy.to_mapped(staging.mapped, data)
+            self._copy(ctx, sub, staging, 0, allocation, offset, nbytes)
+
+    def copy(self, src: Allocation, src_offset: int, dst: Allocation, dst_offset: int,
+             nbytes: int) -> None:
+        """Queue a device-to-device copy."""
+        if nbytes:
+            with self._lock:
+                ctx = self._context()
+                self._copy(ctx, self._open(ctx), src, src_offset, dst, dst_offset, nbytes)
+
+    def read(self, allocation: Allocation, offset: int, out: np.ndarray,
+             timeout_s: float | None = None) -> None:
+        """Copy bytes at `offset` of `allocation` into `out` after all queued work (waits)."""
+        with self._lock:
+            ctx = self._context()
+            self._read_into(ctx, self._open(ctx), allocation, offset, out)
+        self.synchronize(timeout_s)
+
+    # ------------------------------------------------------------------ synchronisation
+    @contextmanager
+    def batch(self):
+        """`with runtime.batch(): ...` records the launches inside into as few command
+        buffers as possible (up to MAX_BATCH_DISPATCHES each) and submits at the end, instead
+        of submitting early to keep the GPU busy: no submission gaps between them."""
+        with self._lock:
+            self._held += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._held -= 1
+            if not self._held:
+                self.flush()
+
+    def flush(self) -> None:
+        """Submit the open batch without waiting."""
+        with self._lock:
+            if self._ctx is not None:
+                self._flush(self._ctx)
+
+    def _flush(self, ctx: _Context) -> None:
+        sub = ctx.recording
+        if sub is None:
+            return
+        ctx.recording = None
+        sub.barrier(ctx.barrier, hazard=False)      # the host and the next batch see every write
+        check(lib.vkEndCommandBuffer(sub.cmd), "vkEndCommandBuffer")
+        check(lib.vkResetFences(ctx.device.handle, 1, sub.fences), "vkResetFences")
+        result = lib.vkQueueSubmit(ctx.device.queue, 1, sub.submit_info, sub.fences[0])
+        ctx.in_flight.append(sub)
+        if result:
+            self._fail(ctx, DeviceLost if result == -4 else VulkanError,
+                       f"submitting the batch failed ({result})", sub)
+
+    def synchronize(self, timeout_s: float | None = None) -> None:
+        """Submit the open batch and wait for every queued launch; raises the first error of
+        a launch (device lost, hang) naming it."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        with self._lock:
+            ctx = self._ctx
+            if ctx is None:
+                return
+            self._flush(ctx)
+            while ctx.in_flight:
+                self._retire(ctx, ctx.in_flight[0], timeout)
+
+    def _retire(self, ctx: _Context, sub: Submission, timeout_s: float) -> None:
+        """Wait for the oldest submission, hand out its timestamps, run its host copies and
+        release its buffers."""
         dev = ctx.device.handle
-        check(lib.vkResetFences(dev, 1, ctx.fences), "vkResetFences")
-        check(lib.vkQueueSubmit(ctx.device.queue, 1, ctx.submit_info, ctx.fences[0]),
-              "vkQueueSubmit")
-        result = lib.vkWaitForFences(dev, 1, ctx.fences, 1, max(0, int(timeout_s * 1e9)))
+        # Poll briefly first: a blocking wait wakes up tens of microseconds late, which is
+        # most of a short launch's round trip.
+        fence, deadline = sub.fences[0], time.perf_counter() + SPIN_S
+        result = lib.vkGetFenceStatus(dev, fence)
+        while result == 1 and time.perf_counter() < deadline:
+            result = lib.vkGetFenceStatus(dev, fence)
+        if result == 1:
+            result = lib.vkWaitForFences(dev, 1, sub.fences, 1, max(0, int(timeout_s * 1e9)))
         if result == 2:
-            raise VulkanTimeout(f"kernel did not finish within {timeout_s} s; the GPU may have "
-                                "hung (a loop that never ends?). The device will be recreated "
-                                "on the next launch.", result)
-        check(result, "waiting for the kernel")
+            culprit = self._unfinished(ctx, sub)
+            self._fail(ctx, VulkanTimeout,
+                       f"{culprit} did not finish within {timeout_s} s; the GPU may have hung "
+                       "(a loop that never ends?). The device will be recreated on the next "
+                       "launch.", sub)
+        if result:
+            self._fail(ctx, DeviceLost if result == -4 else VulkanError,
+                       f"the device failed ({result}) while running "
+                       f"{_names([p for p, _, _ in sub.launches])}", sub)
+        ctx.in_flight.popleft()
+        try:
+            self._hand_out_times(ctx, sub)
+            for work in sub.after:
+                work()
+        finally:
+            for allocation in sub.releases:
+                ctx.memory.release(allocation)
+            sub.releases.clear()
+            sub.after.clear()
+            sub.launches.clear()
+            ctx.idle.append(sub)
+
+    def _fail(self, ctx: _Context, kind: type, message: str, sub: Submission) -> None:
+        """Mark every launch not yet complete as failed, drop the device, raise."""
+        error = kind(message)
+        subs = list(ctx.in_flight) + ([ctx.recording] if ctx.recording else [])
+        for s in subs:
+            for pending, _, _ in s.launches:
+                pending.error = error
+        self._abandon()
+        raise error
+
+    def _unfinished(self, ctx: _Context, sub: Submission) -> str:
+        """The first launch of `sub` whose last timestamp is not available yet."""
+        n = sub.queries_used
+        if n and ctx.device.timestamp_bits:
+            lib.vkGetQueryPoolResults(ctx.device.handle, sub.query_pool, 0, n, 16 * n,
+                                      sub.timestamps, 16, vk.VK_QUERY_RESULT_64_BIT
+                                      | vk.VK_QUERY_RESULT_WITH_AVAILABILITY_BIT)
+            for pending, first, count in sub.launches:
+                if not sub.timestamps[2 * (first + 2 * count - 1) + 1]:
+                    return pending.label
+        return _names([p for p, _, _ in sub.launches])
 
     @staticmethod
-    def _device_times_ms(ctx: _Context, repeat: int) -> tuple[float, ...]:
-        if ctx.device.timestamp_bits == 0:
-            return (math.nan,) * repeat
-        result = lib.vkGetQueryPoolResults(
-            ctx.device.handle, ctx.query_pool, 0, 2 * repeat, 16 * repeat, ctx.timestamps, 8,
-            vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT)
-        check(result, "vkGetQueryPoolResults")
-        ts = ctx.timestamps
-        return tuple(((ts[2 * i + 1] - ts[2 * i]) & ctx.timestamp_mask) * ctx.timestamp_period_ns / 1e6
-                     for i in range(repeat))
+    def _hand_out_times(ctx: _Context, sub: Submission) -> None:
+        n = sub.queries_used
+        if not n:
+            return
+        ticks = None
+        if ctx.device.timestamp_bits:
+            check(lib.vkGetQueryPoolResults(ctx.device.handle, sub.query_pool, 0, n, 8 * n,
+                                            sub.timestamps, 8, vk.VK_QUERY_RESULT_64_BIT
+                                            | vk.VK_QUERY_RESULT_WAIT_BIT),
+                  "vkGetQueryPoolResults")
+            ticks = np.frombuffer(ffi.buffer(sub.timestamps, 8 * n), np.uint64).copy()
+        period, mask = ctx.timestamp_period_ns, ctx.timestamp_mask
+        for pending, first, count in sub.launches:
+            pending.finish(ticks, first, count, period, mask)
+        if ticks is not None:
+            last = (int(ticks[n - 1]) - int(ticks[n - 2])) & mask
+            ctx.eager = last * period / 1e6 >= EAGER_MS
+
+    def _abandon(self) -> None:
+        """Drop the context after loss or a hang. It is destroyed only if its submissions are
+        over (done or lost): destroying objects a hung kernel still uses is undefined."""
+        ctx, self._ctx = self._ctx, None
+        if ctx is not None:
+            ctx.alive = False
+            if ctx.all_done():
+                ctx.destroy()
 
 
-def _copy(cmd: Any, src: Allocation, dst: Allocation, size: int) -> None:
-    region = ffi.new("VkBufferCopy*", {"size": size})
-    lib.vkCmdCopyBuffer(cmd, src.buffer, dst.buffer, 1, region)
+def _names(pendings: list[PendingTimes]) -> str:
+    labels = list(dict.fromkeys(p.label for p in pendings))
+    if len(labels) == 1:
+        return labels[0]
+    more = f" and {len(labels) - 4} more" if len(labels) > 4 else ""
+    return "one of " + ", ".join(labels[:4]) + more
 
 
 def _check_grid(grid: Any) -> tuple[int, int, int]:
+    if type(grid) is tuple and len(grid) == 3:
+        a, b, c = grid
+        if type(a) is int and type(b) is int and type(c) is int and min(a, b, c) >= 0:
+            return grid
     try:
         values = tuple(int(n) for n in grid)
     except (TypeError, ValueError):

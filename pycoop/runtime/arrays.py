@@ -1,0 +1,409 @@
+"""Device arrays: `pycoop.Array` and its constructors, on every backend.
+
+An Array lives where it was made: on Vulkan in a pooled device buffer (kernels get its device
+address, nothing is copied), on the emulator in a NumPy buffer the emulator runs on in place.
+A kernel launched on Arrays runs on their backend; Arrays of different backends never mix
+silently: `a.to("emulator")` is the explicit (copying) move. Memory is freed when the last
+reference (the Array and every view of it) goes, after any queued launch that uses it.
+
+Every constructor returns zero-filled memory unless it writes every byte itself (`asarray`,
+`full`): pycoop never hands out bytes an earlier buffer left behind, on any backend.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from .. import knobs
+from ..errors import ArgumentError, BackendUnavailable
+from ..types import ScalarType
+from . import interop
+from .vulkan.abi import DeviceView, numpy_dtype
+
+_lock = threading.Lock()
+_emulator_stats = {"array_count": 0, "array_bytes": 0}
+_vulkan_ok: bool | None = None
+
+
+def _error(message: str, hint: str) -> ArgumentError:
+    return ArgumentError(f"{message}\n  hint: {hint}")
+
+
+def _dtype(dtype: Any) -> np.dtype:
+    """A NumPy dtype from a NumPy dtype/name or a pycoop scalar type (pc.f32, pc.bf16...)."""
+    if isinstance(dtype, ScalarType):
+        dtype = dtype.dtype
+    if isinstance(dtype, str):
+        return numpy_dtype(dtype)
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise _error(f"{dtype!r} is not a dtype",
+                     "pass a NumPy dtype (np.float32) or a pycoop type (pc.f32)") from None
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if not all(isinstance(n, (int, np.integer)) and n >= 0 for n in shape):
+        raise ArgumentError(f"an array shape is a tuple of non-negative ints, got {shape!r}")
+    return tuple(int(n) for n in shape)
+
+
+def resolve_backend(backend: str | None = None) -> str:
+    """Where a new array goes: `backend`, else `pycoop.use_backend(...)`, else
+    $PYCOOP_BACKEND; "auto" means Vulkan if a device is usable, else the emulator."""
+    from .backend import BACKENDS, _local
+    name = backend or getattr(_local, "backend", None) or knobs.backend()
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    if name == "auto":
+        global _vulkan_ok
+        if _vulkan_ok is None:
+            try:
+                vulkan_runtime()
+                _vulkan_ok = True
+            except BackendUnavailable:
+                _vulkan_ok = False
+        return "vulkan" if _vulkan_ok else "emulator"
+    return name
+
+
+def vulkan_runtime():
+    """The process-wide VulkanRuntime (BackendUnavailable if there is none)."""
+    runtime = _vulkan_module._runtime if _vulkan_module is not None else None
+    if runtime is not None:
+        return runtime
+    return _make_vulkan_runtime()
+
+
+_vulkan_module = None       # pycoop.runtime.vulkan.runtime once loaded (pyvulkan found)
+
+
+def _make_vulkan_runtime():
+    global _vulkan_module
+    try:
+        from .vulkan import VulkanUnavailable, get_runtime
+    except ImportError as e:
+        raise BackendUnavailable(f"Vulkan is not available: {e}") from None
+    try:
+        runtime = get_runtime()
+    except VulkanUnavailable as e:
+        raise BackendUnavailable(f"Vulkan is not available: {e}") from None
+    from .vulkan import runtime as module
+    _vulkan_module = module
+    return runtime
+
+
+class _HostStorage:
+    """Emulator memory: a zero-filled NumPy byte buffer."""
+    backend = "emulator"
+
+    def __init__(self, nbytes: int):
+        self.data = np.zeros(nbytes, np.uint8)
+        self.nbytes = nbytes
+        with _lock:
+            _emulator_stats["array_count"] += 1
+            _emulator_stats["array_bytes"] += nbytes
+
+    def __del__(self):
+        with _lock:
+            _emulator_stats["array_count"] -= 1
+            _emulator_stats["array_bytes"] -= self.nbytes
+
+
+class _VulkanStorage:
+    """A pooled device buffer; given back (after the work queued on it) when collected."""
+    backend = "vulkan"
+
+    def __init__(self, nbytes: int, zero: bool):
+        self.runtime = vulkan_runtime()
+        self.nbytes = nbytes
+        self.allocation, self.ctx = self.runtime.allocate(nbytes, zero)
+        self.cuda = None        # the CUDA import of this buffer, made on first torch use
+
+    def check(self) -> None:
+        if not self.ctx.alive:
+            raise BackendUnavailable("this array's Vulkan device was lost or closed; its "
+                                     "contents are gone (make the array again)")
+
+    def __del__(self):
+        try:
+            if self.cuda is not None:
+                self.cuda.close()
+            self.runtime.free(self.allocation, self.ctx)
+        except Exception:       # interpreter shutdown: the runtime may be gone already
+            pass
+
+
+class Array:
+    """An n-dimensional, C-contiguous array in a backend's memory (see the module docstring).
+    Views (`reshape`, `a[i:j]`) share the memory and carry an element offset."""
+
+    __slots__ = ("_storage", "_byte_offset", "shape", "dtype", "__weakref__")
+
+    def __init__(self, storage, byte_offset: int, shape: tuple[int, ...], dtype: np.dtype):
+        self._storage, self._byte_offset = storage, byte_offset
+        self.shape, self.dtype = shape, dtype
+
+    # -------------------------------------------------------------- properties
+    @property
+    def backend(self) -> str:
+        """"vulkan" or "emulator": where the memory is, and where kernels on it run."""
+        return self._storage.backend
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def offset(self) -> int:
+        """Elements from the start of the underlying buffer to this view's first element."""
+        return self._byte_offset // self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        view = f", offset={self.offset}" if self._byte_offset else ""
+        return f"pycoop.Array(shape={self.shape}, dtype={self.dtype.name}, backend={self.backend}{view})"
+
+    # -------------------------------------------------------------- views
+    def reshape(self, *shape) -> "Array":
+        """A view with another shape of the same size (one dimension may be -1)."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        shape = tuple(int(n) for n in shape)
+        if shape.count(-1) > 1 or any(n < -1 for n in shape):
+            raise ArgumentError(f"cannot reshape an array to {shape}")
+        if -1 in shape:
+            known = 1
+            for n in shape:
+                known *= n if n != -1 else 1
+            if known == 0 or self.size % known:
+                raise ArgumentError(f"cannot reshape an array of size {self.size} to {shape}")
+            shape = tuple(self.size // known if n == -1 else n for n in shape)
+        new = 1
+        for n in shape:
+            new *= n
+        if new != self.size:
+            raise ArgumentError(f"cannot reshape an array of size {self.size} to {shape}")
+        return Array(self._storage, self._byte_offset, shape, self.dtype)
+
+    def __getitem__(self, index) -> "Array":
+        """`a[i:j]` (step 1) or `a[i]` along the first axis: a view, never a copy."""
+        if not self.shape:
+            raise IndexError("a 0-d array cannot be indexed")
+        n = self.shape[0]
+        row = self.nbytes // n if n else 0
+        if isinstance(index, (int, np.integer)):
+            i = int(index) + (n if index < 0 else 0)
+            if not 0 <= i < n:
+                raise IndexError(f"index {index} is out of bounds for axis 0 with size {n}")
+            return Array(self._storage, self._byte_offset + i * row, self.shape[1:], self.dtype)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step != 1:
+                raise _error("only contiguous slices (step 1) of an Array are views",
+                             "copy to NumPy with .numpy() for strided access")
+            stop = max(stop, start)
+            return Array(self._storage, self._byte_offset + start * row,
+                         (stop - start,) + self.shape[1:], self.dtype)
+        raise _error(f"an Array is indexed by an int or a slice along its first axis, "
+                     f"got {index!r}", "use .numpy() for other indexing")
+
+    # -------------------------------------------------------------- data movement
+    def numpy(self) -> np.ndarray:
+        """A NumPy copy of the contents; waits for the queued launches that write them."""
+        out = np.empty(self.shape, self.dtype)
+        if self.backend == "emulator":
+            np.copyto(out, self._host_view())
+        else:
+            self._storage.check()
+            self._storage.runtime.read(self._storage.allocation, self._byte_offset, out)
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def copy_from(self, source: Any) -> "Array":
+        """Overwrite the contents with `source` (NumPy-like, torch tensor or Array) of the
+        same size and dtype. Host data is taken now; the copy itself is queued."""
+        if isinstance(source, Array):
+            if source.nbytes != self.nbytes or source.dtype != self.dtype:
+                raise ArgumentError(f"copy_from: source {source.shape} {source.dtype} does not "
+                                    f"match {self.shape} {self.dtype}")
+            if source.backend == self.backend == "vulkan":
+                source._storage.check()
+                self._storage.check()
+                self._storage.runtime.copy(source._storage.allocation, source._byte_offset,
+                                           self._storage.allocation, self._byte_offset,
+                                           self.nbytes)
+                return self
+            source = source.numpy()
+        data = interop.host_array(source, "source")
+        if data.size != self.size:
+            raise _error(f"copy_from: source has {data.size} elements, the array "
+                         f"{self.size}", interop.reshape_hint(source, self.shape))
+        if data.dtype != self.dtype:
+            raise _error(f"copy_from: source dtype {data.dtype} is not the array's "
+                         f"{self.dtype}", interop.dtype_hint(source, "source", self.dtype))
+        data = np.ascontiguousarray(data)
+        if self.backend == "emulator":
+            self._host_view()[...] = data.reshape(self.shape)
+        else:
+            self._storage.check()
+            self._storage.runtime.write(self._storage.allocation, self._byte_offset, data)
+        return self
+
+    def to(self, backend: str) -> "Array":
+        """This array on `backend` ("vulkan", "emulator"): itself if it is there, else a copy."""
+        if resolve_backend(backend) == self.backend:
+            return self
+        return asarray(self.numpy(), backend=backend)
+
+    def torch(self):
+        """A torch tensor on the same memory: a CPU tensor for emulator arrays, a CUDA tensor
+        for Vulkan arrays on an NVIDIA GPU (see docs/arrays.md for synchronisation)."""
+        return interop.to_torch(self)
+
+    # -------------------------------------------------------------- DLPack
+    def __dlpack_device__(self) -> tuple[int, int]:
+        if self.backend == "emulator":
+            return (1, 0)                       # kDLCPU
+        return interop.cuda_dlpack_device(self)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if self.backend == "emulator":
+            view = self._host_view()
+            kwargs = {} if max_version is None else {"max_version": max_version}
+            try:
+                return view.__dlpack__(stream=stream, **kwargs)
+            except TypeError:            # NumPy before DLPack 1.0 arguments
+                return view.__dlpack__(stream=stream)
+        return interop.cuda_dlpack(self, stream=stream, max_version=max_version)
+
+    # -------------------------------------------------------------- kernels
+    def _host_view(self) -> np.ndarray:
+        """The emulator memory of this view, as a NumPy array (no copy)."""
+        data = self._storage.data[self._byte_offset:self._byte_offset + self.nbytes]
+        return data.view(self.dtype).reshape(self.shape)
+
+    def kernel_argument(self):
+        """What a launch on this array's backend passes: the NumPy memory (emulator) or a
+        DeviceView (Vulkan)."""
+        storage = self._storage
+        if storage.backend == "emulator":
+            return self._host_view()
+        if not storage.ctx.alive:
+            storage.check()
+        return DeviceView(storage.allocation, self._byte_offset, self.nbytes, self.dtype)
+
+
+# ------------------------------------------------------------------ constructors
+def _new(shape, dtype, backend, zero: bool) -> Array:
+    shape, dtype = _shape(shape), _dtype(dtype)
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * dtype.itemsize
+    be = resolve_backend(backend)
+    storage = _HostStorage(nbytes) if be == "emulator" else _VulkanStorage(nbytes, zero)
+    return Array(storage, 0, shape, dtype)
+
+
+def empty(shape, dtype=np.float32, *, backend: str | None = None) -> Array:
+    """A new array. Unlike `numpy.empty` its memory is zero-filled on every backend (pycoop
+    never shows an earlier buffer's bytes); use it where the values do not matter."""
+    return _new(shape, dtype, backend, True)
+
+
+def zeros(shape, dtype=np.float32, *, backend: str | None = None) -> Array:
+    """A new zero-filled array."""
+    return _new(shape, dtype, backend, True)
+
+
+def full(shape, fill_value, dtype=np.float32, *, backend: str | None = None) -> Array:
+    """A new array with every element `fill_value`."""
+    dtype = _dtype(dtype)
+    return asarray(np.full(_shape(shape), fill_value, dtype), backend=backend)
+
+
+def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
+    """An Array with the contents of `obj` (NumPy array, torch tensor, anything NumPy or DLPack
+    can read, or an Array). Always a copy, except an Array already on `backend` with this
+    dtype, which is returned as is. A CUDA tensor is copied device to device."""
+    if isinstance(obj, Array):
+        if (dtype is None or _dtype(dtype) == obj.dtype) and (
+                backend is None or resolve_backend(backend) == obj.backend):
+            return obj
+        obj = obj.numpy()
+    be = resolve_backend(backend)
+    if be == "vulkan" and interop.is_cuda_tensor(obj):
+        return interop.from_cuda_tensor(obj, dtype)
+    if isinstance(obj, (list, tuple, int, float, complex)):
+        obj = np.asarray(obj)
+    data = interop.host_array(obj, "obj")
+    if dtype is not None and data.dtype != _dtype(dtype):
+        data = data.astype(_dtype(dtype))
+    data = np.ascontiguousarray(data)
+    if be == "emulator":
+        out = Array(_HostStorage(data.nbytes), 0, data.shape, data.dtype)
+        out._host_view()[...] = data
+        return out
+    out = Array(_VulkanStorage(data.nbytes, zero=False), 0, data.shape, data.dtype)
+    out._storage.runtime.write(out._storage.allocation, 0, data)
+    return out
+
+
+def synchronize(timeout_s: float | None = None) -> None:
+    """Wait for every queued launch and copy (Vulkan), at most `timeout_s` per batch (default
+    10 s). Errors of a queued launch (device lost, a hang) are raised here, naming it. A no-op
+    when only the emulator was used."""
+    try:
+        from .vulkan import runtime as vulkan
+    except ImportError:
+        return
+    if vulkan._runtime is not None:
+        vulkan._runtime.synchronize(timeout_s)
+
+
+class EmulatorRuntime:
+    """The emulator's side of `pycoop.get_runtime`: launches run when called, so there is
+    nothing to wait for; `stats()` counts live arrays."""
+
+    def synchronize(self, timeout_s: float | None = None) -> None:
+        """Nothing is ever queued on the emulator."""
+
+    @contextmanager
+    def batch(self):
+        """Launches run as they are called on the emulator: nothing to group."""
+        yield self
+
+    def stats(self) -> dict[str, Any]:
+        with _lock:
+            return {"backend": "emulator", **_emulator_stats, "pending_launches": 0}
+
+
+def get_runtime(backend: str | None = None):
+    """The runtime new arrays and launches use (`backend` as for `empty`): a VulkanRuntime or
+    an EmulatorRuntime; both have `.stats()`, `.synchronize()` and `.batch()`."""
+    if resolve_backend(backend) == "emulator":
+        return EmulatorRuntime()
+    return vulkan_runtime()

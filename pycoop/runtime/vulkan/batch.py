@@ -1,0 +1,166 @@
+"""Command batches: launches are recorded into an open command buffer and submitted together.
+
+A `Submission` is one command buffer with its fence and timestamp queries. While it records,
+a `Hazards` tracker decides where a pipeline barrier is needed: before a command that reads
+or writes a byte range an earlier command of the batch wrote, or writes a range an earlier one
+read (since the last barrier). Independent dispatches are recorded back to back. Everything a
+submission needs after the GPU is done (timestamps to hand out, host copies, buffers to return
+to the pool) is attached to it and run when its fence is seen signalled.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from .errors import check
+from .ext import ffi, lib, vk
+
+ALL_READ_WRITE = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+                  | vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
+                  | vk.VK_ACCESS_HOST_READ_BIT | vk.VK_ACCESS_HOST_WRITE_BIT)
+ALL_STAGES = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | vk.VK_PIPELINE_STAGE_HOST_BIT
+TOP = vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
+BOTTOM = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
+MIN_QUERIES = 1024          # timestamps per submission (two per dispatch); grows for repeat=
+
+
+class Hazards:
+    """Byte ranges read and written since the last barrier, per buffer (VkBuffer handle value).
+    Views of one buffer that overlap are the same memory; disjoint views are independent."""
+
+    __slots__ = ("reads", "writes")
+
+    def __init__(self):
+        self.reads: dict[int, list[tuple[int, int]]] = {}
+        self.writes: dict[int, list[tuple[int, int]]] = {}
+
+    def conflicts(self, key: int, lo: int, hi: int, write: bool) -> bool:
+        if _overlaps(self.writes.get(key), lo, hi):
+            return True
+        return write and _overlaps(self.reads.get(key), lo, hi)
+
+    def add(self, key: int, lo: int, hi: int, write: bool) -> None:
+        (self.writes if write else self.reads).setdefault(key, []).append((lo, hi))
+
+    def clear(self) -> None:
+        self.reads.clear()
+        self.writes.clear()
+
+
+def _overlaps(ranges, lo: int, hi: int) -> bool:
+    if ranges:
+        for a, b in ranges:
+            if a < hi and lo < b:
+                return True
+    return False
+
+
+class PendingTimes:
+    """Device times of one launch, known once its submission completes (`done`). The raw
+    timestamps are kept and turned into milliseconds only when asked for, so retiring a
+    batch costs little per launch."""
+
+    __slots__ = ("label", "done", "error", "_ticks", "_first", "_count", "_period", "_mask")
+
+    def __init__(self, label: str):
+        self.label = label
+        self.done = False
+        self.error: BaseException | None = None
+        self._ticks = None
+
+    def finish(self, ticks, first: int, count: int, period_ns: float, mask: int) -> None:
+        """`ticks`: the submission's timestamps (None: the queue has none)."""
+        self._ticks, self._first, self._count = ticks, first, count
+        self._period, self._mask = period_ns, mask
+        self.done = True
+
+    @property
+    def times_ms(self) -> tuple[float, ...] | None:
+        """Per dispatch (nan without timestamps); None until done."""
+        if not self.done:
+            return None
+        if self._ticks is None:
+            return (math.nan,) * self._count
+        t, f = self._ticks, self._first
+        return tuple(((int(t[f + 2 * i + 1]) - int(t[f + 2 * i])) & self._mask)
+                     * self._period / 1e6 for i in range(self._count))
+
+    @property
+    def spans_ns(self) -> tuple[tuple[float, float], ...] | None:
+        """(start, end) of each dispatch on the device clock, in ns: gaps between launches
+        show where the device sat idle."""
+        if not self.done or self._ticks is None:
+            return None
+        t, f, p = self._ticks, self._first, self._period
+        return tuple((int(t[f + 2 * i]) * p, int(t[f + 2 * i + 1]) * p)
+                     for i in range(self._count))
+
+
+class Submission:
+    """One reusable command buffer, fence and timestamp query pool."""
+
+    def __init__(self, device: Any, command_pool: Any):
+        self.device = device
+        alloc = ffi.new("VkCommandBufferAllocateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+            "commandPool": command_pool, "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+            "commandBufferCount": 1})
+        self.command_buffers = ffi.new("VkCommandBuffer[1]")
+        check(lib.vkAllocateCommandBuffers(device, alloc, self.command_buffers),
+              "vkAllocateCommandBuffers")
+        self.cmd = self.command_buffers[0]
+        fence_info = ffi.new("VkFenceCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO})
+        self.fences = ffi.new("VkFence[1]")
+        check(lib.vkCreateFence(device, fence_info, ffi.NULL, self.fences), "vkCreateFence")
+        self.submit_info = ffi.new("VkSubmitInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "commandBufferCount": 1,
+            "pCommandBuffers": self.command_buffers})
+        self.capacity = 0
+        self.query_pool = None
+        self.timestamps = None
+        self.hazards = Hazards()
+        self.barriers = 0          # hazard barriers over the submission's life (stats)
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.queries_used = 0
+        self.dispatches = 0
+        self.launches: list[tuple[PendingTimes, int, int]] = []   # (times, first query, count)
+        self.after: list[Callable[[], None]] = []     # host work once the GPU is done
+        self.releases: list[Any] = []                 # allocations to give back to the pool
+        self.bound_pipeline = None
+        self.hazards.clear()
+
+    def reserve_queries(self, count: int) -> None:
+        """A query pool of at least `count` timestamps (only while not recording)."""
+        if self.query_pool is not None and count <= self.capacity:
+            return
+        if self.query_pool is not None:
+            lib.vkDestroyQueryPool(self.device, self.query_pool, ffi.NULL)
+            self.query_pool, self.capacity = None, 0
+        capacity = max(MIN_QUERIES, count)
+        info = ffi.new("VkQueryPoolCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+            "queryType": vk.VK_QUERY_TYPE_TIMESTAMP, "queryCount": capacity})
+        pool = ffi.new("VkQueryPool*")
+        check(lib.vkCreateQueryPool(self.device, info, ffi.NULL, pool), "vkCreateQueryPool")
+        self.query_pool, self.capacity = pool[0], capacity
+        self.timestamps = ffi.new(f"uint64_t[{2 * capacity}]")   # value + availability
+
+    def begin(self, begin_info: Any) -> None:
+        self._reset_state()
+        check(lib.vkBeginCommandBuffer(self.cmd, begin_info), "vkBeginCommandBuffer")
+        lib.vkCmdResetQueryPool(self.cmd, self.query_pool, 0, self.capacity)
+
+    def barrier(self, memory_barrier: Any, hazard: bool = True) -> None:
+        """A global memory barrier; `hazard`: one a dependency between commands needed (the
+        ones counted), not the one that ends a batch."""
+        self.barriers += hazard
+        lib.vkCmdPipelineBarrier(self.cmd, ALL_STAGES, ALL_STAGES, 0, 1, memory_barrier, 0,
+                                 ffi.NULL, 0, ffi.NULL)
+        self.hazards.clear()
+
+    def destroy(self) -> None:
+        if self.query_pool is not None:
+            lib.vkDestroyQueryPool(self.device, self.query_pool, ffi.NULL)
+        lib.vkDestroyFence(self.device, self.fences[0], ffi.NULL)

@@ -1,0 +1,128 @@
+"""Numerical semantics on the GPU (run with -m gpu): the driver workarounds of
+docs/numerics.md and exact mode, against the independent references and bit for bit against
+the emulator."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop import f16, f32, f64, u32
+from pycoop.ops.core import fma_array
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+from numerics_cases import (IEEE, INTS, NARROW, cast_kernel, int_expected,  # noqa: E402
+                            int_operands, narrow_expected, run_int_ops, run_narrow, ties)
+from test_vulkan_numerics import _both, _contraction_kernel, f64_math, fma32, min_max32  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def test_float_controls_of_the_device():
+    """What exact mode needs: signed zeros and round-to-nearest-even for f16/f32/f64."""
+    from pycoop.runtime.vulkan import get_runtime
+    caps = get_runtime().capabilities
+    print(caps.describe())
+    for w in (16, 32, 64):
+        assert caps.float_controls[f"shaderSignedZeroInfNanPreserveFloat{w}"]
+        assert caps.float_controls[f"shaderRoundingModeRTEFloat{w}"]
+
+
+@pytest.mark.parametrize("t", NARROW, ids=str)
+def test_narrow_results_wrap(t):
+    """Driver workaround: 8/16-bit -x, ~x + 1, x + y, x - y, x * y and x << 1 wrap before
+    comparisons, shifts, min and widening conversions (NVIDIA 580.159.04 kept -x of an i8
+    -128 as +128, and ~x + 1 too, with plain narrow instructions)."""
+    assert run_narrow(t, "vulkan") == narrow_expected(t)
+
+
+@pytest.mark.parametrize("t", INTS, ids=str)
+def test_integer_ops_at_the_extremes(t):
+    got = run_int_ops(t, "vulkan")
+    want = int_expected(t, *int_operands(t))
+    for name in want:
+        assert got[name] == want[name], name
+
+
+@pytest.mark.parametrize("src", INTS, ids=str)
+@pytest.mark.parametrize("dst", IEEE, ids=str)
+def test_int_to_float_at_ties(src, dst):
+    lo, hi = src.min_max()
+    x = np.array(ties(dst, lo, hi, np.random.default_rng(src.bits * dst.bits)), src.dtype)
+    n = len(x)
+    gpu, emu = _both(cast_kernel(src, dst), -(-n // 64), x, np.zeros(n, dst.dtype), n)
+    assert gpu[1].tobytes() == emu[1].tobytes()
+
+
+@pytest.mark.parametrize("src,dst", [(f64, f32), (f64, f16), (f32, f16)], ids=str)
+def test_float_narrowing_at_ties(src, dst):
+    rng = np.random.default_rng(dst.bits)
+    lo = (rng.standard_normal(500) * 2.0 ** rng.integers(-20, 15, 500)).astype(dst.dtype)
+    up = np.nextafter(lo, np.array(np.inf, dst.dtype))
+    mid = ((lo.astype(np.float64) + up) / 2).astype(src.dtype)
+    sd = src.dtype.type
+    x = np.concatenate([mid, np.nextafter(mid, sd(np.inf)), np.nextafter(mid, sd(-np.inf))])
+    gpu, emu = _both(cast_kernel(src, dst), -(-len(x) // 64), x, np.zeros(len(x), dst.dtype), len(x))
+    assert gpu[1].tobytes() == emu[1].tobytes()
+
+
+def test_f64_math_and_fma_bit_for_bit():
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(200) * 1e3, [-0.0, 0.5, -2.5, 2.0 ** 60 + 1024]])
+    n = len(x)
+    gpu, emu = _both(f64_math, -(-n // 64), x, np.zeros(6 * n), n)
+    assert gpu[1].tobytes() == emu[1].tobytes()
+
+
+def test_fma_f32_is_fused():
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal(512).astype(np.float32)
+    b = rng.standard_normal(512).astype(np.float32)
+    c = (-(a.astype(np.float64) * b)).astype(np.float32)
+    gpu, emu = _both(fma32, 8, a, b, c, 512)
+    assert gpu[2].tobytes() == emu[2].tobytes() == fma_array(a, b, c).tobytes()
+
+
+@pytest.mark.parametrize("fp", ["exact", "strict"])
+def test_exact_mode_bit_for_bit(fp):
+    """No contraction of a + b*(a*b) in f16 (1-256 ULP differences before), signed zeros."""
+    from pycoop.runtime.vulkan import get_runtime
+    if fp == "strict" and not get_runtime().capabilities.float_controls["shaderDenormPreserveFloat16"]:
+        pytest.skip("the device does not preserve f16 subnormals")
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal(4096).astype(np.float16)
+    b = rng.standard_normal(4096).astype(np.float16)
+    a[:64] = np.float16(2.0 ** -14) * np.arange(64)      # products in the subnormal range
+    gpu, emu = _both(_contraction_kernel(fp), 64, a, b, np.zeros(3 * 4096, np.float16), 4096)
+    assert gpu[2].tobytes() == emu[2].tobytes()
+
+
+@pc.kernel(workgroup_size=256, fp="fast")
+def fast_contraction(A: pc.ReadBuffer[f32], B: pc.ReadBuffer[f32], O: pc.WriteBuffer[f32], n: u32):
+    i = pc.global_invocation_id.x
+    if i < n:
+        O[i] = A[i] * B[i] - A[i] * B[i]
+
+
+def test_fast_mode_stays_within_one_rounding_of_the_product():
+    """Fast mode may fuse a*b - a*b into fma(a, b, -(a*b)): the result is then the rounding
+    error of a*b, at most half an ULP of the product (0 without contraction)."""
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal(4096).astype(np.float32)
+    b = rng.standard_normal(4096).astype(np.float32)
+    o = np.full(4096, np.nan, np.float32)
+    fast_contraction[16](a, b, o, 4096, backend="vulkan")
+    p = (a * b).astype(np.float32)
+    assert (np.abs(o) <= np.spacing(np.abs(p)) / 2).all()
+
+
+def test_min_max_of_signed_zeros_and_nan():
+    """The emulator's FMin/FMax (-0 < +0, a NaN gives the other operand) is the H100's."""
+    n = np.nan
+    x = np.array([0.0, -0.0, n, 1.0, n, -0.0, 2.0, -3.0], np.float32)
+    y = np.array([-0.0, 0.0, 1.0, n, n, -0.0, 2.0, 4.0], np.float32)
+    gpu, emu = _both(min_max32, 1, x, y, np.zeros(16, np.float32))
+    assert gpu[2].tobytes() == emu[2].tobytes()

@@ -1,0 +1,41 @@
+"""Kernels that use pycoop.intel are lowered for the OpenCL environment (SPIR-V 1.2): subgroup
+collectives (GroupNonUniform, SPIR-V 1.3+) and atomics cannot be emitted there, which is a
+CompileError at the user's line when the module is lowered (the emulator still runs them)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop import i32, u16, u32
+
+
+
+def _kernel(what: str):
+    @pc.kernel(workgroup_size=16)
+    def k(src: pc.ReadBuffer[u16], out: pc.Buffer[u32], w: i32, h: i32):
+        c = pc.make_vector([i32(0), i32(0)])
+        pc.intel.block_prefetch(src, width=16, height=8, memory_width=w * 2, memory_height=h,
+                                pitch=w * 2, coord=c)
+        if what == "subgroup":
+            out[0] = pc.subgroup.add(out[1])               # HERE subgroup
+        else:
+            pc.atomic.add(out, 0, 1)                       # HERE atomic
+    return k
+
+
+@pytest.mark.parametrize("what, message", [
+    ("subgroup", "subgroup collectives are not available in OpenCL-environment kernels"),
+    ("atomic", "atomics are not available in OpenCL-environment kernels")])
+def test_collectives_and_atomics_in_opencl_kernels(what, message):
+    k = _kernel(what)
+    ck = k.compile()
+    assert ck.target == "opencl"
+    with pytest.raises(pc.CompileError) as e:
+        ck.spv
+    assert e.value.message == message and e.value.rule and e.value.hint
+    src = open(__file__).read().splitlines()
+    assert "# HERE " + what in src[e.value.line - 1]
+    out = np.zeros(2, np.uint32)
+    k[1](np.zeros(32 * 8, np.uint16), out, 32, 8, backend="emulator")
+    assert out[0] == (0 if what == "subgroup" else 16)

@@ -1,0 +1,368 @@
+"""Device arrays (pycoop.Array) and asynchronous launches, on the emulator and on Vulkan
+(lavapipe in CI): constructors, views with offsets, hazards between dependent launches,
+errors at synchronisation, pooling without leaks, and no stale memory anywhere."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pycoop as pc
+from pycoop import f32, i32, u32
+
+
+def _vulkan_ok() -> bool:
+    try:
+        from pycoop.runtime.vulkan import get_runtime
+        get_runtime()
+        return True
+    except Exception:
+        return False
+
+
+VULKAN = _vulkan_ok()
+BACKENDS = ["emulator", pytest.param("vulkan", marks=[
+    pytest.mark.vulkan, pytest.mark.skipif(not VULKAN, reason="no Vulkan device")])]
+
+
+@pc.kernel(workgroup_size=64)
+def axpy(X: pc.ReadBuffer[f32], Y: pc.Buffer[f32], a: f32, n: u32):
+    i = pc.global_invocation_id.x
+    if i < n:
+        Y[i] = a * X[i] + Y[i]
+
+
+@pc.kernel(workgroup_size=64)
+def add_one(X: pc.ReadBuffer[i32], Y: pc.WriteBuffer[i32], n: u32):
+    i = pc.global_invocation_id.x
+    if i < n:
+        Y[i] = X[i] + 1
+
+
+@pc.kernel(workgroup_size=32)
+def write_first(Y: pc.WriteBuffer[f32], n: u32):
+    i = pc.global_invocation_id.x
+    if i < n:
+        Y[i] = f32(i) + 0.5
+
+
+def groups(n: int, size: int = 64) -> int:
+    return max(1, -(-n // size))
+
+
+# ---------------------------------------------------------------- constructors and copies
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_constructors_and_round_trips(backend):
+    a = pc.empty((3, 5), pc.f32, backend=backend)
+    assert (a.shape, a.dtype, a.size, a.nbytes, a.ndim, len(a)) == ((3, 5), np.float32, 15, 60, 2, 3)
+    assert a.backend == backend
+    np.testing.assert_array_equal(a.numpy(), np.zeros((3, 5), np.float32))   # empty is zeroed
+    np.testing.assert_array_equal(pc.zeros(7, np.int32, backend=backend).numpy(), np.zeros(7, np.int32))
+    np.testing.assert_array_equal(pc.full((2, 2), 2.5, np.float16, backend=backend).numpy(),
+                                  np.full((2, 2), 2.5, np.float16))
+    src = np.arange(24, dtype=np.int64).reshape(4, 6)
+    b = pc.asarray(src, backend=backend)
+    src[0, 0] = 99                                   # asarray copied: the array keeps 0
+    assert b.numpy()[0, 0] == 0 and np.asarray(b).shape == (4, 6)
+    assert pc.asarray(b) is b                        # already there: no copy
+    bf = pc.asarray(np.arange(8, dtype=np.float32).astype("bfloat16"), backend=backend)
+    assert bf.dtype.name == "bfloat16" and bf.numpy().astype(np.float32).tolist() == list(range(8))
+    assert "pycoop.Array(shape=(4, 6), dtype=int64" in repr(b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_copy_from_numpy_and_arrays(backend):
+    a = pc.zeros((4, 4), np.float32, backend=backend)
+    a.copy_from(np.arange(16, dtype=np.float32))           # same size, any shape
+    b = pc.zeros(16, np.float32, backend=backend).reshape(4, 4)
+    b.copy_from(a)
+    np.testing.assert_array_equal(b.numpy(), np.arange(16, dtype=np.float32).reshape(4, 4))
+    with pytest.raises(pc.ArgumentError, match="source has 3 elements, the array 16"):
+        a.copy_from(np.zeros(3, np.float32))
+    with pytest.raises(pc.ArgumentError, match=r"(?s)source dtype float64.*astype\('float32'\)"):
+        a.copy_from(np.zeros(16))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_views_have_offsets_and_kernels_see_only_them(backend):
+    base = pc.asarray(np.zeros(256, np.float32), backend=backend)
+    rows = base.reshape(8, 32)
+    view = rows[2:5]
+    assert view.shape == (3, 32) and view.offset == 64 and rows[-1].offset == 224
+    x = pc.full(96, 2.0, np.float32, backend=backend)
+    axpy[groups(96)](x, view.reshape(-1), 3.0, 96)
+    want = np.zeros(256, np.float32)
+    want[64:160] = 6.0
+    np.testing.assert_array_equal(base.numpy(), want)
+    np.testing.assert_array_equal(rows[3].numpy(), np.full(32, 6.0, np.float32))
+    with pytest.raises(pc.ArgumentError, match="only contiguous slices"):
+        base[::2]
+    with pytest.raises(pc.ArgumentError, match="cannot reshape an array of size 256"):
+        base.reshape(5, -1)
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(1, 300), start=st.integers(0, 40), length=st.integers(0, 80))
+def test_slices_match_numpy_on_the_emulator(n, start, length):
+    ref = np.arange(n, dtype=np.int32)
+    a = pc.asarray(ref, backend="emulator")
+    out = pc.zeros(n, np.int32, backend="emulator")
+    sl = slice(start, start + length)
+    m = len(ref[sl])
+    add_one[groups(max(m, 1))](a[sl], out[sl], m)
+    want = np.zeros(n, np.int32)
+    want[sl] = ref[sl] + 1
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+# ---------------------------------------------------------------- asynchronous launches
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_chain_of_dependent_launches(backend):
+    n = 1000
+    a = pc.asarray(np.arange(n, dtype=np.int32), backend=backend)
+    b = pc.empty(n, np.int32, backend=backend)
+    for _ in range(25):                    # a -> b -> a ...: each reads the previous write
+        add_one[groups(n)](a, b, n)
+        add_one[groups(n)](b, a, n)
+    results = [axpy[groups(n)](pc.full(n, 1.0, backend=backend), pc.zeros(n, backend=backend), 1.0, n)
+               for _ in range(3)]
+    np.testing.assert_array_equal(a.numpy(), np.arange(n, dtype=np.int32) + 50)
+    assert all(r.backend == backend and len(r.times_ms) == 1 for r in results)
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+def test_barriers_only_where_a_launch_depends_on_an_earlier_one():
+    rt = pc.get_runtime("vulkan")
+    n = 256
+    xs = [pc.full(n, float(i), backend="vulkan") for i in range(4)]
+    ys = [pc.zeros(n, backend="vulkan") for _ in range(4)]
+    whole = pc.zeros(2 * n, backend="vulkan")
+    pc.synchronize()
+    axpy[groups(n)](xs[0], ys[0], 1.0, n)      # warm the pipeline
+    pc.synchronize()
+
+    def barriers(launches):
+        before = rt.stats()["barriers"]
+        with rt.batch():                      # every launch in one command buffer
+            launches()
+            after = rt.stats()["barriers"]
+        pc.synchronize()
+        return after - before
+
+    # independent launches (distinct outputs, shared read-only inputs): no barrier at all
+    assert barriers(lambda: [axpy[groups(n)](xs[0], y, 1.0, n) for y in ys]) == 0
+    # each launch reads what the previous one wrote: one barrier between each pair
+    assert barriers(lambda: [axpy[groups(n)](ys[i], ys[i + 1], 1.0, n) for i in range(3)]) == 2
+    # disjoint halves of one buffer are independent; overlapping views are the same memory
+    assert barriers(lambda: (axpy[groups(n)](xs[0], whole[:n], 1.0, n),
+                             axpy[groups(n)](xs[1], whole[n:], 1.0, n))) == 0
+    assert barriers(lambda: (axpy[groups(n)](xs[0], whole[:n], 1.0, n),
+                             axpy[groups(n)](xs[1], whole[n // 2:n // 2 + n], 1.0, n))) == 1
+    # a write after a read of the same memory waits for the read
+    assert barriers(lambda: (axpy[groups(n)](xs[2], ys[0], 1.0, n),
+                             axpy[groups(n)](ys[1], xs[2], 1.0, n))) == 1
+    np.testing.assert_array_equal(xs[2].numpy(), ys[1].numpy() + 2.0)
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+def test_launches_are_queued_until_a_synchronisation():
+    rt = pc.get_runtime("vulkan")
+    n = 64
+    x, y = pc.full(n, 1.0, backend="vulkan"), pc.zeros(n, backend="vulkan")
+    pc.synchronize()
+    with rt.batch():                                      # recorded, not submitted
+        results = [axpy[1](x, y, 1.0, n) for _ in range(5)]
+        assert rt.stats()["pending_launches"] == 5
+        assert not any(r._pending.done for r in results)
+        assert y.numpy()[0] == 5.0                        # .numpy() submits and waits
+    assert rt.stats()["pending_launches"] == 0
+    assert all(len(r.times_ms) == 1 and r.times_ms[0] >= 0 for r in results)
+    host = np.zeros(n, np.float32)
+    axpy[1](x, y, 1.0, n)
+    r = axpy[1](x, host, 2.0, n)                          # a NumPy launch waits for everything
+    assert r._pending.done and rt.stats()["pending_launches"] == 0
+    np.testing.assert_array_equal(host, np.full(n, 2.0, np.float32))
+    r = axpy[1](x, y, 1.0, n, repeat=3)                   # repeat: 3 timed dispatches, in order
+    assert len(r.times_ms) == 3 and y.numpy()[0] == 9.0
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+def test_thousands_of_launches_do_not_leak():
+    rt = pc.get_runtime("vulkan")
+    n = 300
+
+    def work(count):
+        x, y = pc.full(n, 1.0, backend="vulkan"), pc.zeros(n, backend="vulkan")
+        for _ in range(count):
+            axpy[groups(n)](x, y, 1.0, n)
+            tmp = pc.zeros(n, backend="vulkan")            # freed while its launch is queued
+            axpy[groups(n)](y, tmp, 0.0, n)
+        assert y.numpy()[0] == count
+
+    work(50)
+    before = rt.stats()
+    work(1500)
+    after = rt.stats()
+    for key in ("array_count", "array_bytes", "pending_launches"):
+        assert after[key] == before[key] == 0, key
+    # nothing in use after a synchronisation; the pool is capped (per kind)
+    for stats in (before, after):
+        assert stats["live_allocations"] == stats["pooled_count"]
+        assert stats["live_bytes"] == stats["pooled_bytes"]
+    from pycoop.runtime.vulkan.memory import POOL_LIMIT_COUNT
+    assert after["pooled_count"] <= 3 * POOL_LIMIT_COUNT
+
+
+class _FailingWaits:
+    """pyvulkan's `lib` with fence queries answering what a driver reports for a GPU fault
+    (-4, device lost) or a hang (not ready, then a timeout), without making one. Once the
+    failure has been reported, fences answer truthfully again (so the device is torn down)."""
+
+    def __init__(self, lib, result: int):
+        self._lib, self._result, self._armed = lib, result, True
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def vkGetFenceStatus(self, *args):
+        if self._armed:
+            return -4 if self._result == -4 else 1
+        return self._lib.vkGetFenceStatus(*args)
+
+    def vkWaitForFences(self, *args):
+        self._armed = False
+        return self._result
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+@pytest.mark.parametrize("result, error", [(-4, "DeviceLost"), (2, "VulkanTimeout")])
+def test_device_errors_surface_at_synchronisation_naming_the_launch(monkeypatch, result, error):
+    from pycoop.runtime.vulkan import errors
+    from pycoop.runtime.vulkan import runtime as module
+    kind = getattr(errors, error)
+    x, y = pc.full(64, 1.0, backend="vulkan"), pc.zeros(64, backend="vulkan")
+    pc.synchronize()
+    with monkeypatch.context() as m:
+        m.setattr(module, "lib", _FailingWaits(module.lib, result))
+        r = axpy[1](x, y, 2.0, 64)                     # queued: nothing is raised here
+        line = sys._getframe().f_lineno - 1
+        with pytest.raises(kind) as info:
+            pc.synchronize()
+    assert f"kernel axpy launched at {__file__}:{line}" in str(info.value)
+    with pytest.raises(kind):
+        r.times_ms                                  # the launch's result reports it too
+    with pytest.raises(pc.BackendUnavailable, match="device was lost or closed"):
+        y.numpy()                                   # arrays of the dropped device are gone
+    z = pc.full(4, 3.0, backend="vulkan")           # the next use gets a fresh device
+    np.testing.assert_array_equal(z.numpy(), np.full(4, 3.0, np.float32))
+
+
+# ---------------------------------------------------------------- no stale memory
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unwritten_elements_of_a_numpy_array_keep_the_callers_values(backend):
+    y = np.full(64, 7.0, np.float32)
+    write_first[1](y, 32, backend=backend)               # writes Y[0:32] only
+    np.testing.assert_array_equal(y[:32], np.arange(32, dtype=np.float32) + 0.5)
+    np.testing.assert_array_equal(y[32:], np.full(32, 7.0, np.float32))
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+@pytest.mark.parametrize("mode", ["direct", "staged"])
+def test_no_stale_device_memory_in_either_transfer_mode(mode):
+    from pycoop.runtime.vulkan import VulkanRuntime
+    rt = VulkanRuntime(transfer=mode)
+    try:
+        ck = write_first.compile()
+        for _ in range(3):          # pooled buffers that held other data come around again
+            junk = np.full(64, -1.0, np.float32)
+            rt.launch(ck.spv, "main", (2, 1, 1), ck.abi, [junk, 64])
+            y = np.full(64, 7.0, np.float32)
+            rt.launch(ck.spv, "main", (1, 1, 1), ck.abi, [y, 32])
+            np.testing.assert_array_equal(y[32:], np.full(32, 7.0, np.float32))
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pooled_memory_never_shows_an_earlier_arrays_contents(backend):
+    for _ in range(3):
+        a = pc.full(1000, 123.0, np.float32, backend=backend)
+        a.numpy()
+        del a
+        pc.synchronize()
+        for make in (pc.empty, pc.zeros):
+            b = make(1000, np.float32, backend=backend)
+            np.testing.assert_array_equal(b.numpy(), np.zeros(1000, np.float32))
+
+
+# ---------------------------------------------------------------- backends meet
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+def test_arrays_of_two_backends_never_mix_silently():
+    v, e = pc.zeros(64, backend="vulkan"), pc.zeros(64, backend="emulator")
+    with pytest.raises(pc.ArgumentError, match="(?s)live on different backends.*a.to"):
+        axpy[1](v, e, 1.0, 64)
+    with pytest.raises(pc.ArgumentError, match="backend 'emulator' was asked for, but its array "
+                                              "arguments live on vulkan"):
+        axpy[1](v, v, 1.0, 64, backend="emulator")
+    moved = pc.full(64, 2.0, backend="vulkan").to("emulator")
+    assert moved.backend == "emulator" and moved.to("emulator") is moved
+    axpy[1](moved, e, 1.0, 64)
+    np.testing.assert_array_equal(e.numpy(), np.full(64, 2.0, np.float32))
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+def test_a_kernel_vulkan_cannot_run_refuses_vulkan_arrays():
+    from pycoop import intel, u16
+
+    @pc.kernel(workgroup_size=16, subgroup_size=16)
+    def load_rows(src: pc.ReadBuffer[u16], dst: pc.WriteBuffer[u16], w: i32, h: i32):
+        a = intel.block_load(src, width=16, height=8, memory_width=w * 2, memory_height=h,
+                             pitch=w * 2, coord=pc.make_vector([i32(0), i32(0)]))
+        for j in range(8):
+            dst[pc.subgroup_local_id() * 8 + j] = a[j]
+
+    src = np.arange(32 * 8, dtype=np.uint16)
+    with pytest.raises(pc.BackendUnavailable, match="(?s)OpenCL-environment kernel.*a.to\\('emulator'\\)"):
+        load_rows[1](pc.asarray(src, backend="vulkan"), pc.zeros(128, np.uint16, backend="vulkan"), 32, 8)
+    out = pc.zeros(128, np.uint16, backend="emulator")
+    load_rows[1](pc.asarray(src, backend="vulkan").to("emulator"), out, 32, 8)
+    assert out.numpy().any()
+
+
+def test_stats_count_live_emulator_arrays():
+    rt = pc.get_runtime("emulator")
+    before = rt.stats()
+    a = pc.zeros((10, 10), np.float64, backend="emulator")
+    view = a[2:4]
+    del a
+    assert rt.stats()["array_count"] == before["array_count"] + 1      # the view keeps it
+    assert rt.stats()["array_bytes"] == before["array_bytes"] + 800
+    del view
+    assert rt.stats() == before
+
+
+def test_dlpack_shares_emulator_memory_with_numpy():
+    a = pc.zeros(8, np.float32, backend="emulator")
+    view = np.from_dlpack(a)
+    view[3] = 5.0                     # the same memory: the array sees it
+    assert a.__dlpack_device__() == (1, 0) and a.numpy()[3] == 5.0
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+def test_vulkan_arrays_refuse_dlpack_without_cuda():
+    a = pc.zeros(8, np.float32, backend="vulkan")
+    if a.__dlpack_device__()[0] == 2:
+        pytest.skip("this machine shares Vulkan arrays with CUDA")
+    with pytest.raises(BufferError, match="use .numpy"):
+        np.from_dlpack(a)

@@ -1,0 +1,199 @@
+"""Numerical semantics on Vulkan (lavapipe in CI) against the same independent references as
+tests/core/test_numerics.py, and bit for bit against the emulator (docs/numerics.md)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop import f16, f32, f64, u32
+from pycoop.ops.core import fma_array
+
+from numerics_cases import (IEEE, INTS, NARROW, cast_kernel, int_expected, int_operands,
+                            narrow_expected, run_int_ops, run_narrow, ties)
+
+pytestmark = pytest.mark.vulkan
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _device():
+    try:
+        from pycoop.runtime.vulkan import get_runtime
+        get_runtime()
+    except Exception as e:
+        pytest.skip(f"no Vulkan device: {e}")
+
+
+@pytest.mark.parametrize("t", INTS, ids=str)
+def test_integer_ops_at_the_extremes(t):
+    got = run_int_ops(t, "vulkan")
+    want = int_expected(t, *int_operands(t))
+    for name in want:
+        assert got[name] == want[name], name
+
+
+@pytest.mark.parametrize("t", NARROW, ids=str)
+def test_narrow_results_wrap(t):
+    assert run_narrow(t, "vulkan") == narrow_expected(t)
+
+
+def _both(kernel, grid, *args):
+    gpu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    emu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    assert kernel[grid](*gpu, backend="vulkan").backend == "vulkan"
+    kernel[grid](*emu, backend="emulator")
+    return gpu, emu
+
+
+@pytest.mark.parametrize("src", INTS, ids=str)
+@pytest.mark.parametrize("dst", IEEE, ids=str)
+def test_int_to_float_at_ties_matches_the_emulator(src, dst):
+    lo, hi = src.min_max()
+    x = np.array(ties(dst, lo, hi, np.random.default_rng(src.bits * dst.bits)), src.dtype)
+    n = len(x)
+    with np.errstate(over="ignore"):
+        gpu, emu = _both(cast_kernel(src, dst), -(-n // 64), x, np.zeros(n, dst.dtype), n)
+    assert gpu[1].tobytes() == emu[1].tobytes()
+
+
+@pytest.mark.parametrize("src,dst", [(f64, f32), (f64, f16), (f32, f16)], ids=str)
+def test_float_narrowing_at_ties_matches_the_emulator(src, dst):
+    rng = np.random.default_rng(dst.bits)
+    lo = (rng.standard_normal(500) * 2.0 ** rng.integers(-20, 15, 500)).astype(dst.dtype)
+    up = np.nextafter(lo, np.array(np.inf, dst.dtype))
+    mid = ((lo.astype(np.float64) + up) / 2).astype(src.dtype)
+    sd = src.dtype.type
+    x = np.concatenate([mid, np.nextafter(mid, sd(np.inf)), np.nextafter(mid, sd(-np.inf))])
+    gpu, emu = _both(cast_kernel(src, dst), -(-len(x) // 64), x, np.zeros(len(x), dst.dtype), len(x))
+    if gpu[1].tobytes() != emu[1].tobytes() and (src, dst) == (f64, f16) and _lavapipe():
+        # lavapipe converts f64 to f16 through f32 (two roundings); every difference is one
+        np.testing.assert_array_equal(gpu[1], x.astype(np.float32).astype(np.float16))
+        return
+    assert gpu[1].tobytes() == emu[1].tobytes()
+
+
+def _lavapipe() -> bool:
+    from pycoop.runtime.vulkan import get_runtime
+    return "llvmpipe" in get_runtime().capabilities.device_name
+
+
+@pc.kernel(workgroup_size=64)
+def f64_math(X: pc.ReadBuffer[f64], Y: pc.WriteBuffer[f64], n: u32):
+    i = pc.global_invocation_id.x
+    if i < n:
+        x = X[i]
+        Y[i] = pc.abs(x)
+        Y[n + i] = pc.floor(x)
+        Y[u32(2) * n + i] = pc.ceil(x)
+        Y[u32(3) * n + i] = pc.trunc(x)
+        Y[u32(4) * n + i] = pc.sqrt(pc.abs(x))
+        Y[u32(5) * n + i] = pc.fma(x, x, -x)
+
+
+def test_f64_math_matches_the_emulator():
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(200) * 1e3, [-0.0, 0.5, -2.5, 2.0 ** 60 + 1024]])
+    n = len(x)
+    gpu, emu = _both(f64_math, -(-n // 64), x, np.zeros(6 * n), n)
+    g, e = gpu[1].reshape(6, n), emu[1].reshape(6, n)
+    diff = g[:5].view(np.uint64) != e[:5].view(np.uint64)
+    if _lavapipe():              # lavapipe's f64 trunc(-0.0) is +0.0
+        diff[3] &= ~((x == 0) & (g[3] == 0))
+    assert not diff.any()
+    _fused_or_not(x, x, -x, g[5])        # lavapipe does not fuse Fma (Vulkan allows it)
+
+
+def _fused_or_not(a, b, c, got):
+    """Each result is a*b+c rounded once, or rounded after the product and after the sum."""
+    fused = fma_array(a, b, c)
+    with np.errstate(all="ignore"):
+        twice = a * b + c
+    assert ((got.view(np.uint8) == fused.view(np.uint8)).reshape(len(got), -1).all(1)
+            | (got.view(np.uint8) == twice.view(np.uint8)).reshape(len(got), -1).all(1)).all()
+    return fused, twice
+
+
+@pc.kernel(workgroup_size=64)
+def rsqrt64(X: pc.ReadBuffer[f64], Y: pc.WriteBuffer[f64], n: u32):
+    i = pc.global_invocation_id.x
+    if i < n:
+        Y[i] = pc.rsqrt(X[i])
+
+
+def test_f64_rsqrt_within_the_vulkan_bound():
+    x = np.random.default_rng(6).random(300) * 100 + 0.01
+    y = np.zeros(300)
+    rsqrt64[5](x, y, 300, backend="vulkan")
+    np.testing.assert_allclose(y, 1 / np.sqrt(x), rtol=2 * 2.0 ** -52)     # 2 ULP
+
+
+@pc.kernel(workgroup_size=64)
+def fma32(A: pc.ReadBuffer[f32], B: pc.ReadBuffer[f32], C: pc.Buffer[f32], n: u32):
+    i = pc.global_invocation_id.x
+    if i < n:
+        C[i] = pc.fma(A[i], B[i], C[i])
+
+
+def test_fma_f32_fused_or_as_vulkan_allows():
+    """The emulator's fma is fused (one rounding); a Vulkan device may compute GLSL Fma as a
+    multiply then an add (lavapipe does), so each element is one of the two."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal(512).astype(np.float32)
+    b = rng.standard_normal(512).astype(np.float32)
+    c = (-(a.astype(np.float64) * b)).astype(np.float32)      # cancellation shows the fusion
+    gpu, emu = _both(fma32, 8, a, b, c, 512)
+    fused, twice = _fused_or_not(a, b, c, gpu[2])
+    assert emu[2].tobytes() == fused.tobytes() != twice.tobytes()
+
+
+def _contraction_kernel(fp):
+    @pc.kernel(workgroup_size=64, fp=fp)
+    def contraction(A: pc.ReadBuffer[f16], B: pc.ReadBuffer[f16], O: pc.WriteBuffer[f16], n: u32):
+        i = pc.global_invocation_id.x
+        if i < n:
+            a, b = A[i], B[i]
+            O[i] = a + b * (a * b)
+            O[n + i] = (a - a) * f16(-1.0)          # -0.0 * ... keeps its sign
+            O[u32(2) * n + i] = -(a - a) + f16(-0.0)
+    return contraction
+
+
+def test_exact_mode_matches_the_emulator_bit_for_bit():
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal(1000).astype(np.float16)
+    b = rng.standard_normal(1000).astype(np.float16)
+    gpu, emu = _both(_contraction_kernel("exact"), 16, a, b, np.zeros(3000, np.float16), 1000)
+    assert gpu[2].tobytes() == emu[2].tobytes()
+    assert np.signbit(gpu[2][1000:]).all()
+
+
+def test_strict_mode_on_a_device_without_denormal_preservation():
+    from pycoop.runtime.vulkan import get_runtime
+    caps = get_runtime().capabilities
+    if caps.float_controls.get("shaderDenormPreserveFloat16"):
+        pytest.skip(f"{caps.device_name} preserves f16 subnormals")
+    k = _contraction_kernel("strict")
+    with pytest.raises(pc.BackendUnavailable, match="shaderDenormPreserveFloat16") as ei:
+        k[1](np.ones(4, np.float16), np.ones(4, np.float16), np.zeros(12, np.float16), 4,
+             backend="vulkan")
+    assert 'fp="strict"' in str(ei.value)
+
+
+@pc.kernel(workgroup_size=8)
+def min_max32(X: pc.ReadBuffer[f32], Y: pc.ReadBuffer[f32], O: pc.WriteBuffer[f32]):
+    i = pc.global_invocation_id.x
+    O[i] = pc.min(X[i], Y[i])
+    O[8 + i] = pc.max(X[i], Y[i])
+
+
+def test_min_max_of_signed_zeros_and_nan():
+    n = np.nan
+    x = np.array([0.0, -0.0, n, 1.0, n, -0.0, 2.0, -3.0], np.float32)
+    y = np.array([-0.0, 0.0, 1.0, n, n, -0.0, 2.0, 4.0], np.float32)
+    gpu, emu = _both(min_max32, 1, x, y, np.zeros(16, np.float32))
+    g, e = gpu[2].view(np.uint32), emu[2].view(np.uint32)
+    if _lavapipe():          # lavapipe: the second operand of a +-0 pair (GLSL leaves it open)
+        ties = np.tile((x == 0) & (y == 0), 2)
+        np.testing.assert_array_equal(g[ties], np.tile(y.view(np.uint32), 2)[ties])
+        g, e = g[~ties], e[~ties]
+    np.testing.assert_array_equal(g, e)
