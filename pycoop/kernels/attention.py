@@ -72,35 +72,33 @@ def _log_sum_exp(r, c, m, l):
     return m + pc.log(l)
 
 
-def _scores(r, c, s, scale, k0, kend):
-    """Scaled score, -inf for a key past the end of the sequence (read as zeros)."""
-    return pc.select(k0 + c < kend, s * scale, f32(float("-inf")))
+def _smear(a, b):
+    """Row reduction that copies a row's (equal) values to a matrix of another width."""
+    return a
 
 
-def _causal_scores(r, c, s, scale, k0, kend, q0):
-    """As `_scores`, and -inf for a key after the query (query i sees keys 0..i)."""
-    return pc.select(k0 + c <= q0 + r, _scores(r, c, s, scale, k0, kend), f32(float("-inf")))
+def _in_sequence(r, c, s, k0, kend):
+    """The score, or -inf for a key past the end of the sequence (read as zeros)."""
+    return pc.select(k0 + c < kend, s, f32(float("-inf")))
 
 
-def _masked_scores(r, c, s, scale, mask):
-    """Scaled score plus the mask (-inf past the end of the sequence: the mask's clamp value)."""
-    return s * scale + mask
-
-
-def _causal_masked_scores(r, c, s, scale, mask, k0, q0):
-    return pc.select(k0 + c <= q0 + r, s * scale + mask, f32(float("-inf")))
+def _causal(r, c, s, k0, kend, q0):
+    """As `_in_sequence`, and -inf for a key after the query (query i sees keys 0..i)."""
+    return pc.select(k0 + c <= q0 + r, _in_sequence(r, c, s, k0, kend), f32(float("-inf")))
 
 
 # --- the shared inner loop ---------------------------------------------------------------
 
 class _Types(NamedTuple):
     """The matrix types of an Br-row attention tile."""
-    Q: object      # Br x D operand A
+    Q: object      # Br x D operand A (pre-scaled)
     Kt: object     # D x Bc operand B
     V: object      # Bc x D operand B
     P: object      # Br x Bc operand A
     S: object      # Br x Bc f32 accumulator: scores, probabilities, row maxima and sums
     O: object      # Br x D f32 accumulator
+    Ones: object   # Bc x Bc operand B (all ones: P @ Ones = the row sums of P in each column)
+    Raw: object    # Br x D accumulator of the input type (Q as loaded)
 
 
 @functools.cache
@@ -109,37 +107,47 @@ def _types(el, rows: int, D: int, Bc: int) -> _Types:
         return pc.coopmat[t, pc.Workgroup, r, c, use]
     return _Types(mat(el, rows, D, pc.UseA), mat(el, D, Bc, pc.UseB), mat(el, Bc, D, pc.UseB),
                   mat(el, rows, Bc, pc.UseA), mat(f32, rows, Bc, pc.Accumulator),
-                  mat(f32, rows, D, pc.Accumulator))
+                  mat(f32, rows, D, pc.Accumulator), mat(el, Bc, Bc, pc.UseB),
+                  mat(el, rows, D, pc.Accumulator))
 
 
 def _by_row(x, T: _Types):
-    """A per-row value held in every column of a Br x Bc matrix as a Br x D matrix (a row
-    reduction may change the column count; every column holds the same value)."""
-    return x if T.S == T.O else pc.nv.reduce(x, "row", "max", result_type=T.O)
+    """A per-row value held in every column of a Br x Bc matrix as a Br x D matrix."""
+    return x if T.S == T.O else pc.nv.reduce(x, "row", _smear, result_type=T.O)
 
 
-def _attend(T: _Types, q, m, l, o, s, v):
+def _scaled_queries(Q, layout, T: _Types, scale):
+    """The query tile times scale, as an operand: the scores need no scaling pass."""
+    q = pc.nv.convert(pc.nv.load_tensor(Q, layout, T.Raw), T.O) * scale
+    return pc.nv.convert(q, T.Q)
+
+
+def _attend(T: _Types, m, l, o, s, v):
     """One key block of the online softmax: scores s (scaled and masked) and values v update
-    the row maxima m, sums l and output o."""
+    the row maxima m, sums l and unnormalised output o."""
     m_new = pc.nv.per_element(m, _larger, pc.nv.reduce(s, "row", "max"))
-    p = pc.nv.per_element(s, _exp_minus, m_new)
+    p = pc.nv.convert(pc.nv.per_element(s, _exp_minus, m_new), T.P)
     alpha = pc.nv.per_element(m, _exp_minus, m_new)          # rescales what came before
-    l = l * alpha + pc.nv.reduce(p, "row", "add")
-    o = pc.mul_add(pc.nv.convert(p, T.P), v, o * _by_row(alpha, T))
+    # the row sums by a product with ones, on the tensor cores, of the rounded P that
+    # multiplies V (as llama.cpp does)
+    l = pc.mul_add(p, T.Ones.fill(1.0), l * alpha)
+    o = pc.mul_add(p, v, o * _by_row(alpha, T))
     return m_new, l, o
 
 
-def _kv_layouts(n_kv_rows, S, D):
-    """(K/V heads, keys, head_dim) over a (batch, kv_heads, keys, head_dim) tensor, zeros
-    past the last key, and the view that reads a Bc x D block of K as D x Bc."""
-    return (pc.nv.tensor_layout(3, clamp="constant").dimension(n_kv_rows, S, D),
-            pc.nv.tensor_view(3, False, (0, 2, 1)))
+def _rows(n_before, n, D):
+    """A 2-D layout over the rows of one head (n rows after n_before rows of the heads
+    before it, head_dim columns): zeros past the head's last row, stores discarded there."""
+    return pc.nv.tensor_layout(2, clamp="constant").dimension(n_before + n, D)
+
+
+_TRANSPOSE = (1, 0)
 
 
 # --- prefill -------------------------------------------------------------------------------
 
 @functools.cache
-def attention_prefill(head_dim: int = 128, Br: int = 64, Bc: int = 64, invocations: int = 256,
+def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocations: int = 256,
                       causal: bool = False, mask: bool = False, dtype: str = "f16",
                       out: str = "f16"):
     """The prefill kernel for one configuration. Parameters:
@@ -148,7 +156,11 @@ def attention_prefill(head_dim: int = 128, Br: int = 64, Bc: int = 64, invocatio
     head; -inf hides a key); O (batch, heads, queries, head_dim) of `out`; LSE (batch, heads,
     queries) f32, the log-sum-exp of each row's scaled scores; then queries, keys, heads,
     kv_heads and scale. `causal`: query i sees keys 0..i (torch's `is_causal`).
-    The grid is (ceil(queries / Br), batch * heads)."""
+    The grid is (ceil(queries / Br), batch * heads).
+
+    The key blocks that need no masking (all keys in the sequence and, causal, before the
+    tile's first query) run in a loop of their own; only the last blocks pay for the
+    per-element masking."""
     _check_config("attention_prefill", head_dim, Br, Bc, dtype, out)
     D, el = head_dim, _ELEMENT[dtype]
     T = _types(el, Br, D, Bc)
@@ -160,32 +172,39 @@ def attention_prefill(head_dim: int = 128, Br: int = 64, Bc: int = 64, invocatio
     def body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale):
         bh, q0 = pc.workgroup_id.y, pc.workgroup_id.x * Br
         bkv = (bh // H) * Hkv + (bh % H) // (H // Hkv)        # the K/V head of query head bh
-        lq = pc.nv.tensor_layout(3, clamp="constant").dimension(pc.num_workgroups.y, Sq, D)
-        lkv, kt = _kv_layouts(pc.num_workgroups.y // H * Hkv, Skv, D)
-        q = pc.nv.load_tensor(Q, lq.slice(bh, 1, q0, Br, 0, D), T.Q)
-        m, l, o = T.S.fill(_NEG_BIG), T.S.fill(0.0), T.O.fill(0.0)
-        kend = pc.min(Skv, q0 + Br) if causal else Skv     # later keys are hidden from the tile
+        lq, lkv = _rows(bh * Sq, Sq, D), _rows(bkv * Skv, Skv, D)
+        kt = pc.nv.tensor_view(2, False, _TRANSPOSE)          # a Bc x D block of K as D x Bc
         if mask:
             lm = (pc.nv.tensor_layout(2, clamp="constant").dimension(Sq, Skv)
-                  .clamp_value(f16(float("-inf"))))
-        for k0 in pc.range(0, kend, Bc):
-            kv = lkv.slice(bkv, 1, k0, Bc, 0, D)
+                  .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
+        q = _scaled_queries(Q, lq.slice(bh * Sq + q0, Br, 0, D), T, scale)
+        m, l, o = T.S.fill(_NEG_BIG), T.S.fill(0.0), T.O.fill(0.0)
+        kend = pc.min(Skv, q0 + Br) if causal else Skv     # later keys are hidden from the tile
+        # blocks wholly inside the sequence (and, causal, at or before the first query)
+        kfull = (pc.min(Skv, q0 + 1) if causal else Skv) // Bc * Bc
+
+        def scores(k0):
+            kv = lkv.slice(bkv * Skv + k0, Bc, 0, D)
             s = pc.mul_add(q, pc.nv.load_tensor(K, kv, T.Kt, view=kt), T.S.fill(0.0))
             if mask:
-                bias = pc.nv.convert(pc.nv.load_tensor(Mask, lm.slice(q0, Br, k0, Bc), Mask16), T.S)
-                s = (pc.nv.per_element(s, _causal_masked_scores, scale, bias, k0, q0) if causal
-                     else pc.nv.per_element(s, _masked_scores, scale, bias))
-            elif causal:
-                s = pc.nv.per_element(s, _causal_scores, scale, k0, kend, q0)
-            else:
-                s = pc.nv.per_element(s, _scores, scale, k0, kend)
-            m, l, o = _attend(T, q, m, l, o, s, pc.nv.load_tensor(V, kv, T.V))
+                s = s + pc.nv.convert(pc.nv.load_tensor(Mask, lm.slice(q0, Br, k0, Bc), Mask16),
+                                      T.S)
+            return s, pc.nv.load_tensor(V, kv, T.V)
+
+        for k0 in pc.range(0, kfull, Bc):
+            s, v = scores(k0)
+            m, l, o = _attend(T, m, l, o, s, v)
+        for k0 in pc.range(kfull, kend, Bc):                 # the edge: mask per element
+            s, v = scores(k0)
+            s = (pc.nv.per_element(s, _causal, k0, kend, q0) if causal else
+                 pc.nv.per_element(s, _in_sequence, k0, kend))
+            m, l, o = _attend(T, m, l, o, s, v)
         o = pc.nv.per_element(o, _divide, _by_row(l, T))
-        pc.nv.store_tensor(O, lq.slice(bh, 1, q0, Br, 0, D), o if Out == T.O else
-                           pc.nv.convert(o, Out))
+        pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, Br, 0, D),
+                           o if Out == T.O else pc.nv.convert(o, Out))
         # one column of the row-wise log-sum-exp: the others fall outside a width of 1
-        ll = pc.nv.tensor_layout(3, clamp="constant").dimension(pc.num_workgroups.y, Sq, 1)
-        pc.nv.store_tensor(LSE, ll.slice(bh, 1, q0, Br, 0, Bc), pc.nv.per_element(m, _log_sum_exp, l))
+        pc.nv.store_tensor(LSE, _rows(bh * Sq, Sq, 1).slice(bh * Sq + q0, Br, 0, Bc),
+                           pc.nv.per_element(m, _log_sum_exp, l))
 
     if mask:
         @pc.kernel(workgroup_size=invocations)
@@ -206,15 +225,16 @@ def attention_prefill(head_dim: int = 128, Br: int = 64, Bc: int = 64, invocatio
 # --- decode --------------------------------------------------------------------------------
 
 @functools.cache
-def attention_decode(head_dim: int = 128, rows: int = 16, Bc: int = 64, invocations: int = 128,
+def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocations: int = 128,
                      dtype: str = "f16"):
     """The split-KV decode kernel: Q (batch, heads, queries, head_dim), K and V (batch,
     kv_heads, keys, head_dim); each workgroup multiplies the G = heads / kv_heads query heads
-    of one K/V head (G * queries <= rows, packed as the rows of one matrix) with `chunk` keys
-    (a multiple of Bc) and writes its unnormalised output to Part (splits, batch * heads *
-    queries, head_dim) f32, its row maxima to M and sums to L (splits, batch * heads *
-    queries) f32. Every query sees every key. The grid is (splits, batch * kv_heads), splits
-    = ceil(keys / chunk); `attention_combine` merges the splits."""
+    of one K/V head (G * queries <= rows, packed as the rows of one matrix: they are
+    consecutive rows of Q) with `chunk` keys (a multiple of Bc) and writes its unnormalised
+    output to Part (splits, batch * heads * queries, head_dim) f32, its row maxima to M and
+    sums to L (splits, batch * heads * queries) f32. Every query sees every key. The grid is
+    (splits, batch * kv_heads), splits = ceil(keys / chunk); `attention_combine` merges the
+    splits. `rows` is at least the device's workgroup-scope row granularity."""
     _check_config("attention_decode", head_dim, rows, Bc, dtype, "f32")
     D, el = head_dim, _ELEMENT[dtype]
     T = _types(el, rows, D, Bc)
@@ -223,26 +243,23 @@ def attention_decode(head_dim: int = 128, rows: int = 16, Bc: int = 64, invocati
     def attention_decode(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
                          Part: pc.WriteBuffer[f32], M: pc.WriteBuffer[f32], L: pc.WriteBuffer[f32],
                          n: u32, Skv: u32, chunk: u32, scale: f32):
-        # n = G * queries rows of Q per K/V head, consecutive in Q: (bh * G + g) * queries + i
         bkv, split = pc.workgroup_id.y, pc.workgroup_id.x
         nkv = pc.num_workgroups.y
-        lq = pc.nv.tensor_layout(3, clamp="constant").dimension(nkv, n, D)
-        lkv, kt = _kv_layouts(nkv, Skv, D)
-        q = pc.nv.load_tensor(Q, lq.slice(bkv, 1, 0, rows, 0, D), T.Q)
+        lkv = _rows(bkv * Skv, Skv, D)
+        kt = pc.nv.tensor_view(2, False, _TRANSPOSE)
+        q = _scaled_queries(Q, _rows(bkv * n, n, D).slice(bkv * n, rows, 0, D), T, scale)
         m, l, o = T.S.fill(_NEG_BIG), T.S.fill(0.0), T.O.fill(0.0)
         kb = split * chunk
         kend = pc.min(kb + chunk, Skv)
         for k0 in pc.range(kb, kend, Bc):
-            kv = lkv.slice(bkv, 1, k0, Bc, 0, D)
+            kv = lkv.slice(bkv * Skv + k0, Bc, 0, D)
             s = pc.mul_add(q, pc.nv.load_tensor(K, kv, T.Kt, view=kt), T.S.fill(0.0))
-            s = pc.nv.per_element(s, _scores, scale, k0, kend)
-            m, l, o = _attend(T, q, m, l, o, s, pc.nv.load_tensor(V, kv, T.V))
-        part = split * nkv + bkv                 # this workgroup's rows: (split, bkv, row)
-        lp = pc.nv.tensor_layout(3, clamp="constant").dimension(pc.num_workgroups.x * nkv, n, D)
-        pc.nv.store_tensor(Part, lp.slice(part, 1, 0, rows, 0, D), o)
-        lr = pc.nv.tensor_layout(3, clamp="constant").dimension(pc.num_workgroups.x * nkv, n, 1)
-        pc.nv.store_tensor(M, lr.slice(part, 1, 0, rows, 0, Bc), m)
-        pc.nv.store_tensor(L, lr.slice(part, 1, 0, rows, 0, Bc), l)
+            s = pc.nv.per_element(s, _in_sequence, k0, kend)
+            m, l, o = _attend(T, m, l, o, s, pc.nv.load_tensor(V, kv, T.V))
+        first = (split * nkv + bkv) * n          # this workgroup's rows: (split, bkv, row)
+        pc.nv.store_tensor(Part, _rows(first, n, D).slice(first, rows, 0, D), o)
+        pc.nv.store_tensor(M, _rows(first, n, 1).slice(first, rows, 0, Bc), m)
+        pc.nv.store_tensor(L, _rows(first, n, 1).slice(first, rows, 0, Bc), l)
     return attention_decode
 
 
@@ -283,11 +300,6 @@ class AttentionResult(NamedTuple):
     backend: str
 
 
-def decode_rows(heads: int, kv_heads: int, queries: int) -> int:
-    """The row count of the decode kernel's query matrix: G * queries rounded up to 16."""
-    return -(-(heads // kv_heads) * queries // 16) * 16
-
-
 def _check_shapes(Q, K, V, mask, causal: bool) -> tuple[int, ...]:
     if Q.ndim != 4 or K.ndim != 4 or V.ndim != 4:
         raise ValueError("attention: Q, K and V must be (batch, heads, sequence, head_dim) arrays, "
@@ -323,16 +335,18 @@ def _dtype_name(a: np.ndarray) -> str:
 
 def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None = None,
               out: str = "f16", backend: str | None = None, repeat: int = 1,
-              Br: int = 64, Bc: int = 64, invocations: int = 256,
-              splits: int | None = None) -> AttentionResult:
+              Br: int = 128, Bc: int = 64, invocations: int = 256,
+              splits: int | None = None, decode_rows: int = 32,
+              decode: bool | None = None) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim), float16
     (or bfloat16); heads a multiple of kv_heads. `mask`: (queries, keys) float16, added to the
     scaled scores. `causal`: query i sees keys 0..i. Without mask and causality, queries
-    whose G = heads / kv_heads packed rows fit 16 go the decode path (the keys split into
-    `splits` chunks, by default about 4 workgroups per 132 SMs); otherwise the prefill kernel
-    with Br x Bc tiles. The configuration is checked before anything runs."""
+    whose G = heads / kv_heads heads fit the `decode_rows` rows of one matrix (G * queries
+    <= decode_rows) go the decode path, the keys split into `splits` chunks (by default about
+    4 workgroups per SM of a 132-SM GPU); otherwise the prefill kernel with Br x Bc tiles.
+    `decode` True or False chooses the path instead. The configuration is checked before anything runs."""
     B, H, Hkv, Sq, Skv, D = _check_shapes(Q, K, V, mask, causal)
     el = _dtype_name(Q)
     if _dtype_name(K) != el or _dtype_name(V) != el:
@@ -343,7 +357,12 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     O = np.zeros((B, H, Sq, D), _NUMPY_OUT.get(out, np.float32))
     LSE = np.zeros((B, H, Sq), np.float32)
     run = {"backend": backend, "repeat": repeat}
-    if mask is None and not causal and (H // Hkv) * Sq <= 16:
+    fits = mask is None and not causal and (H // Hkv) * Sq <= decode_rows
+    if decode and not fits:
+        raise ValueError(f"attention: the decode path takes neither mask nor causal, and at most "
+                         f"decode_rows={decode_rows} packed rows (heads / kv_heads * queries = "
+                         f"{(H // Hkv) * Sq})")
+    if fits if decode is None else decode:
         R, Bd = B * H * Sq, 64
         if splits is None:
             splits = max(1, min(-(-Skv // Bd), -(-4 * 132 // (B * Hkv))))
@@ -351,7 +370,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         splits = -(-Skv // chunk)
         Part = np.zeros((splits, R, D), np.float32)
         M, L = np.zeros((splits, R), np.float32), np.zeros((splits, R), np.float32)
-        r1 = attention_decode(D, decode_rows(H, Hkv, Sq), Bd, 128, el)[(splits, B * Hkv)](
+        r1 = attention_decode(D, decode_rows, Bd, 128, el)[(splits, B * Hkv)](
             Q, K, V, Part, M, L, (H // Hkv) * Sq, Skv, chunk, scale, **run)
         r2 = attention_combine(D, out)[(R,)](Part, M, L, O, LSE, R, splits, **run)
         return AttentionResult(O, LSE, r1.time_ms + r2.time_ms, r1.backend)
