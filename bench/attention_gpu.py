@@ -14,7 +14,8 @@ to back on the device after unmeasured warm-up runs and reports its fastest run;
 the same way with CUDA events. The error column is the largest absolute difference from an
 f32 reference on the first two heads (torch's own f16 kernel's error beside it).
 
-    python3 bench/attention_gpu.py [--repeat 10] [--quick]
+    python3 bench/attention_gpu.py [--repeat 10] [--quick] [--cases prefill,llama,decode]
+                                   [--tiles Br Bc invocations ...] [--head-dims 128 64]
 """
 from __future__ import annotations
 
@@ -180,23 +181,30 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="batch 1 and fewer tiles")
+    ap.add_argument("--cases", default="prefill,llama,decode",
+                    help="comma-separated subset of prefill, llama, decode")
+    ap.add_argument("--tiles", type=int, nargs="*", help="Br Bc invocations triples to time")
+    ap.add_argument("--head-dims", type=int, nargs="*", default=[128, 64])
     a = ap.parse_args()
     print(f"device: {gpu_state()}")
     print(f"{'case':<34} {'config':<30} {'pycoop':>10} {'torch':>10} {'ratio':>7} {'err':>9} "
           f"{'torch err':>9}")
     tiles = PREFILL_TILES[:2] if a.quick else PREFILL_TILES
+    if a.tiles:
+        tiles = [tuple(a.tiles[i:i + 3]) for i in range(0, len(a.tiles), 3)]
+    cases = a.cases.split(",")
     B = 1 if a.quick else 4
     goals = []
-    for D in (128, 64):
+    for D in a.head_dims if "prefill" in cases else []:
         for causal in (False, True):
             name = f"prefill {B}x32x4096 d{D}{' causal' if causal else ''}"
             best, ref = prefill_case(name, B, 32, 32, 4096, 4096, D, causal, False, tiles,
                                      a.repeat, a.warmup)
             goals.append((name, best / ref, 0.5))
-    for Skv in (4096, 16384):
+    for Skv in (4096, 16384) if "llama" in cases else []:
         name = f"llama 512q x {Skv}k 32/8 heads mask"
         prefill_case(name, 1, 32, 8, 512, Skv, 128, False, True, tiles, a.repeat, a.warmup)
-    for Skv in (8192, 32768):
+    for Skv in (8192, 32768) if "decode" in cases else []:
         name = f"decode 1q x {Skv}k 32/8 heads"
         best, ref = decode_case(name, Skv, a.repeat, a.warmup)
         goals.append((name, ref / best, 0.8))
