@@ -5,12 +5,12 @@ shape (batch, kv_heads, keys, head_dim): f16 or bf16 inputs, f32 accumulation, g
 attention (each K/V head serves heads / kv_heads consecutive query heads).
 
 Both kernels walk the keys in blocks of Bc with the online softmax: for each block the scores
-S = Q·Kᵀ (Kᵀ read through a transposing tensor view), the running row maxima m and sums l
-(`pc.nv.reduce`), P = exp(S - m) (`pc.nv.per_element`), and O = O·exp(m_old - m) + P·V with
-P converted from the f32 accumulator to an f16 operand (`pc.nv.convert`). Tensor layouts over
-(batch·heads, sequence, head_dim) address each head's rows; their Constant clamp reads zeros
-past the end of a sequence (and -inf from the mask), and the stores discard rows past it, so
-any sequence length works without padding.
+S = Q·Kᵀ (Kᵀ read through a transposing tensor view), the running row maxima m
+(`pc.nv.reduce`) and sums l, P = exp(S - m) (`pc.nv.per_element`), and O = O·exp(m_old - m)
++ P·V with P converted from the f32 accumulator to an f16 operand (`pc.nv.convert`). A 2-D
+tensor layout per head addresses its rows and ends at its last row: the Constant clamp reads
+zeros past the end of a sequence (and -inf from the mask), and the stores discard the rows
+past it, so any sequence length works without padding.
 
 - `attention_prefill(...)`: one workgroup per Br queries of one head; the grid is
   (ceil(queries / Br), batch · heads).

@@ -58,7 +58,7 @@ def test_prefill_matches_numpy(B, Hkv, G, Sq, extra, causal, masked, seed):
        splits=st.integers(1, 9), seed=st.integers(0, 2 ** 16))
 def test_decode_matches_numpy(G, Sq, Skv, splits, seed):
     """The G query heads of a K/V head packed as the rows of one matrix, the keys split
-    across workgroups (including splits past the end: empty) and combined."""
+    across workgroups (the last chunk partial) and combined."""
     if G * Sq > 32:
         Sq = 32 // G
     Q, K, V, _ = operands(1, 2 * G, 2, Sq, Skv, 64, seed)
