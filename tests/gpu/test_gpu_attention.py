@@ -60,3 +60,19 @@ def test_attention_matches_reference_on_gpu(B, H, Hkv, Sq, Skv, D, causal, maske
     terr = _torch_error(Q, K, V, mask, causal, ref)
     if terr is not None:
         assert err <= max(2 * terr, 1e-3), (err, terr)
+
+
+@pytest.mark.parametrize("D,dtype,out,tol", [(80, np.float16, "f16", 4e-3),
+                                            (128, "bfloat16", "f32", 2e-2)])
+def test_attention_other_head_dims_and_types_on_gpu(D, dtype, out, tol):
+    import ml_dtypes
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    rng = np.random.default_rng(8)
+    Q = rng.standard_normal((1, 8, 300, D)).astype(dt)
+    K = rng.standard_normal((1, 2, 300, D)).astype(dt)
+    V = rng.standard_normal((1, 2, 300, D)).astype(dt)
+    for causal, q in ((True, Q), (False, Q[:, :, :2])):          # prefill, then decode
+        r = attention(q, K, V, causal=causal, out=out, backend="vulkan")
+        assert r.backend == "vulkan"
+        ref, _ = attention_reference(q, K, V, causal=causal)
+        assert np.abs(r.out.astype(np.float64) - ref).max() < tol
