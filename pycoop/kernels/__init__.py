@@ -1,6 +1,10 @@
 """Ready-made kernels written in pycoop (used by `pycoop demo` and the benchmarks)."""
+from .attention import (AttentionResult, attention, attention_combine, attention_decode,
+                        attention_prefill, attention_reference)
 from .gemm import (Q4_0, gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
                    gemm_q4_0_staged, gemm_reference, gemm_workgroup_tile, q4_0_planes, sum_splits)
 
-__all__ = ["Q4_0", "gemm_khr", "gemm_khr_staged", "gemm_nv", "gemm_q4_0", "gemm_q4_0_planes",
-           "gemm_q4_0_staged", "gemm_reference", "gemm_workgroup_tile", "q4_0_planes", "sum_splits"]
+__all__ = ["AttentionResult", "attention", "attention_combine", "attention_decode",
+           "attention_prefill", "attention_reference", "Q4_0", "gemm_khr", "gemm_khr_staged",
+           "gemm_nv", "gemm_q4_0", "gemm_q4_0_planes", "gemm_q4_0_staged", "gemm_reference",
+           "gemm_workgroup_tile", "q4_0_planes", "sum_splits"]

@@ -1,0 +1,217 @@
+"""GPU flash attention on Vulkan (pycoop.kernels.attention) against torch's
+scaled_dot_product_attention measured in the same run.
+
+- prefill: batch 4 x 32 heads x 4096 queries and keys, head dim 128 and 64, causal and not,
+  over a few tile shapes (Br x Bc, invocations);
+- llama.cpp's shape: 512 queries x 4096 and 16384 keys, 32 heads over 8 K/V heads, head dim
+  128, an f16 mask (torch with the same mask, and unmasked);
+- decode: 1 query, 32 heads over 8 K/V heads, 8192 and 32768 keys, head dim 128 (split-KV
+  kernel + combine kernel, their times added), with the GB/s of K + V; torch timed as a CUDA
+  graph replay.
+
+f16 inputs, f32 accumulation, f16 output. Each pycoop configuration runs --repeat times back
+to back on the device after unmeasured warm-up runs and reports its fastest run; torch is timed
+the same way with CUDA events. The error column is the largest absolute difference from an
+f32 reference on the first two heads (torch's own f16 kernel's error beside it).
+
+    python3 bench/attention_gpu.py [--repeat 10] [--quick] [--cases prefill,llama,decode]
+                                   [--tiles Br Bc invocations ...] [--head-dims 128 64]
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+
+import numpy as np
+
+from pycoop.kernels import attention
+
+# Br Bc invocations
+PREFILL_TILES = [(128, 64, 256), (64, 64, 128), (64, 64, 256), (128, 64, 512), (256, 64, 512)]   # Br Bc invocations
+DECODE_CONFIGS = [(None, 32), (128, 32), (None, 64)]   # splits, rows
+
+
+def gpu_state() -> str:
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm",
+                            "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        return q.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "nvidia-smi unavailable"
+
+
+def torch_ms(fn, repeat: int, graph: bool = False) -> float:
+    """The fastest of `repeat` timed runs of fn (after warm-up), optionally as a CUDA graph."""
+    import torch
+    for _ in range(20):
+        fn()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        fn = g.replay
+        for _ in range(20):
+            fn()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(repeat)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return min(s.elapsed_time(e) for s, e in events)
+
+
+def sdpa(q, k, v, mask, causal):
+    import torch.nn.functional as F
+    if k.shape[1] != q.shape[1]:
+        g = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+
+
+def sdpa_gqa(q, k, v, mask, causal):
+    """torch's own GQA (enable_gqa) when it has it, else K/V expanded once beforehand."""
+    import torch.nn.functional as F
+    try:
+        F.scaled_dot_product_attention(q[:, :, :1], k[:, :, :1], v[:, :, :1], enable_gqa=True)
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                      enable_gqa=True)
+    except TypeError:
+        return sdpa(q, k, v, mask, causal)
+
+
+def reference_error(out, Q, K, V, mask, causal, heads: int = 2) -> float:
+    """Largest |out - f32 reference| over the first `heads` query heads of batch 0 (torch, f32)."""
+    import torch
+    g = Q.shape[1] // K.shape[1]
+    q = torch.from_numpy(Q[:1, :heads].astype(np.float32)).cuda()
+    k = torch.from_numpy(K[:1, :1 + (heads - 1) // g].astype(np.float32)).cuda()
+    v = torch.from_numpy(V[:1, :1 + (heads - 1) // g].astype(np.float32)).cuda()
+    k, v = k.repeat_interleave(g, 1)[:, :heads], v.repeat_interleave(g, 1)[:, :heads]
+    m = None if mask is None else torch.from_numpy(mask.astype(np.float32)).cuda()
+    s = q @ k.transpose(-1, -2) / np.sqrt(q.shape[-1])
+    if m is not None:
+        s = s + m
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device="cuda").tril(), -np.inf)
+    ref = torch.softmax(s, -1) @ v
+    got = torch.from_numpy(np.asarray(out[:1, :heads], np.float32)).cuda()
+    return float((got - ref).abs().max())
+
+
+def operands(B, H, Hkv, Sq, Skv, D, masked, seed=0):
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((B, H, Sq, D), np.float32).astype(np.float16)
+    K = rng.standard_normal((B, Hkv, Skv, D), np.float32).astype(np.float16)
+    V = rng.standard_normal((B, Hkv, Skv, D), np.float32).astype(np.float16)
+    mask = None
+    if masked:           # llama.cpp-like: a causal block structure for the last queries, as f16
+        mask = np.where(np.arange(Skv)[None, :] <= Skv - Sq + np.arange(Sq)[:, None], 0.0,
+                        -np.inf).astype(np.float16)
+    return Q, K, V, mask
+
+
+def row(name: str, what: str, value: float, ref: float, err: float, terr: float,
+        extra: str = "") -> None:
+    ratio = value / ref if what.endswith("TFLOP/s") else ref / value     # > 1: pycoop ahead
+    print(f"{name:<34} {what:<30} {value:>10.1f} {ref:>10.1f} {ratio:>7.2f}"
+          f" {err:>9.1e} {terr:>9.1e} {extra}", flush=True)
+
+
+def prefill_case(name, B, H, Hkv, Sq, Skv, D, causal, masked, tiles, repeat, warmup):
+    import torch
+    Q, K, V, mask = operands(B, H, Hkv, Sq, Skv, D, masked)
+    flop = 4 * B * H * Sq * Skv * D * (0.5 if causal else 1.0)
+    q, k, v = (torch.from_numpy(a).cuda() for a in (Q, K, V))
+    m = None if mask is None else torch.from_numpy(mask).cuda()[None, None]
+    t_ms = torch_ms(sdpa_gqa(q, k, v, m, causal), repeat)
+    t_out = sdpa_gqa(q, k, v, m, causal)().cpu().numpy()
+    terr = reference_error(t_out, Q, K, V, mask, causal)
+    t_unmasked = flop / torch_ms(sdpa_gqa(q, k, v, None, causal), repeat) / 1e9 if masked else None
+    ref = flop / t_ms / 1e9
+    del q, k, v, m
+    torch.cuda.empty_cache()
+    best = 0.0
+    for Br, Bc, inv in tiles:
+        try:
+            attention(Q, K, V, mask=mask, causal=causal, backend="vulkan", repeat=warmup,
+                      Br=Br, Bc=Bc, invocations=inv)
+            r = attention(Q, K, V, mask=mask, causal=causal, backend="vulkan", repeat=repeat,
+                          Br=Br, Bc=Bc, invocations=inv)
+        except Exception as e:         # a tile the device rejects: report it and go on
+            print(f"{name:<34} Br={Br} Bc={Bc} inv={inv}: {type(e).__name__}: {str(e)[:120]}")
+            continue
+        tf = flop / r.time_ms / 1e9
+        best = max(best, tf)
+        extra = f"(torch unmasked {t_unmasked:.1f})" if t_unmasked else ""
+        row(name, f"Br={Br} Bc={Bc} inv={inv} TFLOP/s", tf, ref,
+            reference_error(r.out, Q, K, V, mask, causal), terr, extra)
+    return best, ref
+
+
+def decode_case(name, Skv, repeat, warmup, B=1, H=32, Hkv=8, D=128):
+    import torch
+    Q, K, V, _ = operands(B, H, Hkv, 1, Skv, D, False)
+    q, k, v = (torch.from_numpy(a).cuda() for a in (Q, K, V))
+    t_ms = torch_ms(sdpa_gqa(q, k, v, None, False), repeat * 10, graph=True)
+    terr = reference_error(sdpa_gqa(q, k, v, None, False)().cpu().numpy(), Q, K, V, None, False)
+    del q, k, v
+    torch.cuda.empty_cache()
+    nbytes = K.nbytes + V.nbytes
+    best = float("inf")
+    for splits, rows in DECODE_CONFIGS:
+        try:
+            attention(Q, K, V, backend="vulkan", repeat=warmup, splits=splits, decode_rows=rows)
+            r = attention(Q, K, V, backend="vulkan", repeat=repeat * 10, splits=splits,
+                          decode_rows=rows)
+        except Exception as e:         # a shape the device rejects: report it and go on
+            print(f"{name:<34} splits={splits} rows={rows}: {type(e).__name__}: {str(e)[:120]}")
+            continue
+        us = r.time_ms * 1e3
+        best = min(best, us)
+        row(name, f"splits={splits} rows={rows} µs", us, t_ms * 1e3,
+            reference_error(r.out, Q, K, V, None, False), terr,
+            f"{nbytes / r.time_ms / 1e6:.0f} GB/s (torch {nbytes / t_ms / 1e6:.0f})")
+    return best, t_ms * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--quick", action="store_true", help="batch 1 and fewer tiles")
+    ap.add_argument("--cases", default="prefill,llama,decode",
+                    help="comma-separated subset of prefill, llama, decode")
+    ap.add_argument("--tiles", type=int, nargs="*", help="Br Bc invocations triples to time")
+    ap.add_argument("--head-dims", type=int, nargs="*", default=[128, 64])
+    a = ap.parse_args()
+    print(f"device: {gpu_state()}")
+    print(f"{'case':<34} {'config':<30} {'pycoop':>10} {'torch':>10} {'ratio':>7} {'err':>9} "
+          f"{'torch err':>9}")
+    tiles = PREFILL_TILES[:2] if a.quick else PREFILL_TILES
+    if a.tiles:
+        tiles = [tuple(a.tiles[i:i + 3]) for i in range(0, len(a.tiles), 3)]
+    cases = a.cases.split(",")
+    B = 1 if a.quick else 4
+    goals = []
+    for D in a.head_dims if "prefill" in cases else []:
+        for causal in (False, True):
+            name = f"prefill {B}x32x4096 d{D}{' causal' if causal else ''}"
+            best, ref = prefill_case(name, B, 32, 32, 4096, 4096, D, causal, False, tiles,
+                                     a.repeat, a.warmup)
+            goals.append((name, best / ref, 0.5))
+    for Skv in (4096, 16384) if "llama" in cases else []:
+        name = f"llama 512q x {Skv}k 32/8 heads mask"
+        prefill_case(name, 1, 32, 8, 512, Skv, 128, False, True, tiles, a.repeat, a.warmup)
+    for Skv in (8192, 32768) if "decode" in cases else []:
+        name = f"decode 1q x {Skv}k 32/8 heads"
+        best, ref = decode_case(name, Skv, a.repeat, a.warmup)
+        goals.append((name, ref / best, 0.8))
+    print("\ngoals (pycoop / torch: TFLOP/s ratio for prefill, time ratio torch/pycoop for decode)")
+    for name, ratio, goal in goals:
+        print(f"  {name:<40} {ratio:6.2f} (goal >= {goal}) {'met' if ratio >= goal else 'not met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,399 @@
+"""Flash attention forward with SPV_NV_cooperative_matrix2 (workgroup-scope matrices).
+
+softmax(Q Kᵀ · scale + mask) V for Q of shape (batch, heads, queries, head_dim) and K, V of
+shape (batch, kv_heads, keys, head_dim): f16 or bf16 inputs, f32 accumulation, grouped-query
+attention (each K/V head serves heads / kv_heads consecutive query heads).
+
+Both kernels walk the keys in blocks of Bc with the online softmax: for each block the scores
+S = Q·Kᵀ (Kᵀ read through a transposing tensor view), the running row maxima m
+(`pc.nv.reduce`) and sums l, P = exp(S - m) (`pc.nv.per_element`), and O = O·exp(m_old - m)
++ P·V with P converted from the f32 accumulator to an f16 operand (`pc.nv.convert`). A 2-D
+tensor layout per head addresses its rows and ends at its last row: the Constant clamp reads
+zeros past the end of a sequence (and -inf from the mask), and the stores discard the rows
+past it, so any sequence length works without padding.
+
+- `attention_prefill(...)`: one workgroup per Br queries of one head; the grid is
+  (ceil(queries / Br), batch · heads).
+- `attention_decode(...)` + `attention_combine(...)`: few queries against a long KV cache.
+  The G = heads / kv_heads query heads sharing a K/V head are packed into the rows of one
+  matrix (they are consecutive rows of Q), the keys are split into chunks, one workgroup per
+  (chunk, K/V head) writes an unnormalised partial output with its row maxima and sums, and
+  the combine kernel merges the chunks: that is what spreads a memory-bound decode over the
+  whole GPU.
+- `attention(...)`: checks the shapes and launches either path; `attention_reference(...)`:
+  the NumPy result.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+import pycoop as pc
+from pycoop import f16, f32, u32
+
+HEAD_DIMS = (64, 80, 96, 112, 128, 256)
+# "minus infinity" for the running maxima: finite, so exp(m_old - m_new) stays 0 or 1 rather
+# than NaN when a whole block of a row is masked to -inf
+_NEG_BIG = -1.0e30
+_ELEMENT = {"f16": f16, "bf16": pc.bf16}
+_NUMPY_OUT = {"f16": np.float16, "f32": np.float32}
+
+
+def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out: str) -> None:
+    """Errors a wrong configuration gives before anything is traced or launched."""
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"{name}: head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
+    for what, v in (("query block", rows), ("key block Bc", Bc)):
+        if not isinstance(v, int) or v < 16 or v % 16:
+            raise ValueError(f"{name}: the {what} must be a multiple of 16, got {v!r}")
+    if dtype not in _ELEMENT:
+        raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
+    if out not in _NUMPY_OUT:
+        raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
+
+
+# --- per-element and combine functions (called per element by the implementation) --------
+
+def _larger(r, c, e, x):
+    return pc.max(e, x)
+
+
+def _exp_minus(r, c, e, m):
+    return pc.exp(e - m)
+
+
+def _divide(r, c, e, d):
+    return e / d
+
+
+def _log_sum_exp(r, c, m, l):
+    return m + pc.log(l)
+
+
+def _smear(a, b):
+    """Row reduction that copies a row's (equal) values to a matrix of another width."""
+    return a
+
+
+def _in_sequence(r, c, s, k0, kend):
+    """The score, or -inf for a key past the end of the sequence (read as zeros)."""
+    return pc.select(k0 + c < kend, s, f32(float("-inf")))
+
+
+def _causal(r, c, s, k0, kend, q0):
+    """As `_in_sequence`, and -inf for a key after the query (query i sees keys 0..i)."""
+    return pc.select(k0 + c <= q0 + r, _in_sequence(r, c, s, k0, kend), f32(float("-inf")))
+
+
+# --- the shared inner loop ---------------------------------------------------------------
+
+class _Types(NamedTuple):
+    """The matrix types of an Br-row attention tile."""
+    Q: object      # Br x D operand A (pre-scaled)
+    Kt: object     # D x Bc operand B
+    V: object      # Bc x D operand B
+    P: object      # Br x Bc operand A
+    S: object      # Br x Bc f32 accumulator: scores, probabilities, row maxima and sums
+    O: object      # Br x D f32 accumulator
+    Ones: object   # Bc x Bc operand B (all ones: P @ Ones = the row sums of P in each column)
+    Raw: object    # Br x D accumulator of the input type (Q as loaded)
+
+
+@functools.cache
+def _types(el, rows: int, D: int, Bc: int) -> _Types:
+    def mat(t, r, c, use):
+        return pc.coopmat[t, pc.Workgroup, r, c, use]
+    return _Types(mat(el, rows, D, pc.UseA), mat(el, D, Bc, pc.UseB), mat(el, Bc, D, pc.UseB),
+                  mat(el, rows, Bc, pc.UseA), mat(f32, rows, Bc, pc.Accumulator),
+                  mat(f32, rows, D, pc.Accumulator), mat(el, Bc, Bc, pc.UseB),
+                  mat(el, rows, D, pc.Accumulator))
+
+
+def _by_row(x, T: _Types):
+    """A per-row value held in every column of a Br x Bc matrix as a Br x D matrix."""
+    return x if T.S == T.O else pc.nv.reduce(x, "row", _smear, result_type=T.O)
+
+
+def _scaled_queries(Q, layout, T: _Types, scale):
+    """The query tile times scale, as an operand: the scores need no scaling pass."""
+    q = pc.nv.convert(pc.nv.load_tensor(Q, layout, T.Raw), T.O) * scale
+    return pc.nv.convert(q, T.Q)
+
+
+def _attend(T: _Types, m, l, o, s, v):
+    """One key block of the online softmax: scores s (scaled and masked) and values v update
+    the row maxima m, sums l and unnormalised output o."""
+    m_new = pc.nv.per_element(m, _larger, pc.nv.reduce(s, "row", "max"))
+    p = pc.nv.convert(pc.nv.per_element(s, _exp_minus, m_new), T.P)
+    alpha = pc.nv.per_element(m, _exp_minus, m_new)          # rescales what came before
+    # the row sums by a product with ones, on the tensor cores, of the rounded P that
+    # multiplies V (as llama.cpp does)
+    l = pc.mul_add(p, T.Ones.fill(1.0), l * alpha)
+    o = pc.mul_add(p, v, o * _by_row(alpha, T))
+    return m_new, l, o
+
+
+def _rows(n_before, n, D):
+    """A 2-D layout over the rows of one head (n rows after n_before rows of the heads
+    before it, head_dim columns): zeros past the head's last row, stores discarded there."""
+    return pc.nv.tensor_layout(2, clamp="constant").dimension(n_before + n, D)
+
+
+_TRANSPOSE = (1, 0)
+
+
+# --- prefill -------------------------------------------------------------------------------
+
+@functools.cache
+def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocations: int = 256,
+                      causal: bool = False, mask: bool = False, dtype: str = "f16",
+                      out: str = "f16"):
+    """The prefill kernel for one configuration. Parameters:
+    Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim) of `dtype`;
+    with `mask`, Mask (queries, keys) f16 added to the scaled scores (shared by every batch and
+    head; -inf hides a key); O (batch, heads, queries, head_dim) of `out`; LSE (batch, heads,
+    queries) f32, the log-sum-exp of each row's scaled scores; then queries, keys, heads,
+    kv_heads and scale. `causal`: query i sees keys 0..i (torch's `is_causal`).
+    The grid is (ceil(queries / Br), batch * heads).
+
+    The key blocks that need no masking (all keys in the sequence and, causal, before the
+    tile's first query) run in a loop of their own; only the last blocks pay for the
+    per-element masking."""
+    _check_config("attention_prefill", head_dim, Br, Bc, dtype, out)
+    D, el = head_dim, _ELEMENT[dtype]
+    T = _types(el, Br, D, Bc)
+    Mask16 = pc.coopmat[f16, pc.Workgroup, Br, Bc, pc.Accumulator]
+    Out = pc.coopmat[f16, pc.Workgroup, Br, D, pc.Accumulator] if out == "f16" else T.O
+    OutEl = f16 if out == "f16" else f32
+
+    @pc.func
+    def body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale):
+        bh, q0 = pc.workgroup_id.y, pc.workgroup_id.x * Br
+        bkv = (bh // H) * Hkv + (bh % H) // (H // Hkv)        # the K/V head of query head bh
+        lq, lkv = _rows(bh * Sq, Sq, D), _rows(bkv * Skv, Skv, D)
+        kt = pc.nv.tensor_view(2, False, _TRANSPOSE)          # a Bc x D block of K as D x Bc
+        if mask:
+            lm = (pc.nv.tensor_layout(2, clamp="constant").dimension(Sq, Skv)
+                  .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
+        q = _scaled_queries(Q, lq.slice(bh * Sq + q0, Br, 0, D), T, scale)
+        m, l, o = T.S.fill(_NEG_BIG), T.S.fill(0.0), T.O.fill(0.0)
+        kend = pc.min(Skv, q0 + Br) if causal else Skv     # later keys are hidden from the tile
+        # blocks wholly inside the sequence (and, causal, at or before the first query)
+        kfull = (pc.min(Skv, q0 + 1) if causal else Skv) // Bc * Bc
+
+        def scores(k0):
+            kv = lkv.slice(bkv * Skv + k0, Bc, 0, D)
+            s = pc.mul_add(q, pc.nv.load_tensor(K, kv, T.Kt, view=kt), T.S.fill(0.0))
+            if mask:
+                s = s + pc.nv.convert(pc.nv.load_tensor(Mask, lm.slice(q0, Br, k0, Bc), Mask16),
+                                      T.S)
+            return s, pc.nv.load_tensor(V, kv, T.V)
+
+        for k0 in pc.range(0, kfull, Bc):
+            s, v = scores(k0)
+            m, l, o = _attend(T, m, l, o, s, v)
+        for k0 in pc.range(kfull, kend, Bc):                 # the edge: mask per element
+            s, v = scores(k0)
+            s = (pc.nv.per_element(s, _causal, k0, kend, q0) if causal else
+                 pc.nv.per_element(s, _in_sequence, k0, kend))
+            m, l, o = _attend(T, m, l, o, s, v)
+        o = pc.nv.per_element(o, _divide, _by_row(l, T))
+        pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, Br, 0, D),
+                           o if Out == T.O else pc.nv.convert(o, Out))
+        # one column of the row-wise log-sum-exp: the others fall outside a width of 1
+        pc.nv.store_tensor(LSE, _rows(bh * Sq, Sq, 1).slice(bh * Sq + q0, Br, 0, Bc),
+                           pc.nv.per_element(m, _log_sum_exp, l))
+
+    if mask:
+        @pc.kernel(workgroup_size=invocations)
+        def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
+                              Mask: pc.ReadBuffer[f16], O: pc.WriteBuffer[OutEl],
+                              LSE: pc.WriteBuffer[f32], Sq: u32, Skv: u32, H: u32, Hkv: u32,
+                              scale: f32):
+            body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale)
+    else:
+        @pc.kernel(workgroup_size=invocations)
+        def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
+                              O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], Sq: u32,
+                              Skv: u32, H: u32, Hkv: u32, scale: f32):
+            body(Q, K, V, None, O, LSE, Sq, Skv, H, Hkv, scale)
+    return attention_prefill
+
+
+# --- decode --------------------------------------------------------------------------------
+
+@functools.cache
+def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocations: int = 128,
+                     dtype: str = "f16"):
+    """The split-KV decode kernel: Q (batch, heads, queries, head_dim), K and V (batch,
+    kv_heads, keys, head_dim); each workgroup multiplies the G = heads / kv_heads query heads
+    of one K/V head (G * queries <= rows, packed as the rows of one matrix: they are
+    consecutive rows of Q) with `chunk` keys (a multiple of Bc) and writes its unnormalised
+    output to Part (splits, batch * heads * queries, head_dim) f32, its row maxima to M and
+    sums to L (splits, batch * heads * queries) f32. Every query sees every key. The grid is
+    (splits, batch * kv_heads), splits = ceil(keys / chunk); `attention_combine` merges the
+    splits. `rows` is at least the device's workgroup-scope row granularity."""
+    _check_config("attention_decode", head_dim, rows, Bc, dtype, "f32")
+    D, el = head_dim, _ELEMENT[dtype]
+    T = _types(el, rows, D, Bc)
+
+    @pc.kernel(workgroup_size=invocations)
+    def attention_decode(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
+                         Part: pc.WriteBuffer[f32], M: pc.WriteBuffer[f32], L: pc.WriteBuffer[f32],
+                         n: u32, Skv: u32, chunk: u32, scale: f32):
+        bkv, split = pc.workgroup_id.y, pc.workgroup_id.x
+        nkv = pc.num_workgroups.y
+        lkv = _rows(bkv * Skv, Skv, D)
+        kt = pc.nv.tensor_view(2, False, _TRANSPOSE)
+        q = _scaled_queries(Q, _rows(bkv * n, n, D).slice(bkv * n, rows, 0, D), T, scale)
+        m, l, o = T.S.fill(_NEG_BIG), T.S.fill(0.0), T.O.fill(0.0)
+        kb = split * chunk
+        kend = pc.min(kb + chunk, Skv)
+        for k0 in pc.range(kb, kend, Bc):
+            kv = lkv.slice(bkv * Skv + k0, Bc, 0, D)
+            s = pc.mul_add(q, pc.nv.load_tensor(K, kv, T.Kt, view=kt), T.S.fill(0.0))
+            s = pc.nv.per_element(s, _in_sequence, k0, kend)
+            m, l, o = _attend(T, m, l, o, s, pc.nv.load_tensor(V, kv, T.V))
+        first = (split * nkv + bkv) * n          # this workgroup's rows: (split, bkv, row)
+        pc.nv.store_tensor(Part, _rows(first, n, D).slice(first, rows, 0, D), o)
+        pc.nv.store_tensor(M, _rows(first, n, 1).slice(first, rows, 0, Bc), m)
+        pc.nv.store_tensor(L, _rows(first, n, 1).slice(first, rows, 0, Bc), l)
+    return attention_decode
+
+
+@functools.cache
+def attention_combine(head_dim: int = 128, out: str = "f16"):
+    """Merges the splits of `attention_decode`: for each of the R = batch * heads * queries
+    rows, O = sum_s exp(M_s - M) Part_s / sum_s exp(M_s - M) L_s with M the largest M_s, and
+    LSE = M + log of that sum. One workgroup of head_dim invocations per row (one column each);
+    the grid is R. Parameters: Part, M, L as written by the decode kernel, O (R, head_dim) of
+    `out`, LSE (R) f32, then R and splits."""
+    _check_config("attention_combine", head_dim, 16, 16, "f16", out)
+    OutEl = f16 if out == "f16" else f32
+
+    @pc.kernel(workgroup_size=head_dim)
+    def attention_combine(Part: pc.ReadBuffer[f32], M: pc.ReadBuffer[f32], L: pc.ReadBuffer[f32],
+                          O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], R: u32, splits: u32):
+        row, c = pc.workgroup_id.x, pc.local_invocation_index()
+        big = f32(_NEG_BIG)
+        for s in range(splits):
+            big = pc.max(big, M[s * R + row])
+        total, acc = f32(0.0), f32(0.0)
+        for s in range(splits):
+            w = pc.exp(M[s * R + row] - big)
+            total = total + w * L[s * R + row]
+            acc = acc + w * Part[(s * R + row) * head_dim + c]
+        O[row * head_dim + c] = OutEl(acc / total)
+        if c == 0:
+            LSE[row] = big + pc.log(total)
+    return attention_combine
+
+
+# --- host side -----------------------------------------------------------------------------
+
+class AttentionResult(NamedTuple):
+    out: np.ndarray          # (batch, heads, queries, head_dim)
+    lse: np.ndarray          # (batch, heads, queries) f32, natural log
+    time_ms: float           # the kernels' time (decode: both kernels)
+    backend: str
+
+
+def _check_shapes(Q, K, V, mask, causal: bool) -> tuple[int, ...]:
+    if Q.ndim != 4 or K.ndim != 4 or V.ndim != 4:
+        raise ValueError("attention: Q, K and V must be (batch, heads, sequence, head_dim) arrays, "
+                         f"got {Q.shape}, {K.shape}, {V.shape}")
+    B, H, Sq, D = Q.shape
+    Hkv, Skv = K.shape[1], K.shape[2]
+    if K.shape != V.shape or K.shape[0] != B or K.shape[3] != D:
+        raise ValueError(f"attention: K and V must be (batch={B}, kv_heads, keys, head_dim={D}) "
+                         f"of one shape, got {K.shape} and {V.shape}")
+    if Hkv < 1 or H % Hkv:
+        raise ValueError(f"attention: the kv_heads ({Hkv}) must divide the heads ({H}) "
+                         "(grouped-query attention)")
+    if D not in HEAD_DIMS:
+        raise ValueError(f"attention: head_dim must be one of {HEAD_DIMS}, got {D}")
+    if min(Sq, Skv) < 1:
+        raise ValueError(f"attention: empty sequence (queries={Sq}, keys={Skv})")
+    if mask is not None and mask.shape != (Sq, Skv):
+        raise ValueError(f"attention: the mask must be (queries, keys) = {(Sq, Skv)}, "
+                         f"got {mask.shape}")
+    if causal and Skv < Sq:
+        raise ValueError(f"attention: causal needs at least as many keys as queries "
+                         f"(queries={Sq}, keys={Skv}): query i sees keys 0..i")
+    return B, H, Hkv, Sq, Skv, D
+
+
+def _dtype_name(a: np.ndarray) -> str:
+    if a.dtype == np.float16:
+        return "f16"
+    if a.dtype.name == "bfloat16":
+        return "bf16"
+    raise ValueError(f"attention: Q, K and V must be float16 or bfloat16, got {a.dtype}")
+
+
+def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None = None,
+              out: str = "f16", backend: str | None = None, repeat: int = 1,
+              Br: int = 128, Bc: int = 64, invocations: int = 256,
+              splits: int | None = None, decode_rows: int = 32,
+              decode: bool | None = None) -> AttentionResult:
+    """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
+
+    Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim), float16
+    (or bfloat16); heads a multiple of kv_heads. `mask`: (queries, keys) float16, added to the
+    scaled scores. `causal`: query i sees keys 0..i. Without mask and causality, queries
+    whose G = heads / kv_heads heads fit the `decode_rows` rows of one matrix (G * queries
+    <= decode_rows) go the decode path, the keys split into `splits` chunks (by default about
+    4 workgroups per SM of a 132-SM GPU); otherwise the prefill kernel with Br x Bc tiles.
+    `decode` True or False chooses the path instead. The configuration is checked before anything runs."""
+    B, H, Hkv, Sq, Skv, D = _check_shapes(Q, K, V, mask, causal)
+    el = _dtype_name(Q)
+    if _dtype_name(K) != el or _dtype_name(V) != el:
+        raise ValueError(f"attention: Q, K and V must have one dtype, got {Q.dtype}, {K.dtype}, "
+                         f"{V.dtype}")
+    scale = float(1 / np.sqrt(D) if scale is None else scale)
+    Q, K, V = (np.ascontiguousarray(a) for a in (Q, K, V))
+    O = np.zeros((B, H, Sq, D), _NUMPY_OUT.get(out, np.float32))
+    LSE = np.zeros((B, H, Sq), np.float32)
+    run = {"backend": backend, "repeat": repeat}
+    fits = mask is None and not causal and (H // Hkv) * Sq <= decode_rows
+    if decode and not fits:
+        raise ValueError(f"attention: the decode path takes neither mask nor causal, and at most "
+                         f"decode_rows={decode_rows} packed rows (heads / kv_heads * queries = "
+                         f"{(H // Hkv) * Sq})")
+    if fits if decode is None else decode:
+        R, Bd = B * H * Sq, 64
+        if splits is None:
+            splits = max(1, min(-(-Skv // Bd), -(-4 * 132 // (B * Hkv))))
+        chunk = -(-Skv // (splits * Bd)) * Bd
+        splits = -(-Skv // chunk)
+        Part = np.zeros((splits, R, D), np.float32)
+        M, L = np.zeros((splits, R), np.float32), np.zeros((splits, R), np.float32)
+        r1 = attention_decode(D, decode_rows, Bd, 128, el)[(splits, B * Hkv)](
+            Q, K, V, Part, M, L, (H // Hkv) * Sq, Skv, chunk, scale, **run)
+        r2 = attention_combine(D, out)[(R,)](Part, M, L, O, LSE, R, splits, **run)
+        return AttentionResult(O, LSE, r1.time_ms + r2.time_ms, r1.backend)
+    k = attention_prefill(D, Br, Bc, invocations, causal, mask is not None, el, out)
+    args = [Q, K, V] + ([np.ascontiguousarray(mask, np.float16)] if mask is not None else [])
+    r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
+    return AttentionResult(O, LSE, r.time_ms, r.backend)
+
+
+def attention_reference(Q, K, V, *, mask=None, causal: bool = False,
+                        scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(output, log-sum-exp) in f64 from the f32 values of the inputs, as `attention` defines
+    them (GQA: query head h uses K/V head h // (heads / kv_heads))."""
+    Q, K, V = (np.asarray(a, np.float32).astype(np.float64) for a in (Q, K, V))
+    G = Q.shape[1] // K.shape[1]
+    K, V = np.repeat(K, G, axis=1), np.repeat(V, G, axis=1)
+    scale = 1 / np.sqrt(Q.shape[-1]) if scale is None else scale
+    s = Q @ np.swapaxes(K, -1, -2) * scale
+    if mask is not None:
+        s = s + np.asarray(mask, np.float64)
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    l = p.sum(-1, keepdims=True)
+    return (p / l) @ V, (m + np.log(l))[..., 0]

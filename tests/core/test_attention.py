@@ -1,0 +1,159 @@
+"""pycoop.kernels.attention on the emulator against an f64 NumPy attention (prefill and
+split-KV decode), with the emulator's undefined-behaviour checks on (out-of-bounds tensor
+accesses, conflicting stores and non-uniform matrix operands are reported as errors), spirv-val
+on every module, and the configuration errors."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core_helpers import FEW, SETTINGS
+from pycoop.kernels import (attention, attention_combine, attention_decode, attention_prefill,
+                            attention_reference)
+
+# small tiles keep the emulator fast; the GPU defaults are checked by spirv-val below
+TILE = {"Br": 32, "Bc": 32, "invocations": 128}
+# f16 P (and its row sums) limit the accuracy: about 2^-11 relative, as torch's f16 kernels
+OUT_TOL, LSE_TOL = 2e-3, 2e-3
+
+
+def operands(B, H, Hkv, Sq, Skv, D, seed=0, masked=False, dtype=np.float16):
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((B, H, Sq, D)).astype(dtype)
+    K = rng.standard_normal((B, Hkv, Skv, D)).astype(dtype)
+    V = rng.standard_normal((B, Hkv, Skv, D)).astype(dtype)
+    mask = None
+    if masked:     # additive values and some hidden keys; key 0 stays visible in every row
+        mask = (rng.standard_normal((Sq, Skv)) * 2).astype(np.float16)
+        mask[rng.random((Sq, Skv)) < 0.3] = -np.inf
+        mask[:, 0] = 0
+    return Q, K, V, mask
+
+
+def check(r, Q, K, V, mask=None, causal=False, tol=OUT_TOL):
+    ref, lse = attention_reference(Q, K, V, mask=mask, causal=causal)
+    assert r.out.shape == Q.shape and r.lse.shape == Q.shape[:3]
+    np.testing.assert_allclose(r.out.astype(np.float64), ref, rtol=0, atol=tol)
+    np.testing.assert_allclose(r.lse, lse, rtol=0, atol=LSE_TOL)
+
+
+@SETTINGS
+@given(B=st.integers(1, 2), Hkv=st.integers(1, 2), G=st.sampled_from([1, 2, 4]),
+       Sq=st.integers(1, 70), extra=st.integers(0, 40), causal=st.booleans(),
+       masked=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_prefill_matches_numpy(B, Hkv, G, Sq, extra, causal, masked, seed):
+    """Ragged sequence lengths (tensor-layout clamping at the tile edges), GQA ratios, causal
+    or not, with or without an additive mask."""
+    Q, K, V, mask = operands(B, G * Hkv, Hkv, Sq, Sq + extra, 64, seed, masked)
+    r = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="emulator",
+                  decode=False, **TILE)
+    check(r, Q, K, V, mask, causal)
+
+
+@FEW
+@given(G=st.sampled_from([1, 2, 4, 8]), Sq=st.integers(1, 4), Skv=st.integers(1, 400),
+       splits=st.integers(1, 9), seed=st.integers(0, 2 ** 16))
+def test_decode_matches_numpy(G, Sq, Skv, splits, seed):
+    """The G query heads of a K/V head packed as the rows of one matrix, the keys split
+    across workgroups (the last chunk partial) and combined."""
+    if G * Sq > 32:
+        Sq = 32 // G
+    Q, K, V, _ = operands(1, 2 * G, 2, Sq, Skv, 64, seed)
+    r = attention(Q, K, V, out="f32", backend="emulator", splits=splits)
+    check(r, Q, K, V)
+
+
+@pytest.mark.parametrize("D", [80, 96, 112, 128, 256])
+def test_head_dims(D):
+    Q, K, V, _ = operands(1, 2, 1, 20, 45, D, seed=D)
+    check(attention(Q, K, V, causal=True, out="f32", backend="emulator", decode=False,
+                    Br=16, Bc=16, invocations=64), Q, K, V, causal=True)
+    Q1 = Q[:, :, :1]
+    check(attention(Q1, K, V, out="f32", backend="emulator", splits=2), Q1, K, V)
+
+
+def test_f16_output_and_scale():
+    Q, K, V, mask = operands(2, 4, 2, 37, 50, 64, seed=3, masked=True)
+    r = attention(Q, K, V, mask=mask, scale=0.3, backend="emulator", decode=False, **TILE)
+    ref, _ = attention_reference(Q, K, V, mask=mask, scale=0.3)
+    assert r.out.dtype == np.float16
+    np.testing.assert_allclose(r.out.astype(np.float64), ref, rtol=0, atol=4e-3)
+
+
+def test_bf16_inputs():
+    Q, K, V, _ = operands(1, 2, 2, 33, 40, 64, seed=4, dtype=ml_dtypes.bfloat16)
+    r = attention(Q, K, V, causal=True, out="f32", backend="emulator", decode=False, **TILE)
+    check(r, Q, K, V, causal=True, tol=2e-2)       # bf16 P: 2^-8 relative
+
+
+def test_every_output_element_is_written_once():
+    """Launched directly with NaN-filled outputs: the stores cover every row of every head
+    exactly (the rows past the end of a head are discarded, not written into the next one)."""
+    B, H, Hkv, Sq, Skv, D = 2, 4, 2, 45, 45, 64
+    Q, K, V, _ = operands(B, H, Hkv, Sq, Skv, D, seed=5)
+    O = np.full((B, H, Sq, D), np.nan, np.float32)
+    LSE = np.full((B, H, Sq), np.nan, np.float32)
+    attention_prefill(D, 32, 32, 128, True, False, "f16", "f32")[(2, B * H)](
+        Q, K, V, O, LSE, Sq, Skv, H, Hkv, 0.125, backend="emulator")
+    ref, lse = attention_reference(Q, K, V, causal=True, scale=0.125)
+    np.testing.assert_allclose(O, ref, rtol=0, atol=OUT_TOL)
+    np.testing.assert_allclose(LSE, lse, rtol=0, atol=LSE_TOL)
+
+
+@pytest.mark.parametrize("kernel", [
+    attention_prefill(), attention_prefill(128, causal=True, mask=True, out="f32"),
+    attention_prefill(64, 64, 64, 128, causal=True), attention_prefill(256, 64, 64, 256),
+    attention_prefill(80, 64, 32, dtype="bf16", mask=True), attention_decode(),
+    attention_decode(64, 64, 64, 128, "bf16"), attention_combine(), attention_combine(64, "f32"),
+], ids=lambda k: "")
+def test_modules_pass_spirv_val(kernel):
+    spv = kernel.compile().spv            # validated with spirv-val
+    assert len(spv) > 1000
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: attention_prefill(100), "head_dim must be one of"),
+    (lambda: attention_prefill(128, 40), "query block must be a multiple of 16"),
+    (lambda: attention_prefill(128, 64, 8), "key block Bc must be a multiple of 16"),
+    (lambda: attention_prefill(128, dtype="f32"), "dtype must be 'f16' or 'bf16'"),
+    (lambda: attention_combine(64, "i8"), "out must be 'f16' or 'f32'"),
+])
+def test_configuration_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("shapes,kwargs,message", [
+    (((1, 6, 8, 64), (1, 4, 8, 64), (1, 4, 8, 64)), {}, r"kv_heads \(4\) must divide the heads \(6\)"),
+    (((1, 2, 8, 100), (1, 2, 8, 100), (1, 2, 8, 100)), {}, "head_dim must be one of"),
+    (((1, 2, 8, 64), (1, 2, 9, 64), (1, 2, 8, 64)), {}, "K and V must be"),
+    (((2, 8, 64), (2, 8, 64), (2, 8, 64)), {}, r"\(batch, heads, sequence, head_dim\)"),
+    (((1, 2, 8, 64), (1, 2, 4, 64), (1, 2, 4, 64)), {"causal": True},
+     "causal needs at least as many keys as queries"),
+    (((1, 2, 8, 64), (1, 2, 9, 64), (1, 2, 9, 64)), {"mask": np.zeros((9, 8), np.float16)},
+     r"mask must be \(queries, keys\) = \(8, 9\)"),
+])
+def test_shape_errors_before_any_work(shapes, kwargs, message):
+    Q, K, V = (np.zeros(s, np.float16) for s in shapes)
+    with pytest.raises(ValueError, match=message):
+        attention(Q, K, V, backend="emulator", **kwargs)
+
+
+def test_decode_path_limits():
+    Q = np.zeros((1, 8, 8, 64), np.float16)
+    K = np.zeros((1, 1, 8, 64), np.float16)
+    with pytest.raises(ValueError, match=r"at most decode_rows=32 packed rows .* = 64\)"):
+        attention(Q, K, K, decode=True, backend="emulator")
+    with pytest.raises(ValueError, match="takes neither mask nor causal"):
+        attention(Q[:, :, :1], K, K, causal=True, decode=True, backend="emulator")
+
+
+def test_dtype_errors():
+    Q = np.zeros((1, 2, 8, 64), np.float16)
+    with pytest.raises(ValueError, match="must be float16 or bfloat16"):
+        attention(Q.astype(np.float32), Q, Q, backend="emulator")
+    with pytest.raises(ValueError, match="must have one dtype"):
+        attention(Q, Q.astype(ml_dtypes.bfloat16), Q, backend="emulator")

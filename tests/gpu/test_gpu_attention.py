@@ -1,0 +1,78 @@
+"""pycoop.kernels.attention on a real GPU (-m gpu): against an f64 NumPy reference and, where
+torch with CUDA is present, with an error no larger than a small multiple of torch's own f16
+scaled_dot_product_attention."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop.kernels import attention, attention_prefill, attention_reference
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _vulkan_nv():
+    try:
+        pc.runtime.backend.vulkan_missing(attention_prefill(128).compile())
+    except pc.BackendUnavailable as e:
+        pytest.skip(str(e))
+
+
+def _torch_error(Q, K, V, mask, causal, ref):
+    """torch's f16 SDPA error against the same reference (None without torch + CUDA)."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    g = Q.shape[1] // K.shape[1]
+    q, k, v = (torch.from_numpy(a).cuda() for a in (Q, K, V))
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    m = None if mask is None else torch.from_numpy(mask).cuda()
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal)
+    return float(np.abs(o.float().cpu().numpy() - ref).max())
+
+
+@pytest.mark.parametrize("B,H,Hkv,Sq,Skv,D,causal,masked", [
+    (2, 8, 8, 1000, 1000, 128, True, False),     # ragged against the 64-row tiles
+    (1, 8, 2, 300, 777, 64, False, False),
+    (1, 16, 4, 512, 1500, 128, False, True),
+    (1, 4, 4, 200, 200, 256, True, False),
+    (1, 32, 8, 1, 8192, 128, False, False),      # decode: split KV + combine
+    (1, 32, 8, 4, 5000, 64, False, False),
+])
+def test_attention_matches_reference_on_gpu(B, H, Hkv, Sq, Skv, D, causal, masked):
+    rng = np.random.default_rng(7)
+    Q = rng.standard_normal((B, H, Sq, D)).astype(np.float16)
+    K = rng.standard_normal((B, Hkv, Skv, D)).astype(np.float16)
+    V = rng.standard_normal((B, Hkv, Skv, D)).astype(np.float16)
+    mask = (rng.standard_normal((Sq, Skv)) * 2).astype(np.float16) if masked else None
+    r = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="vulkan")
+    assert r.backend == "vulkan"
+    ref, lse = attention_reference(Q, K, V, mask=mask, causal=causal)
+    err = float(np.abs(r.out - ref).max())
+    assert err < 2e-3, err
+    np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-3)   # row sums of f16-rounded P
+    terr = _torch_error(Q, K, V, mask, causal, ref)
+    if terr is not None:
+        assert err <= max(2 * terr, 1e-3), (err, terr)
+
+
+@pytest.mark.parametrize("D,dtype,out,tol", [(80, np.float16, "f16", 4e-3),
+                                            (128, "bfloat16", "f32", 2e-2)])
+def test_attention_other_head_dims_and_types_on_gpu(D, dtype, out, tol):
+    import ml_dtypes
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    rng = np.random.default_rng(8)
+    Q = rng.standard_normal((1, 8, 300, D)).astype(dt)
+    K = rng.standard_normal((1, 2, 300, D)).astype(dt)
+    V = rng.standard_normal((1, 2, 300, D)).astype(dt)
+    for causal, q in ((True, Q), (False, Q[:, :, :2])):          # prefill, then decode
+        r = attention(q, K, V, causal=causal, out=out, backend="vulkan")
+        assert r.backend == "vulkan"
+        ref, _ = attention_reference(q, K, V, causal=causal)
+        assert np.abs(r.out.astype(np.float64) - ref).max() < tol
