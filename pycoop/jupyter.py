@@ -1,5 +1,5 @@
-"""Rich displays in Jupyter for kernels, compiled kernels, launch results and cooperative-matrix
-types (the `_repr_html_` methods of those classes call these functions).
+"""Rich displays in Jupyter for kernels, compiled kernels, launch results, cooperative-matrix
+types and device arrays (the `_repr_html_` methods of those classes call these functions).
 
 Every style is inline: JupyterLab's stylesheet sets `pre {font-family: inherit}`, which would
 otherwise turn IR and SPIR-V into a proportional font. Locations never wrap (`white-space:
@@ -217,3 +217,20 @@ def coopmat_type_html(t) -> str:
             ("shape", f"{t.rows} rows x {t.cols} columns"),
             ("use", f"{_code(t.use.name)} (SPIR-V {_code(t.use.value)})")]
     return f"<div><b>pycoop cooperative matrix type</b> {_code(repr(t))}{_table(rows)}</div>"
+
+
+def array_html(a) -> str:
+    """Shape, dtype, backend, view offset and size, and the contents as NumPy prints them
+    (elided past a few values). Reading the contents waits for the launches that write them,
+    as `a.numpy()` does; an array whose device was lost shows that instead of its data."""
+    import numpy as np
+    rows = [("shape", _code(str(a.shape))), ("dtype", _code(a.dtype.name)),
+            ("backend", _code(a.backend)), ("bytes", f"{a.nbytes:,}")]
+    if a.offset:
+        rows.append(("view offset", f"{a.offset} elements"))
+    try:
+        body = np.array2string(a.numpy(), threshold=64, edgeitems=3)
+    except Exception as e:                       # noqa: BLE001  (a display must not raise)
+        body = f"(contents unavailable: {e})"
+    return (f"<div><b>pycoop array</b>{_table(rows)}"
+            f"<pre style=\"{PRE}\">{html.escape(body)}</pre></div>")

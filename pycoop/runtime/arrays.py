@@ -183,6 +183,10 @@ class Array:
         view = f", offset={self.offset}" if self._byte_offset else ""
         return f"pycoop.Array(shape={self.shape}, dtype={self.dtype.name}, backend={self.backend}{view})"
 
+    def _repr_html_(self) -> str:
+        from ..jupyter import array_html
+        return array_html(self)
+
     # -------------------------------------------------------------- views
     def reshape(self, *shape) -> "Array":
         """A view with another shape of the same size (one dimension may be -1)."""

@@ -162,3 +162,16 @@ def test_notebook_cells_are_named_as_cells(notebook):
     assert str(e.value).startswith("In [4], line 9, column 12: operands of `+` have different types")
     assert "X[0] = X[1] + n" in str(e.value)
     assert "In [4], line 3" in k._repr_html_()              # from the decorator line
+
+
+def test_array_display_shows_shape_dtype_backend_and_contents():
+    a = pc.asarray(np.arange(10, dtype=np.float32), backend="emulator")
+    html = a._repr_html_()
+    assert "(10,)" in html and "float32" in html and "emulator" in html
+    assert "[0. 1. 2. 3. 4. 5. 6. 7. 8. 9.]" in html
+    view = a[4:6]
+    vhtml = view._repr_html_()
+    assert "view offset" in vhtml and "4 elements" in vhtml and "[4. 5.]" in vhtml
+    big = pc.zeros(10_000, pc.f32, backend="emulator")._repr_html_()
+    assert "..." in big and len(big) < 4000
+    assert any("monospace" in style for tag, style in Page(html).styles if tag == "pre")
