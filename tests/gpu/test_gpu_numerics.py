@@ -15,7 +15,7 @@ from pycoop.ops.core import fma_array
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 from numerics_cases import (IEEE, INTS, NARROW, cast_kernel, int_expected,  # noqa: E402
-                            int_operands, narrow_expected, run_int_ops, run_narrow, ties)
+                            int_operands, int_ties, narrow_expected, narrowing_ties, run_int_ops, run_narrow)
 from test_vulkan_numerics import _both, _contraction_kernel, f64_math, fma32, min_max32  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -50,8 +50,7 @@ def test_integer_ops_at_the_extremes(t):
 @pytest.mark.parametrize("src", INTS, ids=str)
 @pytest.mark.parametrize("dst", IEEE, ids=str)
 def test_int_to_float_at_ties(src, dst):
-    lo, hi = src.min_max()
-    x = np.array(ties(dst, lo, hi, np.random.default_rng(src.bits * dst.bits)), src.dtype)
+    x = int_ties(src, dst)
     n = len(x)
     gpu, emu = _both(cast_kernel(src, dst), -(-n // 64), x, np.zeros(n, dst.dtype), n)
     assert gpu[1].tobytes() == emu[1].tobytes()
@@ -59,12 +58,7 @@ def test_int_to_float_at_ties(src, dst):
 
 @pytest.mark.parametrize("src,dst", [(f64, f32), (f64, f16), (f32, f16)], ids=str)
 def test_float_narrowing_at_ties(src, dst):
-    rng = np.random.default_rng(dst.bits)
-    lo = (rng.standard_normal(500) * 2.0 ** rng.integers(-20, 15, 500)).astype(dst.dtype)
-    up = np.nextafter(lo, np.array(np.inf, dst.dtype))
-    mid = ((lo.astype(np.float64) + up) / 2).astype(src.dtype)
-    sd = src.dtype.type
-    x = np.concatenate([mid, np.nextafter(mid, sd(np.inf)), np.nextafter(mid, sd(-np.inf))])
+    x = narrowing_ties(src, dst)
     gpu, emu = _both(cast_kernel(src, dst), -(-len(x) // 64), x, np.zeros(len(x), dst.dtype), len(x))
     assert gpu[1].tobytes() == emu[1].tobytes()
 

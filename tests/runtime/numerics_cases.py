@@ -223,3 +223,20 @@ def cast_kernel(src, dst):
         if i < n:
             Y[i] = dst(X[i])
     return cast
+
+
+def int_ties(src, dst) -> np.ndarray:
+    """`ties(dst, ...)` over the whole range of integer type `src`, as an array of `src`."""
+    lo, hi = src.min_max()
+    return np.array(ties(dst, lo, hi, np.random.default_rng(src.bits * dst.bits)), src.dtype)
+
+
+def narrowing_ties(src, dst) -> np.ndarray:
+    """Values of float type `src` halfway between two neighbours in the narrower `dst`, and the
+    `src` values either side of each."""
+    rng = np.random.default_rng(dst.bits)
+    lo = (rng.standard_normal(500) * 2.0 ** rng.integers(-20, 15, 500)).astype(dst.dtype)
+    up = np.nextafter(lo, np.array(np.inf, dst.dtype))
+    mid = ((lo.astype(np.float64) + up) / 2).astype(src.dtype)
+    sd = src.dtype.type
+    return np.concatenate([mid, np.nextafter(mid, sd(np.inf)), np.nextafter(mid, sd(-np.inf))])

@@ -9,8 +9,8 @@ import pycoop as pc
 from pycoop import f16, f32, f64, u32
 from pycoop.ops.core import fma_array
 
-from numerics_cases import (IEEE, INTS, NARROW, cast_kernel, int_expected, int_operands,
-                            narrow_expected, run_int_ops, run_narrow, ties)
+from numerics_cases import (IEEE, INTS, NARROW, cast_kernel, int_expected, int_operands, int_ties,
+                            narrow_expected, narrowing_ties, run_int_ops, run_narrow)
 
 pytestmark = pytest.mark.vulkan
 
@@ -48,8 +48,7 @@ def _both(kernel, grid, *args):
 @pytest.mark.parametrize("src", INTS, ids=str)
 @pytest.mark.parametrize("dst", IEEE, ids=str)
 def test_int_to_float_at_ties_matches_the_emulator(src, dst):
-    lo, hi = src.min_max()
-    x = np.array(ties(dst, lo, hi, np.random.default_rng(src.bits * dst.bits)), src.dtype)
+    x = int_ties(src, dst)
     n = len(x)
     with np.errstate(over="ignore"):
         gpu, emu = _both(cast_kernel(src, dst), -(-n // 64), x, np.zeros(n, dst.dtype), n)
@@ -58,12 +57,7 @@ def test_int_to_float_at_ties_matches_the_emulator(src, dst):
 
 @pytest.mark.parametrize("src,dst", [(f64, f32), (f64, f16), (f32, f16)], ids=str)
 def test_float_narrowing_at_ties_matches_the_emulator(src, dst):
-    rng = np.random.default_rng(dst.bits)
-    lo = (rng.standard_normal(500) * 2.0 ** rng.integers(-20, 15, 500)).astype(dst.dtype)
-    up = np.nextafter(lo, np.array(np.inf, dst.dtype))
-    mid = ((lo.astype(np.float64) + up) / 2).astype(src.dtype)
-    sd = src.dtype.type
-    x = np.concatenate([mid, np.nextafter(mid, sd(np.inf)), np.nextafter(mid, sd(-np.inf))])
+    x = narrowing_ties(src, dst)
     gpu, emu = _both(cast_kernel(src, dst), -(-len(x) // 64), x, np.zeros(len(x), dst.dtype), len(x))
     if gpu[1].tobytes() != emu[1].tobytes() and (src, dst) == (f64, f16) and _lavapipe():
         # lavapipe converts f64 to f16 through f32 (two roundings); every difference is one
