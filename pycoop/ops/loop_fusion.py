@@ -221,7 +221,7 @@ class _FusedCtx:
         if np.asarray(bad).any():
             raise _Abort
 
-    def check_instances(self, bad, active, op, message, rule=None, hint=None):
+    def check_instances(self, bad, active, op, message, rule=None, hint=None, rule_id=None):
         if np.asarray(bad).any():
             raise _Abort
 
