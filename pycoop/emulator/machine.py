@@ -154,9 +154,8 @@ class EmuCtx:
         """Run one op (not yield/condition); True if it was a `return`."""
         d = get(op.name)
         if d.emulate is None:
-            raise EmulatorError(f"op {op.name} has no emulator semantics", op.loc,
-                                rule="pycoop: every op registered for the emulator has NumPy semantics",
-                                rule_id="emulator.op-semantics")
+            raise EmulatorError(f"internal: op {op.name} has no emulator semantics", op.loc,
+                                rule="pycoop: every op registered for the emulator has NumPy semantics")
         if self.poison and not op.regions and not d.extra.get("poison_aware"):
             self.check_poison(op)
         env = self.env

@@ -145,9 +145,9 @@ def _trace(fn, param_types: list[Type], role: str, loc: Loc, result_type: Type |
                                     "matrix component type",
                                rule_id="nv.callback-return-type")
         if body.terminated:
-            raise CompileError(f"the {role} must end by returning a value", loc,
+            raise CompileError(f"internal: the {role} must end by returning a value", loc,
                                rule="SPV_NV_cooperative_matrix2: the function returns a value "
-                                    "(OpReturnValue)", rule_id="nv.callback-returns-value")
+                                    "(OpReturnValue)")
         emit("yield", [out], loc=loc)
     outside = _outside_values(body, params)
     new, captured = {}, []

@@ -22,10 +22,10 @@ def _infer_construct(operands, attrs, regions, loc):
     t = attrs["type"]
     elem = t.elem
     if len(operands) != (t.length if isinstance(t, ArrayType) else t.count):
-        raise CompileError(f"{t} needs {t.length if isinstance(t, ArrayType) else t.count} "
+        raise CompileError(f"internal: {t} needs {t.length if isinstance(t, ArrayType) else t.count} "
                            f"elements, got {len(operands)}", loc,
                            rule="SPIR-V: OpCompositeConstruct has exactly one constituent per component of "
-                                "the Result Type", rule_id="composite.constituent-count")
+                                "the Result Type")
     for v in operands:
         if v.type != elem:
             raise CompileError(f"element of type {v.type} in a {t}", loc,

@@ -660,8 +660,7 @@ def _emu_convert(ctx, op, m):
         x = np.trunc(m.astype(np.float64))
         bad = (~np.isfinite(x) | (x < lo) | (x > hi)).any((-2, -1))
         ctx.check_instances(bad, ctx.scope_active(op.result.type.scope, op), op,
-                            f"converting an out-of-range float to {dst} is undefined",
-                            rule_id="khr.convert-out-of-range")
+                            f"converting an out-of-range float to {dst} is undefined")
     return convert_array(m, src, dst)
 
 

@@ -221,6 +221,41 @@ def k_loop_return_type(A: pc.Buffer[u32], n: u32):
     A[0] = _first_pair(A, n)[0]
 
 
+def k_loop_carried_undefined(A: pc.Buffer[u32], n: u32):
+    x = A[0]
+    for i in range(n):  # HERE
+        A[i] = x
+        del x
+
+
+@pc.func
+def _return_in_if(A):
+    for i in range(2):          # `else`: a loop of the trace, whose body the rewrite leaves alone
+        if A[i] > u32(0):  # HERE return-in-if
+            return A[i]
+    else:
+        pass
+    return u32(0)
+
+
+def k_return_in_if(A: pc.Buffer[u32]):
+    A[0] = _return_in_if(A)
+
+
+@pc.func
+def _return_in_loop(A, n):
+    for _ in range(1):
+        for i in range(n):  # HERE return-in-loop
+            return A[i]
+    else:
+        pass
+    return u32(0)
+
+
+def k_return_in_loop(A: pc.Buffer[u32], n: u32):
+    A[0] = _return_in_loop(A, n)
+
+
 def k_runtime_int(A: pc.Buffer[u32]):
     A[0] = u32([1, 2, 3][A[1] > u32(0)])  # HERE
 
@@ -264,6 +299,11 @@ RULES = [
     ("control.loop-carried-value", k_loop_carried_value, "is reassigned inside a runtime loop"),
     ("control.loop-return-type", k_loop_return_type, "from inside a loop is not supported",
      "# HERE loop-return"),
+    ("control.loop-carried-undefined", k_loop_carried_undefined, "has no value at the end"),
+    ("control.func-return-in-control-flow", k_return_in_if, "from inside an `if` on a runtime",
+     "# HERE return-in-if"),
+    ("control.func-return-in-control-flow", k_return_in_loop, "from inside a runtime loop",
+     "# HERE return-in-loop"),
     ("frontend.runtime-int", k_runtime_int, "where Python needs a plain int"),
 ]
 
