@@ -1,7 +1,7 @@
-"""Rules of the core language that no other test triggers, each broken by one kernel and
-reported at the user's line with its rule id (docs/rules.md): constants, arithmetic,
-comparisons, selects, casts, memory, composites, cooperative-matrix operands and runtime
-control flow."""
+"""Rules that no other test breaks, each broken by one kernel and reported at the user's line
+with its rule id (docs/rules.md): constants, arithmetic, comparisons, selects, casts, memory,
+composites, cooperative-matrix operands, runtime control flow, block pointers, kernels that
+cannot be traced, and what the emulator reports about built-ins and partial subgroups."""
 from __future__ import annotations
 
 import inspect
@@ -68,6 +68,10 @@ def k_bool_negation(A: pc.Buffer[u32]):
 
 def k_arithmetic_type(A: pc.Buffer[f32]):
     A[0] = A[1] & A[2]  # HERE
+
+
+def k_traceable_value(A: pc.Buffer[u32]):
+    A[0] = A[1] + "one"  # HERE
 
 
 def k_integer_true_division(A: pc.Buffer[u32]):
@@ -267,6 +271,7 @@ RULES = [
     ("core.bool-arithmetic", k_bool_arithmetic, "not defined on bool"),
     ("core.bool-arithmetic", k_bool_negation, "not defined on bool"),
     ("core.arithmetic-type", k_arithmetic_type, "is not defined on f32"),
+    ("core.traceable-value", k_traceable_value, "cannot use a Python str ('one') as a kernel value"),
     ("core.integer-true-division", k_integer_true_division, "`/` on integers is ambiguous"),
     ("core.glsl-float-type", k_glsl_float_type, "is not available for bf16"),
     ("core.compare-types", k_compare_types, "cannot compare u32 with f32"),
@@ -308,7 +313,8 @@ RULES = [
 ]
 
 
-@pytest.mark.parametrize("rule_id,body,fragment,marker", [r + (None,) * (4 - len(r)) for r in RULES], ids=[f"{r[0]}:{r[1].__name__}" for r in RULES])
+@pytest.mark.parametrize("rule_id,body,fragment,marker", [r + (None,) * (4 - len(r)) for r in RULES],
+                         ids=[f"{r[0]}:{r[1].__name__}" for r in RULES])
 def test_rule(rule_id, body, fragment, marker):
     e = compile_error(body, marker)
     assert e.rule_id == rule_id, str(e)
@@ -316,7 +322,7 @@ def test_rule(rule_id, body, fragment, marker):
     assert f"[{rule_id}]" in str(e)
 
 
-# --------------------------------------------------------------------------- block pointers (decode functions)
+# --------------------------------------------------------------------------- block pointers (decode)
 
 Blk = pc.struct("Blk", base=f16, pad=f16, vals=pc.array(f16, 6))
 Pair = pc.struct("Pair", lo=f16, hi=f16)
