@@ -223,7 +223,7 @@ class Kernel:
             elif ann is inspect.Parameter.empty:
                 raise CompileError(f"parameter '{p.name}' of kernel {self.name} has no annotation",
                                    _def_loc(self.fn, p.name), rule=rule, hint=hint,
-                                                              rule_id="frontend.parameter-annotation")
+                                   rule_id="frontend.parameter-annotation")
             elif isinstance(ann, ScalarType):
                 raise CompileError(f"parameter '{p.name}' of kernel {self.name} is a bool",
                                    _def_loc(self.fn, p.name),

@@ -39,7 +39,7 @@ def _emu_ptr_load(ctx, op, ptr, *index):
     if bad.any():
         raise EmulatorError(f"load through a pointer out of bounds of buffer '{ptr.memory.name}' "
                             f"({mem.shape[0]} bytes)", op.loc, rule="reported by the pycoop emulator",
-                                                               rule_id="emulator.out-of-bounds")
+                            rule_id="emulator.out-of-bounds")
     addr = np.clip(addr, 0, max(mem.shape[0] - t.size, 0))
     raw = mem[addr[..., None] + np.arange(t.size)]
     return np.ascontiguousarray(raw).view(t.dtype)[..., 0]
