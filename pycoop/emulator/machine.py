@@ -212,7 +212,7 @@ class EmuCtx:
 
     # ---------------------------------------------------------------- checks
 
-    def check_ub(self, bad: np.ndarray, op: Op, message: str) -> None:
+    def check_ub(self, bad: np.ndarray, op: Op, message: str, rule_id: str | None = None) -> None:
         """Report undefined behaviour if any *active* invocation has `bad` set."""
         bad = np.asarray(bad)
         if not bad.any():
@@ -225,7 +225,7 @@ class EmuCtx:
             raise EmulatorError(f"undefined behaviour in workgroup {self._wg_name(w)}, "
                                 f"invocation {i}: {message}", op.loc,
                                 rule="reported by the pycoop emulator",
-                                rule_id="emulator.undefined-behaviour")
+                                rule_id=rule_id or "emulator.undefined-behaviour")
 
     def check_poison(self, op: Op, values=None) -> None:
         """Report an active invocation reading a value that is undefined there."""

@@ -438,7 +438,7 @@ class SharedMemory(Memory):
         same_epoch = ep == ctx.barrier_epoch
         ctx.check_ub(same_epoch & (self.writer[flat] != who), op,
                      "data race: this shared-memory element was written by another invocation "
-                     "since the last barrier")
+                     "since the last barrier", rule_id="emulator.shared-race")
         if ctx.mask is not None:
             flat, who = flat[ctx.mask], who[ctx.mask]
         self._record_reads(ctx, flat.reshape(-1), who.reshape(-1))

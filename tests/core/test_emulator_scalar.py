@@ -549,6 +549,7 @@ def test_data_race_without_barrier_is_reported():
     with pytest.raises(pycoop.EmulatorError, match="data race") as ei:
         emu(k_reverse_racy, 1, a, np.zeros_like(a))
     assert ei.value.loc.line == line_of(k_reverse_racy, "B[g] = s[63 - l]")
+    assert ei.value.rule_id == "emulator.shared-race"
 
 
 def test_barrier_in_divergent_control_flow_is_reported():
