@@ -341,7 +341,8 @@ class _BufferFactory:
                                                    "vectors or structs (blocks)",
                                hint="a buffer of the matrix's component type, loaded with "
                                     "M.load(buffer, offset, stride)" if isinstance(elem, CoopMatType)
-                               else "use a type such as pycoop.f32 or pycoop.vec(pycoop.f16, 4)")
+                               else "use a type such as pycoop.f32 or pycoop.vec(pycoop.f16, 4)",
+                               rule_id="frontend.buffer-element")
         return BufferType(elem, self.access)
 
 

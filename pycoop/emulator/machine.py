@@ -81,7 +81,7 @@ class _ElementDispatch(Dispatch):
         raise EmulatorError(f"built-in {name} is not available inside a function called per element",
                             rule="SPV_NV_cooperative_matrix2: decode, combine and per-element functions "
                                  "are called per element, outside any invocation's built-in state (pycoop "
-                                 "reports built-ins there)")
+                                 "reports built-ins there)", rule_id="nv.builtin-in-callback")
 
 
 class PointerArray:
@@ -154,7 +154,7 @@ class EmuCtx:
         """Run one op (not yield/condition); True if it was a `return`."""
         d = get(op.name)
         if d.emulate is None:
-            raise EmulatorError(f"op {op.name} has no emulator semantics", op.loc,
+            raise EmulatorError(f"internal: op {op.name} has no emulator semantics", op.loc,
                                 rule="pycoop: every op registered for the emulator has NumPy semantics")
         if self.poison and not op.regions and not d.extra.get("poison_aware"):
             self.check_poison(op)
@@ -212,7 +212,7 @@ class EmuCtx:
 
     # ---------------------------------------------------------------- checks
 
-    def check_ub(self, bad: np.ndarray, op: Op, message: str) -> None:
+    def check_ub(self, bad: np.ndarray, op: Op, message: str, rule_id: str | None = None) -> None:
         """Report undefined behaviour if any *active* invocation has `bad` set."""
         bad = np.asarray(bad)
         if not bad.any():
@@ -224,7 +224,8 @@ class EmuCtx:
             w, i = np.argwhere(b)[0][:2]
             raise EmulatorError(f"undefined behaviour in workgroup {self._wg_name(w)}, "
                                 f"invocation {i}: {message}", op.loc,
-                                rule="reported by the pycoop emulator")
+                                rule="reported by the pycoop emulator",
+                                rule_id=rule_id or "emulator.undefined-behaviour")
 
     def check_poison(self, op: Op, values=None) -> None:
         """Report an active invocation reading a value that is undefined there."""
@@ -248,7 +249,8 @@ class EmuCtx:
                               (pn or po)[1])
 
     def check_instances(self, bad: np.ndarray, active: np.ndarray | None, op: Op, message: str,
-                        rule: str = "reported by the pycoop emulator", hint: str | None = None):
+                        rule: str = "reported by the pycoop emulator", hint: str | None = None,
+                        rule_id: str | None = None):
         """Report undefined behaviour if any active scope instance has `bad` set."""
         bad = np.asarray(bad)
         if active is not None:
@@ -256,7 +258,8 @@ class EmuCtx:
         if bad.any():
             w, s = np.argwhere(np.atleast_2d(bad))[0][:2]
             raise EmulatorError(f"undefined behaviour in workgroup {self._wg_name(w)}, "
-                                f"scope instance {s}: {message}", op.loc, rule=rule, hint=hint)
+                                f"scope instance {s}: {message}", op.loc, rule=rule, hint=hint,
+                                rule_id=rule_id or "emulator.undefined-behaviour")
 
     def _wg_name(self, w: int) -> str:
         gx, gy, _ = self.dispatch.grid
@@ -270,7 +273,7 @@ class EmuCtx:
                                     f"size {d.sgs}: partial subgroups are not emulated",
                                     rule="pycoop emulator: subgroups are whole (the workgroup size is a "
                                          "multiple of the subgroup size), as the Vulkan full-subgroups "
-                                         "requirement gives")
+                                         "requirement gives", rule_id="emulator.whole-subgroups")
             return x.reshape(x.shape[0], d.nsg, d.sgs)
         return x.reshape(x.shape[0], 1, d.wgs)
 
@@ -288,7 +291,7 @@ class EmuCtx:
                 rule="SPV_KHR_cooperative_matrix: all invocations of the scope instance must be "
                      "active or none of them",
                 hint="keep cooperative-matrix code under conditions that are uniform across "
-                     "the subgroup/workgroup")
+                     "the subgroup/workgroup", rule_id="khr.scope-all-active")
         return allv
 
     def scope_uniform(self, take: np.ndarray, scope: Scope, op: Op, message: str) -> np.ndarray:
@@ -302,7 +305,8 @@ class EmuCtx:
             w, s = np.argwhere(anyv != allv)[0]
             raise EmulatorError(f"{message} (workgroup {self._wg_name(w)}, instance {s})", op.loc,
                                 rule="SPV_KHR_cooperative_matrix: operands must be dynamically "
-                                     "uniform within the scope instance")
+                                     "uniform within the scope instance",
+                                rule_id="khr.scope-uniform-operands")
         return anyv
 
     def scope_uniform_value(self, x: np.ndarray, scope: Scope, op: Op, what: str) -> np.ndarray:
@@ -327,7 +331,7 @@ class EmuCtx:
                                 rule="SPV_KHR_cooperative_matrix: all operands must be dynamically "
                                      "uniform within every instance of the scope",
                                 hint="compute it from workgroup_id / subgroup_id, not from the "
-                                     "invocation's own index")
+                                     "invocation's own index", rule_id="khr.scope-uniform-operands")
         return first
 
     # ---------------------------------------------------------------- calls
@@ -396,7 +400,8 @@ class EmuCtx:
                 w = int(np.argwhere(m)[0][0])
                 raise EmulatorError(f"barrier reached by only part of workgroup {self._wg_name(w)}",
                                     op.loc, rule="OpControlBarrier must be executed in uniform "
-                                                 "control flow within the workgroup")
+                                                 "control flow within the workgroup",
+                                            rule_id="control.barrier-uniform")
         self.barrier_epoch += 1
 
 
@@ -411,7 +416,7 @@ def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size
                             "emulated", module.kernel.body.ops[0].loc if module.kernel.body.ops else None,
                             rule="SPV_KHR_cooperative_matrix: every invocation of the Scope instance "
                                  "executes the instruction together; a partial subgroup has no complete "
-                                 "instance")
+                                 "instance", rule_id="emulator.whole-subgroups")
     memories: dict[Value, Memory] = {}
     ctx = EmuCtx(module, d, memories)
     ctx.memo = launch_memo(module, d, args, module.kernel.params)

@@ -85,7 +85,8 @@ def check_write_race(op, index: np.ndarray, values: np.ndarray, what: str) -> No
             f"{what} writes element {int(si[k])} more than once with different values "
             f"({sv[k]!r} and {sv[k + 1]!r}); which write lands is unspecified", op.loc,
             rule="reported by the pycoop emulator: overlapping writes of one store race",
-            hint="make distinct invocations (and matrix elements) write distinct locations")
+            hint="make distinct invocations (and matrix elements) write distinct locations",
+            rule_id="emulator.store-overlap")
 
 
 class Memory:
@@ -201,7 +202,8 @@ class Memory:
             op.loc, rule="Vulkan memory model: conflicting accesses, one of them non-atomic, "
                          "must be ordered (reported by the pycoop emulator)",
             hint="access an element that invocations update atomically only with "
-                 "pycoop.atomic ops (e.g. read it with pycoop.atomic.add(buf, i, 0))")
+                 "pycoop.atomic ops (e.g. read it with pycoop.atomic.add(buf, i, 0))",
+            rule_id="emulator.atomic-race")
 
     def atomic_access(self, ctx, op, idx: np.ndarray):
         """The elements (flat indices, invocation order) an atomic op of the active invocations
@@ -254,7 +256,7 @@ class Memory:
                 f"{what} out of bounds: {self.unit} {o}..{o + e} of {self._describe()} "
                 f"(workgroup {ctx._wg_name(w)}, scope instance {s})", op.loc,
                 rule="reported by the pycoop emulator",
-                hint="check the offset and stride against the array size")
+                hint="check the offset and stride against the array size", rule_id="emulator.out-of-bounds")
         return offs
 
     def _indices(self, t, layout, offs, stride):
@@ -423,7 +425,7 @@ class SharedMemory(Memory):
                 f"in this workgroup wrote (its value is undefined)", op.loc,
                 rule="reported by the pycoop emulator: Workgroup variables are not initialised",
                 hint="write every element before reading it (and put pycoop.barrier() between "
-                     "other invocations' writes and this read)")
+                     "other invocations' writes and this read)", rule_id="emulator.shared-unwritten")
 
     def _check_race_read(self, ctx, op, flat):
         flat = np.broadcast_to(flat, ctx.dispatch.shape)
@@ -436,7 +438,7 @@ class SharedMemory(Memory):
         same_epoch = ep == ctx.barrier_epoch
         ctx.check_ub(same_epoch & (self.writer[flat] != who), op,
                      "data race: this shared-memory element was written by another invocation "
-                     "since the last barrier")
+                     "since the last barrier", rule_id="emulator.shared-race")
         if ctx.mask is not None:
             flat, who = flat[ctx.mask], who[ctx.mask]
         self._record_reads(ctx, flat.reshape(-1), who.reshape(-1))
@@ -489,7 +491,8 @@ class SharedMemory(Memory):
                         f"invocation, with a different value; {why}", op.loc,
                         rule="reported by the pycoop emulator",
                         hint="put pycoop.barrier() between the other invocation's access and "
-                             "this store (a second buffer needs fewer barriers)")
+                             "this store (a second buffer needs fewer barriers)",
+                        rule_id="emulator.shared-race")
         self.writer[e] = who
         self.epoch[e] = ctx.barrier_epoch
 
@@ -505,7 +508,8 @@ class SharedMemory(Memory):
                 f"{int(e[k]) % self.segment}, which nothing in its workgroup wrote (its value "
                 f"is undefined)", op.loc,
                 rule="reported by the pycoop emulator: Workgroup variables are not initialised",
-                hint="initialise the shared array (and put pycoop.barrier() after that)")
+                hint="initialise the shared array (and put pycoop.barrier() after that)",
+                rule_id="emulator.shared-unwritten")
         plain_write = ((self.epoch[e] == cur) & (self.atomic_epoch[e] != cur)
                        & (self.writer[e] != who))
         was_read, rmin, rmax = self._readers(ctx, e)
@@ -552,7 +556,8 @@ class SharedMemory(Memory):
                                 f"since the last barrier by other invocations (workgroup "
                                 f"{ctx._wg_name(w)}, scope instance {s})", op.loc,
                                 rule="reported by the pycoop emulator",
-                                hint="put pycoop.barrier() between the writes and this load")
+                                hint="put pycoop.barrier() between the writes and this load",
+                                rule_id="emulator.shared-race")
         ids = np.broadcast_to(inst, idx.shape)
         if active is not None:
             idx, ids = idx[active], ids[active]

@@ -33,7 +33,8 @@ class _Undef:
                            current_loc(),
                            hint="assign it before the if/loop so it is defined on every path",
                            rule="Python: a variable must be assigned on every path before it is read "
-                                "(SPIR-V: an SSA value dominates its uses)")
+                                "(SPIR-V: an SSA value dominates its uses)",
+                           rule_id="control.undefined-variable")
 
     __getattr__ = __call__ = __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = _fail
     __rmul__ = __truediv__ = __getitem__ = __setitem__ = __index__ = __iter__ = __neg__ = _fail
@@ -73,7 +74,7 @@ def _runtime_bool(cond, loc: Loc) -> Value | None:
         raise CompileError(f"condition has type {cond.type}, not bool", loc,
                            hint="compare explicitly, e.g. `if x != 0:`",
                            rule="SPIR-V: the Condition of OpBranchConditional must be a Boolean type "
-                                "scalar")
+                                "scalar", rule_id="control.condition-bool")
     return cond
 
 
@@ -212,7 +213,8 @@ def _zero(t: Type, loc: Loc) -> Value:
     raise CompileError(f"a function returning {t} from inside a loop is not supported", loc,
                        hint="assign the result to a variable and return it after the loop",
                        rule="pycoop: a @pycoop.func that returns from inside a runtime loop returns a "
-                            "numeric scalar or cooperative matrix (a value the loop can carry)")
+                            "numeric scalar or cooperative matrix (a value the loop can carry)",
+                       rule_id="control.loop-return-type")
 
 
 def _is_number(x) -> bool:
@@ -264,7 +266,8 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
                                        loc, hint="assign the value to a variable in both branches and "
                                                  "return it after the if",
                                        rule="pycoop: a @pycoop.func returns its value outside runtime "
-                                            "control flow (SPIR-V structured control flow has one merge)")
+                                            "control flow (SPIR-V structured control flow has one merge)",
+                                       rule_id="control.func-return-in-control-flow")
                 if not blk.terminated:
                     emit("return", [], loc=loc)
                 out = None
@@ -299,7 +302,8 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
                            + (f" of the `if` at line {loc.line}" if grown else ""), grown or loc,
                            rule="after a runtime `if`, lists, tuples and dicts have the same "
                                 "lengths and keys on both paths",
-                           hint="keep lists/tuples the same length in both branches")
+                           hint="keep lists/tuples the same length in both branches",
+                           rule_id="control.if-container-shape")
     n = len(live[0][1])
     results: list = [None] * n
     merge_idx, yields, mtypes = [], [[], []], []      # mtypes: the merged value's type
@@ -423,7 +427,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                 raise CompileError("the loop condition does not depend on runtime values here",
                                    loc, hint="use a Python-level loop instead",
                                    rule="pycoop: a `while` on a runtime value has a runtime condition in "
-                                        "every iteration")
+                                        "every iteration", rule_id="control.while-runtime-condition")
             emit("condition", [c], loc=loc)
         with t.region(body_blk):
             new_extra, out = run_body(body_blk.args[:len(extra)], user_vals(body_blk))
@@ -433,7 +437,8 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                     raise CompileError("returning a value from inside a runtime loop", loc,
                                        hint="assign it to a variable and return after the loop",
                                        rule="pycoop: a @pycoop.func returns its value outside runtime "
-                                            "control flow (SPIR-V structured control flow has one merge)")
+                                            "control flow (SPIR-V structured control flow has one merge)",
+                                       rule_id="control.func-return-in-control-flow")
                 if not body_blk.terminated:
                     emit("return", [], loc=loc)
                 out = user_vals(body_blk)
@@ -448,7 +453,8 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                                rule="the variables a runtime loop carries keep their types, and "
                                     "lists, tuples and dicts their lengths and keys",
                                hint="keep lists/tuples the same length across iterations (collect "
-                                    "per-iteration results in a buffer or shared array)")
+                                    "per-iteration results in a buffer or shared array)",
+                               rule_id="control.loop-container-shape")
         # which Python leaves change? -> promote them to runtime values and trace again
         changed = {}
         for i, (a, b) in enumerate(zip(leaves, out_leaves)):
@@ -462,7 +468,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             else:
                 raise CompileError(f"a variable holding {a!r} is reassigned inside a runtime loop", loc,
                                    rule="only numbers and pycoop values can be carried through "
-                                        "a loop with a runtime bound")
+                                        "a loop with a runtime bound", rule_id="control.loop-carried-value")
         same = {i for k, i in enumerate(carried)
                 if i in passed and out_leaves[i] is body_blk.args[len(extra) + k]}
         if changed or same:
@@ -481,12 +487,13 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                         raise CompileError("a loop-carried variable has no value at the end of the "
                                            "loop body", loc,
                                            rule="SPIR-V: a loop-carried variable (an OpPhi) has a value on "
-                                                "every back edge")
+                                                "every back edge", rule_id="control.loop-carried-undefined")
                     v = as_value(v, want)
                 if v.type != want:
                     raise CompileError(f"a loop-carried variable changes type from {want} to {v.type}",
                                        loc, hint="convert it explicitly so it keeps one type",
-                                       rule="SPIR-V: the OpPhi of a loop-carried variable has one type")
+                                       rule="SPIR-V: the OpPhi of a loop-carried variable has one type",
+                                       rule_id="control.loop-carried-type")
                 yv.append(v)
             emit("yield", yv, loc=loc)
     op = emit("loop", list(extra) + init, attrs or {}, [cond_blk, body_blk], loc)
@@ -549,14 +556,16 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     if len(types_) != 1:
         raise CompileError(f"range() bounds have different types: {', '.join(map(str, types_))}", loc,
                            hint="cast them to one integer type",
-                           rule="pycoop: the bounds of a runtime range() share one integer type")
+                           rule="pycoop: the bounds of a runtime range() share one integer type",
+                           rule_id="control.range-bound-types")
     it_t = types_.pop()
     if not (isinstance(it_t, ScalarType) and it_t.is_int):
         raise CompileError(f"range() needs integer bounds, got {it_t}", loc,
-                           rule="Python: range() takes integer bounds")
+                           rule="Python: range() takes integer bounds",
+                           rule_id="control.range-integer-bounds")
     if not isinstance(step, Value) and step == 0:
         raise CompileError("range() step must not be zero", loc,
-                           rule="Python: range() arg 3 must not be zero")
+                           rule="Python: range() arg 3 must not be zero", rule_id="control.range-step-zero")
     lo, hi, step = (as_value(a, it_t) if not isinstance(a, Value) else a for a in (lo, hi, step))
     bounds = _constant_bounds((lo, hi, step))
     if bounds is not None and not len(range(*bounds)):       # never runs: dead code
@@ -608,7 +617,8 @@ def kernel_return(value, pos=None):
         what = f"a {value.type} value" if isinstance(value, Value) else repr(value)
         raise CompileError(f"a kernel returns nothing, but this returns {what}", _loc(pos),
                            rule="a kernel's entry point returns void",
-                           hint="write results into a buffer parameter and `return` without a value")
+                           hint="write results into a buffer parameter and `return` without a value",
+                           rule_id="frontend.kernel-returns-void")
     return None
 
 
@@ -623,7 +633,8 @@ def python_range(callee: Callable, args: tuple, kwargs: dict, why: str, pos=None
                                            "or in `if` statements in it; loops with `else` run while "
                                            "tracing only",
                            hint="set a flag variable and test it after the loop instead of `else`; "
-                                "move break/continue out of the `match` into an `if`")
+                                "move break/continue out of the `match` into an `if`",
+                           rule_id="control.break-placement")
     return callee(*args, **kwargs)
 
 
@@ -635,7 +646,8 @@ def python_cond(cond, why: str, pos=None):
                                            "or in `if` statements in it; loops with `else` run while "
                                            "tracing only",
                            hint="set a flag variable and test it after the loop instead of `else`; "
-                                "move break/continue out of the `match` into an `if`")
+                                "move break/continue out of the `match` into an `if`",
+                           rule_id="control.break-placement")
     return cond
 
 
@@ -649,7 +661,7 @@ def kernel_range(*args, unroll: bool | int | None = None):
     raise CompileError("pycoop.range() is only for the header of a for loop in a kernel",
                        current_loc(), hint="write `for i in pycoop.range(...):`",
                        rule="pycoop: pycoop.range() is the iterable of a `for` statement in a kernel or "
-                            "@pycoop.func")
+                            "@pycoop.func", rule_id="control.range-in-for")
 
 
 def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
@@ -659,10 +671,10 @@ def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
         raise CompileError(f"pycoop.range() got unexpected keyword(s) {', '.join(sorted(unknown))}",
                            loc, hint="its only keyword is unroll=",
                            rule="pycoop: pycoop.range(start, stop, step, unroll=...) takes only the unroll "
-                                "keyword")
+                                "keyword", rule_id="control.range-keywords")
     if not 1 <= len(args) <= 3:
         raise CompileError(f"pycoop.range() takes 1 to 3 bounds, got {len(args)}", loc,
-                           rule="Python: range() takes 1 to 3 arguments")
+                           rule="Python: range() takes 1 to 3 arguments", rule_id="control.range-arity")
     unroll = kwargs.get("unroll")
     if isinstance(unroll, bool) or unroll is None:
         control = {None: "None", True: "Unroll", False: "DontUnroll"}[unroll]
@@ -671,12 +683,14 @@ def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
     else:
         raise CompileError(f"pycoop.range(unroll={unroll!r}): expected True, False, None or an "
                            "integer > 1", loc,
-                           rule="SPIR-V: LoopControl Unroll, DontUnroll or PartialCount with a count > 1")
+                           rule="SPIR-V: LoopControl Unroll, DontUnroll or PartialCount with a count > 1",
+                           rule_id="control.unroll-value")
     if not any(isinstance(a, Value) for a in args):
         for a in args:
             if not isinstance(a, numbers.Integral) or isinstance(a, bool):
                 raise CompileError(f"range() needs integer bounds, got {a!r}", loc,
-                                   rule="Python: range() takes integer bounds")
+                                   rule="Python: range() takes integer bounds",
+                                   rule_id="control.range-integer-bounds")
         t = default_type(-1) if any(a < 0 for a in args) else u32
         args = tuple(as_value(a, t) for a in args)
     return args, {"control": control}
@@ -697,7 +711,7 @@ def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=
                                    "iterations", loc,
                                    hint="make it depend on runtime values from the start",
                                    rule="pycoop: a `while` on a runtime value has a runtime condition in "
-                                        "every iteration")
+                                        "every iteration", rule_id="control.while-runtime-condition")
         return Result(vals)
     _, after = _runtime_loop(vals, loc, lambda e, u: cond_fn(*u), lambda e, u: ([], body_fn(*u)), [],
                              names)

@@ -145,7 +145,7 @@ def _trace(fn, param_types: list[Type], role: str, loc: Loc, result_type: Type |
                                     "matrix component type",
                                rule_id="nv.callback-return-type")
         if body.terminated:
-            raise CompileError(f"the {role} must end by returning a value", loc,
+            raise CompileError(f"internal: the {role} must end by returning a value", loc,
                                rule="SPV_NV_cooperative_matrix2: the function returns a value "
                                     "(OpReturnValue)")
         emit("yield", [out], loc=loc)
@@ -175,7 +175,8 @@ def _trace(fn, param_types: list[Type], role: str, loc: Loc, result_type: Type |
                 hint = _FIXED_HINT.get(role, "compute it from its parameters and values known at "
                                              "trace time only")
             raise CompileError(f"the {role} uses {what}", user.loc, rule=rule,
-                               hint=hint)
+                               hint=hint, rule_id="nv.callback-captures-memory" if closure
+                               else "nv.callback-parameters")
     _substitute(body, new)
     name = getattr(fn, "__name__", role.replace(" ", "_"))
     f = Function(f"{name}_{len(t.functions)}", params, body, kind="func", result_type=out.type,

@@ -94,6 +94,8 @@ def _def_loc(fn, param: str | None = None) -> Loc | None:
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except (OSError, TypeError, SyntaxError):
         return where
+    if not isinstance(tree.body[0], ast.FunctionDef):     # a lambda: its line
+        return where
     indent = len(lines[0]) - len(lines[0].lstrip())
     a = tree.body[0].args
     for arg in a.posonlyargs + a.args + a.kwonlyargs:
@@ -132,7 +134,7 @@ class func:
                                rule="a @pycoop.func is inlined where it is called (kernels have "
                                     "no call stack): recursion must end on trace-time values",
                                hint="end the recursion on a Python value (a length, a Const), "
-                                    "or write the computation as a loop")
+                                    "or write the computation as a loop", rule_id="frontend.recursion-depth")
         _func_depth[id(self)] = depth + 1
         try:
             return self._traced(*args, **kwargs)
@@ -153,7 +155,8 @@ class Kernel:
                                Loc(fn.__code__.co_filename, fn.__code__.co_firstlineno),
                                rule="floating-point modes: exact, strict (exact with subnormals "
                                     "preserved) or fast (see docs/numerics.md)",
-                               hint='e.g. @pycoop.kernel(workgroup_size=64, fp="fast")')
+                               hint='e.g. @pycoop.kernel(workgroup_size=64, fp="fast")',
+                               rule_id="frontend.fp-mode")
         self.fp = fp
         self.strict_intel_shapes = bool(strict_intel_shapes)
         self._def_locals = def_locals or {}
@@ -168,7 +171,8 @@ class Kernel:
             raise CompileError(f"workgroup_size must be 1 to 3 positive ints, got {workgroup_size!r}",
                                _def_loc(fn), rule="LocalSize: each workgroup dimension is a positive "
                                                   "integer (x, y, z)",
-                               hint="e.g. @pycoop.kernel(workgroup_size=64) or workgroup_size=(16, 16)")
+                               hint="e.g. @pycoop.kernel(workgroup_size=64) or workgroup_size=(16, 16)",
+                               rule_id="frontend.workgroup-size")
         self.workgroup_size = tuple(ws) + (1,) * (3 - len(ws))
         self.subgroup_size = subgroup_size
         if subgroup_size is not None and (not isinstance(subgroup_size, int) or subgroup_size <= 0
@@ -176,7 +180,8 @@ class Kernel:
             raise CompileError(f"subgroup_size must be a power of two, got {subgroup_size!r}",
                                _def_loc(fn), rule="VkPhysicalDeviceSubgroupProperties: the subgroup "
                                                   "size is a power of two",
-                               hint="use 16 or 32 (or leave it out: the device's size)")
+                               hint="use 16 or 32 (or leave it out: the device's size)",
+                               rule_id="frontend.subgroup-size")
         self.params = self._signature()
         self.call_signature = inspect.Signature(   # how launches bind their arguments
             [inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=p.default)
@@ -201,12 +206,13 @@ class Kernel:
                     ann = eval(ann, self.fn.__globals__, scope)
                 except CompileError as e:          # e.g. Buffer[coopmat]: at the annotation
                     raise CompileError(e.message, _def_loc(self.fn, p.name), rule=e.rule,
-                                       hint=e.hint) from None
+                                       hint=e.hint, rule_id=e.rule_id) from None
                 except Exception as e:
                     raise CompileError(f"cannot evaluate the annotation {ann!r} of parameter "
                                        f"'{p.name}': {e}", _def_loc(self.fn, p.name),
                                        rule="annotations are evaluated where the kernel is defined",
-                                       hint="import the types the annotation names") from None
+                                       hint="import the types the annotation names",
+                                       rule_id="frontend.annotation-eval") from None
             rule = ("kernel parameters are annotated pycoop.Buffer[T], a numeric scalar type (u32, "
                     "f32, ...) or pycoop.Const")
             hint = f"e.g. def {self.name}(A: pycoop.Buffer[f32], n: u32, tile: pycoop.Const = 64)"
@@ -223,27 +229,30 @@ class Kernel:
                          "components, or structs (blocks)",
                     hint="pass the data as a buffer of its scalar type and index it explicitly"
                          + ("; load matrices from it with M.load(A, offset, stride)"
-                            if isinstance(ann.elem, CoopMatType) else ""))
+                            if isinstance(ann.elem, CoopMatType) else ""), rule_id="frontend.buffer-element")
             elif isinstance(ann, BufferType) or (isinstance(ann, ScalarType) and not ann.is_bool):
                 out.append(Param(p.name, ann, p.default))
             elif ann is inspect.Parameter.empty:
                 raise CompileError(f"parameter '{p.name}' of kernel {self.name} has no annotation",
-                                   _def_loc(self.fn, p.name), rule=rule, hint=hint)
+                                   _def_loc(self.fn, p.name), rule=rule, hint=hint,
+                                   rule_id="frontend.parameter-annotation")
             elif isinstance(ann, ScalarType):
                 raise CompileError(f"parameter '{p.name}' of kernel {self.name} is a bool",
                                    _def_loc(self.fn, p.name),
                                    rule=rule + "; bool has no memory layout (SPIR-V OpTypeBool)",
-                                   hint=f"pass a u32 (0 or 1) and compare it: `if {p.name} != 0:`")
+                                   hint=f"pass a u32 (0 or 1) and compare it: `if {p.name} != 0:`",
+                                   rule_id="frontend.parameter-annotation")
             elif isinstance(ann, CoopMatType):
                 raise CompileError(f"parameter '{p.name}' of kernel {self.name} is a cooperative "
                                    "matrix", _def_loc(self.fn, p.name), rule=rule,
                                    hint=f"pass a buffer and load the matrix in the kernel: "
                                         f"{p.name}: pycoop.Buffer[{ann.component}], then "
-                                        f"M.load({p.name}, offset, stride)")
+                                        f"M.load({p.name}, offset, stride)",
+                                   rule_id="frontend.parameter-annotation")
             else:
                 raise CompileError(
                     f"parameter '{p.name}' of kernel {self.name} has annotation {ann!r}",
-                    _def_loc(self.fn, p.name), rule=rule, hint=hint)
+                    _def_loc(self.fn, p.name), rule=rule, hint=hint, rule_id="frontend.parameter-annotation")
         return out
 
     def _spec_param(self, p: inspect.Parameter, ann: SpecType) -> Param:
@@ -342,11 +351,12 @@ class Kernel:
                              "their keys must be known at trace time",
                         hint="index with a Python value (a Const, a trace-time loop variable), "
                              "keep the data in a buffer or shared array, or choose with "
-                             "pycoop.select") from None
+                             "pycoop.select", rule_id="frontend.runtime-container-index") from None
             if ret is not None:
                 raise CompileError(f"kernel {self.name} returned {ret!r}; kernels return nothing",
                                    _def_loc(self.fn), rule="a kernel's entry point returns void",
-                                   hint="write results into a buffer parameter")
+                                   hint="write results into a buffer parameter",
+                                   rule_id="frontend.kernel-returns-void")
             module = Module(Function(self.name, runtime, body), self.workgroup_size, sgs,
                             [p.name for p in self.params if p.is_runtime], shared=t.shared,
                             functions=t.functions, fp=self.fp)

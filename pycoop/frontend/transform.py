@@ -486,7 +486,7 @@ def _check_statements(fdef: ast.FunctionDef, file: str) -> None:
     if found:                                   # the first in the source
         line, col, (what, rule, hint) = min(found, key=lambda f: f[:2])
         raise CompileError(f"`{what}` is not supported in a kernel", Loc(file, line, col + 1),
-                           rule=rule, hint=hint)
+                           rule=rule, hint=hint, rule_id="frontend.unsupported-statement")
 
 
 class _DelToUndef(ast.NodeTransformer):
@@ -532,7 +532,7 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
         raise CompileError(f"cannot read the source of {fn.__qualname__}", None,
                            rule="pycoop traces kernels from their Python source",
                            hint="define kernels in a file or a notebook cell, not via exec() of a "
-                                "string without source") from None
+                                "string without source", rule_id="frontend.source-available") from None
     src = "".join(lines)
     dedented = textwrap.dedent(src)
     indent = len(src.split("\n", 1)[0]) - len(dedented.split("\n", 1)[0])
@@ -547,7 +547,7 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
     if not isinstance(fdef, ast.FunctionDef):
         raise CompileError(f"{fn.__qualname__} is not a plain function definition", None,
                            rule="pycoop: a kernel or @pycoop.func is a plain `def` (its source is "
-                                "transformed)")
+                                "transformed)", rule_id="frontend.plain-def")
     fdef.decorator_list = []
     _check_statements(fdef, fn.__code__.co_filename)
     fdef = _DelToUndef().visit(fdef)

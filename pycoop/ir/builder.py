@@ -83,7 +83,8 @@ def tracer() -> Tracer:
         raise CompileError("pycoop ops can only be used inside a @pycoop.kernel while it is traced",
                            current_loc(),
                            hint="call the kernel (kernel[grid](...)) or kernel.compile() instead",
-                           rule="pycoop: ops are traced inside a @pycoop.kernel (or a function it calls)")
+                           rule="pycoop: ops are traced inside a @pycoop.kernel (or a function it calls)",
+                           rule_id="frontend.trace-outside-kernel")
     return t
 
 

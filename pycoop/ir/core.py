@@ -41,7 +41,7 @@ class Value:
             "a runtime value was used where Python needs a plain bool", current_loc(),
             rule="runtime conditions must be in an `if`/`while` of a @pycoop.kernel or @pycoop.func",
             hint="decorate the helper with @pycoop.func, or use pycoop.select(cond, a, b) "
-                 "(and pycoop.max / pycoop.min for Python's max() / min())")
+                 "(and pycoop.max / pycoop.min for Python's max() / min())", rule_id="frontend.runtime-bool")
 
     def __index__(self):
         from .builder import current_loc
@@ -50,7 +50,7 @@ class Value:
             "a runtime value was used where Python needs a plain int", current_loc(),
             rule="sizes, shapes and Python-level indices must be known at trace time",
             hint="for a loop with a runtime bound write `for i in range(n):` directly in the "
-                 "kernel (not inside a loop containing break/continue)")
+                 "kernel (not inside a loop containing break/continue)", rule_id="frontend.runtime-int")
 
     def __iter__(self):
         from .builder import current_loc
@@ -58,7 +58,7 @@ class Value:
         raise CompileError(f"cannot iterate over a runtime value of type {self.type}",
                            current_loc(),
                            rule="pycoop: only compile-time values are iterated in Python; runtime values "
-                                "have no length at trace time")
+                                "have no length at trace time", rule_id="frontend.runtime-iteration")
 
     def __len__(self):
         from .builder import current_loc
@@ -68,7 +68,7 @@ class Value:
                            hint="pass the size as a kernel parameter (a u32, or pycoop.Const to "
                                 "fix it at compile time)",
                            rule="pycoop: only compile-time values are iterated in Python; runtime values "
-                                "have no length at trace time")
+                                "have no length at trace time", rule_id="frontend.runtime-iteration")
 
     # NumPy functions cannot trace: a clear error at the user's line instead of NumPy's own.
     # An operator with a NumPy scalar on the left (np.float32(2) * x) reaches NumPy first; it
@@ -103,7 +103,7 @@ def _numpy_on_value(name: str):
     raise CompileError(f"NumPy's {name}() cannot run on a kernel value", current_loc(),
                        rule="kernel code is traced: NumPy only computes on values known at "
                             "trace time",
-                       hint=f"use {alt} (see docs/ops.md)")
+                       hint=f"use {alt} (see docs/ops.md)", rule_id="frontend.numpy-on-runtime-value")
 
 
 @dataclass

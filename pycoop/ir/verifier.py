@@ -29,7 +29,7 @@ def _check_block(block: Block, visible: set, seen: set) -> None:
                     hint="the value left the body some other way (an attribute of another kind "
                          "of object, a global, a nonlocal of a function not defined in the "
                          "kernel): keep it in a variable, list, dict, types.SimpleNamespace or "
-                         "dataclass of the kernel instead")
+                         "dataclass of the kernel instead", rule_id="control.escaped-value")
         if op.name in ("yield", "condition", "return") and i != len(block.ops) - 1:
             raise CompileError(f"internal: {op.name} is not the last op of its block", op.loc)
         types = get(op.name).infer(op.operands, op.attrs, op.regions, op.loc)

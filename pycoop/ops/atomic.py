@@ -55,16 +55,19 @@ def _infer_atomic(operands, attrs, regions, loc):
         raise CompileError(f"atomic {kind} needs a buffer or shared array, not {mem.type}", loc,
                            rule="SPIR-V: the Pointer of an atomic points into StorageBuffer, "
                                 "PhysicalStorageBuffer or Workgroup memory",
-                           hint="pass the array and the index: pycoop.atomic.add(buf, i, v)")
+                           hint="pass the array and the index: pycoop.atomic.add(buf, i, v)",
+                           rule_id="atomic.pointer")
     if isinstance(mem.type, BufferType):
         check_readable(mem, loc)
         if mem.type.access == "read":
             raise CompileError("cannot apply an atomic operation to a read-only buffer", loc,
                                rule="ReadBuffer parameters are NonWritable",
-                               hint="annotate the parameter pycoop.Buffer[...]")
+                               hint="annotate the parameter pycoop.Buffer[...]",
+                               rule_id="core.read-only-store")
     if not (isinstance(idx.type, ScalarType) and idx.type.is_int):
         raise CompileError(f"index must be an integer, not {idx.type}", loc,
-                           rule="array indices are integers", hint="cast it, e.g. u32(i)")
+                           rule="array indices are integers", hint="cast it, e.g. u32(i)",
+                           rule_id="core.index-integer")
     t = mem.type.elem
     ok_int = isinstance(t, ScalarType) and t.is_int and t.bits in (32, 64)
     ok_float = (isinstance(t, ScalarType) and t.is_float and t.encoding is None
@@ -75,12 +78,13 @@ def _infer_atomic(operands, attrs, regions, loc):
                            rule="SPIR-V/Vulkan: atomics take 32- or 64-bit integers; float atomics "
                                 "(VK_EXT_shader_atomic_float/_float2) are add, min and max on "
                                 "f16, f32 and f64",
-                           hint=f"use a u32/i32/u64/i64 array, or one of {floats} on floats")
+                           hint=f"use a u32/i32/u64/i64 array, or one of {floats} on floats",
+                           rule_id="atomic.element-type")
     for v in operands[2:]:
         if v.type != t:
             raise CompileError(f"atomic {kind} on {t} elements got a {v.type} operand", loc,
                                rule="SPIR-V: the Value's type must be the pointee type",
-                               hint=f"cast it: {t}(value)")
+                               hint=f"cast it: {t}(value)", rule_id="atomic.value-type")
     return [t]
 
 
@@ -105,7 +109,8 @@ def _lower_atomic(ctx, op):
     if ctx.target != "vulkan":
         raise CompileError("atomics are not available in OpenCL-environment kernels", op.loc,
                            rule="pycoop emits atomics for the Vulkan target only",
-                           hint="use atomics in kernels without pycoop.intel ops")
+                           hint="use atomics in kernels without pycoop.intel ops",
+                           rule_id="atomic.vulkan-only")
     shared = isinstance(mem.type, SharedArrayType)
     where = "Shared" if shared else "Buffer"
     if t.is_float:
@@ -231,7 +236,7 @@ def _check_semantics(semantics, loc: Loc) -> None:
         raise CompileError(f"unknown atomic semantics {semantics!r}", loc,
                            rule="pycoop atomics take Relaxed, Acquire, Release or AcquireRelease "
                                 "semantics (Vulkan memory model)",
-                           hint=f"one of {', '.join(map(repr, SEMANTICS))}")
+                           hint=f"one of {', '.join(map(repr, SEMANTICS))}", rule_id="atomic.semantics")
 
 
 def add(mem, idx, value, *, semantics: str = "relaxed") -> Value:

@@ -22,7 +22,7 @@ def _infer_construct(operands, attrs, regions, loc):
     t = attrs["type"]
     elem = t.elem
     if len(operands) != (t.length if isinstance(t, ArrayType) else t.count):
-        raise CompileError(f"{t} needs {t.length if isinstance(t, ArrayType) else t.count} "
+        raise CompileError(f"internal: {t} needs {t.length if isinstance(t, ArrayType) else t.count} "
                            f"elements, got {len(operands)}", loc,
                            rule="SPIR-V: OpCompositeConstruct has exactly one constituent per component of "
                                 "the Result Type")
@@ -31,7 +31,7 @@ def _infer_construct(operands, attrs, regions, loc):
             raise CompileError(f"element of type {v.type} in a {t}", loc,
                                hint=f"cast the elements to {elem}",
                                rule="SPIR-V: OpCompositeConstruct constituents have the component type of "
-                                    "the Result Type")
+                                    "the Result Type", rule_id="composite.constituent-type")
     return [t]
 
 
@@ -57,7 +57,8 @@ def make_array(values, elem: ScalarType | None = None) -> Value:
     values = list(values)
     if not values:
         raise CompileError("an array needs at least one element", loc,
-                           rule="SPIR-V: OpTypeArray Length must be at least 1")
+                           rule="SPIR-V: OpTypeArray Length must be at least 1",
+                           rule_id="composite.array-length")
     like = elem or next((v.type for v in values if isinstance(v, Value)), None)
     vals = [as_value(v, like) for v in values]
     return emit1("composite.construct", vals, {"type": ArrayType(vals[0].type, len(vals))}, loc)
@@ -78,7 +79,7 @@ def _infer_extract(operands, attrs, regions, loc):
     if not 0 <= i < n:
         raise CompileError(f"index {i} is out of range for {t}", loc,
                            rule="SPIR-V: OpCompositeExtract/Insert indexes must be in bounds of the "
-                                "composite")
+                                "composite", rule_id="composite.index-range")
     return [t.elem]
 
 
@@ -102,5 +103,6 @@ def extract(x: Value, index) -> Value:
     if isinstance(index, Value) or not isinstance(index, numbers.Integral):
         raise CompileError("arrays and vectors are indexed with compile-time ints", loc,
                            hint="unroll the loop over the elements with a Python range()",
-                           rule="SPIR-V: OpCompositeExtract/Insert take literal indexes")
+                           rule="SPIR-V: OpCompositeExtract/Insert take literal indexes",
+                           rule_id="composite.literal-index")
     return emit1("composite.extract", [x], {"index": int(index)}, loc)

@@ -22,7 +22,7 @@ def _infer_if(operands, attrs, regions, loc):
     if operands[0].type != bool_:
         raise CompileError(f"if condition must be bool, not {operands[0].type}", loc,
                            rule="SPIR-V: the Condition of OpBranchConditional must be a Boolean type "
-                                "scalar")
+                                "scalar", rule_id="control.condition-bool")
     return list(attrs["result_types"])
 
 
@@ -185,7 +185,8 @@ def _lower_loop(ctx, op):
         raise CompileError(f"pycoop.range(unroll={control[1]}) needs SPIR-V 1.4 (LoopControl "
                            f"PartialCount); this module is SPIR-V {ctx.b.version[0]}.{ctx.b.version[1]}",
                            op.loc, hint="use unroll=True or unroll=False here",
-                           rule="SPIR-V: LoopControl PartialCount needs SPIR-V 1.4")
+                           rule="SPIR-V: LoopControl PartialCount needs SPIR-V 1.4",
+                           rule_id="control.partial-count-version")
     ctx.emit("OpLoopMerge", None, l_merge, l_cont, *(control if isinstance(control, tuple) else (control,)))
     ctx.emit("OpBranch", None, l_cond)
     ctx.begin_block(l_cond)

@@ -46,19 +46,22 @@ def _check_literal(value, type: ScalarType, loc: Loc):
     if type.is_bool:
         if not isinstance(value, (bool, np.bool_)):
             raise CompileError(f"{value!r} is not a bool", loc,
-                               rule="SPIR-V: OpConstantTrue/OpConstantFalse are the Boolean constants")
+                               rule="SPIR-V: OpConstantTrue/OpConstantFalse are the Boolean constants",
+                               rule_id="core.bool-constant")
         return bool(value)
     if type.is_int:
         if isinstance(value, float) and not value.is_integer():
             raise CompileError(f"{value!r} is not an integer, but the other operand is {type}", loc,
                                hint=f"cast explicitly, e.g. {type}(x)",
-                               rule="SPIR-V: an integer constant holds an integer value")
+                               rule="SPIR-V: an integer constant holds an integer value",
+                               rule_id="core.integer-constant")
         v = int(value)
         lo, hi = type.min_max()
         if not lo <= v <= hi:
             raise CompileError(f"constant {v} does not fit in {type} (range {lo}..{hi})", loc,
                                hint="use a wider type or cast the other operand",
-                               rule="SPIR-V: a constant's literal fits its type's width and signedness")
+                               rule="SPIR-V: a constant's literal fits its type's width and signedness",
+                               rule_id="core.constant-range")
         return v
     return _float_literal(value, type, loc)
 
@@ -78,7 +81,8 @@ def _float_literal(value, type: ScalarType, loc: Loc) -> float:
             f"({type}(math.inf))") if math.isinf(r) else f"compute in f32: {type} has no infinity"
     raise CompileError(f"the literal {value!r} is outside the range of {type} (largest finite "
                        f"value {big:g})", loc,
-                       rule="a constant must be a value of its type (OpConstant)", hint=hint)
+                       rule="a constant must be a value of its type (OpConstant)", hint=hint,
+                       rule_id="core.float-literal-range")
 
 
 @emulation("const")
@@ -109,7 +113,8 @@ def default_type(x) -> ScalarType:
     raise CompileError(f"cannot use a Python {type(x).__name__} ({x!r}) as a kernel value",
                        current_loc(),
                        rule="only numbers, bools and pycoop values can be traced",
-                       hint="compute it in Python before the kernel, or pass it as a parameter")
+                       hint="compute it in Python before the kernel, or pass it as a parameter",
+                       rule_id="core.traceable-value")
 
 
 def as_value(x, like: Type | None = None) -> Value:
@@ -175,7 +180,8 @@ class _Builtin:
     def _misused(self, *args):
         raise CompileError(f"pycoop.{self._name} is used as a value", current_loc(),
                            hint=self._hint,
-                           rule="pycoop: pycoop functions are called, not used as values")
+                           rule="pycoop: pycoop functions are called, not used as values",
+                           rule_id="core.function-as-value")
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _misused
     __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __neg__ = _misused
@@ -282,38 +288,43 @@ def _infer_binary(operands, attrs, regions, loc):
         raise CompileError(f"operands of `{sym}` have different types: {a.type} and {b.type}", loc,
                            rule="arithmetic needs operands of one type (no implicit conversion)",
                            hint=f"convert one side, e.g. pycoop.cast(x, {a.type})" if isinstance(
-                               a.type, ScalarType) else "convert one side with pycoop.convert")
+                               a.type, ScalarType) else "convert one side with pycoop.convert",
+                           rule_id="core.operand-types")
     t = a.type
     e = _elem(t)
     if e is None:
         raise CompileError(f"`{sym}` is not defined on {t}", loc,
                            rule="SPIR-V: arithmetic instructions take numeric operands of one type "
-                                "(OpFAdd: floating-point, OpIAdd: integer, ...)")
+                                "(OpFAdd: floating-point, OpIAdd: integer, ...)",
+                           rule_id="core.arithmetic-type")
     if isinstance(t, CoopMatType) and kind not in _COOPMAT_BINARY:
         raise CompileError(f"`{sym}` is not defined on cooperative matrices", loc,
                            rule="SPV_KHR_cooperative_matrix allows only + - * / and negation "
                                 "element-wise on matrices",
-                           hint="compute element-wise functions on scalars before loading, or after storing")
+                           hint="compute element-wise functions on scalars before loading, or after storing",
+                           rule_id="khr.matrix-arithmetic")
     if e.encoding and not isinstance(t, CoopMatType):
         raise CompileError(f"`{sym}` is not defined on scalar {e}", loc,
                            rule=f"SPIR-V arithmetic on {e} exists only for cooperative matrices",
-                           hint=f"cast to f32 first: f32(x) {sym} f32(y)")
+                           hint=f"cast to f32 first: f32(x) {sym} f32(y)",
+                           rule_id="core.narrow-float-arithmetic")
     if e.is_bool:
         if kind not in _BOOL_BINARY:
             raise CompileError(f"`{sym}` is not defined on bool", loc, hint="use & | ^ on bools",
                                rule="SPIR-V: arithmetic instructions take numeric operands, not Booleans "
-                                    "(OpLogical* for bools)")
+                                    "(OpLogical* for bools)", rule_id="core.bool-arithmetic")
     else:
         slot = 1 if e.is_float else (2 if e.signed else 3)
         if BINARY[kind][slot] is None:
             raise CompileError(f"`{sym}` is not defined on {e}", loc,
                                hint="bitwise ops and shifts need integers; ** needs floats",
                                rule="SPIR-V: arithmetic instructions take numeric operands of one type "
-                                    "(OpFAdd: floating-point, OpIAdd: integer, ...)")
+                                    "(OpFAdd: floating-point, OpIAdd: integer, ...)",
+                               rule_id="core.arithmetic-type")
         if kind in _GLSL_16_32 and e.bits not in (16, 32):
             raise CompileError(f"`{sym}` is not available for {e}", loc,
                                rule="GLSL.std.450 Pow: 16- or 32-bit floats only",
-                               hint="cast to f32 first")
+                               hint="cast to f32 first", rule_id="core.glsl-16-32-bit")
     return [t]
 
 
@@ -475,35 +486,38 @@ def _infer_unary(operands, attrs, regions, loc):
     if e is None:
         raise CompileError(f"{kind} is not defined on {t}", loc,
                            rule="SPIR-V: arithmetic instructions take numeric operands of one type "
-                                "(OpFAdd: floating-point, OpIAdd: integer, ...)")
+                                "(OpFAdd: floating-point, OpIAdd: integer, ...)",
+                           rule_id="core.arithmetic-type")
     if isinstance(t, CoopMatType) and kind != "neg":
         raise CompileError(f"{kind} is not defined on cooperative matrices", loc,
                            rule="SPV_KHR_cooperative_matrix allows only negation as a unary op",
-                           hint="compute element-wise functions on scalars before loading, or after storing")
+                           hint="compute element-wise functions on scalars before loading, or after storing",
+                           rule_id="khr.matrix-arithmetic")
     if e.is_bool:
         if kind != "not":
             raise CompileError(f"{kind} is not defined on bool", loc,
                                rule="SPIR-V: arithmetic instructions take numeric operands, not Booleans "
-                                    "(OpLogical* for bools)")
+                                    "(OpLogical* for bools)", rule_id="core.bool-arithmetic")
         return [t]
     slot = 0 if e.is_float else (1 if e.signed else 2)
     if UNARY[kind][slot] is None:
         raise CompileError(f"{kind} is not defined on {e}", loc,
                            hint="math functions need a float operand: cast first",
                            rule="SPIR-V: arithmetic instructions take numeric operands of one type "
-                                "(OpFAdd: floating-point, OpIAdd: integer, ...)")
+                                "(OpFAdd: floating-point, OpIAdd: integer, ...)",
+                           rule_id="core.arithmetic-type")
     if e.encoding and kind == "neg" and not isinstance(t, CoopMatType):
         raise CompileError(f"negation is not defined on scalar {e}", loc,
                            rule=f"SPIR-V arithmetic on {e} exists only for cooperative matrices",
-                           hint="cast to f32 first: -f32(x)")
+                           hint="cast to f32 first: -f32(x)", rule_id="core.narrow-float-arithmetic")
     if e.encoding and kind != "neg":
         raise CompileError(f"{kind} is not available for {e}", loc,
                            rule=f"GLSL.std.450 is defined for IEEE float types, not {e}",
-                           hint="cast to f32 first")
+                           hint="cast to f32 first", rule_id="core.glsl-float-type")
     if kind in _GLSL_16_32 and e.bits not in (16, 32):
         raise CompileError(f"{kind} is not available for {e}", loc,
                            rule=f"GLSL.std.450 {UNARY[kind][0][5:]}: 16- or 32-bit floats only",
-                           hint="cast to f32 first")
+                           hint="cast to f32 first", rule_id="core.glsl-16-32-bit")
     return [t]
 
 
@@ -629,7 +643,7 @@ def _infer_fma(operands, attrs, regions, loc):
                            f"{c.type}", loc, rule="GLSL.std.450 Fma: a, b, c and the result "
                                                   "have one type",
                            hint=f"convert the operands, e.g. pycoop.cast(x, {a.type})"
-                           if isinstance(a.type, ScalarType) else None)
+                           if isinstance(a.type, ScalarType) else None, rule_id="core.fma-types")
     e = a.type if isinstance(a.type, ScalarType) else (
         a.type.elem if isinstance(a.type, VectorType) else None)
     if e is None or not e.is_float or e.encoding:
@@ -637,7 +651,7 @@ def _infer_fma(operands, attrs, regions, loc):
                            rule="GLSL.std.450 Fma takes IEEE float scalars or vectors "
                                 "(f16, f32, f64)",
                            hint="convert to f32 first" if e is not None and e.is_float else
-                           "fma needs float operands")
+                           "fma needs float operands", rule_id="core.fma-float")
     return [a.type]
 
 
@@ -754,15 +768,15 @@ def _infer_compare(operands, attrs, regions, loc):
     if a.type != b.type:
         raise CompileError(f"cannot compare {a.type} with {b.type}", loc,
                            rule="comparisons need operands of one type",
-                           hint=f"cast one side, e.g. pycoop.cast(x, {a.type})")
+                           hint=f"cast one side, e.g. pycoop.cast(x, {a.type})", rule_id="core.compare-types")
     if not isinstance(a.type, ScalarType):
         raise CompileError(f"comparisons are defined on scalars, not {a.type}", loc,
                            rule="SPIR-V: comparison instructions take scalar or vector operands (not "
-                                "cooperative matrices)")
+                                "cooperative matrices)", rule_id="core.compare-matrix")
     if a.type.is_bool and attrs["kind"] not in ("eq", "ne"):
         raise CompileError("bools can only be compared with == and !=", loc,
                            rule="SPIR-V: OpLogicalEqual/OpLogicalNotEqual are the only comparisons of "
-                                "Booleans")
+                                "Booleans", rule_id="core.compare-bool")
     return [bool_]
 
 
@@ -798,15 +812,17 @@ def _infer_select(operands, attrs, regions, loc):
     c, a, b = operands
     if c.type != bool_:
         raise CompileError(f"select condition must be bool, not {c.type}", loc,
-                           rule="SPIR-V: OpSelect's Condition must be a Boolean scalar")
+                           rule="SPIR-V: OpSelect's Condition must be a Boolean scalar",
+                           rule_id="core.select-condition")
     if a.type != b.type:
         raise CompileError(f"select branches have different types: {a.type} and {b.type}", loc,
-                           rule="SPIR-V: OpSelect's Object 1 and Object 2 have the Result Type")
+                           rule="SPIR-V: OpSelect's Object 1 and Object 2 have the Result Type",
+                           rule_id="core.select-types")
     if isinstance(a.type, CoopMatType):
         raise CompileError("select on cooperative matrices is not allowed", loc,
                            hint="use an if/else on a scope-uniform condition",
                            rule="SPV_KHR_cooperative_matrix: OpSelect is not among the instructions that "
-                                "take cooperative matrices")
+                                "take cooperative matrices", rule_id="khr.select-matrix")
     return [a.type]
 
 
@@ -853,13 +869,13 @@ def _infer_cast(operands, attrs, regions, loc):
         raise CompileError(f"cannot cast {src} to {dst}", loc,
                            hint="pycoop.convert converts cooperative matrices",
                            rule="SPIR-V: conversion instructions convert between numeric scalar types of "
-                                "the same shape")
+                                "the same shape", rule_id="core.cast-types")
     if src.is_bool or dst.is_bool:
         if not (src.is_bool and dst.is_bool):
             raise CompileError(f"cannot cast between bool and {dst if src.is_bool else src}", loc,
                                hint="use pycoop.select(c, 1, 0) or a comparison",
                                rule="SPIR-V: conversion instructions take numeric types; Booleans are made "
-                                    "with OpSelect or comparisons")
+                                    "with OpSelect or comparisons", rule_id="core.cast-bool")
     return [dst]
 
 
@@ -1014,7 +1030,8 @@ def _infer_bitcast(operands, attrs, regions, loc):
             or max(s[1], d[1]) % min(s[1], d[1]):
         raise CompileError(f"cannot bitcast {src} to {dst}", loc,
                            rule="OpBitcast needs numeric scalars or vectors of the same total width, "
-                                "the larger component count a multiple of the smaller")
+                                "the larger component count a multiple of the smaller",
+                           rule_id="core.bitcast-width")
     return [dst]
 
 
@@ -1059,17 +1076,19 @@ def _infer_load(operands, attrs, regions, loc):
 def _check_indexable(mem: Value, idx: Value, loc: Loc):
     if not isinstance(mem.type, (BufferType, SharedArrayType)):
         raise CompileError(f"cannot index a value of type {mem.type}", loc,
-                           rule="pycoop: buffers, shared arrays, arrays and vectors are indexed")
+                           rule="pycoop: buffers, shared arrays, arrays and vectors are indexed",
+                           rule_id="core.indexable")
     if not (isinstance(idx.type, ScalarType) and idx.type.is_int):
         raise CompileError(f"index must be an integer, not {idx.type}", loc,
                            hint="cast it, e.g. u32(i)",
-                           rule="SPIR-V: OpAccessChain indexes are integer scalars")
+                           rule="SPIR-V: OpAccessChain indexes are integer scalars",
+                           rule_id="core.index-integer")
     if not isinstance(mem.type.elem, (ScalarType, VectorType)):
         raise CompileError(f"elements of {mem.type} cannot be loaded or stored one by one", loc,
                            hint="buffers of blocks are read by decode functions of "
                                 "pycoop.nv.load_tensor",
                            rule="pycoop: elements of a buffer of structs are read through pointer members "
-                                "(pycoop.ptr)")
+                                "(pycoop.ptr)", rule_id="core.struct-buffer-element")
 
 
 define("load", _infer_load, doc="buf[i] / shared[i]: load one element.")
@@ -1079,7 +1098,8 @@ def check_readable(mem: Value, loc: Loc):
     if isinstance(mem.type, BufferType) and mem.type.access == "write":
         raise CompileError("cannot read from a write-only buffer", loc,
                            rule="WriteBuffer parameters are not uploaded to the device",
-                           hint="annotate the parameter pycoop.Buffer[...] to read and write it")
+                           hint="annotate the parameter pycoop.Buffer[...] to read and write it",
+                           rule_id="core.write-only-read")
 
 
 def _infer_store(operands, attrs, regions, loc):
@@ -1088,10 +1108,12 @@ def _infer_store(operands, attrs, regions, loc):
     if val.type != mem.type.elem:
         raise CompileError(f"cannot store a {val.type} into an array of {mem.type.elem}", loc,
                            hint=f"cast it: {mem.type.elem}(value)",
-                           rule="SPIR-V: OpStore's Object has the type Pointer points to")
+                           rule="SPIR-V: OpStore's Object has the type Pointer points to",
+                           rule_id="core.store-type")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc,
-                           rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to")
+                           rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
+                           rule_id="core.read-only-store")
     return []
 
 
@@ -1157,17 +1179,18 @@ def shared(elem: ScalarType | VectorType, length: int) -> Value:
         raise CompileError(f"shared arrays hold numeric scalars or numeric vectors of 2 or 4 "
                            f"components, not {elem!r}", loc,
                            rule="pycoop: shared arrays hold numeric scalars or 2/4-component numeric "
-                                "vectors")
+                                "vectors", rule_id="core.shared-element")
     check_not_spec(length, "a shared array length", loc)
     if isinstance(length, Value) or int(length) <= 0:
         raise CompileError("shared array length must be a positive compile-time int", loc,
-                           rule="SPIR-V: OpTypeArray Length must be at least 1 (a constant)")
+                           rule="SPIR-V: OpTypeArray Length must be at least 1 (a constant)",
+                           rule_id="core.shared-length")
     t = tracer()
     if len(t.blocks) != 1:
         raise CompileError("shared arrays must be allocated at the top level of the kernel", loc,
                            hint="move pycoop.shared(...) before any runtime if/for/while",
                            rule="SPIR-V: Workgroup variables are declared at module scope (pycoop: at the "
-                                "kernel's top level)")
+                                "kernel's top level)", rule_id="core.shared-top-level")
     v = emit1("shared", [], {"elem": elem, "length": int(length)}, loc)
     t.shared.append(v)
     return v
@@ -1233,7 +1256,7 @@ def _install_operators():
                                hint="use `//` (truncating integer division, as in C and SPIR-V) "
                                     "or cast to a float type",
                                rule="pycoop: `/` is true division on floats; integers use `//` "
-                                    "(OpSDiv/OpUDiv) explicitly")
+                                    "(OpSDiv/OpUDiv) explicitly", rule_id="core.integer-true-division")
         return binary("div", a, b)
 
     Value.__divmod__ = lambda s, o: (floordiv(s, o), binary("rem", s, o))
@@ -1261,13 +1284,15 @@ def _install_operators():
             from .composite import extract
             return extract(self, idx)
         raise CompileError(f"cannot index a value of type {self.type}", current_loc(),
-                           rule="pycoop: buffers, shared arrays, arrays and vectors are indexed")
+                           rule="pycoop: buffers, shared arrays, arrays and vectors are indexed",
+                           rule_id="core.indexable")
 
     def setitem(self, idx, val):
         if isinstance(self.type, (BufferType, SharedArrayType)):
             return store(self, idx, val)
         raise CompileError(f"cannot assign into a value of type {self.type}", current_loc(),
-                           rule="pycoop: buffers, shared arrays, arrays and vectors are assigned into")
+                           rule="pycoop: buffers, shared arrays, arrays and vectors are assigned into",
+                           rule_id="core.assignable")
 
     def getattr_(self, name):
         if name.startswith("__"):

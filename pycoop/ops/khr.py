@@ -34,31 +34,33 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
         raise CompileError("coopmat takes [component, scope, rows, cols, use]", loc,
                            hint="e.g. pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]",
                            rule="SPV_KHR_cooperative_matrix: OpTypeCooperativeMatrixKHR has Component "
-                                "Type, Scope, Rows, Columns and Use")
+                                "Type, Scope, Rows, Columns and Use", rule_id="khr.type-parameters")
     comp, scope, rows, cols, use = key
     if not isinstance(comp, ScalarType) or comp.is_bool:
         raise CompileError(f"unsupported cooperative matrix component type {comp!r}", loc,
                            rule=f"{SPEC}: 'Component Type' must be a scalar numerical type",
-                           hint="use f16, bf16, f32, f64, fp8_e4m3, fp8_e5m2 or an integer type")
+                           hint="use f16, bf16, f32, f64, fp8_e4m3, fp8_e5m2 or an integer type",
+                           rule_id="khr.component-type")
     if not isinstance(scope, Scope):
         raise CompileError(f"cooperative matrix scope must be pycoop.Subgroup or pycoop.Workgroup, "
                            f"not {scope!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: Scope is Subgroup (or Workgroup with "
-                                "SPV_NV_cooperative_matrix2)")
+                                "SPV_NV_cooperative_matrix2)", rule_id="khr.scope")
     for what, n in (("rows", rows), ("cols", cols)):
         check_not_spec(n, f"cooperative matrix {what}", loc)
         if isinstance(n, Value) or not isinstance(n, numbers.Integral) or isinstance(n, bool):
             raise CompileError(f"cooperative matrix {what} must be a compile-time int, got {n!r}", loc,
                                rule=f"{SPEC}: 'Rows'/'Columns' must be constant instructions",
-                               hint="use a Python int (or a pycoop.Const parameter)")
+                               hint="use a Python int (or a pycoop.Const parameter)",
+                               rule_id="khr.dimension-constant")
         if n <= 0:
             raise CompileError(f"cooperative matrix {what} must be positive, got {n}", loc,
                                rule="SPV_KHR_cooperative_matrix: Rows and Columns are positive constant "
-                                    "instructions")
+                                    "instructions", rule_id="khr.dimension-positive")
     if not isinstance(use, Use):
         raise CompileError(f"cooperative matrix use must be UseA, UseB or Accumulator, not {use!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: Use is MatrixAKHR, MatrixBKHR or "
-                                "MatrixAccumulatorKHR")
+                                "MatrixAccumulatorKHR", rule_id="khr.use")
     return CoopMatType(comp, scope, int(rows), int(cols), use)
 
 
@@ -76,7 +78,7 @@ def _need_mat(v: Value, what: str, loc: Loc) -> CoopMatType:
         raise CompileError(f"{what} must be a cooperative matrix, got "
                            f"{getattr(v, 'type', type(v).__name__)}", loc,
                            rule="SPV_KHR_cooperative_matrix: the operand must be an "
-                                "OpTypeCooperativeMatrixKHR")
+                                "OpTypeCooperativeMatrixKHR", rule_id="khr.matrix-operand")
     return v.type
 
 
@@ -86,7 +88,8 @@ def _infer_fill(operands, attrs, regions, loc):
     t: CoopMatType = attrs["type"]
     if operands[0].type != t.component:
         raise CompileError(f"fill value is {operands[0].type}, matrix component is {t.component}", loc,
-                           rule=f"{SPEC}: the single constituent must have the component type")
+                           rule=f"{SPEC}: the single constituent must have the component type",
+                           rule_id="khr.fill-type")
     return [t]
 
 
@@ -127,13 +130,14 @@ def _check_mem(mem: Value, loc: Loc, what: str):
             f"{getattr(mem, 'type', type(mem).__name__)}", loc,
             rule=f"{SPEC}: 'Pointer' must point into an array in StorageBuffer, "
                  "PhysicalStorageBuffer or Workgroup storage",
-            hint="pass a Buffer[...] parameter or a pycoop.shared(...) array")
+            hint="pass a Buffer[...] parameter or a pycoop.shared(...) array", rule_id="khr.pointer")
 
 
 def _check_int(v: Value, what: str, loc: Loc):
     if not (isinstance(v.type, ScalarType) and v.type.is_int):
         raise CompileError(f"{what} must be an integer scalar, got {v.type}", loc,
-                           rule="SPV_KHR_cooperative_matrix: Stride must be a scalar integer type")
+                           rule="SPV_KHR_cooperative_matrix: Stride must be a scalar integer type",
+                           rule_id="khr.stride-type")
 
 
 def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
@@ -145,7 +149,8 @@ def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
         raise CompileError(f"{what} of {t.component} components through an array of {elem}",
                            loc, rule="pycoop: an array element holds a whole number of matrix "
                                      "components",
-                           hint=f"use an array of {t.component} or of a multiple of its size")
+                           hint=f"use an array of {t.component} or of a multiple of its size",
+                           rule_id="khr.array-element-size")
 
 
 # --------------------------------------------------------------------------- addressing rules
@@ -204,7 +209,7 @@ def _check_static_addressing(mem: Value, t: CoopMatType, layout: str, offset: Va
         raise CompileError(f"{what} with stride {s}", loc, rule=STRIDE_RULE,
                            hint="a row-major stride is the distance between rows, in elements "
                                 "(usually the row length); only a load may use 0 (every row "
-                                "the same)")
+                                "the same)", rule_id="khr.stride-sign")
     elem = mem.type.elem.size
     align = row_alignment(t, layout)
     for name, v in (("offset", offset), ("stride", stride)):
@@ -213,7 +218,7 @@ def _check_static_addressing(mem: Value, t: CoopMatType, layout: str, offset: Va
             raise CompileError(
                 f"{what} {name} {how}, not a multiple of {align} bytes: the "
                 f"{'pointer' if name == 'offset' else 'stride'} is misaligned", loc,
-                rule=ALIGN_RULE, hint=_align_hint(t, layout, elem))
+                rule=ALIGN_RULE, hint=_align_hint(t, layout, elem), rule_id="khr.alignment")
 
 
 def check_addressing(ctx, op, t: CoopMatType, layout: str, elem_size: int, offs, strd,
@@ -225,7 +230,8 @@ def check_addressing(ctx, op, t: CoopMatType, layout: str, elem_size: int, offs,
     store = what.endswith("store")
     v = _first(strd, (strd <= 0) if store else (strd < 0), active)
     if v is not None:
-        ctx.check_instances(v[1], active, op, f"{what} with stride {v[0]}", rule=STRIDE_RULE)
+        ctx.check_instances(v[1], active, op, f"{what} with stride {v[0]}", rule=STRIDE_RULE,
+                            rule_id="khr.stride-sign")
     align = row_alignment(t, layout)
     if elem_size % align == 0:
         return                                  # every element boundary is aligned
@@ -235,7 +241,8 @@ def check_addressing(ctx, op, t: CoopMatType, layout: str, elem_size: int, offs,
             ctx.check_instances(
                 v[1], active, op, f"{what} {name} {v[0]} ({v[0] * elem_size} bytes) is not a "
                 f"multiple of {align} bytes: the {'pointer' if name == 'offset' else 'stride'} "
-                "is misaligned", rule=ALIGN_RULE, hint=_align_hint(t, layout, elem_size))
+                "is misaligned", rule=ALIGN_RULE, hint=_align_hint(t, layout, elem_size),
+                rule_id="khr.alignment")
 
 
 def _first(x: np.ndarray, bad: np.ndarray, active) -> tuple[int, np.ndarray] | None:
@@ -272,7 +279,8 @@ def _infer_store(operands, attrs, regions, loc):
     _check_element_size(mem, mat.type, loc, "cooperative matrix store")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc,
-                           rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to")
+                           rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
+                           rule_id="core.read-only-store")
     _check_static_addressing(mem, mat.type, attrs["layout"], offset, stride, loc,
                              "cooperative matrix store")
     return []
@@ -293,7 +301,7 @@ def _layout(layout: str, loc: Loc) -> str:
         raise CompileError(f"unknown layout {layout!r}", loc,
                            hint="use 'row_major' or 'col_major'",
                            rule="SPV_KHR_cooperative_matrix: MemoryLayout is RowMajorKHR or "
-                                "ColumnMajorKHR") from None
+                                "ColumnMajorKHR", rule_id="khr.layout") from None
 
 
 def load(t: CoopMatType, mem: Value, offset, stride, layout: str = "row_major") -> Value:
@@ -302,7 +310,7 @@ def load(t: CoopMatType, mem: Value, offset, stride, layout: str = "row_major") 
     if not isinstance(t, CoopMatType):
         raise CompileError(f"load needs a coopmat type, got {t!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: Result Type of OpCooperativeMatrixLoadKHR "
-                                "must be an OpTypeCooperativeMatrixKHR")
+                                "must be an OpTypeCooperativeMatrixKHR", rule_id="khr.load-result-type")
     _check_mem(mem, loc, "cooperative matrix load")
     return emit1("khr.load", [mem, as_value(offset, u32), as_value(stride, u32)],
                  {"type": t, "layout": _layout(layout, loc)}, loc)
@@ -461,11 +469,13 @@ def _infer_mul_add(operands, attrs, regions, loc):
         if t.use != use:
             raise CompileError(f"operand {n} of mul_add has use {t.use.short}, expected {use.short}",
                                loc, rule=f"{rule}: {n}'s 'Use' must be {use.value}",
-                               hint="declare the matrix with the matching use (UseA, UseB, Accumulator)")
+                               hint="declare the matrix with the matching use (UseA, UseB, Accumulator)",
+                               rule_id="khr.mul-add-use")
     if not (ta.scope == tb.scope == tc.scope):
         raise CompileError(f"mul_add operands have different scopes: {ta.scope.value}, "
                            f"{tb.scope.value}, {tc.scope.value}", loc,
-                           rule=f"{rule}: A, B, C and Result Type must have the same scope")
+                           rule=f"{rule}: A, B, C and Result Type must have the same scope",
+                           rule_id="khr.mul-add-scope")
     m, k = ta.shape
     k2, n = tb.shape
     if k != k2 or tc.shape != (m, n):
@@ -477,10 +487,12 @@ def _infer_mul_add(operands, attrs, regions, loc):
     if len(kinds) != 1 or tc.component.is_float != ta.component.is_float:
         raise CompileError(f"mul_add mixes float and integer matrices ({ta.component}, "
                            f"{tb.component}, {tc.component})", loc,
-                           rule="Vulkan: float A/B accumulate into float C, integer into integer")
+                           rule="Vulkan: float A/B accumulate into float C, integer into integer",
+                           rule_id="khr.mul-add-kinds")
     if attrs["saturating"] and tc.component.is_float:
         raise CompileError("saturating accumulation applies to integer matrices only", loc,
-                           rule=f"{rule}: SaturatingAccumulation with integer components")
+                           rule=f"{rule}: SaturatingAccumulation with integer components",
+                           rule_id="khr.saturating-integer")
     return [tc]
 
 
@@ -532,7 +544,8 @@ def _emu_mul_add(ctx, op, a, b, c):
 
     def overflow(bad):
         ctx.check_instances(bad, active, op, f"{SPEC}: with SaturatingAccumulation, A*B "
-                            f"overflowing {tc.component} before the addition of C is undefined")
+                            f"overflowing {tc.component} before the addition of C is undefined",
+                            rule_id="khr.saturating-overflow")
     return _mul_add_numpy(a, b, c, ta, tb, tc, op.attrs["saturating"], ctx.widened, overflow)
 
 
@@ -552,12 +565,13 @@ def _infer_scale(operands, attrs, regions, loc):
     t = _need_mat(m, "the matrix", loc)
     if s.type != t.component:
         raise CompileError(f"scalar is {s.type}, matrix component is {t.component}", loc,
-                           rule="OpMatrixTimesScalar: the scalar has the component type")
+                           rule="OpMatrixTimesScalar: the scalar has the component type",
+                           rule_id="khr.scalar-type")
     if not t.component.is_float:
         raise CompileError("matrix * scalar (OpMatrixTimesScalar) needs a float component type", loc,
                            hint="multiply by a filled matrix instead: m * Mat.fill(s)",
                            rule="SPIR-V: OpMatrixTimesScalar takes floating-point operands (OpIMul for "
-                                "integer matrices)")
+                                "integer matrices)", rule_id="khr.scalar-float")
     return [t]
 
 
@@ -595,7 +609,7 @@ def _infer_length(operands, attrs, regions, loc):
                            loc, rule="OpCooperativeMatrixLengthKHR: Type must be a cooperative "
                                      "matrix type",
                            hint="pass the type, e.g. pycoop.length(pycoop.coopmat[f16, "
-                                "pycoop.Subgroup, 16, 16, pycoop.UseA])")
+                                "pycoop.Subgroup, 16, 16, pycoop.UseA])", rule_id="khr.length-type")
     return [u32]
 
 
@@ -625,13 +639,14 @@ def _infer_convert(operands, attrs, regions, loc):
     dst: CoopMatType = attrs["type"]
     if (src.scope, src.rows, src.cols) != (dst.scope, dst.rows, dst.cols):
         raise CompileError(f"cannot convert {src} to {dst}: scope and shape must stay the same", loc,
-                           rule=f"{SPEC}: conversions keep Scope, Rows, Columns and Use")
+                           rule=f"{SPEC}: conversions keep Scope, Rows, Columns and Use",
+                           rule_id="khr.convert-shape")
     if src.use != dst.use:
         raise CompileError(f"cannot change the use from {src.use.short} to {dst.use.short} with a "
                            "component conversion", loc,
                            rule=f"{SPEC}: conversions keep the Use",
                            hint="changing the use is not part of SPV_KHR_cooperative_matrix; store and load "
-                                "the matrix with the other use instead")
+                                "the matrix with the other use instead", rule_id="khr.convert-use")
     return [dst]
 
 
@@ -666,7 +681,7 @@ def convert(m: Value, to) -> Value:
     if not isinstance(dst, CoopMatType):
         raise CompileError(f"convert target must be a scalar or coopmat type, got {to!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: conversions produce a scalar or an "
-                                "OpTypeCooperativeMatrixKHR")
+                                "OpTypeCooperativeMatrixKHR", rule_id="khr.convert-target")
     if dst == t:
         return m
     return emit1("khr.convert", [m], {"type": dst}, loc)

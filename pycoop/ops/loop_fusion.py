@@ -217,11 +217,11 @@ class _FusedCtx:
         self.memory_of = ctx.memory_of
         self._wg_name = ctx._wg_name
 
-    def check_ub(self, bad, op, message):
+    def check_ub(self, bad, op, message, rule_id=None):
         if np.asarray(bad).any():
             raise _Abort
 
-    def check_instances(self, bad, active, op, message, rule=None, hint=None):
+    def check_instances(self, bad, active, op, message, rule=None, hint=None, rule_id=None):
         if np.asarray(bad).any():
             raise _Abort
 

@@ -38,7 +38,8 @@ def _emu_ptr_load(ctx, op, ptr, *index):
         bad &= np.broadcast_to(ctx.mask, bad.shape)
     if bad.any():
         raise EmulatorError(f"load through a pointer out of bounds of buffer '{ptr.memory.name}' "
-                            f"({mem.shape[0]} bytes)", op.loc, rule="reported by the pycoop emulator")
+                            f"({mem.shape[0]} bytes)", op.loc, rule="reported by the pycoop emulator",
+                            rule_id="emulator.out-of-bounds")
     addr = np.clip(addr, 0, max(mem.shape[0] - t.size, 0))
     raw = mem[addr[..., None] + np.arange(t.size)]
     return np.ascontiguousarray(raw).view(t.dtype)[..., 0]
@@ -68,7 +69,8 @@ class _ArrayMember:
         loc = current_loc()
         if not isinstance(self.t.elem, ScalarType):
             raise CompileError("nested arrays in blocks are not supported", loc,
-                               rule="pycoop: arrays in buffer blocks are one-dimensional")
+                               rule="pycoop: arrays in buffer blocks are one-dimensional",
+                               rule_id="pointer.nested-array")
         idx = as_value(i, u32)
         return emit1("ptr.load", [self.ptr, idx],
                      {"type": self.t.elem, "offset": self.offset, "stride": self.t.elem.size,
@@ -87,7 +89,8 @@ def member(ptr: Value, name: str):
     names = [n for n, _ in st.fields]
     if name not in names:
         raise CompileError(f"{st.name} has no member {name!r} (members: {', '.join(names)})", loc,
-                           rule="SPIR-V: OpAccessChain indexes name a member of the struct")
+                           rule="SPIR-V: OpAccessChain indexes name a member of the struct",
+                           rule_id="pointer.member-name")
     i = names.index(name)
     ft = st.fields[i][1]
     off = st.offsets[i]
@@ -96,7 +99,8 @@ def member(ptr: Value, name: str):
     if not isinstance(ft, ScalarType):
         raise CompileError(f"member {name} of type {ft} cannot be loaded directly", loc,
                            rule="SPIR-V: OpLoad through a pointer loads a scalar, vector or array member "
-                                "(pycoop: index nested structs member by member)")
+                                "(pycoop: index nested structs member by member)",
+                           rule_id="pointer.member-load")
     return emit1("ptr.load", [ptr], {"type": ft, "offset": off, "stride": 0, "path": (i,),
                                      "scalar_block": False}, loc)
 
@@ -106,7 +110,7 @@ def element(ptr: Value, i) -> Value:
     if not isinstance(t.pointee, ScalarType):
         raise CompileError(f"index the members of {t.pointee} by name", current_loc(),
                            rule="SPIR-V: struct members are selected with constant indexes (pycoop: by "
-                                "name)")
+                                "name)", rule_id="pointer.member-by-name")
     return emit1("ptr.load", [ptr, as_value(i, u32)],
                  {"type": t.pointee, "offset": 0, "stride": t.pointee.size, "path": (),
                   "scalar_block": True})

@@ -56,7 +56,8 @@ def _need(ctx, op, opname: str, group_op: str | None = None) -> None:
                            op.loc,
                            rule="GroupNonUniform instructions need SPIR-V 1.3; pycoop's OpenCL "
                                 "target (used by pycoop.intel kernels) is SPIR-V 1.2",
-                           hint="use subgroup collectives in kernels without pycoop.intel ops")
+                           hint="use subgroup collectives in kernels without pycoop.intel ops",
+                           rule_id="subgroup.vulkan-only")
     caps = grammar.instruction(opname).capabilities
     if group_op is not None:
         allowed = grammar.enumerant("GroupOperation", group_op).capabilities
@@ -97,7 +98,8 @@ def _check_operand(x: Value, what: str, loc: Loc, *, boolean: bool = False):
                                 "result type" if not boolean else "SPIR-V: the predicate of a "
                                 "vote or ballot is a Boolean scalar",
                            hint="cast bf16/fp8 values to f32 first" if not boolean
-                           else "compare to get a bool, e.g. x > 0")
+                           else "compare to get a bool, e.g. x > 0",
+                           rule_id="subgroup.predicate-bool" if boolean else "subgroup.operand-type")
 
 
 def _lane_operand(x, what: str, loc: Loc) -> Value:
@@ -106,7 +108,7 @@ def _lane_operand(x, what: str, loc: Loc) -> Value:
         raise CompileError(f"the {what} of a subgroup shuffle/broadcast must be a u32, not {v.type}",
                            loc, rule="SPIR-V: Id/Mask/Delta must be a scalar of integer type whose "
                                      "Signedness operand is 0",
-                           hint=f"convert it: u32({what})")
+                           hint=f"convert it: u32({what})", rule_id="subgroup.id-type")
     return v
 
 
@@ -121,7 +123,8 @@ class _Lanes:
                                 "called per matrix element", op.loc,
                                 rule="decode, combine and per-element functions run once per "
                                      "element, not in an invocation's subgroup",
-                                hint="call pycoop.subgroup ops in the kernel body")
+                                hint="call pycoop.subgroup ops in the kernel body",
+                                rule_id="subgroup.in-callback")
         self.ctx, self.d = ctx, d
         self.pad = d.nsg * d.sgs - d.wgs
         extra = x.shape[2:]
@@ -212,7 +215,8 @@ def _infer_arith(operands, attrs, regions, loc):
         raise CompileError(f"subgroup {kind} is not defined on {x.type}", loc,
                            rule="SPIR-V: GroupNonUniform add/mul/min/max take integers or floats, "
                                 "and/or/xor integers or bools",
-                           hint="and/or/xor need integers or bools; add/mul/min/max numbers")
+                           hint="and/or/xor need integers or bools; add/mul/min/max numbers",
+                           rule_id="subgroup.arithmetic-type")
     return [x.type]
 
 
@@ -272,7 +276,8 @@ def _arith(x, kind: str, mode: str, cluster_size=None) -> Value:
                 or isinstance(cluster_size, bool):
             raise CompileError(f"cluster_size must be a compile-time int, not {cluster_size!r}", loc,
                                rule="SPIR-V: ClusterSize must come from a constant instruction",
-                               hint="pass a Python int (a power of two), e.g. cluster_size=4")
+                               hint="pass a Python int (a power of two), e.g. cluster_size=4",
+                               rule_id="subgroup.cluster-constant")
         c = int(cluster_size)
         sgs = tracer().subgroup_size
         if c < 1 or c & (c - 1) or c > sgs:
@@ -280,7 +285,8 @@ def _arith(x, kind: str, mode: str, cluster_size=None) -> Value:
                                f"size {sgs}", loc,
                                rule="SPIR-V: ClusterSize must be a power of 2 of at least 1; "
                                     "larger than the group size it is undefined behavior",
-                               hint="use 1, 2, 4, ... up to pycoop.subgroup_size()")
+                               hint="use 1, 2, 4, ... up to pycoop.subgroup_size()",
+                               rule_id="subgroup.cluster-size")
         attrs.update(mode="clustered", cluster=c)
     return emit1("subgroup.arith", [x], attrs, loc)
 
@@ -312,7 +318,7 @@ def _check_kind(op) -> None:
     if op not in ARITH:
         raise CompileError(f"unknown subgroup operation {op!r}", current_loc(),
                            rule="GroupNonUniform arithmetic is add, mul, min, max, and, or or xor",
-                           hint=f"one of {', '.join(map(repr, ARITH))}")
+                           hint=f"one of {', '.join(map(repr, ARITH))}", rule_id="subgroup.operation")
 
 
 def add(x, cluster_size: int | None = None) -> Value:
@@ -392,7 +398,8 @@ def _emu_broadcast(ctx, op, x, lane):
             f"{int(ids.x[w, s, i])})", op.loc,
             rule="SPIR-V 1.5+: behavior is undefined when the Id of OpGroupNonUniformBroadcast "
                  "is not dynamically uniform",
-            hint="use pycoop.subgroup.shuffle for a lane that differs per invocation")
+            hint="use pycoop.subgroup.shuffle for a lane that differs per invocation",
+            rule_id="subgroup.broadcast-uniform")
     return lanes.read(np.broadcast_to(first, lanes.m.shape), ctx, op, "subgroup.broadcast")
 
 
@@ -531,7 +538,8 @@ def _infer_bit_count(operands, attrs, regions, loc):
                            f"{operands[0].type}", loc,
                            rule="SPIR-V: Value of OpGroupNonUniformBallotBitCount must be a vector "
                                 "of four components of integer type scalar, whose Signedness "
-                                "operand is 0", hint="pass the result of pycoop.subgroup.ballot")
+                                "operand is 0", hint="pass the result of pycoop.subgroup.ballot",
+                           rule_id="subgroup.ballot-type")
     return [u32]
 
 
@@ -576,7 +584,7 @@ def ballot_bit_count(b, mode: str = "reduce") -> Value:
         raise CompileError(f"unknown ballot_bit_count mode {mode!r}", loc,
                            rule="OpGroupNonUniformBallotBitCount takes Reduce, InclusiveScan or "
                                 "ExclusiveScan",
-                           hint="one of 'reduce', 'inclusive', 'exclusive'")
+                           hint="one of 'reduce', 'inclusive', 'exclusive'", rule_id="subgroup.ballot-mode")
     return emit1("subgroup.ballot_bit_count", [as_value(b)], {"mode": mode}, loc)
 
 

@@ -159,6 +159,7 @@ def test_plain_access_racing_with_an_atomic_on_a_buffer():
         emu(buffer_race, 1, np.zeros(32, np.uint32), "read_after")
     assert "data race: this load accesses element 0 of buffer 'D'" in str(e.value)
     assert "conflicting accesses" in e.value.rule and "pycoop.atomic" in e.value.hint
+    assert e.value.rule_id == "emulator.atomic-race"
     assert e.value.loc.line == line_of(buffer_race, "# PLAIN READ")
     with pytest.raises(pc.EmulatorError) as e:
         emu(buffer_race, 1, np.zeros(32, np.uint32), "store_before")
@@ -279,12 +280,14 @@ def test_misuse_is_a_compile_error_at_the_line():
         pc.atomic.add(B, 0, 1)                              # BAD
     e = _error(read_only)
     assert "read-only buffer" in e.message and e.rule and e.line == line_of(read_only, "# BAD")
+    assert e.rule_id == "core.read-only-store"
 
     def float_sub(B: pc.Buffer[f32]):
         pc.atomic.sub(B, 0, 1.0)                            # BAD
     e = _error(float_sub)
     assert "atomic sub is not available on elements of type f32" in e.message
     assert "add, min and max on f16, f32 and f64" in e.rule and e.line == line_of(float_sub, "# BAD")
+    assert e.rule_id == "atomic.element-type"
 
     def float_cas(B: pc.Buffer[f32]):
         pc.atomic.compare_exchange(B, 0, 1.0, 2.0)          # BAD
@@ -302,28 +305,33 @@ def test_misuse_is_a_compile_error_at_the_line():
         pc.atomic.max(B, 0, v)                              # BAD
     e = _error(mismatch)
     assert "got a i32 operand" in e.message and e.hint == "cast it: u32(value)"
+    assert e.rule_id == "atomic.value-type"
     assert e.line == line_of(mismatch, "# BAD")
 
     def not_memory(B: pc.Buffer[u32], n: u32):
         pc.atomic.add(n, 0, 1)                              # BAD
     e = _error(not_memory)
     assert "needs a buffer or shared array, not u32" in e.message and "Pointer" in e.rule
+    assert e.rule_id == "atomic.pointer"
     assert e.line == line_of(not_memory, "# BAD")
 
     def write_only(B: pc.WriteBuffer[u32]):
         pc.atomic.or_(B, 0, 1)                              # BAD
     e = _error(write_only)
     assert "write-only buffer" in e.message and e.line == line_of(write_only, "# BAD")
+    assert e.rule_id == "core.write-only-read"
 
     def float_index(B: pc.Buffer[u32], x: f32):
         pc.atomic.add(B, x, 1)                              # BAD
     e = _error(float_index)
     assert "index must be an integer, not f32" in e.message and e.line == line_of(float_index, "# BAD")
+    assert e.rule_id == "core.index-integer"
 
     def semantics(B: pc.Buffer[u32]):
         pc.atomic.add(B, 0, 1, semantics="seq_cst")         # BAD
     e = _error(semantics)
     assert "unknown atomic semantics 'seq_cst'" in e.message and e.line == line_of(semantics, "# BAD")
+    assert e.rule_id == "atomic.semantics"
 
 
 @pc.kernel(workgroup_size=32)
@@ -337,3 +345,4 @@ def test_an_atomic_out_of_bounds_is_reported():
         emu(out_of_bounds, 1, np.zeros(40, np.uint32), 9)
     assert "invocation 31: atomic operation out of bounds of buffer 'B' (40 elements)" in str(e.value)
     assert e.value.loc.line == line_of(out_of_bounds, "# OOB")
+    assert e.value.rule_id == "emulator.undefined-behaviour"

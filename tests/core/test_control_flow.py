@@ -350,6 +350,7 @@ def test_a_value_leaving_a_runtime_loop_through_a_plain_object_is_reported():
         k_records.compile(plain=True)
     assert e.value.loc.line == line_of(k_records, "box.v * 0")
     assert "types.SimpleNamespace" in e.value.hint           # the hint names what is carried
+    assert e.value.rule_id == "control.escaped-value"
 
 
 # --------------------------------------------------------------------------- early return
@@ -592,12 +593,14 @@ def test_variable_first_defined_in_loop_then_used():
     with pytest.raises(pycoop.CompileError, match="first assigned inside the loop") as ei:
         k_loop_defined_var.compile()
     assert ei.value.line == line_of(k_loop_defined_var, "A[i] = w")
+    assert ei.value.rule_id == "control.undefined-variable"
 
 
 def test_loop_carried_type_change():
     with pytest.raises(pycoop.CompileError, match="changes type from f32 to i32") as ei:
         k_type_change.compile()
     assert ei.value.line == line_of(k_type_change, "for j in range(n)")
+    assert ei.value.rule_id == "control.loop-carried-type"
 
 
 def test_branch_type_mismatch_used_after():
@@ -611,18 +614,22 @@ def test_runtime_if_in_undecorated_helper():
         k_undecorated.compile()
     assert ei.value.line == line_of(undecorated_helper, "if x > 0.0")
     assert "@pycoop.func" in str(ei.value)
+    assert ei.value.rule_id == "frontend.runtime-bool"
 
 
 def test_other_control_flow_errors():
     with pytest.raises(pycoop.CompileError, match="a kernel returns nothing") as ei:
         k_return_value.compile()
     assert ei.value.line == line_of(k_return_value, "return 1")
+    assert ei.value.rule_id == "frontend.kernel-returns-void"
     with pytest.raises(pycoop.CompileError, match="integer bounds") as ei:
         k_float_range.compile()
     assert ei.value.line == line_of(k_float_range, "for j in range(n)")
+    assert ei.value.rule_id == "control.range-integer-bounds"
     with pytest.raises(pycoop.CompileError, match="not bool") as ei:
         k_int_condition.compile()
     assert ei.value.line == line_of(k_int_condition, "if A[i]:")
+    assert ei.value.rule_id == "control.condition-bool"
 
 
 def test_runtime_if_and_loop_are_structured_ops():
@@ -787,6 +794,7 @@ def test_documented_limitations_are_clear_compile_errors():
     with pytest.raises(pycoop.CompileError, match="became a runtime value") as ei:
         k_while_becomes_runtime.compile()
     assert ei.value.line == line_of(k_while_becomes_runtime, "while x < 100")
+    assert ei.value.rule_id == "control.while-runtime-condition"
 
 
 # --------------------------------------------------------------------------- pycoop.range
@@ -882,12 +890,15 @@ def test_kernel_range_errors():
         with pytest.raises(pycoop.CompileError, match="expected True, False, None or an integer") as ei:
             k_bad_unroll.compile(u=u)
         assert ei.value.line == line_of(k_bad_unroll, "for j in pycoop.range")
+        assert ei.value.rule_id == "control.unroll-value"
     with pytest.raises(pycoop.CompileError, match="unexpected keyword.*step") as ei:
         k_bad_range_keyword.compile()
     assert ei.value.line == line_of(k_bad_range_keyword, "for j in pycoop.range")
+    assert ei.value.rule_id == "control.range-keywords"
     with pytest.raises(pycoop.CompileError, match="only for the header of a for loop") as ei:
         k_range_outside_for.compile()
     assert ei.value.line == line_of(k_range_outside_for, "r = pycoop.range(4)")
+    assert ei.value.rule_id == "control.range-in-for"
 
 
 # --------------------------------------------------------------------------- helpers nested in kernels
@@ -962,3 +973,5 @@ def test_numpy_functions_and_len_on_kernel_values_are_reported(body, match, hint
         k.compile()
     assert ei.value.line == line_of(body, "# HERE")
     assert hint in ei.value.hint
+    assert ei.value.rule_id == ("frontend.runtime-iteration" if body is _len_of_buffer
+                                else "frontend.numpy-on-runtime-value")

@@ -258,6 +258,7 @@ def test_block_out_of_bounds_is_reported():
     with pytest.raises(pycoop.EmulatorError, match="cooperative matrix load out of bounds") as ei:
         emu(k, 1, src, np.zeros(256, np.float32), 0, 16, 0, 16)
     assert ei.value.loc.line == line_of(k, "m = Mt.load(")
+    assert ei.value.rule_id == "emulator.out-of-bounds"
     with pytest.raises(pycoop.EmulatorError, match="cooperative matrix store out of bounds"):
         emu(k, 1, np.zeros(256, np.float32), np.zeros(256, np.float32), 0, 16, 4, 16)
 
@@ -306,6 +307,7 @@ def test_coopmat_load_racing_with_shared_stores_is_reported():
     with pytest.raises(pycoop.EmulatorError, match="data race") as ei:
         emu(k_shared_racy, 1, np.zeros(256, np.float16), np.zeros(512, np.float16))
     assert ei.value.loc.line == line_of(k_shared_racy, "a = MAf.load(sa")
+    assert ei.value.rule_id == "emulator.shared-race"
 
 
 # --------------------------------------------------------------------------- element-wise
@@ -471,12 +473,14 @@ def test_load_under_divergent_control_flow_is_reported():
     with pytest.raises(pycoop.EmulatorError, match="only part of subgroup 1") as ei:
         emu(k_divergent_load, 1, a, d, 40)
     assert ei.value.loc.line == line_of(k_divergent_load, "MC32.load(A, 0, 16)")
+    assert ei.value.rule_id == "khr.scope-all-active"
 
 
 def test_non_uniform_load_offset_is_reported():
     with pytest.raises(pycoop.EmulatorError, match="load offset differs") as ei:
         emu(k_nonuniform_offset, 1, np.zeros(512, np.float32), np.zeros(256, np.float32))
     assert ei.value.loc.line == line_of(k_nonuniform_offset, "MC32.load(A, pycoop.local")
+    assert ei.value.rule_id == "khr.scope-uniform-operands"
 
 
 def test_store_with_stride_zero_is_reported():
@@ -484,6 +488,7 @@ def test_store_with_stride_zero_is_reported():
     with pytest.raises(pycoop.EmulatorError, match="Stride must be greater than 0") as ei:
         emu(k_store_stride, 1, a, np.zeros(256, np.float32), 0)
     assert ei.value.loc.line == line_of(k_store_stride, "pycoop.store(D, 0")
+    assert ei.value.rule_id == "khr.stride-sign"
     emu(k_store_stride, 1, a, np.zeros(256, np.float32), 16)
 
 
@@ -524,6 +529,9 @@ def test_mul_add_compile_errors_name_the_line(kernel_args, msg):
         k.compile()
     assert ei.value.line == line_of(k, "# HERE")
     assert ei.value.rule
+    ids = {"has use B": "mul-add-use", "shapes": "mul-add-shape", "scopes": "mul-add-scope",
+           "mixes": "mul-add-kinds", "saturating": "saturating-integer"}
+    assert ei.value.rule_id == "khr." + next(v for k, v in ids.items() if k in msg)
 
 
 @pycoop.kernel(workgroup_size=32)
@@ -587,6 +595,11 @@ def test_coopmat_compile_errors_name_the_line(k, msg, marker):
         k.compile()
     assert ei.value.line == line_of(k, marker)
     assert ei.value.loc.file == __file__
+    ids = {"k_load_from_scalar": "khr.pointer", "k_store_readonly": "core.read-only-store",
+           "k_store_scalar_as_matrix": "khr.matrix-operand", "k_bad_layout": "khr.layout",
+           "k_scale_int": "khr.scalar-float", "k_mat_plus_other_type": "core.operand-types",
+           "k_mat_bitwise": "khr.matrix-arithmetic", "k_convert_use": "khr.convert-use"}
+    assert ei.value.rule_id == ids[k.name]
 
 
 # --------------------------------------------------------------------------- more scopes and flow
@@ -832,8 +845,9 @@ def test_matrix_element_size_rules():
     def narrower(X: pycoop.Buffer[pycoop.u16]):
         pycoop.store(X, 0, pycoop.load(Mat, X, 0, 16), 16)
 
-    with pytest.raises(pycoop.CompileError, match="whole number of matrix components"):
+    with pytest.raises(pycoop.CompileError, match="whole number of matrix components") as ei:
         narrower.compile()
+    assert ei.value.rule_id == "khr.array-element-size"
 
 
 MH = pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.Accumulator]
@@ -888,5 +902,6 @@ def test_matrices_through_shared_vectors():
     def vec3_shared(O: pycoop.Buffer[u32]):
         sh = pycoop.shared(pycoop.vec(u32, 3), 8)
 
-    with pytest.raises(pycoop.CompileError, match="numeric vectors of 2 or 4 components"):
+    with pytest.raises(pycoop.CompileError, match="numeric vectors of 2 or 4 components") as ei:
         vec3_shared.compile()
+    assert ei.value.rule_id == "core.shared-element"

@@ -438,8 +438,9 @@ def test_integer_abs_and_negate():
 
 def test_math_on_integers_is_a_compile_error():
     k = unary_kernel(i32, i32, "exp_int", pycoop.exp)
-    with pytest.raises(pycoop.CompileError, match="exp is not defined on i32"):
+    with pytest.raises(pycoop.CompileError, match="exp is not defined on i32") as ei:
         k.compile()
+    assert ei.value.rule_id == "core.arithmetic-type"
 
 
 # --------------------------------------------------------------------------- bounds checks
@@ -548,12 +549,14 @@ def test_data_race_without_barrier_is_reported():
     with pytest.raises(pycoop.EmulatorError, match="data race") as ei:
         emu(k_reverse_racy, 1, a, np.zeros_like(a))
     assert ei.value.loc.line == line_of(k_reverse_racy, "B[g] = s[63 - l]")
+    assert ei.value.rule_id == "emulator.shared-race"
 
 
 def test_barrier_in_divergent_control_flow_is_reported():
     with pytest.raises(pycoop.EmulatorError, match="barrier reached by only part") as ei:
         emu(k_barrier_divergent, 1, np.zeros(64, np.float32))
     assert ei.value.loc.line == line_of(k_barrier_divergent, "pycoop.barrier()")
+    assert ei.value.rule_id == "control.barrier-uniform"
 
 
 def test_shared_out_of_bounds_is_reported():
@@ -609,6 +612,7 @@ def test_a_builtin_handle_used_as_a_value_is_a_clear_error():
         k_uncalled_builtin.compile()
     assert ei.value.line == line_of(k_uncalled_builtin, "out[pycoop.local_invocation_index + n]")
     assert "pycoop.local_invocation_index()" in str(ei.value)
+    assert ei.value.rule_id == "core.function-as-value"
     with pytest.raises(pycoop.CompileError, match="workgroup_id is used as a value") as ei:
         k_vector_builtin_as_value.compile()
     assert "pycoop.workgroup_id.x" in str(ei.value)
@@ -640,12 +644,14 @@ def test_write_write_races_are_reported():
     with pytest.raises(pycoop.EmulatorError, match="more than once with different values") as ei:
         emu(k_all_write_one, 1, out)
     assert ei.value.loc.line == line_of(k_all_write_one, "out[0] =")
+    assert ei.value.rule_id == "emulator.store-overlap"
     emu(k_all_write_one, 1, out, same=True)
     assert out[0] == 7
     res = np.zeros(64, np.float32)
     with pytest.raises(pycoop.EmulatorError, match="data race: this store overwrites") as ei:
         emu(k_shared_overwrite, 1, res)
     assert ei.value.loc.line == line_of(k_shared_overwrite, "s[(l + 1) % 64] =")
+    assert ei.value.rule_id == "emulator.shared-race"
     for kw in (dict(sync=True), dict(same=True)):
         emu(k_shared_overwrite, 1, res, **kw)
         want = np.roll(np.arange(64, dtype=np.float32), 1) if kw.get("sync") else np.ones(64)
@@ -740,6 +746,7 @@ def test_bitcast_of_unequal_widths_is_a_compile_error():
         with pytest.raises(pycoop.CompileError, match="cannot bitcast u32 to vec4<f16>") as e:
             bad.compile()
         assert "same total width" in str(e.value)
+        assert e.value.rule_id == "core.bitcast-width"
         line = line_of(bad, "pycoop.bitcast(")
         assert e.value.loc.line == line
         text = open(__file__).read().splitlines()[line - 1]

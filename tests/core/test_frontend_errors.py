@@ -113,6 +113,7 @@ def test_unsupported_statements_are_rejected_by_name(kernel, what):
     with pytest.raises(pc.CompileError, match=f"`{what}` is not supported in a kernel") as e:
         kernel.compile()
     at_line(e.value, _per_element_try if kernel is k_callback_try else kernel, "# HERE")
+    assert e.value.rule_id == "frontend.unsupported-statement"
 
 
 @pc.kernel(workgroup_size=8)
@@ -153,7 +154,7 @@ def k_break_in_match(A: pc.Buffer[u32], n: u32):
 def test_loops_that_stay_python_loops_need_trace_time_bounds(kernel, why):
     with pytest.raises(pc.CompileError, match="this (while )?loop") as e:
         kernel.compile()
-    assert why in e.value.message
+    assert why in e.value.message and e.value.rule_id == "control.break-placement"
     at_line(e.value, kernel, "# HERE")
 
 
@@ -272,6 +273,10 @@ def test_declaration_errors_name_the_users_line(case):
     want = [start + i for i, ln in enumerate(lines) if text in ln]
     assert e.value.loc.file == __file__ and e.value.line in want, (e.value.loc, text)
     assert rule in e.value.rule and e.value.hint
+    ids = {"workgroup_size": "workgroup-size", "subgroup_size": "subgroup-size",
+           "Buffer[coopmat]": "buffer-element", "unknown name": "annotation-eval"}
+    assert e.value.rule_id == "frontend." + next((v for k, v in ids.items() if k in case),
+                                                 "parameter-annotation")
 
 
 @pc.kernel(workgroup_size=8)
@@ -284,6 +289,7 @@ def test_a_kernel_returning_a_value_is_reported_at_the_return():
     with pytest.raises(pc.CompileError, match="returns nothing, but this returns a u32 value") as e:
         k_returns.compile()
     at_line(e.value, k_returns, "# HERE")
+    assert e.value.rule_id == "frontend.kernel-returns-void"
 
 
 # --------------------------------------------------------------------------- recursion, dicts
@@ -319,6 +325,7 @@ def test_recursion_on_a_runtime_condition_is_a_compile_error():
         k_recursion.compile()
     at_line(e.value, countdown, "# HERE")
     assert "inlined" in e.value.rule
+    assert e.value.rule_id == "frontend.recursion-depth"
 
 
 def test_recursion_ending_on_trace_time_values_works():
@@ -339,6 +346,7 @@ def test_a_dict_indexed_by_a_runtime_value():
         k_dict_runtime_key.compile()
     assert e.value.loc.file == __file__ and e.value.line == line_of(k_dict_runtime_key, "# HERE")
     assert "trace time" in e.value.rule and "pycoop.select" in e.value.hint
+    assert e.value.rule_id == "frontend.runtime-container-index"
 
 
 @pc.func
@@ -359,6 +367,7 @@ def test_a_list_grown_by_a_helper_in_a_runtime_loop_is_reported_at_the_append():
         k_helper_grows_list.compile()
     assert e.value.line == line_of(_grow, "# HERE")
     assert f"line {line_of(k_helper_grows_list, 'for j in range(n)')}" in e.value.message
+    assert e.value.rule_id == "control.loop-container-shape"
 
 
 @pc.kernel(workgroup_size=8)
@@ -377,3 +386,4 @@ def test_a_list_shortened_in_one_branch_of_a_runtime_if_is_reported_at_the_pop()
         k_branch_grows_list.compile()
     at_line(e.value, k_branch_grows_list, "# HERE")
     assert f"line {line_of(k_branch_grows_list, 'if A[i] > u32(3)')}" in e.value.message
+    assert e.value.rule_id == "control.if-container-shape"

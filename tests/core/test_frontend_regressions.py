@@ -306,3 +306,5 @@ def test_captures_a_function_cannot_receive_are_compile_errors(kernel, text, rul
         kernel.compile()
     assert e.value.line == line_of(kernel, text)
     assert rule in e.value.rule and e.value.hint
+    assert e.value.rule_id == ("nv.callback-captures-memory" if kernel is per_element_reads_buffer
+                               else "nv.callback-parameters")

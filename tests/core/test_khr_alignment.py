@@ -62,6 +62,7 @@ def test_constant_store_offset_or_stride(off, stride, what):
     e = compile_error(k)
     assert f"cooperative matrix store {what}, not a multiple of 16 bytes" in e.message
     assert ALIGN in e.rule and e.loc.line == line_of(k, "# STORE")
+    assert e.rule_id == "khr.alignment"
 
 
 def test_shared_memory_offsets_count_too():
@@ -116,6 +117,7 @@ def test_constant_stride_sign(op, stride):
     e = compile_error(k)
     assert f"cooperative matrix {op} with stride {stride}" in e.message
     assert STRIDE in e.rule and "only a load may use 0" in e.hint
+    assert e.rule_id == "khr.stride-sign"
     assert e.loc.line == line_of(k, "# STRIDE")
 
 
@@ -265,9 +267,10 @@ def test_runtime_offsets_and_strides(so, ss, do, ds, shared):
     assert "undefined behaviour in workgroup (0, 0, 0), scope instance 0:" in e.value.message
     if where == "STORE" and ds <= 0:
         assert f"cooperative matrix store with stride {ds}" in e.value.message
-        assert STRIDE in e.value.rule
+        assert STRIDE in e.value.rule and e.value.rule_id == "khr.stride-sign"
     else:
         assert "misaligned" in e.value.message and ALIGN in e.value.rule
+        assert e.value.rule_id == "khr.alignment"
         assert "multiples of 8 elements" in e.value.hint
 
 
@@ -281,6 +284,7 @@ def test_runtime_negative_load_stride():
     with pytest.raises(pc.EmulatorError, match="cooperative matrix load with stride -16") as e:
         emu(negative_load_stride, 1, S, -16)
     assert e.value.loc.line == line_of(negative_load_stride, "# LOAD")
+    assert e.value.rule_id == "khr.stride-sign"
     emu(negative_load_stride, 1, S, 0)
 
 

@@ -94,6 +94,7 @@ def test_float_to_int_at_the_bounds(src, dst):
         with pytest.raises(pc.EmulatorError, match=f"out-of-range float to {dst}") as ei:
             emu(k, 1, np.array([bad], src.dtype), np.zeros(1, dst.dtype))
         assert ei.value.loc.line == line_of(k, "Y[0] = dst(X[0])")
+        assert ei.value.rule_id == "emulator.undefined-behaviour"
 
 
 def _same(got, want) -> bool:
@@ -167,6 +168,7 @@ def test_float_literal_outside_f16_is_a_compile_error():
     assert "70000.0 is outside the range of f16" in str(e) and "65504" in str(e)
     assert e.loc.line == line_of(k, "70000.0")
     assert e.rule == "a constant must be a value of its type (OpConstant)"
+    assert e.rule_id == "core.float-literal-range"
     assert "f16(math.inf)" in e.hint and "f32" in e.hint
     with pytest.raises(pc.CompileError):      # the emulator sees the same error (at tracing)
         emu(k, 1, np.zeros(4, np.float16), np.zeros(4, np.float16))
@@ -258,6 +260,7 @@ def test_f64_math_that_glsl_restricts(fn, name):
     with pytest.raises(pc.CompileError, match="not available for f64") as ei:
         k.compile()
     assert ei.value.rule == f"GLSL.std.450 {name}: 16- or 32-bit floats only"
+    assert ei.value.rule_id == "core.glsl-16-32-bit"
     assert ei.value.hint == "cast to f32 first"
 
 
@@ -317,6 +320,7 @@ def test_fma_types_and_python_numbers():
         k.compile()
     assert ei.value.loc.line == line_of(k, "pc.fma(X[0]")
     assert ei.value.rule.startswith("GLSL.std.450 Fma")
+    assert ei.value.rule_id == "core.fma-float"
 
 
 @SETTINGS
@@ -403,6 +407,7 @@ def test_length_of_a_non_matrix_type_is_a_compile_error():
         k.compile()
     assert ei.value.loc.line == line_of(k, "pc.length(u32)")
     assert ei.value.rule.startswith("OpCooperativeMatrixLengthKHR")
+    assert ei.value.rule_id == "khr.length-type"
 
 
 # --------------------------------------------------------------------------- floating-point modes
@@ -455,6 +460,7 @@ def test_unknown_fp_mode_is_a_compile_error():
             X[0] = X[0]
     assert ei.value.loc.line == line_of(test_unknown_fp_mode_is_a_compile_error, 'fp="precise"')
     assert "exact" in ei.value.rule
+    assert ei.value.rule_id == "frontend.fp-mode"
 
 
 def _caps(**fc):
@@ -528,6 +534,7 @@ def test_scalar_narrow_float_negation_is_rejected(t):
         k.compile()
     assert ei.value.loc.line == line_of(k, "X[0] = -X[0]")
     assert ei.value.hint == "cast to f32 first: -f32(x)"
+    assert ei.value.rule_id == "core.narrow-float-arithmetic"
 
 
 def test_fma_operands_of_different_types_are_a_compile_error():
@@ -538,6 +545,7 @@ def test_fma_operands_of_different_types_are_a_compile_error():
         k.compile()
     assert ei.value.loc.line == line_of(k, "pc.fma(X[0], X[0], Y[0])")
     assert ei.value.rule == "GLSL.std.450 Fma: a, b, c and the result have one type"
+    assert ei.value.rule_id == "core.fma-types"
     assert ei.value.hint == "convert the operands, e.g. pycoop.cast(x, f32)"
 
 

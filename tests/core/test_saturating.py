@@ -30,5 +30,6 @@ def test_overflowing_product_is_reported():
     A = np.full(256, 127, np.int8)
     B = np.full(256, 127, np.int8)                      # A@B = 258064 > i16 max
     C = np.zeros(256, np.int16)
-    with pytest.raises(pc.EmulatorError, match="SaturatingAccumulation"):
+    with pytest.raises(pc.EmulatorError, match="SaturatingAccumulation") as ei:
         sat[1](A, B, C, backend="emulator")
+    assert ei.value.rule_id == "khr.saturating-overflow"

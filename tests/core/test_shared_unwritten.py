@@ -56,6 +56,7 @@ def test_scalar_read_of_unwritten_element(grid, skip, where):
     msg = str(e.value)
     assert f"workgroup {where}, invocation 0: reads shared element {element}, which nothing" in msg
     assert RULE in e.value.rule and "write every element" in e.value.hint
+    assert e.value.rule_id == "emulator.shared-unwritten"
     assert e.value.loc.line == line_of(fn, "# READ")
 
 
@@ -116,6 +117,7 @@ def test_matrix_load_of_partly_written_tile():
         emu(tile_through_shared, 1, A, O, 15, 24)
     assert ("workgroup (0, 0, 0), scope instance 0: reads shared element 360, which nothing"
             in str(e.value))                                # row 15, column 0 of tile 0
+    assert e.value.rule_id == "emulator.shared-unwritten"
     assert RULE in e.value.rule
     assert e.value.loc.line == line_of(tile_through_shared, "# LOAD")
 

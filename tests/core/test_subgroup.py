@@ -252,6 +252,7 @@ def test_broadcast_lane_must_be_uniform_and_active():
     with pytest.raises(pc.EmulatorError) as e:
         emu(sg_shuffle, 2, X, S, M, O, "broadcast")
     assert "differs between the active invocations of subgroup 0" in str(e.value)
+    assert e.value.rule_id == "subgroup.broadcast-uniform"
     assert "dynamically uniform" in e.value.rule
     assert e.value.loc.line == line_of(sg_shuffle, "pc.subgroup.broadcast(x, s)")
     S[:] = 7
@@ -349,6 +350,7 @@ def test_cluster_size_rules():
     e = _compile_error(bad_size)
     assert "cluster_size 3 is not a power of two from 1 to the subgroup size 16" in e.message
     assert "power of 2" in e.rule and e.hint and e.line == line_of(bad_size, "# BAD")
+    assert e.rule_id == "subgroup.cluster-size"
 
     def too_big(X: pc.Buffer[u32]):
         X[0] = pc.subgroup.add(X[0], 32)                   # BAD
@@ -358,6 +360,7 @@ def test_cluster_size_rules():
         X[0] = pc.subgroup.add(X[0], c)                    # BAD
     e = _compile_error(runtime)
     assert "compile-time int" in e.message and "constant instruction" in e.rule
+    assert e.rule_id == "subgroup.cluster-constant"
     assert e.line == line_of(runtime, "# BAD")
 
 
@@ -366,23 +369,27 @@ def test_wrong_types():
         X[0] = pc.subgroup.xor(X[0])                       # BAD
     e = _compile_error(float_xor)
     assert "subgroup xor is not defined on f32" in e.message and e.rule and e.hint
+    assert e.rule_id == "subgroup.arithmetic-type"
     assert e.line == line_of(float_xor, "# BAD")
 
     def bf16_sum(X: pc.Buffer[pc.bf16]):
         X[0] = pc.subgroup.add(X[0])                       # BAD
     e = _compile_error(bf16_sum)
     assert "takes a scalar" in e.message and e.line == line_of(bf16_sum, "# BAD")
+    assert e.rule_id == "subgroup.operand-type"
 
     def signed_lane(X: pc.Buffer[f32], s: i32):
         X[0] = pc.subgroup.shuffle(X[0], s)                # BAD
     e = _compile_error(signed_lane)
     assert "must be a u32, not i32" in e.message and "Signedness" in e.rule
+    assert e.rule_id == "subgroup.id-type"
     assert e.line == line_of(signed_lane, "# BAD")
 
     def ballot_of_int(X: pc.Buffer[u32]):
         X[0] = pc.subgroup.ballot_bit_count(pc.subgroup.ballot(X[0]))    # BAD
     e = _compile_error(ballot_of_int)
     assert "takes a bool" in e.message and e.line == line_of(ballot_of_int, "# BAD")
+    assert e.rule_id == "subgroup.predicate-bool"
 
     def vote_int(X: pc.Buffer[u32]):
         X[0] = pc.select(pc.subgroup.all(X[0]), u32(1), u32(0))         # BAD
@@ -392,6 +399,7 @@ def test_wrong_types():
         X[0] = pc.subgroup.reduce(X[0], "nand")            # BAD
     e = _compile_error(unknown)
     assert "unknown subgroup operation 'nand'" in e.message and e.line == line_of(unknown, "# BAD")
+    assert e.rule_id == "subgroup.operation"
 
 
 WAcc = pc.coopmat[f32, pc.Workgroup, 16, 16, pc.Accumulator]
@@ -412,6 +420,7 @@ def test_collectives_inside_a_per_element_function_are_reported():
     assert "not available inside a function called per matrix element" in str(e.value)
     assert e.value.rule and e.value.hint
     assert e.value.loc.line == line_of(_plus_subgroup_sum, "# PER ELEMENT")
+    assert e.value.rule_id == "subgroup.in-callback"
 
 
 V4 = pc.vec(f32, 4)
@@ -463,9 +472,11 @@ def test_ballot_bit_count_misuse():
     e = _compile_error(not_a_ballot)
     assert "takes a ballot (vec4<u32>), not vec2<u32>" in e.message
     assert "four components" in e.rule and e.line == line_of(not_a_ballot, "# BAD")
+    assert e.rule_id == "subgroup.ballot-type"
 
     def bad_mode(X: pc.Buffer[u32]):
         X[0] = pc.subgroup.ballot_bit_count(pc.subgroup.ballot(X[0] > 1), "prefix")   # BAD
     e = _compile_error(bad_mode)
     assert "unknown ballot_bit_count mode 'prefix'" in e.message and "ExclusiveScan" in e.rule
+    assert e.rule_id == "subgroup.ballot-mode"
     assert e.line == line_of(bad_mode, "# BAD")

@@ -167,6 +167,7 @@ def test_buffer_annotations():
     with pytest.raises(pycoop.CompileError, match="Buffer.*takes a pycoop scalar") as e:
         pycoop.Buffer[int]
     assert e.value.loc.file == __file__ and "scalars" in e.value.rule
+    assert e.value.rule_id == "frontend.buffer-element"
 
 
 # --------------------------------------------------------------------------- cooperative matrices
@@ -221,6 +222,10 @@ def test_coopmat_bad_construction_raises_compile_error_at_the_callers_line(key, 
         pycoop.coopmat[key]
     assert ei.value.loc.line == line
     assert ei.value.loc.file == __file__
+    ids = {"component type": "component-type", "compile-time int": "dimension-constant",
+           "positive": "dimension-positive", "scope must be": "scope", "use must be": "use",
+           "takes": "type-parameters"}
+    assert ei.value.rule_id == "khr." + next(v for k, v in ids.items() if k in msg)
 
 
 Mat = pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]

@@ -575,5 +575,6 @@ def test_unroll_counts_need_spirv_1_4_which_opencl_modules_are_not():
         k.compile().spv                 # the target is known once the module is lowered
     src, start = inspect.getsourcelines(k.fn)
     assert e.value.line == start + next(i for i, ln in enumerate(src) if "pc.range(" in ln)
+    assert e.value.rule_id == "control.partial-count-version"
     for unroll in (True, False, None):
         check_spv(k.compile(unroll=unroll))

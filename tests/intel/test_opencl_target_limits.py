@@ -34,6 +34,7 @@ def test_collectives_and_atomics_in_opencl_kernels(what, message):
     with pytest.raises(pc.CompileError) as e:
         ck.spv
     assert e.value.message == message and e.value.rule and e.value.hint
+    assert e.value.rule_id == {"subgroup": "subgroup.vulkan-only", "atomic": "atomic.vulkan-only"}[what]
     src = open(__file__).read().splitlines()
     assert "# HERE " + what in src[e.value.line - 1]
     out = np.zeros(2, np.uint32)

@@ -427,6 +427,7 @@ def test_runtime_start_not_a_multiple_of_k_is_reported():
     with pytest.raises(EmulatorError, match="multiple of a supported K") as e:
         emu(k_kmul, 1, x, 4)
     assert e.value.loc.line == line_of(k_kmul, "# KMUL")
+    assert e.value.rule_id == "qcom.subarray-k-multiple"
     spv_ok(k_kmul.compile())
 
 

@@ -229,7 +229,8 @@ def _emu_construct(ctx, op, arr):
         start = np.asarray(ctx.env[sub.op.operands[1]]).astype(np.int64)
         ctx.check_ub(start % K_SIZES[0] != 0, op,
                      f"{SPEC}: the Start Index of a sub-array that builds a Matrix{_USE[t.use]} must be a "
-                     f"multiple of a supported K {K_SIZES} (the sub-array is taken at {sub.op.loc})")
+                     f"multiple of a supported K {K_SIZES} (the sub-array is taken at {sub.op.loc})",
+                     rule_id="qcom.subarray-k-multiple")
     d = ctx.dispatch
     w, n = arr.shape[0], arr.shape[-1]
     a = np.broadcast_to(arr, (w, d.wgs, n)).reshape(w, d.nsg, sgs, n)
@@ -351,7 +352,8 @@ def _emu_subarray(ctx, op, arr, start):
     bad = (s < 0) | (s + length > n)
     if bad.any():
         ctx.check_ub(bad, op, f"OpExtractSubArrayQCOM: Start Index + length ({length}) leaves the "
-                              f"source array of length {n} (start {int(s[np.nonzero(bad)][0])})")
+                              f"source array of length {n} (start {int(s[np.nonzero(bad)][0])})",
+                     rule_id="qcom.subarray-range")
         s = np.where(bad, 0, s)     # inactive invocations only
     return conversion.extract_subarray(arr, s, length)
 
