@@ -64,7 +64,8 @@ def layout(names: list[str], types: list[Type], abi: str = "device_address") -> 
                 f"the scalar parameters take {size} bytes of push constants",
                 rule="Vulkan guarantees maxPushConstantsSize >= 128 bytes; the descriptor ABI "
                      "keeps scalars in push constants",
-                hint="pass some scalars in a small buffer, or use the device-address ABI")
+                hint="pass some scalars in a small buffer, or use the device-address ABI",
+                rule_id="target.descriptor-push-constants")
         return {"abi": "descriptors", "mode": "push_constants", "size": size, "args": args}
     return {"abi": "device_address",
             "mode": "push_constants" if size <= PUSH_CONSTANT_LIMIT else "arg_buffer",

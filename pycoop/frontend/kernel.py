@@ -263,13 +263,15 @@ class Kernel:
                                "not a scalar type", where,
                                rule="OpSpecConstant: a specialization constant is a scalar "
                                     "(integer, float or bool)",
-                               hint=f"e.g. {p.name}: pycoop.Spec[pycoop.u32] = 64")
+                               hint=f"e.g. {p.name}: pycoop.Spec[pycoop.u32] = 64",
+                               rule_id="frontend.spec-scalar")
         if p.default is inspect.Parameter.empty:
             raise CompileError(f"specialization constant '{p.name}' of kernel {self.name} has no "
                                "default", where,
                                rule="OpSpecConstant: a specialization constant has a default value, "
                                     "used when the pipeline does not set it",
-                               hint=f"give it one: {p.name}: Spec[{ann.type}] = ...")
+                               hint=f"give it one: {p.name}: Spec[{ann.type}] = ...",
+                               rule_id="frontend.spec-default")
         return Param(p.name, ann, _check_literal(p.default, ann.type, where))
 
     # ---------------------------------------------------------------- compile
@@ -317,7 +319,8 @@ class Kernel:
             try:
                 layout(ck.module.param_names, [p.type for p in ck.module.kernel.params], abi)
             except CompileError as e:
-                raise CompileError(e.message, _def_loc(self.fn), rule=e.rule, hint=e.hint) from None
+                raise CompileError(e.message, _def_loc(self.fn), rule=e.rule, hint=e.hint,
+                                   rule_id=e.rule_id) from None
         # the same module lowered with other options (debug info, ABI)
         return ck if (debug_info, abi) == (True, "device_address") else ck.variant(debug_info, abi)
 

@@ -24,7 +24,8 @@ def check_not_spec(v, what: str, loc) -> None:
         raise CompileError(f"{what} cannot be the specialization constant "
                            f"'{op.attrs['name']}'", loc, rule=SHAPE_RULE,
                            hint=f"make '{op.attrs['name']}' a pycoop.Const parameter (one module "
-                                "per value), or use a Python int")
+                                "per value), or use a Python int",
+                           rule_id="frontend.spec-as-shape")
 
 
 def _infer(operands, attrs, regions, loc):

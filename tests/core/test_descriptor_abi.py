@@ -178,6 +178,7 @@ def test_too_many_scalar_bytes_for_push_constants():
         many.compile(abi="descriptors")
     assert err.value.message == "the scalar parameters take 136 bytes of push constants"
     assert "maxPushConstantsSize >= 128" in err.value.rule and "buffer" in err.value.hint
+    assert err.value.rule_id == "target.descriptor-push-constants"
     assert err.value.loc.line == line_of(test_too_many_scalar_bytes_for_push_constants,
                                          "@pc.kernel(workgroup_size=1)")
 

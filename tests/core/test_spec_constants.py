@@ -126,6 +126,7 @@ def test_spec_without_default_is_reported_at_its_annotation():
         def no_default(X: pc.Buffer[f32], n: pc.Spec[u32]):
             X[0] = 1.0
     assert "specialization constant 'n' of kernel no_default has no default" in e.value.message
+    assert e.value.rule_id == "frontend.spec-default"
     assert "OpSpecConstant" in e.value.rule and e.value.loc.line == line_of(
         test_spec_without_default_is_reported_at_its_annotation, "def no_default")
 
@@ -136,6 +137,7 @@ def test_spec_of_a_buffer_type_is_reported():
         def not_scalar(X: pc.Buffer[f32], n: pc.Spec[pc.Buffer[f32]] = 0):
             X[0] = 1.0
     assert "is not a scalar type" in e.value.message and "scalar" in e.value.rule
+    assert e.value.rule_id == "frontend.spec-scalar"
     assert e.value.loc.line == line_of(test_spec_of_a_buffer_type_is_reported, "def not_scalar")
 
 
@@ -159,6 +161,7 @@ def test_spec_as_a_shape_is_a_compile_error(k, what, text):
         k.compile()
     assert e.value.message == f"{what} cannot be the specialization constant 't'"
     assert "chosen at pipeline creation" in e.value.rule and "pycoop.Const" in e.value.hint
+    assert e.value.rule_id == "frontend.spec-as-shape"
     assert e.value.loc.line == line_of(k, text)
 
 
