@@ -41,21 +41,24 @@ def _compiler_hash() -> str:
     return h.hexdigest()
 
 
-def _key(module: Module, target: str = "vulkan", decode_vector: bool = True) -> str:
+def _key(module: Module, target: str = "vulkan", decode_vector: bool = True,
+         checked: bool = False) -> str:
     from .frontend.kernel import __version__
-    text = print_module(module, locs=False)
-    variant = "" if decode_vector else "decode_vector=stripped\n"
+    # a checked module's fault table names source lines: its key includes them
+    text = print_module(module, locs=checked)
+    variant = ("" if decode_vector else "decode_vector=stripped\n") + ("checked\n" if checked else "")
     return hashlib.sha256(f"pycoop {__version__} {_compiler_hash()}\n{VALIDATOR_ENV[target]}\n"
                           f"{variant}{text}".encode()).hexdigest()
 
 
-def lower_cached(module: Module, *, decode_vector: bool = True) -> Lowered:
+def lower_cached(module: Module, *, decode_vector: bool = True, checked: bool = False) -> Lowered:
     """Lowered and validated module. `decode_vector=False`: DecodeVectorFunc operands stripped
     (validated by spirv-val). With them kept, modules using decode_vector are checked by
     pycoop.ops.nv.decode_vector.check_module, and by spirv-val only if it knows the extension."""
     from .codegen.opencl import lower_opencl, module_target
     target = module_target(module)
-    key = _key(module, target, decode_vector)
+    checked = checked and target == "vulkan"      # OpenCL-environment kernels are not guarded
+    key = _key(module, target, decode_vector, checked)
     hit = _memory.get(key)
     if hit is not None:
         return hit
@@ -74,7 +77,7 @@ def lower_cached(module: Module, *, decode_vector: bool = True) -> Lowered:
                 return low
         except (OSError, ValueError, KeyError):
             pass          # unreadable entry: rebuild and overwrite it
-    low = lower_opencl(module) if target == "opencl" else lower(module, decode_vector)
+    low = lower_opencl(module) if target == "opencl" else lower(module, decode_vector, checked)
     from .ops.nv import decode_vector as DV
     if "SPV_NV_cooperative_matrix_decode_vector" in low.extensions:
         problems = DV.check_module(low.spv)

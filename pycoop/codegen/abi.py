@@ -23,7 +23,9 @@ def _member(t: Type) -> tuple[int, int, str]:
     return size, size, "uint32" if t.is_bool else str(t.dtype)
 
 
-def layout(names: list[str], types: list[Type]) -> dict:
+def layout(names: list[str], types: list[Type], checked: bool = False) -> dict:
+    """`checked`: after the parameters, the fault record's address (u64) and each buffer's
+    element count (u32, in buffer order), under the layout's "checked" key."""
     args, off = [], 0
     for name, t in zip(names, types):
         size, align, dtype = _member(t)
@@ -36,6 +38,18 @@ def layout(names: list[str], types: list[Type]) -> dict:
                 entry["components"] = t.elem.count
         args.append(entry)
         off += size
+    extra = None
+    if checked:
+        off = (off + 7) // 8 * 8
+        extra = {"fault_offset": off, "counts": [], "ops": []}
+        off += 8
+        for name, t in zip(names, types):
+            if isinstance(t, BufferType):
+                extra["counts"].append({"name": name, "offset": off, "elem_size": t.elem.size})
+                off += 4
     size = (off + 7) // 8 * 8
-    return {"mode": "push_constants" if size <= PUSH_CONSTANT_LIMIT else "arg_buffer",
-            "size": size, "args": args}
+    out = {"mode": "push_constants" if size <= PUSH_CONSTANT_LIMIT else "arg_buffer",
+           "size": size, "args": args}
+    if extra is not None:
+        out["checked"] = extra
+    return out

@@ -16,6 +16,7 @@ from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType
                      StorageClass, StructType, TensorLayoutType, TensorViewType, Type, VectorType,
                      bool_, u32)
 from . import abi as abi_mod
+from . import checked as checked_mod
 from . import float_modes
 
 # Capabilities that SPIR-V 1.6 has in core: their extensions need no OpExtension.
@@ -84,6 +85,7 @@ class LowerCtx:
 
     def __init__(self, module: Module, decode_vector: bool = True):
         self.module = module
+        self.checks = None                   # codegen.checked.Guards in a checked lowering
         # False: leave DecodeVectorFunc operands out (SPV_NV_cooperative_matrix_decode_vector)
         self.decode_vector = decode_vector
         self.stripped_functions: set = set()
@@ -296,7 +298,11 @@ class LowerCtx:
         d = get(op.name)
         for cap in d.capabilities:
             self.need(cap)
-        d.lower(self, op)
+        bounds = d.extra.get("bounds") if self.checks is not None else None
+        if bounds is not None:
+            self.checks.lower(op, bounds(op), lambda: d.lower(self, op))
+        else:
+            d.lower(self, op)
 
     def need_shape(self, a: CoopMatType, b: CoopMatType, c: CoopMatType, result: CoopMatType,
                    saturating: bool) -> None:
@@ -377,26 +383,33 @@ def glsl_opcode(name: str) -> int:
     return _GLSL[name]
 
 
-def lower(module: Module, decode_vector: bool = True) -> Lowered:
+def lower(module: Module, decode_vector: bool = True, checked: bool = False) -> Lowered:
     """`decode_vector=False` strips DecodeVectorFunc operands and their functions (the
-    module stays correct: DecodeFunc alone is a valid implementation of the load)."""
+    module stays correct: DecodeFunc alone is a valid implementation of the load).
+    `checked`: buffer accesses are bounds-guarded (codegen/checked.py; the ABI grows)."""
     ctx = LowerCtx(module, decode_vector)
+    if checked:
+        ctx.checks = checked_mod.Guards(ctx, checked_mod.param_names(module))
     b = ctx.b
     for cap in ("Shader", "VulkanMemoryModel", "PhysicalStorageBufferAddresses"):
         ctx.need(cap)
     b.memory_model("PhysicalStorageBuffer64", "Vulkan")
     fn = module.kernel
     ptypes = [p.type for p in fn.params]
-    layout = abi_mod.layout(module.param_names, ptypes)
+    layout = abi_mod.layout(module.param_names, ptypes, checked)
 
     # the argument block: a push-constant struct, or a pointer to it in an argument buffer
     members = [ctx.type_id(t) for t in ptypes]
+    if checked:     # the fault record's address, then the buffers' element counts
+        members += [ctx.checks.record_type()] + [ctx.type_id(u32)] * len(layout["checked"]["counts"])
     block = b.type("OpTypeStruct", *members, unique=True) if members else None
     if block is not None:
         b.decorate(block, "Block")
         for i, a in enumerate(layout["args"]):
             b.member_decorate(block, i, "Offset", a["offset"])
             b.member_name(block, i, a["name"])
+        if checked:
+            ctx.checks.declare_members(block, len(layout["args"]), layout["checked"])
         b.name(block, "Args")
         if layout["mode"] == "arg_buffer":
             holder = b.type("OpTypeStruct", b.type("OpTypePointer", "PhysicalStorageBuffer", block),
@@ -425,6 +438,8 @@ def lower(module: Module, decode_vector: bool = True) -> Lowered:
                 if storage == "PhysicalStorageBuffer" else []
             ctx.set(p, b.emit("OpLoad", mid, slot, *extra))
             b.name(ctx.id(p), module.param_names[i])
+        if checked:
+            ctx.checks.load_members(base, storage, len(fn.params), members[len(fn.params):])
     if ctx.lower_region(fn.body, []) is not None:
         b.emit("OpReturn")
     b.end_function()
@@ -462,4 +477,6 @@ def lower(module: Module, decode_vector: bool = True) -> Lowered:
         notes.append(f"stripped the DecodeVectorFunc operands ({len(ctx.stripped_functions)} "
                      "decode_vector function(s)) of SPV_NV_cooperative_matrix_decode_vector: the "
                      "target lacks the extension; those tensor loads use their DecodeFunc only")
+    if checked:
+        layout["checked"]["ops"] = ctx.checks.ops
     return Lowered(b.assemble(), layout, sorted(ctx.caps), b.extensions, reqs, notes)

@@ -15,9 +15,15 @@ from ..types import CoopMatType, ScalarType, StructType, VectorType
 from .lazy import LazyBlocks, store_blocks
 
 
+def block_span(t: CoopMatType, layout: str) -> tuple[int, int]:
+    """(lines, elements per line) of a block in memory: rows then columns when row major."""
+    return (t.rows, t.cols) if layout == "RowMajorKHR" else (t.cols, t.rows)
+
+
 def block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray:
-    """Index of the last element of a block relative to its first (elements, per instance)."""
-    major, minor = (t.rows, t.cols) if layout == "RowMajorKHR" else (t.cols, t.rows)
+    """Index of the last element of a block relative to its first (elements, per instance).
+    Checked Vulkan launches guard blocks with the same span (codegen/checked.py)."""
+    major, minor = block_span(t, layout)
     return (major - 1) * stride.astype(np.int64) + (minor - 1)
 
 

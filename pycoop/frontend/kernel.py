@@ -236,9 +236,11 @@ class Kernel:
 
     # ---------------------------------------------------------------- compile
     @entry_point
-    def compile(self, *, subgroup_size: int | None = None, **consts) -> "CompiledKernel":
+    def compile(self, *, subgroup_size: int | None = None, checked: bool = False,
+                **consts) -> "CompiledKernel":
         """Trace and specialise for the given Const parameters; the result exposes `.ir`,
-        `.spv`, `.spvasm`, `.abi` and `.save()`. Cached per specialisation."""
+        `.spv`, `.spvasm`, `.abi` and `.save()`. Cached per specialisation. `checked=True`:
+        its SPIR-V is the bounds-checked variant (extra ABI fields, see docs/abi.md)."""
         explicit = subgroup_size or self.subgroup_size
         sgs = explicit or knobs.subgroup_size()
         values = {}
@@ -261,7 +263,7 @@ class Kernel:
             except RequiresSubgroupSize as r:
                 module = self._trace(values, r.size, True)
             ck = self._cache[key] = CompiledKernel(self, module, values)
-        return ck
+        return ck.variant(bool(checked))
 
     def _trace(self, consts: dict, sgs: int, explicit: bool = True) -> Module:
         try:
@@ -418,7 +420,7 @@ class _Launcher:
 
     @entry_point
     def __call__(self, *args, backend: str | None = None, subgroup_size: int | None = None,
-                 repeat: int = 1, **kwargs):
+                 repeat: int = 1, checked: bool | None = None, **kwargs):
         k = self.k
         if not kwargs and subgroup_size is None and len(args) == len(k.params) and k._no_consts:
             # the common case, without inspect's binding: positional, no compile-time values
@@ -426,7 +428,7 @@ class _Launcher:
             if ck is not None:
                 return ck._launch(self.grid, args, backend,
                                   1 if repeat == 1 and type(repeat) is int else check_repeat(repeat),
-                                  _launch_site())
+                                  _launch_site(), checked)
         try:
             bound = k.call_signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -436,7 +438,7 @@ class _Launcher:
         consts = {p.name: bound.arguments[p.name] for p in k.params if p.is_const}
         ck = k.compile(subgroup_size=subgroup_size, **consts)
         return ck._launch(self.grid, [bound.arguments[p.name] for p in k.params if not p.is_const],
-                          backend, check_repeat(repeat), _launch_site())
+                          backend, check_repeat(repeat), _launch_site(), checked)
 
 
 def _launch_site() -> str:
@@ -544,10 +546,12 @@ class _LaunchMemo:
 class CompiledKernel:
     """A traced, specialised kernel and its artifacts."""
 
-    def __init__(self, k: Kernel, module: Module, consts: dict):
+    def __init__(self, k: Kernel, module: Module, consts: dict, checked: bool = False):
         self.kernel = k
         self.module = module
         self.consts = consts
+        self.checked = checked          # its SPIR-V guards every buffer access (codegen.checked)
+        self._variants = {checked: self}    # the checked and unchecked kernels of one module
         self._lowered = None
         self._vulkan_checked = None     # set once the Vulkan device is known to run it
         self._binder = None             # the Vulkan ABI's argument packer, made once
@@ -560,6 +564,16 @@ class CompiledKernel:
     @property
     def name(self) -> str:
         return self.kernel.name
+
+    def variant(self, checked: bool) -> "CompiledKernel":
+        """This kernel compiled bounds-checked (True) or not: one traced module, two SPIR-V
+        modules, each with its own ABI, binder and launch memo."""
+        ck = self._variants.get(checked)
+        if ck is None:
+            ck = CompiledKernel(self.kernel, self.module, self.consts, checked)
+            ck._variants = self._variants
+            self._variants[checked] = ck
+        return ck
 
     @functools.cached_property
     def target(self) -> str:
@@ -589,15 +603,15 @@ class CompiledKernel:
         if self._lowered is None:
             from ..cache import lower_cached
             if self.decode_vector == "stripped":
-                self._lowered = lower_cached(self.module, decode_vector=False)
+                self._lowered = lower_cached(self.module, decode_vector=False, checked=self.checked)
                 self._lower_full()        # the full module is still checked (pycoop's verifier)
             else:
-                self._lowered = lower_cached(self.module)
+                self._lowered = lower_cached(self.module, checked=self.checked)
         return self._lowered
 
     def _lower_full(self):
         from ..cache import lower_cached
-        return lower_cached(self.module)
+        return lower_cached(self.module, checked=self.checked)
 
     @property
     @entry_point
@@ -696,19 +710,27 @@ class CompiledKernel:
 
     @entry_point
     def launch(self, grid, args: list, *, backend: str | None = None, repeat: int = 1,
-               site: str | None = None) -> LaunchResult:
+               site: str | None = None, checked: bool | None = None) -> LaunchResult:
         """Run the kernel over `grid`. `repeat` runs it that many times back to back on the
         same buffers (each run sees the previous one's writes): on a GPU one upload, one
         readback and no idle gaps, so timings are taken at full clock.
 
         On pycoop.Arrays the kernel runs on their backend; on Vulkan the launch is queued and
         returns at once (see docs/arrays.md). With NumPy (or torch CPU) arguments it is
-        synchronous: results are in the caller's arrays on return."""
-        return self._launch(_grid(grid), args, backend, check_repeat(repeat), site)
+        synchronous: results are in the caller's arrays on return.
+
+        `checked` (default: $PYCOOP_CHECKED, on): on Vulkan, run the bounds-checked variant,
+        which raises pycoop.KernelFault for an out-of-bounds access (docs/gpu.md)."""
+        return self._launch(_grid(grid), args, backend, check_repeat(repeat), site, checked)
 
     def _launch(self, grid: tuple[int, int, int], args: list, backend: str | None, repeat: int,
-                site: str | None) -> LaunchResult:
+                site: str | None, checked: bool | None = None) -> LaunchResult:
         """`launch` with `grid` and `repeat` already checked (the launcher's hot path)."""
+        if checked is None:
+            checked = knobs.checked()
+        if checked is not self.checked:
+            return self.variant(bool(checked))._launch(grid, args, backend, repeat, site,
+                                                       bool(checked))
         memo = self._memo
         if memo is not None and memo.matches(grid, args, backend, repeat):
             runtime = memo.runtime
