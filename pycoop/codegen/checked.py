@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from ..emulator.memory import block_span
 from ..ir.core import Op, Value
-from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, StorageClass, bool_, u32
+from ..types import (BufferType, CoopMatType, ScalarType, SharedArrayType, StorageClass, bool_, i32,
+                     u32, u64)
 
 # Words of the fault record (u32 each): 0 = op id + 1 (0: no fault; set once, by an atomic
 # compare-exchange, so only the first violation is kept), then who and where.
@@ -138,10 +139,10 @@ class Guards:
         ctx = self.ctx
         if t.bits < 32:
             idx = ctx.emit("OpSConvert" if t.signed else "OpUConvert",
-                           ScalarType("int", 32, t.signed), idx)
+                           i32 if t.signed else u32, idx)
         if t.bits <= 32:
             return idx if not t.signed else ctx.emit("OpBitcast", u32, idx)
-        return ctx.emit("OpUConvert", u32, ctx.emit("OpBitcast", ScalarType("int", 64, False), idx)
+        return ctx.emit("OpUConvert", u32, ctx.emit("OpBitcast", u64, idx)
                         if t.signed else idx)
 
     def _in_bounds(self, first: int, idx: int, idx_t: ScalarType, count: int, reach: Reach) -> int:
@@ -149,7 +150,6 @@ class Guards:
         minor <= count - 1 - index and stride * major <= count - 1 - index - minor."""
         ctx = self.ctx
         if idx_t.bits == 64:
-            u64 = ScalarType("int", 64, False)
             wide = ctx.emit("OpBitcast", u64, idx) if idx_t.signed else idx
             ok = ctx.emit("OpULessThan", bool_, wide, ctx.emit("OpUConvert", u64, count))
         else:
@@ -170,19 +170,17 @@ class Guards:
         return ok
 
     def _stride(self, v: Value) -> int:
-        t, sid = v.type, self.ctx.id(v)
-        if t.bits == 32:
-            return sid if not t.signed else self.ctx.emit("OpBitcast", u32, sid)
+        """The stride as u32 (negative: huge, so the guard fails); a 64-bit stride past 2**32
+        saturates to u32's maximum."""
+        ctx, t, sid = self.ctx, v.type, self.ctx.id(v)
         if t.bits < 32:
-            return self.ctx.emit("OpSConvert" if t.signed else "OpUConvert", u32, sid) \
-                if not t.signed else self.ctx.emit("OpBitcast", u32, self.ctx.emit(
-                    "OpSConvert", ScalarType("int", 32, True), sid))
-        # a 64-bit stride past 2**32 faults like a huge one: clamp it to u32's maximum
-        u64 = ScalarType("int", 64, False)
-        wide = self.ctx.emit("OpBitcast", u64, sid) if t.signed else sid
-        big = self.ctx.emit("OpUGreaterThan", bool_, wide, self.ctx.const(u64, 0xFFFFFFFF))
-        return self.ctx.emit("OpSelect", u32, big, self.ctx.const(u32, 0xFFFFFFFF),
-                             self.ctx.emit("OpUConvert", u32, wide))
+            sid = ctx.emit("OpSConvert" if t.signed else "OpUConvert", i32 if t.signed else u32, sid)
+        if t.bits <= 32:
+            return ctx.emit("OpBitcast", u32, sid) if t.signed else sid
+        wide = ctx.emit("OpBitcast", u64, sid) if t.signed else sid
+        big = ctx.emit("OpUGreaterThan", bool_, wide, ctx.const(u64, 0xFFFFFFFF))
+        return ctx.emit("OpSelect", u32, big, ctx.const(u32, 0xFFFFFFFF),
+                        ctx.emit("OpUConvert", u32, wide))
 
     def _record(self, op_id: int, first: int, idx: int, idx_t: ScalarType, count: int,
                 reach: Reach) -> None:
@@ -209,7 +207,6 @@ class Guards:
         values.append(ctx.builtin_value("LocalInvocationIndex", False))
         values.append(first)
         if idx_t.bits == 64:
-            u64 = ScalarType("int", 64, False)
             wide = ctx.emit("OpBitcast", u64, idx) if idx_t.signed else idx
             values.append(ctx.emit("OpUConvert", u32, ctx.emit("OpShiftRightLogical", u64, wide,
                                                                 ctx.const(u32, 32))))

@@ -41,7 +41,7 @@ def read_fault(record: np.ndarray, ops: list[dict], grid: tuple[int, int, int],
     else:
         what = f"{op['what']} out of bounds of {memory}: index {index}"
     message = (f"undefined behaviour in workgroup {wg}, invocation {w['invocation']}: {what} "
-               f"(kernel {kernel}, grid {grid}; caught by the checked launch, the access was "
+               f"({kernel}, grid {grid}; caught by the checked launch, the access was "
                "suppressed)")
     return KernelFault(message, Loc(op["file"], op["line"], op["col"]), rule=RULE, rule_id=RULE_ID,
                        hint="check the index against the array size (launches beyond the data "
