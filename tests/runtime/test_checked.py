@@ -299,7 +299,7 @@ def test_the_red_zone_checker_names_the_first_changed_byte():
     assert faults.check_red_zone(zone, "y", 10, "kernel k") is None
     zone[3] = 0
     e = faults.check_red_zone(zone, "y", 10, "kernel k")
-    assert isinstance(e, pc.KernelFault) and e.buffer == "y" and e.rule_id == "checked.red_zone"
+    assert isinstance(e, pc.KernelFault) and e.buffer == "y" and e.rule_id == "checked.red-zone"
     assert "past the end of parameter y (10 bytes)" in str(e) and "at byte 24" in str(e)
 
 
@@ -317,7 +317,7 @@ def test_red_zones_catch_a_write_that_slips_past_the_guards(monkeypatch):
     monkeypatch.setattr(abi, "_COUNT", Lying("<I"))
     with pytest.raises(pc.KernelFault, match="wrote past the end of parameter y") as info:
         fill[2](y, backend="vulkan")
-    assert info.value.rule_id == "checked.red_zone"
+    assert info.value.rule_id == "checked.red-zone"
     monkeypatch.undo()
     fill[1](y, backend="vulkan")
     np.testing.assert_array_equal(y, np.arange(64, dtype=np.float32))

@@ -14,11 +14,9 @@ from ...codegen.checked import FAULT_BYTES, FAULT_WORDS
 from ...errors import KernelFault, Loc
 
 RULE = "checked launch: every buffer and shared-array access stays within its memory"
-RULE_ID = "checked.bounds"
 RED_ZONE_BYTES = 64                   # guard bytes after each staged buffer
 RED_ZONE_WORD = 0xC0DEFA17            # their pattern (u32): unlikely as real data
 RED_ZONE_RULE = "checked launch: nothing is written past the end of a buffer"
-RED_ZONE_RULE_ID = "checked.red_zone"
 
 __all__ = ["FAULT_BYTES", "RED_ZONE_BYTES", "RED_ZONE_WORD", "check_red_zone", "read_fault",
            "red_zone_offset"]
@@ -43,7 +41,8 @@ def read_fault(record: np.ndarray, ops: list[dict], grid: tuple[int, int, int],
     message = (f"undefined behaviour in workgroup {wg}, invocation {w['invocation']}: {what} "
                f"({kernel}, grid {grid}; caught by the checked launch, the access was "
                "suppressed)")
-    return KernelFault(message, Loc(op["file"], op["line"], op["col"]), rule=RULE, rule_id=RULE_ID,
+    return KernelFault(message, Loc(op["file"], op["line"], op["col"]), rule=RULE,
+                       rule_id="checked.bounds",
                        hint="check the index against the array size (launches beyond the data "
                             "need an `if i < n:` guard)",
                        buffer=op["memory"], index=index, count=w["count"], workgroup=wg,
@@ -64,7 +63,7 @@ def check_red_zone(zone: np.ndarray, name: str, nbytes: int, kernel: str) -> Ker
     return KernelFault(
         f"{kernel} wrote past the end of parameter {name} ({nbytes} bytes): the red zone "
         f"after it was changed at byte {red_zone_offset(nbytes) + 4 * int(bad[0])}", None,
-        rule=RED_ZONE_RULE, rule_id=RED_ZONE_RULE_ID,
+        rule=RED_ZONE_RULE, rule_id="checked.red-zone",
         hint="an access the bounds guards do not cover (a tensor store whose layout is larger "
              "than the buffer?) wrote there; run the kernel on the emulator to find the line",
         buffer=name)
