@@ -388,8 +388,7 @@ def lower(module: Module, decode_vector: bool = True, checked: bool = False) -> 
     module stays correct: DecodeFunc alone is a valid implementation of the load).
     `checked`: buffer accesses are bounds-guarded (codegen/checked.py; the ABI grows)."""
     ctx = LowerCtx(module, decode_vector)
-    if checked:
-        ctx.checks = checked_mod.Guards(ctx, checked_mod.param_names(module))
+    guards = ctx.checks = checked_mod.Guards(ctx, checked_mod.param_names(module)) if checked else None
     b = ctx.b
     for cap in ("Shader", "VulkanMemoryModel", "PhysicalStorageBufferAddresses"):
         ctx.need(cap)
@@ -401,7 +400,7 @@ def lower(module: Module, decode_vector: bool = True, checked: bool = False) -> 
     # the argument block: a push-constant struct, or a pointer to it in an argument buffer
     members = [ctx.type_id(t) for t in ptypes]
     if checked:     # the fault record's address, then the buffers' element counts
-        members += [ctx.checks.record_type()] + [ctx.type_id(u32)] * len(layout["checked"]["counts"])
+        members += [guards.record_type()] + [ctx.type_id(u32)] * len(layout["checked"]["counts"])
     block = b.type("OpTypeStruct", *members, unique=True) if members else None
     if block is not None:
         b.decorate(block, "Block")
@@ -409,7 +408,7 @@ def lower(module: Module, decode_vector: bool = True, checked: bool = False) -> 
             b.member_decorate(block, i, "Offset", a["offset"])
             b.member_name(block, i, a["name"])
         if checked:
-            ctx.checks.declare_members(block, len(layout["args"]), layout["checked"])
+            guards.declare_members(block, len(layout["args"]), layout["checked"])
         b.name(block, "Args")
         if layout["mode"] == "arg_buffer":
             holder = b.type("OpTypeStruct", b.type("OpTypePointer", "PhysicalStorageBuffer", block),
@@ -439,10 +438,11 @@ def lower(module: Module, decode_vector: bool = True, checked: bool = False) -> 
             ctx.set(p, b.emit("OpLoad", mid, slot, *extra))
             b.name(ctx.id(p), module.param_names[i])
         if checked:
-            ctx.checks.load_members(base, storage, len(fn.params), members[len(fn.params):])
+            guards.load_members(base, storage, len(fn.params), members[len(fn.params):])
     if ctx.lower_region(fn.body, []) is not None:
         b.emit("OpReturn")
     b.end_function()
+    ctx.checks = None      # called functions (decode callbacks): unguarded, the counts live in main
     for f in module.functions:
         if f in ctx.stripped_functions and f not in ctx._functions:
             continue
@@ -478,5 +478,5 @@ def lower(module: Module, decode_vector: bool = True, checked: bool = False) -> 
                      "decode_vector function(s)) of SPV_NV_cooperative_matrix_decode_vector: the "
                      "target lacks the extension; those tensor loads use their DecodeFunc only")
     if checked:
-        layout["checked"]["ops"] = ctx.checks.ops
+        layout["checked"]["ops"] = guards.ops
     return Lowered(b.assemble(), layout, sorted(ctx.caps), b.extensions, reqs, notes)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pycoop as pc
-from pycoop import f32, i32, i64, u32
+from pycoop import f32, f64, i32, i64, u32
 from pycoop.codegen.lower import lower
 from pycoop.spirv.tools import disassemble, validate
 
@@ -246,6 +246,29 @@ def test_unchecked_launches_skip_the_guards(monkeypatch):
     np.testing.assert_array_equal(y, np.arange(64, dtype=np.float32))
     with pytest.raises(pc.KernelFault):
         fill[2](np.zeros(64, np.float32), backend="vulkan", checked=True)
+
+
+@pc.kernel(workgroup_size=64)
+def many(y: pc.Buffer[f32], a: f64, b: f64, c: f64, d: f64, e: f64, f: f64, g: f64, h: f64,
+         i: f64, j: f64, k: f64, m: f64, n: f64, o: f64):
+    t = pc.global_invocation_id.x
+    y[t] = f32(a + b + c + d + e + f + g + h + i + j + k + m + n + o)
+
+
+@needs_vulkan
+def test_checked_fields_that_overflow_the_push_constants_go_to_the_argument_buffer():
+    assert many.compile().abi["mode"] == "push_constants"
+    assert many.compile(checked=True).abi["mode"] == "arg_buffer"
+    y = np.zeros(64, np.float32)
+    many[1](y, *range(14), backend="vulkan")
+    np.testing.assert_array_equal(y, 91.0)
+    with pytest.raises(pc.KernelFault, match="buffer 'y' \\(64 elements\\)"):
+        many[2](y, *range(14), backend="vulkan")
+    a = pc.zeros(64, pc.f32, backend="vulkan")
+    with pytest.raises(pc.KernelFault) as info:     # argument-buffer launches wait
+        many[2](a, *range(14))
+    assert 64 <= info.value.index < 128
+    np.testing.assert_array_equal(a.numpy(), 91.0)
 
 
 # ---------------------------------------------------------------- other faults
