@@ -186,6 +186,24 @@ def test_queued_launches_fault_at_synchronisation_and_the_result_reports_it():
 
 
 @needs_vulkan
+def test_each_of_many_queued_launches_has_its_own_fault_record():
+    y = pc.zeros(64, pc.f32, backend="vulkan")
+    rt = pc.get_runtime("vulkan")
+    with rt.batch():
+        results = [fill[1](y) for _ in range(300)]     # more launches than a record slab
+        bad = fill[2](y)
+        results += [fill[1](y) for _ in range(20)]
+    with pytest.raises(pc.KernelFault):
+        pc.synchronize()
+    with pytest.raises(pc.KernelFault):
+        bad.times_ms
+    assert all(len(r.times_ms) == 1 for r in results)  # the others are fine
+    pc.synchronize()                                   # reported once
+    stats = rt.stats()
+    assert stats["live_allocations"] - stats["pooled_count"] == stats["array_count"]
+
+
+@needs_vulkan
 def test_out_of_bounds_loads_yield_zero_and_negative_indices_are_reported_signed():
     x = np.arange(1, 65, dtype=np.float32)
     y = np.full(64, -1.0, np.float32)

@@ -14,11 +14,12 @@ from ...codegen.checked import FAULT_BYTES, FAULT_WORDS
 from ...errors import KernelFault, Loc
 
 RULE = "checked launch: every buffer and shared-array access stays within its memory"
+SLAB_RECORDS = 256                    # fault records allocated together (one per launch)
 RED_ZONE_BYTES = 64                   # guard bytes after each staged buffer
 RED_ZONE_WORD = 0xC0DEFA17            # their pattern (u32): unlikely as real data
 RED_ZONE_RULE = "checked launch: nothing is written past the end of a buffer"
 
-__all__ = ["FAULT_BYTES", "RED_ZONE_BYTES", "RED_ZONE_WORD", "check_red_zone", "read_fault",
+__all__ = ["FAULT_BYTES", "RED_ZONE_BYTES", "SLAB_RECORDS", "RED_ZONE_WORD", "check_red_zone", "read_fault",
            "red_zone_offset"]
 
 

@@ -293,10 +293,9 @@ class VulkanRuntime:
             try:
                 push = prepared.push
                 if checked is not None:     # a fresh fault record per launch
-                    record = ctx.memory.acquire("unified" if ctx.direct else "host",
-                                                faults.FAULT_BYTES)
-                    ffi.memmove(record.mapped, bytes(faults.FAULT_BYTES), faults.FAULT_BYTES)
-                    at, address = checked["fault_offset"], record.address.to_bytes(8, "little")
+                    sub = self._open(ctx, 2 * prepared.repeat)      # the launch's submission
+                    record, mapped = self._fault_record(ctx, sub)
+                    at, address = checked["fault_offset"], record.to_bytes(8, "little")
                     if host:
                         prepared.bound.block[at:at + 8] = address
                     else:
@@ -310,10 +309,9 @@ class VulkanRuntime:
                                           prepared.pipeline, prepared.grid, push,
                                           prepared.accesses, prepared.repeat, pending)
                 if checked is not None:
-                    sub = ctx.recording
-                    sub.releases.append(record)
+                    assert ctx.recording is sub
                     sub.after.append(lambda: self._fault(ctx, pending, faults.read_fault(
-                        np.frombuffer(ffi.buffer(record.mapped, faults.FAULT_BYTES), np.uint32),
+                        np.frombuffer(ffi.buffer(mapped, faults.FAULT_BYTES), np.uint32),
                         checked["ops"], prepared.grid, label)))
             except (DeviceLost, VulkanTimeout):
                 self._abandon()
@@ -326,6 +324,20 @@ class VulkanRuntime:
         if host:
             self.synchronize(timeout_s)
         return pending
+
+    @staticmethod
+    def _fault_record(ctx: _Context, sub: Submission) -> tuple[int, Any]:
+        """Device address and mapping of a zeroed fault record for a checked launch recorded
+        into `sub`: the next of the submission's slab (one pooled allocation for its launches)."""
+        if sub.fault_slab is None or sub.fault_slots == faults.SLAB_RECORDS:
+            sub.fault_slab = ctx.memory.acquire("unified" if ctx.direct else "host",
+                                                faults.SLAB_RECORDS * faults.FAULT_BYTES)
+            sub.fault_slots = 0
+            sub.releases.append(sub.fault_slab)
+        at = sub.fault_slots * faults.FAULT_BYTES
+        sub.fault_slots += 1
+        ffi.memmove(sub.fault_slab.mapped + at, bytes(faults.FAULT_BYTES), faults.FAULT_BYTES)
+        return sub.fault_slab.address + at, sub.fault_slab.mapped + at
 
     @staticmethod
     def _fault(ctx: _Context, pending: PendingTimes, fault) -> None:
