@@ -782,7 +782,7 @@ class CompiledKernel:
                                              "uses pycoop.intel ops): Vulkan cannot run it; use "
                                              "the emulator or load its .spv with an OpenCL runtime")
                 return "emulator"
-            return choose(backend, self)
+            return choose(backend, self.variant(False))   # same requirements, unchecked lowering
         kinds = sorted({a._storage.backend for a in device_arrays})
         if len(kinds) > 1:
             raise ArgumentError(f"{self.name}: its array arguments live on different backends "
@@ -798,7 +798,7 @@ class CompiledKernel:
             if self.target == "opencl":
                 why = "it is an OpenCL-environment kernel (pycoop.intel ops)"
             elif self._vulkan_checked is None:
-                missing = vulkan_missing(self)
+                missing = vulkan_missing(self.variant(False))
                 if missing:
                     why = f"the Vulkan device lacks {', '.join(missing)}"
                 else:
