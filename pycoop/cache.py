@@ -54,7 +54,8 @@ def _key(module: Module, target: str = "vulkan", decode_vector: bool = True,
 def lower_cached(module: Module, *, decode_vector: bool = True, checked: bool = False) -> Lowered:
     """Lowered and validated module. `decode_vector=False`: DecodeVectorFunc operands stripped
     (validated by spirv-val). With them kept, modules using decode_vector are checked by
-    pycoop.ops.nv.decode_vector.check_module, and by spirv-val only if it knows the extension."""
+    pycoop.ops.nv.decode_vector.check_module, and by spirv-val only if it knows the extension.
+    `checked=True`: the bounds-checked module of checked launches (codegen/checked.py)."""
     from .codegen.opencl import lower_opencl, module_target
     target = module_target(module)
     checked = checked and target == "vulkan"      # OpenCL-environment kernels are not guarded
