@@ -362,3 +362,30 @@ def test_red_zones_catch_a_write_that_slips_past_the_guards(monkeypatch):
     monkeypatch.undo()
     fill[1](y, backend="vulkan")
     np.testing.assert_array_equal(y, np.arange(64, dtype=np.float32))
+
+
+@needs_vulkan
+@pytest.mark.parametrize("transfer", ["direct", "staged"])
+def test_faults_and_red_zones_in_both_transfer_modes(transfer, monkeypatch):
+    from pycoop.runtime.vulkan import abi
+    from pycoop.runtime.vulkan.runtime import VulkanRuntime
+
+    class Lying(struct.Struct):
+        def pack_into(self, buffer, offset, count):
+            super().pack_into(buffer, offset, count + 8)
+
+    ck = fill.compile(checked=True)
+    rt = VulkanRuntime(transfer=transfer)
+    try:
+        assert rt.transfer_mode == transfer
+        y = np.zeros(64, np.float32)
+        with pytest.raises(pc.KernelFault, match="index 6[4-9]|index [7-9][0-9]|index 1[0-2][0-9]"):
+            rt.launch(ck.spv, "main", (2, 1, 1), ck.abi, [y])
+        np.testing.assert_array_equal(y, np.arange(64, dtype=np.float32))
+        with monkeypatch.context() as m:
+            m.setattr(abi, "_COUNT", Lying("<I"))
+            with pytest.raises(pc.KernelFault, match="red zone after it was changed at byte 256"):
+                rt.launch(ck.spv, "main", (2, 1, 1), ck.abi, [np.zeros(64, np.float32)])
+        rt.launch(ck.spv, "main", (1, 1, 1), ck.abi, [y])      # and the runtime goes on
+    finally:
+        rt.close()
