@@ -94,6 +94,11 @@ def check_write_race(op, index: np.ndarray, values: np.ndarray, what: str) -> No
             hint="make distinct invocations (and matrix elements) write distinct locations")
 
 
+def _at(values: np.ndarray, shape: tuple, w: int, i: int) -> int:
+    """The value of invocation `i` of workgroup `w` in per-invocation `values` (broadcast)."""
+    return int(np.ravel(np.broadcast_to(values, np.broadcast_shapes(values.shape, shape))[w, i])[0])
+
+
 class Memory:
     """A kernel buffer: a flat view of the user's array."""
 
@@ -126,7 +131,9 @@ class Memory:
 
     def _oob(self, ctx, op, idx: np.ndarray, what: str):
         bad = (idx < 0) | (idx >= self.length)
-        ctx.check_ub(bad, op, f"{what} out of bounds of {self._describe()}")
+        if bad.any():       # worded as checked Vulkan launches word it (runtime/vulkan/faults.py)
+            ctx.check_ub(bad, op, lambda w, i: f"{what} out of bounds of {self._describe()}: index "
+                                               f"{_at(idx, ctx.dispatch.shape, w, i)}")
 
     def _describe(self) -> str:
         return f"buffer '{self.name}' ({self.length} {self.unit})"

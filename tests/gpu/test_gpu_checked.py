@@ -60,8 +60,10 @@ def test_the_new_user_case_faults_at_the_kernel_line_on_the_gpu(n, extra):
     e = gpu.value
     assert e.loc == emu.value.loc and e.line == line_of(fill, "y[i] = f32(i)")
     assert e.buffer == "buffer 'y'" and e.count == n and n <= e.index < grid * 64
-    words = f"store out of bounds of buffer 'y' ({n} elements)"
+    words = f"store out of bounds of buffer 'y' ({n} elements): index"
     assert words in str(e) and words in str(emu.value)
+    assert f"invocation {e.invocation}: {words} {e.index}" in str(e)
+    assert f"{words} {n}" in str(emu.value)                  # the emulator: the first one
     np.testing.assert_array_equal(y, np.arange(n, dtype=np.float32))
     a = pc.zeros(n, pc.f32, backend="vulkan")       # the process and device go on
     fill[n // 64](a)

@@ -163,8 +163,11 @@ def test_the_new_user_case_faults_at_the_kernel_line_like_the_emulator():
     np.testing.assert_array_equal(y, np.arange(128, dtype=np.float32))   # in-bounds work done
     with pytest.raises(pc.EmulatorError) as emu:
         fill[4](np.zeros(128, np.float32), backend="emulator")
-    assert emu.value.loc == e.loc
-    assert "store out of bounds of buffer 'y' (128 elements)" in str(emu.value)
+    assert emu.value.loc == e.loc      # the same facts, in the same words
+    assert ("undefined behaviour in workgroup (2, 0, 0), invocation 0: store out of bounds of "
+            "buffer 'y' (128 elements): index 128") in str(emu.value)
+    assert (f"undefined behaviour in workgroup {e.workgroup}, invocation {e.invocation}: store out "
+            f"of bounds of buffer 'y' (128 elements): index {e.index}") in str(e)
     # the process goes on: the next launches work
     y2 = np.zeros(128, np.float32)
     fill[2](y2, backend="vulkan")
