@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pycoop as pc
 from pycoop import f32, f64, i32, i64, u32
@@ -124,6 +126,22 @@ def test_khr_tiles_are_guarded_once_per_access():
     assert all(o["block"] for o in ops)
     assert text.count("OpAtomicCompareExchange") == 2     # one guard per access, not per element
     assert text.count("OpUDiv") == 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.sampled_from([8, 16, 32]), cols=st.sampled_from([8, 16, 32]),
+       layout=st.sampled_from(["RowMajorKHR", "ColumnMajorKHR"]), k=st.sampled_from([1, 2, 4]),
+       stride=st.integers(1, 1000), offset=st.integers(0, 1000))
+def test_a_tile_guard_reaches_the_last_element_the_emulator_checks(rows, cols, layout, k, stride,
+                                                                   offset):
+    """The guard's reach (in memory elements holding k matrix components each) ends at the
+    element holding the emulator's last component (block_extent, in components)."""
+    from pycoop.codegen.checked import matrix_block
+    from pycoop.emulator.memory import block_extent
+    t = pc.coopmat[pc.f16, pc.Subgroup, rows, cols, pc.Accumulator]
+    reach = matrix_block("load", t, layout, None, None, "stride", k)
+    last_component = offset * k + int(block_extent(t, layout, np.asarray(stride * k)))
+    assert offset + reach.major * stride + reach.minor == last_component // k
 
 
 def test_sidecar_of_a_checked_export_documents_the_extra_fields(tmp_path):
