@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import subprocess
 import sys
 import time
@@ -31,6 +32,10 @@ import numpy as np
 
 from pycoop.kernels import (gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
                             gemm_q4_0_staged, gemm_workgroup_tile, q4_0_planes, sum_splits)
+
+# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
+# launches is measured by bench/checked_overhead.py.
+os.environ["PYCOOP_CHECKED"] = "0"
 
 KHR_CONFIGS = [(2, 2), (4, 4)]
 # BM BN BK SGM SGN pad, specialize, vector_copy

@@ -19,6 +19,7 @@ Rows:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -27,6 +28,10 @@ import numpy as np
 import pycoop as pc
 from pycoop import f32, u32
 from pycoop.kernels import gemm_nv
+
+# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
+# launches is measured by bench/checked_overhead.py.
+os.environ["PYCOOP_CHECKED"] = "0"
 
 
 @pc.kernel(workgroup_size=256)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import (ArgumentError, BackendFallbackWarning, BackendUnavailable, CompileError,
-                     EmulatorError, PycoopError)
+                     EmulatorError, KernelFault, PycoopError)
 from .frontend.control import kernel_range as range  # noqa: A001  (pycoop.range)
 from .frontend.kernel import CompiledKernel, Const, Kernel, LaunchResult, __version__, func, kernel
 from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2, floor, fma, global_invocation_id,
@@ -34,7 +34,7 @@ UseB = Use.B
 Accumulator = Use.Accumulator
 
 __all__ = [
-    "ArgumentError", "BackendFallbackWarning", "BackendUnavailable", "CompileError", "EmulatorError",
+    "ArgumentError", "BackendFallbackWarning", "BackendUnavailable", "CompileError", "EmulatorError", "KernelFault",
     "PycoopError",
     "TuneResult", "autotune",
     "CompiledKernel", "Const", "Kernel", "LaunchResult", "__version__", "func", "kernel", "range",

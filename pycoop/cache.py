@@ -44,26 +44,30 @@ def _compiler_hash() -> str:
 
 
 def _key(module: Module, target: str = "vulkan", decode_vector: bool = True,
-         debug_info: bool = True, abi: str = "device_address") -> str:
+         debug_info: bool = True, abi: str = "device_address", checked: bool = False) -> str:
     from .frontend.kernel import __version__
     text = print_module(module, locs=False)
-    if debug_info:       # OpLine operands: full path, line and column of every op
+    # OpLine operands, and a checked module's fault table, name the full path, line and column
+    # of every op: the key includes them
+    if debug_info or checked:
         text += "".join(f"\n{op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc else "\n-"
                         for op in module.walk())
     variant = ("" if decode_vector else "decode_vector=stripped\n") + f"abi={abi}\n" \
-        + ("debug_info\n" if debug_info else "")
+        + ("debug_info\n" if debug_info else "") + ("checked\n" if checked else "")
     return hashlib.sha256(f"pycoop {__version__} {_compiler_hash()}\n{VALIDATOR_ENV[target]}\n"
                           f"{variant}{text}".encode()).hexdigest()
 
 
 def lower_cached(module: Module, *, decode_vector: bool = True, debug_info: bool = True,
-                 abi: str = "device_address") -> Lowered:
+                 abi: str = "device_address", checked: bool = False) -> Lowered:
     """Lowered and validated module. `decode_vector=False`: DecodeVectorFunc operands stripped
     (validated by spirv-val). With them kept, modules using decode_vector are checked by
-    pycoop.ops.nv.decode_vector.check_module, and by spirv-val only if it knows the extension."""
+    pycoop.ops.nv.decode_vector.check_module, and by spirv-val only if it knows the extension.
+    `checked=True`: the bounds-checked module of checked launches (codegen/checked.py)."""
     from .codegen.opencl import lower_opencl, module_target
     target = module_target(module)
-    key = _key(module, target, decode_vector, debug_info, abi)
+    checked = checked and target == "vulkan"      # OpenCL-environment kernels are not guarded
+    key = _key(module, target, decode_vector, debug_info, abi, checked)
     hit = _memory.get(key)
     if hit is not None:
         return hit
@@ -85,7 +89,7 @@ def lower_cached(module: Module, *, decode_vector: bool = True, debug_info: bool
     if target == "opencl":
         low = lower_opencl(module, debug_info)
     else:
-        low = lower(module, decode_vector, debug_info=debug_info, abi=abi)
+        low = lower(module, decode_vector, debug_info=debug_info, abi=abi, checked=checked)
     from .ops.nv import decode_vector as DV
     if "SPV_NV_cooperative_matrix_decode_vector" in low.extensions:
         problems = DV.check_module(low.spv)

@@ -104,6 +104,27 @@ class EmulatorError(PycoopError):
         super().__init__(_render(message, loc, rule, hint, rule_id))
 
 
+class KernelFault(PycoopError):
+    """A checked launch on the GPU caught an out-of-bounds access (the access was suppressed:
+    a load gave zero, a store wrote nothing). Raised at the synchronisation that sees the
+    launch complete, naming the kernel line of the access, the buffer, the index and the
+    invocation, in the emulator's words. `.loc`, `.buffer` ("buffer 'y'" or "shared array"),
+    `.index`, `.count` (the buffer's elements), `.workgroup` (x, y, z) and `.invocation` (the
+    local invocation index) hold the facts."""
+
+    def __init__(self, message: str, loc: Loc | None = None, *, rule: str | None = None,
+                 hint: str | None = None, rule_id: str | None = None, **facts):
+        self.message, self.loc, self.rule, self.hint = message, loc, rule, hint
+        self.rule_id = rule_id
+        self.buffer, self.index, self.count = facts.get("buffer"), facts.get("index"), facts.get("count")
+        self.workgroup, self.invocation = facts.get("workgroup"), facts.get("invocation")
+        super().__init__(_render(message, loc, rule, hint, rule_id))
+
+    @property
+    def line(self) -> int | None:
+        return self.loc.line if self.loc else None
+
+
 class BackendUnavailable(PycoopError):
     """The requested backend cannot run this kernel; the message names what is missing."""
 

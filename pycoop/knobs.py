@@ -98,3 +98,13 @@ def decode_vector_mode() -> str:
     if v not in ("auto", "strip", "keep"):
         raise ValueError(f"PYCOOP_DECODE_VECTOR={v!r}: expected auto, strip or keep")
     return v
+
+
+def checked() -> bool:
+    """PYCOOP_CHECKED=0: Vulkan launches run the unchecked kernel by default (production,
+    benchmarks); default 1: bounds-checked (see docs/gpu.md "Checked launches"). A launch's
+    `checked=` argument overrides it."""
+    v = os.environ.get("PYCOOP_CHECKED", "1").strip().lower()
+    if v not in ("0", "1", "on", "off", "true", "false", ""):
+        raise ValueError(f"PYCOOP_CHECKED={v!r}: expected 1 (bounds-checked launches) or 0")
+    return v in ("1", "on", "true", "")

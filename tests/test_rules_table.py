@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "rules.md"
 # Where every rule must carry an id (a package or file, relative to the repository root).
 ID_REQUIRED = ("pycoop",)
-CHECKED = {"compile time", "emulator", "spirv-val", "by construction"}
-ERRORS = ("CompileError", "EmulatorError")
+CHECKED = {"compile time", "emulator", "checked launch", "spirv-val", "by construction"}
+ERRORS = ("CompileError", "EmulatorError", "KernelFault")
 CHECKLIST_CANDIDATES = [ROOT.parent / "shared", ROOT.parent.parent / "shared", Path("/work/shared")]
 
 

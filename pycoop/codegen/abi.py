@@ -38,8 +38,13 @@ def _member(t: Type) -> tuple[int, int, str]:
     return size, size, "uint32" if t.is_bool else str(t.dtype)
 
 
-def layout(names: list[str], types: list[Type], abi: str = "device_address") -> dict:
+def layout(names: list[str], types: list[Type], abi: str = "device_address",
+           checked: bool = False) -> dict:
+    """`checked` (device-address ABI): after the parameters, the fault record's address (u64)
+    and each buffer's element count (u32, in buffer order), under the layout's "checked" key."""
     descriptors = check_abi(abi) == "descriptors"
+    if descriptors and checked:
+        raise ValueError("checked modules use the device-address ABI")
     args, off, binding = [], 0, 0
     for name, t in zip(names, types):
         size, align, dtype = _member(t)
@@ -57,6 +62,15 @@ def layout(names: list[str], types: list[Type], abi: str = "device_address") -> 
             if isinstance(t.elem, VectorType):
                 entry["components"] = t.elem.count
         args.append(entry)
+    extra = None
+    if checked:
+        off = (off + 7) // 8 * 8
+        extra = {"fault_offset": off, "counts": [], "ops": []}
+        off += 8
+        for name, t in zip(names, types):
+            if isinstance(t, BufferType):
+                extra["counts"].append({"name": name, "offset": off, "elem_size": t.elem.size})
+                off += 4
     size = (off + 7) // 8 * 8
     if descriptors:
         if size > PUSH_CONSTANT_LIMIT:
@@ -67,9 +81,12 @@ def layout(names: list[str], types: list[Type], abi: str = "device_address") -> 
                 hint="pass some scalars in a small buffer, or use the device-address ABI",
                 rule_id="target.descriptor-push-constants")
         return {"abi": "descriptors", "mode": "push_constants", "size": size, "args": args}
-    return {"abi": "device_address",
-            "mode": "push_constants" if size <= PUSH_CONSTANT_LIMIT else "arg_buffer",
-            "size": size, "args": args}
+    out = {"abi": "device_address",
+           "mode": "push_constants" if size <= PUSH_CONSTANT_LIMIT else "arg_buffer",
+           "size": size, "args": args}
+    if extra is not None:
+        out["checked"] = extra
+    return out
 
 
 def spec_constants(module) -> list[dict]:

@@ -17,6 +17,7 @@ from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType
                      StorageClass, StructType, TensorLayoutType, TensorViewType, Type, VectorType,
                      bool_, u32)
 from . import abi as abi_mod
+from . import checked as checked_mod
 from . import float_modes
 
 # Capabilities that SPIR-V 1.6 has in core: their extensions need no OpExtension.
@@ -90,6 +91,7 @@ class LowerCtx:
         # where buffer parameters live: StorageBuffer descriptors or device addresses
         self.buffer_storage = StorageClass.StorageBuffer if descriptors else \
             StorageClass.PhysicalStorageBuffer
+        self.checks = None                   # codegen.checked.Guards in a checked lowering
         # False: leave DecodeVectorFunc operands out (SPV_NV_cooperative_matrix_decode_vector)
         self.decode_vector = decode_vector
         self.stripped_functions: set = set()
@@ -313,16 +315,24 @@ class LowerCtx:
         d = get(op.name)
         for cap in d.capabilities:
             self.need(cap)
+        bounds = d.extra.get("bounds") if self.checks is not None else None
         if not (self.debug_info and op.loc is not None):
-            d.lower(self, op)
+            self._lower_guarded(d, op, bounds)
             return
         # the op's instructions carry its source position; regions it lowers set their own
         # a notebook cell is named as the cell ("In [4]"), not by ipykernel's temporary file
         outer = self.b.set_line(cell_label(op.loc.file) or op.loc.file, op.loc.line, op.loc.col)
         try:
-            d.lower(self, op)
+            self._lower_guarded(d, op, bounds)
         finally:
             self.b.restore_line(outer)
+
+    def _lower_guarded(self, d, op: Op, bounds) -> None:
+        """The op's own lowering, inside a bounds guard in a checked lowering (codegen.checked)."""
+        if bounds is not None:
+            self.checks.lower(op, bounds(op), lambda: d.lower(self, op))
+        else:
+            d.lower(self, op)
 
     def need_shape(self, a: CoopMatType, b: CoopMatType, c: CoopMatType, result: CoopMatType,
                    saturating: bool) -> None:
@@ -405,21 +415,23 @@ def glsl_opcode(name: str) -> int:
 
 
 def lower(module: Module, decode_vector: bool = True, *, debug_info: bool = True,
-          abi: str = "device_address") -> Lowered:
+          abi: str = "device_address", checked: bool = False) -> Lowered:
     """`decode_vector=False` strips DecodeVectorFunc operands and their functions (the
     module stays correct: DecodeFunc alone is a valid implementation of the load).
     `debug_info`: OpSource/OpString/OpLine map instructions to the kernel's source lines.
     `abi`: "device_address" (buffers as device addresses in push constants) or "descriptors"
-    (buffers as StorageBuffer bindings of set 0, scalars in push constants); see abi.py."""
+    (buffers as StorageBuffer bindings of set 0, scalars in push constants); see abi.py.
+    `checked`: buffer accesses are bounds-guarded (codegen/checked.py; the ABI grows)."""
     descriptors = abi_mod.check_abi(abi) == "descriptors"
     ctx = LowerCtx(module, decode_vector, debug_info, descriptors)
+    guards = ctx.checks = checked_mod.Guards(ctx, checked_mod.param_names(module)) if checked else None
     b = ctx.b
     # descriptor modules use Logical addressing unless a pointer (decode functions) needs addresses
     for cap in ("Shader", "VulkanMemoryModel") + (() if descriptors else ("PhysicalStorageBufferAddresses",)):
         ctx.need(cap)
     fn = module.kernel
     ptypes = [p.type for p in fn.params]
-    layout = abi_mod.layout(module.param_names, ptypes, abi)
+    layout = abi_mod.layout(module.param_names, ptypes, abi, checked)
     layout["spec_constants"] = abi_mod.spec_constants(module)
 
     if descriptors:
@@ -440,12 +452,18 @@ def lower(module: Module, decode_vector: bool = True, *, debug_info: bool = True
         members = [(p, ctx.type_id(p.type)) for p in fn.params]
         entries = layout["args"]
     # the argument block: a push-constant struct, or a pointer to it in an argument buffer
-    block = b.type("OpTypeStruct", *(m for _, m in members), unique=True) if members else None
+    # checked: the fault record's address, then the buffers' element counts
+    extra_members = ([guards.record_type()] + [ctx.type_id(u32)] * len(layout["checked"]["counts"])
+                     if checked else [])
+    block = (b.type("OpTypeStruct", *(m for _, m in members), *extra_members, unique=True)
+             if members or extra_members else None)
     if block is not None:
         b.decorate(block, "Block")
         for i, a in enumerate(entries):
             b.member_decorate(block, i, "Offset", a["offset"])
             b.member_name(block, i, a["name"])
+        if checked:
+            guards.declare_members(block, len(layout["args"]), layout["checked"])
         b.name(block, "Args")
         if layout["mode"] == "arg_buffer":
             holder = b.type("OpTypeStruct", b.type("OpTypePointer", "PhysicalStorageBuffer", block),
@@ -474,9 +492,12 @@ def lower(module: Module, decode_vector: bool = True, *, debug_info: bool = True
                 if storage == "PhysicalStorageBuffer" else []
             ctx.set(p, b.emit("OpLoad", mid, slot, *extra))
             b.name(ctx.id(p), entries[i]["name"])
+        if checked:
+            guards.load_members(base, storage, len(fn.params), extra_members)
     if ctx.lower_region(fn.body, []) is not None:
         b.emit("OpReturn")
     b.end_function()
+    ctx.checks = None      # called functions (decode callbacks): unguarded, the counts live in main
     for f in module.functions:
         if f in ctx.stripped_functions and f not in ctx._functions:
             continue
@@ -513,4 +534,6 @@ def lower(module: Module, decode_vector: bool = True, *, debug_info: bool = True
         notes.append(f"stripped the DecodeVectorFunc operands ({len(ctx.stripped_functions)} "
                      "decode_vector function(s)) of SPV_NV_cooperative_matrix_decode_vector: the "
                      "target lacks the extension; those tensor loads use their DecodeFunc only")
+    if checked:
+        layout["checked"]["ops"] = guards.ops
     return Lowered(b.assemble(), layout, sorted(ctx.caps), b.extensions, reqs, notes)

@@ -212,8 +212,9 @@ class EmuCtx:
 
     # ---------------------------------------------------------------- checks
 
-    def check_ub(self, bad: np.ndarray, op: Op, message: str, rule_id: str | None = None) -> None:
-        """Report undefined behaviour if any *active* invocation has `bad` set."""
+    def check_ub(self, bad: np.ndarray, op: Op, message, rule_id: str | None = None) -> None:
+        """Report undefined behaviour if any *active* invocation has `bad` set. `message` is
+        a string, or a function of the first such (workgroup, invocation) giving it."""
         bad = np.asarray(bad)
         if not bad.any():
             return
@@ -222,6 +223,8 @@ class EmuCtx:
             b = b & self.mask.reshape(self.mask.shape + (1,) * (b.ndim - 2))
         if b.any():
             w, i = np.argwhere(b)[0][:2]
+            if callable(message):
+                message = message(w, i)
             raise EmulatorError(f"undefined behaviour in workgroup {self._wg_name(w)}, "
                                 f"invocation {i}: {message}", op.loc,
                                 rule="reported by the pycoop emulator",

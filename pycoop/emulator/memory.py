@@ -15,9 +15,15 @@ from ..types import CoopMatType, ScalarType, StructType, VectorType
 from .lazy import LazyBlocks, store_blocks
 
 
+def block_span(t: CoopMatType, layout: str) -> tuple[int, int]:
+    """(lines, elements per line) of a block in memory: rows then columns when row major."""
+    return (t.rows, t.cols) if layout == "RowMajorKHR" else (t.cols, t.rows)
+
+
 def block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray:
-    """Index of the last element of a block relative to its first (elements, per instance)."""
-    major, minor = (t.rows, t.cols) if layout == "RowMajorKHR" else (t.cols, t.rows)
+    """Index of the last element of a block relative to its first (elements, per instance).
+    Checked Vulkan launches guard blocks with the same span (codegen/checked.py)."""
+    major, minor = block_span(t, layout)
     return (major - 1) * stride.astype(np.int64) + (minor - 1)
 
 
@@ -89,6 +95,11 @@ def check_write_race(op, index: np.ndarray, values: np.ndarray, what: str) -> No
             rule_id="emulator.store-overlap")
 
 
+def _at(values: np.ndarray, shape: tuple, w: int, i: int) -> int:
+    """The value of invocation `i` of workgroup `w` in per-invocation `values` (broadcast)."""
+    return int(np.ravel(np.broadcast_to(values, np.broadcast_shapes(values.shape, shape))[w, i])[0])
+
+
 class Memory:
     """A kernel buffer: a flat view of the user's array."""
 
@@ -121,7 +132,9 @@ class Memory:
 
     def _oob(self, ctx, op, idx: np.ndarray, what: str):
         bad = (idx < 0) | (idx >= self.length)
-        ctx.check_ub(bad, op, f"{what} out of bounds of {self._describe()}")
+        if bad.any():       # worded as checked Vulkan launches word it (runtime/vulkan/faults.py)
+            ctx.check_ub(bad, op, lambda w, i: f"{what} out of bounds of {self._describe()}: index "
+                                               f"{_at(idx, ctx.dispatch.shape, w, i)}")
 
     def _describe(self) -> str:
         return f"buffer '{self.name}' ({self.length} {self.unit})"

@@ -277,14 +277,18 @@ class Kernel:
     # ---------------------------------------------------------------- compile
     @entry_point
     def compile(self, *, subgroup_size: int | None = None, debug_info: bool = True,
-                abi: str = "device_address", **consts) -> "CompiledKernel":
+                abi: str = "device_address", checked: bool = False, **consts) -> "CompiledKernel":
         """Trace and specialise for the given Const parameters (and Spec parameters: the
         default value of their OpSpecConstant); the result exposes `.ir`, `.spv`, `.spvasm`,
         `.abi` and `.save()`. `debug_info=False` leaves OpSource/OpLine out of the module;
-        `abi="descriptors"` binds buffers as descriptors (docs/abi.md). Cached per
+        `abi="descriptors"` binds buffers as descriptors (docs/abi.md); `checked=True`: its
+        SPIR-V is the bounds-checked variant (extra ABI fields, see docs/abi.md). Cached per
         specialisation."""
         from ..codegen.abi import check_abi
         check_abi(abi)
+        if checked and abi != "device_address":
+            raise ArgumentError(f"{self.name}: checked modules use the device-address ABI "
+                                "(their fault record is reached by address)")
         explicit = subgroup_size or self.subgroup_size
         sgs = explicit or knobs.subgroup_size()
         values = {}
@@ -321,8 +325,8 @@ class Kernel:
             except CompileError as e:
                 raise CompileError(e.message, _def_loc(self.fn), rule=e.rule, hint=e.hint,
                                    rule_id=e.rule_id) from None
-        # the same module lowered with other options (debug info, ABI)
-        return ck if (debug_info, abi) == (True, "device_address") else ck.variant(debug_info, abi)
+        # the same module lowered with other options (debug info, ABI, bounds checks)
+        return ck.variant(debug_info, abi, bool(checked))
 
     def _trace(self, consts: dict, sgs: int, explicit: bool = True) -> Module:
         try:
@@ -485,7 +489,7 @@ class _Launcher:
 
     @entry_point
     def __call__(self, *args, backend: str | None = None, subgroup_size: int | None = None,
-                 repeat: int = 1, **kwargs):
+                 repeat: int = 1, checked: bool | None = None, **kwargs):
         k = self.k
         if not kwargs and subgroup_size is None and len(args) == len(k.params) and k._no_consts:
             # the common case, without inspect's binding: positional, no compile-time values
@@ -493,7 +497,7 @@ class _Launcher:
             if ck is not None:
                 return ck._launch(self.grid, args, backend,
                                   1 if repeat == 1 and type(repeat) is int else check_repeat(repeat),
-                                  _launch_site())
+                                  _launch_site(), checked=checked)
         try:
             bound = k.call_signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -504,7 +508,7 @@ class _Launcher:
         spec = {p.name: bound.arguments[p.name] for p in k.params if p.is_spec}
         ck = k.compile(subgroup_size=subgroup_size, **consts)
         return ck._launch(self.grid, [bound.arguments[p.name] for p in k.params if p.is_runtime],
-                          backend, check_repeat(repeat), _launch_site(), spec)
+                          backend, check_repeat(repeat), _launch_site(), spec=spec, checked=checked)
 
 
 def _launch_site() -> str:
@@ -622,14 +626,16 @@ class CompiledKernel:
     """A traced, specialised kernel and its artifacts."""
 
     def __init__(self, k: Kernel, module: Module, values: dict, debug_info: bool = True,
-                 abi: str = "device_address"):
+                 abi: str = "device_address", checked: bool = False):
         self.kernel = k
         self.module = module
         spec = {p.name for p in k.params if p.is_spec}
         self.consts = {n: v for n, v in values.items() if n not in spec}
         self.spec = {n: v for n, v in values.items() if n in spec}   # OpSpecConstant defaults
         self.debug_info, self.abi_kind = debug_info, abi
-        self._variants: dict = {}
+        self.checked = checked          # its SPIR-V guards every buffer access (codegen.checked)
+        # the kernels of one module lowered with other options, shared by all of them
+        self._variants: dict = {(debug_info, abi, checked): self}
         self._lowered = None
         self._vulkan_checked = None     # set once the Vulkan device is known to run it
         self._binders: dict = {}        # the Vulkan ABI's argument packer per Spec values
@@ -644,12 +650,16 @@ class CompiledKernel:
     def name(self) -> str:
         return self.kernel.name
 
-    def variant(self, debug_info: bool, abi: str) -> "CompiledKernel":
-        """This module lowered with other options (same trace)."""
-        ck = self._variants.get((debug_info, abi))
+    def variant(self, debug_info: bool, abi: str, checked: bool = False) -> "CompiledKernel":
+        """This module lowered with other options (same trace): debug info, ABI, bounds
+        checks. Each variant has its own SPIR-V, ABI, binder and launch memo."""
+        key = (debug_info, abi, checked)
+        ck = self._variants.get(key)
         if ck is None:
-            ck = self._variants[(debug_info, abi)] = CompiledKernel(
-                self.kernel, self.module, {**self.consts, **self.spec}, debug_info, abi)
+            ck = CompiledKernel(self.kernel, self.module, {**self.consts, **self.spec},
+                                debug_info, abi, checked)
+            ck._variants = self._variants
+            self._variants[key] = ck
         return ck
 
     @functools.cached_property
@@ -681,16 +691,18 @@ class CompiledKernel:
             from ..cache import lower_cached
             if self.decode_vector == "stripped":
                 self._lowered = lower_cached(self.module, decode_vector=False,
-                                             debug_info=self.debug_info, abi=self.abi_kind)
+                                             debug_info=self.debug_info, abi=self.abi_kind,
+                                             checked=self.checked)
                 self._lower_full()        # the full module is still checked (pycoop's verifier)
             else:
                 self._lowered = lower_cached(self.module, debug_info=self.debug_info,
-                                             abi=self.abi_kind)
+                                             abi=self.abi_kind, checked=self.checked)
         return self._lowered
 
     def _lower_full(self):
         from ..cache import lower_cached
-        return lower_cached(self.module, debug_info=self.debug_info, abi=self.abi_kind)
+        return lower_cached(self.module, debug_info=self.debug_info, abi=self.abi_kind,
+                            checked=self.checked)
 
     @property
     @entry_point
@@ -790,7 +802,8 @@ class CompiledKernel:
 
     @entry_point
     def launch(self, grid, args: list, *, backend: str | None = None, repeat: int = 1,
-               site: str | None = None, spec: dict | None = None) -> LaunchResult:
+               site: str | None = None, spec: dict | None = None,
+               checked: bool | None = None) -> LaunchResult:
         """Run the kernel over `grid`. `repeat` runs it that many times back to back on the
         same buffers (each run sees the previous one's writes): on a GPU one upload, one
         readback and no idle gaps, so timings are taken at full clock. `spec`: values of Spec
@@ -798,16 +811,26 @@ class CompiledKernel:
 
         On pycoop.Arrays the kernel runs on their backend; on Vulkan the launch is queued and
         returns at once (see docs/arrays.md). With NumPy (or torch CPU) arguments it is
-        synchronous: results are in the caller's arrays on return."""
-        return self._launch(_grid(grid), args, backend, check_repeat(repeat), site, spec)
+        synchronous: results are in the caller's arrays on return.
+
+        `checked` (default: $PYCOOP_CHECKED, on): on Vulkan, run the bounds-checked variant,
+        which raises pycoop.KernelFault for an out-of-bounds access (docs/gpu.md)."""
+        return self._launch(_grid(grid), args, backend, check_repeat(repeat), site, spec=spec,
+                            checked=checked)
 
     def _launch(self, grid: tuple[int, int, int], args: list, backend: str | None, repeat: int,
-                site: str | None, spec: dict | None = None) -> LaunchResult:
+                site: str | None, *, spec: dict | None = None,
+                checked: bool | None = None) -> LaunchResult:
         """`launch` with `grid` and `repeat` already checked (the launcher's hot path)."""
         if self.abi_kind != "device_address":
             raise ArgumentError(f"{self.name} was compiled with abi={self.abi_kind!r}, which "
                                 "pycoop exports for other applications; pycoop launches the "
                                 "device-address ABI (compile without abi=)")
+        if checked is None:
+            checked = knobs.checked()
+        if checked is not self.checked:
+            return self.variant(self.debug_info, self.abi_kind, bool(checked))._launch(
+                grid, args, backend, repeat, site, spec=spec, checked=bool(checked))
         spec = self._spec_values(spec) if spec or self.spec else {}
         memo = self._memo
         if memo is not None and spec == self._memo_spec and memo.matches(grid, args, backend, repeat):
@@ -879,7 +902,8 @@ class CompiledKernel:
                                              "uses pycoop.intel ops): Vulkan cannot run it; use "
                                              "the emulator or load its .spv with an OpenCL runtime")
                 return "emulator"
-            return choose(backend, self)
+            # the unchecked lowering has the same requirements
+            return choose(backend, self.variant(self.debug_info, self.abi_kind, False))
         kinds = sorted({a._storage.backend for a in device_arrays})
         if len(kinds) > 1:
             raise ArgumentError(f"{self.name}: its array arguments live on different backends "
@@ -895,7 +919,7 @@ class CompiledKernel:
             if self.target == "opencl":
                 why = "it is an OpenCL-environment kernel (pycoop.intel ops)"
             elif self._vulkan_checked is None:
-                missing = vulkan_missing(self)
+                missing = vulkan_missing(self.variant(self.debug_info, self.abi_kind, False))
                 if missing:
                     why = f"the Vulkan device lacks {', '.join(missing)}"
                 else:

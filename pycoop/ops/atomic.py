@@ -24,6 +24,7 @@ from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit1
 from ..ir.core import Value
 from ..types import BufferType, ScalarType, SharedArrayType, u32
+from ..codegen.checked import element
 from .core import as_value, check_readable
 from .registry import define, emulation, lowering
 
@@ -88,7 +89,7 @@ def _infer_atomic(operands, attrs, regions, loc):
     return [t]
 
 
-define("atomic", _infer_atomic, writes=0, atomic=True,
+define("atomic", _infer_atomic, writes=0, atomic=True, bounds=element("atomic operation"),
        doc="An atomic read-modify-write of one element (OpAtomicIAdd, ISub, S/UMin, S/UMax, And, "
            "Or, Xor, Exchange, CompareExchange, FAddEXT, FMinEXT, FMaxEXT); the old value.")
 

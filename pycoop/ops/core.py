@@ -18,6 +18,7 @@ from ..ir.builder import current_loc, emit, emit1, tracer
 from ..ir.core import Value
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, Type, VectorType,
                      SCALARS, bool_, f32, f64, i32, u32, memory_element, scalar_of_dtype)
+from ..codegen.checked import element
 from .registry import define, emulation, lowering
 from .spec import check_not_spec
 
@@ -1091,7 +1092,7 @@ def _check_indexable(mem: Value, idx: Value, loc: Loc):
                                 "(pycoop.ptr)", rule_id="core.struct-buffer-element")
 
 
-define("load", _infer_load, doc="buf[i] / shared[i]: load one element.")
+define("load", _infer_load, bounds=element("load"), doc="buf[i] / shared[i]: load one element.")
 
 
 def check_readable(mem: Value, loc: Loc):
@@ -1117,7 +1118,8 @@ def _infer_store(operands, attrs, regions, loc):
     return []
 
 
-define("store", _infer_store, writes=0, doc="buf[i] = v / shared[i] = v: store one element.")
+define("store", _infer_store, writes=0, bounds=element("store"),
+       doc="buf[i] = v / shared[i] = v: store one element.")
 
 
 @emulation("load")

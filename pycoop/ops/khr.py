@@ -9,6 +9,7 @@ import numbers
 
 import numpy as np
 
+from ..codegen.checked import matrix_block
 from ..emulator.lazy import LazyBlocks, block_copy
 from ..emulator.memory import block_extent
 from ..errors import CompileError, Loc
@@ -287,11 +288,20 @@ def _infer_store(operands, attrs, regions, loc):
 
 
 define("khr.load", _infer_load, capabilities=KHR_CAPS,
+       bounds=lambda op: _reach(op, "cooperative matrix load", op.result.type, 2),
        doc="OpCooperativeMatrixLoadKHR: element (r, c) from offset + r*stride + c (row major) "
            "or offset + c*stride + r (column major), in units of the array's element type.")
 define("khr.store", _infer_store, capabilities=KHR_CAPS, writes=0, lazy_blocks=True,
+       bounds=lambda op: _reach(op, "cooperative matrix store", op.operands[2].type, 3),
        batch=lambda ctx, ops, i: _store_batch(ctx, ops, i),      # defined with the emulation
        doc="OpCooperativeMatrixStoreKHR: the inverse of khr.load.")
+
+
+def _reach(op, what: str, t: CoopMatType, stride: int):
+    """The block a matrix load/store touches, guarded once per access in checked launches."""
+    mem = op.operands[0]
+    return matrix_block(what, t, op.attrs["layout"], mem, op.operands[1], op.operands[stride],
+                        mem.type.elem.size // t.component.size)
 
 
 def _layout(layout: str, loc: Loc) -> str:

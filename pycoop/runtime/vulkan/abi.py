@@ -85,6 +85,9 @@ _STRUCT_CODES = {"int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32"
                  "float64": "d"}
 
 
+_COUNT = struct.Struct("<I")
+
+
 class Binder:
     """`bind` for one ABI, with the ABI checked and each parameter's packing worked out once
     (launches of a kernel reuse it: binding is on the hot path of every launch)."""
@@ -93,6 +96,11 @@ class Binder:
         check_abi(abi)
         self.abi, self.size = abi, abi["size"]
         self.names = [p["name"] for p in abi["args"]]
+        # checked kernels: where each buffer's element count goes (abi "checked", see
+        # docs/abi.md), and where the fault record's address goes
+        self.checked = abi.get("checked")
+        counts = {c["name"]: (c["offset"], c["elem_size"]) for c in self.checked["counts"]} \
+            if self.checked else {}
         self.params = []
         for param in abi["args"]:
             name, kind, offset = param["name"], param["kind"], param["offset"]
@@ -105,7 +113,7 @@ class Binder:
                 access = param.get("access", "readwrite")
                 if access not in ACCESS:
                     raise ArgumentError(f"parameter {name}: access {access!r} not in {ACCESS}")
-                self.params.append((name, True, offset, dtype, access, None, None))
+                self.params.append((name, True, offset, dtype, access, counts.get(name), None))
             elif kind == "scalar":
                 code = _STRUCT_CODES.get(dtype.name)
                 packer = struct.Struct("<" + code) if code else None
@@ -144,6 +152,9 @@ class Binder:
                 binding.address_offsets.append(offset)
                 binding.upload |= access != "write"
                 binding.readback |= access != "read"
+                if packer is not None:      # checked: the element count, saturated to u32
+                    count_offset, elem_size = packer
+                    _COUNT.pack_into(block, count_offset, min(array.nbytes // elem_size, 0xFFFFFFFF))
                 continue
             # scalars: the common cases packed directly, everything else checked in full
             if packer is not None:

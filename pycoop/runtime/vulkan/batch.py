@@ -129,6 +129,8 @@ class Submission:
         self.after: list[Callable[[], None]] = []     # host work once the GPU is done
         self.releases: list[Any] = []                 # allocations to give back to the pool
         self.bound_pipeline = None
+        self.fault_slab = None                        # fault records of checked launches
+        self.fault_slots = 0                          # records of the slab handed out
         self.hazards.clear()
 
     def reserve_queries(self, count: int) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import check_repeat
-from . import hostcopy
+from . import faults, hostcopy
 from .abi import Binder, BoundArguments, DeviceView
 from .batch import ALL_READ_WRITE, BOTTOM, TOP, PendingTimes, Submission
 from .capabilities import Capabilities
@@ -59,6 +59,7 @@ class Prepared:
     repeat: int
     push: bytes | None
     accesses: list
+    checked: dict | None = None      # the ABI's "checked" entry: a bounds-checked kernel
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class _Context:
         self.grids_ok: set[tuple[int, int, int]] = set()     # within the device's limits
         self.eager = True           # the last finished launch was long: submit at once
         self.array_count = 0        # allocations held by device arrays
+        self.faults: list = []      # KernelFaults of retired checked launches, not yet raised
         self.array_bytes = 0
 
     def submission(self) -> Submission:
@@ -275,7 +277,7 @@ class VulkanRuntime:
                 self._abandon()
                 raise
         return Prepared(ctx, pipeline, grid, abi["mode"], bound, repeat,
-                        bytes(bound.block) if device_only else None, accesses)
+                        bytes(bound.block) if device_only else None, accesses, abi.get("checked"))
 
     def record(self, prepared: Prepared, label: str = "kernel",
                timeout_s: float | None = None) -> PendingTimes:
@@ -287,14 +289,30 @@ class VulkanRuntime:
                                     "lost or closed")
             pending = PendingTimes(label)
             host = prepared.push is None
+            checked = prepared.checked
             try:
+                push = prepared.push
+                if checked is not None:     # a fresh fault record per launch
+                    sub = self._open(ctx, 2 * prepared.repeat)      # the launch's submission
+                    record, mapped = self._fault_record(ctx, sub)
+                    at, address = checked["fault_offset"], record.to_bytes(8, "little")
+                    if host:
+                        prepared.bound.block[at:at + 8] = address
+                    else:
+                        push = push[:at] + address + push[at + 8:]
                 if host:
                     self._record_launch(ctx, prepared.pipeline, prepared.grid, prepared.mode,
-                                        prepared.bound, prepared.repeat, pending)
+                                        prepared.bound, prepared.repeat, pending,
+                                        None if checked is None else label)
                 else:
                     self._record_dispatch(ctx, self._open(ctx, 2 * prepared.repeat),
-                                          prepared.pipeline, prepared.grid, prepared.push,
+                                          prepared.pipeline, prepared.grid, push,
                                           prepared.accesses, prepared.repeat, pending)
+                if checked is not None:
+                    assert ctx.recording is sub
+                    sub.after.append(lambda: self._fault(ctx, pending, faults.read_fault(
+                        np.frombuffer(ffi.buffer(mapped, faults.FAULT_BYTES), np.uint32),
+                        checked["ops"], prepared.grid, label)))
             except (DeviceLost, VulkanTimeout):
                 self._abandon()
                 raise
@@ -306,6 +324,28 @@ class VulkanRuntime:
         if host:
             self.synchronize(timeout_s)
         return pending
+
+    @staticmethod
+    def _fault_record(ctx: _Context, sub: Submission) -> tuple[int, Any]:
+        """Device address and mapping of a zeroed fault record for a checked launch recorded
+        into `sub`: the next of the submission's slab (one pooled allocation for its launches)."""
+        if sub.fault_slab is None or sub.fault_slots == faults.SLAB_RECORDS:
+            sub.fault_slab = ctx.memory.acquire("unified" if ctx.direct else "host",
+                                                faults.SLAB_RECORDS * faults.FAULT_BYTES)
+            sub.fault_slots = 0
+            sub.releases.append(sub.fault_slab)
+        at = sub.fault_slots * faults.FAULT_BYTES
+        sub.fault_slots += 1
+        ffi.memmove(sub.fault_slab.mapped + at, bytes(faults.FAULT_BYTES), faults.FAULT_BYTES)
+        return sub.fault_slab.address + at, sub.fault_slab.mapped + at
+
+    @staticmethod
+    def _fault(ctx: _Context, pending: PendingTimes, fault) -> None:
+        """Note a checked launch's fault (raised by the next synchronize)."""
+        if fault is not None:
+            if pending.error is None:
+                pending.error = fault
+            ctx.faults.append(fault)
 
     def _should_submit(self, ctx: _Context) -> bool:
         """Keep the GPU busy without a submission per launch: submit when the batch is large,
@@ -361,12 +401,14 @@ class VulkanRuntime:
 
     def _record_launch(self, ctx: _Context, pipeline: Any, grid: tuple[int, int, int],
                        mode: str, bound: BoundArguments, repeat: int,
-                       pending: PendingTimes) -> None:
+                       pending: PendingTimes, checked: str | None = None) -> None:
         """Record a launch with NumPy arguments: uploads, the dispatches, readbacks (copied
-        into the arrays when the submission completes)."""
+        into the arrays when the submission completes). `checked` (the launch's label): each
+        buffer gets a red zone, verified after the launch."""
         memory = ctx.memory
         sub = self._open(ctx, 2 * repeat)
-        accesses, readbacks = [], []
+        accesses, readbacks, zones = [], [], []
+        pad = faults.RED_ZONE_BYTES + 4 if checked else 0
         for b in bound.buffers:
             view = b.array
             if type(view) is DeviceView:
@@ -379,12 +421,12 @@ class VulkanRuntime:
             # Every NumPy buffer is uploaded, even write-only ones: what the kernel does not
             # write must come back as the caller's own values, never as other memory.
             if ctx.direct:
-                target = memory.acquire("unified", nbytes)
+                target = memory.acquire("unified", nbytes + pad)
                 sub.releases.append(target)
                 if nbytes:
                     hostcopy.to_mapped(target.mapped, array)
             else:
-                target = memory.acquire("device", nbytes)
+                target = memory.acquire("device", nbytes + pad)
                 sub.releases.append(target)
                 if nbytes:
                     staging = memory.acquire("host", nbytes)
@@ -396,6 +438,9 @@ class VulkanRuntime:
                 accesses.append((id(target), 0, nbytes, b.readback))
                 if b.readback:
                     readbacks.append((array, target))
+            if checked:
+                zones.append((b.names[0], nbytes, target))
+                self._fill_red_zone(ctx, sub, target, nbytes)
         if mode == "arg_buffer":
             arg_buffer = memory.acquire("unified" if ctx.direct else "host", len(bound.block))
             sub.releases.append(arg_buffer)
@@ -406,6 +451,22 @@ class VulkanRuntime:
         self._record_dispatch(ctx, sub, pipeline, grid, push, accesses, repeat, pending)
         for array, target in readbacks:
             self._read_into(ctx, sub, target, 0, array)
+        for name, nbytes, target in zones:
+            zone = np.empty(faults.RED_ZONE_BYTES // 4, np.uint32)
+            self._read_into(ctx, sub, target, faults.red_zone_offset(nbytes), zone)
+            sub.after.append(lambda zone=zone, name=name, nbytes=nbytes: self._fault(
+                ctx, pending, faults.check_red_zone(zone, name, nbytes, checked)))
+
+    def _fill_red_zone(self, ctx: _Context, sub: Submission, target: Allocation,
+                       nbytes: int) -> None:
+        """Write the guard pattern after a staged buffer's `nbytes` bytes."""
+        at = faults.red_zone_offset(nbytes)
+        if target.mapped is not None and ctx.direct:
+            ffi.memmove(target.mapped + at, np.full(faults.RED_ZONE_BYTES // 4, faults.RED_ZONE_WORD,
+                                                    np.uint32).tobytes(), faults.RED_ZONE_BYTES)
+            return
+        self._touch(ctx, sub, ((id(target), at, at + faults.RED_ZONE_BYTES, True),))
+        lib.vkCmdFillBuffer(sub.cmd, target.buffer, at, faults.RED_ZONE_BYTES, faults.RED_ZONE_WORD)
 
     def _record_dispatch(self, ctx: _Context, sub: Submission, pipeline: Any,
                          grid: tuple[int, int, int], push: bytes, accesses: list, repeat: int,
@@ -556,6 +617,10 @@ class VulkanRuntime:
             self._flush(ctx)
             while ctx.in_flight:
                 self._retire(ctx, ctx.in_flight[0], timeout)
+            if ctx.faults:          # checked launches that faulted: the first one is raised
+                fault = ctx.faults[0]
+                ctx.faults.clear()
+                raise fault
 
     def _retire(self, ctx: _Context, sub: Submission, timeout_s: float) -> None:
         """Wait for the oldest submission, hand out its timestamps, run its host copies and
