@@ -1,0 +1,1 @@
+"""Differential testing of pycoop: random kernels run on the emulator and on Vulkan."""
