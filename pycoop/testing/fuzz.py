@@ -76,10 +76,11 @@ def signed_zero(features: Features) -> bool:
 
 def fuzz(count: int, seed: int = 0, features: Features | None = None, backend: str = "vulkan",
          shrink_failures: bool = True, max_shrunk: int = 8, time_limit_s: float | None = None,
-         progress=None, worker: Worker | None = None) -> Report:
+         progress=None, worker: Worker | None = None, shrink_time_s: float = 180.0) -> Report:
     """Run `count` kernels (seeds seed .. seed+count-1); stop early after `time_limit_s`.
     `progress(i, outcome)` is called after each kernel. At most `max_shrunk` distinct failures
-    are reduced (each reduction runs the kernel a few hundred times)."""
+    are reduced, each for at most `shrink_time_s` (a reduction runs the kernel a few hundred
+    times)."""
     features = features or Features()
     if backend not in ("vulkan", "emulator"):
         raise ValueError(f"backend must be 'vulkan' or 'emulator', not {backend!r}")
@@ -116,7 +117,7 @@ def fuzz(count: int, seed: int = 0, features: Features | None = None, backend: s
             for sig in list(groups)[:max_shrunk]:
                 def same(p: Program, sig=sig) -> bool:
                     return worker.run(p.render(), backend, sz).signature == sig
-                small, trials = shrink(programs[sig], same)
+                small, trials = shrink(programs[sig], same, time_limit_s=shrink_time_s)
                 groups[sig].shrunk, groups[sig].shrink_trials = small.render(), trials
     finally:
         if own:
@@ -149,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the report as JSON here")
     ap.add_argument("--no-shrink", action="store_true", help="do not reduce failures")
     ap.add_argument("--time-limit", type=float, help="stop starting kernels after this many seconds")
+    ap.add_argument("--shrink-time", type=float, default=180.0,
+                    help="seconds spent reducing each distinct failure (default 180)")
     ap.add_argument("--replay", metavar="FILE", help="run one printed kernel and print its outcome")
     ap.add_argument("--print", dest="show", type=int, metavar="SEED",
                     help="print the kernel of SEED and exit")
@@ -173,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {s}: {o.cls}" + (f" [{o.signature}]" if o.failed else ""), flush=True)
 
     report = fuzz(a.count, a.seed, features, backend, not a.no_shrink, time_limit_s=a.time_limit,
-                  progress=progress)
+                  progress=progress, shrink_time_s=a.shrink_time)
     print(report.summary())
     if a.out:
         with open(a.out, "w") as f:
