@@ -11,8 +11,15 @@ free of undefined behaviour:
   with `lo`/`hi` representable in both types; float `min`/`max` see no NaN operand (the
   result of GLSL.std.450 FMin/FMax with a NaN operand is unspecified); no float division or
   transcendental function (their precision differs between implementations);
-- in the "fast" float mode a float product never feeds an addition or subtraction, so no
-  driver can contract the two into a fused multiply-add;
+- in the "fast" float mode (no NoContraction, so a driver may fuse `a*b + c` and, as Mesa
+  does for every float op not marked exact, rewrite `-x + (y + x)` to `y`), float arithmetic
+  stays where such rewrites cannot change a bit: float inputs are small integers, literals
+  are multiples of 1/8, integers become floats only through `% 64`, and the generator tracks a
+  bound on each float value's magnitude. A value is *exact* while that bound times 8 is
+  within the type's exact-integer range (2048 for f16); `+ - *` only take exact operands, so
+  every rounded result (a product, an over-large sum) is rounded once and never re-enters
+  arithmetic: it is only compared, converted, selected or stored. Exact mode
+  (`fp="exact"`) lifts all of this;
 - every index is `gid` or reduced modulo the buffer's length; loops run at most a few
   iterations and `while` counters are incremented first in the body;
 - a shared array is written at `[lid]` by every invocation at the kernel's top level, read at
@@ -35,7 +42,17 @@ INTS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
 FLOATS = ("f16", "f32", "f64")
 SCALARS = INTS + FLOATS
 WORKGROUP_SIZES = (8, 16, 32, 64)
-_FLOAT_LITERALS = (0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 0.25, 10.0, -0.125, 100.0, 0.1, 1.5)
+_FLOAT_LITERALS = (0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 0.25, 10.0, -0.125, 1.5)
+_EXACT_FLOAT_LITERALS = _FLOAT_LITERALS + (100.0, 0.1, 1e-3, 65504.0, -1e4)
+INF = float("inf")
+FAST_INPUT_RANGE = 16        # fast mode: float inputs are integers in [-16, 16]
+HELPER_PARAM_MAG = 64.0
+_EXACT_INT = {"f16": 2048, "f32": 2 ** 24, "f64": 2 ** 53}
+
+
+def exact_ok(t: str, mag: float) -> bool:
+    """Whether every multiple of 1/8 of magnitude <= mag is exactly representable in `t`."""
+    return mag * 8 <= _EXACT_INT[t]
 
 
 def stype(name: str):
@@ -77,8 +94,9 @@ class Var:
     type: str            # scalar type name, or "pyint" for an unrolled loop's index
     uniform: bool        # the same value in every invocation of a workgroup
     nanfree: bool = True  # a float that cannot be NaN
-    fmul: bool = False   # may hold a float product (fast mode: never an operand of + or -)
+    mag: float = 0.0     # bound on |value| of an exact float, inf once it may be rounded
     mutable: bool = True
+    loops: int = 0       # loops enclosing its definition
 
 
 @dataclass
@@ -92,7 +110,7 @@ class _Loop:
 class _Props:
     uniform: bool = True
     nanfree: bool = True
-    fmul: bool = False
+    mag: float = 0.0     # see Var.mag (0 for integers)
 
 
 @dataclass
@@ -125,6 +143,9 @@ class ScalarGenerator:
         self.outputs: list[tuple[str, str]] = []     # (name, type) of Buffers
         self.shared: tuple[str, str] | None = None   # (name, type)
         self.phase = "none"        # shared array: "none", "own" (written, not synced), "all"
+        self.shared_mag = 0.0      # bound on every value written to it (see Var.mag)
+        self.shared_nanfree = True
+        self.fast = features.fp == "fast"
         self.exited = False        # some invocation may have returned (no more barriers)
         self.wg = 0
         self.length = 0
@@ -152,26 +173,33 @@ class ScalarGenerator:
             v = self.r.randint(lo, hi)
         return literal(t, v)
 
-    def float_literal(self, t: str) -> Expr:
-        return literal(t, self.r.choice(_FLOAT_LITERALS))
+    def float_literal(self, t: str) -> tuple[Expr, _Props]:
+        v = self.r.choice(_FLOAT_LITERALS if self.fast else _EXACT_FLOAT_LITERALS)
+        return literal(t, v), _Props(mag=abs(v))
 
-    def any_literal(self, t: str) -> Expr:
-        return self.float_literal(t) if is_float(t) else self.int_literal(t)
+    def any_literal(self, t: str) -> tuple[Expr, _Props]:
+        return self.float_literal(t) if is_float(t) else (self.int_literal(t), _Props())
 
     # ------------------------------------------------------------------ expressions
-    def expr(self, s: _State, t: str, depth: int, *, nofmul: bool = False,
+    def expr(self, s: _State, t: str, depth: int, *, exact: bool = False,
              uniform: bool = False) -> tuple[Expr, _Props]:
-        """A random expression of type `t`. `nofmul`: not a float product (operand of + -);
-        `uniform`: only workgroup-uniform values."""
+        """A random expression of type `t` and what is known of its value. `exact`: an
+        operand of float arithmetic in fast mode (see the module docstring); `uniform`: only
+        workgroup-uniform values."""
         if t == "bool":
             return self.cond(s, depth, uniform=uniform)
+        exact = exact and self.fast and is_float(t)
         if depth <= 0 or self.chance(0.25):
-            return self.leaf(s, t, nofmul=nofmul, uniform=uniform)
-        choices = self._expr_choices(t, nofmul)
-        kind = self.r.choices([c for c, _ in choices], [w for _, w in choices])[0]
-        return getattr(self, "_e_" + kind)(s, t, depth - 1, nofmul, uniform)
+            e, p = self.leaf(s, t, exact=exact, uniform=uniform)
+        else:
+            choices = self._expr_choices(t, exact)
+            kind = self.r.choices([c for c, _ in choices], [w for _, w in choices])[0]
+            e, p = getattr(self, "_e_" + kind)(s, t, depth - 1, exact, uniform)
+        if exact and not exact_ok(t, p.mag):
+            return self.float_literal(t)
+        return e, p
 
-    def _expr_choices(self, t: str, nofmul: bool):
+    def _expr_choices(self, t: str, exact: bool):
         if is_float(t):
             c = [("arith", 6), ("minmax", 2), ("unary", 2), ("select", 2), ("ifexp", 1), ("cast", 3)]
             if t != "f64" or self.f.has("f64_math"):
@@ -179,13 +207,16 @@ class ScalarGenerator:
         else:
             c = [("arith", 6), ("bitop", 3), ("div", 3), ("shift", 3), ("unary", 2), ("minmax", 2),
                  ("select", 2), ("ifexp", 1), ("cast", 3)]
-        if self.helpers:
+        if self.helpers and not exact:       # helper results count as rounded
             c.append(("call", 2))
         return c
 
-    def leaf(self, s: _State, t: str, *, nofmul: bool = False, uniform: bool = False):
+    def _var_props(self, v: Var) -> _Props:
+        return _Props(v.uniform, v.nanfree, v.mag)
+
+    def leaf(self, s: _State, t: str, *, exact: bool = False, uniform: bool = False):
         cands = [v for v in self.visible(s) if (v.type == t or v.type == "pyint")
-                 and (not uniform or v.uniform) and not (nofmul and v.fmul)]
+                 and (not uniform or v.uniform) and not (exact and not exact_ok(t, v.mag))]
         pick = self.r.random()
         if not uniform and s.helper is None and pick < 0.12:
             e = self._memory_read(s, t)
@@ -194,14 +225,14 @@ class ScalarGenerator:
         if cands and pick < 0.8:
             v = self.r.choice(cands)
             if v.type == "pyint":
-                return Expr(f"{t}({v.name})", type=t), _Props(True)
-            return Expr(v.name, type=t), _Props(v.uniform, v.nanfree, v.fmul)
+                return Expr(f"{t}({v.name})", type=t), _Props(True, mag=3.0)
+            return Expr(v.name, type=t), self._var_props(v)
         others = [v for v in self.visible(s) if v.type in self._cast_sources(t)
                   and (not uniform or v.uniform)]
         if others and pick < 0.9:      # a value of another type, converted
             v = self.r.choice(others)
-            return self._cast(t, Expr(v.name, type=v.type), _Props(v.uniform, v.nanfree, v.fmul))
-        return self.any_literal(t), _Props()
+            return self._cast(t, Expr(v.name, type=v.type), self._var_props(v))
+        return self.any_literal(t)
 
     def _memory_read(self, s: _State, t: str):
         """A read of the shared array (where its phase allows it) or of an input buffer at an
@@ -216,33 +247,37 @@ class ScalarGenerator:
             return None
         if self.r.choice(opts) == "shared":
             name = self.shared[0]
+            props = _Props(False, self.shared_nanfree, self.shared_mag)
             if self.phase == "own" or self.chance(0.2):
-                return Expr(f"{name}[lid]", type=t), _Props(False)
+                return Expr(f"{name}[lid]", type=t), props
             idx, _ = self.expr(s, "u32", 1)
-            return (Expr(f"{name}[{{0}} % u32({self.wg})]", [idx], type=t, fixed=True),
-                    _Props(False))
+            return Expr(f"{name}[{{0}} % u32({self.wg})]", [idx], type=t, fixed=True), props
         idx, _ = self.expr(s, "u32", 1)
         return (Expr(f"{self.r.choice(ins)}[{{0}} % u32({self.length})]", [idx], type=t, fixed=True),
-                _Props(False))
+                self._input_props(t))
 
-    def _e_arith(self, s, t, d, nofmul, uniform):
-        ops = ["+", "-", "*"]
-        if nofmul and is_float(t):
-            ops = ["+", "-"]
-        op = self.r.choice(ops)
-        guard = is_float(t) and self.f.fp == "fast" and op in "+-"
-        a, pa = self.expr(s, t, d, nofmul=guard, uniform=uniform)
-        b, pb = self.expr(s, t, d, nofmul=guard, uniform=uniform)
-        p = _Props(pa.uniform and pb.uniform, not is_float(t), op == "*" and is_float(t))
-        return Expr(f"({{0}} {op} {{1}})", [a, b], type=t), p
+    def _input_props(self, t: str) -> _Props:
+        return _Props(False, True, FAST_INPUT_RANGE if self.fast and is_float(t) else INF)
 
-    def _e_bitop(self, s, t, d, nofmul, uniform):
+    def _e_arith(self, s, t, d, exact, uniform):
+        op = self.r.choice(["+", "-", "*"])
+        a, pa = self.expr(s, t, d, exact=True, uniform=uniform)
+        b, pb = self.expr(s, t, d, exact=True, uniform=uniform)
+        uni = pa.uniform and pb.uniform
+        if not is_float(t):
+            return Expr(f"({{0}} {op} {{1}})", [a, b], type=t), _Props(uni)
+        mag = pa.mag + pb.mag if op != "*" else INF          # a product is rounded
+        if not exact_ok(t, mag):
+            mag = INF
+        return Expr(f"({{0}} {op} {{1}})", [a, b], type=t), _Props(uni, False, mag)
+
+    def _e_bitop(self, s, t, d, exact, uniform):
         op = self.r.choice(["&", "|", "^"])
         a, pa = self.expr(s, t, d, uniform=uniform)
         b, pb = self.expr(s, t, d, uniform=uniform)
         return Expr(f"({{0}} {op} {{1}})", [a, b], type=t), _Props(pa.uniform and pb.uniform)
 
-    def _e_div(self, s, t, d, nofmul, uniform):
+    def _e_div(self, s, t, d, exact, uniform):
         op = self.r.choice(["//", "%"])
         a, pa = self.expr(s, t, d, uniform=uniform)
         if t == "i64" and not self.f.has("i64_div_min"):
@@ -254,7 +289,7 @@ class ScalarGenerator:
         div = Expr(f"(({{0}} & {t}(7)) + {t}(1))", [b], type=t, fixed=True)   # 1..8
         return Expr(f"({{0}} {op} {{1}})", [a, div], type=t), _Props(pa.uniform and pb.uniform)
 
-    def _e_shift(self, s, t, d, nofmul, uniform):
+    def _e_shift(self, s, t, d, exact, uniform):
         op = self.r.choice(["<<", ">>"])
         a, pa = self.expr(s, t, d, uniform=uniform)
         if self.chance(0.4):
@@ -263,10 +298,10 @@ class ScalarGenerator:
         amount = Expr(f"({{0}} & {t}({bits(t) - 1}))", [b], type=t, fixed=True)
         return Expr(f"({{0}} {op} {{1}})", [a, amount], type=t), _Props(pa.uniform and pb.uniform)
 
-    def _e_unary(self, s, t, d, nofmul, uniform):
+    def _e_unary(self, s, t, d, exact, uniform):
         if is_float(t):
             op = self.r.choice(["neg", "abs"] if t != "f64" or self.f.has("f64_math") else ["neg"])
-            a, pa = self.expr(s, t, d, nofmul=nofmul, uniform=uniform)
+            a, pa = self.expr(s, t, d, exact=exact, uniform=uniform)
             return Expr("(-{0})" if op == "neg" else "pc.abs({0})", [a], type=t), pa
         ops = ["~"]
         if stype(t).signed:
@@ -279,39 +314,38 @@ class ScalarGenerator:
             return Expr(f"pc.abs({{0}} | {t}(1))", [a], type=t, fixed=True), pa
         return Expr(f"({op}{{0}})", [a], type=t), pa
 
-    def _e_rounding(self, s, t, d, nofmul, uniform):
+    def _e_rounding(self, s, t, d, exact, uniform):
         fn = self.r.choice(["floor", "ceil", "trunc"])
-        a, pa = self.expr(s, t, d, uniform=uniform)
-        return Expr(f"pc.{fn}({{0}})", [a], type=t), _Props(pa.uniform, pa.nanfree)
+        a, pa = self.expr(s, t, d, exact=exact, uniform=uniform)
+        return Expr(f"pc.{fn}({{0}})", [a], type=t), _Props(pa.uniform, pa.nanfree, pa.mag + 1)
 
     def _nanfree(self, e: Expr, p: _Props, t: str) -> Expr:
         if p.nanfree:
             return e
         return Expr(f"pc.select({{0}} == {{0}}, {{0}}, {t}(0.0))", [e], type=t, fixed=True)
 
-    def _e_minmax(self, s, t, d, nofmul, uniform):
+    def _e_minmax(self, s, t, d, exact, uniform):
         fn = self.r.choice(["min", "max"])
-        a, pa = self.expr(s, t, d, uniform=uniform)
-        b, pb = self.expr(s, t, d, uniform=uniform)
+        a, pa = self.expr(s, t, d, exact=exact, uniform=uniform)
+        b, pb = self.expr(s, t, d, exact=exact, uniform=uniform)
         if is_float(t):
             a, b = self._nanfree(a, pa, t), self._nanfree(b, pb, t)
-        return Expr(f"pc.{fn}({{0}}, {{1}})", [a, b], type=t), _Props(pa.uniform and pb.uniform)
+        return (Expr(f"pc.{fn}({{0}}, {{1}})", [a, b], type=t),
+                _Props(pa.uniform and pb.uniform, True, max(pa.mag, pb.mag)))
 
-    def _e_select(self, s, t, d, nofmul, uniform):
-        c, pc_ = self.cond(s, d, uniform=uniform)
-        a, pa = self.expr(s, t, d, nofmul=nofmul, uniform=uniform)
-        b, pb = self.expr(s, t, d, nofmul=nofmul, uniform=uniform)
-        return (Expr("pc.select({0}, {1}, {2})", [c, a, b], type=t),
-                _Props(pc_.uniform and pa.uniform and pb.uniform, pa.nanfree and pb.nanfree,
-                       pa.fmul or pb.fmul))
+    def _e_select(self, s, t, d, exact, uniform):
+        return self._choice(s, t, d, exact, uniform, "pc.select({0}, {1}, {2})")
 
-    def _e_ifexp(self, s, t, d, nofmul, uniform):
+    def _e_ifexp(self, s, t, d, exact, uniform):
+        return self._choice(s, t, d, exact, uniform, "({1} if {0} else {2})")
+
+    def _choice(self, s, t, d, exact, uniform, fmt):
         c, pc_ = self.cond(s, d, uniform=uniform)
-        a, pa = self.expr(s, t, d, nofmul=nofmul, uniform=uniform)
-        b, pb = self.expr(s, t, d, nofmul=nofmul, uniform=uniform)
-        return (Expr("({1} if {0} else {2})", [c, a, b], type=t),
+        a, pa = self.expr(s, t, d, exact=exact, uniform=uniform)
+        b, pb = self.expr(s, t, d, exact=exact, uniform=uniform)
+        return (Expr(fmt, [c, a, b], type=t),
                 _Props(pc_.uniform and pa.uniform and pb.uniform, pa.nanfree and pb.nanfree,
-                       pa.fmul or pb.fmul))
+                       max(pa.mag, pb.mag)))
 
     def _cast_sources(self, t: str) -> list[str]:
         out = [u for u in SCALARS if u != t]
@@ -319,9 +353,9 @@ class ScalarGenerator:
             out = [u for u in out if u not in ("i64", "u64")]
         return out
 
-    def _e_cast(self, s, t, d, nofmul, uniform):
+    def _e_cast(self, s, t, d, exact, uniform):
         src = self.r.choice(self._cast_sources(t))
-        return self._cast(t, *self.expr(s, src, d, uniform=uniform))
+        return self._cast(t, *self.expr(s, src, d, exact=exact, uniform=uniform))
 
     def _cast(self, t: str, a: Expr, pa: _Props):
         src = a.type
@@ -331,20 +365,31 @@ class ScalarGenerator:
                      f"{src}({hi!r})), {src}(0.0)), {t})")
             return Expr(clamp, [a], type=t, fixed=True), _Props(pa.uniform)
         form = self.r.choice([f"{t}({{0}})", f"pc.cast({{0}}, {t})"])
-        nan = pa.nanfree or not is_float(src)
-        return Expr(form, [a], type=t), _Props(pa.uniform, nan)
+        if not is_float(t):
+            return Expr(form, [a], type=t), _Props(pa.uniform)
+        if is_float(src):
+            mag = pa.mag if exact_ok(t, pa.mag) else INF
+            return Expr(form, [a], type=t), _Props(pa.uniform, pa.nanfree, mag)
+        if self.fast:                    # a small integer: exact in every float type
+            return (Expr(form.replace("{0}", f"({{0}} % {src}(64))"), [a], type=t, fixed=True),
+                    _Props(pa.uniform, True, 64.0))
+        return Expr(form, [a], type=t), _Props(pa.uniform, True, INF)
 
-    def _e_call(self, s, t, d, nofmul, uniform):
+    def _e_call(self, s, t, d, exact, uniform):
         # self.helpers holds the helpers defined so far (a helper calls only earlier ones).
-        # A call's result may be a product the driver could fuse with an addition once the
-        # call is inlined, so an operand of + or - is never a call in fast mode.
         fits = [h for h in self.helpers if h.ret == t]
-        if not fits or (nofmul and is_float(t)):
-            return self.leaf(s, t, nofmul=nofmul, uniform=uniform)
+        if not fits:
+            return self.leaf(s, t, exact=exact, uniform=uniform)
         h = self.r.choice(fits)
-        args, props = zip(*(self.expr(s, p, d, uniform=uniform) for p in h.params))
+        args, props = [], []
+        for p in h.params:           # float parameters are exact values of magnitude <= 64
+            e, pe = self.expr(s, p, d, exact=True, uniform=uniform)
+            if is_float(p) and self.fast and pe.mag > HELPER_PARAM_MAG:
+                e, pe = self.float_literal(p)
+            args.append(e)
+            props.append(pe)
         fmt = f"{h.name}(" + ", ".join(f"{{{i}}}" for i in range(len(args))) + ")"
-        return Expr(fmt, list(args), type=t), _Props(all(p.uniform for p in props), False, True)
+        return Expr(fmt, args, type=t), _Props(all(p.uniform for p in props), False, INF)
 
     def cond(self, s: _State, depth: int, *, uniform: bool = False) -> tuple[Expr, _Props]:
         pick = self.r.random()
@@ -395,7 +440,8 @@ class ScalarGenerator:
         return getattr(self, "_s_" + kind)(s)
 
     def _new_var(self, s: _State, t: str, p: _Props, prefix: str = "v") -> Var:
-        v = Var(self.fresh(prefix), t, p.uniform and s.uniform, p.nanfree, p.fmul)
+        v = Var(self.fresh(prefix), t, p.uniform and s.uniform, p.nanfree, p.mag,
+                loops=len(s.loops))
         s.scopes[-1].append(v)
         return v
 
@@ -406,21 +452,26 @@ class ScalarGenerator:
         return [Stmt(f"{v.name} = {{0}}", [e])]
 
     def _s_reassign(self, s):
-        cands = [v for v in self.visible(s) if v.mutable and v.type != "pyint"]
+        # Fast mode: an exact float defined outside the innermost loop stays unassigned in it,
+        # or the loop's earlier statements would read it rounded in the next iteration.
+        cands = [v for v in self.visible(s) if v.mutable and v.type != "pyint"
+                 and not (self.fast and is_float(v.type) and v.mag != INF and v.loops < len(s.loops))]
         if not cands:
             return self._s_assign(s)
         v = self.r.choice(cands)
-        if self.chance(0.3) and not (is_float(v.type) and v.fmul):
-            op = self.r.choice(["+", "-"] + (["*", "^", "&", "|"] if not is_float(v.type) else []))
-            e, p = self.expr(s, v.type, 2, nofmul=is_float(v.type) and self.f.fp == "fast")
+        fl = is_float(v.type)
+        if self.chance(0.3) and not (fl and self.fast and not exact_ok(v.type, v.mag)):
+            op = self.r.choice(["+", "-"] + (["*", "^", "&", "|"] if not fl else []))
+            e, p = self.expr(s, v.type, 2, exact=True)
             head = f"{v.name} {op}= {{0}}"
-            p = _Props(p.uniform, not is_float(v.type), op == "*" and is_float(v.type))
+            mag = v.mag + p.mag
+            p = _Props(p.uniform, not fl, mag if fl and exact_ok(v.type, mag) else INF)
         else:
             e, p = self.expr(s, v.type, 3)
             head = f"{v.name} = {{0}}"
         v.uniform = v.uniform and p.uniform and s.uniform
         v.nanfree = v.nanfree and p.nanfree
-        v.fmul = v.fmul or p.fmul
+        v.mag = max(v.mag, p.mag)
         return [Stmt(head, [e])]
 
     def _s_store(self, s):
@@ -532,9 +583,11 @@ class ScalarGenerator:
         if self.phase == "all":
             out.append(Stmt("pc.barrier()", protected=True))   # readers are done before we write
             self.phase = "own"     # the value written may read this invocation's slot only
-        e, _ = self.expr(s, t, 3)
+        e, p = self.expr(s, t, 3)
         out.append(Stmt(f"{name}[lid] = {{0}}", [e], protected=True))
         self.phase = "own"
+        self.shared_mag = max(self.shared_mag, p.mag)
+        self.shared_nanfree = self.shared_nanfree and p.nanfree
         return out
 
     def _s_barrier(self, s):
@@ -548,7 +601,8 @@ class ScalarGenerator:
         h = _Helper(f"h{index}", params, self.r.choice(SCALARS))
         s = _State(helper=h)
         names = [f"a{i}" for i in range(len(params))]
-        s.scopes[0] = [Var(n, t, False, mutable=True) for n, t in zip(names, params)]
+        s.scopes[0] = [Var(n, t, False, True, HELPER_PARAM_MAG if self.fast else INF)
+                       for n, t in zip(names, params)]
         self.budget = self.r.randint(2, 6)
         body = self.block(s, self.budget)
         e, _ = self.expr(s, h.ret, 3)
@@ -575,14 +629,14 @@ class ScalarGenerator:
         g = s.scopes[0]
         g += [Var("gid", "u32", False, mutable=False), Var("lid", "u32", False, mutable=False),
               Var("wid", "u32", True, mutable=False), Var("n", "u32", True, mutable=False)]
-        g += [Var(n, t, True, mutable=False) for n, t in extra]
+        g += [Var(n, t, True, mag=3.0, mutable=False) for n, t in extra]
         body = [Stmt("gid = pc.global_invocation_id.x"), Stmt("lid = pc.local_invocation_index()"),
                 Stmt("wid = pc.workgroup_id.x")]
         if "shared" in self.f.families and r.random() < 0.7:
             self.shared = ("S", r.choice(SCALARS))
             body.append(Stmt(f"S = pc.shared({self.shared[1]}, {self.wg})", protected=True))
         for name, t in self.inputs:
-            v = Var(self.fresh("x"), t, False)
+            v = Var(self.fresh("x"), t, False, mag=self._input_props(t).mag)
             body.append(Stmt(f"{v.name} = {name}[gid]"))
             g.append(v)
         self.budget = r.randint(6, 24)
@@ -597,7 +651,8 @@ class ScalarGenerator:
         deco += ', fp="exact")' if self.f.fp == "exact" else ")"
         functions.append(Function(deco, f"def kern({', '.join(params)}):", body))
         length = {n: self.length for n, _ in self.inputs + self.outputs}
-        return Program(self.seed, self.f.describe(), [], functions, grid, length, scalars)
+        ranges = {n: FAST_INPUT_RANGE for n, t in self.inputs if self.fast and is_float(t)}
+        return Program(self.seed, self.f.describe(), [], functions, grid, length, scalars, ranges)
 
 
 def generate(seed: int, features: Features | None = None) -> Program:

@@ -82,9 +82,10 @@ class Function:
 @dataclass
 class Program:
     """A generated test case: prelude lines (imports, matrix types), helper functions, the
-    kernel (last function, named `kern`), and how to launch it: GRID workgroups, every buffer
-    of LENGTH elements, inputs drawn from SEED. Those three are module constants of the
-    printed source so that the printed program reruns on its own (see `runner.load`)."""
+    kernel (last function, named `kern`), and how to launch it: GRID workgroups, buffers of
+    LENGTH[name] elements, inputs drawn from SEED (integers in [-R, R] for buffers named in
+    RANGES, else values over the type's range). These are module constants of the printed
+    source so that the printed program reruns on its own (see `runner.make_args`)."""
     seed: int
     features: str
     prelude: list[str]
@@ -92,6 +93,7 @@ class Program:
     grid: int
     length: dict[str, int]
     scalars: dict[str, object] = field(default_factory=dict)
+    ranges: dict[str, int] = field(default_factory=dict)
 
     def render(self) -> str:
         out = [f'"""Random pycoop kernel: seed {self.seed}, features {self.features}.',
@@ -102,6 +104,7 @@ class Program:
                f"GRID = {self.grid}",
                f"LENGTH = {self.length!r}",
                f"SCALARS = {self.scalars!r}",
+               *([f"RANGES = {self.ranges!r}"] if self.ranges else []),
                f"SEED = {self.seed}", ""]
         for f in self.functions:
             out.append("")

@@ -98,12 +98,17 @@ def random_values(dtype: np.dtype, n: int, rng: np.random.Generator) -> np.ndarr
 
 
 def make_args(module) -> list:
-    """The launch arguments of a loaded program: buffers of LENGTH[name] seeded values,
-    scalars from SCALARS."""
+    """The launch arguments of a loaded program: buffers of LENGTH[name] seeded values (small
+    integers for those named in RANGES), scalars from SCALARS."""
     rng = np.random.default_rng(module.SEED)
+    ranges = getattr(module, "RANGES", {})
     args = []
     for p in module.kern.params:
-        if p.name in module.LENGTH:
+        if p.name in ranges:
+            dtype, r = np.dtype(p.type.elem.dtype), ranges[p.name]
+            lo = 0 if dtype.kind == "u" else -r
+            args.append(rng.integers(lo, r, module.LENGTH[p.name], endpoint=True).astype(dtype))
+        elif p.name in module.LENGTH:
             args.append(random_values(p.type.elem.dtype, module.LENGTH[p.name], rng))
         else:
             args.append(module.SCALARS[p.name])
@@ -217,22 +222,23 @@ def run_program(program: Program | str, backend: str = "vulkan", signed_zero: bo
 
 # ---------------------------------------------------------------------------- worker process
 
-def _serve(conn, log_path: str) -> None:
-    """Worker loop: run programs sent over `conn` until the pipe closes. Its stderr goes to
-    `log_path`, so that the last words of a driver that aborts the process can be reported."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    os.dup2(fd, 2)
+def _serve(read_fd: int, write_fd: int) -> None:
+    """Worker loop: run the programs received on `read_fd` until the pipe closes, answering on
+    `write_fd`. The parent sends the worker's stderr to a file, so that the last words of a
+    driver that aborts the process can be reported; it holds one program's messages only."""
+    from multiprocessing.connection import Connection
+    inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     done = 0
     while True:
         try:
-            source, backend, signed_zero = conn.recv()
+            source, backend, signed_zero = inbox.recv()
         except EOFError:
             return
-        os.ftruncate(2, 0)          # keep only this program's messages
+        os.ftruncate(2, 0)
         os.lseek(2, 0, os.SEEK_SET)
         outcome = run_program(source, backend, signed_zero,
-                              on_stage=lambda stage: conn.send(("stage", stage)))
-        conn.send(("done", outcome))
+                              on_stage=lambda stage: outbox.send(("stage", stage)))
+        outbox.send(("done", outcome))
         done += 1
         if done % 200 == 0:
             release_caches()
@@ -241,29 +247,42 @@ def _serve(conn, log_path: str) -> None:
 class Worker:
     """Runs programs in a child process, so that a driver that aborts (an LLVM error inside a
     Vulkan driver kills the process that compiles the pipeline), hangs or corrupts memory
-    costs one test case, not the campaign. The child is restarted after such a death."""
+    costs one test case, not the campaign. The child is restarted after such a death. It is a
+    plain `python -c` subprocess (not multiprocessing), so callers need no `__main__` guard."""
 
     def __init__(self, timeout_s: float = 120.0):
         self.timeout_s = timeout_s
         self.proc = None
-        self.conn = None
-        self.log = os.path.join(_workdir(), f"worker_{os.getpid()}.log")
+        self.log = os.path.join(_workdir(), f"worker_{os.getpid()}_{next(_count)}.log")
 
     def _start(self) -> None:
-        import multiprocessing as mp
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, self.log), daemon=True)
-        self.proc.start()
-        child.close()
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+        child_reads, parent_writes = os.pipe()
+        parent_reads, child_writes = os.pipe()
+        root = os.path.dirname(os.path.dirname(os.path.abspath(pc.__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        code = ("import sys; from pycoop.testing.runner import _serve; "
+                "_serve(int(sys.argv[1]), int(sys.argv[2]))")
+        with open(self.log, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-c", code, str(child_reads), str(child_writes)],
+                                         pass_fds=(child_reads, child_writes), stderr=err, env=env)
+        os.close(child_reads)
+        os.close(child_writes)
+        self.outbox = Connection(parent_writes, readable=False)
+        self.inbox = Connection(parent_reads, writable=False)
 
     def close(self) -> None:
         if self.proc is not None:
-            self.conn.close()
-            self.proc.join(10)
-            if self.proc.is_alive():
+            self.outbox.close()
+            self.inbox.close()
+            try:
+                self.proc.wait(10)
+            except Exception:          # noqa: BLE001  (still busy: a hung driver)
                 self.proc.kill()
-                self.proc.join()
+                self.proc.wait()
             self.proc = None
 
     def _died(self, stage: str, why: str) -> Outcome:
@@ -274,40 +293,27 @@ class Worker:
         self.close()
         words = " | ".join(tail) or why
         cls = "vulkan-error" if stage == "vulkan" else "crash"
-        return Outcome(cls, stage, f"process {why}: {words}", f"{cls}: {stage}: {why}: {_shape(words)}")
+        return Outcome(cls, stage, f"process {why}: {words}", f"{cls}: {stage}: {_shape(words)}")
 
     def run(self, source: str, backend: str = "vulkan", signed_zero: bool = False) -> Outcome:
+        """The outcome of one program (source text), with a timeout."""
         import time
-        if self.proc is None or not self.proc.is_alive():
+        if self.proc is None or self.proc.poll() is not None:
             self._start()
-        self.conn.send((source, backend, signed_zero))
+        self.outbox.send((source, backend, signed_zero))
         stage = "emulator"
         deadline = time.monotonic() + self.timeout_s
         while True:
             left = deadline - time.monotonic()
             try:
-                ready = left > 0 and self.conn.poll(left)
-                if not ready:
+                if left <= 0 or not self.inbox.poll(left):
                     self.proc.kill()
                     return self._died(stage, f"timed out after {self.timeout_s:g} s")
-                kind, value = self.conn.recv()
+                kind, value = self.inbox.recv()
             except (EOFError, OSError):
-                self.proc.join(5)
-                return self._died(stage, f"died (exit code {self.proc.exitcode})")
+                self.proc.wait()
+                return self._died(stage, f"died (exit code {self.proc.returncode})")
             if kind == "stage":
                 stage = value
             else:
                 return value
-
-
-def release_caches() -> None:
-    """Drop what thousands of throw-away kernels leave behind: Vulkan pipelines (the runtime
-    is closed; the next launch opens it again), lowered modules and cached source lines."""
-    from pycoop import cache
-    cache._memory.clear()
-    linecache.clearcache()
-    try:
-        from pycoop.runtime.vulkan.runtime import reset_runtime
-    except ImportError:             # no Vulkan loader: nothing to release
-        return
-    reset_runtime()
