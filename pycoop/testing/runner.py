@@ -317,3 +317,16 @@ class Worker:
                 stage = value
             else:
                 return value
+
+
+def release_caches() -> None:
+    """Drop what thousands of throw-away kernels leave behind: Vulkan pipelines (the runtime
+    is closed; the next launch opens it again), lowered modules and cached source lines."""
+    from pycoop import cache
+    cache._memory.clear()
+    linecache.clearcache()
+    try:
+        from pycoop.runtime.vulkan.runtime import reset_runtime
+    except ImportError:             # no Vulkan loader: nothing to release
+        return
+    reset_runtime()
