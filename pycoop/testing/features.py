@@ -24,8 +24,6 @@ KNOWN_DEFECTS = {
                         "in some kernels",
     "unroll_hint": "`pc.range(..., unroll=True)` crashes the NVIDIA driver in some kernels",
     "f64_math": "`pc.abs`/`floor`/`ceil`/`trunc` of f64 are rejected",
-    "khr_misaligned": "cooperative-matrix loads/stores at offsets and strides that Vulkan does "
-                      "not allow must be reported by the emulator as undefined behaviour",
 }
 
 
