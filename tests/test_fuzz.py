@@ -20,6 +20,7 @@ from pycoop.testing.program import Program
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCALAR = Features()                                   # scalar + shared memory, fast floats
 KHR = parse_features("scalar,shared,khr")
+ALL = parse_features("scalar,shared,khr,nv")
 
 
 def _vulkan():
@@ -32,7 +33,7 @@ def _vulkan():
 
 # ---------------------------------------------------------------------------- generator
 
-@pytest.mark.parametrize("features", [SCALAR, KHR], ids=["scalar", "khr"])
+@pytest.mark.parametrize("features", [SCALAR, ALL], ids=["scalar", "all"])
 def test_generation_is_deterministic_per_seed(features):
     for seed in (0, 7, 12345):
         assert generate(seed, features).render() == generate(seed, features).render()
@@ -43,7 +44,7 @@ def test_generated_kernels_trace_validate_and_run_on_the_emulator():
     """Every kernel of a seed range traces, passes spirv-val and runs on the emulator with no
     undefined behaviour report (in this process: no worker)."""
     for seed in range(30):
-        for features in (SCALAR, KHR):
+        for features in (SCALAR, ALL):
             outcome = run_program(generate(seed, features), backend="emulator")
             assert outcome.cls == "ok", (seed, features.describe(), outcome.detail)
 
@@ -58,6 +59,10 @@ def test_generator_covers_the_constructs():
     khr = "".join(generate(s, KHR).render() for s in range(40))
     for construct in ("pc.mul_add(", "MC.fill(", '"col_major"', "pc.convert(", "acc = -acc"):
         assert construct in khr, construct
+    nv = "".join(generate(s, ALL).render() for s in range(90))
+    for construct in ('"undefined"', '"mirror_repeat"', ".clamp_value(", ".slice(", ".stride(",
+                      "pc.nv.tensor_view(2, True", ".clip(", "pc.nv.store_tensor(", "object="):
+        assert construct in nv, construct
 
 
 def test_known_defect_flags_switch_constructs_on():
@@ -184,7 +189,7 @@ def test_cli_print_replay_and_report(tmp_path):
 
 # Known defects stay off (KNOWN_DEFECTS; see docs/fuzzing.md for which to turn on once fixed).
 def test_fuzz_emulator_only_with_cooperative_matrices():
-    report = fuzz(40, seed=500, features=KHR, backend="emulator")
+    report = fuzz(45, seed=500, features=ALL, backend="emulator")
     assert report.failed == 0, report.summary()
 
 
@@ -199,8 +204,9 @@ def test_fuzz_lavapipe_scalar_and_shared():
 
 @pytest.mark.gpu
 def test_fuzz_gpu_with_cooperative_matrices():
-    """The GPU machine: 1200 kernels, half of them with KHR cooperative matrices."""
-    report = fuzz(1200, seed=100000, features=KHR, backend="vulkan", max_shrunk=4,
+    """The GPU machine: 1200 kernels, a third each scalar + shared memory, KHR cooperative
+    matrices and NV tensor addressing."""
+    report = fuzz(1200, seed=100000, features=ALL, backend="vulkan", max_shrunk=4,
                   shrink_time_s=120)
     assert report.failed == 0, report.summary()
     assert report.ran_on.get("vulkan", 0) >= 1100, report.summary()   # coopmat shapes ran there

@@ -658,7 +658,12 @@ class ScalarGenerator:
 def generate(seed: int, features: Features | None = None) -> Program:
     """The random kernel of `seed` (the same program for the same seed and features)."""
     features = features or Features()
-    if "khr" in features.families and random.Random(seed).random() < 0.5:
+    kinds = ["scalar"] + [k for k in ("khr", "nv") if k in features.families]
+    kind = random.Random(seed).choice(kinds)
+    if kind == "khr":
         from .gen_khr import KhrGenerator
         return KhrGenerator(seed, features).kernel()
+    if kind == "nv":
+        from .gen_nv import NvGenerator
+        return NvGenerator(seed, features).kernel()
     return ScalarGenerator(seed, features).kernel()
