@@ -84,6 +84,21 @@ def test_float_to_int_bounds_truncate_into_range():
             assert tmin <= lo <= hi <= tmax
 
 
+def test_exact_float_mode_follows_the_kernel_decorator():
+    """`fp="exact"` is used once `pc.kernel` takes it (NoContraction + float controls); until
+    then asking for it is a clear error."""
+    from pycoop.testing import exact_mode_available
+    if not exact_mode_available():
+        with pytest.raises(ValueError, match="fp='exact'"):
+            Features(fp="exact")
+        return
+    exact = Features(fp="exact")
+    for seed in range(10):
+        program = generate(seed, exact)
+        assert 'fp="exact"' in program.render() and not program.ranges
+        assert run_program(program, backend="emulator").cls == "ok"
+
+
 # ---------------------------------------------------------------------------- runner
 
 def test_compare_arrays_float_policy():
