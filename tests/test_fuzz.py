@@ -224,4 +224,4 @@ def test_fuzz_gpu_with_cooperative_matrices():
     report = fuzz(1200, seed=100000, features=ALL, backend="vulkan", max_shrunk=4,
                   shrink_time_s=120)
     assert report.failed == 0, report.summary()
-    assert report.ran_on.get("vulkan", 0) >= 1100, report.summary()   # coopmat shapes ran there
+    assert report.ran_on.get("vulkan", 0) >= 1000, report.summary()   # coopmat shapes ran there

@@ -2,7 +2,6 @@
 (off until those defects are fixed), and the floating-point comparison policy."""
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from dataclasses import dataclass
 
@@ -55,9 +54,6 @@ class Features:
     def describe(self) -> str:
         parts = sorted(self.families) + [f"+{e}" for e in sorted(self.enabled)]
         return ",".join(parts) + f" fp={self.fp}"
-
-    def replace(self, **kw) -> "Features":
-        return dataclasses.replace(self, **kw)
 
 
 def exact_mode_available() -> bool:
