@@ -1,7 +1,7 @@
 """Test-case reduction: the smallest program that still fails the same way.
 
 Greedy passes over the program tree, repeated until none makes progress: delete a helper
-function, delete a statement, replace a compound statement by one of its blocks, replace an
+function, delete the shared array with its writes, delete a statement, replace a compound statement by one of its blocks, replace an
 expression by a same-typed operand or a literal, launch fewer workgroups. A candidate is kept
 when `check` says it still fails with the same signature (see `runner.Outcome`), so an edit
 that makes the program invalid (a name left undefined) or changes the failure is rejected.
@@ -45,8 +45,8 @@ class Shrinker:
         progress = True
         while progress and not self._out_of_budget():
             progress = False
-            for step in (self._functions, self._statements, self._flatten, self._expressions,
-                         self._launch):
+            for step in (self._functions, self._shared, self._statements, self._flatten,
+                         self._expressions, self._launch):
                 best, changed = step(best)
                 progress |= changed
         return best
@@ -62,6 +62,20 @@ class Shrinker:
                 best, changed = cand, True
             i -= 1
         return best, changed
+
+    def _shared(self, best: Program):
+        """Drop the shared array with all its writes at once (they are protected one by one:
+        without a write, a read would see uninitialised memory). A read left anywhere makes
+        the candidate fail to trace, so it is rejected."""
+        if self._out_of_budget() or not any(st.head.startswith("S = pc.shared")
+                                            for st in best.functions[-1].body):
+            return best, False
+        cand = copy.deepcopy(best)
+        for body in cand.statement_lists():
+            body[:] = [st for st in body if not st.head.startswith(("S = pc.shared", "S[lid] ="))]
+        if self._try(cand):
+            return cand, True
+        return best, False
 
     def _statements(self, best: Program):
         changed = False
