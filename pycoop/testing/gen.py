@@ -68,8 +68,6 @@ def bits(t: str) -> int:
 
 
 def literal(t: str, v) -> Expr:
-    if t == "bool":
-        return Expr("True" if v else "False", type="bool")
     return Expr(f"{t}({v!r})", type=t)
 
 
@@ -101,7 +99,6 @@ class Var:
 
 @dataclass
 class _Loop:
-    kind: str            # "range", "unrolled", "prange", "while"
     allow_continue: bool
     breaks: int = 0
 
@@ -523,7 +520,7 @@ class ScalarGenerator:
         kind = self.r.choice(kinds)
         wants_break = self.chance(0.5)
         allow_continue = (kind == "while" or wants_break or self.f.has("continue_without_break"))
-        loop = _Loop(kind, allow_continue)
+        loop = _Loop(allow_continue)
         n = self.r.randint(1, 4)
         out = []
         if kind == "range":
