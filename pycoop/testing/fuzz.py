@@ -127,9 +127,11 @@ def fuzz(count: int, seed: int = 0, features: Features | None = None, backend: s
 
 
 def replay(path: str, backend: str = "vulkan", signed_zero: bool = False) -> Outcome:
-    """Run a printed kernel file (its GRID, LENGTH, SCALARS and SEED say how)."""
+    """Run a printed kernel file (its GRID, LENGTH, SCALARS and SEED say how). Zeros keep
+    their sign in the comparison if `signed_zero` or the kernel is in exact float mode."""
     with open(path) as f:
         source = f.read()
+    signed_zero = signed_zero or 'fp="exact"' in source
     worker = Worker()
     try:
         return worker.run(source, backend, signed_zero)

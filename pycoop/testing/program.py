@@ -97,7 +97,7 @@ class Program:
 
     def render(self) -> str:
         out = [f'"""Random pycoop kernel: seed {self.seed}, features {self.features}.',
-               "Rerun: python -m pycoop.testing.fuzz --replay THIS_FILE", '"""',
+               "Run it: python THIS_FILE (emulator and Vulkan, compared)", '"""',
                "import pycoop as pc",
                "from pycoop import f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64",
                "", *self.prelude,
@@ -109,6 +109,9 @@ class Program:
         for f in self.functions:
             out.append("")
             f.render(out)
+        out += ["", "", 'if __name__ == "__main__":       # run on both backends and compare',
+                "    import sys", "    from pycoop.testing.fuzz import main",
+                '    sys.exit(main(["--replay", __file__, *sys.argv[1:]]))']
         return "\n".join(out) + "\n"
 
     def statement_lists(self):
