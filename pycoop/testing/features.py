@@ -18,7 +18,8 @@ KNOWN_DEFECTS = {
                               "for dead values with several workgroups",
     "i64_to_narrow_float": "i64/u64 -> f32/f16 conversions round twice on the emulator",
     "i64_div_min": "`//` and `%` of INT64_MIN are wrong on the emulator",
-    "narrow_negation": "negation of i8/i16 does not wrap on the NVIDIA driver",
+    "narrow_negation": "negation (also `~x + 1`) of i8/i16 does not wrap on the NVIDIA driver; "
+                       "off, `-x` and `~x` of i8/i16 are not generated",
     "zero_trip_prange": "`pc.range(a, a)` (a loop that never runs) crashes the NVIDIA driver "
                         "in some kernels",
     "unroll_hint": "`pc.range(..., unroll=True)` crashes the NVIDIA driver in some kernels",

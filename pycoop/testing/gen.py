@@ -300,10 +300,13 @@ class ScalarGenerator:
             op = self.r.choice(["neg", "abs"] if t != "f64" or self.f.has("f64_math") else ["neg"])
             a, pa = self.expr(s, t, d, exact=exact, uniform=uniform)
             return Expr("(-{0})" if op == "neg" else "pc.abs({0})", [a], type=t), pa
-        ops = ["~"]
+        # The NVIDIA driver folds `~x + 1` into a negation that does not wrap either, so
+        # `narrow_negation` covers both for i8/i16.
+        wraps = not stype(t).signed or bits(t) >= 32 or self.f.has("narrow_negation")
+        ops = ["~"] if wraps else []
         if stype(t).signed:
             ops.append("abs")
-            if bits(t) >= 32 or self.f.has("narrow_negation"):
+            if wraps:
                 ops.append("-")
         op = self.r.choice(ops)
         a, pa = self.expr(s, t, d, uniform=uniform)
