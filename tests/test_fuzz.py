@@ -133,6 +133,26 @@ def test_outcome_classes():
     assert o.cls == "emulator-ub" and "out of bounds" in o.detail, o.detail
 
 
+def test_a_differing_element_is_a_mismatch(monkeypatch):
+    """A stand-in device that computes like the emulator but flips one bit of the last output:
+    the comparison finds the element."""
+    from pycoop.emulator.machine import run
+    from pycoop.runtime import backend
+
+    def flipped_launch(ck, grid, arrays, repeat=1):
+        run(ck.module, grid, arrays)
+        arrays[-1].view(np.uint8)[-1] ^= 1
+        return (0.0,)
+    monkeypatch.setattr(backend, "choose", lambda requested, ck: requested or "vulkan")
+    monkeypatch.setattr(backend, "vulkan_launch", flipped_launch)
+    source = _HEADER.replace("{'A': 8}", "{'A': 8, 'B': 8}") + (
+        "@pc.kernel(workgroup_size=8)\ndef kern(A: pc.ReadBuffer[f32], B: pc.Buffer[f32]):\n"
+        "    i = pc.local_invocation_index()\n    B[i] = A[i] + f32(1.0)\n")
+    o = run_program(source, backend="vulkan")
+    assert o.cls == "mismatch" and o.signature == "mismatch: float32 output", o
+    assert o.detail.startswith("B[7]: emulator")
+
+
 def test_worker_survives_a_dying_kernel_process():
     ok = generate(3, SCALAR).render()
     dies = _HEADER + "import os\nos._exit(3)\n"

@@ -205,7 +205,7 @@ def run_module(module, backend: str = "vulkan", signed_zero: bool = False,
         if i is not None:
             return Outcome("mismatch", "compare",
                            f"{p.name}[{i}]: emulator {a[i]!r}, vulkan {b[i]!r}",
-                           "mismatch", "vulkan")
+                           f"mismatch: {a.dtype} output", "vulkan")
     return Outcome("ok", ran_on="vulkan")
 
 
