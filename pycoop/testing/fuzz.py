@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from .features import FAMILIES, KNOWN_DEFECTS, Features, parse_features
@@ -76,7 +77,8 @@ def signed_zero(features: Features) -> bool:
 
 def fuzz(count: int, seed: int = 0, features: Features | None = None, backend: str = "vulkan",
          shrink_failures: bool = True, max_shrunk: int = 8, time_limit_s: float | None = None,
-         progress=None, worker: Worker | None = None, shrink_time_s: float = 180.0) -> Report:
+         progress: Callable[[int, Outcome], None] | None = None, worker: Worker | None = None,
+         shrink_time_s: float = 180.0) -> Report:
     """Run `count` kernels (seeds seed .. seed+count-1); stop early after `time_limit_s`.
     `progress(i, outcome)` is called after each kernel. At most `max_shrunk` distinct failures
     are reduced, each for at most `shrink_time_s` (a reduction runs the kernel a few hundred

@@ -16,6 +16,7 @@ import re
 import shutil
 import tempfile
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,7 +175,7 @@ def classify_exception(exc: BaseException, stage: str) -> Outcome:
 
 
 def run_module(module, backend: str = "vulkan", signed_zero: bool = False,
-               on_stage=lambda stage: None) -> Outcome:
+               on_stage: Callable[[str], None] = lambda stage: None) -> Outcome:
     """Trace, lower (spirv-val), emulate and, if `backend` is "vulkan" and a device can run
     the kernel, launch on Vulkan; compare. `on_stage(name)` is called before the Vulkan
     launch (see `Worker`)."""
@@ -210,7 +211,8 @@ def run_module(module, backend: str = "vulkan", signed_zero: bool = False,
 
 
 def run_program(program: Program | str, backend: str = "vulkan", signed_zero: bool = False,
-                path: str | None = None, on_stage=lambda stage: None) -> Outcome:
+                path: str | None = None,
+                on_stage: Callable[[str], None] = lambda stage: None) -> Outcome:
     """Outcome of one program (a Program or its source), in this process."""
     source = program if isinstance(program, str) else program.render()
     try:
