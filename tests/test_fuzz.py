@@ -164,6 +164,14 @@ def test_worker_survives_a_dying_kernel_process():
         assert w.run(ok, "emulator").cls == "ok"            # a fresh worker took over
     finally:
         w.close()
+    hangs = _HEADER + "import time\ntime.sleep(60)\n"
+    w = Worker(timeout_s=3)
+    try:
+        o = w.run(hangs, "emulator")
+        assert o.cls == "crash" and "timed out after 3 s" in o.detail
+        assert w.run(ok, "emulator").cls == "ok"
+    finally:
+        w.close()
 
 
 # ---------------------------------------------------------------------------- shrinker
