@@ -1,0 +1,71 @@
+"""What the fuzzer may generate: construct families, constructs that meet known defects
+(off until those defects are fixed), and the floating-point comparison policy."""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+# Families named by `--features`.
+FAMILIES = ("scalar", "shared", "khr", "nv")
+
+# Constructs that meet a known pycoop or driver defect. They are off by default so that a run
+# reports only new failures; turn one on (`--with NAME`) once its defect is fixed.
+KNOWN_DEFECTS = {
+    "continue_without_break": "`continue` in a `for` loop that has no `break` crashes tracing",
+    "kernel_return": "`return` in a kernel: the emulator crashes when no invocation is active "
+                     "after returns",
+    "prange_in_runtime_loop": "`pc.range` inside a runtime loop: broadcast error in the emulator "
+                              "for dead values with several workgroups",
+    "i64_to_narrow_float": "i64/u64 -> f32/f16 conversions round twice on the emulator",
+    "i64_div_min": "`//` and `%` of INT64_MIN are wrong on the emulator",
+    "narrow_negation": "negation (also `~x + 1`) of i8/i16 does not wrap on the NVIDIA driver; "
+                       "off, `-x` and `~x` of i8/i16 are not generated",
+    "zero_trip_prange": "`pc.range(a, a)` (a loop that never runs) crashes the NVIDIA driver "
+                        "in some kernels",
+    "unroll_hint": "`pc.range(..., unroll=True)` crashes the NVIDIA driver in some kernels",
+    "f64_math": "`pc.abs`/`floor`/`ceil`/`trunc` of f64 are rejected",
+}
+
+
+@dataclass(frozen=True)
+class Features:
+    """One fuzzing configuration. `families` picks the kernel kinds (scalar code is in every
+    kernel); `enabled` the known-defect constructs to generate anyway; `fp` the float mode
+    ("fast": the driver may contract `a*b + c`, drop the sign of zero; "exact": kernels are
+    declared `@pc.kernel(fp="exact")` and compared bit for bit, see `exact_mode_available`)."""
+    families: frozenset = frozenset({"scalar", "shared"})
+    enabled: frozenset = frozenset()
+    fp: str = "fast"
+
+    def __post_init__(self):
+        bad = set(self.families) - set(FAMILIES)
+        if bad:
+            raise ValueError(f"unknown feature families {sorted(bad)}; known: {', '.join(FAMILIES)}")
+        bad = set(self.enabled) - set(KNOWN_DEFECTS)
+        if bad:
+            raise ValueError(f"unknown constructs {sorted(bad)}; known: {', '.join(KNOWN_DEFECTS)}")
+        if self.fp not in ("fast", "exact"):
+            raise ValueError(f"fp must be 'fast' or 'exact', not {self.fp!r}")
+        if self.fp == "exact" and not exact_mode_available():
+            raise ValueError("fp='exact' needs @pycoop.kernel(fp='exact'), which this pycoop lacks")
+
+    def has(self, name: str) -> bool:
+        return name in self.families or name in self.enabled
+
+    def describe(self) -> str:
+        parts = sorted(self.families) + [f"+{e}" for e in sorted(self.enabled)]
+        return ",".join(parts) + f" fp={self.fp}"
+
+
+def exact_mode_available() -> bool:
+    """Whether `pc.kernel` takes `fp="exact"` (NoContraction on float arithmetic and the float
+    controls that preserve signed zeros): then the fuzzer can compare floats bit for bit with
+    no generator restriction."""
+    from pycoop import kernel
+    return "fp" in inspect.signature(kernel).parameters
+
+
+def parse_features(families: str = "scalar,shared", enabled: str = "", fp: str = "fast") -> Features:
+    fam = {f.strip() for f in families.split(",") if f.strip()} | {"scalar"}
+    en = {e.strip() for e in enabled.split(",") if e.strip()}
+    return Features(frozenset(fam), frozenset(en), fp)
