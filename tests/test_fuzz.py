@@ -55,7 +55,6 @@ def test_generator_covers_the_constructs():
                       "continue", " // ", " % ", " << ", " >> ", "pc.select(", " if ", "pc.min(",
                       "pc.cast(", "i8", "u16", "i64", "f16", "f64", "else:"):
         assert construct in text, construct
-    assert "return\n" not in text                     # `kernel_return` is off by default
     khr = "".join(generate(s, KHR).render() for s in range(40))
     for construct in ("pc.mul_add(", "MC.fill(", '"col_major"', "pc.convert(", "acc = -acc"):
         assert construct in khr, construct
@@ -65,13 +64,16 @@ def test_generator_covers_the_constructs():
         assert construct in nv, construct
 
 
-def test_known_defect_flags_switch_constructs_on():
-    on = parse_features("scalar,shared", "kernel_return,narrow_negation")
-    text = "".join(generate(s, on).render() for s in range(60))
-    assert "return\n" in text
+def test_constructs_that_met_fixed_defects_are_generated_by_default():
+    """`continue` without `break`, kernel `return`, `pc.range` in runtime loops (also zero-trip
+    and unroll=True), narrow negation, INT64_MIN division, i64 -> narrow float and f64 rounding
+    all met defects once; they are fixed, so every run generates them."""
+    text = "".join(generate(s, SCALAR).render() for s in range(150))
+    for construct in ("return\n", "continue\n", "unroll=True", "pc.floor(", "(-"):
+        assert construct in text, construct
+    assert KNOWN_DEFECTS == {}
     with pytest.raises(ValueError, match="unknown constructs"):
         parse_features("scalar", "no_such_thing")
-    assert "continue_without_break" in KNOWN_DEFECTS
 
 
 def test_float_to_int_bounds_truncate_into_range():
@@ -136,15 +138,15 @@ def test_outcome_classes():
 def test_a_differing_element_is_a_mismatch(monkeypatch):
     """A stand-in device that computes like the emulator but flips one bit of the last output:
     the comparison finds the element."""
-    from pycoop.emulator.machine import run
-    from pycoop.runtime import backend
+    from pycoop.frontend.kernel import CompiledKernel
+    launch = CompiledKernel.launch
 
-    def flipped_launch(ck, grid, arrays, repeat=1):
-        run(ck.module, grid, arrays)
-        arrays[-1].view(np.uint8)[-1] ^= 1
-        return (0.0,)
-    monkeypatch.setattr(backend, "choose", lambda requested, ck: requested or "vulkan")
-    monkeypatch.setattr(backend, "vulkan_launch", flipped_launch)
+    def flipped_launch(ck, grid, args, *, backend=None, **kw):
+        result = launch(ck, grid, args, backend="emulator", **kw)
+        if backend == "vulkan":
+            args[-1].view(np.uint8)[-1] ^= 1
+        return result
+    monkeypatch.setattr(CompiledKernel, "launch", flipped_launch)
     source = _HEADER.replace("{'A': 8}", "{'A': 8, 'B': 8}") + (
         "@pc.kernel(workgroup_size=8)\ndef kern(A: pc.ReadBuffer[f32], B: pc.Buffer[f32]):\n"
         "    i = pc.local_invocation_index()\n    B[i] = A[i] + f32(1.0)\n")
@@ -240,7 +242,6 @@ def test_cli_print_replay_and_report(tmp_path):
 
 # ---------------------------------------------------------------------------- campaigns
 
-# Known defects stay off (KNOWN_DEFECTS; see docs/fuzzing.md for which to turn on once fixed).
 def test_fuzz_emulator_only_with_cooperative_matrices():
     report = fuzz(45, seed=500, features=ALL, backend="emulator")
     assert report.failed == 0, report.summary()

@@ -199,8 +199,7 @@ class ScalarGenerator:
     def _expr_choices(self, t: str, exact: bool):
         if is_float(t):
             c = [("arith", 6), ("minmax", 2), ("unary", 2), ("select", 2), ("ifexp", 1), ("cast", 3)]
-            if t != "f64" or self.f.has("f64_math"):
-                c.append(("rounding", 1))
+            c.append(("rounding", 1))
         else:
             c = [("arith", 6), ("bitop", 3), ("div", 3), ("shift", 3), ("unary", 2), ("minmax", 2),
                  ("select", 2), ("ifexp", 1), ("cast", 3)]
@@ -277,8 +276,6 @@ class ScalarGenerator:
     def _e_div(self, s, t, d, exact, uniform):
         op = self.r.choice(["//", "%"])
         a, pa = self.expr(s, t, d, uniform=uniform)
-        if t == "i64" and not self.f.has("i64_div_min"):
-            a = Expr("({0} >> 1)", [a], type=t, fixed=True)          # never INT64_MIN
         if self.chance(0.4):
             consts = [2, 3, 5, 7, 16] + ([-3, -7] if stype(t).signed else [])
             return Expr(f"({{0}} {op} {t}({self.r.choice(consts)}))", [a], type=t), pa
@@ -297,17 +294,10 @@ class ScalarGenerator:
 
     def _e_unary(self, s, t, d, exact, uniform):
         if is_float(t):
-            op = self.r.choice(["neg", "abs"] if t != "f64" or self.f.has("f64_math") else ["neg"])
+            op = self.r.choice(["neg", "abs"])
             a, pa = self.expr(s, t, d, exact=exact, uniform=uniform)
             return Expr("(-{0})" if op == "neg" else "pc.abs({0})", [a], type=t), pa
-        # The NVIDIA driver folds `~x + 1` into a negation that does not wrap either, so
-        # `narrow_negation` covers both for i8/i16.
-        wraps = not stype(t).signed or bits(t) >= 32 or self.f.has("narrow_negation")
-        ops = ["~"] if wraps else []
-        if stype(t).signed:
-            ops.append("abs")
-            if wraps:
-                ops.append("-")
+        ops = ["~"] + (["abs", "-"] if stype(t).signed else [])   # narrow -x wraps everywhere
         op = self.r.choice(ops)
         a, pa = self.expr(s, t, d, uniform=uniform)
         if op == "abs":
@@ -349,8 +339,6 @@ class ScalarGenerator:
 
     def _cast_sources(self, t: str) -> list[str]:
         out = [u for u in SCALARS if u != t]
-        if t in ("f16", "f32") and not self.f.has("i64_to_narrow_float"):
-            out = [u for u in out if u not in ("i64", "u64")]
         return out
 
     def _e_cast(self, s, t, d, exact, uniform):
@@ -432,8 +420,7 @@ class ScalarGenerator:
             kinds += [("loop", 3)]
         if s.loops:
             kinds.append(("exit_loop", 2))
-        if s.helper is not None or self.f.has("kernel_return"):
-            kinds.append(("return", 1))
+        kinds.append(("return", 1))
         if (s.helper is None and s.depth == 0 and self.shared and not self.exited):
             kinds += [("shared_write", 3), ("barrier", 2)]
         kind = self.r.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
@@ -517,12 +504,10 @@ class ScalarGenerator:
         return Expr(f"({{0}} % u32({self.r.randint(2, 4)}))", [e], type="u32", fixed=True), p.uniform
 
     def _s_loop(self, s):
-        kinds = ["range", "unrolled", "while"]
-        if s.runtime_loops == 0 or self.f.has("prange_in_runtime_loop"):
-            kinds.append("prange")
+        kinds = ["range", "unrolled", "while", "prange"]
         kind = self.r.choice(kinds)
         wants_break = self.chance(0.5)
-        allow_continue = (kind == "while" or wants_break or self.f.has("continue_without_break"))
+        allow_continue = True
         loop = _Loop(allow_continue)
         n = self.r.randint(1, 4)
         out = []
@@ -537,8 +522,8 @@ class ScalarGenerator:
             head, exprs = f"for {var.name} in range({self.r.randint(1, 3)}):", []
         elif kind == "prange":
             lo = self.r.randint(0, 2)
-            hi = lo + self.r.randint(0 if self.f.has("zero_trip_prange") else 1, 3)
-            hint = ", unroll=True" if self.f.has("unroll_hint") and self.chance(0.3) else ""
+            hi = lo + self.r.randint(0, 3)          # zero-trip loops are folded while tracing
+            hint = ", unroll=True" if self.chance(0.3) else ""
             var = Var(self.fresh("q"), "u32", s.uniform, mutable=False)
             body = self._sub(s, n, uniform=True, loop=loop, runtime=True, bind=[var])
             head, exprs = f"for {var.name} in pc.range({lo}, {hi}{hint}):", []
