@@ -1,0 +1,413 @@
+"""Matrix-vector and small-N kernels for LLM token generation: Y (N x M, f32) = X (N x K, f32)
+@ W.T for N = 1 ... 64 vectors, with W (M x K) in one of llama.cpp's weight formats, stored
+bit for bit as in a GGUF file (`f16`, `q8_0`, `q4_0`, `q4_k`).
+
+These products are bound by the bandwidth of the weights, so the kernels are built to read
+each weight byte once, wide and coalesced, and to do little arithmetic per byte:
+- each subgroup owns `rows` rows of W; its lanes walk a row's units (a block, a quarter of a
+  Q4_K super-block or 8 halves) one after another, consecutive lanes on consecutive units,
+  and a subgroup reduction (`pc.subgroup.add`) sums the lanes' partial dot products;
+- a workgroup owns `nt` vectors of X: each x value loaded feeds the `rows` rows, and each
+  weight decoded feeds the `nt` vectors; the grid's x dimension walks the vector tiles of the
+  same rows, so workgroups that re-read a weight tile run together and find it in L2;
+- weights are dequantised in registers without integer-to-float conversions: a 4- or 8-bit
+  value OR-ed into the mantissa of 2^23 reads as 2^23 + q, and one subtraction gives q (minus
+  the format's offset) exactly; a block's scale multiplies its dot product once.
+
+`matmul_q` picks the kernel and configuration by shape and format (`choose_kernel`); larger
+N go to the cooperative-matrix GEMM where one exists for the format (`gemm_q4_0`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+import pycoop as pc
+from pycoop import f16, f32, u32
+
+from .gemm import gemm_q4_0
+
+# weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
+BLOCKS = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_k": (256, 144)}
+FORMATS = tuple(BLOCKS)
+MAX_SMALL_N = 64                         # above this, the large-N GEMM where the format has one
+
+_MAGIC = 0x4B000000                      # the bits of 2^23 (f32): OR a small int into its mantissa
+_TWO23 = 8388608.0
+U4 = pc.vec(u32, 4)
+F4 = pc.vec(f32, 4)
+
+
+def _check_fmt(fmt) -> str:
+    if fmt not in BLOCKS:
+        raise ValueError(f"unknown weight format {fmt!r}; pycoop's GEMV kernels take "
+                         f"{', '.join(FORMATS)}")
+    return fmt
+
+
+def _x_per_unit(fmt: str, vec: int) -> int:
+    """x values a lane consumes per unit of work: a block, a quarter of a Q4_K super-block
+    (64 weights with two sub-block scales) or `vec` f16 weights."""
+    return {"q8_0": 32, "q4_0": 32, "q4_k": 64}.get(fmt, vec)
+
+
+def _f16_at(word, high):
+    """The f16 in the low (or, where `high`, the high) half of a u32, as an f32."""
+    return f32(pc.bitcast(pc.u16((word >> pc.select(high, u32(16), u32(0))) & 0xFFFF), f16))
+
+
+def _bytes_as_f32(word, offset: float) -> list:
+    """The 4 bytes of `word` (each < 256), lowest first, as f32 minus `offset`: exact, with no
+    integer conversion (2^23 + b is an f32 whose mantissa is b)."""
+    return [pc.bitcast(((word >> (8 * b)) & 0xFF) | _MAGIC, f32) - (_TWO23 + offset)
+            for b in range(4)]
+
+
+def _dot(w: list, x: list):
+    """sum w[i] * x[i] in f32, as one fused multiply-add chain."""
+    s = w[0] * x[0]
+    for wi, xi in zip(w[1:], x[1:]):
+        s = pc.fma(wi, xi, s)
+    return s
+
+
+def _unaligned_words(w: list, odd, n: int) -> list:
+    """n u32 words of a block that starts 2 bytes into w[0] (odd blocks of 18- and 34-byte
+    formats) or 2 bytes after its f16 scale at the start of w[0] (even blocks): the payload
+    after the scale is w[1:] for odd blocks and straddles word pairs for even ones."""
+    return [pc.select(odd, w[i + 1], (w[i] >> 16) | (w[i + 1] << 16)) for i in range(n)]
+
+
+def _q4_0_unit(W, g, xcols: list) -> list:
+    """Block g of a Q4_0 matrix (18 bytes: f16 scale, 16 bytes of nibbles; weight l is the low
+    nibble of byte l for l < 16, else the high nibble of byte l - 16) times 32 values of each
+    x in `xcols`. Blocks are read as 5 u32 words from byte 18g rounded down to a word."""
+    base, odd = (g * 9) >> 1, (g & 1) == 1
+    w = [W[base + i] for i in range(5)]
+    d = _f16_at(w[0], odd)
+    qs = _unaligned_words(w, odd, 4)
+    vals = []
+    for shift in (0, 4):                        # low nibbles: weights 0-15, high: 16-31
+        for q in qs:
+            vals += _bytes_as_f32((q >> shift) & 0x0F0F0F0F, 8.0)
+    return [d * _dot(vals, xs) for xs in xcols]
+
+
+def _q8_0_unit(W, g, xcols: list) -> list:
+    """Block g of a Q8_0 matrix (34 bytes: f16 scale, 32 signed bytes) times 32 values of each
+    x. The bytes are read as 9 u32 words; XOR with 0x80 makes a signed byte q unsigned q + 128."""
+    base, odd = (g * 17) >> 1, (g & 1) == 1
+    w = [W[base + i] for i in range(9)]
+    d = _f16_at(w[0], odd)
+    vals = []
+    for q in _unaligned_words(w, odd, 8):
+        vals += _bytes_as_f32(q ^ 0x80808080, 128.0)
+    return [d * _dot(vals, xs) for xs in xcols]
+
+
+def _q4_k_scales(h1, h2, h3, j):
+    """The 6-bit scales and mins of sub-blocks 2j and 2j + 1 of a Q4_K super-block, from its
+    12 packed scale bytes (words h1, h2, h3). Sub-blocks 0-3 keep scale and min in the low 6
+    bits of bytes 0-3 and 4-7; sub-blocks 4-7 in the nibbles of bytes 8-11 with their top 2
+    bits in the top bits of bytes 0-3 (scales) and 4-7 (mins): computed for 4 bytes at once."""
+    lo = j < 2
+    sc = pc.select(lo, h1 & 0x3F3F3F3F, (h3 & 0x0F0F0F0F) | ((h1 >> 2) & 0x30303030))
+    mn = pc.select(lo, h2 & 0x3F3F3F3F, ((h3 >> 4) & 0x0F0F0F0F) | ((h2 >> 2) & 0x30303030))
+    shift = (j & 1) << 4                         # bytes 2j % 4 and 2j % 4 + 1
+    return [f32((v >> (shift + s)) & 0xFF) for v in (sc, mn) for s in (0, 8)]
+
+
+def _q4_k_unit(W4, u, row_sb, xcols: list, xsums: list) -> list:
+    """Quarter j = u % 4 of super-block u // 4 of a Q4_K row (144 bytes = 9 uvec4: f16 d and
+    dmin, 12 bytes of scales, 128 bytes of nibbles; quarter j is nibble bytes 32j..32j+31, its
+    low nibbles sub-block 2j and its high nibbles sub-block 2j + 1, 32 weights each, weight =
+    d * scale * q - dmin * min) times 64 values of each x. xsums: per x, the sums of its two
+    halves, which the mins multiply."""
+    sb, j = row_sb + (u >> 2), u & 3
+    h = W4[sb * 9]
+    q = [W4[sb * 9 + 1 + 2 * j], W4[sb * 9 + 2 + 2 * j]]
+    d, dmin = _f16_at(h[0], False), _f16_at(h[0], True)
+    sc0, sc1, m0, m1 = _q4_k_scales(h[1], h[2], h[3], j)
+    words = [v[i] for v in q for i in range(4)]
+    lo, hi = [], []
+    for word in words:
+        lo += _bytes_as_f32(word & 0x0F0F0F0F, 0.0)
+        hi += _bytes_as_f32((word >> 4) & 0x0F0F0F0F, 0.0)
+    out = []
+    for xs, (s0, s1) in zip(xcols, xsums):
+        out.append(d * (sc0 * _dot(lo, xs[:32]) + sc1 * _dot(hi, xs[32:]))
+                   - dmin * (m0 * s0 + m1 * s1))
+    return out
+
+
+def _f16_unit(W, i, xcols: list, vec: int) -> list:
+    """`vec` f16 weights (one uvec4 for 8, else one half) from element i of W times as many
+    values of each x."""
+    if vec == 1:
+        vals = [f32(W[i])]
+    else:
+        v = W[i]
+        vals = [f32(pc.bitcast(v[c], pc.vec(f16, 2))[h]) for c in range(4) for h in range(2)]
+    return [_dot(vals, xs) for xs in xcols]
+
+
+def _sum(xs: list):
+    s = xs[0]
+    for v in xs[1:]:
+        s = s + v
+    return s
+
+
+@functools.cache
+def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size: int = 32,
+         vec: int = 8):
+    """The kernel Y (N x M, f32) = X (N x K, f32) @ W.T for weights W (M x K) in format `fmt`.
+
+    Each of the `subgroups` subgroups of a workgroup computes `rows` rows of Y for the `nt`
+    vectors of the workgroup's tile; the grid is (ceil(N / nt), ceil(M / (rows * subgroups)))
+    (`gemv_grid`). Any M and N work (rows and vectors past the edge are clamped on load and not
+    stored). Operands (`pack_x`, `GGMLWeights.kernel_array`):
+    - W: `q4_0` / `q8_0` the raw blocks as u32 words (the bytes padded to a multiple of 4),
+      K a multiple of 32; `q4_k` the raw super-blocks as uvec4, K a multiple of 256; `f16`
+      the halves as uvec4 (`vec=8`, K a multiple of 8) or as f16 (`vec=1`, any K);
+    - X: f32, as vec4 (`X.reshape(-1, 4)`) except for `f16` with `vec=1`;
+    - Y: N x M f32; M, N, K: u32.
+    The kernel needs subgroups of `subgroup_size` lanes (a required subgroup size on Vulkan).
+    """
+    _check_fmt(fmt)
+    for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"gemv: {name} must be an int >= 1, got {v!r}")
+    if rows * nt > 64:
+        raise ValueError(f"gemv: rows x nt = {rows * nt} accumulators per lane; at most 64 "
+                         "keep them in registers (lower rows or nt)")
+    if subgroup_size not in (8, 16, 32, 64, 128):
+        raise ValueError(f"gemv: subgroup_size must be 8, 16, 32, 64 or 128, got {subgroup_size!r}")
+    if vec not in (1, 8) or (vec == 1 and fmt != "f16"):
+        raise ValueError(f"gemv: vec is 8 (uvec4 loads), or 1 for f16 weights with K not a "
+                         f"multiple of 8; got {vec!r} for {fmt}")
+    S = subgroup_size
+    nx = _x_per_unit(fmt, vec)
+    WT = {"q4_0": u32, "q8_0": u32, "q4_k": U4, "f16": U4 if vec == 8 else f16}[fmt]
+    XT = f32 if nx == 1 else F4
+
+    @pc.kernel(workgroup_size=subgroups * S, subgroup_size=S)
+    def gemv(W: pc.ReadBuffer[WT], X: pc.ReadBuffer[XT], Y: pc.WriteBuffer[f32], M: u32, N: u32,
+             K: u32):
+        lane = pc.subgroup_local_id()
+        row0 = (pc.workgroup_id.y * subgroups + pc.subgroup_id()) * rows
+        col0 = pc.workgroup_id.x * nt
+        rws = [pc.min(row0 + r, M - 1) for r in range(rows)]     # clamped: loads stay inside
+        cols = [pc.min(col0 + c, N - 1) for c in range(nt)]
+        units = (K + (nx - 1)) // nx if fmt == "f16" else K // nx
+        acc = [[f32(0.0)] * nt for _ in range(rows)]
+        for u in pc.range(lane, units, S):
+            if nx == 1:
+                xcols = [[X[c * K + u]] for c in cols]
+            else:
+                xcols = [[x[i] for j in range(nx // 4) for x in [X[(c * K + u * nx) // 4 + j]]
+                          for i in range(4)] for c in cols]
+            xsums = [(_sum(xs[:32]), _sum(xs[32:])) for xs in xcols] if fmt == "q4_k" else None
+            for r, row in enumerate(rws):
+                if fmt == "q4_0":
+                    part = _q4_0_unit(W, row * units + u, xcols)
+                elif fmt == "q8_0":
+                    part = _q8_0_unit(W, row * units + u, xcols)
+                elif fmt == "q4_k":
+                    part = _q4_k_unit(W, u, row * (K >> 8), xcols, xsums)
+                else:
+                    part = _f16_unit(W, row * units + u, xcols, vec)
+                acc[r] = [a + p for a, p in zip(acc[r], part)]
+        sums = [[pc.subgroup.add(a) for a in row] for row in acc]
+        if lane == 0:
+            for r in range(rows):
+                for c in range(nt):
+                    if row0 + r < M and col0 + c < N:
+                        Y[(col0 + c) * M + row0 + r] = sums[r][c]
+    return gemv
+
+
+def gemv_grid(M: int, N: int, rows: int = 1, nt: int = 1, subgroups: int = 4) -> tuple[int, int]:
+    """The grid of `gemv(fmt, rows, nt, subgroups)` for an M x K weight matrix and N vectors."""
+    return -(-N // nt), -(-M // (rows * subgroups))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A kernel choice of `choose_kernel`: `kind` is "gemv" (the kernels above, N = 1 ... 64,
+    or any N for formats without a large-N GEMM) or "coopmat" (`gemm_q4_0`)."""
+    kind: str
+    rows: int = 1
+    nt: int = 1
+    subgroups: int = 4
+
+
+def choose_kernel(fmt: str, N: int) -> Config:
+    """The kernel for N vectors of weights in `fmt`: one vector per workgroup tile at N = 1
+    (the most workgroups to hide memory latency), tiles of up to 8 vectors sharing each decoded
+    weight for N <= 64, and the cooperative-matrix GEMM above that where the format has one.
+    Rows per subgroup grow with the tile so that each x value loaded feeds more rows."""
+    _check_fmt(fmt)
+    if not isinstance(N, (int, np.integer)) or N < 1:
+        raise ValueError(f"N must be an int >= 1, got {N!r}")
+    if N > MAX_SMALL_N and fmt == "q4_0":
+        return Config("coopmat")
+    if N == 1:
+        return Config("gemv", rows=1, nt=1)
+    nt = 2 if N == 2 else 4 if N <= 4 else 8
+    return Config("gemv", rows=2, nt=nt)
+
+
+@dataclasses.dataclass
+class GGMLWeights:
+    """An M x K weight matrix in a llama.cpp format: `data` holds its bytes exactly as a GGUF
+    file does (rows of blocks along K; `f16` as float16). Made by `weights(...)`."""
+    fmt: str
+    M: int
+    K: int
+    data: np.ndarray
+    _arrays: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        return self.M * self.K // BLOCKS[self.fmt][0] * BLOCKS[self.fmt][1]
+
+    def kernel_array(self, backend: str | None = None, vec: int = 8):
+        """The weights as the `gemv` kernel reads them (u32 words, uvec4 or f16): a NumPy view
+        (no copy, unless the bytes need padding to whole words) or, with `backend`, a device
+        array on it, made once and kept."""
+        key = (backend, vec)
+        if key not in self._arrays:
+            raw = np.ascontiguousarray(self.data).reshape(-1).view(np.uint8)
+            if self.fmt == "f16":
+                a = raw.view(np.float16) if vec == 1 else raw.view(np.uint32).reshape(-1, 4)
+            elif self.fmt == "q4_k":
+                a = raw.view(np.uint32).reshape(-1, 4)
+            else:
+                if raw.size % 4:
+                    raw = np.concatenate([raw, np.zeros(4 - raw.size % 4, np.uint8)])
+                a = raw.view(np.uint32)
+            self._arrays[key] = a if backend is None else pc.asarray(a, backend=backend)
+        return self._arrays[key]
+
+
+def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
+    """Weights for `matmul_q`, without re-packing:
+    - a tensor of `gguf.GGUFReader(...).tensors` (its type names the format; 2-D, rows of K);
+    - a float16 array (M x K): `f16`;
+    - the raw bytes of a quantised matrix (uint8, M x row bytes) with `fmt`, K from the row
+      size (or given)."""
+    if isinstance(W, GGMLWeights):
+        return W
+    if hasattr(W, "tensor_type") and hasattr(W, "data"):          # gguf.ReaderTensor
+        name = W.tensor_type.name.lower()
+        if name not in BLOCKS:
+            raise ValueError(f"GGUF tensor {W.name!r} is {W.tensor_type.name}; pycoop's GEMV "
+                             f"kernels take {', '.join(f.upper() for f in FORMATS)}")
+        shape = [int(s) for s in W.shape]                        # GGML order: K first
+        if len(shape) != 2 and not (len(shape) > 2 and all(s == 1 for s in shape[2:])):
+            raise ValueError(f"GGUF tensor {W.name!r} has shape {shape}: a matrix is 2-D")
+        return _make(name, shape[1], shape[0], W.data)
+    a = np.asarray(W)
+    if fmt is None:
+        if a.dtype != np.float16:
+            raise ValueError("weights: pass fmt= for raw quantised bytes (uint8); only float16 "
+                             f"arrays are taken without one, got {a.dtype}")
+        fmt = "f16"
+    _check_fmt(fmt)
+    if a.ndim != 2:
+        raise ValueError(f"weights: a matrix is 2-D (M x K, or M x row bytes), got shape {a.shape}")
+    if fmt == "f16":
+        if a.dtype != np.float16:
+            raise ValueError(f"weights: f16 weights are float16, got {a.dtype}")
+        return _make(fmt, a.shape[0], a.shape[1], a)
+    if a.dtype != np.uint8:
+        raise ValueError(f"weights: {fmt} weights are raw bytes (uint8), got {a.dtype}")
+    qk, size = BLOCKS[fmt]
+    if a.shape[1] % size:
+        raise ValueError(f"weights: a {fmt} row is whole {size}-byte blocks; got {a.shape[1]} bytes")
+    Kb = a.shape[1] // size * qk
+    if K is not None and K != Kb:
+        raise ValueError(f"weights: rows of {a.shape[1]} bytes hold K = {Kb} {fmt} weights, not {K}")
+    return _make(fmt, a.shape[0], Kb, a)
+
+
+def _make(fmt: str, M: int, K: int, data) -> GGMLWeights:
+    qk, size = BLOCKS[fmt]
+    if K % qk:
+        raise ValueError(f"{fmt} weights need K a multiple of {qk} (its block), got K={K}")
+    data = np.asarray(data)
+    want = M * K // qk * size
+    if data.nbytes != want:
+        raise ValueError(f"{fmt} weights of {M} x {K} are {want} bytes, got {data.nbytes}")
+    if fmt == "f16":
+        data = data.reshape(M, K).view(np.float16)
+    else:
+        data = data.reshape(M, -1).view(np.uint8)
+    return GGMLWeights(fmt, M, K, data)
+
+
+def pack_x(X) -> np.ndarray:
+    """X (N x K, or K for one vector) as the f32 the kernels read."""
+    return np.ascontiguousarray(np.asarray(X, np.float32))
+
+
+def matmul_q(W, X, fmt: str | None = None, *, config: Config | None = None,
+             backend: str | None = None, subgroup_size: int = 32):
+    """Y = X @ W.T for weights W (M x K) in a llama.cpp format (see `weights`: a GGUF tensor,
+    f16 array or raw blocks with `fmt`) and X (N x K, or a single vector of K): the result is
+    N x M f32 (or M for a vector). X may be a NumPy array or a `pc.Array` (then the result is
+    a `pc.Array` on its backend and the weights are uploaded there once). The kernel is
+    `choose_kernel(fmt, N)` unless `config` is given. The shapes and the configuration are
+    checked before any work."""
+    Wq = weights(W, fmt)
+    device = isinstance(X, pc.Array)
+    if device and backend is not None and backend != X.backend:
+        raise ValueError(f"matmul_q: X is on {X.backend}, not {backend}")
+    bk = X.backend if device else backend
+    shape = tuple(X.shape)
+    vector = len(shape) == 1
+    if len(shape) not in (1, 2) or shape[-1] != Wq.K:
+        raise ValueError(f"matmul_q: X must be N x K or K with K = {Wq.K} (the weights' "
+                         f"columns), got shape {shape}")
+    N = 1 if vector else shape[0]
+    cfg = config or choose_kernel(Wq.fmt, N)
+    if cfg.kind == "coopmat":
+        if Wq.fmt != "q4_0":
+            raise ValueError(f"matmul_q: no cooperative-matrix GEMM for {Wq.fmt} weights; "
+                             "use Config('gemv', ...)")
+        return _coopmat_q4_0(Wq, X, N, vector, device, bk)
+    if cfg.kind != "gemv":
+        raise ValueError(f"matmul_q: config.kind is 'gemv' or 'coopmat', got {cfg.kind!r}")
+    vec = 8 if Wq.fmt != "f16" or Wq.K % 8 == 0 else 1
+    k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec)
+    grid = gemv_grid(Wq.M, N, cfg.rows, cfg.nt, cfg.subgroups)
+    if device:
+        x = X.reshape(-1) if vec == 1 else X.reshape(-1, 4)
+        y = pc.zeros((N, Wq.M), pc.f32, backend=bk)
+        k[grid](Wq.kernel_array(bk, vec), x, y, Wq.M, N, Wq.K)
+    else:
+        x = pack_x(X).reshape(-1) if vec == 1 else pack_x(X).reshape(-1, 4)
+        y = np.zeros((N, Wq.M), np.float32)
+        k[grid](Wq.kernel_array(None, vec), x, y, Wq.M, N, Wq.K, backend=bk)
+    return y.reshape(Wq.M) if vector else y
+
+
+def _coopmat_q4_0(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk):
+    """N > 64 Q4_0: the workgroup-scope cooperative-matrix GEMM decoding the blocks while
+    loading (f16 activations; NV cooperative matrices 2 on Vulkan)."""
+    k = gemm_q4_0()
+    grid = (-(-N // 128), -(-Wq.M // 128))
+    if device:
+        x = pc.asarray(X.numpy().astype(np.float16), backend=bk)   # f16 activations
+        y = pc.zeros((N, Wq.M), pc.f32, backend=bk)
+        if ("blocks", bk) not in Wq._arrays:
+            Wq._arrays["blocks", bk] = pc.asarray(Wq.data.reshape(-1), backend=bk)
+        k[grid](x, Wq._arrays["blocks", bk], y, N, Wq.M, Wq.K)
+    else:
+        y = np.zeros((N, Wq.M), np.float32)
+        k[grid](np.asarray(X, np.float16).reshape(N, Wq.K), Wq.data, y, N, Wq.M, Wq.K,
+                backend=bk)
+    return y.reshape(Wq.M) if vector else y
