@@ -14,44 +14,7 @@ import pycoop as pc
 from pycoop.kernels import GemvConfig, choose_kernel, gemv, gemv_grid, matmul_q, weights
 
 from core_helpers import FEW
-
-QK = {"f16": 1, "q8_0": 32, "q4_0": 32, "q4_k": 256}
-
-
-@pytest.fixture(scope="module")
-def gguf():
-    return pytest.importorskip("gguf")
-
-
-def _qtype(gguf, fmt):
-    return gguf.GGMLQuantizationType[fmt.upper()]
-
-
-def make_weights(gguf, fmt: str, M: int, K: int, seed: int = 0) -> np.ndarray:
-    """An M x K matrix in `fmt`, as a GGUF file stores it: gguf's own quantisation of random
-    values, except Q4_K, which gguf cannot quantise: random super-blocks (any bytes are valid
-    nibbles and 6-bit scales) with small positive f16 d and dmin."""
-    rng = np.random.default_rng(seed)
-    if fmt == "f16":
-        return rng.standard_normal((M, K)).astype(np.float16)
-    if fmt == "q4_k":
-        nb = M * K // 256
-        b = rng.integers(0, 256, (nb, 144), dtype=np.uint8)
-        b[:, :4] = rng.uniform(1e-3, 0.05, (nb, 2)).astype(np.float16).view(np.uint8)
-        return b.reshape(M, -1)
-    return gguf.quants.quantize(rng.standard_normal((M, K)).astype(np.float32), _qtype(gguf, fmt))
-
-
-def reference(gguf, fmt: str, W: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """X @ W.T in f64 with W dequantised by gguf."""
-    Wf = W if fmt == "f16" else gguf.quants.dequantize(W, _qtype(gguf, fmt))
-    return np.asarray(X, np.float64) @ np.asarray(Wf, np.float64).T
-
-
-def check(y, ref):
-    # f32 accumulation of K products: a few ulps of the largest partial sums
-    tol = 2e-6 * np.abs(ref).max() * np.sqrt(ref.shape[-1] + 1) + 1e-6
-    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=tol)
+from gemv_cases import QK, qtype, check, gguf, make_weights, reference  # noqa: F401 (fixture)
 
 
 def _shape(fmt, m, blocks, extra):
@@ -131,7 +94,7 @@ def test_gguf_file_round_trip(gguf, tmp_path):
     ws = {fmt: make_weights(gguf, fmt, M, K, seed=9) for fmt, (M, K) in shapes.items()}
     w = gguf.GGUFWriter(tmp_path / "w.gguf", "llama")
     for fmt, W in ws.items():
-        w.add_tensor(f"blk.0.{fmt}.weight", W, raw_dtype=None if fmt == "f16" else _qtype(gguf, fmt))
+        w.add_tensor(f"blk.0.{fmt}.weight", W, raw_dtype=None if fmt == "f16" else qtype(gguf, fmt))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
