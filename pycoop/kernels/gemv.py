@@ -162,7 +162,7 @@ def _sum(xs: list):
 
 @functools.cache
 def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size: int = 32,
-         vec: int = 8):
+         vec: int = 8, unroll: bool | int | None = None):
     """The kernel Y (N x M, f32) = X (N x K, f32) @ W.T for weights W (M x K) in format `fmt`.
 
     Each of the `subgroups` subgroups of a workgroup computes `rows` rows of Y for the `nt`
@@ -175,6 +175,8 @@ def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size
     - X: f32, as vec4 (`X.reshape(-1, 4)`) except for `f16` with `vec=1`;
     - Y: N x M f32; M, N, K: u32.
     The kernel needs subgroups of `subgroup_size` lanes (a required subgroup size on Vulkan).
+    `unroll` is the driver's hint on the lanes' loop over K (`pc.range`): unrolling keeps more
+    weight loads in flight per lane.
     """
     _check_fmt(fmt)
     for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups)):
@@ -203,7 +205,7 @@ def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size
         cols = [pc.min(col0 + c, N - 1) for c in range(nt)]
         units = (K + (nx - 1)) // nx if fmt == "f16" else K // nx
         acc = [[f32(0.0)] * nt for _ in range(rows)]
-        for u in pc.range(lane, units, S):
+        for u in pc.range(lane, units, S, unroll=unroll):
             if nx == 1:
                 xcols = [[X[c * K + u]] for c in cols]
             else:
@@ -242,11 +244,12 @@ class Config:
     rows: int = 1
     nt: int = 1
     subgroups: int = 4
+    unroll: bool | int | None = None
 
 
 def choose_kernel(fmt: str, N: int) -> Config:
-    """The kernel for N vectors of weights in `fmt`: one vector per workgroup tile at N = 1
-    (the most workgroups to hide memory latency), tiles of up to 8 vectors sharing each decoded
+    """The kernel for N vectors of weights in `fmt`: one vector per workgroup tile at N = 1,
+    tiles of up to 8 vectors sharing each decoded
     weight for N <= 64, and the cooperative-matrix GEMM above that where the format has one.
     Rows per subgroup grow with the tile so that each x value loaded feeds more rows."""
     _check_fmt(fmt)
@@ -254,8 +257,8 @@ def choose_kernel(fmt: str, N: int) -> Config:
         raise ValueError(f"N must be an int >= 1, got {N!r}")
     if N > MAX_SMALL_N and fmt == "q4_0":
         return Config("coopmat")
-    if N == 1:
-        return Config("gemv", rows=1, nt=1)
+    if N == 1:           # quantised: 2 rows share each x value (x is 7x the weight bytes)
+        return Config("gemv", rows=1 if fmt == "f16" else 2, nt=1)
     nt = 2 if N == 2 else 4 if N <= 4 else 8
     return Config("gemv", rows=2, nt=nt)
 
@@ -382,7 +385,7 @@ def matmul_q(W, X, fmt: str | None = None, *, config: Config | None = None,
     if cfg.kind != "gemv":
         raise ValueError(f"matmul_q: config.kind is 'gemv' or 'coopmat', got {cfg.kind!r}")
     vec = 8 if Wq.fmt != "f16" or Wq.K % 8 == 0 else 1
-    k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec)
+    k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec, cfg.unroll)
     grid = gemv_grid(Wq.M, N, cfg.rows, cfg.nt, cfg.subgroups)
     if device:
         x = X.reshape(-1) if vec == 1 else X.reshape(-1, 4)

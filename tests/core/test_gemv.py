@@ -38,20 +38,24 @@ def test_matmul_q_matches_gguf_dequantisation(gguf, fmt, m, blocks, extra, n, se
 
 
 @pytest.mark.parametrize("fmt", ["f16", "q8_0", "q4_0", "q4_k"])
-@pytest.mark.parametrize("rows,nt,subgroups,sg", [(1, 1, 4, 32), (2, 4, 2, 32), (3, 8, 1, 32),
-                                                  (2, 2, 4, 8), (4, 16, 2, 16)])
-def test_every_configuration(gguf, fmt, rows, nt, subgroups, sg):
+@pytest.mark.parametrize("rows,nt,subgroups,sg,unroll", [
+    (1, 1, 4, 32, None), (2, 4, 2, 32, 2), (3, 8, 1, 32, None), (2, 2, 4, 8, None),
+    (4, 16, 2, 16, True)])
+def test_every_configuration(gguf, fmt, rows, nt, subgroups, sg, unroll):
     """Tiles that do not divide M or N (clamped loads, skipped stores), a K of several lane
     strides, and subgroup sizes 8 ... 32; the module of each configuration validates."""
     M, K = 23, (512 if fmt == "q4_k" else 320)
     N = nt + 3
     W = make_weights(gguf, fmt, M, K, seed=rows * 7 + nt)
     X = np.random.default_rng(nt).standard_normal((N, K)).astype(np.float32)
-    cfg = GemvConfig("gemv", rows, nt, subgroups)
+    cfg = GemvConfig("gemv", rows, nt, subgroups, unroll)
     y = matmul_q(W, X, None if fmt == "f16" else fmt, config=cfg, backend="emulator",
                  subgroup_size=sg)
     check(y, reference(gguf, fmt, W, X))
-    assert gemv(fmt, rows, nt, subgroups, sg).compile().spv    # spirv-val accepts it
+    ck = gemv(fmt, rows, nt, subgroups, sg, 8, unroll).compile()
+    assert ck.spv                                             # spirv-val accepts it
+    want = {None: "None", 2: "2", True: "Unroll"}[unroll]     # the hint on the K loop
+    assert [ln.split()[-1] for ln in ck.spvasm.splitlines() if "OpLoopMerge" in ln] == [want]
 
 
 def test_f16_any_k_uses_scalar_loads():
@@ -79,7 +83,8 @@ def test_q4_0_large_n_goes_to_the_cooperative_matrix_gemm(gguf):
 
 
 def test_choose_kernel_by_shape_and_format():
-    assert choose_kernel("q4_0", 1) == GemvConfig("gemv", 1, 1)
+    assert choose_kernel("q4_0", 1) == GemvConfig("gemv", 2, 1)
+    assert choose_kernel("f16", 1) == GemvConfig("gemv", 1, 1)
     assert choose_kernel("q4_k", 2).nt == 2 and choose_kernel("q8_0", 3).nt == 4
     assert {choose_kernel("f16", n).nt for n in (5, 16, 64)} == {8}
     for fmt in ("f16", "q8_0", "q4_k"):       # no large-N GEMM for these: tiles of the GEMV
