@@ -1,8 +1,7 @@
 """Ready-made kernels written in pycoop (used by `pycoop demo` and the benchmarks)."""
 from .gemm import (Q4_0, gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
                    gemm_q4_0_staged, gemm_reference, gemm_workgroup_tile, q4_0_planes, sum_splits)
-from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, matmul_q, weights
-from .gemv import Config as GemvConfig
+from .gemv import GemvConfig, GGMLWeights, choose_kernel, gemv, gemv_grid, matmul_q, weights
 
 __all__ = ["Q4_0", "gemm_khr", "gemm_khr_staged", "gemm_nv", "gemm_q4_0", "gemm_q4_0_planes",
            "gemm_q4_0_staged", "gemm_reference", "gemm_workgroup_tile", "q4_0_planes", "sum_splits",

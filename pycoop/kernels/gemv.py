@@ -237,7 +237,7 @@ def gemv_grid(M: int, N: int, rows: int = 1, nt: int = 1, subgroups: int = 4) ->
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class GemvConfig:
     """A kernel choice of `choose_kernel`: `kind` is "gemv" (the kernels above, N = 1 ... 64,
     or any N for formats without a large-N GEMM) or "coopmat" (`gemm_q4_0`)."""
     kind: str
@@ -247,7 +247,7 @@ class Config:
     unroll: bool | int | None = None
 
 
-def choose_kernel(fmt: str, N: int) -> Config:
+def choose_kernel(fmt: str, N: int) -> GemvConfig:
     """The kernel for N vectors of weights in `fmt`: one vector per workgroup tile at N = 1,
     tiles of up to 8 vectors sharing each decoded
     weight for N <= 64, and the cooperative-matrix GEMM above that where the format has one.
@@ -256,11 +256,11 @@ def choose_kernel(fmt: str, N: int) -> Config:
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be an int >= 1, got {N!r}")
     if N > MAX_SMALL_N and fmt == "q4_0":
-        return Config("coopmat")
+        return GemvConfig("coopmat")
     if N == 1:           # quantised: 2 rows share each x value (x is 7x the weight bytes)
-        return Config("gemv", rows=1 if fmt == "f16" else 2, nt=1)
+        return GemvConfig("gemv", rows=1 if fmt == "f16" else 2, nt=1)
     nt = 2 if N == 2 else 4 if N <= 4 else 8
-    return Config("gemv", rows=2, nt=nt)
+    return GemvConfig("gemv", rows=2, nt=nt)
 
 
 @dataclasses.dataclass
@@ -357,7 +357,7 @@ def pack_x(X) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(X, np.float32))
 
 
-def matmul_q(W, X, fmt: str | None = None, *, config: Config | None = None,
+def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
              backend: str | None = None, subgroup_size: int = 32):
     """Y = X @ W.T for weights W (M x K) in a llama.cpp format (see `weights`: a GGUF tensor,
     f16 array or raw blocks with `fmt`) and X (N x K, or a single vector of K): the result is
@@ -380,7 +380,7 @@ def matmul_q(W, X, fmt: str | None = None, *, config: Config | None = None,
     if cfg.kind == "coopmat":
         if Wq.fmt != "q4_0":
             raise ValueError(f"matmul_q: no cooperative-matrix GEMM for {Wq.fmt} weights; "
-                             "use Config('gemv', ...)")
+                             "use GemvConfig('gemv', ...)")
         return _coopmat_q4_0(Wq, X, N, vector, device, bk)
     if cfg.kind != "gemv":
         raise ValueError(f"matmul_q: config.kind is 'gemv' or 'coopmat', got {cfg.kind!r}")
