@@ -34,7 +34,7 @@ import traceback
 import numpy as np
 
 import pycoop as pc
-from pycoop.kernels import GemvConfig, choose_kernel, gemv, gemv_grid, weights
+from pycoop.kernels import GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv, gemv_grid, weights
 from pycoop.kernels.gemv import BLOCKS
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
@@ -75,23 +75,60 @@ def configs(fmt: str, N: int, quick: bool) -> list[GemvConfig]:
     return out
 
 
+INT_OPS = ("OpBitwiseAnd", "OpBitwiseOr", "OpBitwiseXor", "OpShiftRightLogical",
+           "OpShiftLeftLogical", "OpIAdd", "OpIMul", "OpISub", "OpSelect", "OpUDiv")
+FLOAT_OPS = ("OpFAdd", "OpFSub", "OpFMul", "OpFConvert", "OpExtInst")      # OpExtInst: Fma
+
+
+def instruction_mix(fmt: str, cfg: GemvConfig) -> str:
+    """Static counts of the kernel's SPIR-V instructions (nearly all in its K loop, which
+    handles rows x nt x (weights per unit)): loads, integer and float ops per weight and vector."""
+    import collections
+    ck = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups).compile()
+    ops = collections.Counter(ln.split()[2] if " = " in ln else ln.split()[0]
+                              for ln in ck.spvasm.splitlines() if ln.strip() and not ln.startswith(";"))
+    per = cfg.rows * {"q8_0": 32, "q4_0": 32, "q4_k": 64, "f16": 8}[fmt]
+    n = lambda names: sum(ops[o] for o in names) / per                         # noqa: E731
+    return (f"{fmt} (rows {cfg.rows}, nt {cfg.nt}): per weight {n(('OpLoad',)):.2f} loads, "
+            f"{n(INT_OPS):.2f} integer ops, {n(FLOAT_OPS):.2f} float ops "
+            f"({n(FLOAT_OPS) / cfg.nt:.2f} per weight and vector)")
+
+
 def median_us(results) -> float:
     return statistics.median(t for r in results for t in r.times_ms) * 1e3
 
 
-def time_pycoop(k, grid, ws: list, x, y, M: int, N: int, K: int, repeat: int) -> tuple[float, float]:
-    """(rotated µs, warm µs): medians of `repeat` launches cycling through the weight copies
-    `ws`, and of `repeat` launches on ws[0]."""
+def time_pycoop(launch, ws: list, repeat: int) -> tuple[float, float]:
+    """(rotated µs, warm µs): medians of `repeat` launches `launch(w)` cycling through the
+    weight copies `ws`, and of `repeat` launches on ws[0]."""
     rt = pc.get_runtime()
     with rt.batch():
         for i in range(WARMUP):
-            k[grid](ws[i % len(ws)], x, y, M, N, K)
+            launch(ws[i % len(ws)])
     with rt.batch():
-        rot = [k[grid](ws[i % len(ws)], x, y, M, N, K) for i in range(repeat)]
+        rot = [launch(ws[i % len(ws)]) for i in range(repeat)]
     with rt.batch():
-        warm = [k[grid](ws[0], x, y, M, N, K) for _ in range(repeat)]
+        warm = [launch(ws[0]) for _ in range(repeat)]
     pc.synchronize()
     return median_us(rot), median_us(warm)
+
+
+def coopmat_candidates(fmt: str, N: int, quick: bool) -> list[tuple]:
+    """The cooperative-matrix GEMMs tried as small-N kernels (N >= 8; tensor cores instead of
+    f32 FMAs, at the cost of tiles of at least 16 vectors): gemm_q4_0 on the GGUF blocks
+    (weights as the A operand) and gemm_nv on f16 weights. (name, kernel, grid)."""
+    if N < 8 or fmt not in ("q4_0", "f16") or quick:
+        return []
+    bn = min(64, -(-N // 16) * 16)                    # the vector side of the tile
+    out = []
+    for bw in (64, 128, 256):                         # the weight side
+        for bk in (32, 64):
+            if fmt == "q4_0":
+                out.append((f"gemm_q4_0 {bw}x{bn}x{bk}", gemm_q4_0(bn, bw, bk, 256, weights_first=True),
+                            None, bn, bw))
+            else:
+                out.append((f"gemm_nv {bw}x{bn}x{bk}", gemm_nv(bw, bn, bk, 256), None, bw, bn))
+    return out
 
 
 def torch_times(M: int, K: int, N: int, copies: int, repeat: int):
@@ -136,8 +173,9 @@ def torch_times(M: int, K: int, N: int, copies: int, repeat: int):
     return rot, warm
 
 
-def check(fmt: str, W: np.ndarray, X: np.ndarray, y: np.ndarray) -> str:
-    """Compare the first 64 rows of Y with gguf's dequantisation (if installed)."""
+def check(fmt: str, W: np.ndarray, X: np.ndarray, y: np.ndarray, tol: float = 1e-4) -> str:
+    """Compare the first 64 rows of Y with gguf's dequantisation (if installed); `tol`
+    relative to the largest value (f16 products in the cooperative-matrix GEMMs)."""
     try:
         import gguf
     except ImportError:
@@ -146,7 +184,7 @@ def check(fmt: str, W: np.ndarray, X: np.ndarray, y: np.ndarray) -> str:
     Wf = rows if fmt == "f16" else gguf.quants.dequantize(rows, gguf.GGMLQuantizationType[fmt.upper()])
     ref = X.astype(np.float64) @ np.asarray(Wf, np.float64).T
     err = float(np.abs(y[:, :64] - ref).max() / max(np.abs(ref).max(), 1e-30))
-    return "ok" if err < 1e-4 else f"ERR {err:.1e}"
+    return "ok" if err < tol else f"ERR {err:.1e}"
 
 
 def bench_shape(M: int, K: int, args, lines: list) -> None:
@@ -162,6 +200,7 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
             lines.append(f"| {M}x{K} | {fmt} | all | FAILED to prepare: {type(e).__name__}: {e} |")
             print(lines[-1], flush=True)
             continue
+        blocks: dict = {}
         for N in args.ns:
             X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
             x = pc.asarray(X.reshape(-1, 4), backend="vulkan")
@@ -171,11 +210,38 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
                 try:
                     k = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size, 8, cfg.unroll)
                     grid = gemv_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)
-                    rot, warm = time_pycoop(k, grid, ws, x, y, M, N, K, args.repeat)
+                    rot, warm = time_pycoop(lambda w: k[grid](w, x, y, M, N, K), ws, args.repeat)
                     if best is None or rot < best[1]:
                         best = (cfg, rot, warm)
                 except Exception as e:                      # noqa: BLE001
                     errors.append(f"{cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                    if args.verbose:
+                        traceback.print_exc()
+            best_cm = None
+            for name, k, _, ta, tb in coopmat_candidates(fmt, N, args.quick):
+                try:
+                    if fmt not in blocks:                   # the weights as the GEMMs read them
+                        raw = np.ascontiguousarray(W).reshape(-1)
+                        blocks[fmt] = [pc.asarray(raw, backend="vulkan") for _ in ws]
+                    wb = blocks[fmt]
+                    if fmt == "q4_0":                       # Y (N x M) = X (f16) @ W.T
+                        xh = pc.asarray(X.astype(np.float16), backend="vulkan")
+                        yc = pc.zeros((N, M), pc.f32, backend="vulkan")
+                        grid = (-(-N // ta), -(-M // tb))
+                        launch = lambda w: k[grid](xh, w, yc, N, M, K)          # noqa: E731
+                    else:                                   # Y.T (M x N) = W @ X.T
+                        xh = pc.asarray(np.ascontiguousarray(X.T.astype(np.float16)), backend="vulkan")
+                        yc = pc.zeros((M, N), pc.f32, backend="vulkan")
+                        grid = (-(-M // ta), -(-N // tb))
+                        launch = lambda w: k[grid](w, xh, yc, M, N, K)          # noqa: E731
+                    rot, warm = time_pycoop(launch, wb, args.repeat)
+                    if best_cm is None or rot < best_cm[1]:
+                        launch(wb[0])
+                        yv = yc.numpy() if fmt == "q4_0" else yc.numpy().T
+                        best_cm = (name, rot, warm, check(fmt, W, X.astype(np.float16).astype(np.float32),
+                                                          yv, 2e-3))
+                except Exception as e:                      # noqa: BLE001
+                    errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
                     if args.verbose:
                         traceback.print_exc()
             if best is None:
@@ -203,9 +269,16 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
                          f"| {warm:.1f} | {t_rot} | {t_warm} | {speed} | {c} | {status} |"
                          + (f" {len(errors)} config(s) failed" if errors else ""))
             print(lines[-1], flush=True)
+            if best_cm is not None:
+                name, crot, cwarm, cstatus = best_cm
+                cgbs = Wq.nbytes / (crot * 1e-6) / 1e9
+                lines.append(f"| {M}x{K} | {fmt} | {N} | {crot:.1f} | {cgbs:.0f} ({100 * cgbs / PEAK_GBS:.0f}%) "
+                             f"| {cwarm:.1f} | {t_rot} | {t_warm} | "
+                             f"{f'{tt[0] / crot:.2f}x' if tt else '-'} | {name} | {cstatus} |")
+                print(lines[-1], flush=True)
             for e in errors:
                 print(f"    {e}", flush=True)
-        del ws
+        del ws, blocks
         pc.synchronize()
 
 
@@ -233,6 +306,14 @@ def main() -> None:
             "torch f16 rotated µs | torch f16 warm µs | vs torch rotated | config | check |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     print(f"# {dev}, {time.strftime('%Y-%m-%d %H:%M')}, rotation through >= {args.rotate_mb} MB")
+    mix = []
+    for fmt in args.formats:
+        for n in sorted({1, max(args.ns)}):
+            try:
+                mix.append(instruction_mix(fmt, choose_kernel(fmt, n)))
+            except Exception as e:                          # noqa: BLE001
+                mix.append(f"{fmt}: instruction mix failed: {type(e).__name__}: {e}")
+    print("SPIR-V instruction mix of the dispatcher's kernels:\n  " + "\n  ".join(mix))
     print("\n".join(head), flush=True)
     lines: list[str] = []
     for M, K in shapes:
@@ -243,7 +324,8 @@ def main() -> None:
             print(lines[-1], flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            f.write(f"# LLM kernels, {dev}, {time.strftime('%Y-%m-%d')}\n\n" + "\n".join(head + lines) + "\n")
+            f.write(f"# LLM kernels, {dev}, {time.strftime('%Y-%m-%d')}\n\n"
+                    + "".join(f"- {m}\n" for m in mix) + "\n" + "\n".join(head + lines) + "\n")
 
 
 if __name__ == "__main__":
