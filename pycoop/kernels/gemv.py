@@ -58,11 +58,17 @@ def _f16_at(word, high):
     return f32(pc.bitcast(pc.u16((word >> pc.select(high, u32(16), u32(0))) & 0xFFFF), f16))
 
 
-def _bytes_as_f32(word, offset: float) -> list:
-    """The 4 bytes of `word` (each < 256), lowest first, as f32 minus `offset`: exact, with no
-    integer conversion (2^23 + b is an f32 whose mantissa is b)."""
-    return [pc.bitcast(((word >> (8 * b)) & 0xFF) | _MAGIC, f32) - (_TWO23 + offset)
-            for b in range(4)]
+def _fields_as_f32(word, offset: float, bits: int = 8, shift: int = 0) -> list:
+    """The 4 fields of `bits` bits at bits 8b + shift of `word` (b = 0 ... 3, one per byte),
+    as f32 minus `offset`: exact, with no integer conversion (2^23 + v is an f32 whose mantissa
+    is v). A field reaching bit 31 needs no mask."""
+    out = []
+    for b in range(4):
+        v = word >> (8 * b + shift)
+        if 8 * b + shift + bits < 32:
+            v = v & ((1 << bits) - 1)
+        out.append(pc.bitcast(v | _MAGIC, f32) - (_TWO23 + offset))
+    return out
 
 
 def _dot(w: list, x: list):
@@ -91,7 +97,7 @@ def _q4_0_unit(W, g, xcols: list) -> list:
     vals = []
     for shift in (0, 4):                        # low nibbles: weights 0-15, high: 16-31
         for q in qs:
-            vals += _bytes_as_f32((q >> shift) & 0x0F0F0F0F, 8.0)
+            vals += _fields_as_f32(q, 8.0, 4, shift)
     return [d * _dot(vals, xs) for xs in xcols]
 
 
@@ -103,7 +109,7 @@ def _q8_0_unit(W, g, xcols: list) -> list:
     d = _f16_at(w[0], odd)
     vals = []
     for q in _unaligned_words(w, odd, 8):
-        vals += _bytes_as_f32(q ^ 0x80808080, 128.0)
+        vals += _fields_as_f32(q ^ 0x80808080, 128.0)
     return [d * _dot(vals, xs) for xs in xcols]
 
 
@@ -133,8 +139,8 @@ def _q4_k_unit(W4, u, row_sb, xcols: list, xsums: list) -> list:
     words = [v[i] for v in q for i in range(4)]
     lo, hi = [], []
     for word in words:
-        lo += _bytes_as_f32(word & 0x0F0F0F0F, 0.0)
-        hi += _bytes_as_f32((word >> 4) & 0x0F0F0F0F, 0.0)
+        lo += _fields_as_f32(word, 0.0, 4, 0)
+        hi += _fields_as_f32(word, 0.0, 4, 4)
     out = []
     for xs, (s0, s1) in zip(xcols, xsums):
         out.append(d * (sc0 * _dot(lo, xs[:32]) + sc1 * _dot(hi, xs[32:]))
