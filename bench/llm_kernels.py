@@ -67,7 +67,7 @@ def configs(fmt: str, N: int, quick: bool) -> list[GemvConfig]:
     else:
         t8, t16 = min(N, 8), min(N, 16)
         shapes = [(1, t8, 4), (4, t8, 2), (2, t16, 2), (4, t16, 1), (1, t16, 4), (2, min(N, 32), 1)]
-    out = [first, GemvConfig("gemv", first.rows, first.nt, first.subgroups, 2)]
+    out = [first] + [GemvConfig("gemv", first.rows, first.nt, first.subgroups, u) for u in (2, 4)]
     for r, t, s in shapes:
         c = GemvConfig("gemv", r, t, s)
         if c not in out and r * t <= 64:

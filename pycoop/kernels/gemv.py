@@ -406,7 +406,8 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
 
 def _coopmat_q4_0(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk):
     """N > 64 Q4_0: the workgroup-scope cooperative-matrix GEMM decoding the blocks while
-    loading (f16 activations; NV cooperative matrices 2 on Vulkan)."""
+    loading (NV cooperative matrices 2 on Vulkan). Its activations are f16: a device X is
+    converted through host memory."""
     k = gemm_q4_0()
     grid = (-(-N // 128), -(-Wq.M // 128))
     if device:
