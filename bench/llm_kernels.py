@@ -119,7 +119,7 @@ def coopmat_candidates(fmt: str, N: int, quick: bool) -> list[tuple]:
     (weights as the A operand) and gemm_nv on f16 weights. (name, kernel, grid)."""
     if N < 8 or fmt not in ("q4_0", "f16") or quick:
         return []
-    bn = min(64, -(-N // 16) * 16)                    # the vector side of the tile
+    bn = next(t for t in (16, 32, 64) if N <= t)      # the vector side of the tile
     out = []
     for bw in (64, 128, 256):                         # the weight side
         for bk in (32, 64):

@@ -245,24 +245,29 @@ def gemv_grid(M: int, N: int, rows: int = 1, nt: int = 1, subgroups: int = 4) ->
 @dataclasses.dataclass(frozen=True)
 class GemvConfig:
     """A kernel choice of `choose_kernel`: `kind` is "gemv" (the kernels above, N = 1 ... 64,
-    or any N for formats without a large-N GEMM) or "coopmat" (`gemm_q4_0`)."""
+    or any N for formats without a large-N GEMM; `rows`, `nt`, `subgroups`, `unroll` as in
+    `gemv`) or "coopmat" (`gemm_q4_0` with `tile` = (vectors, weight rows, K) per workgroup;
+    below 128 vectors it computes with the weights as the A operand, `weights_first`)."""
     kind: str
     rows: int = 1
     nt: int = 1
     subgroups: int = 4
     unroll: bool | int | None = None
+    tile: tuple[int, int, int] = (128, 128, 32)
 
 
-def choose_kernel(fmt: str, N: int) -> GemvConfig:
+def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N) -> GemvConfig:
     """The kernel for N vectors of weights in `fmt`: one vector per workgroup tile at N = 1,
     tiles of up to 8 vectors sharing each decoded
     weight for N <= 64, and the cooperative-matrix GEMM above that where the format has one.
-    Rows per subgroup grow with the tile so that each x value loaded feeds more rows."""
+    Rows per subgroup grow with the tile so that each x value loaded feeds more rows.
+    `large_n`: the largest N for the GEMV kernels where a cooperative-matrix GEMM exists."""
     _check_fmt(fmt)
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be an int >= 1, got {N!r}")
-    if N > MAX_SMALL_N and fmt == "q4_0":
-        return GemvConfig("coopmat")
+    if N > large_n and fmt == "q4_0":
+        bm = next(t for t in (16, 32, 64, 128) if N <= t or t == 128)    # vectors per tile
+        return GemvConfig("coopmat", tile=(bm, 128, 32))
     if N == 1:           # quantised: 2 rows share each x value (x is 7x the weight bytes)
         return GemvConfig("gemv", rows=1 if fmt == "f16" else 2, nt=1)
     nt = 2 if N == 2 else 4 if N <= 4 else 8
@@ -364,12 +369,12 @@ def pack_x(X) -> np.ndarray:
 
 
 def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
-             backend: str | None = None, subgroup_size: int = 32):
+             backend: str | None = None, subgroup_size: int = 32, large_n: int = MAX_SMALL_N):
     """Y = X @ W.T for weights W (M x K) in a llama.cpp format (see `weights`: a GGUF tensor,
     f16 array or raw blocks with `fmt`) and X (N x K, or a single vector of K): the result is
     N x M f32 (or M for a vector). X may be a NumPy array or a `pc.Array` (then the result is
     a `pc.Array` on its backend and the weights are uploaded there once). The kernel is
-    `choose_kernel(fmt, N)` unless `config` is given. The shapes and the configuration are
+    `choose_kernel(fmt, N, large_n)` unless `config` is given. The shapes and the configuration are
     checked before any work."""
     Wq = weights(W, fmt)
     device = isinstance(X, pc.Array)
@@ -382,12 +387,12 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
         raise ValueError(f"matmul_q: X must be N x K or K with K = {Wq.K} (the weights' "
                          f"columns), got shape {shape}")
     N = 1 if vector else shape[0]
-    cfg = config or choose_kernel(Wq.fmt, N)
+    cfg = config or choose_kernel(Wq.fmt, N, large_n)
     if cfg.kind == "coopmat":
         if Wq.fmt != "q4_0":
             raise ValueError(f"matmul_q: no cooperative-matrix GEMM for {Wq.fmt} weights; "
                              "use GemvConfig('gemv', ...)")
-        return _coopmat_q4_0(Wq, X, N, vector, device, bk)
+        return _coopmat_q4_0(Wq, X, N, vector, device, bk, cfg.tile)
     if cfg.kind != "gemv":
         raise ValueError(f"matmul_q: config.kind is 'gemv' or 'coopmat', got {cfg.kind!r}")
     vec = 8 if Wq.fmt != "f16" or Wq.K % 8 == 0 else 1
@@ -404,12 +409,13 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     return y.reshape(Wq.M) if vector else y
 
 
-def _coopmat_q4_0(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk):
+def _coopmat_q4_0(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, tile):
     """N > 64 Q4_0: the workgroup-scope cooperative-matrix GEMM decoding the blocks while
     loading (NV cooperative matrices 2 on Vulkan). Its activations are f16: a device X is
     converted through host memory."""
-    k = gemm_q4_0()
-    grid = (-(-N // 128), -(-Wq.M // 128))
+    bm, bn, bk_ = tile
+    k = gemm_q4_0(bm, bn, bk_, 256, weights_first=bm < 128)
+    grid = (-(-N // bm), -(-Wq.M // bn))
     if device:
         x = pc.asarray(X.numpy().astype(np.float16), backend=bk)   # f16 activations
         y = pc.zeros((N, Wq.M), pc.f32, backend=bk)

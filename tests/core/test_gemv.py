@@ -73,13 +73,26 @@ def test_f16_any_k_uses_scalar_loads():
 
 def test_q4_0_large_n_goes_to_the_cooperative_matrix_gemm(gguf):
     """N > 64 Q4_0 runs gemm_q4_0 (f16 activations: the tolerance is f16 rounding of x)."""
-    assert choose_kernel("q4_0", 65).kind == "coopmat"
+    assert choose_kernel("q4_0", 65) == GemvConfig("coopmat", tile=(128, 128, 32))
     M, K, N = 40, 96, 70
     W = make_weights(gguf, "q4_0", M, K, seed=5)
     X = np.random.default_rng(5).standard_normal((N, K)).astype(np.float32)
     y = matmul_q(W, X, "q4_0", backend="emulator")
     ref = reference(gguf, "q4_0", W, X.astype(np.float16))
     np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+
+
+def test_q4_0_small_n_cooperative_matrix_tiles(gguf):
+    """The cooperative-matrix GEMM below 128 vectors (weights as the A operand, tiles of 16 or
+    32 vectors), chosen with a lower `large_n` or named by the configuration."""
+    assert choose_kernel("q4_0", 20, large_n=16) == GemvConfig("coopmat", tile=(32, 128, 32))
+    M, K, N = 70, 128, 20
+    W = make_weights(gguf, "q4_0", M, K, seed=6)
+    X = np.random.default_rng(6).standard_normal((N, K)).astype(np.float32)
+    ref = reference(gguf, "q4_0", W, X.astype(np.float16))
+    for y in (matmul_q(W, X, "q4_0", backend="emulator", large_n=16),
+              matmul_q(W, X, "q4_0", backend="emulator", config=GemvConfig("coopmat", tile=(16, 64, 64)))):
+        np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
 
 
 def test_choose_kernel_by_shape_and_format():
