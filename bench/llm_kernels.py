@@ -82,12 +82,12 @@ FLOAT_OPS = ("OpFAdd", "OpFSub", "OpFMul", "OpFConvert", "OpExtInst")      # OpE
 
 def instruction_mix(fmt: str, cfg: GemvConfig) -> str:
     """Static counts of the kernel's SPIR-V instructions (nearly all in its K loop, which
-    handles rows x nt x (weights per unit)): loads, integer and float ops per weight and vector."""
+    handles rows x nt x 8 weights per lane): loads, integer and float ops per weight and vector."""
     import collections
     ck = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups).compile()
     ops = collections.Counter(ln.split()[2] if " = " in ln else ln.split()[0]
                               for ln in ck.spvasm.splitlines() if ln.strip() and not ln.startswith(";"))
-    per = cfg.rows * {"q8_0": 32, "q4_0": 32, "q4_k": 64, "f16": 8}[fmt]
+    per = cfg.rows * 8                                   # weights per lane and unit, all formats
     n = lambda names: sum(ops[o] for o in names) / per                         # noqa: E731
     return (f"{fmt} (rows {cfg.rows}, nt {cfg.nt}): per weight {n(('OpLoad',)):.2f} loads, "
             f"{n(INT_OPS):.2f} integer ops, {n(FLOAT_OPS):.2f} float ops "

@@ -5,8 +5,9 @@ bit for bit as in a GGUF file (`f16`, `q8_0`, `q4_0`, `q4_k`).
 These products are bound by the bandwidth of the weights, so the kernels are built to read
 each weight byte once, wide and coalesced, and to do little arithmetic per byte:
 - each subgroup owns `rows` rows of W; its lanes walk a row's units (a block, a quarter of a
-  Q4_K super-block or 8 halves) one after another, consecutive lanes on consecutive units,
-  and a subgroup reduction (`pc.subgroup.add`) sums the lanes' partial dot products;
+  Q4_K super-block or 8 halves) one after another, 8 weights per lane (4 or 8 lanes share a
+  block), so that consecutive lanes read consecutive weight words and x values, and a
+  subgroup reduction (`pc.subgroup.add`) sums the lanes' partial dot products;
 - a workgroup owns `nt` vectors of X: each x value loaded feeds the `rows` rows, and each
   weight decoded feeds the `nt` vectors; the grid's x dimension walks the vector tiles of the
   same rows, so workgroups that re-read a weight tile run together and find it in L2;
@@ -47,10 +48,25 @@ def _check_fmt(fmt) -> str:
     return fmt
 
 
+# lanes sharing a unit of work (a block, a quarter of a Q4_K super-block, 8 halves), so that
+# consecutive lanes read consecutive x values: a warp's vec4 loads of x then touch a few cache
+# lines instead of one line per lane
+PARTS = {"q4_0": 4, "q8_0": 4, "q4_k": 8, "f16": 1}
+
+
 def _x_per_unit(fmt: str, vec: int) -> int:
-    """x values a lane consumes per unit of work: a block, a quarter of a Q4_K super-block
-    (64 weights with two sub-block scales) or `vec` f16 weights."""
+    """x values a unit of work covers: a block, a quarter of a Q4_K super-block (64 weights
+    with two sub-block scales) or `vec` f16 weights."""
     return {"q8_0": 32, "q4_0": 32, "q4_k": 64}.get(fmt, vec)
+
+
+def _x_slots(fmt: str, vec: int) -> list:
+    """(vec4 offset in the unit, times the lane's part) of the x values a lane multiplies, in
+    the order of the weights its unit function returns."""
+    return {"q4_0": [(0, 1), (4, 1)],           # low nibbles of its 4 bytes, then high ones
+            "q8_0": [(0, 2), (1, 2)],           # its 8 bytes
+            "q4_k": [(0, 1), (8, 1)],           # sub-block 2j, then 2j + 1
+            "f16": [(0, 0), (1, 0)] if vec == 8 else [(0, 0)]}[fmt]
 
 
 def _f16_at(word, high):
@@ -79,37 +95,34 @@ def _dot(w: list, x: list):
     return s
 
 
-def _unaligned_words(w: list, odd, n: int) -> list:
-    """n u32 words of a block that starts 2 bytes into w[0] (odd blocks of 18- and 34-byte
-    formats) or 2 bytes after its f16 scale at the start of w[0] (even blocks): the payload
-    after the scale is w[1:] for odd blocks and straddles word pairs for even ones."""
-    return [pc.select(odd, w[i + 1], (w[i] >> 16) | (w[i + 1] << 16)) for i in range(n)]
+def _payload_word(W, base, odd, i):
+    """Word i of the payload after the f16 scale of an 18- or 34-byte block that starts at
+    word `base` (odd blocks 2 bytes into it, even blocks at its start): whole words for odd
+    blocks, straddling two words for even ones."""
+    a, b = W[base + i], W[base + i + 1]
+    return pc.select(odd, b, (a >> 16) | (b << 16))
 
 
-def _q4_0_unit(W, g, xcols: list) -> list:
-    """Block g of a Q4_0 matrix (18 bytes: f16 scale, 16 bytes of nibbles; weight l is the low
-    nibble of byte l for l < 16, else the high nibble of byte l - 16) times 32 values of each
-    x in `xcols`. Blocks are read as 5 u32 words from byte 18g rounded down to a word."""
+def _q4_0_unit(W, g, p, xcols: list) -> list:
+    """Part p (nibble bytes 4p .. 4p + 3) of block g of a Q4_0 matrix (18 bytes: an f16 scale,
+    16 bytes of nibbles; weight l is the low nibble of byte l for l < 16, else the high nibble
+    of byte l - 16), times the 8 matching values of each x in `xcols`."""
     base, odd = (g * 9) >> 1, (g & 1) == 1
-    w = [W[base + i] for i in range(5)]
-    d = _f16_at(w[0], odd)
-    qs = _unaligned_words(w, odd, 4)
-    vals = []
-    for shift in (0, 4):                        # low nibbles: weights 0-15, high: 16-31
-        for q in qs:
-            vals += _fields_as_f32(q, 8.0, 4, shift)
+    d = _f16_at(W[base], odd)
+    q = _payload_word(W, base, odd, p)
+    vals = _fields_as_f32(q, 8.0, 4, 0) + _fields_as_f32(q, 8.0, 4, 4)
     return [d * _dot(vals, xs) for xs in xcols]
 
 
-def _q8_0_unit(W, g, xcols: list) -> list:
-    """Block g of a Q8_0 matrix (34 bytes: f16 scale, 32 signed bytes) times 32 values of each
-    x. The bytes are read as 9 u32 words; XOR with 0x80 makes a signed byte q unsigned q + 128."""
+def _q8_0_unit(W, g, p, xcols: list) -> list:
+    """Part p (bytes 8p .. 8p + 7) of block g of a Q8_0 matrix (34 bytes: an f16 scale, 32
+    signed bytes) times the 8 matching values of each x. XOR with 0x80 makes a signed byte q
+    the unsigned q + 128."""
     base, odd = (g * 17) >> 1, (g & 1) == 1
-    w = [W[base + i] for i in range(9)]
-    d = _f16_at(w[0], odd)
+    d = _f16_at(W[base], odd)
     vals = []
-    for q in _unaligned_words(w, odd, 8):
-        vals += _fields_as_f32(q ^ 0x80808080, 128.0)
+    for i in range(2):
+        vals += _fields_as_f32(_payload_word(W, base, odd, 2 * p + i) ^ 0x80808080, 128.0)
     return [d * _dot(vals, xs) for xs in xcols]
 
 
@@ -125,27 +138,23 @@ def _q4_k_scales(h1, h2, h3, j):
     return [f32((v >> (shift + s)) & 0xFF) for v in (sc, mn) for s in (0, 8)]
 
 
-def _q4_k_unit(W4, u, row_sb, xcols: list, xsums: list) -> list:
-    """Quarter j = u % 4 of super-block u // 4 of a Q4_K row (144 bytes = 9 uvec4: f16 d and
-    dmin, 12 bytes of scales, 128 bytes of nibbles; quarter j is nibble bytes 32j..32j+31, its
-    low nibbles sub-block 2j and its high nibbles sub-block 2j + 1, 32 weights each, weight =
-    d * scale * q - dmin * min) times 64 values of each x. xsums: per x, the sums of its two
-    halves, which the mins multiply."""
+def _q4_k_unit(W4, u, row_sb, comp: list, half, xcols: list, xsums: list) -> list:
+    """Part p of quarter j = u % 4 of super-block u // 4 of a Q4_K row (144 bytes = 9 uvec4:
+    f16 d and dmin, 12 bytes of scales, 128 bytes of nibbles; quarter j is nibble bytes 32j ..
+    32j + 31, its low nibbles sub-block 2j and its high nibbles sub-block 2j + 1, 32 weights
+    each, weight = d * scale * q - dmin * min), times the 8 matching values of each x. Part p
+    is nibble word p of the quarter: component p % 4 (`comp`: p % 4 == 1, 2, 3) of uvec4
+    p // 4 (`half`). xsums: per x, the sums of its low- and high-nibble values, which the mins
+    multiply."""
     sb, j = row_sb + (u >> 2), u & 3
     h = W4[sb * 9]
-    q = [W4[sb * 9 + 1 + 2 * j], W4[sb * 9 + 2 + 2 * j]]
+    v = W4[sb * 9 + 1 + 2 * j + half]
+    q = pc.select(comp[2], v[3], pc.select(comp[1], v[2], pc.select(comp[0], v[1], v[0])))
     d, dmin = _f16_at(h[0], False), _f16_at(h[0], True)
     sc0, sc1, m0, m1 = _q4_k_scales(h[1], h[2], h[3], j)
-    words = [v[i] for v in q for i in range(4)]
-    lo, hi = [], []
-    for word in words:
-        lo += _fields_as_f32(word, 0.0, 4, 0)
-        hi += _fields_as_f32(word, 0.0, 4, 4)
-    out = []
-    for xs, (s0, s1) in zip(xcols, xsums):
-        out.append(d * (sc0 * _dot(lo, xs[:32]) + sc1 * _dot(hi, xs[32:]))
-                   - dmin * (m0 * s0 + m1 * s1))
-    return out
+    lo, hi = _fields_as_f32(q, 0.0, 4, 0), _fields_as_f32(q, 0.0, 4, 4)
+    return [d * (sc0 * _dot(lo, xs[:4]) + sc1 * _dot(hi, xs[4:])) - dmin * (m0 * s0 + m1 * s1)
+            for xs, (s0, s1) in zip(xcols, xsums)]
 
 
 def _f16_unit(W, i, xcols: list, vec: int) -> list:
@@ -196,38 +205,44 @@ def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size
     if vec not in (1, 8) or (vec == 1 and fmt != "f16"):
         raise ValueError(f"gemv: vec is 8 (uvec4 loads), or 1 for f16 weights with K not a "
                          f"multiple of 8; got {vec!r} for {fmt}")
-    S = subgroup_size
+    S, P = subgroup_size, PARTS[fmt]
     nx = _x_per_unit(fmt, vec)
     WT = {"q4_0": u32, "q8_0": u32, "q4_k": U4, "f16": U4 if vec == 8 else f16}[fmt]
     XT = f32 if nx == 1 else F4
+    slots = _x_slots(fmt, vec)
 
     @pc.kernel(workgroup_size=subgroups * S, subgroup_size=S)
     def gemv(W: pc.ReadBuffer[WT], X: pc.ReadBuffer[XT], Y: pc.WriteBuffer[f32], M: u32, N: u32,
              K: u32):
         lane = pc.subgroup_local_id()
+        part = lane % P                                          # P lanes share a unit
         row0 = (pc.workgroup_id.y * subgroups + pc.subgroup_id()) * rows
         col0 = pc.workgroup_id.x * nt
         rws = [pc.min(row0 + r, M - 1) for r in range(rows)]     # clamped: loads stay inside
         cols = [pc.min(col0 + c, N - 1) for c in range(nt)]
         units = (K + (nx - 1)) // nx if fmt == "f16" else K // nx
+        if fmt == "q4_k":                                        # part p: nibble word p
+            comp = [(part & 3) == i for i in (1, 2, 3)]
+            half = part >> 2
         acc = [[f32(0.0)] * nt for _ in range(rows)]
-        for u in pc.range(lane, units, S, unroll=unroll):
+        for u in pc.range(lane // P, units, S // P, unroll=unroll):
             if nx == 1:
                 xcols = [[X[c * K + u]] for c in cols]
             else:
-                xcols = [[x[i] for j in range(nx // 4) for x in [X[(c * K + u * nx) // 4 + j]]
+                xcols = [[x[i] for off, mul in slots
+                          for x in [X[c * (K // 4) + u * (nx // 4) + off + mul * part]]
                           for i in range(4)] for c in cols]
-            xsums = [(_sum(xs[:32]), _sum(xs[32:])) for xs in xcols] if fmt == "q4_k" else None
+            xsums = [(_sum(xs[:4]), _sum(xs[4:])) for xs in xcols] if fmt == "q4_k" else None
             for r, row in enumerate(rws):
                 if fmt == "q4_0":
-                    part = _q4_0_unit(W, row * units + u, xcols)
+                    out = _q4_0_unit(W, row * units + u, part, xcols)
                 elif fmt == "q8_0":
-                    part = _q8_0_unit(W, row * units + u, xcols)
+                    out = _q8_0_unit(W, row * units + u, part, xcols)
                 elif fmt == "q4_k":
-                    part = _q4_k_unit(W, u, row * (K >> 8), xcols, xsums)
+                    out = _q4_k_unit(W, u, row * (K >> 8), comp, half, xcols, xsums)
                 else:
-                    part = _f16_unit(W, row * units + u, xcols, vec)
-                acc[r] = [a + p for a, p in zip(acc[r], part)]
+                    out = _f16_unit(W, row * units + u, xcols, vec)
+                acc[r] = [a + o for a, o in zip(acc[r], out)]
         sums = [[pc.subgroup.add(a) for a in row] for row in acc]
         if lane == 0:
             for r in range(rows):
