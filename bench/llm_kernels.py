@@ -35,7 +35,7 @@ import numpy as np
 
 import pycoop as pc
 from pycoop.kernels import GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv, gemv_grid, weights
-from pycoop.kernels.gemv import BLOCKS
+from pycoop.kernels.gemv import BLOCKS, PARTS
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 NS = [1, 2, 4, 8, 16, 32, 64]
@@ -68,6 +68,9 @@ def configs(fmt: str, N: int, quick: bool) -> list[GemvConfig]:
         t8, t16 = min(N, 8), min(N, 16)
         shapes = [(1, t8, 4), (4, t8, 2), (2, t16, 2), (4, t16, 1), (1, t16, 4), (2, min(N, 32), 1)]
     out = [first] + [GemvConfig("gemv", first.rows, first.nt, first.subgroups, u) for u in (2, 4)]
+    if fmt != "f16":                                      # lanes per block
+        out += [GemvConfig("gemv", first.rows, first.nt, first.subgroups, parts=p)
+                for p in (1, 2, 4, 8) if p != PARTS[fmt] and not (fmt == "q4_0" and p == 8)]
     for r, t, s in shapes:
         c = GemvConfig("gemv", r, t, s)
         if c not in out and r * t <= 64:
@@ -76,21 +79,27 @@ def configs(fmt: str, N: int, quick: bool) -> list[GemvConfig]:
 
 
 INT_OPS = ("OpBitwiseAnd", "OpBitwiseOr", "OpBitwiseXor", "OpShiftRightLogical",
-           "OpShiftLeftLogical", "OpIAdd", "OpIMul", "OpISub", "OpSelect", "OpUDiv")
+           "OpShiftLeftLogical", "OpIAdd", "OpIMul", "OpISub", "OpSelect", "OpUDiv", "OpUMod",
+           "OpIEqual", "OpULessThan")
 FLOAT_OPS = ("OpFAdd", "OpFSub", "OpFMul", "OpFConvert", "OpExtInst")      # OpExtInst: Fma
 
 
 def instruction_mix(fmt: str, cfg: GemvConfig) -> str:
-    """Static counts of the kernel's SPIR-V instructions (nearly all in its K loop, which
-    handles rows x nt x 8 weights per lane): loads, integer and float ops per weight and vector."""
+    """Static counts of the SPIR-V instructions in the kernel's K loop, per weight a lane
+    handles in one iteration (rows x its share of a unit): loads, integer and float ops, the
+    float ops also per weight and vector."""
     import collections
-    ck = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups).compile()
-    ops = collections.Counter(ln.split()[2] if " = " in ln else ln.split()[0]
-                              for ln in ck.spvasm.splitlines() if ln.strip() and not ln.startswith(";"))
-    per = cfg.rows * 8                                   # weights per lane and unit, all formats
+    ck = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, parts=cfg.parts).compile()
+    asm = [ln for ln in ck.spvasm.splitlines() if ln.strip() and not ln.startswith(";")]
+    head = next(i for i, ln in enumerate(asm) if "OpLoopMerge" in ln)
+    merge = asm[head].split()[1]
+    end = next(i for i, ln in enumerate(asm) if ln.split()[:3] == [merge, "=", "OpLabel"])
+    ops = collections.Counter(ln.split()[2] if " = " in ln else ln.split()[0] for ln in asm[head:end])
+    P = cfg.parts or PARTS[fmt]
+    per = cfg.rows * {"q4_0": 32, "q8_0": 32, "q4_k": 64, "f16": 8}[fmt] // P
     n = lambda names: sum(ops[o] for o in names) / per                         # noqa: E731
-    return (f"{fmt} (rows {cfg.rows}, nt {cfg.nt}): per weight {n(('OpLoad',)):.2f} loads, "
-            f"{n(INT_OPS):.2f} integer ops, {n(FLOAT_OPS):.2f} float ops "
+    return (f"{fmt} (rows {cfg.rows}, nt {cfg.nt}, parts {P}): per weight {n(('OpLoad',)):.2f} "
+            f"loads, {n(INT_OPS):.2f} integer ops, {n(FLOAT_OPS):.2f} float ops "
             f"({n(FLOAT_OPS) / cfg.nt:.2f} per weight and vector)")
 
 
@@ -208,7 +217,8 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
             best, errors = None, []
             for cfg in configs(fmt, N, args.quick):
                 try:
-                    k = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size, 8, cfg.unroll)
+                    k = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size, 8, cfg.unroll,
+                             cfg.parts)
                     grid = gemv_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)
                     rot, warm = time_pycoop(lambda w: k[grid](w, x, y, M, N, K), ws, args.repeat)
                     if best is None or rot < best[1]:
@@ -249,7 +259,8 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
                 print(lines[-1], flush=True)
                 continue
             cfg, rot, warm = best
-            k = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size, 8, cfg.unroll)
+            k = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size, 8, cfg.unroll,
+                     cfg.parts)
             k[gemv_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)](ws[0], x, y, M, N, K)
             status = check(fmt, W, X, y.numpy())
             if (N, M, K) not in torch_cache:
@@ -264,7 +275,8 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
             gbs = Wq.nbytes / (rot * 1e-6) / 1e9
             t_rot, t_warm = (f"{tt[0]:.1f}", f"{tt[1]:.1f}") if tt else ("-", "-")
             speed = f"{tt[0] / rot:.2f}x" if tt else "-"
-            c = f"r{cfg.rows} nt{cfg.nt} sg{cfg.subgroups}" + (f" u{cfg.unroll}" if cfg.unroll else "")
+            c = f"r{cfg.rows} nt{cfg.nt} sg{cfg.subgroups}" + (f" u{cfg.unroll}" if cfg.unroll else "") \
+                + (f" p{cfg.parts}" if cfg.parts else "")
             lines.append(f"| {M}x{K} | {fmt} | {N} | {rot:.1f} | {gbs:.0f} ({100 * gbs / PEAK_GBS:.0f}%) "
                          f"| {warm:.1f} | {t_rot} | {t_warm} | {speed} | {c} | {status} |"
                          + (f" {len(errors)} config(s) failed" if errors else ""))

@@ -5,9 +5,9 @@ bit for bit as in a GGUF file (`f16`, `q8_0`, `q4_0`, `q4_k`).
 These products are bound by the bandwidth of the weights, so the kernels are built to read
 each weight byte once, wide and coalesced, and to do little arithmetic per byte:
 - each subgroup owns `rows` rows of W; its lanes walk a row's units (a block, a quarter of a
-  Q4_K super-block or 8 halves) one after another, 8 weights per lane (4 or 8 lanes share a
-  block), so that consecutive lanes read consecutive weight words and x values, and a
-  subgroup reduction (`pc.subgroup.add`) sums the lanes' partial dot products;
+  Q4_K super-block or 8 halves) one after another, `parts` lanes sharing a unit so that
+  consecutive lanes read consecutive weight words and x values, and a subgroup reduction
+  (`pc.subgroup.add`) sums the lanes' partial dot products;
 - a workgroup owns `nt` vectors of X: each x value loaded feeds the `rows` rows, and each
   weight decoded feeds the `nt` vectors; the grid's x dimension walks the vector tiles of the
   same rows, so workgroups that re-read a weight tile run together and find it in L2;
@@ -48,10 +48,12 @@ def _check_fmt(fmt) -> str:
     return fmt
 
 
-# lanes sharing a unit of work (a block, a quarter of a Q4_K super-block, 8 halves), so that
-# consecutive lanes read consecutive x values: a warp's vec4 loads of x then touch a few cache
-# lines instead of one line per lane
-PARTS = {"q4_0": 4, "q8_0": 4, "q4_k": 8, "f16": 1}
+# lanes sharing a unit of work by default (a block, a quarter of a Q4_K super-block, 8 halves),
+# and the u32 payload words of a unit: sharing puts consecutive lanes on consecutive x values,
+# so that a warp's vec4 loads of x touch a few cache lines instead of one per lane, at the
+# price of the per-unit decoding (scale, addresses) being done by every lane of the unit
+PARTS = {"q4_0": 4, "q8_0": 4, "q4_k": 4, "f16": 1}
+WORDS = {"q4_0": 4, "q8_0": 8, "q4_k": 8, "f16": 4}
 
 
 def _x_per_unit(fmt: str, vec: int) -> int:
@@ -60,13 +62,15 @@ def _x_per_unit(fmt: str, vec: int) -> int:
     return {"q8_0": 32, "q4_0": 32, "q4_k": 64}.get(fmt, vec)
 
 
-def _x_slots(fmt: str, vec: int) -> list:
-    """(vec4 offset in the unit, times the lane's part) of the x values a lane multiplies, in
-    the order of the weights its unit function returns."""
-    return {"q4_0": [(0, 1), (4, 1)],           # low nibbles of its 4 bytes, then high ones
-            "q8_0": [(0, 2), (1, 2)],           # its 8 bytes
-            "q4_k": [(0, 1), (8, 1)],           # sub-block 2j, then 2j + 1
-            "f16": [(0, 0), (1, 0)] if vec == 8 else [(0, 0)]}[fmt]
+def _x_slots(fmt: str, vec: int, P: int) -> list:
+    """The vec4 offsets in the unit (plus the lane's part) of the x values a lane multiplies,
+    in the order of its weights: per payload word p + P * i it handles, its low nibbles then
+    high nibbles (Q4_0: weights 4w.. and 16 + 4w..; Q4_K: sub-blocks 2j and 2j + 1) or its 4
+    bytes (Q8_0)."""
+    if fmt == "f16":
+        return [0, 1] if vec == 8 else [0]
+    hi = {"q4_0": 4, "q4_k": 8, "q8_0": None}[fmt]
+    return [o for i in range(WORDS[fmt] // P) for o in ([P * i] if hi is None else [P * i, hi + P * i])]
 
 
 def _f16_at(word, high):
@@ -95,34 +99,36 @@ def _dot(w: list, x: list):
     return s
 
 
-def _payload_word(W, base, odd, i):
-    """Word i of the payload after the f16 scale of an 18- or 34-byte block that starts at
-    word `base` (odd blocks 2 bytes into it, even blocks at its start): whole words for odd
+def _payload_word(W, base, odd, w):
+    """Word w of the payload after the f16 scale of an 18- or 34-byte block that starts at
+    word `base` (odd blocks 2 bytes into it, even blocks at its start): a whole word for odd
     blocks, straddling two words for even ones."""
-    a, b = W[base + i], W[base + i + 1]
+    a, b = W[base + w], W[base + w + 1]
     return pc.select(odd, b, (a >> 16) | (b << 16))
 
 
-def _q4_0_unit(W, g, p, xcols: list) -> list:
-    """Part p (nibble bytes 4p .. 4p + 3) of block g of a Q4_0 matrix (18 bytes: an f16 scale,
-    16 bytes of nibbles; weight l is the low nibble of byte l for l < 16, else the high nibble
-    of byte l - 16), times the 8 matching values of each x in `xcols`."""
+def _q4_0_unit(W, g, words: list, xcols: list) -> list:
+    """Nibble words `words` of block g of a Q4_0 matrix (18 bytes: an f16 scale, 16 bytes of
+    nibbles; weight l is the low nibble of byte l for l < 16, else the high nibble of byte
+    l - 16) times the matching values of each x in `xcols`."""
     base, odd = (g * 9) >> 1, (g & 1) == 1
     d = _f16_at(W[base], odd)
-    q = _payload_word(W, base, odd, p)
-    vals = _fields_as_f32(q, 8.0, 4, 0) + _fields_as_f32(q, 8.0, 4, 4)
+    vals = []
+    for w in words:
+        q = _payload_word(W, base, odd, w)
+        vals += _fields_as_f32(q, 8.0, 4, 0) + _fields_as_f32(q, 8.0, 4, 4)
     return [d * _dot(vals, xs) for xs in xcols]
 
 
-def _q8_0_unit(W, g, p, xcols: list) -> list:
-    """Part p (bytes 8p .. 8p + 7) of block g of a Q8_0 matrix (34 bytes: an f16 scale, 32
-    signed bytes) times the 8 matching values of each x. XOR with 0x80 makes a signed byte q
-    the unsigned q + 128."""
+def _q8_0_unit(W, g, words: list, xcols: list) -> list:
+    """Words `words` of the 32 signed bytes of block g of a Q8_0 matrix (34 bytes: an f16
+    scale, then the bytes) times the matching values of each x. XOR with 0x80 makes a signed
+    byte q the unsigned q + 128."""
     base, odd = (g * 17) >> 1, (g & 1) == 1
     d = _f16_at(W[base], odd)
     vals = []
-    for i in range(2):
-        vals += _fields_as_f32(_payload_word(W, base, odd, 2 * p + i) ^ 0x80808080, 128.0)
+    for w in words:
+        vals += _fields_as_f32(_payload_word(W, base, odd, w) ^ 0x80808080, 128.0)
     return [d * _dot(vals, xs) for xs in xcols]
 
 
@@ -138,23 +144,53 @@ def _q4_k_scales(h1, h2, h3, j):
     return [f32((v >> (shift + s)) & 0xFF) for v in (sc, mn) for s in (0, 8)]
 
 
-def _q4_k_unit(W4, u, row_sb, comp: list, half, xcols: list, xsums: list) -> list:
-    """Part p of quarter j = u % 4 of super-block u // 4 of a Q4_K row (144 bytes = 9 uvec4:
-    f16 d and dmin, 12 bytes of scales, 128 bytes of nibbles; quarter j is nibble bytes 32j ..
-    32j + 31, its low nibbles sub-block 2j and its high nibbles sub-block 2j + 1, 32 weights
-    each, weight = d * scale * q - dmin * min), times the 8 matching values of each x. Part p
-    is nibble word p of the quarter: component p % 4 (`comp`: p % 4 == 1, 2, 3) of uvec4
-    p // 4 (`half`). xsums: per x, the sums of its low- and high-nibble values, which the mins
+def _q4_k_words(W4, sb, j, P: int, part, pick: list) -> list:
+    """The nibble words p + P * i (p = part) of quarter j of super-block sb, from uvec4 1 + 2j
+    and 2 + 2j of it. With P <= 4 the uvec4 of each word is known and its component is
+    ((P * i) % 4) + p; with P = 8 the uvec4 is p // 4 + 2i and the component p % 4. `pick[c]`:
+    whether that runtime component offset is c (c >= 1)."""
+    out = []
+    for i in range(8 // P):
+        if P == 8:
+            v = W4[sb * 9 + 1 + 2 * j + (part >> 2)]
+            first = 0
+        else:
+            v = W4[sb * 9 + 1 + 2 * j + ((P * i) >> 2)]
+            first = (P * i) & 3
+        q = v[first]
+        for c in range(1, min(P, 4)):                # the component of this lane's word
+            q = pc.select(pick[c - 1], v[first + c], q)
+        out.append(q)
+    return out
+
+
+def _q4_k_unit(W4, u, row_sb, P: int, part, pick: list, xcols: list, xsums: list) -> list:
+    """The nibble words p + P * i of quarter j = u % 4 of super-block u // 4 of a Q4_K row
+    (144 bytes = 9 uvec4: f16 d and dmin, 12 bytes of scales, 128 bytes of nibbles; quarter j
+    is nibble bytes 32j .. 32j + 31, its low nibbles sub-block 2j and its high nibbles sub-block
+    2j + 1, 32 weights each, weight = d * scale * q - dmin * min), times the matching values of
+    each x. xsums: per x, the sums of its low- and high-nibble values, which the mins
     multiply."""
     sb, j = row_sb + (u >> 2), u & 3
     h = W4[sb * 9]
-    v = W4[sb * 9 + 1 + 2 * j + half]
-    q = pc.select(comp[2], v[3], pc.select(comp[1], v[2], pc.select(comp[0], v[1], v[0])))
     d, dmin = _f16_at(h[0], False), _f16_at(h[0], True)
     sc0, sc1, m0, m1 = _q4_k_scales(h[1], h[2], h[3], j)
-    lo, hi = _fields_as_f32(q, 0.0, 4, 0), _fields_as_f32(q, 0.0, 4, 4)
-    return [d * (sc0 * _dot(lo, xs[:4]) + sc1 * _dot(hi, xs[4:])) - dmin * (m0 * s0 + m1 * s1)
-            for xs, (s0, s1) in zip(xcols, xsums)]
+    lo, hi = [], []
+    for q in _q4_k_words(W4, sb, j, P, part, pick):
+        lo += _fields_as_f32(q, 0.0, 4, 0)
+        hi += _fields_as_f32(q, 0.0, 4, 4)
+    out = []
+    for xs, (s0, s1) in zip(xcols, xsums):
+        xl = [x for i in range(0, len(xs), 8) for x in xs[i:i + 4]]
+        xh = [x for i in range(0, len(xs), 8) for x in xs[i + 4:i + 8]]
+        out.append(d * (sc0 * _dot(lo, xl) + sc1 * _dot(hi, xh)) - dmin * (m0 * s0 + m1 * s1))
+    return out
+
+
+def _q4_k_xsums(xs: list) -> tuple:
+    """(sum of the low-nibble x values, of the high-nibble ones) of a lane's x list."""
+    return (_sum([x for i in range(0, len(xs), 8) for x in xs[i:i + 4]]),
+            _sum([x for i in range(0, len(xs), 8) for x in xs[i + 4:i + 8]]))
 
 
 def _f16_unit(W, i, xcols: list, vec: int) -> list:
@@ -177,7 +213,7 @@ def _sum(xs: list):
 
 @functools.cache
 def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size: int = 32,
-         vec: int = 8, unroll: bool | int | None = None):
+         vec: int = 8, unroll: bool | int | None = None, parts: int | None = None):
     """The kernel Y (N x M, f32) = X (N x K, f32) @ W.T for weights W (M x K) in format `fmt`.
 
     Each of the `subgroups` subgroups of a workgroup computes `rows` rows of Y for the `nt`
@@ -191,7 +227,8 @@ def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size
     - Y: N x M f32; M, N, K: u32.
     The kernel needs subgroups of `subgroup_size` lanes (a required subgroup size on Vulkan).
     `unroll` is the driver's hint on the lanes' loop over K (`pc.range`): unrolling keeps more
-    weight loads in flight per lane.
+    weight loads in flight per lane. `parts`: lanes sharing a unit (default `PARTS[fmt]`; 1,
+    2, 4, or 8 for Q8_0 and Q4_K; lane p of a unit takes its payload words p, p + parts, ...).
     """
     _check_fmt(fmt)
     for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups)):
@@ -205,41 +242,44 @@ def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size
     if vec not in (1, 8) or (vec == 1 and fmt != "f16"):
         raise ValueError(f"gemv: vec is 8 (uvec4 loads), or 1 for f16 weights with K not a "
                          f"multiple of 8; got {vec!r} for {fmt}")
-    S, P = subgroup_size, PARTS[fmt]
+    P = PARTS[fmt] if parts is None else parts
+    if fmt == "f16" and P != 1 or P not in (1, 2, 4, 8) or P > WORDS[fmt] or P > subgroup_size:
+        raise ValueError(f"gemv: parts must be 1, 2, 4 or 8 and at most the {WORDS[fmt]} "
+                         f"payload words of a {fmt} unit (1 for f16); got {parts!r}")
+    S = subgroup_size
     nx = _x_per_unit(fmt, vec)
     WT = {"q4_0": u32, "q8_0": u32, "q4_k": U4, "f16": U4 if vec == 8 else f16}[fmt]
     XT = f32 if nx == 1 else F4
-    slots = _x_slots(fmt, vec)
+    slots = _x_slots(fmt, vec, P)
 
     @pc.kernel(workgroup_size=subgroups * S, subgroup_size=S)
     def gemv(W: pc.ReadBuffer[WT], X: pc.ReadBuffer[XT], Y: pc.WriteBuffer[f32], M: u32, N: u32,
              K: u32):
         lane = pc.subgroup_local_id()
-        part = lane % P                                          # P lanes share a unit
+        part = lane % P if P > 1 else u32(0)                     # P lanes share a unit
+        words = [part + P * i for i in range(WORDS[fmt] // P)]   # the payload words it takes
         row0 = (pc.workgroup_id.y * subgroups + pc.subgroup_id()) * rows
         col0 = pc.workgroup_id.x * nt
         rws = [pc.min(row0 + r, M - 1) for r in range(rows)]     # clamped: loads stay inside
         cols = [pc.min(col0 + c, N - 1) for c in range(nt)]
         units = (K + (nx - 1)) // nx if fmt == "f16" else K // nx
-        if fmt == "q4_k":                                        # part p: nibble word p
-            comp = [(part & 3) == i for i in (1, 2, 3)]
-            half = part >> 2
+        pick = [(part & 3) == c for c in range(1, min(P, 4))]
         acc = [[f32(0.0)] * nt for _ in range(rows)]
         for u in pc.range(lane // P, units, S // P, unroll=unroll):
             if nx == 1:
                 xcols = [[X[c * K + u]] for c in cols]
             else:
-                xcols = [[x[i] for off, mul in slots
-                          for x in [X[c * (K // 4) + u * (nx // 4) + off + mul * part]]
+                xcols = [[x[i] for off in slots
+                          for x in [X[c * (K // 4) + u * (nx // 4) + off + part]]
                           for i in range(4)] for c in cols]
-            xsums = [(_sum(xs[:4]), _sum(xs[4:])) for xs in xcols] if fmt == "q4_k" else None
+            xsums = [_q4_k_xsums(xs) for xs in xcols] if fmt == "q4_k" else None
             for r, row in enumerate(rws):
                 if fmt == "q4_0":
-                    out = _q4_0_unit(W, row * units + u, part, xcols)
+                    out = _q4_0_unit(W, row * units + u, words, xcols)
                 elif fmt == "q8_0":
-                    out = _q8_0_unit(W, row * units + u, part, xcols)
+                    out = _q8_0_unit(W, row * units + u, words, xcols)
                 elif fmt == "q4_k":
-                    out = _q4_k_unit(W, u, row * (K >> 8), comp, half, xcols, xsums)
+                    out = _q4_k_unit(W, u, row * (K >> 8), P, part, pick, xcols, xsums)
                 else:
                     out = _f16_unit(W, row * units + u, xcols, vec)
                 acc[r] = [a + o for a, o in zip(acc[r], out)]
@@ -260,14 +300,15 @@ def gemv_grid(M: int, N: int, rows: int = 1, nt: int = 1, subgroups: int = 4) ->
 @dataclasses.dataclass(frozen=True)
 class GemvConfig:
     """A kernel choice of `choose_kernel`: `kind` is "gemv" (the kernels above, N = 1 ... 64,
-    or any N for formats without a large-N GEMM; `rows`, `nt`, `subgroups`, `unroll` as in
-    `gemv`) or "coopmat" (`gemm_q4_0` with `tile` = (vectors, weight rows, K) per workgroup;
+    or any N for formats without a large-N GEMM; `rows`, `nt`, `subgroups`, `unroll`,
+    `parts` as in `gemv`) or "coopmat" (`gemm_q4_0` with `tile` = (vectors, weight rows, K) per workgroup;
     below 128 vectors it computes with the weights as the A operand, `weights_first`)."""
     kind: str
     rows: int = 1
     nt: int = 1
     subgroups: int = 4
     unroll: bool | int | None = None
+    parts: int | None = None
     tile: tuple[int, int, int] = (128, 128, 32)
 
 
@@ -411,7 +452,7 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     if cfg.kind != "gemv":
         raise ValueError(f"matmul_q: config.kind is 'gemv' or 'coopmat', got {cfg.kind!r}")
     vec = 8 if Wq.fmt != "f16" or Wq.K % 8 == 0 else 1
-    k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec, cfg.unroll)
+    k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec, cfg.unroll, cfg.parts)
     grid = gemv_grid(Wq.M, N, cfg.rows, cfg.nt, cfg.subgroups)
     if device:
         x = X.reshape(-1) if vec == 1 else X.reshape(-1, 4)

@@ -38,21 +38,23 @@ def test_matmul_q_matches_gguf_dequantisation(gguf, fmt, m, blocks, extra, n, se
 
 
 @pytest.mark.parametrize("fmt", ["f16", "q8_0", "q4_0", "q4_k"])
-@pytest.mark.parametrize("rows,nt,subgroups,sg,unroll", [
-    (1, 1, 4, 32, None), (2, 4, 2, 32, 2), (3, 8, 1, 32, None), (2, 2, 4, 8, None),
-    (4, 16, 2, 16, True)])
-def test_every_configuration(gguf, fmt, rows, nt, subgroups, sg, unroll):
+@pytest.mark.parametrize("rows,nt,subgroups,sg,unroll,parts", [
+    (1, 1, 4, 32, None, 1), (2, 4, 2, 32, 2, 2), (3, 8, 1, 32, None, None), (2, 2, 4, 8, None, 8),
+    (4, 16, 2, 16, True, 4)])
+def test_every_configuration(gguf, fmt, rows, nt, subgroups, sg, unroll, parts):
     """Tiles that do not divide M or N (clamped loads, skipped stores), a K of several lane
-    strides, and subgroup sizes 8 ... 32; the module of each configuration validates."""
+    strides, subgroup sizes 8 ... 32 and 1 to 8 lanes per block; the module of each
+    configuration validates."""
+    parts = 1 if fmt == "f16" else 4 if fmt == "q4_0" and parts == 8 else parts
     M, K = 23, (512 if fmt == "q4_k" else 320)
     N = nt + 3
     W = make_weights(gguf, fmt, M, K, seed=rows * 7 + nt)
     X = np.random.default_rng(nt).standard_normal((N, K)).astype(np.float32)
-    cfg = GemvConfig("gemv", rows, nt, subgroups, unroll)
+    cfg = GemvConfig("gemv", rows, nt, subgroups, unroll, parts)
     y = matmul_q(W, X, None if fmt == "f16" else fmt, config=cfg, backend="emulator",
                  subgroup_size=sg)
     check(y, reference(gguf, fmt, W, X))
-    ck = gemv(fmt, rows, nt, subgroups, sg, 8, unroll).compile()
+    ck = gemv(fmt, rows, nt, subgroups, sg, 8, unroll, parts).compile()
     assert ck.spv                                             # spirv-val accepts it
     want = {None: "None", 2: "2", True: "Unroll"}[unroll]     # the hint on the K loop
     assert [ln.split()[-1] for ln in ck.spvasm.splitlines() if "OpLoopMerge" in ln] == [want]
@@ -145,6 +147,9 @@ def test_device_arrays_in_device_arrays_out(gguf):
     (lambda: gemv("q4_0", rows=8, nt=16), "at most 64"),
     (lambda: gemv("q4_0", subgroup_size=12), "subgroup_size must be"),
     (lambda: gemv("q4_0", vec=1), "vec is 8"),
+    (lambda: gemv("q4_0", parts=8), "at most the 4 payload words"),
+    (lambda: gemv("f16", parts=2), "1 for f16"),
+    (lambda: gemv("q8_0", parts=3), "parts must be 1, 2, 4 or 8"),
     (lambda: choose_kernel("q4_0", 0), "N must be an int >= 1"),
     (lambda: weights(np.zeros((4, 36), np.uint8)), "pass fmt="),
     (lambda: weights(np.zeros((4, 35), np.uint8), "q4_0"), "whole 18-byte blocks"),
