@@ -70,7 +70,8 @@ def _x_slots(fmt: str, vec: int, P: int) -> list:
     if fmt == "f16":
         return [0, 1] if vec == 8 else [0]
     hi = {"q4_0": 4, "q4_k": 8, "q8_0": None}[fmt]
-    return [o for i in range(WORDS[fmt] // P) for o in ([P * i] if hi is None else [P * i, hi + P * i])]
+    return [o for i in range(WORDS[fmt] // P)
+            for o in ([P * i] if hi is None else [P * i, hi + P * i])]
 
 
 def _f16_at(word, high):
@@ -257,13 +258,13 @@ def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size
              K: u32):
         lane = pc.subgroup_local_id()
         part = lane % P if P > 1 else u32(0)                     # P lanes share a unit
-        words = [part + P * i for i in range(WORDS[fmt] // P)]   # the payload words it takes
+        words = [part + P * i for i in range(WORDS[fmt] // P)] if fmt in ("q4_0", "q8_0") else []
         row0 = (pc.workgroup_id.y * subgroups + pc.subgroup_id()) * rows
         col0 = pc.workgroup_id.x * nt
         rws = [pc.min(row0 + r, M - 1) for r in range(rows)]     # clamped: loads stay inside
         cols = [pc.min(col0 + c, N - 1) for c in range(nt)]
         units = (K + (nx - 1)) // nx if fmt == "f16" else K // nx
-        pick = [(part & 3) == c for c in range(1, min(P, 4))]
+        pick = [(part & 3) == c for c in range(1, min(P, 4))] if fmt == "q4_k" else []
         acc = [[f32(0.0)] * nt for _ in range(rows)]
         for u in pc.range(lane // P, units, S // P, unroll=unroll):
             if nx == 1:
@@ -301,7 +302,8 @@ def gemv_grid(M: int, N: int, rows: int = 1, nt: int = 1, subgroups: int = 4) ->
 class GemvConfig:
     """A kernel choice of `choose_kernel`: `kind` is "gemv" (the kernels above, N = 1 ... 64,
     or any N for formats without a large-N GEMM; `rows`, `nt`, `subgroups`, `unroll`,
-    `parts` as in `gemv`) or "coopmat" (`gemm_q4_0` with `tile` = (vectors, weight rows, K) per workgroup;
+    `parts` as in `gemv`) or "coopmat" (`gemm_q4_0` with `tile` = (vectors, weight rows, K) per
+    workgroup;
     below 128 vectors it computes with the weights as the A operand, `weights_first`)."""
     kind: str
     rows: int = 1
@@ -397,10 +399,12 @@ def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
         raise ValueError(f"weights: {fmt} weights are raw bytes (uint8), got {a.dtype}")
     qk, size = BLOCKS[fmt]
     if a.shape[1] % size:
-        raise ValueError(f"weights: a {fmt} row is whole {size}-byte blocks; got {a.shape[1]} bytes")
+        raise ValueError(f"weights: a {fmt} row is whole {size}-byte blocks; "
+                         f"got {a.shape[1]} bytes")
     Kb = a.shape[1] // size * qk
     if K is not None and K != Kb:
-        raise ValueError(f"weights: rows of {a.shape[1]} bytes hold K = {Kb} {fmt} weights, not {K}")
+        raise ValueError(f"weights: rows of {a.shape[1]} bytes hold K = {Kb} {fmt} weights, "
+                         f"not {K}")
     return _make(fmt, a.shape[0], Kb, a)
 
 

@@ -93,7 +93,8 @@ def test_q4_0_small_n_cooperative_matrix_tiles(gguf):
     X = np.random.default_rng(6).standard_normal((N, K)).astype(np.float32)
     ref = reference(gguf, "q4_0", W, X.astype(np.float16))
     for y in (matmul_q(W, X, "q4_0", backend="emulator", large_n=16),
-              matmul_q(W, X, "q4_0", backend="emulator", config=GemvConfig("coopmat", tile=(16, 64, 64)))):
+              matmul_q(W, X, "q4_0", backend="emulator",
+                       config=GemvConfig("coopmat", tile=(16, 64, 64)))):
         np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
 
 

@@ -28,13 +28,17 @@ def test_gemv_formats(gguf, fmt, N):
     check(y, reference(gguf, fmt, W, X))
 
 
-@pytest.mark.parametrize("rows,nt,subgroups", [(1, 1, 8), (4, 8, 2), (2, 16, 4)])
-def test_gemv_configurations(gguf, rows, nt, subgroups):
-    M, K, N = 777, 2048, 37
-    W = make_weights(gguf, "q4_k", M, K, seed=rows)
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_k"])
+@pytest.mark.parametrize("rows,nt,subgroups,parts,unroll", [(1, 1, 8, 1, None), (4, 8, 2, 2, 2),
+                                                             (2, 16, 4, 4, None), (2, 1, 4, 8, 4)])
+def test_gemv_configurations(gguf, fmt, rows, nt, subgroups, parts, unroll):
+    if fmt == "q4_0" and parts == 8:
+        parts = 4
+    M, K, N = 777, 2048, 37 if nt > 1 else 1
+    W = make_weights(gguf, fmt, M, K, seed=rows)
     X = np.random.default_rng(rows).standard_normal((N, K)).astype(np.float32)
-    y = matmul_q(W, X, "q4_k", config=GemvConfig("gemv", rows, nt, subgroups), backend="vulkan")
-    check(y, reference(gguf, "q4_k", W, X))
+    cfg = GemvConfig("gemv", rows, nt, subgroups, unroll, parts)
+    check(matmul_q(W, X, fmt, config=cfg, backend="vulkan"), reference(gguf, fmt, W, X))
 
 
 def test_q4_0_large_n_and_device_arrays(gguf):
