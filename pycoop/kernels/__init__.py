@@ -3,8 +3,10 @@ from .attention import (AttentionResult, attention, attention_combine, attention
                         attention_prefill, attention_reference)
 from .gemm import (Q4_0, gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
                    gemm_q4_0_staged, gemm_reference, gemm_workgroup_tile, q4_0_planes, sum_splits)
+from .gemv import GemvConfig, GGMLWeights, choose_kernel, gemv, gemv_grid, matmul_q, weights
 
 __all__ = ["AttentionResult", "attention", "attention_combine", "attention_decode",
            "attention_prefill", "attention_reference", "Q4_0", "gemm_khr", "gemm_khr_staged",
            "gemm_nv", "gemm_q4_0", "gemm_q4_0_planes", "gemm_q4_0_staged", "gemm_reference",
-           "gemm_workgroup_tile", "q4_0_planes", "sum_splits"]
+           "gemm_workgroup_tile", "q4_0_planes", "sum_splits", "GGMLWeights", "GemvConfig",
+           "choose_kernel", "gemv", "gemv_grid", "matmul_q", "weights"]

@@ -1,0 +1,344 @@
+"""Matrix-vector and small-N products for LLM token generation on the GPU: pycoop's GEMV
+kernels (pycoop.kernels.gemv) over f16, Q8_0, Q4_0 and Q4_K weights against torch's f16
+matmul (cuBLAS) measured in the same run.
+
+Y (N x M) = X (N x K) @ W.T at llama-8B's projection shapes M x K = 4096 x 4096, 14336 x 4096
+(gate, up) and 4096 x 14336 (down), N = 1, 2, 4, 8, 16, 32, 64.
+
+- pycoop: device time from timestamps around each dispatch. "rotated": each launch reads
+  another copy of the weights, cycling through at least --rotate-mb (256 MB: the H100's L2 is
+  50 MB, so each launch reads its weights from memory); "warm": every launch on the same
+  buffer (L2 holds what fits, the figure llama.cpp's own benchmark reports). The median of
+  --repeat launches recorded into one submission (no idle gaps, so the GPU stays at full
+  clock), after unmeasured warm-up launches. Each row tries the dispatcher's configuration
+  (`choose_kernel`) and a few others (rows per subgroup, vectors per tile, subgroups per
+  workgroup, driver unrolling) and reports the fastest, and which it was.
+- torch: f16 `x @ W.T` as GPU time of a CUDA graph of --repeat matmuls (rotated through as
+  many weight copies, and on one buffer), divided by the count.
+- GB/s: weight bytes per second, against the H100's 3.35 TB/s.
+
+Every row is checked against gguf's dequantisation (first rows of the result) when gguf is
+installed. A failure of one row (a compile error, a device fault) is reported in its row and
+the others still run.
+
+    python3 bench/llm_kernels.py [--quick] [--formats q4_0 q4_k] [--ns 1 16] [--out FILE.md]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import traceback
+
+import numpy as np
+
+import pycoop as pc
+from pycoop.kernels import GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv, gemv_grid, weights
+from pycoop.kernels.gemv import BLOCKS, PARTS
+
+SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
+NS = [1, 2, 4, 8, 16, 32, 64]
+FORMATS = ["f16", "q8_0", "q4_0", "q4_k"]
+PEAK_GBS = 3350.0
+WARMUP = 50
+
+
+def random_weights(fmt: str, M: int, K: int, seed: int = 0) -> np.ndarray:
+    """An M x K matrix in `fmt` as GGUF stores it: random blocks (every byte pattern is a valid
+    quantised value) with small positive f16 scales, so that sums stay finite."""
+    rng = np.random.default_rng(seed)
+    if fmt == "f16":
+        return (rng.standard_normal((M, K), np.float32) * 0.02).astype(np.float16)
+    qk, size = BLOCKS[fmt]
+    b = rng.integers(0, 256, (M * K // qk, size), dtype=np.uint8)
+    nscale = 2 if fmt == "q4_k" else 1                   # d (and dmin for Q4_K)
+    b[:, :2 * nscale] = rng.uniform(1e-3, 1e-2, (b.shape[0], nscale)).astype(np.float16).view(np.uint8)
+    return b.reshape(M, -1)
+
+
+def configs(fmt: str, N: int, quick: bool) -> list[GemvConfig]:
+    """The dispatcher's choice first, then the variants tried."""
+    first = choose_kernel(fmt, N)
+    if quick:
+        return [first]
+    if N == 1:
+        shapes = [(1, 1, 4), (2, 1, 4), (4, 1, 2), (2, 1, 8), (1, 1, 8), (4, 1, 4)]
+    else:
+        t8, t16 = min(N, 8), min(N, 16)
+        shapes = [(1, t8, 4), (4, t8, 2), (2, t16, 2), (4, t16, 1), (1, t16, 4), (2, min(N, 32), 1)]
+    out = [first] + [GemvConfig("gemv", first.rows, first.nt, first.subgroups, u) for u in (2, 4)]
+    if fmt != "f16":                                      # lanes per block
+        out += [GemvConfig("gemv", first.rows, first.nt, first.subgroups, parts=p)
+                for p in (1, 2, 4, 8) if p != PARTS[fmt] and not (fmt == "q4_0" and p == 8)]
+    for r, t, s in shapes:
+        c = GemvConfig("gemv", r, t, s)
+        if c not in out and r * t <= 64:
+            out.append(c)
+    return out
+
+
+INT_OPS = ("OpBitwiseAnd", "OpBitwiseOr", "OpBitwiseXor", "OpShiftRightLogical",
+           "OpShiftLeftLogical", "OpIAdd", "OpIMul", "OpISub", "OpSelect", "OpUDiv", "OpUMod",
+           "OpIEqual", "OpULessThan")
+FLOAT_OPS = ("OpFAdd", "OpFSub", "OpFMul", "OpFConvert", "OpExtInst")      # OpExtInst: Fma
+
+
+def instruction_mix(fmt: str, cfg: GemvConfig) -> str:
+    """Static counts of the SPIR-V instructions in the kernel's K loop, per weight a lane
+    handles in one iteration (rows x its share of a unit): loads, integer and float ops, the
+    float ops also per weight and vector."""
+    import collections
+    ck = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, parts=cfg.parts).compile()
+    asm = [ln for ln in ck.spvasm.splitlines() if ln.strip() and not ln.startswith(";")]
+    head = next(i for i, ln in enumerate(asm) if "OpLoopMerge" in ln)
+    merge = asm[head].split()[1]
+    end = next(i for i, ln in enumerate(asm) if ln.split()[:3] == [merge, "=", "OpLabel"])
+    ops = collections.Counter(ln.split()[2] if " = " in ln else ln.split()[0] for ln in asm[head:end])
+    P = cfg.parts or PARTS[fmt]
+    per = cfg.rows * {"q4_0": 32, "q8_0": 32, "q4_k": 64, "f16": 8}[fmt] // P
+    n = lambda names: sum(ops[o] for o in names) / per                         # noqa: E731
+    return (f"{fmt} (rows {cfg.rows}, nt {cfg.nt}, parts {P}): per weight {n(('OpLoad',)):.2f} "
+            f"loads, {n(INT_OPS):.2f} integer ops, {n(FLOAT_OPS):.2f} float ops "
+            f"({n(FLOAT_OPS) / cfg.nt:.2f} per weight and vector)")
+
+
+def median_us(results) -> float:
+    return statistics.median(t for r in results for t in r.times_ms) * 1e3
+
+
+def time_pycoop(launch, ws: list, repeat: int) -> tuple[float, float]:
+    """(rotated µs, warm µs): medians of `repeat` launches `launch(w)` cycling through the
+    weight copies `ws`, and of `repeat` launches on ws[0]."""
+    rt = pc.get_runtime()
+    with rt.batch():
+        for i in range(WARMUP):
+            launch(ws[i % len(ws)])
+    with rt.batch():
+        rot = [launch(ws[i % len(ws)]) for i in range(repeat)]
+    with rt.batch():
+        warm = [launch(ws[0]) for _ in range(repeat)]
+    pc.synchronize()
+    return median_us(rot), median_us(warm)
+
+
+def coopmat_candidates(fmt: str, N: int, quick: bool) -> list[tuple]:
+    """The cooperative-matrix GEMMs tried as small-N kernels (N >= 8; tensor cores instead of
+    f32 FMAs, at the cost of tiles of at least 16 vectors): gemm_q4_0 on the GGUF blocks
+    (weights as the A operand) and gemm_nv on f16 weights. (name, kernel, grid)."""
+    if N < 8 or fmt not in ("q4_0", "f16") or quick:
+        return []
+    bn = next(t for t in (16, 32, 64) if N <= t)      # the vector side of the tile
+    out = []
+    for bw in (64, 128, 256):                         # the weight side
+        for bk in (32, 64):
+            if fmt == "q4_0":
+                out.append((f"gemm_q4_0 {bw}x{bn}x{bk}", gemm_q4_0(bn, bw, bk, 256, weights_first=True),
+                            None, bn, bw))
+            else:
+                out.append((f"gemm_nv {bw}x{bn}x{bk}", gemm_nv(bw, bn, bk, 256), None, bw, bn))
+    return out
+
+
+def torch_times(M: int, K: int, N: int, copies: int, repeat: int):
+    """(rotated µs, warm µs) of torch's f16 x @ W.T in CUDA graphs, or None without CUDA."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return None
+    except ImportError:
+        return None
+    W = [torch.randn(M, K, device="cuda", dtype=torch.float16) * 0.02 for _ in range(copies)]
+    x = torch.randn(N, K, device="cuda", dtype=torch.float16)
+    out = torch.empty(N, M, device="cuda", dtype=torch.float16)
+
+    def graph_us(order: list) -> float:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):                     # warm-up outside the capture (cuBLAS)
+            for w in order[:3]:
+                torch.matmul(x, w.T, out=out)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for w in order:
+                torch.matmul(x, w.T, out=out)
+        for _ in range(3):
+            g.replay()
+        times = []
+        for _ in range(5):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b) * 1e3 / len(order))
+        return statistics.median(times)
+
+    rot = graph_us([W[i % copies] for i in range(repeat)])
+    warm = graph_us([W[0]] * repeat)
+    del W
+    torch.cuda.empty_cache()
+    return rot, warm
+
+
+def check(fmt: str, W: np.ndarray, X: np.ndarray, y: np.ndarray, tol: float = 1e-4) -> str:
+    """Compare the first 64 rows of Y with gguf's dequantisation (if installed); `tol`
+    relative to the largest value (f16 products in the cooperative-matrix GEMMs)."""
+    try:
+        import gguf
+    except ImportError:
+        return "unchecked"
+    rows = W[:64]
+    Wf = rows if fmt == "f16" else gguf.quants.dequantize(rows, gguf.GGMLQuantizationType[fmt.upper()])
+    ref = X.astype(np.float64) @ np.asarray(Wf, np.float64).T
+    err = float(np.abs(y[:, :64] - ref).max() / max(np.abs(ref).max(), 1e-30))
+    return "ok" if err < tol else f"ERR {err:.1e}"
+
+
+def bench_shape(M: int, K: int, args, lines: list) -> None:
+    torch_cache: dict = {}
+    for fmt in args.formats:
+        try:
+            W = random_weights(fmt, M, K)
+            Wq = weights(W, None if fmt == "f16" else fmt)
+            host = Wq.kernel_array()
+            copies = max(1, -(-args.rotate_mb * 2**20 // Wq.nbytes))
+            ws = [pc.asarray(host, backend="vulkan") for _ in range(copies)]
+        except Exception as e:                              # noqa: BLE001 (reported, not fatal)
+            lines.append(f"| {M}x{K} | {fmt} | all | FAILED to prepare: {type(e).__name__}: {e} |")
+            print(lines[-1], flush=True)
+            continue
+        blocks: dict = {}
+        for N in args.ns:
+            X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
+            x = pc.asarray(X.reshape(-1, 4), backend="vulkan")
+            y = pc.zeros((N, M), pc.f32, backend="vulkan")
+            best, errors = None, []
+            for cfg in configs(fmt, N, args.quick):
+                try:
+                    k = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size, 8, cfg.unroll,
+                             cfg.parts)
+                    grid = gemv_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)
+                    rot, warm = time_pycoop(lambda w: k[grid](w, x, y, M, N, K), ws, args.repeat)
+                    if best is None or rot < best[1]:
+                        best = (cfg, rot, warm)
+                except Exception as e:                      # noqa: BLE001
+                    errors.append(f"{cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                    if args.verbose:
+                        traceback.print_exc()
+            best_cm = None
+            for name, k, _, ta, tb in coopmat_candidates(fmt, N, args.quick):
+                try:
+                    if fmt not in blocks:                   # the weights as the GEMMs read them
+                        raw = np.ascontiguousarray(W).reshape(-1)
+                        blocks[fmt] = [pc.asarray(raw, backend="vulkan") for _ in ws]
+                    wb = blocks[fmt]
+                    if fmt == "q4_0":                       # Y (N x M) = X (f16) @ W.T
+                        xh = pc.asarray(X.astype(np.float16), backend="vulkan")
+                        yc = pc.zeros((N, M), pc.f32, backend="vulkan")
+                        grid = (-(-N // ta), -(-M // tb))
+                        launch = lambda w: k[grid](xh, w, yc, N, M, K)          # noqa: E731
+                    else:                                   # Y.T (M x N) = W @ X.T
+                        xh = pc.asarray(np.ascontiguousarray(X.T.astype(np.float16)), backend="vulkan")
+                        yc = pc.zeros((M, N), pc.f32, backend="vulkan")
+                        grid = (-(-M // ta), -(-N // tb))
+                        launch = lambda w: k[grid](w, xh, yc, M, N, K)          # noqa: E731
+                    rot, warm = time_pycoop(launch, wb, args.repeat)
+                    if best_cm is None or rot < best_cm[1]:
+                        launch(wb[0])
+                        yv = yc.numpy() if fmt == "q4_0" else yc.numpy().T
+                        best_cm = (name, rot, warm, check(fmt, W, X.astype(np.float16).astype(np.float32),
+                                                          yv, 2e-3))
+                except Exception as e:                      # noqa: BLE001
+                    errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                    if args.verbose:
+                        traceback.print_exc()
+            if best is None:
+                lines.append(f"| {M}x{K} | {fmt} | {N} | FAILED: {'; '.join(errors)[:300]} |")
+                print(lines[-1], flush=True)
+                continue
+            cfg, rot, warm = best
+            k = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size, 8, cfg.unroll,
+                     cfg.parts)
+            k[gemv_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)](ws[0], x, y, M, N, K)
+            status = check(fmt, W, X, y.numpy())
+            if (N, M, K) not in torch_cache:
+                try:
+                    f16_bytes = M * K * 2
+                    torch_cache[N, M, K] = torch_times(
+                        M, K, N, max(1, -(-args.rotate_mb * 2**20 // f16_bytes)), args.repeat)
+                except Exception as e:                      # noqa: BLE001
+                    torch_cache[N, M, K] = None
+                    errors.append(f"torch: {type(e).__name__}: {e}")
+            tt = torch_cache[N, M, K]
+            gbs = Wq.nbytes / (rot * 1e-6) / 1e9
+            t_rot, t_warm = (f"{tt[0]:.1f}", f"{tt[1]:.1f}") if tt else ("-", "-")
+            speed = f"{tt[0] / rot:.2f}x" if tt else "-"
+            c = f"r{cfg.rows} nt{cfg.nt} sg{cfg.subgroups}" + (f" u{cfg.unroll}" if cfg.unroll else "") \
+                + (f" p{cfg.parts}" if cfg.parts else "")
+            lines.append(f"| {M}x{K} | {fmt} | {N} | {rot:.1f} | {gbs:.0f} ({100 * gbs / PEAK_GBS:.0f}%) "
+                         f"| {warm:.1f} | {t_rot} | {t_warm} | {speed} | {c} | {status} |"
+                         + (f" {len(errors)} config(s) failed" if errors else ""))
+            print(lines[-1], flush=True)
+            if best_cm is not None:
+                name, crot, cwarm, cstatus = best_cm
+                cgbs = Wq.nbytes / (crot * 1e-6) / 1e9
+                lines.append(f"| {M}x{K} | {fmt} | {N} | {crot:.1f} | {cgbs:.0f} ({100 * cgbs / PEAK_GBS:.0f}%) "
+                             f"| {cwarm:.1f} | {t_rot} | {t_warm} | "
+                             f"{f'{tt[0] / crot:.2f}x' if tt else '-'} | {name} | {cstatus} |")
+                print(lines[-1], flush=True)
+            for e in errors:
+                print(f"    {e}", flush=True)
+        del ws, blocks
+        pc.synchronize()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="dispatcher's configuration only, N = 1, 16, 64")
+    p.add_argument("--formats", nargs="+", default=FORMATS, choices=FORMATS)
+    p.add_argument("--ns", nargs="+", type=int, default=None)
+    p.add_argument("--shapes", nargs="+", default=None, help="MxK, e.g. 4096x14336")
+    p.add_argument("--repeat", type=int, default=100)
+    p.add_argument("--rotate-mb", type=int, default=256)
+    p.add_argument("--out", default=None, help="also write the table (markdown) here")
+    p.add_argument("--subgroup-size", type=int, default=32, help="the device's (8 on lavapipe)")
+    p.add_argument("--verbose", action="store_true", help="tracebacks of failed configurations")
+    args = p.parse_args()
+    if args.ns is None:
+        args.ns = [1, 16, 64] if args.quick else NS
+    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes] if args.shapes else SHAPES
+    try:
+        from pycoop.runtime.vulkan import get_runtime
+        dev = get_runtime().capabilities.device_name
+    except Exception as e:                                   # noqa: BLE001
+        sys.exit(f"no Vulkan device: {e}")
+    head = ["| M x K | format | N | pycoop rotated µs | GB/s (of 3.35 TB/s) | pycoop warm µs | "
+            "torch f16 rotated µs | torch f16 warm µs | vs torch rotated | config | check |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    print(f"# {dev}, {time.strftime('%Y-%m-%d %H:%M')}, rotation through >= {args.rotate_mb} MB")
+    mix = []
+    for fmt in args.formats:
+        for n in sorted({1, max(args.ns)}):
+            try:
+                mix.append(instruction_mix(fmt, choose_kernel(fmt, n)))
+            except Exception as e:                          # noqa: BLE001
+                mix.append(f"{fmt}: instruction mix failed: {type(e).__name__}: {e}")
+    print("SPIR-V instruction mix of the dispatcher's kernels:\n  " + "\n  ".join(mix))
+    print("\n".join(head), flush=True)
+    lines: list[str] = []
+    for M, K in shapes:
+        try:
+            bench_shape(M, K, args, lines)
+        except Exception as e:                               # noqa: BLE001
+            lines.append(f"| {M}x{K} | all | all | FAILED: {type(e).__name__}: {e} |")
+            print(lines[-1], flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(f"# LLM kernels, {dev}, {time.strftime('%Y-%m-%d')}\n\n"
+                    + "".join(f"- {m}\n" for m in mix) + "\n" + "\n".join(head + lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,489 @@
+"""Matrix-vector and small-N kernels for LLM token generation: Y (N x M, f32) = X (N x K, f32)
+@ W.T for N = 1 ... 64 vectors, with W (M x K) in one of llama.cpp's weight formats, stored
+bit for bit as in a GGUF file (`f16`, `q8_0`, `q4_0`, `q4_k`).
+
+These products are bound by the bandwidth of the weights, so the kernels are built to read
+each weight byte once, wide and coalesced, and to do little arithmetic per byte:
+- each subgroup owns `rows` rows of W; its lanes walk a row's units (a block, a quarter of a
+  Q4_K super-block or 8 halves) one after another, `parts` lanes sharing a unit so that
+  consecutive lanes read consecutive weight words and x values, and a subgroup reduction
+  (`pc.subgroup.add`) sums the lanes' partial dot products;
+- a workgroup owns `nt` vectors of X: each x value loaded feeds the `rows` rows, and each
+  weight decoded feeds the `nt` vectors; the grid's x dimension walks the vector tiles of the
+  same rows, so workgroups that re-read a weight tile run together and find it in L2;
+- weights are dequantised in registers without integer-to-float conversions: a 4- or 8-bit
+  value OR-ed into the mantissa of 2^23 reads as 2^23 + q, and one subtraction gives q (minus
+  the format's offset) exactly; a block's scale multiplies its dot product once.
+
+`matmul_q` picks the kernel and configuration by shape and format (`choose_kernel`); larger
+N go to the cooperative-matrix GEMM where one exists for the format (`gemm_q4_0`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+import pycoop as pc
+from pycoop import f16, f32, u32
+
+from .gemm import gemm_q4_0
+
+# weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
+BLOCKS = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_k": (256, 144)}
+FORMATS = tuple(BLOCKS)
+MAX_SMALL_N = 64                         # above this, the large-N GEMM where the format has one
+
+_MAGIC = 0x4B000000                      # the bits of 2^23 (f32): OR a small int into its mantissa
+_TWO23 = 8388608.0
+U4 = pc.vec(u32, 4)
+F4 = pc.vec(f32, 4)
+
+
+def _check_fmt(fmt) -> str:
+    if fmt not in BLOCKS:
+        raise ValueError(f"unknown weight format {fmt!r}; pycoop's GEMV kernels take "
+                         f"{', '.join(FORMATS)}")
+    return fmt
+
+
+# lanes sharing a unit of work by default (a block, a quarter of a Q4_K super-block, 8 halves),
+# and the u32 payload words of a unit: sharing puts consecutive lanes on consecutive x values,
+# so that a warp's vec4 loads of x touch a few cache lines instead of one per lane, at the
+# price of the per-unit decoding (scale, addresses) being done by every lane of the unit
+PARTS = {"q4_0": 4, "q8_0": 4, "q4_k": 4, "f16": 1}
+WORDS = {"q4_0": 4, "q8_0": 8, "q4_k": 8, "f16": 4}
+
+
+def _x_per_unit(fmt: str, vec: int) -> int:
+    """x values a unit of work covers: a block, a quarter of a Q4_K super-block (64 weights
+    with two sub-block scales) or `vec` f16 weights."""
+    return {"q8_0": 32, "q4_0": 32, "q4_k": 64}.get(fmt, vec)
+
+
+def _x_slots(fmt: str, vec: int, P: int) -> list:
+    """The vec4 offsets in the unit (plus the lane's part) of the x values a lane multiplies,
+    in the order of its weights: per payload word p + P * i it handles, its low nibbles then
+    high nibbles (Q4_0: weights 4w.. and 16 + 4w..; Q4_K: sub-blocks 2j and 2j + 1) or its 4
+    bytes (Q8_0)."""
+    if fmt == "f16":
+        return [0, 1] if vec == 8 else [0]
+    hi = {"q4_0": 4, "q4_k": 8, "q8_0": None}[fmt]
+    return [o for i in range(WORDS[fmt] // P)
+            for o in ([P * i] if hi is None else [P * i, hi + P * i])]
+
+
+def _f16_at(word, high):
+    """The f16 in the low (or, where `high`, the high) half of a u32, as an f32."""
+    return f32(pc.bitcast(pc.u16((word >> pc.select(high, u32(16), u32(0))) & 0xFFFF), f16))
+
+
+def _fields_as_f32(word, offset: float, bits: int = 8, shift: int = 0) -> list:
+    """The 4 fields of `bits` bits at bits 8b + shift of `word` (b = 0 ... 3, one per byte),
+    as f32 minus `offset`: exact, with no integer conversion (2^23 + v is an f32 whose mantissa
+    is v). A field reaching bit 31 needs no mask."""
+    out = []
+    for b in range(4):
+        v = word >> (8 * b + shift)
+        if 8 * b + shift + bits < 32:
+            v = v & ((1 << bits) - 1)
+        out.append(pc.bitcast(v | _MAGIC, f32) - (_TWO23 + offset))
+    return out
+
+
+def _dot(w: list, x: list):
+    """sum w[i] * x[i] in f32, as one fused multiply-add chain."""
+    s = w[0] * x[0]
+    for wi, xi in zip(w[1:], x[1:]):
+        s = pc.fma(wi, xi, s)
+    return s
+
+
+def _payload_word(W, base, odd, w):
+    """Word w of the payload after the f16 scale of an 18- or 34-byte block that starts at
+    word `base` (odd blocks 2 bytes into it, even blocks at its start): a whole word for odd
+    blocks, straddling two words for even ones."""
+    a, b = W[base + w], W[base + w + 1]
+    return pc.select(odd, b, (a >> 16) | (b << 16))
+
+
+def _q4_0_unit(W, g, words: list, xcols: list) -> list:
+    """Nibble words `words` of block g of a Q4_0 matrix (18 bytes: an f16 scale, 16 bytes of
+    nibbles; weight l is the low nibble of byte l for l < 16, else the high nibble of byte
+    l - 16) times the matching values of each x in `xcols`."""
+    base, odd = (g * 9) >> 1, (g & 1) == 1
+    d = _f16_at(W[base], odd)
+    vals = []
+    for w in words:
+        q = _payload_word(W, base, odd, w)
+        vals += _fields_as_f32(q, 8.0, 4, 0) + _fields_as_f32(q, 8.0, 4, 4)
+    return [d * _dot(vals, xs) for xs in xcols]
+
+
+def _q8_0_unit(W, g, words: list, xcols: list) -> list:
+    """Words `words` of the 32 signed bytes of block g of a Q8_0 matrix (34 bytes: an f16
+    scale, then the bytes) times the matching values of each x. XOR with 0x80 makes a signed
+    byte q the unsigned q + 128."""
+    base, odd = (g * 17) >> 1, (g & 1) == 1
+    d = _f16_at(W[base], odd)
+    vals = []
+    for w in words:
+        vals += _fields_as_f32(_payload_word(W, base, odd, w) ^ 0x80808080, 128.0)
+    return [d * _dot(vals, xs) for xs in xcols]
+
+
+def _q4_k_scales(h1, h2, h3, j):
+    """The 6-bit scales and mins of sub-blocks 2j and 2j + 1 of a Q4_K super-block, from its
+    12 packed scale bytes (words h1, h2, h3). Sub-blocks 0-3 keep scale and min in the low 6
+    bits of bytes 0-3 and 4-7; sub-blocks 4-7 in the nibbles of bytes 8-11 with their top 2
+    bits in the top bits of bytes 0-3 (scales) and 4-7 (mins): computed for 4 bytes at once."""
+    lo = j < 2
+    sc = pc.select(lo, h1 & 0x3F3F3F3F, (h3 & 0x0F0F0F0F) | ((h1 >> 2) & 0x30303030))
+    mn = pc.select(lo, h2 & 0x3F3F3F3F, ((h3 >> 4) & 0x0F0F0F0F) | ((h2 >> 2) & 0x30303030))
+    shift = (j & 1) << 4                         # bytes 2j % 4 and 2j % 4 + 1
+    return [f32((v >> (shift + s)) & 0xFF) for v in (sc, mn) for s in (0, 8)]
+
+
+def _q4_k_words(W4, sb, j, P: int, part, pick: list) -> list:
+    """The nibble words p + P * i (p = part) of quarter j of super-block sb, from uvec4 1 + 2j
+    and 2 + 2j of it. With P <= 4 the uvec4 of each word is known and its component is
+    ((P * i) % 4) + p; with P = 8 the uvec4 is p // 4 + 2i and the component p % 4. `pick[c]`:
+    whether that runtime component offset is c (c >= 1)."""
+    out = []
+    for i in range(8 // P):
+        if P == 8:
+            v = W4[sb * 9 + 1 + 2 * j + (part >> 2)]
+            first = 0
+        else:
+            v = W4[sb * 9 + 1 + 2 * j + ((P * i) >> 2)]
+            first = (P * i) & 3
+        q = v[first]
+        for c in range(1, min(P, 4)):                # the component of this lane's word
+            q = pc.select(pick[c - 1], v[first + c], q)
+        out.append(q)
+    return out
+
+
+def _q4_k_unit(W4, u, row_sb, P: int, part, pick: list, xcols: list, xsums: list) -> list:
+    """The nibble words p + P * i of quarter j = u % 4 of super-block u // 4 of a Q4_K row
+    (144 bytes = 9 uvec4: f16 d and dmin, 12 bytes of scales, 128 bytes of nibbles; quarter j
+    is nibble bytes 32j .. 32j + 31, its low nibbles sub-block 2j and its high nibbles sub-block
+    2j + 1, 32 weights each, weight = d * scale * q - dmin * min), times the matching values of
+    each x. xsums: per x, the sums of its low- and high-nibble values, which the mins
+    multiply."""
+    sb, j = row_sb + (u >> 2), u & 3
+    h = W4[sb * 9]
+    d, dmin = _f16_at(h[0], False), _f16_at(h[0], True)
+    sc0, sc1, m0, m1 = _q4_k_scales(h[1], h[2], h[3], j)
+    lo, hi = [], []
+    for q in _q4_k_words(W4, sb, j, P, part, pick):
+        lo += _fields_as_f32(q, 0.0, 4, 0)
+        hi += _fields_as_f32(q, 0.0, 4, 4)
+    out = []
+    for xs, (s0, s1) in zip(xcols, xsums):
+        xl = [x for i in range(0, len(xs), 8) for x in xs[i:i + 4]]
+        xh = [x for i in range(0, len(xs), 8) for x in xs[i + 4:i + 8]]
+        out.append(d * (sc0 * _dot(lo, xl) + sc1 * _dot(hi, xh)) - dmin * (m0 * s0 + m1 * s1))
+    return out
+
+
+def _q4_k_xsums(xs: list) -> tuple:
+    """(sum of the low-nibble x values, of the high-nibble ones) of a lane's x list."""
+    return (_sum([x for i in range(0, len(xs), 8) for x in xs[i:i + 4]]),
+            _sum([x for i in range(0, len(xs), 8) for x in xs[i + 4:i + 8]]))
+
+
+def _f16_unit(W, i, xcols: list, vec: int) -> list:
+    """`vec` f16 weights (one uvec4 for 8, else one half) from element i of W times as many
+    values of each x."""
+    if vec == 1:
+        vals = [f32(W[i])]
+    else:
+        v = W[i]
+        vals = [f32(pc.bitcast(v[c], pc.vec(f16, 2))[h]) for c in range(4) for h in range(2)]
+    return [_dot(vals, xs) for xs in xcols]
+
+
+def _sum(xs: list):
+    s = xs[0]
+    for v in xs[1:]:
+        s = s + v
+    return s
+
+
+@functools.cache
+def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size: int = 32,
+         vec: int = 8, unroll: bool | int | None = None, parts: int | None = None):
+    """The kernel Y (N x M, f32) = X (N x K, f32) @ W.T for weights W (M x K) in format `fmt`.
+
+    Each of the `subgroups` subgroups of a workgroup computes `rows` rows of Y for the `nt`
+    vectors of the workgroup's tile; the grid is (ceil(N / nt), ceil(M / (rows * subgroups)))
+    (`gemv_grid`). Any M and N work (rows and vectors past the edge are clamped on load and not
+    stored). Operands (`pack_x`, `GGMLWeights.kernel_array`):
+    - W: `q4_0` / `q8_0` the raw blocks as u32 words (the bytes padded to a multiple of 4),
+      K a multiple of 32; `q4_k` the raw super-blocks as uvec4, K a multiple of 256; `f16`
+      the halves as uvec4 (`vec=8`, K a multiple of 8) or as f16 (`vec=1`, any K);
+    - X: f32, as vec4 (`X.reshape(-1, 4)`) except for `f16` with `vec=1`;
+    - Y: N x M f32; M, N, K: u32.
+    The kernel needs subgroups of `subgroup_size` lanes (a required subgroup size on Vulkan).
+    `unroll` is the driver's hint on the lanes' loop over K (`pc.range`): unrolling keeps more
+    weight loads in flight per lane. `parts`: lanes sharing a unit (default `PARTS[fmt]`; 1,
+    2, 4, or 8 for Q8_0 and Q4_K; lane p of a unit takes its payload words p, p + parts, ...).
+    """
+    _check_fmt(fmt)
+    for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"gemv: {name} must be an int >= 1, got {v!r}")
+    if rows * nt > 64:
+        raise ValueError(f"gemv: rows x nt = {rows * nt} accumulators per lane; at most 64 "
+                         "keep them in registers (lower rows or nt)")
+    if subgroup_size not in (8, 16, 32, 64, 128):
+        raise ValueError(f"gemv: subgroup_size must be 8, 16, 32, 64 or 128, got {subgroup_size!r}")
+    if vec not in (1, 8) or (vec == 1 and fmt != "f16"):
+        raise ValueError(f"gemv: vec is 8 (uvec4 loads), or 1 for f16 weights with K not a "
+                         f"multiple of 8; got {vec!r} for {fmt}")
+    P = PARTS[fmt] if parts is None else parts
+    if fmt == "f16" and P != 1 or P not in (1, 2, 4, 8) or P > WORDS[fmt] or P > subgroup_size:
+        raise ValueError(f"gemv: parts must be 1, 2, 4 or 8 and at most the {WORDS[fmt]} "
+                         f"payload words of a {fmt} unit (1 for f16); got {parts!r}")
+    S = subgroup_size
+    nx = _x_per_unit(fmt, vec)
+    WT = {"q4_0": u32, "q8_0": u32, "q4_k": U4, "f16": U4 if vec == 8 else f16}[fmt]
+    XT = f32 if nx == 1 else F4
+    slots = _x_slots(fmt, vec, P)
+
+    @pc.kernel(workgroup_size=subgroups * S, subgroup_size=S)
+    def gemv(W: pc.ReadBuffer[WT], X: pc.ReadBuffer[XT], Y: pc.WriteBuffer[f32], M: u32, N: u32,
+             K: u32):
+        lane = pc.subgroup_local_id()
+        part = lane % P if P > 1 else u32(0)                     # P lanes share a unit
+        words = [part + P * i for i in range(WORDS[fmt] // P)] if fmt in ("q4_0", "q8_0") else []
+        row0 = (pc.workgroup_id.y * subgroups + pc.subgroup_id()) * rows
+        col0 = pc.workgroup_id.x * nt
+        rws = [pc.min(row0 + r, M - 1) for r in range(rows)]     # clamped: loads stay inside
+        cols = [pc.min(col0 + c, N - 1) for c in range(nt)]
+        units = (K + (nx - 1)) // nx if fmt == "f16" else K // nx
+        pick = [(part & 3) == c for c in range(1, min(P, 4))] if fmt == "q4_k" else []
+        acc = [[f32(0.0)] * nt for _ in range(rows)]
+        for u in pc.range(lane // P, units, S // P, unroll=unroll):
+            if nx == 1:
+                xcols = [[X[c * K + u]] for c in cols]
+            else:
+                xcols = [[x[i] for off in slots
+                          for x in [X[c * (K // 4) + u * (nx // 4) + off + part]]
+                          for i in range(4)] for c in cols]
+            xsums = [_q4_k_xsums(xs) for xs in xcols] if fmt == "q4_k" else None
+            for r, row in enumerate(rws):
+                if fmt == "q4_0":
+                    out = _q4_0_unit(W, row * units + u, words, xcols)
+                elif fmt == "q8_0":
+                    out = _q8_0_unit(W, row * units + u, words, xcols)
+                elif fmt == "q4_k":
+                    out = _q4_k_unit(W, u, row * (K >> 8), P, part, pick, xcols, xsums)
+                else:
+                    out = _f16_unit(W, row * units + u, xcols, vec)
+                acc[r] = [a + o for a, o in zip(acc[r], out)]
+        sums = [[pc.subgroup.add(a) for a in row] for row in acc]
+        if lane == 0:
+            for r in range(rows):
+                for c in range(nt):
+                    if row0 + r < M and col0 + c < N:
+                        Y[(col0 + c) * M + row0 + r] = sums[r][c]
+    return gemv
+
+
+def gemv_grid(M: int, N: int, rows: int = 1, nt: int = 1, subgroups: int = 4) -> tuple[int, int]:
+    """The grid of `gemv(fmt, rows, nt, subgroups)` for an M x K weight matrix and N vectors."""
+    return -(-N // nt), -(-M // (rows * subgroups))
+
+
+@dataclasses.dataclass(frozen=True)
+class GemvConfig:
+    """A kernel choice of `choose_kernel`: `kind` is "gemv" (the kernels above, N = 1 ... 64,
+    or any N for formats without a large-N GEMM; `rows`, `nt`, `subgroups`, `unroll`,
+    `parts` as in `gemv`) or "coopmat" (`gemm_q4_0` with `tile` = (vectors, weight rows, K) per
+    workgroup;
+    below 128 vectors it computes with the weights as the A operand, `weights_first`)."""
+    kind: str
+    rows: int = 1
+    nt: int = 1
+    subgroups: int = 4
+    unroll: bool | int | None = None
+    parts: int | None = None
+    tile: tuple[int, int, int] = (128, 128, 32)
+
+
+def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N) -> GemvConfig:
+    """The kernel for N vectors of weights in `fmt`: one vector per workgroup tile at N = 1,
+    tiles of up to 8 vectors sharing each decoded
+    weight for N <= 64, and the cooperative-matrix GEMM above that where the format has one.
+    Rows per subgroup grow with the tile so that each x value loaded feeds more rows.
+    `large_n`: the largest N for the GEMV kernels where a cooperative-matrix GEMM exists."""
+    _check_fmt(fmt)
+    if not isinstance(N, (int, np.integer)) or N < 1:
+        raise ValueError(f"N must be an int >= 1, got {N!r}")
+    if N > large_n and fmt == "q4_0":
+        bm = next(t for t in (16, 32, 64, 128) if N <= t or t == 128)    # vectors per tile
+        return GemvConfig("coopmat", tile=(bm, 128, 32))
+    if N == 1:           # quantised: 2 rows share each x value (x is 7x the weight bytes)
+        return GemvConfig("gemv", rows=1 if fmt == "f16" else 2, nt=1)
+    nt = 2 if N == 2 else 4 if N <= 4 else 8
+    return GemvConfig("gemv", rows=2, nt=nt)
+
+
+@dataclasses.dataclass
+class GGMLWeights:
+    """An M x K weight matrix in a llama.cpp format: `data` holds its bytes exactly as a GGUF
+    file does (rows of blocks along K; `f16` as float16). Made by `weights(...)`."""
+    fmt: str
+    M: int
+    K: int
+    data: np.ndarray
+    _arrays: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        return self.M * self.K // BLOCKS[self.fmt][0] * BLOCKS[self.fmt][1]
+
+    def kernel_array(self, backend: str | None = None, vec: int = 8):
+        """The weights as the `gemv` kernel reads them (u32 words, uvec4 or f16): a NumPy view
+        (no copy, unless the bytes need padding to whole words) or, with `backend`, a device
+        array on it, made once and kept."""
+        key = (backend, vec)
+        if key not in self._arrays:
+            raw = np.ascontiguousarray(self.data).reshape(-1).view(np.uint8)
+            if self.fmt == "f16":
+                a = raw.view(np.float16) if vec == 1 else raw.view(np.uint32).reshape(-1, 4)
+            elif self.fmt == "q4_k":
+                a = raw.view(np.uint32).reshape(-1, 4)
+            else:
+                if raw.size % 4:
+                    raw = np.concatenate([raw, np.zeros(4 - raw.size % 4, np.uint8)])
+                a = raw.view(np.uint32)
+            self._arrays[key] = a if backend is None else pc.asarray(a, backend=backend)
+        return self._arrays[key]
+
+
+def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
+    """Weights for `matmul_q`, without re-packing:
+    - a tensor of `gguf.GGUFReader(...).tensors` (its type names the format; 2-D, rows of K);
+    - a float16 array (M x K): `f16`;
+    - the raw bytes of a quantised matrix (uint8, M x row bytes) with `fmt`, K from the row
+      size (or given)."""
+    if isinstance(W, GGMLWeights):
+        return W
+    if hasattr(W, "tensor_type") and hasattr(W, "data"):          # gguf.ReaderTensor
+        name = W.tensor_type.name.lower()
+        if name not in BLOCKS:
+            raise ValueError(f"GGUF tensor {W.name!r} is {W.tensor_type.name}; pycoop's GEMV "
+                             f"kernels take {', '.join(f.upper() for f in FORMATS)}")
+        shape = [int(s) for s in W.shape]                        # GGML order: K first
+        if len(shape) != 2 and not (len(shape) > 2 and all(s == 1 for s in shape[2:])):
+            raise ValueError(f"GGUF tensor {W.name!r} has shape {shape}: a matrix is 2-D")
+        return _make(name, shape[1], shape[0], W.data)
+    a = np.asarray(W)
+    if fmt is None:
+        if a.dtype != np.float16:
+            raise ValueError("weights: pass fmt= for raw quantised bytes (uint8); only float16 "
+                             f"arrays are taken without one, got {a.dtype}")
+        fmt = "f16"
+    _check_fmt(fmt)
+    if a.ndim != 2:
+        raise ValueError(f"weights: a matrix is 2-D (M x K, or M x row bytes), got shape {a.shape}")
+    if fmt == "f16":
+        if a.dtype != np.float16:
+            raise ValueError(f"weights: f16 weights are float16, got {a.dtype}")
+        return _make(fmt, a.shape[0], a.shape[1], a)
+    if a.dtype != np.uint8:
+        raise ValueError(f"weights: {fmt} weights are raw bytes (uint8), got {a.dtype}")
+    qk, size = BLOCKS[fmt]
+    if a.shape[1] % size:
+        raise ValueError(f"weights: a {fmt} row is whole {size}-byte blocks; "
+                         f"got {a.shape[1]} bytes")
+    Kb = a.shape[1] // size * qk
+    if K is not None and K != Kb:
+        raise ValueError(f"weights: rows of {a.shape[1]} bytes hold K = {Kb} {fmt} weights, "
+                         f"not {K}")
+    return _make(fmt, a.shape[0], Kb, a)
+
+
+def _make(fmt: str, M: int, K: int, data) -> GGMLWeights:
+    qk, size = BLOCKS[fmt]
+    if K % qk:
+        raise ValueError(f"{fmt} weights need K a multiple of {qk} (its block), got K={K}")
+    data = np.asarray(data)
+    want = M * K // qk * size
+    if data.nbytes != want:
+        raise ValueError(f"{fmt} weights of {M} x {K} are {want} bytes, got {data.nbytes}")
+    if fmt == "f16":
+        data = data.reshape(M, K).view(np.float16)
+    else:
+        data = data.reshape(M, -1).view(np.uint8)
+    return GGMLWeights(fmt, M, K, data)
+
+
+def pack_x(X) -> np.ndarray:
+    """X (N x K, or K for one vector) as the f32 the kernels read."""
+    return np.ascontiguousarray(np.asarray(X, np.float32))
+
+
+def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
+             backend: str | None = None, subgroup_size: int = 32, large_n: int = MAX_SMALL_N):
+    """Y = X @ W.T for weights W (M x K) in a llama.cpp format (see `weights`: a GGUF tensor,
+    f16 array or raw blocks with `fmt`) and X (N x K, or a single vector of K): the result is
+    N x M f32 (or M for a vector). X may be a NumPy array or a `pc.Array` (then the result is
+    a `pc.Array` on its backend and the weights are uploaded there once). The kernel is
+    `choose_kernel(fmt, N, large_n)` unless `config` is given. The shapes and the configuration are
+    checked before any work."""
+    Wq = weights(W, fmt)
+    device = isinstance(X, pc.Array)
+    if device and backend is not None and backend != X.backend:
+        raise ValueError(f"matmul_q: X is on {X.backend}, not {backend}")
+    bk = X.backend if device else backend
+    shape = tuple(X.shape)
+    vector = len(shape) == 1
+    if len(shape) not in (1, 2) or shape[-1] != Wq.K:
+        raise ValueError(f"matmul_q: X must be N x K or K with K = {Wq.K} (the weights' "
+                         f"columns), got shape {shape}")
+    N = 1 if vector else shape[0]
+    cfg = config or choose_kernel(Wq.fmt, N, large_n)
+    if cfg.kind == "coopmat":
+        if Wq.fmt != "q4_0":
+            raise ValueError(f"matmul_q: no cooperative-matrix GEMM for {Wq.fmt} weights; "
+                             "use GemvConfig('gemv', ...)")
+        return _coopmat_q4_0(Wq, X, N, vector, device, bk, cfg.tile)
+    if cfg.kind != "gemv":
+        raise ValueError(f"matmul_q: config.kind is 'gemv' or 'coopmat', got {cfg.kind!r}")
+    vec = 8 if Wq.fmt != "f16" or Wq.K % 8 == 0 else 1
+    k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec, cfg.unroll, cfg.parts)
+    grid = gemv_grid(Wq.M, N, cfg.rows, cfg.nt, cfg.subgroups)
+    if device:
+        x = X.reshape(-1) if vec == 1 else X.reshape(-1, 4)
+        y = pc.zeros((N, Wq.M), pc.f32, backend=bk)
+        k[grid](Wq.kernel_array(bk, vec), x, y, Wq.M, N, Wq.K)
+    else:
+        x = pack_x(X).reshape(-1) if vec == 1 else pack_x(X).reshape(-1, 4)
+        y = np.zeros((N, Wq.M), np.float32)
+        k[grid](Wq.kernel_array(None, vec), x, y, Wq.M, N, Wq.K, backend=bk)
+    return y.reshape(Wq.M) if vector else y
+
+
+def _coopmat_q4_0(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, tile):
+    """N > 64 Q4_0: the workgroup-scope cooperative-matrix GEMM decoding the blocks while
+    loading (NV cooperative matrices 2 on Vulkan). Its activations are f16: a device X is
+    converted through host memory."""
+    bm, bn, bk_ = tile
+    k = gemm_q4_0(bm, bn, bk_, 256, weights_first=bm < 128)
+    grid = (-(-N // bm), -(-Wq.M // bn))
+    if device:
+        x = pc.asarray(X.numpy().astype(np.float16), backend=bk)   # f16 activations
+        y = pc.zeros((N, Wq.M), pc.f32, backend=bk)
+        if ("blocks", bk) not in Wq._arrays:
+            Wq._arrays["blocks", bk] = pc.asarray(Wq.data.reshape(-1), backend=bk)
+        k[grid](x, Wq._arrays["blocks", bk], y, N, Wq.M, Wq.K)
+    else:
+        y = np.zeros((N, Wq.M), np.float32)
+        k[grid](np.asarray(X, np.float16).reshape(N, Wq.K), Wq.data, y, N, Wq.M, Wq.K,
+                backend=bk)
+    return y.reshape(Wq.M) if vector else y

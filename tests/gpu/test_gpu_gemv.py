@@ -1,0 +1,54 @@
+"""The GEMV kernels on a real GPU (subgroups of 32; run with -m gpu): every format at N = 1,
+a small-N tile and N = 64 at a llama-like K, against gguf's dequantisation; the Q4_0 large-N
+path (cooperative matrices); device arrays in and out."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop.kernels import GemvConfig, matmul_q, weights
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "core"))
+from gemv_cases import check, gguf, make_weights, reference  # noqa: E402,F401 (fixture)
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("fmt", ["f16", "q8_0", "q4_0", "q4_k"])
+@pytest.mark.parametrize("N", [1, 3, 16, 64])
+def test_gemv_formats(gguf, fmt, N):
+    M, K = 1000, 4096
+    W = make_weights(gguf, fmt, M, K, seed=N)
+    X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
+    y = matmul_q(W, X, None if fmt == "f16" else fmt, backend="vulkan")
+    check(y, reference(gguf, fmt, W, X))
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_k"])
+@pytest.mark.parametrize("rows,nt,subgroups,parts,unroll", [(1, 1, 8, 1, None), (4, 8, 2, 2, 2),
+                                                             (2, 16, 4, 4, None), (2, 1, 4, 8, 4)])
+def test_gemv_configurations(gguf, fmt, rows, nt, subgroups, parts, unroll):
+    if fmt == "q4_0" and parts == 8:
+        parts = 4
+    M, K, N = 777, 2048, 37 if nt > 1 else 1
+    W = make_weights(gguf, fmt, M, K, seed=rows)
+    X = np.random.default_rng(rows).standard_normal((N, K)).astype(np.float32)
+    cfg = GemvConfig("gemv", rows, nt, subgroups, unroll, parts)
+    check(matmul_q(W, X, fmt, config=cfg, backend="vulkan"), reference(gguf, fmt, W, X))
+
+
+def test_q4_0_large_n_and_device_arrays(gguf):
+    M, K, N = 512, 1024, 128
+    W = make_weights(gguf, "q4_0", M, K, seed=1)
+    X = np.random.default_rng(1).standard_normal((N, K)).astype(np.float32)
+    with pc.use_backend("vulkan"):
+        Wq = weights(W, "q4_0")
+        y = matmul_q(Wq, pc.asarray(X))                   # coopmat path, device arrays
+        y1 = matmul_q(Wq, pc.asarray(X[:4]))              # gemv path
+    ref = reference(gguf, "q4_0", W, X.astype(np.float16))
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+    check(y1.numpy(), reference(gguf, "q4_0", W, X[:4]))
