@@ -73,11 +73,11 @@ class PycoopError(Exception):
     """Base of pycoop's errors."""
 
 
-class CompileError(PycoopError):
-    """A kernel breaks a language or SPIR-V rule; raised while tracing, before any SPIR-V exists.
-
-    `rule` quotes the rule (the spec sentence or VUID, short); `rule_id` is its stable key in
-    the rules table (docs/rules.md), which names the test that checks it."""
+class RuleError(PycoopError):
+    """An error at a line of the user's kernel that breaks a rule: the message, the location
+    (`.loc`, `.line`), the rule quoted (the spec sentence or VUID, short), a hint, and
+    `rule_id`, the rule's stable key in the rules table (docs/rules.md), which names the test
+    that checks it."""
 
     def __init__(self, message: str, loc: Loc | None = None, *, rule: str | None = None,
                  hint: str | None = None, rule_id: str | None = None):
@@ -90,21 +90,19 @@ class CompileError(PycoopError):
         return self.loc.line if self.loc else None
 
 
+class CompileError(RuleError):
+    """A kernel breaks a language or SPIR-V rule; raised while tracing, before any SPIR-V exists."""
+
+
 class ArgumentError(PycoopError, TypeError):
     """A launch argument does not match the kernel's signature (raised before any work)."""
 
 
-class EmulatorError(PycoopError):
+class EmulatorError(RuleError):
     """The emulator caught undefined behaviour or an invalid access at run time."""
 
-    def __init__(self, message: str, loc: Loc | None = None, *, rule: str | None = None,
-                 hint: str | None = None, rule_id: str | None = None):
-        self.message, self.loc, self.rule, self.hint = message, loc, rule, hint
-        self.rule_id = rule_id
-        super().__init__(_render(message, loc, rule, hint, rule_id))
 
-
-class KernelFault(PycoopError):
+class KernelFault(RuleError):
     """A checked launch on the GPU caught an out-of-bounds access (the access was suppressed:
     a load gave zero, a store wrote nothing). Raised at the synchronisation that sees the
     launch complete, naming the kernel line of the access, the buffer, the index and the
@@ -114,15 +112,9 @@ class KernelFault(PycoopError):
 
     def __init__(self, message: str, loc: Loc | None = None, *, rule: str | None = None,
                  hint: str | None = None, rule_id: str | None = None, **facts):
-        self.message, self.loc, self.rule, self.hint = message, loc, rule, hint
-        self.rule_id = rule_id
+        super().__init__(message, loc, rule=rule, hint=hint, rule_id=rule_id)
         self.buffer, self.index, self.count = facts.get("buffer"), facts.get("index"), facts.get("count")
         self.workgroup, self.invocation = facts.get("workgroup"), facts.get("invocation")
-        super().__init__(_render(message, loc, rule, hint, rule_id))
-
-    @property
-    def line(self) -> int | None:
-        return self.loc.line if self.loc else None
 
 
 class BackendUnavailable(PycoopError):

@@ -72,7 +72,13 @@ def test_attention_other_head_dims_and_types_on_gpu(D, dtype, out, tol):
     K = rng.standard_normal((1, 2, 300, D)).astype(dt)
     V = rng.standard_normal((1, 2, 300, D)).astype(dt)
     for causal, q in ((True, Q), (False, Q[:, :, :2])):          # prefill, then decode
-        r = attention(q, K, V, causal=causal, out=out, backend="vulkan")
+        try:
+            r = attention(q, K, V, causal=causal, out=out, backend="vulkan")
+        except pc.BackendUnavailable as e:
+            # the H100 (driver 580) lists neither bf16 nor 80-wide workgroup-scope matrices at
+            # 256 invocations: the launch says which types it lacks, before any work
+            assert "lacks cooperative matrix" in str(e), e
+            pytest.skip(f"the device lacks the matrix types of this configuration: {e}")
         assert r.backend == "vulkan"
         ref, _ = attention_reference(q, K, V, causal=causal)
         assert np.abs(r.out.astype(np.float64) - ref).max() < tol
