@@ -6,6 +6,10 @@ or writes a byte range an earlier command of the batch wrote, or writes a range 
 read (since the last barrier). Independent dispatches are recorded back to back. Everything a
 submission needs after the GPU is done (timestamps to hand out, host copies, buffers to return
 to the pool) is attached to it and run when its fence is seen signalled.
+
+Descriptor-ABI launches take their descriptor set from pools owned by the submission: a set
+must stay valid until the GPU is done with the command buffer, which is exactly the
+submission's life, so the pools are reset in one call when it is reused (no per-set frees).
 """
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ ALL_STAGES = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | vk.VK_PIPELINE_STAGE_HOST_B
 TOP = vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
 BOTTOM = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
 MIN_QUERIES = 1024          # timestamps per submission (two per dispatch); grows for repeat=
+POOL_SETS = 64              # descriptor sets per pool; a submission adds pools as it needs
+POOL_BUFFERS = 512          # storage-buffer descriptors per pool
+OUT_OF_POOL = (-1000069000, -12)    # VK_ERROR_OUT_OF_POOL_MEMORY, VK_ERROR_FRAGMENTED_POOL
 
 
 class Hazards:
@@ -120,6 +127,8 @@ class Submission:
         self.timestamps = None
         self.hazards = Hazards()
         self.barriers = 0          # hazard barriers over the submission's life (stats)
+        self.descriptor_pools: list[Any] = []     # created on the first descriptor-ABI launch
+        self.pools_used = 0                       # of them, allocated from since begin()
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -151,6 +160,9 @@ class Submission:
 
     def begin(self, begin_info: Any) -> None:
         self._reset_state()
+        for pool in self.descriptor_pools[:self.pools_used]:     # the GPU is done with them
+            check(lib.vkResetDescriptorPool(self.device, pool, 0), "vkResetDescriptorPool")
+        self.pools_used = 0
         check(lib.vkBeginCommandBuffer(self.cmd, begin_info), "vkBeginCommandBuffer")
         lib.vkCmdResetQueryPool(self.cmd, self.query_pool, 0, self.capacity)
 
@@ -162,7 +174,44 @@ class Submission:
                                  ffi.NULL, 0, ffi.NULL)
         self.hazards.clear()
 
+    def descriptor_set(self, layout: Any, bindings: int) -> Any:
+        """A descriptor set of `layout` (`bindings` storage buffers), valid until the next
+        `begin`: from the pool in use, or the next one when it is full."""
+        if bindings > POOL_BUFFERS:
+            raise ValueError(f"{bindings} storage buffers exceed a pool's {POOL_BUFFERS}")
+        layouts = ffi.new("VkDescriptorSetLayout[1]", [layout])
+        out = ffi.new("VkDescriptorSet*")
+        if self.pools_used == 0:
+            self._next_pool()
+        for fresh in (False, True):
+            info = ffi.new("VkDescriptorSetAllocateInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                "descriptorPool": self.descriptor_pools[self.pools_used - 1],
+                "descriptorSetCount": 1, "pSetLayouts": layouts})
+            result = lib.vkAllocateDescriptorSets(self.device, info, out)
+            if result not in OUT_OF_POOL or fresh:
+                check(result, "vkAllocateDescriptorSets")
+                return out[0]
+            self._next_pool()
+        raise AssertionError("unreachable: a fresh pool either allocates or raises")
+
+    def _next_pool(self) -> None:
+        if self.pools_used == len(self.descriptor_pools):
+            size = ffi.new("VkDescriptorPoolSize*", {
+                "type": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, "descriptorCount": POOL_BUFFERS})
+            info = ffi.new("VkDescriptorPoolCreateInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                "maxSets": POOL_SETS, "poolSizeCount": 1, "pPoolSizes": size})
+            pool = ffi.new("VkDescriptorPool*")
+            check(lib.vkCreateDescriptorPool(self.device, info, ffi.NULL, pool),
+                  "vkCreateDescriptorPool")
+            self.descriptor_pools.append(pool[0])
+        self.pools_used += 1
+
     def destroy(self) -> None:
+        for pool in self.descriptor_pools:
+            lib.vkDestroyDescriptorPool(self.device, pool, ffi.NULL)
+        self.descriptor_pools.clear()
         if self.query_pool is not None:
             lib.vkDestroyQueryPool(self.device, self.query_pool, ffi.NULL)
         lib.vkDestroyFence(self.device, self.fences[0], ffi.NULL)
