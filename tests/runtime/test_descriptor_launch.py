@@ -192,3 +192,36 @@ def test_runtime_checks_the_abi_key():
         Binder({**abi, "args": args})
     assert [b.bindings for b in Binder(abi).bind(
         [np.zeros(2, np.float32), np.zeros(2, np.float32), 1.0, 2]).buffers] == [[0], [1]]
+
+
+@pc.kernel(workgroup_size=64)
+def sum_many(A0: pc.ReadBuffer[i32], A1: pc.ReadBuffer[i32], A2: pc.ReadBuffer[i32],
+             A3: pc.ReadBuffer[i32], A4: pc.ReadBuffer[i32], Out: pc.WriteBuffer[i32]):
+    i = pc.global_invocation_id.x
+    Out[i] = A0[i] + 2 * A1[i] + 3 * A2[i] + 4 * A3[i] + 5 * A4[i]
+
+
+def test_sets_larger_than_a_descriptor_pool(monkeypatch):
+    """A kernel with more buffers than a pool holds gets a pool of its own per launch."""
+    from pycoop.runtime.vulkan import batch
+    monkeypatch.setattr(batch, "POOL_BUFFERS", 4)
+    ins = [np.full(64, k + 1, np.int32) for k in range(5)]
+    out = np.zeros(64, np.int32)
+    ck = compiled(sum_many, "descriptors")
+    for _ in range(2):
+        ck.launch(1, [*ins, out])
+        np.testing.assert_array_equal(out, np.full(64, 1 + 4 + 9 + 16 + 25))
+        out[:] = 0
+
+
+def test_more_buffers_than_the_device_allows_per_stage():
+    from pycoop.runtime.vulkan import get_runtime
+    caps = get_runtime().capabilities
+    old, caps.max_per_stage_storage_buffers = caps.max_per_stage_storage_buffers, 5
+    try:
+        with pytest.raises(pc.ArgumentError, match=r"kernel binds 6 storage buffers; .* allows 5 "
+                                                   r"per shader stage"):
+            compiled(sum_many, "descriptors").launch(
+                1, [np.zeros(64, np.int32) for _ in range(6)])
+    finally:
+        caps.max_per_stage_storage_buffers = old

@@ -54,6 +54,29 @@ class Hazards:
         self.writes.clear()
 
 
+def _descriptor_pool(device: Any, sets: int, buffers: int) -> Any:
+    size = ffi.new("VkDescriptorPoolSize*", {
+        "type": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, "descriptorCount": buffers})
+    info = ffi.new("VkDescriptorPoolCreateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+        "maxSets": sets, "poolSizeCount": 1, "pPoolSizes": size})
+    pool = ffi.new("VkDescriptorPool*")
+    check(lib.vkCreateDescriptorPool(device, info, ffi.NULL, pool), "vkCreateDescriptorPool")
+    return pool[0]
+
+
+def _allocate_set(device: Any, pool: Any, layouts: Any, out: Any, retry: bool = False) -> bool:
+    """Allocate one set into `out[0]`; True if `retry` and the pool is full."""
+    info = ffi.new("VkDescriptorSetAllocateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, "descriptorPool": pool,
+        "descriptorSetCount": 1, "pSetLayouts": layouts})
+    result = lib.vkAllocateDescriptorSets(device, info, out)
+    if retry and result in OUT_OF_POOL:
+        return True
+    check(result, "vkAllocateDescriptorSets")
+    return False
+
+
 def _overlaps(ranges, lo: int, hi: int) -> bool:
     if ranges:
         for a, b in ranges:
@@ -129,6 +152,7 @@ class Submission:
         self.barriers = 0          # hazard barriers over the submission's life (stats)
         self.descriptor_pools: list[Any] = []     # created on the first descriptor-ABI launch
         self.pools_used = 0                       # of them, allocated from since begin()
+        self.oversized: list[Any] = []            # one-set pools of sets over POOL_BUFFERS
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -163,6 +187,9 @@ class Submission:
         for pool in self.descriptor_pools[:self.pools_used]:     # the GPU is done with them
             check(lib.vkResetDescriptorPool(self.device, pool, 0), "vkResetDescriptorPool")
         self.pools_used = 0
+        for pool in self.oversized:
+            lib.vkDestroyDescriptorPool(self.device, pool, ffi.NULL)
+        self.oversized.clear()
         check(lib.vkBeginCommandBuffer(self.cmd, begin_info), "vkBeginCommandBuffer")
         lib.vkCmdResetQueryPool(self.cmd, self.query_pool, 0, self.capacity)
 
@@ -176,42 +203,31 @@ class Submission:
 
     def descriptor_set(self, layout: Any, bindings: int) -> Any:
         """A descriptor set of `layout` (`bindings` storage buffers), valid until the next
-        `begin`: from the pool in use, or the next one when it is full."""
-        if bindings > POOL_BUFFERS:
-            raise ValueError(f"{bindings} storage buffers exceed a pool's {POOL_BUFFERS}")
+        `begin`: from the pool in use, or the next one when it is full. A set larger than a
+        pool gets a pool of its own, destroyed at the next `begin`."""
         layouts = ffi.new("VkDescriptorSetLayout[1]", [layout])
         out = ffi.new("VkDescriptorSet*")
+        if bindings > POOL_BUFFERS:
+            self.oversized.append(_descriptor_pool(self.device, 1, bindings))
+            _allocate_set(self.device, self.oversized[-1], layouts, out)
+            return out[0]
         if self.pools_used == 0:
             self._next_pool()
-        for fresh in (False, True):
-            info = ffi.new("VkDescriptorSetAllocateInfo*", {
-                "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                "descriptorPool": self.descriptor_pools[self.pools_used - 1],
-                "descriptorSetCount": 1, "pSetLayouts": layouts})
-            result = lib.vkAllocateDescriptorSets(self.device, info, out)
-            if result not in OUT_OF_POOL or fresh:
-                check(result, "vkAllocateDescriptorSets")
-                return out[0]
-            self._next_pool()
-        raise AssertionError("unreachable: a fresh pool either allocates or raises")
+        while _allocate_set(self.device, self.descriptor_pools[self.pools_used - 1], layouts,
+                            out, retry=True):
+            self._next_pool()           # full: a fresh pool always has room for one set
+        return out[0]
 
     def _next_pool(self) -> None:
         if self.pools_used == len(self.descriptor_pools):
-            size = ffi.new("VkDescriptorPoolSize*", {
-                "type": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, "descriptorCount": POOL_BUFFERS})
-            info = ffi.new("VkDescriptorPoolCreateInfo*", {
-                "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                "maxSets": POOL_SETS, "poolSizeCount": 1, "pPoolSizes": size})
-            pool = ffi.new("VkDescriptorPool*")
-            check(lib.vkCreateDescriptorPool(self.device, info, ffi.NULL, pool),
-                  "vkCreateDescriptorPool")
-            self.descriptor_pools.append(pool[0])
+            self.descriptor_pools.append(_descriptor_pool(self.device, POOL_SETS, POOL_BUFFERS))
         self.pools_used += 1
 
     def destroy(self) -> None:
-        for pool in self.descriptor_pools:
+        for pool in self.descriptor_pools + self.oversized:
             lib.vkDestroyDescriptorPool(self.device, pool, ffi.NULL)
         self.descriptor_pools.clear()
+        self.oversized.clear()
         if self.query_pool is not None:
             lib.vkDestroyQueryPool(self.device, self.query_pool, ffi.NULL)
         lib.vkDestroyFence(self.device, self.fences[0], ffi.NULL)

@@ -264,6 +264,11 @@ class VulkanRuntime:
             device_only = abi["mode"] == "push_constants"
             accesses = []
             descriptors = [] if binder.descriptors else None
+            if binder.descriptors and binder.bindings > caps.max_per_stage_storage_buffers:
+                raise ArgumentError(
+                    f"kernel binds {binder.bindings} storage buffers; {caps.device_name} allows "
+                    f"{caps.max_per_stage_storage_buffers} per shader stage "
+                    "(maxPerStageDescriptorStorageBuffers): use the device-address ABI")
             for b in bound.buffers:
                 view = b.array
                 if descriptors is not None:
