@@ -822,11 +822,14 @@ class CompiledKernel:
                 site: str | None, *, spec: dict | None = None,
                 checked: bool | None = None) -> LaunchResult:
         """`launch` with `grid` and `repeat` already checked (the launcher's hot path)."""
-        if self.abi_kind != "device_address":
-            raise ArgumentError(f"{self.name} was compiled with abi={self.abi_kind!r}, which "
-                                "pycoop exports for other applications; pycoop launches the "
-                                "device-address ABI (compile without abi=)")
-        if checked is None:
+        if self.abi_kind == "descriptors":      # bounds checking needs buffer addresses
+            if checked:
+                raise ArgumentError(f"{self.name}: checked=True runs the bounds-checked "
+                                    "variant, which uses the device-address ABI; this kernel "
+                                    "was compiled with abi='descriptors' (pass checked=False "
+                                    "or compile without abi=)")
+            checked = False
+        elif checked is None:
             checked = knobs.checked()
         if checked is not self.checked:
             return self.variant(self.debug_info, self.abi_kind, bool(checked))._launch(

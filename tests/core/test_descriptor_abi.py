@@ -75,11 +75,16 @@ def test_same_trace_same_results():
     np.testing.assert_allclose(out, (1 + 0.5 * np.arange(100)) * 2)
 
 
-def test_pycoop_launches_only_the_device_address_abi():
+def test_descriptor_modules_launch_unchecked_only():
+    """pycoop launches the descriptor ABI too (tests/runtime/test_descriptor_launch.py);
+    the bounds-checked variant exists only in the device-address ABI."""
     d = saxpy3.compile(abi="descriptors")
-    x = np.zeros(4, np.float32)
-    with pytest.raises(pc.ArgumentError, match="abi='descriptors'.*device-address ABI"):
-        d.launch(1, [x, 4, x.copy(), 1.0, x.copy()], backend="emulator")
+    x, y, out = np.arange(4, dtype=np.float32), np.ones(4, np.float32), np.zeros(4, np.float32)
+    d.launch(1, [x, 4, y, 0.5, out], backend="emulator")
+    np.testing.assert_allclose(out, (1 + 0.5 * np.arange(4)) * 2)
+    with pytest.raises(pc.ArgumentError, match="checked=True.*device-address ABI.*"
+                                               "abi='descriptors'"):
+        d.launch(1, [x, 4, y, 0.5, out], backend="emulator", checked=True)
 
 
 def test_unknown_abi():

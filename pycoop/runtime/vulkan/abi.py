@@ -1,8 +1,10 @@
 """Binding Python arguments to a compiled kernel's ABI: check everything, then pack.
 
-The ABI dict comes from the compiler: `{"mode", "size", "args": [{"name", "kind", "offset",
-"dtype", "access"?}], "required_subgroup_size"}`. Buffers are u64 device addresses in the
-argument block; scalars are stored by value, little-endian. No Vulkan here: all checks run
+The ABI dict comes from the compiler: `{"abi", "mode", "size", "args": [{"name", "kind",
+"offset" | "set"/"binding", "dtype", "access"?}], "required_subgroup_size"}`. In the
+device-address ABI buffers are u64 device addresses in the argument block; in the descriptor
+ABI each buffer is a storage-buffer descriptor of set 0 at its `binding` and the block holds
+only the scalars. Scalars are stored by value, little-endian. No Vulkan here: all checks run
 before any GPU work, and every error names the parameter.
 """
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ from .errors import ArgumentError
 _NUMPY_NAMES = {"float8_e4m3": "float8_e4m3fn", "bool": "bool"}
 ACCESS = ("read", "write", "readwrite")
 MODES = ("push_constants", "arg_buffer")
+ABIS = ("device_address", "descriptors")
 
 
 @functools.lru_cache(maxsize=None)
@@ -54,12 +57,14 @@ class DeviceView:
 @dataclass
 class BufferBinding:
     """A numpy array or DeviceView bound to a buffer parameter; `address_offsets` are where its
-    device address goes in the argument block (the same array may be passed for several)."""
+    device address goes in the argument block, `bindings` the descriptor bindings (set 0) it
+    is bound to in the descriptor ABI (the same array may be passed for several)."""
     array: np.ndarray | DeviceView
     names: list[str]
     address_offsets: list[int]
     upload: bool
     readback: bool
+    bindings: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -73,11 +78,22 @@ class BoundArguments:
 
 
 def check_abi(abi: dict) -> None:
+    """The ABI's kind (`abi`, default "device_address": sidecars before the descriptor ABI
+    have no such key), mode and size are ones this runtime launches."""
+    kind = abi.get("abi", "device_address")
+    if kind not in ABIS:
+        raise ArgumentError(f"kernel ABI {kind!r} is not one of {ABIS}")
     if abi.get("mode") not in MODES:
         raise ArgumentError(f"kernel ABI mode {abi.get('mode')!r} is not one of {MODES}")
     size = abi.get("size")
     if not isinstance(size, int) or size < 0:
         raise ArgumentError(f"kernel ABI size {size!r} is not a byte count")
+    if kind == "descriptors":
+        if abi["mode"] != "push_constants":
+            raise ArgumentError("the descriptor ABI keeps its scalars in push constants, not "
+                                f"in mode {abi['mode']!r}")
+        if abi.get("checked"):
+            raise ArgumentError("checked kernels use the device-address ABI, not descriptors")
 
 
 _STRUCT_CODES = {"int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i",
@@ -95,6 +111,8 @@ class Binder:
     def __init__(self, abi: dict):
         check_abi(abi)
         self.abi, self.size = abi, abi["size"]
+        self.descriptors = abi.get("abi") == "descriptors"
+        self.bindings = 0       # descriptor ABI: storage-buffer bindings of set 0
         self.names = [p["name"] for p in abi["args"]]
         # checked kernels: where each buffer's element count goes (abi "checked", see
         # docs/abi.md), and where the fault record's address goes
@@ -103,17 +121,20 @@ class Binder:
             if self.checked else {}
         self.params = []
         for param in abi["args"]:
-            name, kind, offset = param["name"], param["kind"], param["offset"]
+            name, kind = param["name"], param["kind"]
             dtype = numpy_dtype(param["dtype"])
+            if self.descriptors and kind == "buffer":
+                self.params.append((name, True, None, dtype, _access(param),
+                                    None, self._binding(param)))
+                continue
+            offset = param["offset"]
             width = 8 if kind == "buffer" else dtype.itemsize
             if offset < 0 or offset + width > self.size:
                 raise ArgumentError(f"parameter {name}: offset {offset} + {width} bytes is outside "
                                     f"the {self.size}-byte argument block")
             if kind == "buffer":
-                access = param.get("access", "readwrite")
-                if access not in ACCESS:
-                    raise ArgumentError(f"parameter {name}: access {access!r} not in {ACCESS}")
-                self.params.append((name, True, offset, dtype, access, counts.get(name), None))
+                self.params.append((name, True, offset, dtype, _access(param), counts.get(name),
+                                    None))
             elif kind == "scalar":
                 code = _STRUCT_CODES.get(dtype.name)
                 packer = struct.Struct("<" + code) if code else None
@@ -121,6 +142,18 @@ class Binder:
                 self.params.append((name, False, offset, dtype, limits, packer, dtype.kind))
             else:
                 raise ArgumentError(f"parameter {name}: unknown kind {kind!r}")
+
+    def _binding(self, param: dict) -> int:
+        """A descriptor-ABI buffer's binding: set 0, bindings 0..n-1 in parameter order (the
+        layout the pipeline's descriptor set layout is made with)."""
+        if param.get("set", 0) != 0 or param.get("binding") != self.bindings or \
+                param.get("descriptor_type", "storage_buffer") != "storage_buffer":
+            raise ArgumentError(
+                f"parameter {param['name']}: expected storage buffer set 0 binding "
+                f"{self.bindings}, got {param.get('descriptor_type')} set {param.get('set')} "
+                f"binding {param.get('binding')}")
+        self.bindings += 1
+        return self.bindings - 1
 
     def bind(self, args: list | tuple) -> BoundArguments:
         """Check `args` (count, kinds, dtypes, contiguity, scalar ranges) and build the
@@ -137,7 +170,7 @@ class Binder:
         block = bytearray(self.size)
         buffers: dict[tuple, BufferBinding] = {}
         for (name, is_buffer, offset, dtype, extra, packer, kind), value in zip(params, args):
-            if is_buffer:
+            if is_buffer:       # `kind`: the descriptor binding (descriptor ABI)
                 access = extra
                 if type(value) is DeviceView:
                     array = _check_view(name, value, dtype, access)
@@ -149,7 +182,10 @@ class Binder:
                 if binding is None:
                     binding = buffers[key] = BufferBinding(array, [], [], False, False)
                 binding.names.append(name)
-                binding.address_offsets.append(offset)
+                if offset is None:
+                    binding.bindings.append(kind)
+                else:
+                    binding.address_offsets.append(offset)
                 binding.upload |= access != "write"
                 binding.readback |= access != "read"
                 if packer is not None:      # checked: the element count, saturated to u32
@@ -176,6 +212,13 @@ def bind(abi: dict, args: list | tuple) -> BoundArguments:
     """Check `args` against `abi` (count, kinds, dtypes, contiguity, scalar ranges) and build
     the argument block with zeroed addresses. Raises ArgumentError naming the parameter."""
     return Binder(abi).bind(args)
+
+
+def _access(param: dict) -> str:
+    access = param.get("access", "readwrite")
+    if access not in ACCESS:
+        raise ArgumentError(f"parameter {param['name']}: access {access!r} not in {ACCESS}")
+    return access
 
 
 def _check_array(name: str, value: Any, dtype: np.dtype, access: str) -> np.ndarray:

@@ -6,6 +6,10 @@ or writes a byte range an earlier command of the batch wrote, or writes a range 
 read (since the last barrier). Independent dispatches are recorded back to back. Everything a
 submission needs after the GPU is done (timestamps to hand out, host copies, buffers to return
 to the pool) is attached to it and run when its fence is seen signalled.
+
+Descriptor-ABI launches take their descriptor set from pools owned by the submission: a set
+must stay valid until the GPU is done with the command buffer, which is exactly the
+submission's life, so the pools are reset in one call when it is reused (no per-set frees).
 """
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ ALL_STAGES = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | vk.VK_PIPELINE_STAGE_HOST_B
 TOP = vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
 BOTTOM = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
 MIN_QUERIES = 1024          # timestamps per submission (two per dispatch); grows for repeat=
+POOL_SETS = 64              # descriptor sets per pool; a submission adds pools as it needs
+POOL_BUFFERS = 512          # storage-buffer descriptors per pool
+OUT_OF_POOL = (-1000069000, -12)    # VK_ERROR_OUT_OF_POOL_MEMORY, VK_ERROR_FRAGMENTED_POOL
 
 
 class Hazards:
@@ -45,6 +52,29 @@ class Hazards:
     def clear(self) -> None:
         self.reads.clear()
         self.writes.clear()
+
+
+def _descriptor_pool(device: Any, sets: int, buffers: int) -> Any:
+    size = ffi.new("VkDescriptorPoolSize*", {
+        "type": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, "descriptorCount": buffers})
+    info = ffi.new("VkDescriptorPoolCreateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+        "maxSets": sets, "poolSizeCount": 1, "pPoolSizes": size})
+    pool = ffi.new("VkDescriptorPool*")
+    check(lib.vkCreateDescriptorPool(device, info, ffi.NULL, pool), "vkCreateDescriptorPool")
+    return pool[0]
+
+
+def _allocate_set(device: Any, pool: Any, layouts: Any, out: Any, retry: bool = False) -> bool:
+    """Allocate one set into `out[0]`; True if `retry` and the pool is full."""
+    info = ffi.new("VkDescriptorSetAllocateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, "descriptorPool": pool,
+        "descriptorSetCount": 1, "pSetLayouts": layouts})
+    result = lib.vkAllocateDescriptorSets(device, info, out)
+    if retry and result in OUT_OF_POOL:
+        return True
+    check(result, "vkAllocateDescriptorSets")
+    return False
 
 
 def _overlaps(ranges, lo: int, hi: int) -> bool:
@@ -120,6 +150,9 @@ class Submission:
         self.timestamps = None
         self.hazards = Hazards()
         self.barriers = 0          # hazard barriers over the submission's life (stats)
+        self.descriptor_pools: list[Any] = []     # created on the first descriptor-ABI launch
+        self.pools_used = 0                       # of them, allocated from since begin()
+        self.oversized: list[Any] = []            # one-set pools of sets over POOL_BUFFERS
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -151,6 +184,12 @@ class Submission:
 
     def begin(self, begin_info: Any) -> None:
         self._reset_state()
+        for pool in self.descriptor_pools[:self.pools_used]:     # the GPU is done with them
+            check(lib.vkResetDescriptorPool(self.device, pool, 0), "vkResetDescriptorPool")
+        self.pools_used = 0
+        for pool in self.oversized:
+            lib.vkDestroyDescriptorPool(self.device, pool, ffi.NULL)
+        self.oversized.clear()
         check(lib.vkBeginCommandBuffer(self.cmd, begin_info), "vkBeginCommandBuffer")
         lib.vkCmdResetQueryPool(self.cmd, self.query_pool, 0, self.capacity)
 
@@ -162,7 +201,33 @@ class Submission:
                                  ffi.NULL, 0, ffi.NULL)
         self.hazards.clear()
 
+    def descriptor_set(self, layout: Any, bindings: int) -> Any:
+        """A descriptor set of `layout` (`bindings` storage buffers), valid until the next
+        `begin`: from the pool in use, or the next one when it is full. A set larger than a
+        pool gets a pool of its own, destroyed at the next `begin`."""
+        layouts = ffi.new("VkDescriptorSetLayout[1]", [layout])
+        out = ffi.new("VkDescriptorSet*")
+        if bindings > POOL_BUFFERS:
+            self.oversized.append(_descriptor_pool(self.device, 1, bindings))
+            _allocate_set(self.device, self.oversized[-1], layouts, out)
+            return out[0]
+        if self.pools_used == 0:
+            self._next_pool()
+        while _allocate_set(self.device, self.descriptor_pools[self.pools_used - 1], layouts,
+                            out, retry=True):
+            self._next_pool()           # full: a fresh pool always has room for one set
+        return out[0]
+
+    def _next_pool(self) -> None:
+        if self.pools_used == len(self.descriptor_pools):
+            self.descriptor_pools.append(_descriptor_pool(self.device, POOL_SETS, POOL_BUFFERS))
+        self.pools_used += 1
+
     def destroy(self) -> None:
+        for pool in self.descriptor_pools + self.oversized:
+            lib.vkDestroyDescriptorPool(self.device, pool, ffi.NULL)
+        self.descriptor_pools.clear()
+        self.oversized.clear()
         if self.query_pool is not None:
             lib.vkDestroyQueryPool(self.device, self.query_pool, ffi.NULL)
         lib.vkDestroyFence(self.device, self.fences[0], ffi.NULL)

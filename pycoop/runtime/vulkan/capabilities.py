@@ -71,6 +71,11 @@ class Capabilities:
     subgroup_size_control: bool = False
     required_subgroup_size_stages: tuple[str, ...] = ()
     max_push_constants_size: int = 0
+    # storage-buffer descriptors (the descriptor ABI): an offset must be a multiple of the
+    # alignment, a range at most maxStorageBufferRange; defaults are the spec's guarantees
+    min_storage_buffer_offset_alignment: int = 256
+    max_storage_buffer_range: int = 1 << 27
+    max_per_stage_storage_buffers: int = 4
     max_compute_shared_memory_size: int = 0
     max_compute_workgroup_invocations: int = 0
     max_compute_workgroup_size: tuple[int, int, int] = (0, 0, 0)

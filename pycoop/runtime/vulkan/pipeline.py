@@ -1,7 +1,9 @@
 """Compute pipelines, cached by SHA-256 of what defines them, over one VkPipelineCache.
 
-No descriptor sets: the layout is a single push-constant range (pycoop's kernel ABI passes
-buffers by device address). SPIR-V is checked structurally first (magic, size, entry point)
+The pipeline layout is the push-constant range of the argument block, plus, for the descriptor
+ABI, one descriptor set layout (set 0) of `bindings` storage buffers; the device-address ABI has
+no descriptor sets (buffers travel by address in the block). The layouts live and die with the
+pipeline. SPIR-V is checked structurally first (magic, size, entry point)
 because drivers may crash rather than fail on malformed modules.
 """
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Pipeline:
     layout: Any
     module: Any
     push_size: int
+    set_layout: Any = None      # descriptor ABI: set 0's layout (None: device-address ABI)
+    bindings: int = 0           # storage-buffer bindings of set 0
 
 
 def inspect_spirv(spv: bytes, entry: str) -> tuple[int, int, int] | None:
@@ -88,40 +92,43 @@ class Pipelines:
 
     @staticmethod
     def key(spv: bytes, entry: str, required_subgroup_size: int | None, push_size: int,
-            spec: tuple = ()) -> bytes:
+            spec: tuple = (), bindings: int | None = None) -> bytes:
         h = hashlib.sha256(spv)
-        h.update(f"\0{entry}\0{required_subgroup_size}\0{push_size}\0{spec!r}".encode())
+        h.update(f"\0{entry}\0{required_subgroup_size}\0{push_size}\0{spec!r}\0{bindings}"
+                 .encode())
         return h.digest()
 
     def get(self, spv: bytes, entry: str, required_subgroup_size: int | None,
-            push_size: int, spec: tuple = ()) -> Pipeline:
-        """`spec`: (SpecId, value bytes) pairs, passed as VkSpecializationInfo."""
-        fast = (id(spv), entry, required_subgroup_size, push_size, spec)
+            push_size: int, spec: tuple = (), bindings: int | None = None) -> Pipeline:
+        """`spec`: (SpecId, value bytes) pairs, passed as VkSpecializationInfo. `bindings`:
+        the descriptor ABI's storage-buffer count (None: the device-address ABI)."""
+        fast = (id(spv), entry, required_subgroup_size, push_size, spec, bindings)
         seen = self._by_object.get(fast)
         if seen is not None and seen[0] is spv:
             self.hits += 1
             return seen[1]
-        pipeline = self._get(spv, entry, required_subgroup_size, push_size, spec)
+        pipeline = self._get(spv, entry, required_subgroup_size, push_size, spec, bindings)
         if len(self._by_object) < 4096:
             self._by_object[fast] = (spv, pipeline)
         return pipeline
 
     def _get(self, spv: bytes, entry: str, required_subgroup_size: int | None,
-             push_size: int, spec: tuple = ()) -> Pipeline:
-        key = self.key(spv, entry, required_subgroup_size, push_size, spec)
+             push_size: int, spec: tuple = (), bindings: int | None = None) -> Pipeline:
+        key = self.key(spv, entry, required_subgroup_size, push_size, spec, bindings)
         pipeline = self._cache.get(key)
         if pipeline is not None:
             self.hits += 1
             return pipeline
         self.misses += 1
         local_size = inspect_spirv(spv, entry)
-        pipeline = self._create(spv, entry, required_subgroup_size, push_size, local_size, spec)
+        pipeline = self._create(spv, entry, required_subgroup_size, push_size, local_size, spec,
+                                bindings)
         self._cache[key] = pipeline
         return pipeline
 
     def _create(self, spv: bytes, entry: str, required_subgroup_size: int | None,
                 push_size: int, local_size: tuple[int, int, int] | None,
-                spec: tuple = ()) -> Pipeline:
+                spec: tuple = (), bindings: int | None = None) -> Pipeline:
         dev, caps = self.device.handle, self.device.capabilities
         code = ffi.new("uint32_t[]", len(spv) // 4)
         ffi.memmove(code, spv, len(spv))
@@ -133,8 +140,18 @@ class Pipelines:
                         "vkCreateShaderModule")
         push_range = ffi.new("VkPushConstantRange*", {
             "stageFlags": vk.VK_SHADER_STAGE_COMPUTE_BIT, "offset": 0, "size": push_size})
+        set_layout = None
+        if bindings is not None:
+            try:
+                set_layout = _set_layout(dev, bindings)
+            except VulkanError:
+                lib.vkDestroyShaderModule(dev, module[0], ffi.NULL)
+                raise
+        set_layouts = ffi.new("VkDescriptorSetLayout[1]", [set_layout] if set_layout else [])
         layout_info = ffi.new("VkPipelineLayoutCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+            "setLayoutCount": 1 if set_layout else 0,
+            "pSetLayouts": set_layouts if set_layout else ffi.NULL,
             "pushConstantRangeCount": 1 if push_size else 0,
             "pPushConstantRanges": push_range if push_size else ffi.NULL})
         layout = ffi.new("VkPipelineLayout*")
@@ -142,6 +159,8 @@ class Pipelines:
             check(lib.vkCreatePipelineLayout(dev, layout_info, ffi.NULL, layout),
                   "vkCreatePipelineLayout")
         except VulkanError:
+            if set_layout:
+                lib.vkDestroyDescriptorSetLayout(dev, set_layout, ffi.NULL)
             lib.vkDestroyShaderModule(dev, module[0], ffi.NULL)
             raise
         name = ffi.new("char[]", entry.encode())
@@ -175,19 +194,38 @@ class Pipelines:
                                                          handle), "vkCreateComputePipelines")
         except VulkanError:
             lib.vkDestroyPipelineLayout(dev, layout[0], ffi.NULL)
+            if set_layout:
+                lib.vkDestroyDescriptorSetLayout(dev, set_layout, ffi.NULL)
             lib.vkDestroyShaderModule(dev, module[0], ffi.NULL)
             raise
-        return Pipeline(handle[0], layout[0], module[0], push_size)
+        return Pipeline(handle[0], layout[0], module[0], push_size, set_layout, bindings or 0)
 
     def destroy(self) -> None:
         dev = self.device.handle
         for p in self._cache.values():
             lib.vkDestroyPipeline(dev, p.handle, ffi.NULL)
             lib.vkDestroyPipelineLayout(dev, p.layout, ffi.NULL)
+            if p.set_layout:
+                lib.vkDestroyDescriptorSetLayout(dev, p.set_layout, ffi.NULL)
             lib.vkDestroyShaderModule(dev, p.module, ffi.NULL)
         self._cache.clear()
         self._by_object.clear()
         lib.vkDestroyPipelineCache(dev, self.vk_cache, ffi.NULL)
+
+
+def _set_layout(dev: Any, bindings: int) -> Any:
+    """Set 0 of the descriptor ABI: storage buffers at bindings 0..bindings-1, compute stage."""
+    entries = ffi.new("VkDescriptorSetLayoutBinding[]", [
+        {"binding": i, "descriptorType": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+         "descriptorCount": 1, "stageFlags": vk.VK_SHADER_STAGE_COMPUTE_BIT}
+        for i in range(bindings)] or 1)
+    info = ffi.new("VkDescriptorSetLayoutCreateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+        "bindingCount": bindings, "pBindings": entries})
+    handle = ffi.new("VkDescriptorSetLayout*")
+    check(lib.vkCreateDescriptorSetLayout(dev, info, ffi.NULL, handle),
+          "vkCreateDescriptorSetLayout")
+    return handle[0]
 
 
 def _subgroup_control(caps: Capabilities, size: int,

@@ -150,6 +150,9 @@ def query(instance: Any, physical_device: Any) -> DeviceSupport:
         required_subgroup_size_stages=tuple(
             name for bit, name in STAGES.items() if p13.requiredSubgroupSizeStages & bit),
         max_push_constants_size=limits.maxPushConstantsSize,
+        min_storage_buffer_offset_alignment=limits.minStorageBufferOffsetAlignment,
+        max_storage_buffer_range=limits.maxStorageBufferRange,
+        max_per_stage_storage_buffers=limits.maxPerStageDescriptorStorageBuffers,
         max_compute_shared_memory_size=limits.maxComputeSharedMemorySize,
         max_compute_workgroup_invocations=limits.maxComputeWorkGroupInvocations,
         max_compute_workgroup_size=tuple(limits.maxComputeWorkGroupSize),

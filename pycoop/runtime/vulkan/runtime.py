@@ -3,7 +3,10 @@
 Launches are recorded into an open command buffer (see batch.py) and submitted together: on
 `synchronize()`, when a launch has NumPy arguments (those keep synchronous semantics: results
 are in the caller's arrays when `launch` returns), when a host copy needs the data, or when a
-batch grows large. Device arrays (`DeviceView` arguments) are passed by address, never copied.
+batch grows large. Device arrays (`DeviceView` arguments) are passed by address (or, for a
+kernel of the descriptor ABI, bound as a storage-buffer descriptor at their view's offset),
+never copied. Descriptor sets come from pools of the submission that records the launch (see
+batch.py): core Vulkan 1.0, so no extension (VK_KHR_push_descriptor) is needed to launch them.
 NumPy arguments go through pooled host-visible staging buffers: one memmove in, one out, read
 back from host-cached memory where the device has it. Every NumPy buffer is uploaded, written
 or not, so elements a kernel does not write keep the caller's values. Pooled device memory is
@@ -60,6 +63,8 @@ class Prepared:
     push: bytes | None
     accesses: list
     checked: dict | None = None      # the ABI's "checked" entry: a bounds-checked kernel
+    # descriptor ABI, device arrays only: (binding, allocation, offset, range) of each buffer
+    descriptors: list | None = None
 
 
 @dataclass(frozen=True)
@@ -258,26 +263,38 @@ class VulkanRuntime:
                     f"allows {caps.max_push_constants_size} (compile with arg_buffer mode)")
             device_only = abi["mode"] == "push_constants"
             accesses = []
+            descriptors = [] if binder.descriptors else None
+            if binder.descriptors and binder.bindings > caps.max_per_stage_storage_buffers:
+                raise ArgumentError(
+                    f"kernel binds {binder.bindings} storage buffers; {caps.device_name} allows "
+                    f"{caps.max_per_stage_storage_buffers} per shader stage "
+                    "(maxPerStageDescriptorStorageBuffers): use the device-address ABI")
             for b in bound.buffers:
                 view = b.array
+                if descriptors is not None:
+                    _check_descriptor_range(caps, b)
                 if type(view) is not DeviceView:
                     device_only = False
                     continue
                 if view.allocation.owner is not ctx.memory:
                     raise ArgumentError(f"parameter {b.names[0]}: the array was made on a device "
                                         "that has since been lost or closed; make it again")
+                if descriptors is not None:
+                    descriptors += _descriptors(b, view.allocation, view.offset, view.nbytes)
                 bound.set_address(b, view.address)
                 if view.nbytes:     # a write conflicts with any later access: one entry
                     accesses.append((id(view.allocation), view.offset, view.offset + view.nbytes,
                                      b.readback))
             try:
                 pipeline = ctx.pipelines.get(bytes(spv), entry, abi.get("required_subgroup_size"),
-                                             push_size, abi.get("specialization", ()))
+                                             push_size, abi.get("specialization", ()),
+                                             binder.bindings if binder.descriptors else None)
             except (DeviceLost, VulkanTimeout):
                 self._abandon()
                 raise
         return Prepared(ctx, pipeline, grid, abi["mode"], bound, repeat,
-                        bytes(bound.block) if device_only else None, accesses, abi.get("checked"))
+                        bytes(bound.block) if device_only else None, accesses, abi.get("checked"),
+                        descriptors if device_only else None)
 
     def record(self, prepared: Prepared, label: str = "kernel",
                timeout_s: float | None = None) -> PendingTimes:
@@ -307,7 +324,8 @@ class VulkanRuntime:
                 else:
                     self._record_dispatch(ctx, self._open(ctx, 2 * prepared.repeat),
                                           prepared.pipeline, prepared.grid, push,
-                                          prepared.accesses, prepared.repeat, pending)
+                                          prepared.accesses, prepared.repeat, pending,
+                                          prepared.descriptors)
                 if checked is not None:
                     assert ctx.recording is sub
                     sub.after.append(lambda: self._fault(ctx, pending, faults.read_fault(
@@ -408,6 +426,7 @@ class VulkanRuntime:
         memory = ctx.memory
         sub = self._open(ctx, 2 * repeat)
         accesses, readbacks, zones = [], [], []
+        descriptors = [] if pipeline.set_layout is not None else None
         pad = faults.RED_ZONE_BYTES + 4 if checked else 0
         for b in bound.buffers:
             view = b.array
@@ -416,6 +435,8 @@ class VulkanRuntime:
                     accesses.append((id(view.allocation), view.offset, view.offset + view.nbytes,
                                      b.readback))
                 bound.set_address(b, view.address)
+                if descriptors is not None:
+                    descriptors += _descriptors(b, view.allocation, view.offset, view.nbytes)
                 continue
             array, nbytes = view, view.nbytes
             # Every NumPy buffer is uploaded, even write-only ones: what the kernel does not
@@ -434,6 +455,8 @@ class VulkanRuntime:
                     hostcopy.to_mapped(staging.mapped, array)
                     self._copy(ctx, sub, staging, 0, target, 0, nbytes)
             bound.set_address(b, target.address)
+            if descriptors is not None:
+                descriptors += _descriptors(b, target, 0, nbytes)
             if nbytes:
                 accesses.append((id(target), 0, nbytes, b.readback))
                 if b.readback:
@@ -448,7 +471,8 @@ class VulkanRuntime:
             push = arg_buffer.address.to_bytes(8, "little")
         else:
             push = bytes(bound.block)
-        self._record_dispatch(ctx, sub, pipeline, grid, push, accesses, repeat, pending)
+        self._record_dispatch(ctx, sub, pipeline, grid, push, accesses, repeat, pending,
+                              descriptors)
         for array, target in readbacks:
             self._read_into(ctx, sub, target, 0, array)
         for name, nbytes, target in zones:
@@ -470,14 +494,16 @@ class VulkanRuntime:
 
     def _record_dispatch(self, ctx: _Context, sub: Submission, pipeline: Any,
                          grid: tuple[int, int, int], push: bytes, accesses: list, repeat: int,
-                         pending: PendingTimes) -> None:
-        """A barrier if a hazard needs one, the pipeline if not bound, the push constants, and
-        `repeat` timed dispatches."""
+                         pending: PendingTimes, descriptors: list | None = None) -> None:
+        """A barrier if a hazard needs one, the pipeline if not bound, the descriptor set
+        (descriptor ABI), the push constants, and `repeat` timed dispatches."""
         self._touch(ctx, sub, accesses)
         cmd = sub.cmd
         if sub.bound_pipeline is not pipeline:
             lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
             sub.bound_pipeline = pipeline
+        if descriptors is not None:
+            self._bind_descriptors(ctx, sub, pipeline, descriptors)
         if push:
             lib.vkCmdPushConstants(cmd, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0,
                                    len(push), push)
@@ -494,6 +520,26 @@ class VulkanRuntime:
         sub.queries_used += 2 * repeat
         sub.dispatches += repeat
         sub.launches.append((pending, first, repeat))
+
+    @staticmethod
+    def _bind_descriptors(ctx: _Context, sub: Submission, pipeline: Any,
+                          descriptors: list) -> None:
+        """A fresh set 0 from the submission's pools, written with `descriptors` ((binding,
+        allocation, offset, range) per buffer parameter) and bound for the dispatch."""
+        dset = ffi.new("VkDescriptorSet[1]", [sub.descriptor_set(pipeline.set_layout,
+                                                                 pipeline.bindings)])
+        if descriptors:
+            infos = ffi.new("VkDescriptorBufferInfo[]", [
+                {"buffer": allocation.buffer, "offset": offset, "range": size}
+                for _, allocation, offset, size in descriptors])
+            writes = ffi.new("VkWriteDescriptorSet[]", [
+                {"sType": vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, "dstSet": dset[0],
+                 "dstBinding": binding, "descriptorCount": 1,
+                 "descriptorType": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, "pBufferInfo": infos + i}
+                for i, (binding, _, _, _) in enumerate(descriptors)])
+            lib.vkUpdateDescriptorSets(ctx.device.handle, len(descriptors), writes, 0, ffi.NULL)
+        lib.vkCmdBindDescriptorSets(sub.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout,
+                                    0, 1, dset, 0, ffi.NULL)
 
     def _read_into(self, ctx: _Context, sub: Submission, source: Allocation, offset: int,
                    out: np.ndarray) -> None:
@@ -714,6 +760,33 @@ def _names(pendings: list[PendingTimes]) -> str:
         return labels[0]
     more = f" and {len(labels) - 4} more" if len(labels) > 4 else ""
     return "one of " + ", ".join(labels[:4]) + more
+
+
+def _descriptors(b, allocation: Allocation, offset: int, nbytes: int) -> list:
+    """(binding, allocation, offset, range) for each binding `b` is passed to. A descriptor's
+    range must not be 0: an empty buffer is bound as its whole (pooled, non-empty) allocation,
+    which a kernel given no elements never reads."""
+    if not nbytes:
+        offset, nbytes = 0, allocation.size
+    return [(binding, allocation, offset, nbytes) for binding in b.bindings]
+
+
+def _check_descriptor_range(caps: Capabilities, b) -> None:
+    """A storage-buffer descriptor's offset must be a multiple of the device's
+    minStorageBufferOffsetAlignment and its range at most maxStorageBufferRange."""
+    view, name = b.array, b.names[0]
+    if b.array.nbytes > caps.max_storage_buffer_range:
+        raise ArgumentError(
+            f"parameter {name}: {view.nbytes} bytes exceed the device's maxStorageBufferRange "
+            f"({caps.max_storage_buffer_range}) for a storage-buffer descriptor; use the "
+            "device-address ABI")
+    align = caps.min_storage_buffer_offset_alignment
+    if type(view) is DeviceView and view.offset % align and view.nbytes:
+        raise ArgumentError(
+            f"parameter {name}: the view starts at byte {view.offset} of its buffer, not a "
+            f"multiple of the device's minStorageBufferOffsetAlignment ({align}), so the "
+            "descriptor ABI cannot bind it; pass a view starting at a multiple of "
+            f"{align} bytes, a copy of it, or use the device-address ABI")
 
 
 def _check_grid(grid: Any) -> tuple[int, int, int]:
