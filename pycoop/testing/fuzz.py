@@ -148,6 +148,10 @@ def replay(path: str, backend: str = "vulkan", signed_zero: bool = False) -> Out
         worker.close()
 
 
+def _allowance_note(o: Outcome) -> str:
+    return f" (device allowance: {'+'.join(o.allowed)})" if o.allowed else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pycoop.testing.fuzz", description=__doc__.split("\n")[0])
     ap.add_argument("--count", type=int, default=100, help="kernels to run (default 100)")
@@ -180,13 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.replay:
         o = replay(a.replay, backend, signed_zero(features))
         print(f"{o.cls}" + (f" ({o.ran_on})" if o.ran_on else "") + (f": {o.detail}" if o.detail else "")
-              + (f" (device allowance: {'+'.join(o.allowed)})" if o.allowed else ""))
+              + _allowance_note(o))
         return int(o.failed)
 
     def progress(s: int, o: Outcome) -> None:
         if a.verbose or o.failed or o.allowed:
-            print(f"seed {s}: {o.cls}" + (f" [{o.signature}]" if o.failed else "")
-                  + (f" (device allowance: {'+'.join(o.allowed)})" if o.allowed else ""), flush=True)
+            print(f"seed {s}: {o.cls}" + (f" [{o.signature}]" if o.failed else "") + _allowance_note(o),
+                  flush=True)
 
     report = fuzz(a.count, a.seed, features, backend, not a.no_shrink, time_limit_s=a.time_limit,
                   progress=progress, shrink_time_s=a.shrink_time)
