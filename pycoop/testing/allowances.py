@@ -62,33 +62,53 @@ def _f64_trunc_positive_zero(op, r, x):
     return np.where(r == 0, 0.0, r)
 
 
-def _known_constant(v) -> float | None:
-    """The value the driver's compiler knows `v` to have at compile time, as its algebraic
-    rules below fold it (None: a runtime value). Literals, their negations, and what the rules
-    make constant (a product with a constant zero); other constant expressions are not tracked
-    (a difference through one is then reported, not allowed)."""
+_INT_FOLDS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.bitwise_and,
+              "or": np.bitwise_or, "xor": np.bitwise_xor}
+
+
+def _known_constant(v):
+    """The value the driver's compiler knows `v` to have at compile time (None: a runtime
+    value), as far as these rules follow it: literals; conversions and negations of known
+    values; integer `+ - * & | ^` of known values, `x - x`, `x ^ x`, and `x * 0`, `x & 0`,
+    `x >> 0`; and float `* + -` folded as `_fold_zero_operands` says. Other constant
+    expressions are not tracked: a difference through one is reported, not allowed."""
     op = getattr(v, "op", None)
-    if op is None or not getattr(v.type, "is_float", False):
+    if op is None or not hasattr(v.type, "dtype") or v.type.is_bool:
         return None
+    dtype = v.type.dtype
     if op.name == "const":
-        return float(op.attrs["value"])
+        return dtype.type(op.attrs["value"])
+    if op.name == "cast":
+        c = _known_constant(op.operands[0])
+        with np.errstate(all="ignore"):
+            return None if c is None else np.asarray(c).astype(dtype)[()]
     if op.name == "unary" and op.attrs["kind"] == "neg":
         c = _known_constant(op.operands[0])
-        return None if c is None else -c
-    if op.name == "binary" and op.attrs["kind"] in ("add", "sub", "mul"):
-        a, b = (_known_constant(x) for x in op.operands)
-        if op.attrs["kind"] == "mul":
+        with np.errstate(all="ignore"):
+            return None if c is None else dtype.type(-c)
+    if op.name != "binary":
+        return None
+    kind = op.attrs["kind"]
+    x, y = op.operands
+    a, b = _known_constant(x), _known_constant(y)
+    if v.type.is_float:
+        if kind == "mul":
             zero = a if a == 0 else b if b == 0 else None
-            if zero is not None:
-                return zero
-            return None if a is None or b is None else a * b
-        if b is not None and op.attrs["kind"] == "sub":
+            return zero if zero is not None else (None if a is None or b is None else a * b)
+        if kind not in ("add", "sub"):
+            return None
+        if b is not None and kind == "sub":
             b = -b
-        if a == 0:
-            return b
-        if b == 0:
-            return a
-        return None if a is None or b is None else a + b
+        return b if a == 0 else a if b == 0 else (None if a is None or b is None else a + b)
+    if x is y and kind in ("sub", "xor"):
+        return dtype.type(0)
+    if kind in ("mul", "and") and (a == 0 or b == 0):
+        return dtype.type(0)
+    if kind in ("shl", "shr") and b == 0:
+        return a
+    if kind in _INT_FOLDS and a is not None and b is not None:
+        with np.errstate(all="ignore"):
+            return _INT_FOLDS[kind](np.asarray(a), np.asarray(b)).astype(dtype)[()]
     return None
 
 
