@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pycoop.ops.core import COMPARE
 from pycoop.ops.registry import get
 
 _NUMERICS = "docs/numerics.md, Driver workarounds, lavapipe (Mesa 22.3.6)"
@@ -66,14 +67,27 @@ _INT_FOLDS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.b
               "or": np.bitwise_or, "xor": np.bitwise_xor}
 
 
+_UNARY_FOLDS = {"neg": np.negative, "abs": np.abs, "floor": np.floor, "ceil": np.ceil,
+                "trunc": np.trunc}
+
+
 def _known_constant(v):
     """The value the driver's compiler knows `v` to have at compile time (None: a runtime
-    value), as far as these rules follow it: literals; conversions and negations of known
-    values; integer `+ - * & | ^` of known values, `x - x`, `x ^ x`, and `x * 0`, `x & 0`,
-    `x >> 0`; and float `* + -` folded as `_fold_zero_operands` says. Other constant
-    expressions are not tracked: a difference through one is reported, not allowed."""
+    value), as far as these rules follow it: literals; conversions, negation, `abs` and
+    rounding of known values; comparisons, `select` and `min`/`max` of known values; integer
+    `+ - * // % & | ^` of known values, `x - x`, `x ^ x`, `x * 0`, `x & 0` and `x >> 0`; float
+    `* + -` folded as `_fold_zero_operands` says. Other constant expressions are not tracked:
+    a difference through one is reported, not allowed."""
     op = getattr(v, "op", None)
-    if op is None or not hasattr(v.type, "dtype") or v.type.is_bool:
+    if op is None or not hasattr(v.type, "dtype"):
+        return None
+    if op.name == "compare":
+        a, b = (_known_constant(x) for x in op.operands)
+        return None if a is None or b is None else bool(COMPARE[op.attrs["kind"]][3](a, b))
+    if op.name == "select":
+        c = _known_constant(op.operands[0])
+        return None if c is None else _known_constant(op.operands[1 if c else 2])
+    if v.type.is_bool:
         return None
     dtype = v.type.dtype
     if op.name == "const":
@@ -82,15 +96,17 @@ def _known_constant(v):
         c = _known_constant(op.operands[0])
         with np.errstate(all="ignore"):
             return None if c is None else np.asarray(c).astype(dtype)[()]
-    if op.name == "unary" and op.attrs["kind"] == "neg":
+    if op.name == "unary" and op.attrs["kind"] in _UNARY_FOLDS:
         c = _known_constant(op.operands[0])
         with np.errstate(all="ignore"):
-            return None if c is None else dtype.type(-c)
+            return None if c is None else dtype.type(_UNARY_FOLDS[op.attrs["kind"]](c))
     if op.name != "binary":
         return None
     kind = op.attrs["kind"]
     x, y = op.operands
     a, b = _known_constant(x), _known_constant(y)
+    if kind in ("min", "max") and a is not None and b is not None and not (a == 0 and b == 0):
+        return (np.minimum if kind == "min" else np.maximum)(a, b)
     if v.type.is_float:
         if kind == "mul":
             zero = a if a == 0 else b if b == 0 else None
@@ -106,6 +122,9 @@ def _known_constant(v):
         return dtype.type(0)
     if kind in ("shl", "shr") and b == 0:
         return a
+    if kind in ("div", "rem") and a is not None and b:      # truncating, as OpSDiv / OpUDiv
+        q = abs(int(a)) // abs(int(b)) * (1 if (a < 0) == (b < 0) else -1)
+        return dtype.type(q if kind == "div" else int(a) - q * int(b))
     if kind in _INT_FOLDS and a is not None and b is not None:
         with np.errstate(all="ignore"):
             return _INT_FOLDS[kind](np.asarray(a), np.asarray(b)).astype(dtype)[()]
