@@ -47,6 +47,7 @@ class Report:
     ran_on: dict[str, int]      # how many ran on Vulkan / on the emulator only
     seconds: float
     failures: list[Failure] = field(default_factory=list)
+    allowed: dict[str, int] = field(default_factory=dict)   # kernels a device allowance let pass
 
     @property
     def failed(self) -> int:
@@ -61,6 +62,9 @@ class Report:
                  f"{self.seconds:.1f} s",
                  "  " + ", ".join(f"{c}: {self.counts.get(c, 0)}" for c in CLASSES),
                  "  ran on: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.ran_on.items()))]
+        if self.allowed:
+            lines.append("  ok through a device allowance: "
+                         + ", ".join(f"{k}: {v}" for k, v in sorted(self.allowed.items())))
         for f in self.failures:
             lines += ["", f"== {f.signature}  ({len(f.seeds)} kernels, first seed {f.seeds[0]})",
                       f"   {f.detail.splitlines()[0] if f.detail else ''}"]
@@ -91,6 +95,7 @@ def fuzz(count: int, seed: int = 0, features: Features | None = None, backend: s
     sz = signed_zero(features)
     counts: Counter = Counter()
     ran_on: Counter = Counter()
+    allowed: Counter = Counter()
     groups: dict[str, Failure] = {}
     programs: dict[str, Program] = {}
     start = time.monotonic()
@@ -105,6 +110,8 @@ def fuzz(count: int, seed: int = 0, features: Features | None = None, backend: s
             counts[outcome.cls] += 1
             if outcome.ran_on:
                 ran_on[outcome.ran_on] += 1
+            if outcome.allowed:
+                allowed["+".join(outcome.allowed)] += 1
             if outcome.failed:
                 g = groups.get(outcome.signature)
                 if g is None:
@@ -125,7 +132,7 @@ def fuzz(count: int, seed: int = 0, features: Features | None = None, backend: s
         if own:
             worker.close()
     return Report(features.describe(), backend, (seed, end), {c: counts.get(c, 0) for c in CLASSES},
-                  dict(ran_on), time.monotonic() - start, list(groups.values()))
+                  dict(ran_on), time.monotonic() - start, list(groups.values()), dict(allowed))
 
 
 def replay(path: str, backend: str = "vulkan", signed_zero: bool = False) -> Outcome:
@@ -139,6 +146,10 @@ def replay(path: str, backend: str = "vulkan", signed_zero: bool = False) -> Out
         return worker.run(source, backend, signed_zero)
     finally:
         worker.close()
+
+
+def _allowance_note(o: Outcome) -> str:
+    return f" (device allowance: {'+'.join(o.allowed)})" if o.allowed else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,12 +183,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.replay:
         o = replay(a.replay, backend, signed_zero(features))
-        print(f"{o.cls}" + (f" ({o.ran_on})" if o.ran_on else "") + (f": {o.detail}" if o.detail else ""))
+        print(f"{o.cls}" + (f" ({o.ran_on})" if o.ran_on else "") + (f": {o.detail}" if o.detail else "")
+              + _allowance_note(o))
         return int(o.failed)
 
     def progress(s: int, o: Outcome) -> None:
-        if a.verbose or o.failed:
-            print(f"seed {s}: {o.cls}" + (f" [{o.signature}]" if o.failed else ""), flush=True)
+        if a.verbose or o.failed or o.allowed:
+            print(f"seed {s}: {o.cls}" + (f" [{o.signature}]" if o.failed else "") + _allowance_note(o),
+                  flush=True)
 
     report = fuzz(a.count, a.seed, features, backend, not a.no_shrink, time_limit_s=a.time_limit,
                   progress=progress, shrink_time_s=a.shrink_time)

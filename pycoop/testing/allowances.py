@@ -1,0 +1,205 @@
+"""Allowed differences: the documented ways one driver computes something other than the
+emulator, as an explicit table keyed by device and op.
+
+The emulator implements the SPIR-V and IEEE 754 meaning of each operation, and a conforming
+device agrees with it bit for bit (in exact float mode). Where a driver is known to differ
+(docs/numerics.md, "Driver workarounds"), the fuzzer must neither report the difference as a
+new failure nor stop seeing it. So a difference is never waived by looking at the output: the
+emulator runs the kernel again with the listed ops computed as that driver computes them
+(`device_model`), and the difference is allowed only if that run gives the device's bits
+exactly. Each allowance names the driver it applies to; on any other device (the H100, say)
+none applies and the comparison stays bit for bit.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from pycoop.ops.core import COMPARE
+from pycoop.ops.registry import get
+
+_NUMERICS = "docs/numerics.md, Driver workarounds, lavapipe (Mesa 22.3.6)"
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """One driver's documented deviation in one op. `device` is a regular expression searched
+    in "device name | driver version"; `deviate(op, result, *operands)` turns the emulator's
+    result of registry op `op_name` into the driver's (returning it unchanged where the
+    deviation does not apply)."""
+    name: str
+    device: str
+    op_name: str
+    what: str
+    docs: str
+    deviate: Callable[..., np.ndarray]
+
+
+def _min_max_second_of_zeros(op, r, a, b):
+    # lavapipe's FMin/FMax (LLVM minnum/maxnum) return the second operand of a +-0 pair; the
+    # emulator orders -0 below +0 (IEEE minimumNumber/maximumNumber), as the H100 does.
+    if op.attrs["kind"] not in ("min", "max") or r.dtype.kind != "f":
+        return r
+    return np.where((a == 0) & (b == 0), b, r).astype(r.dtype, copy=False)
+
+
+def _f64_to_f16_through_f32(op, r, x):
+    # Two roundings (f64 -> f32 -> f16) where SPIR-V's OpFConvert rounds once.
+    if str(op.operands[0].type) != "f64" or str(op.attrs["type"]) != "f16":
+        return r
+    with np.errstate(over="ignore"):
+        return np.asarray(x).astype(np.float32).astype(np.float16)
+
+
+def _f64_trunc_positive_zero(op, r, x):
+    # Measured: f64 trunc of every x in (-1, 0], -0.0 included, is +0.0 (f32 keeps the sign).
+    if op.attrs["kind"] != "trunc" or r.dtype != np.float64:
+        return r
+    return np.where(r == 0, 0.0, r)
+
+
+_INT_FOLDS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.bitwise_and,
+              "or": np.bitwise_or, "xor": np.bitwise_xor}
+
+
+_UNARY_FOLDS = {"neg": np.negative, "abs": np.abs, "floor": np.floor, "ceil": np.ceil,
+                "trunc": np.trunc}
+
+
+def _known_constant(v):
+    """The value the driver's compiler knows `v` to have at compile time (None: a runtime
+    value), as far as these rules follow it: literals; conversions, negation, `abs` and
+    rounding of known values; comparisons, `select` and `min`/`max` of known values; integer
+    `+ - * // % & | ^` of known values, `x - x`, `x ^ x`, `x * 0`, `x & 0` and `x >> 0`; float
+    `* + -` folded as `_fold_zero_operands` says. Other constant expressions are not tracked:
+    a difference through one is reported, not allowed."""
+    op = getattr(v, "op", None)
+    if op is None or not hasattr(v.type, "dtype"):
+        return None
+    if op.name == "compare":
+        a, b = (_known_constant(x) for x in op.operands)
+        return None if a is None or b is None else bool(COMPARE[op.attrs["kind"]][3](a, b))
+    if op.name == "select":
+        c = _known_constant(op.operands[0])
+        return None if c is None else _known_constant(op.operands[1 if c else 2])
+    if v.type.is_bool:
+        return None
+    dtype = v.type.dtype
+    if op.name == "const":
+        return dtype.type(op.attrs["value"])
+    if op.name == "cast":
+        c = _known_constant(op.operands[0])
+        with np.errstate(all="ignore"):
+            return None if c is None else np.asarray(c).astype(dtype)[()]
+    if op.name == "unary" and op.attrs["kind"] in _UNARY_FOLDS:
+        c = _known_constant(op.operands[0])
+        with np.errstate(all="ignore"):
+            return None if c is None else dtype.type(_UNARY_FOLDS[op.attrs["kind"]](c))
+    if op.name != "binary":
+        return None
+    kind = op.attrs["kind"]
+    x, y = op.operands
+    a, b = _known_constant(x), _known_constant(y)
+    if kind in ("min", "max") and a is not None and b is not None and not (a == 0 and b == 0):
+        return (np.minimum if kind == "min" else np.maximum)(a, b)
+    if v.type.is_float:
+        if kind == "mul":
+            zero = a if a == 0 else b if b == 0 else None
+            return zero if zero is not None else (None if a is None or b is None else a * b)
+        if kind not in ("add", "sub"):
+            return None
+        if b is not None and kind == "sub":
+            b = -b
+        return b if a == 0 else a if b == 0 else (None if a is None or b is None else a + b)
+    if x is y and kind in ("sub", "xor"):
+        return dtype.type(0)
+    if kind in ("mul", "and") and (a == 0 or b == 0):
+        return dtype.type(0)
+    if kind in ("shl", "shr") and b == 0:
+        return a
+    if kind in ("div", "rem") and a is not None and b:      # truncating, as OpSDiv / OpUDiv
+        q = abs(int(a)) // abs(int(b)) * (1 if (a < 0) == (b < 0) else -1)
+        return dtype.type(q if kind == "div" else int(a) - q * int(b))
+    if kind in _INT_FOLDS and a is not None and b is not None:
+        with np.errstate(all="ignore"):
+            return _INT_FOLDS[kind](np.asarray(a), np.asarray(b)).astype(dtype)[()]
+    return None
+
+
+def _fold_zero_operands(op, r, a, b):
+    # Mesa 22.3.6's NIR folds `x * 0.0` to that 0.0 (the product's sign, and the NaN of an
+    # infinite or NaN x, are lost) and `x + 0.0`, `0.0 + x` to `x` (wrong for x = -0.0) while
+    # the module declares SignedZeroInfNanPreserve; `a - b` is `a + (-b)` there, so
+    # `0.0 - x` is `-x` (wrong for x = +0.0).
+    kind = op.attrs["kind"]
+    if kind not in ("add", "sub", "mul") or r.dtype.kind != "f":
+        return r
+    ca, cb = (_known_constant(x) for x in op.operands)
+    if kind == "mul":
+        if ca == 0 and cb is None or cb == 0 and ca is None:
+            return np.full_like(r, ca if ca == 0 else cb)
+        return r
+    if kind == "sub":
+        b, cb = -b, None if cb is None else -cb
+    if ca == 0:
+        return np.broadcast_to(b, r.shape).astype(r.dtype)
+    if cb == 0:
+        return np.broadcast_to(a, r.shape).astype(r.dtype)
+    return r
+
+
+ALLOWANCES: tuple[Allowance, ...] = (
+    Allowance("lavapipe_min_max_of_zeros", r"llvmpipe .*Mesa 22\.3\.6", "binary",
+              "float min/max of a +0/-0 pair give the second operand", _NUMERICS,
+              _min_max_second_of_zeros),
+    Allowance("lavapipe_f64_to_f16", r"llvmpipe .*Mesa 22\.3\.6", "cast",
+              "f64 -> f16 conversion rounds twice, through f32", _NUMERICS,
+              _f64_to_f16_through_f32),
+    Allowance("lavapipe_f64_trunc_zero", r"llvmpipe .*Mesa 22\.3\.6", "unary",
+              "f64 trunc of a value in (-1, 0] is +0.0", _NUMERICS, _f64_trunc_positive_zero),
+    Allowance("lavapipe_zero_operand_folding", r"llvmpipe .*Mesa 22\.3\.6", "binary",
+              "x * 0.0 is that 0.0 (sign, inf and NaN lost); x + 0.0 and 0.0 + x are x; "
+              "0.0 - x is -x", _NUMERICS, _fold_zero_operands),
+)
+
+
+def allowances_for(device: str) -> tuple[Allowance, ...]:
+    """The allowances of the device described by `device` ("name | driver version")."""
+    return tuple(a for a in ALLOWANCES if re.search(a.device, device))
+
+
+def vulkan_device() -> str:
+    """"name | driver version" of the Vulkan device the runtime launches on."""
+    from pycoop.runtime.vulkan import get_runtime
+    caps = get_runtime().capabilities
+    return f"{caps.device_name} | {caps.driver_version}"
+
+
+@contextmanager
+def device_model(allowances: tuple[Allowance, ...]) -> Iterator[None]:
+    """The emulator computes the allowances' ops as their driver does, inside the block. The
+    launch memo is off meanwhile: it would reuse (and keep) values computed without the model."""
+    saved = []
+    memo = os.environ.get("PYCOOP_EMULATOR_MEMO")
+    os.environ["PYCOOP_EMULATOR_MEMO"] = "0"
+    try:
+        for a in allowances:
+            opdef = get(a.op_name)
+            saved.append((opdef, opdef.emulate))
+
+            def emulate(ctx, op, *args, _orig=opdef.emulate, _a=a):
+                return _a.deviate(op, _orig(ctx, op, *args), *args)
+            opdef.emulate = emulate
+        yield
+    finally:
+        for opdef, fn in reversed(saved):
+            opdef.emulate = fn
+        if memo is None:
+            del os.environ["PYCOOP_EMULATOR_MEMO"]
+        else:
+            os.environ["PYCOOP_EMULATOR_MEMO"] = memo
