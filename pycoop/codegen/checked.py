@@ -10,13 +10,12 @@ record after the launch and raises `pycoop.KernelFault` naming the op's line (th
 maps op ids to source locations).
 
 A matrix access is checked once for its whole extent (first and last element), not per
-element, with the same block arithmetic as the emulator (`block_span`).
+element, with the span the emulator uses (`ops.khr_layout.MatrixLayout.span`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..emulator.memory import block_span
 from ..ir.core import Op, Value
 from ..types import (BufferType, CoopMatType, ScalarType, SharedArrayType, StorageClass, bool_, i32,
                      u32, u64)
@@ -46,11 +45,12 @@ def element(what: str):
     return lambda op: Reach(op.operands[0], op.operands[1], what)
 
 
-def matrix_block(what: str, t, layout: str, memory: Value, index: Value, stride: Value,
+def matrix_block(what: str, span: tuple[int, int], memory: Value, index: Value, stride: Value,
                  components: int) -> Reach:
-    """Reach of a cooperative-matrix block of type `t` at `index` with `stride`, in units of
-    the memory's elements, each holding `components` matrix components."""
-    major, minor = block_span(t, layout)
+    """Reach of a cooperative-matrix block of `span` = (lines, components per line) at `index`
+    with `stride`, in units of the memory's elements, each holding `components` matrix
+    components."""
+    major, minor = span
     return Reach(memory, index, what, major - 1, stride if major > 1 else None,
                  (minor - 1) // components)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..errors import cell_label
 from ..ir.core import Block, Module, Op, Value
-from ..ops.registry import get
+from ..ir.registry import get
 from ..spirv import grammar
 from ..spirv.builder import ModuleBuilder
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType,
@@ -315,7 +315,7 @@ class LowerCtx:
         d = get(op.name)
         for cap in d.capabilities:
             self.need(cap)
-        bounds = d.extra.get("bounds") if self.checks is not None else None
+        bounds = d.bounds if self.checks is not None else None
         if not (self.debug_info and op.loc is not None):
             self._lower_guarded(d, op, bounds)
             return

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..errors import CompileError
 from ..ir.core import Module
-from ..ops.registry import get
+from ..ir.registry import get
 from ..spirv import grammar
 from ..spirv.builder import ModuleBuilder
 from ..types import SCALARS, BufferType, ScalarType, SharedArrayType, StorageClass, Type, VectorType, i64, u32, u64
@@ -65,7 +65,7 @@ def module_target(module: Module) -> str:
     from an earlier op's is a CompileError at its line."""
     first = None
     for op in module.walk():
-        env = get(op.name).extra.get("target")
+        env = get(op.name).environment
         if env is None:
             continue
         if first is None:

@@ -14,11 +14,12 @@ import numpy as np
 
 from ..errors import EmulatorError
 from ..ir.core import Block, Module, Op, Value
-from ..ops.registry import MEMORYLESS, get
+from ..ir.registry import get
 from ..types import BufferType, CoopMatType, Scope
+from .fast import FAST_OPS, LAZY_OPERANDS, RUNS
 from .lazy import LazyBlocks
 from .memo import LaunchMemo, launch_memo
-from .memory import Memory, SharedMemory
+from .memory import Memory, PointerArray, SharedMemory
 
 
 class Dispatch:
@@ -84,17 +85,6 @@ class _ElementDispatch(Dispatch):
                                  "reports built-ins there)", rule_id="nv.builtin-in-callback")
 
 
-class PointerArray:
-    """Per-element pointers into a memory (PhysicalStorageBuffer pointers passed to decode
-    functions): byte addresses into `memory`."""
-
-    def __init__(self, memory: Memory, byte_addr: np.ndarray):
-        self.memory, self.byte_addr = memory, byte_addr
-
-    def reshape(self, *shape) -> "PointerArray":
-        return PointerArray(self.memory, self.byte_addr.reshape(*shape))
-
-
 class EmuCtx:
     """Execution state: values, the active mask, dead (returned) invocations, memories."""
 
@@ -131,7 +121,7 @@ class EmuCtx:
             if op.name == "yield" or op.name == "condition":
                 self.yielded = op.operands
                 return [self._value(v) for v in op.operands]
-            batch = get(op.name).extra.get("batch")   # a run of such ops done at once
+            batch = RUNS.get(op.name)           # a run of such ops done at once (emulator.fast)
             done = batch(self, ops, i - 1) if batch is not None else 0
             if done:
                 i += done - 1
@@ -156,16 +146,20 @@ class EmuCtx:
         if d.emulate is None:
             raise EmulatorError(f"internal: op {op.name} has no emulator semantics", op.loc,
                                 rule="pycoop: every op registered for the emulator has NumPy semantics")
-        if self.poison and not op.regions and not d.extra.get("poison_aware"):
+        if self.poison and not op.regions and not d.poison_aware:
             self.check_poison(op)
         env = self.env
-        lazy = d.extra.get("lazy_blocks")
+        lazy = op.name in LAZY_OPERANDS
         if self.memo is not None and self.keeps(op):
             env[op.result] = self.memo.get_or(op, lambda: d.emulate(
                 self, op, *[env[v] if lazy else self._value(v) for v in op.operands]))
             self.invariant.add(op.result)
             return False
-        out = d.emulate(self, op, *[env[v] if lazy else self._value(v) for v in op.operands])
+        args = [env[v] if lazy else self._value(v) for v in op.operands]
+        fast = FAST_OPS.get(op.name)               # emulator.fast: None when it does not apply
+        out = fast(self, op, args) if fast is not None else None
+        if out is None:
+            out = d.emulate(self, op, *args)
         if op.name == "return":
             return True
         res = op.results
@@ -179,7 +173,7 @@ class EmuCtx:
     def keeps(self, op: Op) -> bool:
         """Whether `op`'s result is invariant in this launch (see emulator.memo): memoryless,
         every invocation active, every operand invariant."""
-        return (self.mask is None and not self.poison and op.name in MEMORYLESS and not op.regions
+        return (self.mask is None and not self.poison and get(op.name).pure and not op.regions
                 and self.invariant.issuperset(op.operands))
 
     def _value(self, v: Value):
@@ -424,7 +418,7 @@ def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size
     ctx = EmuCtx(module, d, memories)
     ctx.memo = launch_memo(module, d, args, module.kernel.params)
     # buffers some atomic op updates: their plain accesses are recorded for race checks
-    atomic = {op.operands[0] for op in module.walk() if get(op.name).extra.get("atomic")}
+    atomic = {op.operands[0] for op in module.walk() if get(op.name).atomic}
     for p, a, name in zip(module.kernel.params, args, module.param_names):
         if isinstance(p.type, BufferType):
             memories[p] = Memory(name, a, p.type.elem)

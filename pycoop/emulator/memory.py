@@ -15,32 +15,20 @@ from ..types import CoopMatType, ScalarType, StructType, VectorType
 from .lazy import LazyBlocks, store_blocks
 
 
-def block_span(t: CoopMatType, layout: str) -> tuple[int, int]:
-    """(lines, elements per line) of a block in memory: rows then columns when row major."""
-    return (t.rows, t.cols) if layout == "RowMajorKHR" else (t.cols, t.rows)
-
-
-def block_extent(t: CoopMatType, layout: str, stride: np.ndarray) -> np.ndarray:
-    """Index of the last element of a block relative to its first (elements, per instance).
-    Checked Vulkan launches guard blocks with the same span (codegen/checked.py)."""
-    major, minor = block_span(t, layout)
-    return (major - 1) * stride.astype(np.int64) + (minor - 1)
-
-
-def _windows(data: np.ndarray, t: CoopMatType, layout: str, stride: int, writeable: bool):
+def _windows(data: np.ndarray, lay, stride: int, writeable: bool):
     """Every block of `data` with a uniform stride, as a view indexed by its first element."""
     isz = data.itemsize
-    ext = int(block_extent(t, layout, np.asarray(stride)))
-    st = (isz, stride * isz, isz) if layout == "RowMajorKHR" else (isz, isz, stride * isz)
-    return as_strided(data, shape=(max(data.shape[0] - ext, 0), t.rows, t.cols), strides=st,
-                      writeable=writeable)
+    ext = int(lay.extent(stride))
+    sr, sc = lay.element_steps(stride)
+    return as_strided(data, shape=(max(data.shape[0] - ext, 0), lay.rows, lay.cols),
+                      strides=(isz, sr * isz, sc * isz), writeable=writeable)
 
 
-def _lattice(t: CoopMatType, layout: str, starts: np.ndarray, stride: int):
+def _lattice(lay, starts: np.ndarray, stride: int):
     """Blocks at `starts` as distinct cells of one lattice over the array seen `stride` wide,
     none wrapping a row and the cells at least a block apart: a cheap proof that they share no
     element. Returns (cell row, cell column) per block and the lattice pitch, or None."""
-    h, w = (t.rows, t.cols) if layout == "RowMajorKHR" else (t.cols, t.rows)
+    h, w = lay.span
     y, x = np.divmod(starts.reshape(-1), stride)
     if y.size == 0 or stride < w or (x + w > stride).any():
         return None
@@ -54,7 +42,7 @@ def _lattice(t: CoopMatType, layout: str, starts: np.ndarray, stride: int):
     return cy, cx, py, px
 
 
-def _store_tiled(data: np.ndarray, t: CoopMatType, layout: str, starts: np.ndarray, stride: int,
+def _store_tiled(data: np.ndarray, lay, starts: np.ndarray, stride: int,
                  vals: np.ndarray, cells) -> bool:
     """Store blocks that fill every cell of their lattice as one strided copy, row after row
     (block by block is several times slower on memory not in cache). False if cells are empty."""
@@ -62,7 +50,7 @@ def _store_tiled(data: np.ndarray, t: CoopMatType, layout: str, starts: np.ndarr
     ny, nx = int(cy.max()) + 1, int(cx.max()) + 1
     if ny * nx != cy.size:
         return False
-    blocks = vals if layout == "RowMajorKHR" else np.swapaxes(vals, -1, -2)
+    blocks = lay.in_memory_order(vals)
     h, w = blocks.shape[-2:]
     cells = np.empty((ny * nx, h, w), data.dtype)      # the blocks in lattice order
     cells[cy * nx + cx] = blocks
@@ -249,12 +237,12 @@ class Memory:
         view.unit = f"{comp} components"
         return view
 
-    def check_block(self, ctx, op, t, offs, stride, layout, active, what):
+    def check_block(self, ctx, op, t, offs, stride, lay, active, what):
         """The block origins, bounds-checked. Matrix ops reach memory whose elements hold
         several components through components() (khr._component_memory)."""
         inst = ctx.dispatch.instance_shape(t.scope)
         offs = np.broadcast_to(offs.astype(np.int64), inst)
-        ext = block_extent(t, layout, np.asarray(stride))
+        ext = lay.extent(stride)
         limit = self.segment or self.length
         if active is None and offs.min() >= 0 and (offs + ext).max() < limit:
             return offs                  # all in bounds: two reductions, no mask
@@ -272,20 +260,16 @@ class Memory:
                 hint="check the offset and stride against the array size", rule_id="emulator.out-of-bounds")
         return offs
 
-    def _indices(self, t, layout, offs, stride):
-        r = np.arange(t.rows, dtype=np.int64)[:, None]
-        c = np.arange(t.cols, dtype=np.int64)[None, :]
-        s = np.asarray(stride, dtype=np.int64)[..., None, None]
-        rel = (r * s + c) if layout == "RowMajorKHR" else (c * s + r)
-        return offs[..., None, None] + rel
+    def _indices(self, lay, offs, stride):
+        return offs[..., None, None] + lay.offsets(stride)
 
     def _segment_base(self, ctx, inst_shape):
         return 0
 
-    def block_set(self, ctx, op, offs, stride, layout, active, t: CoopMatType):
+    def block_set(self, ctx, op, offs, stride, lay, active, t: CoopMatType):
         """The blocks a cooperative load reads, as (distinct blocks, index per instance) with
         every instance's block == blocks[index], after the bounds and race checks."""
-        offs = self.check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix load")
+        offs = self.check_block(ctx, op, t, offs, stride, lay, active, "cooperative matrix load")
         if active is not None:
             offs = np.where(active, offs, 0)
         base = self._segment_base(ctx, offs.shape)
@@ -294,29 +278,29 @@ class Memory:
         if stride.size == 1:      # many instances usually load the same block (every
             # workgroup of a GEMM row loads the same A tile): each distinct block once
             distinct = np.unique((offs + base).reshape(-1), return_inverse=True)
-        self._check_race_block(ctx, op, t, layout, offs + base, stride, active, distinct)
+        self._check_race_block(ctx, op, t, lay, offs + base, stride, active, distinct)
         if distinct is not None:  # a uniform stride: every block a strided window
-            win = _windows(self.data, t, layout, int(stride.reshape(-1)[0]), writeable=False)
+            win = _windows(self.data, lay, int(stride.reshape(-1)[0]), writeable=False)
             blocks, index = win[distinct[0]], distinct[1].reshape(offs.shape)
         else:
-            idx = self._indices(t, layout, offs, stride) + np.asarray(base)[..., None, None]
+            idx = self._indices(lay, offs, stride) + np.asarray(base)[..., None, None]
             blocks = self.data[idx].reshape((-1,) + t.shape)
             index = np.arange(blocks.shape[0]).reshape(idx.shape[:-2])
         return blocks.view(t.component.dtype), index
 
-    def gather_block(self, ctx, op, offs, stride, layout, active, t: CoopMatType) -> np.ndarray:
-        blocks, index = self.block_set(ctx, op, offs, stride, layout, active, t)
+    def gather_block(self, ctx, op, offs, stride, lay, active, t: CoopMatType) -> np.ndarray:
+        blocks, index = self.block_set(ctx, op, offs, stride, lay, active, t)
         out = blocks[index]
         if blocks.shape[0] * 2 <= index.size:
             ctx.remember_blocks(out, blocks, index)
         return out
 
-    def scatter_block(self, ctx, op, offs, stride, layout, active, mat, t: CoopMatType) -> None:
-        offs = self.check_block(ctx, op, t, offs, stride, layout, active, "cooperative matrix store")
+    def scatter_block(self, ctx, op, offs, stride, lay, active, mat, t: CoopMatType) -> None:
+        offs = self.check_block(ctx, op, t, offs, stride, lay, active, "cooperative matrix store")
         starts = offs + self._segment_base(ctx, offs.shape)
         if isinstance(mat, LazyBlocks):
             s = np.asarray(stride)
-            if (not self.tracks_writes and active is None and layout == "RowMajorKHR"
+            if (not self.tracks_writes and active is None and not lay.column_major
                     and (s == s.flat[0]).all()
                     and store_blocks(self.data, [(mat, starts)], int(s.flat[0]))):
                 return
@@ -327,23 +311,23 @@ class Memory:
             starts, vals, stride = starts[active], vals[active], stride[active]
         uniform = stride.size > 0 and (stride == stride.flat[0]).all()
         s0 = int(stride.flat[0]) if uniform else 0
-        cells = _lattice(t, layout, starts, s0) if uniform else None
+        cells = _lattice(lay, starts, s0) if uniform else None
         idx = None
         if self.tracks_writes or cells is None:
-            idx = self._indices(t, layout, starts, stride)
+            idx = self._indices(lay, starts, stride)
             if cells is None:            # a lattice already proves the blocks disjoint
                 check_write_race(op, idx.reshape(-1), np.ascontiguousarray(vals).reshape(-1),
                                  "cooperative matrix store")
             self._record_write_block(ctx, op, t, idx, active, vals)
         flat = vals.reshape((-1,) + t.shape)
-        if cells is not None and _store_tiled(self.data, t, layout, starts, s0, flat, cells):
+        if cells is not None and _store_tiled(self.data, lay, starts, s0, flat, cells):
             return
         if uniform:                      # each block a strided window of the flat array
-            _windows(self.data, t, layout, s0, writeable=True)[starts.reshape(-1)] = flat
+            _windows(self.data, lay, s0, writeable=True)[starts.reshape(-1)] = flat
         else:
             self.data[idx.reshape(-1)] = vals.reshape(-1)
 
-    def _check_race_block(self, ctx, op, t, layout, starts, stride, active, distinct=None):
+    def _check_race_block(self, ctx, op, t, lay, starts, stride, active, distinct=None):
         pass
 
     def _record_write_block(self, ctx, op, t, idx, active, vals):
@@ -547,12 +531,12 @@ class SharedMemory(Memory):
     def _instance_ids(self, t, shape):
         return np.broadcast_to(-2 - np.arange(shape[1], dtype=np.int64)[None, :], shape)
 
-    def _check_race_block(self, ctx, op, t, layout, starts, stride, active, distinct=None):
+    def _check_race_block(self, ctx, op, t, lay, starts, stride, active, distinct=None):
         """`distinct`: np.unique(starts, return_inverse=True) when the stride is uniform."""
         if active is None and distinct is not None and self._check_race_distinct_blocks(
-                ctx, t, layout, starts, stride, distinct):
+                ctx, t, lay, starts, stride, distinct):
             return
-        idx = self._indices(t, layout, starts, stride)
+        idx = self._indices(lay, starts, stride)
         inst = self._instance_ids(t, starts.shape)[..., None, None]
         e = self._el(idx)
         ep = self.epoch[e]
@@ -576,7 +560,7 @@ class SharedMemory(Memory):
             idx, ids = idx[active], ids[active]
         self._record_reads(ctx, idx.reshape(-1), ids.reshape(-1))
 
-    def _check_race_distinct_blocks(self, ctx, t, layout, starts, stride, distinct) -> bool:
+    def _check_race_distinct_blocks(self, ctx, t, lay, starts, stride, distinct) -> bool:
         """The race check and read records of a matrix load with every instance active, done
         once per distinct block with the smallest and largest instance reading it (instances
         loading one tile, as the subgroups of one GEMM row do, share the work). False, with
@@ -588,7 +572,7 @@ class SharedMemory(Memory):
         hi = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
         np.minimum.at(lo, inv, ids.reshape(-1))
         np.maximum.at(hi, inv, ids.reshape(-1))
-        idx = self._indices(t, layout, uniq, int(stride.reshape(-1)[0]))
+        idx = self._indices(lay, uniq, int(stride.reshape(-1)[0]))
         e = self._el(idx)
         w, ep = self.writer[e], self.epoch[e]
         lo3, hi3 = lo[:, None, None], hi[:, None, None]
@@ -605,3 +589,14 @@ class SharedMemory(Memory):
         if active is not None:
             ids = ids[active]
         self._write(ctx, op, idx.reshape(-1), ids.reshape(-1), vals)
+
+
+class PointerArray:
+    """Per-element pointers into a memory (PhysicalStorageBuffer pointers passed to decode
+    functions): byte addresses into `memory`."""
+
+    def __init__(self, memory: Memory, byte_addr: np.ndarray):
+        self.memory, self.byte_addr = memory, byte_addr
+
+    def reshape(self, *shape) -> "PointerArray":
+        return PointerArray(self.memory, self.byte_addr.reshape(*shape))

@@ -21,7 +21,7 @@ from ..ir.builder import Tracer, current_loc, emit1, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
-from ..ops.registry import get
+from ..ir.registry import get
 from ..codegen.float_modes import DEFAULT_FP, FP_MODES
 from ..runtime import interop
 from ..runtime.arrays import Array, asarray, synchronize, vulkan_runtime
@@ -642,8 +642,8 @@ class CompiledKernel:
         self._memo: _LaunchMemo | None = None   # the last device-array launch on Vulkan
         self._memo_spec: dict = {}              # ... and its Spec values
         # the memories ops write (each op's registry entry names its memory operand)
-        written = (op.operands[get(op.name).extra["writes"]] for op in module.walk()
-                   if get(op.name).extra.get("writes") is not None)
+        written = (op.operands[get(op.name).writes] for op in module.walk()
+                   if get(op.name).writes is not None)
         self._written = {v for v in written if isinstance(v.type, BufferType)}
 
     @property

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import UNKNOWN, CompileError, Loc
 from ..types import Type
 from .core import Block, Op, Value
+from .registry import get
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _KERNELS_DIR = _PKG_DIR + "kernels" + os.sep     # the library's kernels: DSL code like the user's
@@ -105,7 +106,6 @@ def trace_scope(t: Tracer):
 def emit(name: str, operands: list[Value], attrs: dict[str, Any] | None = None,
          regions: list[Block] | None = None, loc: Loc | None = None) -> Op:
     """Check and record op `name`; return the Op (its results are the new values)."""
-    from ..ops.registry import get
     d = get(name)
     attrs = attrs or {}
     loc = loc or current_loc()
@@ -130,8 +130,7 @@ def _cse_key(name: str, operands: list[Value], attrs: dict[str, Any], regions) -
     """What makes a side-effect-free op equal to an earlier one of its block (the same
     operands, kind and constants), or None for ops that are never shared. Floats are keyed
     by their bits: 0.0 == -0.0."""
-    from ..ops.registry import MEMORYLESS
-    if name not in MEMORYLESS or regions:
+    if not get(name).pure or regions:
         return None
     items = []
     for k, v in sorted(attrs.items()):

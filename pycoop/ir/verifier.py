@@ -3,7 +3,7 @@ in the right terminator, and every op's type rule still holds (re-run from the r
 from __future__ import annotations
 
 from ..errors import CompileError
-from ..ops.registry import get
+from .registry import get
 from .core import Block, Module
 
 _TERMINATOR = {("if", 0): "yield", ("if", 1): "yield", ("loop", 0): "condition", ("loop", 1): "yield"}

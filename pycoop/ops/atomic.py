@@ -26,7 +26,7 @@ from ..ir.core import Value
 from ..types import BufferType, ScalarType, SharedArrayType, u32
 from ..codegen.checked import element
 from .core import as_value, check_readable
-from .registry import define, emulation, lowering
+from ..ir.registry import define, emulation, lowering
 
 __all__ = ["add", "sub", "min", "max", "and_", "or_", "xor", "exchange", "compare_exchange"]
 

@@ -15,7 +15,7 @@ from ..ir.builder import current_loc, emit1
 from ..ir.core import Value
 from ..types import ArrayType, ScalarType, VectorType
 from .core import as_value
-from .registry import define, emulation, lowering
+from ..ir.registry import define, emulation, lowering
 
 
 def _infer_construct(operands, attrs, regions, loc):
@@ -35,7 +35,7 @@ def _infer_construct(operands, attrs, regions, loc):
     return [t]
 
 
-define("composite.construct", _infer_construct,
+define("composite.construct", _infer_construct, pure=True,
        doc="An array or vector from one scalar per element (OpCompositeConstruct).")
 
 
@@ -83,7 +83,7 @@ def _infer_extract(operands, attrs, regions, loc):
     return [t.elem]
 
 
-define("composite.extract", _infer_extract,
+define("composite.extract", _infer_extract, pure=True,
        doc="One element of an array or vector at a compile-time index (OpCompositeExtract).")
 
 

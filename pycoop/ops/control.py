@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import CompileError
 from ..types import CoopMatType, bool_
-from .registry import define, emulation, lowering
+from ..ir.registry import define, emulation, lowering
 
 
 def _infer_if(operands, attrs, regions, loc):
@@ -90,10 +90,6 @@ def _emu_if(ctx, op, cond):
 
 @emulation("loop")
 def _emu_loop(ctx, op, *inits):
-    from .loop_fusion import run as fused
-    out = fused(ctx, op, list(inits))
-    if out is not None:
-        return out
     cond_blk, body_blk = op.regions
     vals = list(inits)
     active = ctx.mask

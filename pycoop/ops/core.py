@@ -19,7 +19,7 @@ from ..ir.core import Value
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, Type, VectorType,
                      SCALARS, bool_, f32, f64, i32, u32, memory_element, scalar_of_dtype)
 from ..codegen.checked import element
-from .registry import define, emulation, lowering
+from ..ir.registry import define, emulation, lowering
 from .spec import check_not_spec
 
 # --------------------------------------------------------------------------- constants
@@ -28,7 +28,7 @@ def _infer_const(operands, attrs, regions, loc):
     return [attrs["type"]]
 
 
-define("const", _infer_const, doc="A compile-time constant scalar.")
+define("const", _infer_const, pure=True, doc="A compile-time constant scalar.")
 
 
 def const(value, type: ScalarType, loc: Loc | None = None) -> Value:
@@ -154,7 +154,7 @@ def _infer_builtin(operands, attrs, regions, loc):
     return [u32]
 
 
-define("builtin", _infer_builtin, doc="A compute built-in variable (component of a vector built-in).")
+define("builtin", _infer_builtin, pure=True, doc="A compute built-in variable (component of a vector built-in).")
 
 
 @emulation("builtin")
@@ -329,7 +329,7 @@ def _infer_binary(operands, attrs, regions, loc):
     return [t]
 
 
-define("binary", _infer_binary, doc="Element-wise binary arithmetic / bitwise / min / max.")
+define("binary", _infer_binary, pure=True, doc="Element-wise binary arithmetic / bitwise / min / max.")
 
 
 @emulation("binary")
@@ -528,7 +528,7 @@ def _infer_unary(operands, attrs, regions, loc):
 _GLSL_16_32 = {"exp", "exp2", "log", "log2", "sin", "cos", "tanh", "pow"}
 
 
-define("unary", _infer_unary, doc="Element-wise unary arithmetic and math functions.")
+define("unary", _infer_unary, pure=True, doc="Element-wise unary arithmetic and math functions.")
 
 
 @emulation("unary")
@@ -781,7 +781,7 @@ def _infer_compare(operands, attrs, regions, loc):
     return [bool_]
 
 
-define("compare", _infer_compare, doc="Scalar comparison giving a bool.")
+define("compare", _infer_compare, pure=True, doc="Scalar comparison giving a bool.")
 
 
 @emulation("compare")
@@ -827,7 +827,7 @@ def _infer_select(operands, attrs, regions, loc):
     return [a.type]
 
 
-define("select", _infer_select, doc="cond ? a : b, per invocation.")
+define("select", _infer_select, pure=True, doc="cond ? a : b, per invocation.")
 
 
 @emulation("select")
@@ -880,7 +880,7 @@ def _infer_cast(operands, attrs, regions, loc):
     return [dst]
 
 
-define("cast", _infer_cast, doc="Scalar numeric conversion (round to nearest even for floats, "
+define("cast", _infer_cast, pure=True, doc="Scalar numeric conversion (round to nearest even for floats, "
                                 "truncation toward zero for float to int, wrap for int to int).")
 
 
@@ -1036,7 +1036,7 @@ def _infer_bitcast(operands, attrs, regions, loc):
     return [dst]
 
 
-define("bitcast", _infer_bitcast, doc="Bit reinterpretation between same-width scalars and vectors.")
+define("bitcast", _infer_bitcast, pure=True, doc="Bit reinterpretation between same-width scalars and vectors.")
 
 
 @emulation("bitcast")

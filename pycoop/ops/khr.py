@@ -10,15 +10,14 @@ import numbers
 import numpy as np
 
 from ..codegen.checked import matrix_block
-from ..emulator.lazy import LazyBlocks, block_copy
-from ..emulator.memory import block_extent
 from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1
 from ..ir.core import Value
 from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, f32, u32)
 from .core import as_value, check_readable, convert_array, via_f32
 from .known_bits import exact, low_bits
-from .registry import MEMORYLESS, define, emulation, lowering
+from ..ir.registry import define, emulation, lowering
+from .khr_layout import matrix_layout
 from .spec import check_not_spec
 
 KHR_CAPS = ("CooperativeMatrixKHR",)
@@ -94,7 +93,7 @@ def _infer_fill(operands, attrs, regions, loc):
     return [t]
 
 
-define("khr.fill", _infer_fill, capabilities=KHR_CAPS,
+define("khr.fill", _infer_fill, capabilities=KHR_CAPS, pure=True,
        doc="A matrix with every element equal to a (scope-uniform) scalar.")
 
 
@@ -291,17 +290,16 @@ define("khr.load", _infer_load, capabilities=KHR_CAPS,
        bounds=lambda op: _reach(op, "cooperative matrix load", op.result.type, 2),
        doc="OpCooperativeMatrixLoadKHR: element (r, c) from offset + r*stride + c (row major) "
            "or offset + c*stride + r (column major), in units of the array's element type.")
-define("khr.store", _infer_store, capabilities=KHR_CAPS, writes=0, lazy_blocks=True,
+define("khr.store", _infer_store, capabilities=KHR_CAPS, writes=0,
        bounds=lambda op: _reach(op, "cooperative matrix store", op.operands[2].type, 3),
-       batch=lambda ctx, ops, i: _store_batch(ctx, ops, i),      # defined with the emulation
        doc="OpCooperativeMatrixStoreKHR: the inverse of khr.load.")
 
 
 def _reach(op, what: str, t: CoopMatType, stride: int):
     """The block a matrix load/store touches, guarded once per access in checked launches."""
     mem = op.operands[0]
-    return matrix_block(what, t, op.attrs["layout"], mem, op.operands[1], op.operands[stride],
-                        mem.type.elem.size // t.component.size)
+    return matrix_block(what, matrix_layout(t, op.attrs["layout"]).span, mem, op.operands[1],
+                        op.operands[stride], mem.type.elem.size // t.component.size)
 
 
 def _layout(layout: str, loc: Loc) -> str:
@@ -343,11 +341,12 @@ def _emu_load(ctx, op, mem, offset, stride):
     active = ctx.scope_active(t.scope, op)
     check_addressing(ctx, op, t, op.attrs["layout"], op.operands[0].type.elem.size, offs, strd,
                      active, "cooperative matrix load")
-    mem, k = _component_memory(ctx, op.operands[0], t)
-    return mem.gather_block(ctx, op, offs * k, strd * k, op.attrs["layout"], active, t)
+    mem, k = component_memory(ctx, op.operands[0], t)
+    return mem.gather_block(ctx, op, offs * k, strd * k, matrix_layout(t, op.attrs["layout"]),
+                            active, t)
 
 
-def _component_memory(ctx, v: Value, t: CoopMatType):
+def component_memory(ctx, v: Value, t: CoopMatType):
     """The memory a matrix op addresses, as an array of the matrix component when its
     elements hold several (k), and k: offsets and strides count elements."""
     mem = ctx.memory_of(v)
@@ -363,93 +362,15 @@ def _store_target(ctx, op, offset, stride):
     active = ctx.scope_active(t.scope, op)
     check_addressing(ctx, op, t, op.attrs["layout"], op.operands[0].type.elem.size, offs, strd,
                      active, "cooperative matrix store")
-    mem, k = _component_memory(ctx, op.operands[0], t)
+    mem, k = component_memory(ctx, op.operands[0], t)
     return mem, t, offs * k, strd * k, active
 
 
 @emulation("khr.store")
 def _emu_store(ctx, op, mem, offset, mat, stride):
     mem, t, offs, strd, active = _store_target(ctx, op, offset, stride)
-    mem.scatter_block(ctx, op, offs, strd, op.attrs["layout"], active, mat, t)
+    mem.scatter_block(ctx, op, offs, strd, matrix_layout(t, op.attrs["layout"]), active, mat, t)
     return ()
-
-
-def _store_batch(ctx, ops: list, i: int) -> int:
-    """Row-major stores of lazy blocks of one matrix product into one buffer (a tiled GEMM's
-    accumulators after its K loop), apart from each other only by ops that touch no memory,
-    done as one copy when together they tile a rectangle of the product placed as it is.
-    The number of ops done (the stores and the ops between them, run first), or 0."""
-    first = ops[i]
-    lazy = ctx.env.get(first.operands[2])
-    if not isinstance(lazy, LazyBlocks) or ctx.poison:
-        return 0
-    stores, end = [], i
-    for j in range(i, len(ops)):
-        op = ops[j]
-        if op.name == "khr.store":
-            v = ctx.env.get(op.operands[2])
-            if (not isinstance(v, LazyBlocks) or v.product is not lazy.product
-                    or op.operands[0] is not first.operands[0]
-                    or op.attrs["layout"] != "RowMajorKHR"):
-                break
-            stores.append(op)
-            end = j + 1
-        elif op.name not in MEMORYLESS or op.regions:
-            break
-    if len(stores) < 2:
-        return 0
-    for op in ops[i:end]:
-        if op.name != "khr.store":
-            ctx.execute(op)
-    blocks = [ctx.env[op.operands[2]] for op in stores]
-    key = None                            # kept across launches when invariant (emulator.memo)
-    if (ctx.memo is not None and ctx.mask is None and all(b.key is not None for b in blocks)
-            and all(v in ctx.invariant for op in stores for v in (op.operands[1], op.operands[3]))):
-        key = ("stores", tuple(stores), tuple(b.key for b in blocks))
-
-    def plan():
-        found = _checked_batch(ctx, stores)
-        return None if found is None else block_copy(found[1], found[2], found[0].data.dtype)
-
-    copy = plan() if key is None else ctx.memo.get_or(key, plan)
-    if copy is None:
-        for op in stores:                 # one at a time: each check reports its own store
-            ctx.execute(op)
-    else:
-        copy.apply(_component_memory(ctx, first.operands[0], first.operands[2].type)[0].data,
-                   lazy.product)
-    return end - i
-
-
-def _checked_batch(ctx, stores: list):
-    """(memory, [(blocks, block starts)], stride) for stores that pass every check of
-    _store_target and check_block together: all invocations active, one stride (> 0) for
-    all, offsets uniform in each scope instance, every block in bounds. None otherwise (the
-    stores then run one by one and the first failing check names its store)."""
-    first = stores[0]
-    t: CoopMatType = first.operands[2].type
-    mem, k = _component_memory(ctx, first.operands[0], t)
-    strd = {s.flat[0] if s.size == 1 else None for s in (ctx.env[op.operands[3]] for op in stores)}
-    if ctx.mask is not None or mem.tracks_writes or len(strd) != 1 or None in strd:
-        return None
-    stride = int(strd.pop()) * k
-    if stride <= 0:
-        return None
-    d = ctx.dispatch
-    inst = d.instance_shape(t.scope)
-    offs = np.stack([np.broadcast_to(o, d.shape) if o.shape != d.shape else o
-                     for o in (ctx.env[op.operands[1]] for op in stores)])
-    x3 = offs.reshape(len(stores), d.nwg, inst[1], d.wgs // inst[1])
-    if not (x3 == x3[..., :1]).all():
-        return None
-    size, align = first.operands[0].type.elem.size, row_alignment(t, "RowMajorKHR")
-    if (stride // k * size) % align or ((x3[..., 0].astype(np.int64) * size) % align).any():
-        return None
-    blocks = x3[..., 0].astype(np.int64) * k                       # (stores, W, S)
-    ext = int(block_extent(t, "RowMajorKHR", np.asarray(stride)))
-    if blocks.min() < 0 or blocks.max() + ext >= (mem.segment or mem.length):
-        return None
-    return mem, [(ctx.env[op.operands[2]], b) for op, b in zip(stores, blocks)], stride
 
 
 @lowering("khr.load")

@@ -14,7 +14,7 @@ from ..ir.builder import current_loc, emit1
 from ..ir.core import Value
 from ..types import ArrayType, PointerType, ScalarType, StructType, u32
 from .core import as_value
-from .registry import define, emulation, lowering
+from ..ir.registry import define, emulation, lowering
 
 
 def _infer_ptr_load(operands, attrs, regions, loc):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CompileError
-from .registry import define, emulation, lowering
+from ..ir.registry import define, emulation, lowering
 
 SHAPE_RULE = ("pycoop: a Spec value is chosen at pipeline creation, after tracing; shapes "
               "(cooperative-matrix rows and columns, shared-array lengths) are trace-time ints")

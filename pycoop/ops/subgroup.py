@@ -27,7 +27,7 @@ from ..ir.core import Value
 from ..spirv import grammar
 from ..types import ScalarType, VectorType, bool_, u32
 from .core import as_value
-from .registry import define, emulation, lowering
+from ..ir.registry import define, emulation, lowering
 
 __all__ = ["reduce", "inclusive_scan", "exclusive_scan", "add", "mul", "min", "max", "and_",
            "or_", "xor", "inclusive_add", "exclusive_add", "broadcast", "broadcast_first",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pycoop.ops.core import COMPARE
-from pycoop.ops.registry import get
+from pycoop.ir.registry import get
 
 _NUMERICS = "docs/numerics.md, Driver workarounds, lavapipe (Mesa 22.3.6)"
 

@@ -3,7 +3,7 @@ where a driver is present and with results computed in plain Python:
 
 * code no invocation reaches (after every invocation, or every invocation of a branch, has
   returned) is not run, so no op sees the values of an `if` whose branches all returned;
-* the fused loop path (ops/loop_fusion.py) keeps its iteration axis apart from the trailing
+* the fused loop path (emulator/fast/loop_fusion.py) keeps its iteration axis apart from the trailing
   component axis of vectors, with a per-invocation outer loop bound and several workgroups.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import pycoop as pc
 from pycoop import f16, f32, u32, u64
-from pycoop.ops import loop_fusion
+from pycoop.emulator.fast import loop_fusion
 
 from core_helpers import FEW, SETTINGS, emu
 

@@ -1,4 +1,4 @@
-"""The emulator's fused evaluation of tiled-GEMM loops (pycoop.ops.loop_fusion) gives the
+"""The emulator's fused evaluation of tiled-GEMM loops (pycoop.emulator.fast.loop_fusion) gives the
 ordinary loop's results (up to float summation order) and never hides an error."""
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pycoop as pc
 from pycoop import f16, f32, u32
 from pycoop.kernels.gemm import gemm_khr
 from pycoop.emulator.lazy import LazyBlocks
-from pycoop.ops import loop_fusion
+from pycoop.emulator import fast
+from pycoop.emulator.fast import loop_fusion
 
 MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
 MatB = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseB]
@@ -25,13 +26,13 @@ Acc16 = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.Accumulator]
 @contextlib.contextmanager
 def fusion(on: bool = True):
     """Launches inside run their loops fused (the default) or the ordinary way."""
-    original = loop_fusion.run
+    original = fast.FAST_OPS["loop"]
     if not on:
-        loop_fusion.run = lambda ctx, op, inits: None
+        fast.FAST_OPS["loop"] = lambda ctx, op, inits: None
     try:
         yield
     finally:
-        loop_fusion.run = original
+        fast.FAST_OPS["loop"] = original
 
 
 def loop_ops(compiled):
@@ -287,6 +288,7 @@ def test_lazy_blocks_store_exactly_what_their_gathered_copy_stores(na, nb, da, d
     is computed straight into place (all of it, side by side) or copied."""
     from pycoop.emulator.lazy import Product, store_blocks
     from pycoop.emulator.memory import _lattice
+    from pycoop.ops.khr_layout import matrix_layout
     rng = np.random.default_rng(seed)
     m = n = 16
     rows, cols = m * ((na - 1) * da + 1 + off), n * ((nb - 1) * db + 1)
@@ -308,7 +310,7 @@ def test_lazy_blocks_store_exactly_what_their_gathered_copy_stores(na, nb, da, d
         for r in range(m):
             want[s + r * stride:s + r * stride + n] = block[r]
     t = pc.coopmat[f32, pc.Subgroup, m, n, pc.Accumulator]
-    cells = _lattice(t, "RowMajorKHR", starts, stride)
+    cells = _lattice(matrix_layout(t, "RowMajorKHR"), starts, stride)
     assert cells is not None
     got = np.zeros_like(want)
     if not store_blocks(got, [(lazy, starts)], stride):
@@ -346,10 +348,10 @@ def tile_stores(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], N: u32,
 
 @pytest.mark.parametrize("mode", [0, 1, 2])
 def test_consecutive_tile_stores_match_the_ordinary_loop(mode, monkeypatch):
-    from pycoop.ops import khr
+    from pycoop.emulator.fast import store_runs
     monkeypatch.setenv("PYCOOP_EMULATOR_MEMO", "0")    # plans are made at every launch
-    copies, block_copy = [], khr.block_copy            # a run's plans, not single stores'
-    monkeypatch.setattr(khr, "block_copy",
+    copies, block_copy = [], store_runs.block_copy     # a run's plans, not single stores'
+    monkeypatch.setattr(store_runs, "block_copy",
                         lambda *a: copies.append(block_copy(*a) is not None) or block_copy(*a))
     rng = np.random.default_rng(11)
     W, K = 3, 48

@@ -135,12 +135,13 @@ def test_khr_tiles_are_guarded_once_per_access():
 def test_a_tile_guard_reaches_the_last_element_the_emulator_checks(rows, cols, layout, k, stride,
                                                                    offset):
     """The guard's reach (in memory elements holding k matrix components each) ends at the
-    element holding the emulator's last component (block_extent, in components)."""
+    element holding the emulator's last component (MatrixLayout.extent, in components)."""
     from pycoop.codegen.checked import matrix_block
-    from pycoop.emulator.memory import block_extent
+    from pycoop.ops.khr_layout import matrix_layout
     t = pc.coopmat[pc.f16, pc.Subgroup, rows, cols, pc.Accumulator]
-    reach = matrix_block("load", t, layout, None, None, "stride", k)
-    last_component = offset * k + int(block_extent(t, layout, np.asarray(stride * k)))
+    lay = matrix_layout(t, layout)
+    reach = matrix_block("load", lay.span, None, None, "stride", k)
+    last_component = offset * k + int(lay.extent(stride * k))
     assert offset + reach.major * stride + reach.minor == last_component // k
 
 

@@ -29,7 +29,7 @@ from ...ir.core import Value
 from ...types import (SCALARS, ArrayType, BufferType, PointerType, ScalarType, Scope, SharedArrayType,
                       StorageClass, VectorType, i32, u32)
 from ..core import as_value, check_readable, constant_value
-from ..registry import define, emulation, lowering
+from ...ir.registry import define, emulation, lowering
 from . import blockio
 
 SPEC = "SPV_INTEL_2d_block_io"
@@ -235,7 +235,7 @@ def _infer(operands, attrs, regions, loc):
 
 
 for _name, (_mode, _opname, _caps) in OPS.items():
-    define(_name, _infer, capabilities=_caps, target="opencl", instruction=_opname, tangled=True,
+    define(_name, _infer, capabilities=_caps, environment="opencl", tangled=True,
            writes=0 if _mode == "store" else None,
            doc=f"{_opname}: subgroup 2D block {_USER_NAME[_mode].replace('block_', '').replace('_', ' ')} "
                "(OpenCL environment only).")

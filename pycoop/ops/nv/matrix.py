@@ -15,7 +15,7 @@ from ...ir.core import Value
 from ...types import CoopMatType, ScalarType, Use, u32
 from .. import core
 from ..core import as_value, convert_array
-from ..registry import define, emulation, lowering
+from ...ir.registry import define, emulation, lowering
 from .tangled import check_untangled
 
 CM2 = "SPV_NV_cooperative_matrix2"
@@ -67,7 +67,7 @@ def _infer_reduce(operands, attrs, regions, loc):
     return [r]
 
 
-define("nv.reduce", _infer_reduce, capabilities=("CooperativeMatrixReductionsNV",), target="vulkan",
+define("nv.reduce", _infer_reduce, capabilities=("CooperativeMatrixReductionsNV",), environment="vulkan",
        doc="OpCooperativeMatrixReduceNV: every element of a reduced row/column/all/2x2 block "
            "holds the combination of the source elements (pairwise tree of CombineFunc).")
 
@@ -149,7 +149,7 @@ def _infer_per_element(operands, attrs, regions, loc):
 
 
 define("nv.per_element", _infer_per_element, capabilities=("CooperativeMatrixPerElementOperationsNV",),
-       target="vulkan",
+       environment="vulkan",
        doc="OpCooperativeMatrixPerElementOpNV: fn(row, col, element, *extra) for every element; "
            "extra matrix operands pass their element.")
 
@@ -214,7 +214,7 @@ def _infer_convert(operands, attrs, regions, loc):
     return [dst]
 
 
-define("nv.convert", _infer_convert, capabilities=("CooperativeMatrixConversionsNV",), target="vulkan",
+define("nv.convert", _infer_convert, capabilities=("CooperativeMatrixConversionsNV",), environment="vulkan",
        doc="OpCooperativeMatrixConvertNV (use change, same component type) or an "
            "Op*Convert that also changes the component type (the relaxed rule).")
 
@@ -267,7 +267,7 @@ def _infer_transpose(operands, attrs, regions, loc):
     return [dst]
 
 
-define("nv.transpose", _infer_transpose, capabilities=("CooperativeMatrixConversionsNV",), target="vulkan",
+define("nv.transpose", _infer_transpose, capabilities=("CooperativeMatrixConversionsNV",), environment="vulkan",
        doc="OpCooperativeMatrixTransposeNV: accumulator MxN -> UseB NxM, transposed.")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ...errors import CompileError, Loc
 from ...ir.core import Function, Op, walk_block
 from ...types import CoopMatType
-from ..registry import get
+from ...ir.registry import get
 
 RULE = ("SPV_NV_cooperative_matrix2: in any function used as a DecodeFunc, per-element Func or "
         "CombineFunc, and any function called by it, tangled instructions are not allowed")
@@ -23,7 +23,7 @@ _CONTROL = frozenset({"if", "loop", "yield", "condition", "return"})
 def is_tangled(op: Op) -> bool:
     if op.name in _CONTROL:
         return False
-    if get(op.name).extra.get("tangled"):
+    if get(op.name).tangled:
         return True
     return any(isinstance(v.type, CoopMatType) for v in (*op.operands, *op.results))
 

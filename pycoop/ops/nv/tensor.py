@@ -23,7 +23,7 @@ from ...types import (CLAMP_MODES, ArrayType, BufferType, CoopMatType, PointerTy
                       Layout, VectorType, alignment)
 from .. import core
 from ..core import TYPE_METHODS, as_value, constant_value
-from ..registry import define, emulation, lowering
+from ...ir.registry import define, emulation, lowering
 from . import addressing as A
 from . import decode_vector as DV
 from .tangled import check_untangled
@@ -82,7 +82,7 @@ def _infer_state(operands, attrs, regions, loc):
 for _name, _doc in [
         ("nv.create_layout", "OpCreateTensorLayoutNV: dimension, stride, span, offset 0; block size 1."),
         ("nv.create_view", "OpCreateTensorViewNV: view dimension/stride 0; clip spans all.")]:
-    define(_name, _infer_create, capabilities=TA_CAPS, target="vulkan", doc=_doc)
+    define(_name, _infer_create, capabilities=TA_CAPS, environment="vulkan", doc=_doc)
 _STATE_OPS = {
     # op: (SPIR-V opcode, NumPy semantics, doc)
     "nv.layout_dimension": ("OpTensorLayoutSetDimensionNV", A.layout_set_dimension,
@@ -100,7 +100,7 @@ _STATE_OPS = {
     "nv.view_clip": ("OpTensorViewSetClipNV", None, "Set the clip rectangle (row/col offset and span)."),
 }
 for _name, (_opc, _fn, _doc) in _STATE_OPS.items():
-    define(_name, _infer_state, capabilities=TA_CAPS, target="vulkan", doc=f"{_opc}: {_doc}")
+    define(_name, _infer_state, capabilities=TA_CAPS, environment="vulkan", doc=f"{_opc}: {_doc}")
 
 
 def _state(name: str, obj: Value, values: list, what: str, n: int, rule: str) -> Value:
@@ -525,12 +525,12 @@ def _infer_store_tensor(operands, attrs, regions, loc):
     return []
 
 
-define("nv.load_tensor", _infer_load_tensor, target="vulkan",
+define("nv.load_tensor", _infer_load_tensor, environment="vulkan",
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
        doc="OpCooperativeMatrixLoadTensorNV: elements addressed through a tensor layout (and "
            "view); clipped elements keep Object's value; Constant clamp reads the clamp value; "
            "with a decode function each element is decoded from its block.")
-define("nv.store_tensor", _infer_store_tensor, writes=0, target="vulkan",
+define("nv.store_tensor", _infer_store_tensor, writes=0, environment="vulkan",
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
        doc="OpCooperativeMatrixStoreTensorNV: clipped and (unless Undefined) out-of-bounds "
            "elements are not written.")

@@ -20,7 +20,7 @@ from ...ir.builder import current_loc, emit1, tracer
 from ...ir.core import Value
 from ...types import ArrayType, CoopMatType, ScalarType, Scope, Use, i32, u32
 from ..core import as_value
-from ..registry import define, emulation, lowering
+from ...ir.registry import define, emulation, lowering
 from . import conversion
 
 SPEC = "SPV_QCOM_cooperative_matrix_conversion"
@@ -133,7 +133,7 @@ def _infer_bitcast(operands, attrs, regions, loc):
     return [res]
 
 
-define("qcom.bitcast_array", _infer_bitcast, capabilities=CAPS, poison_aware=True, target="vulkan",
+define("qcom.bitcast_array", _infer_bitcast, capabilities=CAPS, poison_aware=True, environment="vulkan",
        doc="OpBitCastArrayQCOM: reinterpret a per-invocation array's bytes (little-endian) as "
            "another element type; the total size stays the same.")
 
@@ -195,7 +195,7 @@ def _infer_construct(operands, attrs, regions, loc):
     return [t]
 
 
-define("qcom.construct", _infer_construct, capabilities=CAPS, poison_aware=True, target="vulkan",
+define("qcom.construct", _infer_construct, capabilities=CAPS, poison_aware=True, environment="vulkan",
        doc="OpCompositeConstructCoopMatQCOM: lane i's array is row i (UseA, Accumulator) or "
            "column i (UseB) of a subgroup matrix; lanes past the matrix are ignored.")
 
@@ -264,7 +264,7 @@ def _infer_extract(operands, attrs, regions, loc):
     return [res]
 
 
-define("qcom.extract", _infer_extract, capabilities=CAPS, poison_aware=True, target="vulkan",
+define("qcom.extract", _infer_extract, capabilities=CAPS, poison_aware=True, environment="vulkan",
        doc="OpCompositeExtractCoopMatQCOM: row i (UseA, Accumulator) or column i (UseB) of a "
            "subgroup matrix to lane i; lanes past the matrix get an undefined array.")
 
@@ -339,7 +339,7 @@ def _infer_subarray(operands, attrs, regions, loc):
     return [res]
 
 
-define("qcom.extract_subarray", _infer_subarray, capabilities=CAPS, poison_aware=True, target="vulkan",
+define("qcom.extract_subarray", _infer_subarray, capabilities=CAPS, poison_aware=True, environment="vulkan",
        doc="OpExtractSubArrayQCOM: arr[start:start+length] (start may be a runtime i32/u32).")
 
 

@@ -22,15 +22,16 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..emulator.lazy import LazyBlocks, Product, as_blocks, materialized
-from ..errors import EmulatorError
-from ..ir.core import Block, Op, Value
-from ..types import BufferType, CoopMatType, Scope
-from .khr import check_addressing
-from .registry import MEMORYLESS, get
+from ...errors import EmulatorError
+from ...ir.core import Block, Op, Value
+from ...ir.registry import get
+from ...ops.khr import check_addressing
+from ...ops.khr_layout import matrix_layout
+from ...types import BufferType, CoopMatType, Scope
+from ..lazy import LazyBlocks, Product, as_blocks, materialized
 
-# Ops the fused body may contain besides the mul_add chains: pure, and reading only buffers.
-_PURE = MEMORYLESS | {"khr.load", "load"}
+# Ops the fused body may contain besides pure ops and the mul_add chains: loads of buffers.
+_LOADS = ("khr.load", "load")
 _MAX_ELEMENTS = 1 << 22          # per-chunk size of the (T, W, I) scalar arrays
 
 
@@ -65,12 +66,16 @@ class _Factored:
         """(the distinct blocks converted to `dtype`, index per instance)."""
         if "set" not in self.wide:
             self.wide["set"] = self.memory.block_set(self.ctx, self.op, self.offs, self.stride,
-                                                     self.op.attrs["layout"], self.active,
+                                                     _layout(self.op), self.active,
                                                      self.op.result.type)
         blocks, index = self.wide["set"]
         if dtype not in self.wide:
             self.wide[dtype] = np.asarray(blocks, dtype)
         return self.wide[dtype], index
+
+
+def _layout(load: Op):
+    return matrix_layout(load.result.type, load.attrs["layout"])
 
 
 _PLANS: "weakref.WeakKeyDictionary[Op, _Plan | None]" = weakref.WeakKeyDictionary()
@@ -126,9 +131,9 @@ def _analyse(op: Op) -> _Plan | None:
     for o in body.ops[:-1]:
         if o in chained or o is nxt:
             continue
-        if o.name not in _PURE or any(v in tainted for v in o.operands):
+        if not (get(o.name).pure or o.name in _LOADS) or any(v in tainted for v in o.operands):
             return None
-        if o.name in ("khr.load", "load") and not isinstance(o.operands[0].type, BufferType):
+        if o.name in _LOADS and not isinstance(o.operands[0].type, BufferType):
             return None
         others.append(o)
     for c in chains:
@@ -323,7 +328,7 @@ def _run_chunk(ctx, p: _Plan, body: Block, iv: np.ndarray, accs: list, compresse
         k = (key, o) if inv and all(v in inv or v in ctx.invariant for v in addr) else None
         if o in p.factored:
             sub.env[o.result] = _factored_load(ctx, sub, o, k)
-        elif k is not None and o.name in MEMORYLESS:
+        elif k is not None and get(o.name).pure:
             sub.env[o.result] = ctx.memo.get_or(k, lambda: get(o.name).emulate(
                 sub, o, *[sub.env[v] for v in o.operands]))
             inv.add(o.result)
@@ -422,7 +427,7 @@ def _factored_load(ctx, sub, o: Op, key: tuple | None) -> _Factored:
         active = sub.scope_active(t.scope, o)
         check_addressing(sub, o, t, o.attrs["layout"], o.operands[0].type.elem.size, offs, strd,
                          active, "cooperative matrix load")
-        offs = mem.check_block(sub, o, t, offs, strd, o.attrs["layout"], active,
+        offs = mem.check_block(sub, o, t, offs, strd, _layout(o), active,
                                "cooperative matrix load")
         return offs, np.asarray(strd), active
 
@@ -491,7 +496,7 @@ def _find_window(x: _Factored, t: int, inst: tuple[int, int], use: str) -> _Wind
         return None
     mt: CoopMatType = x.op.result.type
     r, c, s = mt.rows, mt.cols, int(st[0])
-    si, sj = (s, 1) if x.op.attrs["layout"] == "RowMajorKHR" else (1, s)   # element (i, j)
+    si, sj = _layout(x.op).element_steps(s)                               # element (i, j)
     step = c * sj if use == "A" else r * si                               # the next block
     o = np.broadcast_to(_by_iteration(x.offs, t, inst[0]), (t,) + inst).reshape(t, -1)
     if not (o == o[:1] + step * np.arange(t)[:, None]).all():
