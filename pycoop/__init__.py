@@ -11,7 +11,8 @@ from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import (ArgumentError, BackendFallbackWarning, BackendUnavailable, CompileError,
                      EmulatorError, KernelFault, PycoopError)
 from .frontend.control import kernel_range as range  # noqa: A001  (pycoop.range)
-from .frontend.kernel import CompiledKernel, Const, Kernel, LaunchResult, __version__, func, kernel
+from .frontend.kernel import CompiledKernel, Const, Kernel, LaunchResult, func, kernel
+from .version import __version__
 from .ops.core import (abs_ as abs, barrier, bitcast, cast, ceil, cos, exp, exp2, floor, fma, global_invocation_id,
                        local_invocation_id, local_invocation_index, log, log2, maximum as max,
                        minimum as min, num_subgroups, num_workgroups, rsqrt, select, shared, sin,

@@ -19,15 +19,15 @@ import tempfile
 from pathlib import Path
 
 from . import knobs
-from .codegen.lower import Lowered, lower
+from .codegen import extensions
+from .codegen.lower import Lowered
+from .codegen.targets import Target, target_of
 from .ir.core import Module
 from .ir.printer import print_module
+from .spirv.errors import SpirvValidationError
 from .spirv.tools import validate
+from .version import __version__
 
-TARGET = "vulkan1.3"
-# target -> spirv-val target environment; a module containing an OpenCL-only op (intel.*)
-# is lowered by pycoop.codegen.opencl and validated as OpenCL.
-VALIDATOR_ENV = {"vulkan": TARGET, "opencl": "opencl2.2"}
 _memory: dict[str, Lowered] = {}
 _log = logging.getLogger(__name__)        # disk hits, stores and evictions, at DEBUG level
 
@@ -43,31 +43,30 @@ def _compiler_hash() -> str:
     return h.hexdigest()
 
 
-def _key(module: Module, target: str = "vulkan", decode_vector: bool = True,
+def _key(module: Module, target: Target | None = None, omit: frozenset[str] = frozenset(),
          debug_info: bool = True, abi: str = "device_address", checked: bool = False) -> str:
-    from .frontend.kernel import __version__
+    target = target or target_of(module)
     text = print_module(module, locs=False)
     # OpLine operands, and a checked module's fault table, name the full path, line and column
     # of every op: the key includes them
     if debug_info or checked:
         text += "".join(f"\n{op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc else "\n-"
                         for op in module.walk())
-    variant = ("" if decode_vector else "decode_vector=stripped\n") + f"abi={abi}\n" \
+    variant = "".join(f"omit={e}\n" for e in sorted(omit)) + f"abi={abi}\n" \
         + ("debug_info\n" if debug_info else "") + ("checked\n" if checked else "")
-    return hashlib.sha256(f"pycoop {__version__} {_compiler_hash()}\n{VALIDATOR_ENV[target]}\n"
+    return hashlib.sha256(f"pycoop {__version__} {_compiler_hash()}\n{target.validator_env}\n"
                           f"{variant}{text}".encode()).hexdigest()
 
 
-def lower_cached(module: Module, *, decode_vector: bool = True, debug_info: bool = True,
+def lower_cached(module: Module, *, omit: frozenset[str] = frozenset(), debug_info: bool = True,
                  abi: str = "device_address", checked: bool = False) -> Lowered:
-    """Lowered and validated module. `decode_vector=False`: DecodeVectorFunc operands stripped
-    (validated by spirv-val). With them kept, modules using decode_vector are checked by
-    pycoop.ops.nv.decode_vector.check_module, and by spirv-val only if it knows the extension.
+    """The module lowered for its target and validated. `omit`: optional extensions left out
+    (codegen.extensions). A module using an extension with its own check (its record's
+    `check`) is checked by it, and by spirv-val only if spirv-val knows the extension.
     `checked=True`: the bounds-checked module of checked launches (codegen/checked.py)."""
-    from .codegen.opencl import lower_opencl, module_target
-    target = module_target(module)
-    checked = checked and target == "vulkan"      # OpenCL-environment kernels are not guarded
-    key = _key(module, target, decode_vector, debug_info, abi, checked)
+    target = target_of(module)
+    checked = checked and target.checked      # OpenCL-environment kernels are not guarded
+    key = _key(module, target, omit, debug_info, abi, checked)
     hit = _memory.get(key)
     if hit is not None:
         return hit
@@ -86,24 +85,18 @@ def lower_cached(module: Module, *, decode_vector: bool = True, debug_info: bool
                 return low
         except (OSError, ValueError, KeyError):
             pass          # unreadable entry: rebuild and overwrite it
-    if target == "opencl":
-        low = lower_opencl(module, debug_info)
-    else:
-        low = lower(module, decode_vector, debug_info=debug_info, abi=abi, checked=checked)
-    from .ops.nv import decode_vector as DV
-    if "SPV_NV_cooperative_matrix_decode_vector" in low.extensions:
-        problems = DV.check_module(low.spv)
+    low = target.lower(module, omit, debug_info=debug_info, abi=abi, checked=checked)
+    own = [e for e in extensions.used(low.extensions) if e.check is not None]
+    for ext in own:
+        problems = ext.check(low.spv)
         if problems:
-            from .spirv.errors import SpirvValidationError
-            raise SpirvValidationError("pycoop decode_vector check: " + "; ".join(problems))
-        if DV.validator_supports():
-            validate(low.spv, VALIDATOR_ENV[target])
-        else:
-            low.notes.append("the full module (with DecodeVectorFunc) was checked by pycoop's own "
-                             "decode_vector verifier: the installed spirv-val predates "
-                             "SPV_NV_cooperative_matrix_decode_vector")
+            raise SpirvValidationError(f"pycoop's {ext.name} check: " + "; ".join(problems))
+    unknown = [e.name for e in own if not e.validator_knows()]
+    if unknown:
+        low.notes.append(f"the module was checked by pycoop's own verifier of {', '.join(unknown)}: "
+                         "the installed spirv-val predates it")
     else:
-        validate(low.spv, VALIDATOR_ENV[target])
+        validate(low.spv, target.validator_env)
     _memory[key] = low
     if path is not None:
         _store(path, key, low)

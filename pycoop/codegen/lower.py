@@ -1,8 +1,10 @@
-"""Lowering of a traced IR module to a SPIR-V 1.6 Vulkan compute module.
+"""The lowering context every op lowering writes through: ids of values and types,
+constants, instruction emission, blocks, built-ins, memory access and functions.
 
-This file knows the module-level structure (types, the push-constant ABI, built-ins, regions
-and blocks); what each op becomes is in that op's registry entry. Capabilities and extensions
-are collected from the types and ops actually used.
+What each op becomes is in that op's registry record; the module around the ops (entry point,
+ABI, memory model, requirements) is the target's (codegen.vulkan, codegen.opencl), which
+subclasses this context where its environment differs. Capabilities and extensions are
+collected from the types and ops actually used.
 """
 from __future__ import annotations
 
@@ -16,8 +18,6 @@ from ..spirv.builder import ModuleBuilder
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType,
                      StorageClass, StructType, TensorLayoutType, TensorViewType, Type, VectorType,
                      bool_, u32)
-from . import abi as abi_mod
-from . import checked as checked_mod
 from . import float_modes
 
 # Capabilities that SPIR-V 1.6 has in core: their extensions need no OpExtension.
@@ -30,38 +30,14 @@ _TYPE_CAPS = {("float", 16, None): ("Float16",), ("float", 64, None): ("Float64"
               ("float", 8, "Float8E4M3EXT"): ("Float8EXT",), ("float", 8, "Float8E5M2EXT"): ("Float8EXT",)}
 _STORAGE_CAPS = {1: "StorageBuffer8BitAccess", 2: "StorageBuffer16BitAccess"}
 _GNU_BUILTINS = {"SubgroupId", "SubgroupLocalInvocationId", "SubgroupSize", "NumSubgroups"}
-# Vulkan device features that enable each SPIR-V capability (VkPhysicalDevice*Features names).
-_FEATURES = {
-    "Float16": "shaderFloat16", "Float64": "shaderFloat64", "Int8": "shaderInt8",
-    "Int16": "shaderInt16", "Int64": "shaderInt64",
-    "StorageBuffer8BitAccess": "storageBuffer8BitAccess",
-    "StorageBuffer16BitAccess": "storageBuffer16BitAccess",
-    "VulkanMemoryModel": "vulkanMemoryModel", "PhysicalStorageBufferAddresses": "bufferDeviceAddress",
-    "VulkanMemoryModelDeviceScope": "vulkanMemoryModelDeviceScope",
-    "CooperativeMatrixKHR": "cooperativeMatrix", "BFloat16TypeKHR": "shaderBFloat16Type",
-    "BFloat16CooperativeMatrixKHR": "shaderBFloat16CooperativeMatrix", "Float8EXT": "shaderFloat8",
-    "Float8CooperativeMatrixEXT": "shaderFloat8CooperativeMatrix",
-    "CooperativeMatrixReductionsNV": "cooperativeMatrixReductions",
-    "CooperativeMatrixConversionsNV": "cooperativeMatrixConversions",
-    "CooperativeMatrixPerElementOperationsNV": "cooperativeMatrixPerElementOperations",
-    "CooperativeMatrixTensorAddressingNV": "cooperativeMatrixTensorAddressing",
-    "CooperativeMatrixBlockLoadsNV": "cooperativeMatrixBlockLoads",
-    "CooperativeMatrixConversionQCOM": "cooperativeMatrixConversion",
-    "CooperativeMatrixDecodeVectorNV": "cooperativeMatrixDecodeVector",
-}
-
-# Vulkan device extensions that expose each SPIR-V extension.
-_VK_EXTENSIONS = {
-    "SPV_KHR_cooperative_matrix": "VK_KHR_cooperative_matrix",
-    "SPV_NV_cooperative_matrix2": "VK_NV_cooperative_matrix2",
-    "SPV_NV_tensor_addressing": "VK_NV_cooperative_matrix2",
-    "SPV_NV_cooperative_matrix_decode_vector": "VK_NV_cooperative_matrix_decode_vector",
-    "SPV_KHR_bfloat16": "VK_KHR_shader_bfloat16", "SPV_EXT_float8": "VK_EXT_shader_float8",
-    "SPV_QCOM_cooperative_matrix_conversion": "VK_QCOM_cooperative_matrix_conversion",
-    "SPV_EXT_shader_atomic_float_add": "VK_EXT_shader_atomic_float",
-    "SPV_EXT_shader_atomic_float_min_max": "VK_EXT_shader_atomic_float2",
-    "SPV_EXT_shader_atomic_float16_add": "VK_EXT_shader_atomic_float2",
-}
+def coopmat_capabilities(t: CoopMatType) -> tuple[str, ...]:
+    """The capabilities a cooperative-matrix type needs (by its component type)."""
+    caps = ["CooperativeMatrixKHR"]
+    if t.component.encoding == "BFloat16KHR":
+        caps.append("BFloat16CooperativeMatrixKHR")
+    elif t.component.encoding:
+        caps.append("Float8CooperativeMatrixEXT")
+    return tuple(caps)
 
 
 def component_name(t: ScalarType) -> str:
@@ -83,8 +59,10 @@ class LowerCtx:
     """What op lowerings use: ids of values and types, constants, instruction emission, blocks."""
 
     target = "vulkan"            # the SPIR-V client environment (OpenCLLowerCtx: "opencl")
+    spirv_version = (1, 6)
+    math_set = ("GLSL.std.450", "glsl.std.450")    # (OpExtInstImport name, grammar name)
 
-    def __init__(self, module: Module, decode_vector: bool = True, debug_info: bool = False,
+    def __init__(self, module: Module, omit: frozenset[str] = frozenset(), debug_info: bool = False,
                  descriptors: bool = False):
         self.module = module
         self.debug_info = debug_info          # OpLine for the instructions of each op
@@ -92,14 +70,14 @@ class LowerCtx:
         self.buffer_storage = StorageClass.StorageBuffer if descriptors else \
             StorageClass.PhysicalStorageBuffer
         self.checks = None                   # codegen.checked.Guards in a checked lowering
-        # False: leave DecodeVectorFunc operands out (SPV_NV_cooperative_matrix_decode_vector)
-        self.decode_vector = decode_vector
-        self.stripped_functions: set = set()
-        self.b = ModuleBuilder((1, 6))
+        # optional extensions left out (codegen.extensions): their ops lower without them
+        self.omit = omit
+        self.dropped: dict[str, set] = {}   # extension -> functions only its left-out uses called
+        self.b = ModuleBuilder(self.spirv_version)
         self.ids: dict[Value, int] = {}
         self._types: dict[Type, int] = {}
         self._builtins: dict[str, int] = {}
-        self._glsl: int | None = None
+        self._math: int | None = None
         self.interface: list[int] = []
         self.current_label: int | None = None
         self.caps: set[str] = set()
@@ -153,12 +131,11 @@ class LowerCtx:
                 self.need("LongVectorEXT")
             return b.type("OpTypeVector", self.type_id(t.elem), t.count)
         if isinstance(t, CoopMatType):
-            from ..ops.khr import _type_caps
             self.coopmat_types.add((t.rows, t.cols, {"MatrixAKHR": "A", "MatrixBKHR": "B"}.get(
                 t.use.value, "Accumulator"), component_name(t.component), t.scope.value.lower()))
             self.uses_subgroup |= t.scope.value == "Subgroup"
             self.workgroup_scope |= t.scope.value == "Workgroup"
-            for cap in _type_caps(t):
+            for cap in coopmat_capabilities(t):
                 self.need(cap)
             return b.type("OpTypeCooperativeMatrixKHR", self.type_id(t.component),
                           self.const(u32, self.enum("Scope", t.scope.value)),
@@ -287,9 +264,13 @@ class LowerCtx:
         return patch
 
     def glsl(self, name: str, result_type: Type, *args: int) -> int:
-        if self._glsl is None:
-            self._glsl = self.b.ext_inst_import("GLSL.std.450")
-        return self.emit("OpExtInst", result_type, self._glsl, glsl_opcode(name), *args)
+        """A math instruction, named as in GLSL.std.450, from the target's math set."""
+        if self._math is None:
+            self._math = self.b.ext_inst_import(self.math_set[0])
+        return self.emit("OpExtInst", result_type, self._math, self.math_opcode(name), *args)
+
+    def math_opcode(self, name: str) -> int:
+        return grammar.ext_inst_set(self.math_set[1])[name]
 
     # ---------------------------------------------------------------- blocks
     def new_label(self) -> int:
@@ -403,137 +384,20 @@ class LowerCtx:
         return var
 
 
-_GLSL: dict[str, int] | None = None
-
-
-def glsl_opcode(name: str) -> int:
-    """Instruction number in the GLSL.std.450 extended instruction set (from its grammar)."""
-    global _GLSL
-    if _GLSL is None:
-        _GLSL = grammar.ext_inst_set("glsl.std.450")
-    return _GLSL[name]
-
-
-def lower(module: Module, decode_vector: bool = True, *, debug_info: bool = True,
-          abi: str = "device_address", checked: bool = False) -> Lowered:
-    """`decode_vector=False` strips DecodeVectorFunc operands and their functions (the
-    module stays correct: DecodeFunc alone is a valid implementation of the load).
-    `debug_info`: OpSource/OpString/OpLine map instructions to the kernel's source lines.
-    `abi`: "device_address" (buffers as device addresses in push constants) or "descriptors"
-    (buffers as StorageBuffer bindings of set 0, scalars in push constants); see abi.py.
-    `checked`: buffer accesses are bounds-guarded (codegen/checked.py; the ABI grows)."""
-    descriptors = abi_mod.check_abi(abi) == "descriptors"
-    ctx = LowerCtx(module, decode_vector, debug_info, descriptors)
-    guards = ctx.checks = checked_mod.Guards(ctx, checked_mod.param_names(module)) if checked else None
-    b = ctx.b
-    # descriptor modules use Logical addressing unless a pointer (decode functions) needs addresses
-    for cap in ("Shader", "VulkanMemoryModel") + (() if descriptors else ("PhysicalStorageBufferAddresses",)):
-        ctx.need(cap)
-    fn = module.kernel
-    ptypes = [p.type for p in fn.params]
-    layout = abi_mod.layout(module.param_names, ptypes, abi, checked)
-    layout["spec_constants"] = abi_mod.spec_constants(module)
-
-    if descriptors:
-        for p, a in zip(fn.params, layout["args"]):
-            if a["kind"] != "buffer":
-                continue
-            var = b.global_inst("OpVariable", ctx.type_id(p.type), "StorageBuffer")
-            b.decorate(var, "DescriptorSet", a["set"])
-            b.decorate(var, "Binding", a["binding"])
-            if p.type.access == "write":
-                b.decorate(var, "NonReadable")
-            b.name(var, a["name"])
-            ctx.set(p, var)
-            ctx.interface.append(var)
-        members = [(p, ctx.type_id(p.type)) for p in fn.params if not isinstance(p.type, BufferType)]
-        entries = [a for a in layout["args"] if a["kind"] != "buffer"]
-    else:
-        members = [(p, ctx.type_id(p.type)) for p in fn.params]
-        entries = layout["args"]
-    # the argument block: a push-constant struct, or a pointer to it in an argument buffer
-    # checked: the fault record's address, then the buffers' element counts
-    extra_members = ([guards.record_type()] + [ctx.type_id(u32)] * len(layout["checked"]["counts"])
-                     if checked else [])
-    block = (b.type("OpTypeStruct", *(m for _, m in members), *extra_members, unique=True)
-             if members or extra_members else None)
-    if block is not None:
-        b.decorate(block, "Block")
-        for i, a in enumerate(entries):
-            b.member_decorate(block, i, "Offset", a["offset"])
-            b.member_name(block, i, a["name"])
-        if checked:
-            guards.declare_members(block, len(layout["args"]), layout["checked"])
-        b.name(block, "Args")
-        if layout["mode"] == "arg_buffer":
-            holder = b.type("OpTypeStruct", b.type("OpTypePointer", "PhysicalStorageBuffer", block),
-                            unique=True)
-            b.decorate(holder, "Block")
-            b.member_decorate(holder, 0, "Offset", 0)
-        else:
-            holder = block
-        pc_var = b.global_inst("OpVariable", b.type("OpTypePointer", "PushConstant", holder),
-                               "PushConstant")
-        ctx.interface.append(pc_var)
-
-    void = b.type("OpTypeVoid")
-    main = b.begin_function(void, None, "None", b.type("OpTypeFunction", void))
-    ctx.begin_block(b.label())
-    if block is not None:
-        base, storage = pc_var, "PushConstant"
-        if layout["mode"] == "arg_buffer":
-            pp = b.type("OpTypePointer", "PhysicalStorageBuffer", block)
-            slot = b.emit("OpAccessChain", b.type("OpTypePointer", "PushConstant", pp), pc_var,
-                          ctx.const(u32, 0))
-            base, storage = b.emit("OpLoad", pp, slot), "PhysicalStorageBuffer"
-        for i, (p, mid) in enumerate(members):
-            slot = b.emit("OpAccessChain", b.type("OpTypePointer", storage, mid), base, ctx.const(u32, i))
-            extra = ["Aligned", 8 if isinstance(p.type, BufferType) else p.type.size] \
-                if storage == "PhysicalStorageBuffer" else []
-            ctx.set(p, b.emit("OpLoad", mid, slot, *extra))
-            b.name(ctx.id(p), entries[i]["name"])
-        if checked:
-            guards.load_members(base, storage, len(fn.params), extra_members)
-    if ctx.lower_region(fn.body, []) is not None:
-        b.emit("OpReturn")
-    b.end_function()
-    ctx.checks = None      # called functions (decode callbacks): unguarded, the counts live in main
+def lower_functions(ctx: LowerCtx, module: Module) -> None:
+    """Lower the functions ops call (decode, combine, per-element functions), except those
+    only left-out extension uses called."""
+    dropped = set().union(*ctx.dropped.values())
     for f in module.functions:
-        if f in ctx.stripped_functions and f not in ctx._functions:
+        if f in dropped and f not in ctx._functions:
             continue
         ctx.lower_function(f)
-    b.memory_model("PhysicalStorageBuffer64" if "PhysicalStorageBufferAddresses" in ctx.caps
-                   else "Logical", "Vulkan")
-    b.entry_point("GLCompute", main, "main", ctx.interface)
-    b.execution_mode(main, "LocalSize", *module.workgroup_size)
-    fp_modes = float_modes.execution_modes(ctx.fp, ctx.float_widths)
-    for mode, width in fp_modes:
-        ctx.need(mode)
-        b.execution_mode(main, mode, width)
-    shared_bytes = sum(v.type.elem.size * v.type.length for v in module.shared)
-    reqs = {
-        "capabilities": sorted(ctx.caps),
-        "extensions": sorted({_VK_EXTENSIONS[e] for e in b.extensions if e in _VK_EXTENSIONS}),
-        "features": sorted({_FEATURES[c] for c in ctx.caps if c in _FEATURES} | ctx.features
-                           | ({"cooperativeMatrixWorkgroupScope"} if ctx.workgroup_scope else set())),
-        "coopmat_shapes": sorted(ctx.coopmat_shapes),
-        "coopmat_types": sorted(ctx.coopmat_types),
-        "workgroup_invocations": module.workgroup_size[0] * module.workgroup_size[1] * module.workgroup_size[2],
-        "shared_memory": shared_bytes,
-        "push_constants": 8 if layout["mode"] == "arg_buffer" else layout["size"],
-        "float_controls": [float_modes.device_property(m, w) for m, w in fp_modes],
-        "fp": ctx.fp,
-    }
-    if ctx.subgroup_operations:
-        reqs["subgroup_operations"] = sorted(ctx.subgroup_operations)
-    if ctx.uses_subgroup:
-        reqs["subgroup_size"] = module.subgroup_size
-        layout["required_subgroup_size"] = module.subgroup_size
-    notes = []
-    if ctx.stripped_functions:
-        notes.append(f"stripped the DecodeVectorFunc operands ({len(ctx.stripped_functions)} "
-                     "decode_vector function(s)) of SPV_NV_cooperative_matrix_decode_vector: the "
-                     "target lacks the extension; those tensor loads use their DecodeFunc only")
-    if checked:
-        layout["checked"]["ops"] = guards.ops
-    return Lowered(b.assemble(), layout, sorted(ctx.caps), b.extensions, reqs, notes)
+
+
+def base_requirements(ctx: LowerCtx, module: Module) -> dict:
+    """The requirements every target lists: capabilities, workgroup size, shared memory,
+    cooperative-matrix shapes."""
+    wg = module.workgroup_size
+    return {"capabilities": sorted(ctx.caps), "workgroup_invocations": wg[0] * wg[1] * wg[2],
+            "shared_memory": sum(v.type.elem.size * v.type.length for v in module.shared),
+            "coopmat_shapes": sorted(ctx.coopmat_shapes)}

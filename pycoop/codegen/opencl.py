@@ -1,7 +1,7 @@
-"""Lowering of a traced IR module to an OpenCL-environment SPIR-V kernel (SPIR-V 1.2).
+"""The OpenCL target: a traced module as an OpenCL-environment SPIR-V kernel (SPIR-V 1.2).
 
 Used for kernels whose IR contains an op that only exists in the OpenCL (Kernel) environment
-(registry entries defined with ``target="opencl"``: the ``intel.*`` 2D block IO ops, whose base
+(registry records with ``environment="opencl"``: the ``intel.*`` 2D block IO ops, whose base
 pointers must be CrossWorkgroup pointers). The IR and front end are the Vulkan target's; what
 differs is the module header and the ABI:
 
@@ -21,76 +21,34 @@ Every op lowering of the Vulkan target is reused through the LowerCtx interface
 """
 from __future__ import annotations
 
-from ..errors import CompileError
 from ..ir.core import Module
-from ..ir.registry import get
 from ..spirv import grammar
-from ..spirv.builder import ModuleBuilder
 from ..types import SCALARS, BufferType, ScalarType, SharedArrayType, StorageClass, Type, VectorType, i64, u32, u64
-from .lower import Lowered, LowerCtx
+from .lower import Lowered, LowerCtx, base_requirements, lower_functions
 
-TARGET = "opencl"
+NAME = "opencl"
 SPIRV_VERSION = (1, 2)
 VALIDATOR_ENV = "opencl2.2"      # SubgroupDispatch (required subgroup size) needs OpenCL 2.2 / SPIR-V 1.2
 
-# GLSL.std.450 names used by the core ops -> OpenCL.std instruction numbers
-# (extinst.opencl.std.100.grammar.json).
+# GLSL.std.450 names used by the core ops -> their OpenCL.std names (numbers from the grammar)
 _OPENCL_STD = {
-    "FMin": 28, "SMin": 158, "UMin": 159, "FMax": 27, "SMax": 156, "UMax": 157, "Pow": 48,
-    "FAbs": 23, "SAbs": 141, "Exp": 19, "Exp2": 20, "Log": 37, "Log2": 38, "Sqrt": 61,
-    "InverseSqrt": 56, "Sin": 57, "Cos": 14, "Tanh": 63, "Floor": 25, "Ceil": 12, "Trunc": 66,
+    "FMin": "fmin", "SMin": "s_min", "UMin": "u_min", "FMax": "fmax", "SMax": "s_max",
+    "UMax": "u_max", "Pow": "pow", "FAbs": "fabs", "SAbs": "s_abs", "Exp": "exp", "Exp2": "exp2",
+    "Log": "log", "Log2": "log2", "Sqrt": "sqrt", "InverseSqrt": "rsqrt", "Sin": "sin",
+    "Cos": "cos", "Tanh": "tanh", "Floor": "floor", "Ceil": "ceil", "Trunc": "trunc", "Fma": "fma",
 }
 # OpenCL built-in types: the id built-ins are size_t (64-bit in Physical64), the subgroup ones uint.
 _SIZE_T_BUILTINS = {"WorkgroupId", "LocalInvocationId", "GlobalInvocationId", "NumWorkgroups",
                     "LocalInvocationIndex"}
 
 
-_ENVIRONMENT = {"opencl": "OpenCL", "vulkan": "Vulkan"}
-
-
-def _bound_op(op) -> str:
-    """`op` and the extension that binds it to one environment, for messages."""
-    exts = []
-    for c in get(op.name).capabilities:
-        exts += [e for e in grammar.extensions_of_capability(c)[:1]
-                 if e not in exts and e != "SPV_KHR_cooperative_matrix"]
-    return f"{op.name} ({', '.join(exts)})" if exts else op.name
-
-
-def module_target(module: Module) -> str:
-    """The client environment of the module: "opencl" if an op exists only there (registry
-    entries with ``target="opencl"``: Intel 2D block IO), else "vulkan". Ops bound to Vulkan
-    (``target="vulkan"``: NV coopmat2 / tensor addressing, QCOM conversion) cannot share a
-    module with OpenCL-only ones: the first op, in program order, whose environment differs
-    from an earlier op's is a CompileError at its line."""
-    first = None
-    for op in module.walk():
-        env = get(op.name).environment
-        if env is None:
-            continue
-        if first is None:
-            first, first_env = op, env
-        elif env != first_env:
-            raise CompileError(
-                f"{_bound_op(op)} exists only in the {_ENVIRONMENT[env]} environment, but this "
-                f"kernel also uses {_bound_op(first)} (line {first.loc.line}), which exists only in "
-                f"the {_ENVIRONMENT[first_env]} environment", op.loc,
-                rule="a SPIR-V module has one client environment: SPV_INTEL_2d_block_io needs "
-                     "OpenCL (CrossWorkgroup base pointers); SPV_NV_cooperative_matrix2, "
-                     "SPV_NV_tensor_addressing and SPV_QCOM_cooperative_matrix_conversion are "
-                     "Vulkan extensions (PhysicalStorageBuffer / Vulkan memory model)",
-                hint="split the work into two kernels, one per environment",
-                rule_id="target.mixed-environments")
-    return first_env if first is not None else "vulkan"
-
-
 class OpenCLLowerCtx(LowerCtx):
-    target = TARGET
+    target = NAME
+    spirv_version = SPIRV_VERSION
+    math_set = ("OpenCL.std", "opencl.std.100")
 
     def __init__(self, module: Module, debug_info: bool = False):
         super().__init__(module, debug_info=debug_info)
-        self.b = ModuleBuilder(SPIRV_VERSION)
-        self._ocl: int | None = None
         self._result_types: dict[int, int] = {}     # result id -> type id (to elide no-op bitcasts)
 
     # ---------------------------------------------------------------- types
@@ -122,10 +80,8 @@ class OpenCLLowerCtx(LowerCtx):
         pass        # 8/16-bit storage capabilities are Vulkan's; Kernel allows them with Int8/Int16
 
     # ---------------------------------------------------------------- math
-    def glsl(self, name: str, result_type: Type, *args: int) -> int:
-        if self._ocl is None:
-            self._ocl = self.b.ext_inst_import("OpenCL.std")
-        return self.emit("OpExtInst", result_type, self._ocl, _OPENCL_STD[name], *args)
+    def math_opcode(self, name: str) -> int:
+        return super().math_opcode(_OPENCL_STD[name])
 
     # ---------------------------------------------------------------- memory
     def builtin_value(self, name: str, is_vec: bool) -> int:
@@ -180,9 +136,13 @@ def _arg_entry(name: str, t: Type, index: int) -> dict:
     return {"name": name, "index": index, "kind": "scalar", "size": t.size, "dtype": str(t.dtype)}
 
 
-def lower_opencl(module: Module, debug_info: bool = True) -> Lowered:
+def lower_opencl(module: Module, omit: frozenset[str] = frozenset(), *, debug_info: bool = True,
+                 abi: str = "opencl", checked: bool = False) -> Lowered:
     """The OpenCL-environment SPIR-V module of a traced kernel (validate with VALIDATOR_ENV);
-    `debug_info`: OpSource/OpString/OpLine, as for Vulkan."""
+    `debug_info`: OpSource/OpString/OpLine, as for Vulkan. The other options of the Vulkan
+    target have no meaning here: no optional extension applies to OpenCL modules (`omit`),
+    the ABI is the kernel's own parameter list (`abi`), and OpenCL kernels run on the emulator,
+    which checks every access itself (`checked`)."""
     ctx = OpenCLLowerCtx(module, debug_info)
     b = ctx.b
     for cap in ("Addresses", "Kernel", "Int64", "SubgroupDispatch"):
@@ -203,26 +163,17 @@ def lower_opencl(module: Module, debug_info: bool = True) -> Lowered:
     if ctx.lower_region(fn.body, []) is not None:
         b.emit("OpReturn")
     b.end_function()
-    for f in module.functions:
-        ctx.lower_function(f)
+    lower_functions(ctx, module)
     b.entry_point("Kernel", kernel_fn, fn.name, ctx.interface)
     b.execution_mode(kernel_fn, "LocalSize", *module.workgroup_size)
     b.execution_mode(kernel_fn, "SubgroupSize", module.subgroup_size)
     b.name(kernel_fn, fn.name)
-    abi = {"target": TARGET, "entry_point": fn.name, "execution_model": "Kernel",
+    abi = {"target": NAME, "entry_point": fn.name, "execution_model": "Kernel",
            "spirv_version": "%d.%d" % SPIRV_VERSION, "addressing_model": "Physical64",
            "memory_model": "OpenCL",
            "args": [_arg_entry(n, p.type, i) for i, (n, p) in enumerate(zip(module.param_names, fn.params))],
            "required_subgroup_size": module.subgroup_size,
            "local_size": list(module.workgroup_size)}
-    shared_bytes = sum(v.type.elem.size * v.type.length for v in module.shared)
-    reqs = {
-        "target": TARGET,
-        "capabilities": sorted(ctx.caps),
-        "extensions": b.extensions,
-        "subgroup_size": module.subgroup_size,
-        "workgroup_invocations": module.workgroup_size[0] * module.workgroup_size[1] * module.workgroup_size[2],
-        "shared_memory": shared_bytes,
-        "coopmat_shapes": sorted(ctx.coopmat_shapes),
-    }
+    reqs = {"target": NAME, **base_requirements(ctx, module), "extensions": b.extensions,
+            "subgroup_size": module.subgroup_size}
     return Lowered(b.assemble(), abi, sorted(ctx.caps), b.extensions, reqs)

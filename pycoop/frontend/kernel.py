@@ -16,12 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from .. import knobs
+from ..cache import lower_cached
+from ..codegen import extensions
 from ..errors import ArgumentError, CompileError, Loc, entry_point, is_internal, user_frames
 from ..ir.builder import Tracer, current_loc, emit1, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
-from ..ir.registry import get
+from ..ir.registry import environment_of, get
 from ..codegen.float_modes import DEFAULT_FP, FP_MODES
 from ..runtime import interop
 from ..runtime.arrays import Array, asarray, synchronize, vulkan_runtime
@@ -30,7 +32,10 @@ from ..types import (BufferType, CoopMatType, ScalarType, SpecType, StructType, 
                      memory_element)
 from .transform import transform
 
-__version__ = "0.1.0"
+from ..version import __version__
+
+# the optional extension behind `CompiledKernel.decode_vector` (kept in, or stripped from, .spv)
+_DECODE_VECTOR = "SPV_NV_cooperative_matrix_decode_vector"
 
 
 class _ConstMarker:
@@ -368,8 +373,7 @@ class Kernel:
                             [p.name for p in self.params if p.is_runtime], shared=t.shared,
                             functions=t.functions, fp=self.fp)
             verify(module)
-            from ..codegen.opencl import module_target
-            module_target(module)       # one client environment per module (else CompileError)
+            environment_of(module)      # one client environment per module (else CompileError)
             return module
         except CompileError as e:
             raise _strip(e) from None
@@ -666,8 +670,7 @@ class CompiledKernel:
     def target(self) -> str:
         """"vulkan" (GLCompute, push-constant ABI) or "opencl" (Kernel entry point with
         CrossWorkgroup pointer arguments): kernels using pycoop.intel ops target OpenCL."""
-        from ..codegen.opencl import module_target
-        return module_target(self.module)
+        return environment_of(self.module)
 
     @functools.cached_property
     @entry_point
@@ -675,32 +678,33 @@ class CompiledKernel:
         return print_module(self.module)
 
     @functools.cached_property
+    def omitted(self) -> frozenset[str]:
+        """Optional extensions the module uses that `.spv` leaves out (`.spv_full` keeps them):
+        each extension's record decides (codegen.extensions), e.g. DecodeVectorFunc operands
+        under PYCOOP_DECODE_VECTOR."""
+        if self.target != "vulkan":
+            return frozenset()
+        return frozenset(e for e in extensions.optional_in(self.module)
+                         if not extensions.get(e).keep())
+
+    @functools.cached_property
     def decode_vector(self) -> str | None:
         """None if no tensor load uses decode_vector; else "kept" (`.spv` has the
         DecodeVectorFunc operands) or "stripped" (PYCOOP_DECODE_VECTOR=strip, or "auto" with a
         spirv-val that predates SPV_NV_cooperative_matrix_decode_vector)."""
-        from ..ops.nv import decode_vector as DV
-        if self.target != "vulkan" or not DV.uses_decode_vector(self.module):
+        if self.target != "vulkan" or _DECODE_VECTOR not in extensions.optional_in(self.module):
             return None
-        mode = knobs.decode_vector_mode()
-        keep = mode == "keep" or (mode == "auto" and DV.validator_supports())
-        return "kept" if keep else "stripped"
+        return "stripped" if _DECODE_VECTOR in self.omitted else "kept"
 
     def _lower(self):
         if self._lowered is None:
-            from ..cache import lower_cached
-            if self.decode_vector == "stripped":
-                self._lowered = lower_cached(self.module, decode_vector=False,
-                                             debug_info=self.debug_info, abi=self.abi_kind,
-                                             checked=self.checked)
+            self._lowered = lower_cached(self.module, omit=self.omitted, debug_info=self.debug_info,
+                                         abi=self.abi_kind, checked=self.checked)
+            if self.omitted:
                 self._lower_full()        # the full module is still checked (pycoop's verifier)
-            else:
-                self._lowered = lower_cached(self.module, debug_info=self.debug_info,
-                                             abi=self.abi_kind, checked=self.checked)
         return self._lowered
 
     def _lower_full(self):
-        from ..cache import lower_cached
         return lower_cached(self.module, debug_info=self.debug_info, abi=self.abi_kind,
                             checked=self.checked)
 
@@ -716,7 +720,7 @@ class CompiledKernel:
         """The module with every DecodeVectorFunc operand (SPV_NV_cooperative_matrix_decode_vector),
         whatever `.spv` holds; checked by pycoop's decode_vector verifier (and spirv-val when it
         knows the extension). Equal to `.spv` for kernels without decode_vector."""
-        if self.decode_vector is None:
+        if not self.omitted:
             return self.spv
         return self._lower_full().spv
 
@@ -726,7 +730,7 @@ class CompiledKernel:
         """Notes of the compilation: what was changed for the target (e.g. stripped
         DecodeVectorFunc operands) and how the module was checked."""
         notes = list(self._lower().notes)
-        if self.decode_vector == "stripped":
+        if self.omitted:
             notes += [n for n in self._lower_full().notes if n not in notes]
         return notes
 

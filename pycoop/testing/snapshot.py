@@ -1,8 +1,9 @@
 """SPIR-V snapshots: prove that a change to the compiler leaves every emitted module as it was.
 
-As a pytest plugin it records, for every kernel specialisation the tests compile, the SHA-256
-of its SPIR-V in four variants (as compiled, bounds-checked, descriptor ABI, without debug
-info), plus every other module the tests hand to spirv-val, and writes them to a JSON file:
+As a pytest plugin it records, test by test, for every kernel specialisation the test
+compiles, the SHA-256 of its SPIR-V in four variants (as compiled, bounds-checked, descriptor
+ABI, without debug info), plus every other module the test hands to spirv-val, and writes
+them to a JSON file:
 
     python -m pytest -q -p pycoop.testing.snapshot --spirv-snapshot=before.json
     ... change the compiler ...
@@ -20,16 +21,18 @@ import argparse
 import hashlib
 import json
 import sys
-from collections import Counter
 
-# OpSourceContinued, OpSource, OpSourceExtension, OpString, OpLine, OpNoLine, OpModuleProcessed
-_DEBUG_OPCODES = frozenset({2, 3, 4, 7, 8, 317, 330})
+from ..spirv import grammar
+
+_DEBUG = ("OpSourceContinued", "OpSource", "OpSourceExtension", "OpString", "OpLine", "OpNoLine",
+          "OpModuleProcessed")
 _VARIANTS = {"default": {}, "checked": {"checked": True}, "descriptors": {"abi": "descriptors"},
              "no_debug_info": {"debug_info": False}}
 
 
 def module_hash(spv: bytes) -> str:
     """SHA-256 of a SPIR-V binary without its debug-location instructions."""
+    debug = {grammar.opcode(name) for name in _DEBUG}
     words = memoryview(spv).cast("I")
     kept = [bytes(words[:5])]
     i = 5
@@ -38,7 +41,7 @@ def module_hash(spv: bytes) -> str:
         if count == 0:                       # malformed: hash the rest as it is
             kept.append(bytes(words[i:]))
             break
-        if opcode not in _DEBUG_OPCODES:
+        if opcode not in debug:
             kept.append(bytes(words[i:i + count]))
         i += count
     return hashlib.sha256(b"".join(kept)).hexdigest()
@@ -47,8 +50,11 @@ def module_hash(spv: bytes) -> str:
 class _Recorder:
     def __init__(self, path: str):
         self.path = path
-        self.compiled: dict[str, object] = {}        # key -> CompiledKernel (first variant seen)
-        self.validated: Counter[str] = Counter()     # hashes of every module spirv-val saw
+        self.test = "collection"                      # the test running now (its node id)
+        # (test, kernel, specialisation) -> its distinct traces (a factory makes kernels of
+        # one name and definition that differ in closure values)
+        self.compiled: dict[str, list] = {}
+        self.validated: dict[str, set] = {}          # test -> hashes of modules spirv-val saw
 
     def install(self) -> None:
         import pycoop
@@ -59,18 +65,15 @@ class _Recorder:
 
         def __init__(ck, kernel, module, values, *a, **kw):
             init(ck, kernel, module, values, *a, **kw)
-            # kernels made by a factory share a definition line and differ in closure values:
-            # the hash of their IR (without locations) tells them apart
             code = kernel.fn.__code__
-            ir = hashlib.sha256(print_module(module, locs=False).encode()).hexdigest()[:12]
-            key = (f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}:{kernel.name}:"
-                   f"sgs={module.subgroup_size}:"
-                   f"{sorted((k, repr(v)) for k, v in values.items())}:ir={ir}")
-            recorder.compiled.setdefault(key, ck)
+            key = (f"{recorder.test} {code.co_filename.rsplit('/', 1)[-1]}:{kernel.name}:"
+                   f"sgs={module.subgroup_size}:{sorted((k, repr(v)) for k, v in values.items())}")
+            if all(c.module is not module for c in recorder.compiled.setdefault(key, [])):
+                recorder.compiled[key].append(ck)
 
         def _run(name, args, data):
             if name == "spirv-val":
-                recorder.validated[module_hash(data)] += 1
+                recorder.validated.setdefault(recorder.test, set()).add(module_hash(data))
             return run(name, args, data)
 
         pycoop.CompiledKernel.__init__ = __init__
@@ -78,17 +81,21 @@ class _Recorder:
 
     def write(self) -> None:
         kernels = {}
-        for key, ck in sorted(self.compiled.items()):
+        for key, cks in sorted(self.compiled.items()):
             for variant, options in _VARIANTS.items():
-                try:
-                    spv = ck.variant(options.get("debug_info", True),
-                                     options.get("abi", "device_address"),
-                                     options.get("checked", False)).spv
-                    kernels[f"{key}:{variant}"] = module_hash(spv)
-                except Exception as e:          # noqa: BLE001  (the error is the result)
-                    kernels[f"{key}:{variant}"] = f"error {type(e).__name__}"
+                hashes = []
+                for ck in cks:
+                    try:
+                        spv = ck.variant(options.get("debug_info", True),
+                                         options.get("abi", "device_address"),
+                                         options.get("checked", False)).spv
+                        hashes.append(module_hash(spv))
+                    except Exception as e:          # noqa: BLE001  (the error is the result)
+                        hashes.append(f"error {type(e).__name__}")
+                kernels[f"{key}:{variant}"] = sorted(hashes)
+        validated = {t: sorted(h) for t, h in sorted(self.validated.items())}
         with open(self.path, "w") as f:
-            json.dump({"kernels": kernels, "validated": sorted(self.validated)}, f, indent=0)
+            json.dump({"kernels": kernels, "validated": validated}, f, indent=0)
 
 
 def pytest_addoption(parser):
@@ -101,6 +108,12 @@ def pytest_configure(config):
     if path:
         config._spirv_recorder = _Recorder(path)
         config._spirv_recorder.install()
+
+
+def pytest_runtest_setup(item):
+    recorder = getattr(item.config, "_spirv_recorder", None)
+    if recorder is not None:
+        recorder.test = item.nodeid
 
 
 def pytest_sessionfinish(session):
@@ -116,11 +129,12 @@ def compare(before: dict, after: dict) -> list[str]:
     for key in sorted(b.keys() | a.keys()):
         if b.get(key) != a.get(key):
             out.append(f"{key}: {b.get(key, 'absent')} -> {a.get(key, 'absent')}")
-    gone = set(before["validated"]) - set(after["validated"])
-    new = set(after["validated"]) - set(before["validated"])
-    if gone or new:
-        out.append(f"modules validated by the tests: {len(gone)} no longer emitted, "
-                   f"{len(new)} new")
+    b, a = before["validated"], after["validated"]
+    for test in sorted(b.keys() | a.keys()):
+        gone, new = set(b.get(test, ())) - set(a.get(test, ())), set(a.get(test, ())) - set(b.get(test, ()))
+        if gone or new:
+            out.append(f"{test}: of the modules it validated, {len(gone)} no longer emitted, "
+                       f"{len(new)} new")
     return out
 
 
@@ -135,7 +149,7 @@ def main(argv=None) -> int:
     diff = compare(before, after)
     for line in diff:
         print(line)
-    print(f"{len(before['kernels'])} kernel variants, {len(before['validated'])} validated modules "
+    print(f"{len(before['kernels'])} kernel variants in {len(before['validated'])} tests "
           f"before; {len(after['kernels'])} / {len(after['validated'])} after: "
           + ("identical" if not diff else f"{len(diff)} differences"))
     return 1 if diff else 0

@@ -108,12 +108,12 @@ def test_launch_on_vulkan():
 
 
 def test_compiled_kernel_artifacts(monkeypatch):
-    import pycoop.cache
+    import pycoop.frontend.kernel
 
     def failing_lowering(module, **kw):
         raise pc.CompileError("lowering refused", None, rule="a rule", hint="a hint")
     ok = oob.compile()
-    monkeypatch.setattr(pycoop.cache, "lower_cached", failing_lowering)
+    monkeypatch.setattr(pycoop.frontend.kernel, "lower_cached", failing_lowering)
     for attr in ("spv", "spvasm", "abi", "requirements"):
         ok._lowered = None
         ok.__dict__.pop("spvasm", None)

@@ -238,7 +238,7 @@ def test_emulator_reports():
 
 def test_vulkan_lowering_of_an_opencl_op_is_refused():
     """pycoop lowers block IO with the OpenCL target only (an internal guard of the lowering)."""
-    from pycoop.codegen.lower import lower
+    from pycoop.codegen.vulkan import lower
 
     def body(src: pc.Buffer[u16]):
         intel.block_prefetch(src, width=16, height=8, **GEOM)  # HERE

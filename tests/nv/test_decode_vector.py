@@ -20,6 +20,7 @@ import pycoop as pc
 from pycoop import f16, f32, u8, u32
 from pycoop.errors import CompileError, EmulatorError
 from pycoop.ops.nv import decode_vector as DV
+from pycoop.spirv import grammar, reader
 from pycoop.spirv.tools import assemble_text, validate
 
 HERE = Path(__file__).parent
@@ -413,28 +414,43 @@ def test_grouping_straddling_span_uses_scalar():
 # ============================================================================ lowering
 
 def _words_of_load(spv: bytes):
-    return [ops for opc, ops in DV._instructions(spv) if opc == 5367]
+    return _operands(spv, "OpCooperativeMatrixLoadTensorNV")
+
+
+def _operands(spv: bytes, opname: str) -> list:
+    return [ops for name, ops in reader.instructions(spv) if name == opname]
+
+
+def _capabilities(spv: bytes) -> list[int]:
+    return [ops[0] for ops in _operands(spv, "OpCapability")]
+
+
+def _extensions(spv: bytes) -> list[str]:
+    return [reader.string(ops) for ops in _operands(spv, "OpExtension")]
+
+
+DECODE_VECTOR_CAP = grammar.capability("CooperativeMatrixDecodeVectorNV")
+LONG_VECTOR_CAP = grammar.capability("LongVectorEXT")
 
 
 def test_full_module_encoding_and_stripped_module():
     k = pc.kernel(workgroup_size=32)(_runtime_block_kernel().fn)
     ck = k.compile()
     assert ck.decode_vector == "stripped"
-    caps = [ops[0] for opc, ops in DV._instructions(ck.spv_full) if opc == 17]
-    assert DV.CAPABILITY_NUMBER in caps and DV.LONG_VECTOR_NUMBER not in caps
-    exts = [DV._string(ops) for opc, ops in DV._instructions(ck.spv_full) if opc == 10]
-    assert DV.EXTENSION in exts
+    caps = _capabilities(ck.spv_full)
+    assert DECODE_VECTOR_CAP in caps and LONG_VECTOR_CAP not in caps
+    assert DV.EXTENSION in _extensions(ck.spv_full)
     load = _words_of_load(ck.spv_full)[0]
     # result type, result, pointer, object, layout, Aligned|NonPrivatePointer, 2, 0x6, %decode, %decodev
     assert load[5] == 0x22 and load[7] == 0x6 and len(load) == 10
-    funcs = [ops[1] for opc, ops in DV._instructions(ck.spv_full) if opc == 54]
+    funcs = [ops[1] for ops in _operands(ck.spv_full, "OpFunction")]
     assert load[8] in funcs and load[9] in funcs
     assert DV.check_module(ck.spv_full) == []
     # stripped: DecodeFunc only, no capability, extension or vector function; spirv-val passes
     s_load = _words_of_load(ck.spv)[0]
     assert s_load[7] == 0x2 and len(s_load) == 9
-    assert DV.CAPABILITY_NUMBER not in [ops[0] for opc, ops in DV._instructions(ck.spv) if opc == 17]
-    assert len([1 for opc, _ in DV._instructions(ck.spv) if opc == 54]) == 2    # main + decode
+    assert DECODE_VECTOR_CAP not in _capabilities(ck.spv)
+    assert len(_operands(ck.spv, "OpFunction")) == 2                        # main + decode
     validate(ck.spv)
     assert any("stripped the DecodeVectorFunc" in n for n in ck.report)
     md = ck.metadata()
@@ -448,16 +464,15 @@ def test_keep_mode_and_v8_long_vector(monkeypatch):
     monkeypatch.setenv("PYCOOP_DECODE_VECTOR", "keep")
     ck = _compile_load(decode_vector=decv8, block=(1, 16))
     assert ck.decode_vector == "kept" and ck.spv == ck.spv_full
-    caps = [ops[0] for opc, ops in DV._instructions(ck.spv) if opc == 17]
-    assert DV.LONG_VECTOR_NUMBER in caps and DV.CAPABILITY_NUMBER in caps
-    exts = [DV._string(ops) for opc, ops in DV._instructions(ck.spv) if opc == 10]
-    assert "SPV_EXT_long_vector" in exts
+    caps = _capabilities(ck.spv)
+    assert LONG_VECTOR_CAP in caps and DECODE_VECTOR_CAP in caps
+    assert "SPV_EXT_long_vector" in _extensions(ck.spv)
     assert "VK_NV_cooperative_matrix_decode_vector" in ck.requirements["extensions"]
     assert "cooperativeMatrixDecodeVector" in ck.requirements["features"]
     monkeypatch.setenv("PYCOOP_DECODE_VECTOR", "strip")
     ck2 = _compile_load(decode_vector=decv8, block=(1, 16))
     validate(ck2.spv)
-    assert DV.LONG_VECTOR_NUMBER not in [ops[0] for opc, ops in DV._instructions(ck2.spv) if opc == 17]
+    assert LONG_VECTOR_CAP not in _capabilities(ck2.spv)
 
 
 def test_kernels_without_decode_vector_are_unchanged():

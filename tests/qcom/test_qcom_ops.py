@@ -12,7 +12,7 @@ import pytest
 
 import pycoop as pc
 from pycoop import CompileError, EmulatorError, bf16, f16, f32, i8, i16, i32, u8, u32
-from pycoop.codegen.lower import lower
+from pycoop.codegen.vulkan import lower
 from pycoop.spirv.tools import validate
 
 SG = pc.Subgroup

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import pycoop as pc
 from pycoop import f32, f64, i32, i64, u32
-from pycoop.codegen.lower import lower
+from pycoop.codegen.vulkan import lower
 from pycoop.spirv.tools import disassemble, validate
 
 

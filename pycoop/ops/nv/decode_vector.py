@@ -7,30 +7,26 @@ OpCooperativeMatrixLoadTensorNV (`pycoop.nv.load_tensor(..., decode=f, decode_ve
   vector function decodes whole groups, the scalar one the rest; in checking mode
   (PYCOOP_CHECK_DECODE_VECTOR=1 or `pycoop.knobs.check_decode_vector()`) both run and any
   disagreement is reported.
-* A SPIR-V binary checker (`check_module`) for the full module, which the installed spirv-val
-  (2025.5) cannot validate, and the validator probe (`validator_supports`) deciding whether
-  modules are stripped of the operand (see docs/gpu.md).
+* The extension's record (codegen.extensions): the Vulkan extension and feature, the policy
+  stripping the optional operand from `.spv` (PYCOOP_DECODE_VECTOR), and the binary checker
+  of decode_vector_check for validators that predate the extension (see docs/gpu.md).
 """
 from __future__ import annotations
 
-import functools
-import re
-import struct as _struct
-import subprocess
-
 import numpy as np
 
+from ... import knobs
+from ...codegen import extensions
+from ...emulator.memory import PointerArray
 from ...errors import CompileError, EmulatorError, Loc
 from ...types import (ArrayType, CoopMatType, PointerType, ScalarType, StorageClass, StructType,
                       VectorType)
+from .decode_vector_check import check_module, validator_supports
 
 SPEC = "SPV_NV_cooperative_matrix_decode_vector"
 EXTENSION = SPEC
 CAPABILITY = "CooperativeMatrixDecodeVectorNV"
-CAPABILITY_NUMBER = 5447
 LONG_VECTOR = "LongVectorEXT"
-LONG_VECTOR_NUMBER = 5425
-DECODE_VECTOR_BIT = 0x4
 VECTOR_SIZES = (2, 4, 8)
 
 
@@ -144,7 +140,6 @@ def groups(inst: np.ndarray, bc: np.ndarray, cib: np.ndarray, v: int):
 def emulate_decode(ctx, op, fn, fv, memory, plan, where, ei, check: bool):
     """Values of the accessed elements `where` of a load with DecodeFunc `fn` and
     DecodeVectorFunc `fv` (see the module docstring)."""
-    from ...emulator.machine import PointerArray
     v = fv.result_type.count
     shape = plan.shape
     batch = shape[:-2]
@@ -215,122 +210,22 @@ def emulate_decode(ctx, op, fn, fv, memory, plan, where, ei, check: bool):
     return out
 
 
-# --------------------------------------------------------------------------- SPIR-V
-
-@functools.cache
-def validator_supports() -> bool:
-    """Whether the installed spirv-val knows SPV_NV_cooperative_matrix_decode_vector
-    (SPIRV-Tools v2026.3 or later)."""
-    try:
-        from ...spirv.tools import tool_path
-        out = subprocess.run([tool_path("spirv-val"), "--version"], capture_output=True,
-                             text=True, check=False).stdout
-    except Exception:
-        return False
-    m = re.search(r"v(\d{4})\.(\d+)", out)
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (2026, 3)
-
-
-def _instructions(spv: bytes):
-    words = _struct.unpack(f"<{len(spv) // 4}I", spv)
-    i = 5
-    while i < len(words):
-        n, opc = words[i] >> 16, words[i] & 0xFFFF
-        if n == 0:
-            raise ValueError(f"malformed SPIR-V: zero word count at word {i}")
-        yield opc, words[i + 1:i + n]
-        i += n
-
-
-def _string(ws) -> str:
-    return b"".join(_struct.pack("<I", w) for w in ws).split(b"\0")[0].decode()
-
-
-# opcodes
-_OP_EXTENSION, _OP_CAPABILITY, _OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_VECTOR = 10, 17, 21, 22, 23
-_OP_TYPE_ARRAY, _OP_TYPE_POINTER, _OP_TYPE_FUNCTION, _OP_CONSTANT, _OP_FUNCTION = 28, 32, 33, 43, 54
-_OP_TYPE_COOPMAT, _OP_LOAD_TENSOR, _OP_STORE_TENSOR, _OP_TYPE_LAYOUT = 4456, 5367, 5368, 5370
-_PSB = 5349
-
-
-def _memory_operand_words(mask: int) -> int:
-    # Aligned (0x2) takes one literal; MakePointerAvailable/Visible (0x8/0x10) one scope id each
-    return (1 if mask & 0x2 else 0) + (1 if mask & 0x8 else 0) + (1 if mask & 0x10 else 0)
-
-
-def check_module(spv: bytes) -> list[str]:
-    """pycoop's own check of DecodeVectorFunc uses in a SPIR-V binary (the rules spirv-val
-    v2026.3 applies, for validators that predate the extension). Returns the problems found
-    (empty: fine)."""
-    caps, exts, types, consts, funcs, problems = set(), set(), {}, {}, {}, []
-    uses = []
-    for opc, ops in _instructions(spv):
-        if opc == _OP_CAPABILITY:
-            caps.add(ops[0])
-        elif opc == _OP_EXTENSION:
-            exts.add(_string(ops))
-        elif opc in (_OP_TYPE_INT, _OP_TYPE_FLOAT, _OP_TYPE_VECTOR, _OP_TYPE_ARRAY, _OP_TYPE_POINTER,
-                     _OP_TYPE_FUNCTION, _OP_TYPE_COOPMAT, _OP_TYPE_LAYOUT):
-            types[ops[0]] = (opc, tuple(ops[1:]))
-        elif opc == _OP_CONSTANT:
-            consts[ops[1]] = ops[2]
-        elif opc == _OP_FUNCTION:
-            funcs[ops[1]] = (ops[0], ops[3])           # result type, function type
-        elif opc in (_OP_LOAD_TENSOR, _OP_STORE_TENSOR):
-            uses.append((opc, tuple(ops)))
-    for opc, ops in uses:
-        if opc == _OP_LOAD_TENSOR:
-            rtype, mem_mask = ops[0], ops[5]
-            k = 6 + _memory_operand_words(mem_mask)
-        else:
-            mem_mask = ops[3]
-            k = 4 + _memory_operand_words(mem_mask)
-        ta = ops[k]
-        ids = list(ops[k + 1:])
-        if not ta & DECODE_VECTOR_BIT:
-            continue
-        if opc == _OP_STORE_TENSOR:
-            problems.append("DecodeVectorFunc on OpCooperativeMatrixStoreTensorNV")
-            continue
-        if not ta & 0x2:
-            problems.append("DecodeVectorFunc requires DecodeFunc to also be specified")
-            continue
-        fid = ids[(1 if ta & 0x1 else 0) + 1]
-        if fid not in funcs:
-            problems.append(f"DecodeVectorFunc <id> {fid} is not a function")
-            continue
-        comp = types.get(rtype, (0, (0,)))[1][0]
-        ret, fnt = funcs[fid]
-        rt = types.get(ret)
-        if rt is None or rt[0] != _OP_TYPE_VECTOR or rt[1][0] != comp:
-            problems.append("DecodeVectorFunc return type must be a vector of the matrix component type")
-            continue
-        if rt[1][1] not in VECTOR_SIZES:
-            problems.append("DecodeVectorFunc return vector length must be 2, 4, or 8")
-        if rt[1][1] == 8 and LONG_VECTOR_NUMBER not in caps:
-            problems.append("an 8-component vector needs the LongVectorEXT capability")
-        params = types[fnt][1][1:]
-        p0 = types.get(params[0]) if params else None
-        if p0 is None or p0[0] != _OP_TYPE_POINTER or p0[1][0] != _PSB:
-            problems.append("DecodeVectorFunc first parameter must be pointer to PhysicalStorageBuffer")
-        # the coordinate arrays must be those of DecodeFunc (u32[Dim], checked by spirv-val there)
-        sparams = types[funcs[ids[1 if ta & 0x1 else 0]][1]][1][1:] if ids[1 if ta & 0x1 else 0] in funcs else ()
-        for p in params[1:3]:
-            t = types.get(p)
-            ok = t is not None and t[0] == _OP_TYPE_ARRAY and types.get(t[1][0], (0, (0,)))[0] == _OP_TYPE_INT \
-                and types[t[1][0]][1][0] == 32 and (len(sparams) < 3 or p == sparams[1])
-            if not ok:
-                problems.append("DecodeVectorFunc parameters 2 and 3 must be arrays of 32-bit integers "
-                                "with dimension equal to the tensor dimension")
-        if len(params) != 3:
-            problems.append("DecodeVectorFunc must take 3 parameters")
-        if CAPABILITY_NUMBER not in caps:
-            problems.append("DecodeVectorFunc needs the CooperativeMatrixDecodeVectorNV capability")
-        if EXTENSION not in exts:
-            problems.append(f'DecodeVectorFunc needs OpExtension "{EXTENSION}"')
-    return problems
-
-
 def uses_decode_vector(module) -> bool:
     return any(op.name == "nv.load_tensor" and op.attrs.get("decode_vector") is not None
                for op in module.walk())
+
+
+def _keep() -> bool:
+    """Whether `.spv` keeps the DecodeVectorFunc operands (PYCOOP_DECODE_VECTOR)."""
+    mode = knobs.decode_vector_mode()
+    return mode == "keep" or (mode == "auto" and validator_supports())
+
+
+extensions.register(extensions.Extension(
+    EXTENSION, vulkan="VK_NV_cooperative_matrix_decode_vector",
+    features={CAPABILITY: "cooperativeMatrixDecodeVector"},
+    optional=uses_decode_vector, keep=_keep,
+    omission_note=lambda n: (f"stripped the DecodeVectorFunc operands ({n} decode_vector "
+                             f"function(s)) of {EXTENSION}: the target lacks the extension; "
+                             "those tensor loads use their DecodeFunc only"),
+    check=check_module, validator_knows=validator_supports))

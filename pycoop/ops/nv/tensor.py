@@ -13,8 +13,9 @@ import numbers
 
 import numpy as np
 
+from ... import knobs
+from ...emulator.memory import PointerArray, check_write_race
 from ...errors import CompileError, EmulatorError, Loc
-from ...emulator.memory import check_write_race
 from ...frontend.functions import trace_function
 from ...ir.builder import current_loc, emit, emit1
 from ...ir.core import Value
@@ -699,14 +700,12 @@ def _emu_load_tensor(ctx, op, mem, obj, layout, *rest):
         ei = np.broadcast_to(idx, shape)[where]
         _check_read_extent(op, memory, ei)
         if fv is not None:
-            from ... import knobs
             out[where] = DV.emulate_decode(ctx, op, fn, fv, memory, plan, where, ei,
                                            knobs.check_decode_vector_enabled())
         elif fn is None:
             out[where] = memory.data.view(t.component.dtype)[ei] if memory.segment is None else \
                 memory.data.view(t.component.dtype)[ei + where[0] * memory.segment]
         else:
-            from ...emulator.machine import PointerArray
             esize = memory.elem.size
             ptr = PointerArray(memory, (ei * esize).astype(np.int64))
             bc = plan.block_coord[where].astype(np.uint32)
@@ -770,12 +769,12 @@ def _lower_load_tensor(ctx, op):
         extra.append(ctx.function_id(op.attrs["decode"]))
     fv = op.attrs.get("decode_vector")
     if fv is not None:
-        if getattr(ctx, "decode_vector", True):
+        if DV.EXTENSION not in ctx.omit:
             ctx.need(DV.CAPABILITY)
             names.append("DecodeVectorFunc")
             extra.append(ctx.function_id(fv))
         else:   # stripped: DecodeFunc alone is always a correct implementation of the load
-            ctx.stripped_functions.add(fv)
+            ctx.dropped.setdefault(DV.EXTENSION, set()).add(fv)
     ta = "|".join(names) if names else "None"
     ctx.set(op.result, ctx.emit("OpCooperativeMatrixLoadTensorNV", op.result.type, ptr,
                                 ctx.id(op.operands[1]), ctx.id(op.operands[2]), *mem_ops, ta, *extra))
