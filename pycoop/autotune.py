@@ -18,6 +18,8 @@ from typing import Any, Callable, Sequence
 
 from . import knobs
 from .errors import PycoopError, entry_point
+from .plot import autotune_figure, png
+from .runtime.vulkan import get_runtime
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,6 @@ class TuneResult:
         matplotlib is installed; otherwise the text repr."""
         if not self.times_ms:
             return None
-        from .plot import autotune_figure, png
         try:
             return png(autotune_figure(self))
         except ImportError:
@@ -78,7 +79,6 @@ def autotune(configs: Sequence, run: Callable[[Any, int], Any], *, repeat: int =
 def _device(backend: str) -> str:
     if backend != "vulkan":
         return backend
-    from .runtime.vulkan import get_runtime
     caps = get_runtime().capabilities
     return f"vulkan:{caps.device_name}:{caps.driver_version}"
 

@@ -14,8 +14,16 @@ import sys
 import warnings
 from pathlib import Path
 
+from . import knobs
+from .cache import cache_stats
+from .demo import main as demo_main
 from .errors import PycoopError
+from .frontend.kernel import Kernel
+from .kernels.gemm import gemm_workgroup_tile
+from .runtime.vulkan import VulkanUnavailable, get_runtime, list_devices
 from .spirv.errors import SpirvError
+from .spirv.tools import disassemble
+from .version import __version__
 
 
 class UsageError(Exception):
@@ -47,7 +55,6 @@ def _subgroup_size(text: str) -> int:
 
 
 def _demo_size(text: str) -> int:
-    from .kernels.gemm import gemm_workgroup_tile
     tile = max(gemm_workgroup_tile())
     try:
         n = int(text)
@@ -80,7 +87,6 @@ def _load_kernel(spec: str):
             mod = importlib.import_module(target)
         except ModuleNotFoundError as e:
             raise UsageError(f"cannot import {target!r}: {e}") from None
-    from .frontend.kernel import Kernel
     k = getattr(mod, name, None)
     if not isinstance(k, Kernel):
         kernels = [n for n, v in vars(mod).items() if isinstance(v, Kernel)]
@@ -129,7 +135,6 @@ def cmd_compile(a) -> int:
 
 
 def cmd_disasm(a) -> int:
-    from .spirv.tools import disassemble
     if a.target.endswith(".spv"):
         print(disassemble(Path(a.target).read_bytes()))
     else:
@@ -141,12 +146,8 @@ def cmd_disasm(a) -> int:
 def info() -> dict:
     """What `pycoop info` reports, as JSON-ready data: the backends, every Vulkan device, the
     selected device's capabilities, and why Vulkan is unavailable when it is."""
-    from . import knobs
-    from .cache import cache_stats
-    from .frontend.kernel import __version__
     vulkan: dict = {"available": False, "reason": None, "devices": [], "selected": None}
     try:
-        from .runtime.vulkan import VulkanUnavailable, get_runtime, list_devices
         vulkan["devices"] = [{"index": d.index, "name": d.name, "device_type": d.device_type,
                               "vendor": d.vendor, "api_version": d.api_version, "usable": d.usable}
                              for d in list_devices()]
@@ -179,7 +180,6 @@ def cmd_info(a) -> int:
             print(f"    [{d['index']}] {d['name']} ({d['device_type']}, Vulkan {d['api_version']})"
                   + ("" if d["usable"] else " - not usable"))
         if vk["available"]:
-            from .runtime.vulkan import get_runtime
             print("  selected device (PYCOOP_DEVICE chooses):")
             print("    " + get_runtime().capabilities.describe().replace("\n", "\n    "))
         else:
@@ -192,8 +192,7 @@ def cmd_info(a) -> int:
 
 
 def cmd_demo(a) -> int:
-    from .demo import main
-    return main(a.size, a.backend)
+    return demo_main(a.size, a.backend)
 
 
 def build_parser() -> argparse.ArgumentParser:

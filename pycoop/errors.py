@@ -14,6 +14,8 @@ import sys
 import types
 from dataclasses import dataclass
 
+from . import knobs
+
 
 @dataclass(frozen=True)
 class Loc:
@@ -156,6 +158,40 @@ def is_internal(filename: str) -> bool:
     return path.startswith(_PACKAGE) and not path.startswith(_KERNEL_LIBRARY)
 
 
+_POSITIONS: dict = {}     # code object -> its instructions' source positions
+
+
+def _column(f) -> int:
+    """1-based column of the instruction frame `f` is at (0 if unknown). Every traced op asks,
+    so each code object's position table is built once, not once per op."""
+    code = f.f_code
+    pos = _POSITIONS.get(code)
+    if pos is None:
+        if len(_POSITIONS) > 4096:           # redefined cells in a long notebook session
+            _POSITIONS.clear()
+        pos = _POSITIONS[code] = tuple(code.co_positions()) if hasattr(code, "co_positions") else ()
+    i = f.f_lasti // 2
+    return (pos[i][2] or -1) + 1 if i < len(pos) else 0
+
+
+def current_loc() -> Loc:
+    """Location of the innermost frame outside pycoop's implementation (the kernel code being
+    traced: the user's, or a kernel of pycoop.kernels)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_PACKAGE) or fn.startswith(_KERNEL_LIBRARY):
+            return Loc(fn, f.f_lineno, _column(f))
+        f = f.f_back
+    return UNKNOWN
+
+
+def without_internal_frames(e: "PycoopError") -> "PycoopError":
+    """The error without pycoop's frames, raised `from None` by the caller: the tracer's own
+    exceptions must not show as its context (the user-facing methods are `entry_point`s too)."""
+    return e if knobs.show_internal_frames() else e.with_traceback(user_frames(e.__traceback__))
+
+
 def user_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
     """A copy of the traceback chain `tb` without pycoop's internal frames."""
     kept = []
@@ -170,7 +206,6 @@ def user_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
 
 
 def _excepthook(etype, value, tb):
-    from . import knobs
     if isinstance(value, PycoopError) and not knobs.show_internal_frames():
         tb = user_frames(tb)
         value.with_traceback(tb)        # the default hook prints the exception's own traceback
@@ -183,7 +218,6 @@ _previous_excepthook = None
 def _ipython_handler(shell, etype, value, tb, tb_offset=None):
     """IPython/Jupyter's display of a PycoopError (its own traceback printer does not read
     `__tracebackhide__`)."""
-    from . import knobs
     if not knobs.show_internal_frames():
         tb = user_frames(tb)
         value.with_traceback(tb)
@@ -222,7 +256,6 @@ def entry_point(fn):
         try:
             return fn(*args, **kwargs)
         except PycoopError as e:
-            from . import knobs
             if knobs.show_internal_frames():
                 raise
             _install_excepthook()

@@ -17,7 +17,7 @@ import linecache
 import os
 
 from .errors import cell_label
-from .ir.core import walk_block
+import numpy as np
 
 MONO = ("font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, 'Liberation Mono', "
         "monospace; font-size: 12px; line-height: 1.4")
@@ -173,13 +173,9 @@ def compiled_kernel_html(ck) -> str:
     sources = _Sources(_uid("ck"))
     found = _function_lines(ck.kernel.fn)
     used = {}
-    for op in walk_block(ck.module.kernel.body):
+    for op in ck.module.walk():                      # the kernel's ops, then its functions'
         if op.loc and op.loc.line:
             used.setdefault(op.loc.file, set()).add(op.loc.line)
-    for f in ck.module.functions:
-        for op in walk_block(f.body):
-            if op.loc and op.loc.line:
-                used.setdefault(op.loc.file, set()).add(op.loc.line)
     if found:
         sources.add(found[0], found[1], used.get(found[0], ()))
     for file, lines in used.items():
@@ -223,7 +219,6 @@ def array_html(a) -> str:
     """Shape, dtype, backend, view offset and size, and the contents as NumPy prints them
     (elided past a few values). Reading the contents waits for the launches that write them,
     as `a.numpy()` does; an array whose device was lost shows that instead of its data."""
-    import numpy as np
     rows = [("shape", _code(str(a.shape))), ("dtype", _code(a.dtype.name)),
             ("backend", _code(a.backend)), ("bytes", f"{a.nbytes:,}")]
     if a.offset:

@@ -13,6 +13,9 @@ from functools import cached_property
 import ml_dtypes
 import numpy as np
 
+from .errors import CompileError, current_loc
+from .jupyter import coopmat_type_html
+
 
 class Type:
     """Base class of every pycoop type."""
@@ -296,7 +299,6 @@ class CoopMatType(Type):
                 f"{self.use.short}>")
 
     def _repr_html_(self) -> str:
-        from .jupyter import coopmat_type_html
         return coopmat_type_html(self)
 
     @property
@@ -309,21 +311,8 @@ class CoopMatType(Type):
         d.update(kw)
         return CoopMatType(**d)
 
-    # Tracing helpers (construct / load / length) live in pycoop.ops.khr and are attached there.
-
-
-class _CoopMatFactory:
-    """`coopmat[component, scope, rows, cols, use]` builds a CoopMatType (checked in ops.khr)."""
-
-    def __getitem__(self, key) -> CoopMatType:
-        from .ops.khr import make_coopmat_type
-        return make_coopmat_type(key)
-
-    def __repr__(self) -> str:
-        return "pycoop.coopmat"
-
-
-coopmat = _CoopMatFactory()
+    # `pycoop.coopmat[...]` (checked) and the tracing helpers (fill / load / length) are in
+    # pycoop.ops.khr.
 
 
 class _BufferFactory:
@@ -334,8 +323,6 @@ class _BufferFactory:
 
     def __getitem__(self, elem) -> BufferType:
         if not isinstance(elem, (ScalarType, VectorType, StructType)):
-            from .errors import CompileError
-            from .ir.builder import current_loc
             raise CompileError(f"Buffer[...] takes a pycoop scalar, vector or struct type, got {elem!r}",
                                current_loc(), rule="kernel buffers hold numeric scalars, numeric "
                                                    "vectors or structs (blocks)",

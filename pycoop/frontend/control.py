@@ -15,36 +15,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import CompileError, Loc
-from ..ir.builder import current_loc, emit, tracer
+from ..errors import CompileError, Loc, current_loc
+from ..ir.builder import emit, tracer
 from ..ir.core import Block, Value
-from ..ops.core import as_value, const, default_type
+from ..ops.core import Undefined, as_value, const, default_type
 from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, Type, bool_, u32
+from ..ops.khr import fill
+from ..ops.core import select
 
 
-class _Undef:
-    """The value of a variable that has no value on this path; any use is an error."""
-
-    def __init__(self, why: str = ""):
-        self.why = why
-
-    def _fail(self, *a, **k):
-        raise CompileError("a variable is used where it has no value" + (f": {self.why}" if self.why else ""),
-                           current_loc(),
-                           hint="assign it before the if/loop so it is defined on every path",
-                           rule="Python: a variable must be assigned on every path before it is read "
-                                "(SPIR-V: an SSA value dominates its uses)",
-                           rule_id="control.undefined-variable")
-
-    __getattr__ = __call__ = __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = _fail
-    __rmul__ = __truediv__ = __getitem__ = __setitem__ = __index__ = __iter__ = __neg__ = _fail
-    __lt__ = __le__ = __gt__ = __ge__ = __floordiv__ = __mod__ = _fail
-
-    def __repr__(self) -> str:
-        return "<undefined>"
-
-
-UNDEF = _Undef()
+UNDEF = Undefined()
 
 
 class Return:
@@ -206,7 +186,6 @@ _NOT_SET = object()             # that variable on a path that has not returned 
 def _zero(t: Type, loc: Loc) -> Value:
     """A value of type `t` standing for 'not set yet'."""
     if isinstance(t, CoopMatType):
-        from ..ops.khr import fill
         return fill(t, 0)
     if isinstance(t, ScalarType):
         return const(False if t.is_bool else 0, t, loc)
@@ -235,7 +214,7 @@ def _merge_local(v):
     """A variable first assigned inside the branches: kept if it is a single value (merged like
     any other), otherwise undefined after the if."""
     if isinstance(v, (list, tuple, dict)) or _fields(v) is not None:
-        return _Undef("it is a container first assigned inside an `if` on a runtime condition")
+        return Undefined("it is a container first assigned inside an `if` on a runtime condition")
     return v
 
 
@@ -291,7 +270,7 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
             flat.append(None)
             continue
         lv: list = []
-        tr = [_flatten(v if not isinstance(v0, _Undef) else _merge_local(v), lv)
+        tr = [_flatten(v if not isinstance(v0, Undefined) else _merge_local(v), lv)
               for v, v0 in zip(out, vals)]
         flat.append((tr, lv))
     live = [f for f in flat if f is not None]
@@ -323,7 +302,7 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
         if a is _NOT_SET or b is _NOT_SET:            # a zero of the other side's type
             other = b if a is _NOT_SET else a
             if not _carried(other):
-                results[i] = _Undef(f"the function's return value is not a runtime value (line "
+                results[i] = Undefined(f"the function's return value is not a runtime value (line "
                                     f"{loc.line})")
                 continue
             merge_idx.append(i)
@@ -331,22 +310,22 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
             yields[1].append(b)
             mtypes.append(other.type)
             continue
-        if isinstance(a, _Undef) or isinstance(b, _Undef):
-            results[i] = _Undef("it is assigned in only one branch of the `if` at line "
+        if isinstance(a, Undefined) or isinstance(b, Undefined):
+            results[i] = Undefined("it is assigned in only one branch of the `if` at line "
                                 f"{loc.line}")
             continue
         if not (_carried(a) or _is_number(a)) or not (_carried(b) or _is_number(b)):
-            results[i] = _Undef(f"it holds different objects after the `if` at line {loc.line}")
+            results[i] = Undefined(f"it holds different objects after the `if` at line {loc.line}")
             continue
         ta = a.type if isinstance(a, Value) else None
         tb = b.type if isinstance(b, Value) else None
         if ta is None and tb is None:
             if not (_is_number(a) and _is_number(b)):
-                results[i] = _Undef(f"it holds different Python objects after the `if` at line {loc.line}")
+                results[i] = Undefined(f"it holds different Python objects after the `if` at line {loc.line}")
                 continue
             ta = default_type(a) if type(a) is type(b) else default_type(a + b)
         if ta is not None and tb is not None and ta != tb:
-            results[i] = _Undef(f"it is {ta} in one branch and {tb} in the other (line {loc.line})")
+            results[i] = Undefined(f"it is {ta} in one branch and {tb} in the other (line {loc.line})")
             continue
         merge_idx.append(i)
         yields[0].append(a)
@@ -444,7 +423,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                 out = user_vals(body_blk)
             out_leaves: list = []
             # variables with no value before the loop are local to the body
-            out_trees = [_flatten(v if not isinstance(v0, _Undef) else v0, out_leaves)
+            out_trees = [_flatten(v if not isinstance(v0, Undefined) else v0, out_leaves)
                          for v, v0 in zip(out, vals)]
         if out_trees != trees:
             grown = _growth_loc(out)
@@ -458,7 +437,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
         # which Python leaves change? -> promote them to runtime values and trace again
         changed = {}
         for i, (a, b) in enumerate(zip(leaves, out_leaves)):
-            if i in carried or _same_static(a, b) or isinstance(a, _Undef):
+            if i in carried or _same_static(a, b) or isinstance(a, Undefined):
                 continue
             if _is_number(a):
                 changed[i] = b.type if isinstance(b, Value) and isinstance(b.type, ScalarType) \
@@ -483,7 +462,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                 v = out_leaves[i]
                 want = init[k].type
                 if not isinstance(v, Value):
-                    if isinstance(v, _Undef):
+                    if isinstance(v, Undefined):
                         raise CompileError("a loop-carried variable has no value at the end of the "
                                            "loop body", loc,
                                            rule="SPIR-V: a loop-carried variable (an OpPhi) has a value on "
@@ -502,8 +481,8 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
     for k, i in enumerate(carried):
         final[i] = res[len(extra) + k]
     for i, a in enumerate(leaves):
-        if isinstance(a, _Undef):
-            final[i] = _Undef(f"it is first assigned inside the loop at line {loc.line}, "
+        if isinstance(a, Undefined):
+            final[i] = Undefined(f"it is first assigned inside the loop at line {loc.line}, "
                               "which may run zero times")
     it = iter(final)
     after = tuple(_unflatten(tr, it) for tr in trees)
@@ -579,7 +558,6 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
         elif step.op is not None and step.op.name == "const" or not it_t.signed:
             c = i < hi
         else:
-            from ..ops.core import select
             c = select(step > 0, i < hi, i > hi)
         if k is not None and isinstance(user[k], Value):
             c = c & ~user[k]
@@ -590,7 +568,7 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
         return [extra[0] + step], out
 
     _, after = _runtime_loop(vals, loc, cond, body, [lo], names, attrs)
-    return Result((_Undef("the loop variable of a runtime loop is not defined after it"), *after))
+    return Result((Undefined("the loop variable of a runtime loop is not defined after it"), *after))
 
 
 def _constant_bounds(args: tuple) -> tuple[int, ...] | None:

@@ -3,24 +3,64 @@ functions that SPV_NV_cooperative_matrix2 ops call. Each becomes one SPIR-V OpFu
 emulator runs it vectorised over every element it is applied to."""
 from __future__ import annotations
 
+import functools
 import inspect
 import types as pytypes
 
-from ..errors import CompileError, Loc
+from ..errors import CompileError, Loc, current_loc, without_internal_frames
 from ..ir.builder import emit, tracer
 from ..ir.core import Block, Function, Op, Value, walk_block
+from ..ops.core import as_value
 from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, Type
+from .transform import transform
+
+
+_func_depth: dict[int, int] = {}
+_MAX_RECURSION = 64
+
+
+class func:
+    """`@pycoop.func`: a helper whose Python control flow may depend on runtime values. It is
+    inlined where it is called from a kernel."""
+
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self._traced = None
+
+    def __call__(self, *args, **kwargs):
+        if self._traced is None:
+            try:
+                self._traced = transform(self._fn)
+            except CompileError as e:
+                raise without_internal_frames(e) from None
+        # A helper is inlined, so recursion must end on trace-time values; one that recurses
+        # on a runtime condition would only end in Python's RecursionError.
+        depth = _func_depth.get(id(self), 0)
+        if depth >= _MAX_RECURSION:
+            raise CompileError(f"@pycoop.func {self.__name__} calls itself more than "
+                               f"{_MAX_RECURSION} levels deep", current_loc(),
+                               rule="a @pycoop.func is inlined where it is called (kernels have "
+                                    "no call stack): recursion must end on trace-time values",
+                               hint="end the recursion on a Python value (a length, a Const), "
+                                    "or write the computation as a loop", rule_id="frontend.recursion-depth")
+        _func_depth[id(self)] = depth + 1
+        try:
+            return self._traced(*args, **kwargs)
+        finally:
+            if depth:
+                _func_depth[id(self)] = depth
+            else:
+                del _func_depth[id(self)]
 
 
 def _callable_for_trace(fn):
     """User functions are source-transformed (runtime if/for/while allowed); pycoop's own
     helpers (pycoop.max, ...) and lambdas without source are called as they are."""
-    from .kernel import func
     if isinstance(fn, func):
         return fn
     if isinstance(fn, pytypes.FunctionType) and not fn.__module__.startswith("pycoop") \
             and fn.__name__ != "<lambda>":
-        from .transform import transform
         try:
             return transform(fn)
         except CompileError as e:
@@ -130,7 +170,6 @@ def _trace(fn, param_types: list[Type], role: str, loc: Loc, result_type: Type |
     with t.region(body):
         out = call(*params)
         if not isinstance(out, Value):
-            from ..ops.core import as_value
             try:
                 out = as_value(out, result_type)
             except CompileError:

@@ -18,8 +18,9 @@ import numpy as np
 from .. import knobs
 from ..cache import lower_cached
 from ..codegen import extensions
-from ..errors import ArgumentError, CompileError, Loc, entry_point, is_internal, user_frames
-from ..ir.builder import Tracer, current_loc, emit1, trace_scope
+from ..errors import (ArgumentError, BackendUnavailable, CompileError, Loc, current_loc, entry_point,
+                     is_internal, user_frames, without_internal_frames)
+from ..ir.builder import RequiresSubgroupSize, Tracer, emit1, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
@@ -30,9 +31,19 @@ from ..runtime.arrays import Array, asarray, synchronize, vulkan_runtime
 from ..runtime.backend import _local, check_repeat, choose, vulkan_missing
 from ..types import (BufferType, CoopMatType, ScalarType, SpecType, StructType, Type, VectorType,
                      memory_element)
+from . import functions
+from .functions import func
 from .transform import transform
 
 from ..version import __version__
+from ..ops.core import _check_literal
+from ..codegen.abi import check_abi
+from ..codegen.abi import layout
+from ..spirv.tools import disassemble
+from ..emulator.machine import run
+from ..jupyter import kernel_html
+from ..jupyter import launch_result_html
+from ..jupyter import compiled_kernel_html
 
 # the optional extension behind `CompiledKernel.decode_vector` (kept in, or stripped from, .spv)
 _DECODE_VECTOR = "SPV_NV_cooperative_matrix_decode_vector"
@@ -50,21 +61,6 @@ class _ConstMarker:
 
 
 Const = _ConstMarker()
-
-
-class RequiresSubgroupSize(Exception):
-    """Raised while tracing by an op that needs a particular subgroup size when the kernel did
-    not choose one (Intel 2D block IO: 16); the kernel is traced again with that size."""
-
-    def __init__(self, size: int):
-        super().__init__(size)
-        self.size = size
-
-
-def _strip(e: CompileError) -> CompileError:
-    """The error without pycoop's frames, raised `from None` by the caller: the tracer's own
-    exceptions must not show as its context (the user-facing methods are `entry_point`s too)."""
-    return e if knobs.show_internal_frames() else e.with_traceback(user_frames(e.__traceback__))
 
 
 @dataclass(frozen=True)
@@ -111,45 +107,6 @@ def _def_loc(fn, param: str | None = None) -> Loc | None:
 
 
 # `@pycoop.func` helpers being inlined (nested calls of one helper: recursion)
-_func_depth: dict[int, int] = {}
-_MAX_RECURSION = 64
-
-
-class func:
-    """`@pycoop.func`: a helper whose Python control flow may depend on runtime values. It is
-    inlined where it is called from a kernel."""
-
-    def __init__(self, fn):
-        functools.update_wrapper(self, fn)
-        self._fn = fn
-        self._traced = None
-
-    def __call__(self, *args, **kwargs):
-        if self._traced is None:
-            try:
-                self._traced = transform(self._fn)
-            except CompileError as e:
-                raise _strip(e) from None
-        # A helper is inlined, so recursion must end on trace-time values; one that recurses
-        # on a runtime condition would only end in Python's RecursionError.
-        depth = _func_depth.get(id(self), 0)
-        if depth >= _MAX_RECURSION:
-            raise CompileError(f"@pycoop.func {self.__name__} calls itself more than "
-                               f"{_MAX_RECURSION} levels deep", current_loc(),
-                               rule="a @pycoop.func is inlined where it is called (kernels have "
-                                    "no call stack): recursion must end on trace-time values",
-                               hint="end the recursion on a Python value (a length, a Const), "
-                                    "or write the computation as a loop", rule_id="frontend.recursion-depth")
-        _func_depth[id(self)] = depth + 1
-        try:
-            return self._traced(*args, **kwargs)
-        finally:
-            if depth:
-                _func_depth[id(self)] = depth
-            else:
-                del _func_depth[id(self)]
-
-
 class Kernel:
     def __init__(self, fn, workgroup_size, subgroup_size: int | None = None, def_locals=None,
                  strict_intel_shapes: bool = True, fp: str = DEFAULT_FP):
@@ -261,7 +218,6 @@ class Kernel:
         return out
 
     def _spec_param(self, p: inspect.Parameter, ann: SpecType) -> Param:
-        from ..ops.core import _check_literal
         where = _def_loc(self.fn, p.name)
         if not isinstance(ann.type, ScalarType):
             raise CompileError(f"parameter '{p.name}' of kernel {self.name}: Spec[{ann.type!r}] is "
@@ -289,7 +245,6 @@ class Kernel:
         `abi="descriptors"` binds buffers as descriptors (docs/abi.md); `checked=True`: its
         SPIR-V is the bounds-checked variant (extra ABI fields, see docs/abi.md). Cached per
         specialisation."""
-        from ..codegen.abi import check_abi
         check_abi(abi)
         if checked and abi != "device_address":
             raise ArgumentError(f"{self.name}: checked modules use the device-address ABI "
@@ -321,7 +276,6 @@ class Kernel:
                 module = self._trace(values, r.size, True)
             ck = self._cache[key] = CompiledKernel(self, module, values)
         if abi == "descriptors":         # its push-constant limit, reported at the kernel
-            from ..codegen.abi import layout
             if ck.target != "vulkan":
                 raise ArgumentError(f"{self.name} targets OpenCL (it uses pycoop.intel ops): "
                                     "abi='descriptors' is a Vulkan ABI")
@@ -337,9 +291,9 @@ class Kernel:
         try:
             if self._traced is None:
                 self._traced = transform(self.fn, returns_value=False)
-            t = Tracer(sgs, self.workgroup_size)
-            t.subgroup_size_explicit = explicit
-            t.strict_intel_shapes = self.strict_intel_shapes
+            t = Tracer(sgs, self.workgroup_size, subgroup_size_explicit=explicit,
+                       strict_intel_shapes=self.strict_intel_shapes,
+                       function_tracer=functions)
             runtime = [Value(p.type, name=p.name) for p in self.params if p.is_runtime]
             it = iter(runtime)
             body = Block()
@@ -376,7 +330,7 @@ class Kernel:
             environment_of(module)      # one client environment per module (else CompileError)
             return module
         except CompileError as e:
-            raise _strip(e) from None
+            raise without_internal_frames(e) from None
 
     # ---------------------------------------------------------------- launch
     @entry_point
@@ -399,7 +353,6 @@ class Kernel:
         return f"<pycoop.kernel {self.name}({sig}) workgroup_size={self.workgroup_size}>"
 
     def _repr_html_(self) -> str:
-        from ..jupyter import kernel_html
         return kernel_html(self)
 
 
@@ -421,11 +374,10 @@ def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, stri
 
 def _user_frame_loc(tb) -> Loc | None:
     """The innermost line of kernel code (not pycoop's implementation) in a traceback."""
-    from ..ir.builder import _KERNELS_DIR, _PKG_DIR
     loc = None
     while tb is not None:
         f = tb.tb_frame.f_code.co_filename
-        if not f.startswith(_PKG_DIR) or f.startswith(_KERNELS_DIR):
+        if not is_internal(f):
             loc = Loc(f, tb.tb_lineno)
         tb = tb.tb_next
     return loc
@@ -472,7 +424,6 @@ class LaunchResult:
         return f"<launch on {self.backend}: {self.time_ms:.3f} ms{runs}>"
 
     def _repr_html_(self) -> str:
-        from ..jupyter import launch_result_html
         return launch_result_html(self)
 
 
@@ -737,7 +688,6 @@ class CompiledKernel:
     @functools.cached_property
     @entry_point
     def spvasm(self) -> str:
-        from ..spirv.tools import disassemble
         return disassemble(self.spv)
 
     @property
@@ -853,7 +803,6 @@ class CompiledKernel:
         device_arrays = [a for a in arrays if isinstance(a, Array)]
         be = self._backend(device_arrays, backend)
         if be == "emulator":
-            from ..emulator.machine import run
             host = [a._host_view() if isinstance(a, Array) else a for a in arrays]
             # the emulator runs the module compiled with these values as its defaults
             module = self.module if spec == self.spec else self.kernel.compile(
@@ -900,7 +849,6 @@ class CompiledKernel:
     def _backend(self, device_arrays: list, backend: str | None) -> str:
         """Where this launch runs: on device arrays, their backend (never a silent move);
         otherwise as `backend`/`use_backend`/$PYCOOP_BACKEND choose."""
-        from ..errors import BackendUnavailable
         requested = backend or getattr(_local, "backend", None)
         if not device_arrays:
             if self.target == "opencl":   # no OpenCL runtime: such kernels run on the emulator
@@ -957,5 +905,4 @@ class CompiledKernel:
         return f"<pycoop compiled kernel {self.name}{consts} ({self.target})>"
 
     def _repr_html_(self) -> str:
-        from ..jupyter import compiled_kernel_html
         return compiled_kernel_html(self)

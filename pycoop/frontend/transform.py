@@ -14,6 +14,7 @@ import textwrap
 import types
 
 from ..errors import CompileError, Loc
+from . import control
 from .control import PASSED
 
 _PC = "__pc"
@@ -525,7 +526,6 @@ class _KernelReturns(ast.NodeTransformer):
 def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.FunctionType:
     """Return `fn` rewritten for tracing (same globals, closure, defaults, file and lines).
     Functions that return a value (not kernels) may return from inside branches and loops."""
-    from . import control
     try:
         lines, start = inspect.getsourcelines(fn)
     except (OSError, TypeError):

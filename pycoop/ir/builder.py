@@ -5,56 +5,40 @@ CompileError at the user's line), records the op with that line in the current b
 """
 from __future__ import annotations
 
-import os
-import sys
 import threading
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from ..errors import UNKNOWN, CompileError, Loc
+from ..errors import CompileError, Loc, current_loc
 from ..types import Type
 from .core import Block, Op, Value
 from .registry import get
 
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_KERNELS_DIR = _PKG_DIR + "kernels" + os.sep     # the library's kernels: DSL code like the user's
 _state = threading.local()
 
 
-_POSITIONS: dict = {}     # code object -> its instructions' source positions
+class RequiresSubgroupSize(Exception):
+    """Raised while tracing by an op that needs a particular subgroup size when the kernel did
+    not choose one (Intel 2D block IO: 16); the kernel is traced again with that size."""
 
-
-def _column(f) -> int:
-    """1-based column of the instruction frame `f` is at (0 if unknown). Every traced op asks,
-    so each code object's position table is built once, not once per op."""
-    code = f.f_code
-    pos = _POSITIONS.get(code)
-    if pos is None:
-        if len(_POSITIONS) > 4096:           # redefined cells in a long notebook session
-            _POSITIONS.clear()
-        pos = _POSITIONS[code] = tuple(code.co_positions()) if hasattr(code, "co_positions") else ()
-    i = f.f_lasti // 2
-    return (pos[i][2] or -1) + 1 if i < len(pos) else 0
-
-
-def current_loc() -> Loc:
-    """Location of the innermost frame outside pycoop's implementation (the kernel code being
-    traced: the user's, or a kernel of pycoop.kernels)."""
-    f = sys._getframe(1)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR) or fn.startswith(_KERNELS_DIR):
-            return Loc(fn, f.f_lineno, _column(f))
-        f = f.f_back
-    return UNKNOWN
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.size = size
 
 
 class Tracer:
-    """State of one trace: a stack of blocks being filled, and module-level collections."""
+    """State of one trace: a stack of blocks being filled, module-level collections, and the
+    kernel's tracing options.
 
-    def __init__(self, subgroup_size: int, workgroup_size: tuple[int, int, int]):
+    `function_tracer` traces Python callables into IR functions (decode, combine and per-element
+    functions of SPV_NV_cooperative_matrix2): it is the front end's (frontend.functions), given
+    by whoever starts the trace, so that the ops calling it do not depend on the front end."""
+
+    def __init__(self, subgroup_size: int, workgroup_size: tuple[int, int, int], *,
+                 subgroup_size_explicit: bool = True, strict_intel_shapes: bool = True,
+                 function_tracer: Any = None):
         self.blocks: list[Block] = []
         self.shared: list[Value] = []
         self.functions: list = []           # functions called by ops (decode, combine, ...)
@@ -64,6 +48,10 @@ class Tracer:
         self.cse: dict[int, tuple] = {}
         self.subgroup_size = subgroup_size
         self.workgroup_size = workgroup_size
+        # False: the kernel did not choose its subgroup size (an op may ask for another one)
+        self.subgroup_size_explicit = subgroup_size_explicit
+        self.strict_intel_shapes = strict_intel_shapes   # pycoop.kernel(strict_intel_shapes=...)
+        self.function_tracer = function_tracer
 
     @property
     def block(self) -> Block:
@@ -87,6 +75,20 @@ def tracer() -> Tracer:
                            rule="pycoop: ops are traced inside a @pycoop.kernel (or a function it calls)",
                            rule_id="frontend.trace-outside-kernel")
     return t
+
+
+def trace_function(fn, param_types: list[Type], role: str, loc: Loc,
+                   result_type: Type | None = None):
+    """`fn` traced into an IR Function by the front end's function tracer (Tracer.function_tracer):
+    frontend.functions.trace_function says how."""
+    return tracer().function_tracer.trace_function(fn, param_types, role, loc, result_type)
+
+
+def trace_closure(fn, param_types: list[Type], role: str, loc: Loc,
+                  result_type: Type | None = None):
+    """Like trace_function, for functions that may use the kernel's values
+    (frontend.functions.trace_closure)."""
+    return tracer().function_tracer.trace_closure(fn, param_types, role, loc, result_type)
 
 
 def tracing() -> bool:

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..errors import Loc
+from ..errors import CompileError, Loc, current_loc
 from ..types import Type
 
 
@@ -35,8 +35,6 @@ class Value:
 
     # Python must never decide control flow on a traced value.
     def __bool__(self):
-        from .builder import current_loc
-        from ..errors import CompileError
         raise CompileError(
             "a runtime value was used where Python needs a plain bool", current_loc(),
             rule="runtime conditions must be in an `if`/`while` of a @pycoop.kernel or @pycoop.func",
@@ -44,8 +42,6 @@ class Value:
                  "(and pycoop.max / pycoop.min for Python's max() / min())", rule_id="frontend.runtime-bool")
 
     def __index__(self):
-        from .builder import current_loc
-        from ..errors import CompileError
         raise CompileError(
             "a runtime value was used where Python needs a plain int", current_loc(),
             rule="sizes, shapes and Python-level indices must be known at trace time",
@@ -53,16 +49,12 @@ class Value:
                  "kernel (not inside a loop containing break/continue)", rule_id="frontend.runtime-int")
 
     def __iter__(self):
-        from .builder import current_loc
-        from ..errors import CompileError
         raise CompileError(f"cannot iterate over a runtime value of type {self.type}",
                            current_loc(),
                            rule="pycoop: only compile-time values are iterated in Python; runtime values "
                                 "have no length at trace time", rule_id="frontend.runtime-iteration")
 
     def __len__(self):
-        from .builder import current_loc
-        from ..errors import CompileError
         raise CompileError(f"len() of a runtime value of type {self.type} is not known at "
                            "trace time", current_loc(),
                            hint="pass the size as a kernel parameter (a u32, or pycoop.Const to "
@@ -97,8 +89,6 @@ _OPERATOR_UFUNCS = {
 
 def _numpy_on_value(name: str):
     import pycoop
-    from .builder import current_loc
-    from ..errors import CompileError
     alt = f"pycoop.{name}" if callable(getattr(pycoop, name, None)) else "pycoop's own functions"
     raise CompileError(f"NumPy's {name}() cannot run on a kernel value", current_loc(),
                        rule="kernel code is traced: NumPy only computes on values known at "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from ..errors import CompileError, Loc
+from ..spirv import grammar
 
 if TYPE_CHECKING:                     # annotations only: the consumers sit above the IR
     from ..types import Type
@@ -146,7 +147,6 @@ _ENV_NAME = {"opencl": "OpenCL", "vulkan": "Vulkan"}
 
 def _bound_op(op: "Op") -> str:
     """`op` and the extensions that bind it to one environment, for messages."""
-    from ..spirv import grammar          # noqa: PLC0415  (only on this error path)
     exts = []
     for c in get(op.name).capabilities:
         exts += [e for e in grammar.extensions_of_capability(c)[:1]

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CompileError, Loc
-from ..ir.builder import current_loc, emit1
+from ..errors import CompileError, Loc, current_loc
+from ..ir.builder import emit1
 from ..ir.core import Value
 from ..types import BufferType, ScalarType, SharedArrayType, u32
 from ..codegen import extensions

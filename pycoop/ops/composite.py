@@ -10,8 +10,8 @@ import numbers
 
 import numpy as np
 
-from ..errors import CompileError
-from ..ir.builder import current_loc, emit1
+from ..errors import CompileError, current_loc
+from ..ir.builder import emit1
 from ..ir.core import Value
 from ..types import ArrayType, ScalarType, VectorType
 from .core import as_value

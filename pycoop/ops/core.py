@@ -13,8 +13,8 @@ import numbers
 import ml_dtypes
 import numpy as np
 
-from ..errors import CompileError, Loc
-from ..ir.builder import current_loc, emit, emit1, tracer
+from ..errors import CompileError, Loc, current_loc
+from ..ir.builder import emit, emit1, tracer
 from ..ir.core import Value
 from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, Type, VectorType,
                      SCALARS, bool_, f32, f64, i32, u32, memory_element, scalar_of_dtype)
@@ -96,6 +96,29 @@ def _lower_const(ctx, op):
     ctx.set(op.result, ctx.const(op.attrs["type"], op.attrs["value"]))
 
 
+class Undefined:
+    """The value of a variable that has no value on this path (the front end's control flow
+    puts it there); any use is an error naming why."""
+
+    def __init__(self, why: str = ""):
+        self.why = why
+
+    def _fail(self, *a, **k):
+        raise CompileError("a variable is used where it has no value" + (f": {self.why}" if self.why else ""),
+                           current_loc(),
+                           hint="assign it before the if/loop so it is defined on every path",
+                           rule="Python: a variable must be assigned on every path before it is read "
+                                "(SPIR-V: an SSA value dominates its uses)",
+                           rule_id="control.undefined-variable")
+
+    __getattr__ = __call__ = __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = _fail
+    __rmul__ = __truediv__ = __getitem__ = __setitem__ = __index__ = __iter__ = __neg__ = _fail
+    __lt__ = __le__ = __gt__ = __ge__ = __floordiv__ = __mod__ = _fail
+
+    def __repr__(self) -> str:
+        return "<undefined>"
+
+
 def default_type(x) -> ScalarType:
     """Type given to a bare Python number that becomes a runtime value."""
     if isinstance(x, (bool, np.bool_)):
@@ -108,9 +131,8 @@ def default_type(x) -> ScalarType:
         return i32
     if isinstance(x, numbers.Real):
         return f32
-    from ..frontend.control import _Undef
-    if isinstance(x, _Undef):
-        x._fail()          # a variable with no value on this path: say why, not "Python _Undef"
+    if isinstance(x, Undefined):
+        x._fail()          # a variable with no value on this path: say why, not "Python Undefined"
     raise CompileError(f"cannot use a Python {type(x).__name__} ({x!r}) as a kernel value",
                        current_loc(),
                        rule="only numbers, bools and pycoop values can be traced",
@@ -422,15 +444,6 @@ def binary(kind: str, a, b) -> Value:
     if not isinstance(a, Value) and not isinstance(b, Value):
         return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
                 "min": lambda: min(a, b), "max": lambda: max(a, b)}[kind]()
-    # cooperative matrix times scalar is OpMatrixTimesScalar (KHR)
-    if kind == "mul":
-        at, bt = getattr(a, "type", None), getattr(b, "type", None)
-        if isinstance(at, CoopMatType) and not isinstance(bt, CoopMatType):
-            from .khr import scale
-            return scale(a, b)
-        if isinstance(bt, CoopMatType) and not isinstance(at, CoopMatType):
-            from .khr import scale
-            return scale(b, a)
     same = _integer_identity(kind, a, b)
     if same is not None:
         return same
@@ -968,7 +981,6 @@ def emit_conversion(ctx, src: ScalarType, dst: ScalarType, result_type: Type, va
     type converts to the unsigned type of that width, then bitcasts."""
     opname = _cast_opcode(src, dst)
     if opname == "OpUConvert" and dst.signed:
-        from ..types import SCALARS
         udst = SCALARS[f"u{dst.bits}"]
         mid = udst if isinstance(result_type, ScalarType) else result_type.with_(component=udst)
         return ctx.emit("OpBitcast", result_type, ctx.emit("OpUConvert", mid, value))
@@ -982,10 +994,7 @@ def _lower_cast(ctx, op):
 
 
 def cast(x, type: ScalarType) -> Value:
-    """Convert a scalar to `type` (f32(x) is the same)."""
-    if isinstance(x, Value) and isinstance(x.type, CoopMatType):
-        from .khr import convert
-        return convert(x, type)
+    """Convert a scalar to `type` (matrices: ops.values.cast)."""
     if isinstance(x, (numbers.Real, np.bool_)) and _literal_fits(x, type):
         return as_value(x, type)         # u32(0): a constant of that type, not a converted one
     x = as_value(x)
@@ -1054,15 +1063,6 @@ def _lower_bitcast(ctx, op):
     ctx.set(op.result, ctx.emit("OpBitcast", op.attrs["type"], ctx.id(op.operands[0])))
 
 
-def _scalar_call(self: ScalarType, x):
-    """f32(x), u32(x), ...: a cast when traced; a NumPy scalar otherwise."""
-    from ..ir.builder import tracing
-    if tracing():
-        return cast(x, self)
-    return self.dtype.type(x)
-
-
-ScalarType.__call__ = _scalar_call
 
 
 # --------------------------------------------------------------------------- memory
@@ -1225,91 +1225,6 @@ def barrier() -> None:
     emit("barrier", [])
 
 
-# --------------------------------------------------------------------------- Value operators
-
 # Methods of values by the class of their type, e.g. layout.slice(...) on tensor layouts;
-# op families register theirs here.
+# op families register theirs here (ops.values looks them up for attribute access).
 TYPE_METHODS: dict[type, dict[str, object]] = {}
-
-def _install_operators():
-    def bin_(kind, swap=False):
-        if swap:
-            return lambda self, other: binary(kind, other, self)
-        return lambda self, other: binary(kind, self, other)
-
-    for kind, dunder in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "truediv"),
-                         ("rem", "mod"), ("and", "and"), ("or", "or"), ("xor", "xor"),
-                         ("shl", "lshift"), ("shr", "rshift"), ("pow", "pow")]:
-        setattr(Value, f"__{dunder}__", bin_(kind))
-        setattr(Value, f"__r{dunder}__", bin_(kind, True))
-
-    def floordiv(self, other, swap=False):
-        a, b = (other, self) if swap else (self, other)
-        t = _elem(self.type)
-        if t is not None and t.is_float:
-            return floor(binary("div", a, b))
-        return binary("div", a, b)
-
-    def truediv(self, other, swap=False):
-        a, b = (other, self) if swap else (self, other)
-        t = _elem(self.type)
-        if t is not None and t.is_int:
-            raise CompileError("`/` on integers is ambiguous", current_loc(),
-                               hint="use `//` (truncating integer division, as in C and SPIR-V) "
-                                    "or cast to a float type",
-                               rule="pycoop: `/` is true division on floats; integers use `//` "
-                                    "(OpSDiv/OpUDiv) explicitly", rule_id="core.integer-true-division")
-        return binary("div", a, b)
-
-    Value.__divmod__ = lambda s, o: (floordiv(s, o), binary("rem", s, o))
-    Value.__rdivmod__ = lambda s, o: (floordiv(s, o, True), binary("rem", o, s))
-    Value.__floordiv__ = lambda s, o: floordiv(s, o)
-    Value.__rfloordiv__ = lambda s, o: floordiv(s, o, True)
-    Value.__truediv__ = lambda s, o: truediv(s, o)
-    Value.__rtruediv__ = lambda s, o: truediv(s, o, True)
-    Value.__neg__ = lambda s: unary("neg", s)
-    Value.__pos__ = lambda s: s
-    Value.__invert__ = lambda s: unary("not", s)
-    Value.__abs__ = lambda s: unary("abs", s)
-    for kind, dunder in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"),
-                         ("ge", "ge")]:
-        setattr(Value, f"__{dunder}__", (lambda k: lambda self, other: compare(k, self, other))(kind))
-    Value.__hash__ = object.__hash__
-
-    def getitem(self, idx):
-        if isinstance(self.type, (BufferType, SharedArrayType)):
-            return load(self, idx)
-        if isinstance(self.type, PointerType):
-            from .pointer import element
-            return element(self, idx)
-        if isinstance(self.type, (ArrayType, VectorType)):
-            from .composite import extract
-            return extract(self, idx)
-        raise CompileError(f"cannot index a value of type {self.type}", current_loc(),
-                           rule="pycoop: buffers, shared arrays, arrays and vectors are indexed",
-                           rule_id="core.indexable")
-
-    def setitem(self, idx, val):
-        if isinstance(self.type, (BufferType, SharedArrayType)):
-            return store(self, idx, val)
-        raise CompileError(f"cannot assign into a value of type {self.type}", current_loc(),
-                           rule="pycoop: buffers, shared arrays, arrays and vectors are assigned into",
-                           rule_id="core.assignable")
-
-    def getattr_(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        method = TYPE_METHODS.get(type(self.type), {}).get(name)
-        if method is not None:
-            return lambda *a, **k: method(self, *a, **k)
-        if not isinstance(self.type, PointerType):
-            raise AttributeError(f"a value of type {self.type} has no attribute {name!r}")
-        from .pointer import member
-        return member(self, name)
-
-    Value.__getattr__ = getattr_
-    Value.__getitem__ = getitem
-    Value.__setitem__ = setitem
-
-
-_install_operators()

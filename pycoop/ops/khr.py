@@ -11,11 +11,11 @@ import numpy as np
 
 from ..codegen import extensions
 from ..codegen.checked import matrix_block
-from ..errors import CompileError, Loc
-from ..ir.builder import current_loc, emit, emit1
+from ..errors import CompileError, Loc, current_loc
+from ..ir.builder import emit, emit1
 from ..ir.core import Value
 from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, f32, u32)
-from .core import as_value, check_readable, convert_array, via_f32
+from .core import as_value, check_readable, convert_array, emit_conversion, via_f32
 from .known_bits import exact, low_bits
 from ..ir.registry import define, emulation, lowering
 from .khr_layout import matrix_layout
@@ -65,6 +65,19 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
                            rule="SPV_KHR_cooperative_matrix: Use is MatrixAKHR, MatrixBKHR or "
                                 "MatrixAccumulatorKHR", rule_id="khr.use")
     return CoopMatType(comp, scope, int(rows), int(cols), use)
+
+
+class _CoopMatFactory:
+    """`coopmat[component, scope, rows, cols, use]` builds a CoopMatType (checked)."""
+
+    def __getitem__(self, key) -> CoopMatType:
+        return make_coopmat_type(key)
+
+    def __repr__(self) -> str:
+        return "pycoop.coopmat"
+
+
+coopmat = _CoopMatFactory()
 
 
 def _need_mat(v: Value, what: str, loc: Loc) -> CoopMatType:
@@ -594,7 +607,6 @@ def _emu_convert(ctx, op, m):
 @lowering("khr.convert")
 def _lower_convert(ctx, op):
     src, dst = op.operands[0].type.component, op.attrs["type"].component
-    from .core import emit_conversion
     ctx.set(op.result, emit_conversion(ctx, src, dst, op.result.type, ctx.id(op.operands[0])))
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CompileError, EmulatorError
-from ..ir.builder import current_loc, emit1
+from ..errors import CompileError, EmulatorError, current_loc
+from ..ir.builder import emit1
 from ..ir.core import Value
 from ..types import ArrayType, PointerType, ScalarType, StructType, u32
 from .core import as_value

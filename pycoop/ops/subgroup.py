@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CompileError, EmulatorError, Loc
-from ..ir.builder import current_loc, emit1, tracer
+from ..errors import CompileError, EmulatorError, Loc, current_loc
+from ..ir.builder import emit1, tracer
 from ..ir.core import Value
 from ..spirv import grammar
 from ..types import ScalarType, VectorType, bool_, u32

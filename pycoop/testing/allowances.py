@@ -22,6 +22,7 @@ import numpy as np
 
 from pycoop.ops.core import COMPARE
 from pycoop.ir.registry import get
+from pycoop.runtime.vulkan import get_runtime
 
 _NUMERICS = "docs/numerics.md, Driver workarounds, lavapipe (Mesa 22.3.6)"
 
@@ -175,7 +176,6 @@ def allowances_for(device: str) -> tuple[Allowance, ...]:
 
 def vulkan_device() -> str:
     """"name | driver version" of the Vulkan device the runtime launches on."""
-    from pycoop.runtime.vulkan import get_runtime
     caps = get_runtime().capabilities
     return f"{caps.device_name} | {caps.driver_version}"
 

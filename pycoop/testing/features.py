@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from pycoop import kernel
 
 # Families named by `--features`.
 FAMILIES = ("scalar", "shared", "khr", "nv")
@@ -48,7 +49,6 @@ def exact_mode_available() -> bool:
     """Whether `pc.kernel` takes `fp="exact"` (NoContraction on float arithmetic and the float
     controls that preserve signed zeros): then the fuzzer can compare floats bit for bit with
     no generator restriction."""
-    from pycoop import kernel
     return "fp" in inspect.signature(kernel).parameters
 
 

@@ -37,6 +37,8 @@ import pycoop as pc
 
 from .features import Features
 from .program import Expr, Function, Program, Stmt
+from .gen_khr import KhrGenerator
+from .gen_nv import NvGenerator
 
 INTS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
 FLOATS = ("f16", "f32", "f64")
@@ -646,9 +648,7 @@ def generate(seed: int, features: Features | None = None) -> Program:
     kinds = ["scalar"] + [k for k in ("khr", "nv") if k in features.families]
     kind = random.Random(seed).choice(kinds)
     if kind == "khr":
-        from .gen_khr import KhrGenerator
         return KhrGenerator(seed, features).kernel()
     if kind == "nv":
-        from .gen_nv import NvGenerator
         return NvGenerator(seed, features).kernel()
     return ScalarGenerator(seed, features).kernel()

@@ -27,6 +27,7 @@ from pycoop.spirv.errors import SpirvValidationError
 
 from .allowances import allowances_for, device_model, vulkan_device
 from .program import Program
+from pycoop import cache
 
 # Outcome classes, in report order. Every class but "ok" is a failure: generated programs are
 # valid and free of undefined behaviour, so an emulator report of undefined behaviour is as
@@ -362,7 +363,6 @@ class Worker:
 def release_caches() -> None:
     """Drop what thousands of throw-away kernels leave behind: Vulkan pipelines (the runtime
     is closed; the next launch opens it again), lowered modules and cached source lines."""
-    from pycoop import cache
     cache._memory.clear()
     linecache.clearcache()
     try:

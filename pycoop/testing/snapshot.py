@@ -23,6 +23,9 @@ import json
 import sys
 
 from ..spirv import grammar
+from pycoop.ir.printer import print_module
+from pycoop.spirv import tools
+import pycoop
 
 _DEBUG = ("OpSourceContinued", "OpSource", "OpSourceExtension", "OpString", "OpLine", "OpNoLine",
           "OpModuleProcessed")
@@ -57,9 +60,6 @@ class _Recorder:
         self.validated: dict[str, set] = {}          # test -> hashes of modules spirv-val saw
 
     def install(self) -> None:
-        import pycoop
-        from pycoop.ir.printer import print_module
-        from pycoop.spirv import tools
 
         recorder, init, run = self, pycoop.CompiledKernel.__init__, tools._run
 

@@ -2,10 +2,10 @@
 the graph of imports between pycoop's modules (function-local ones included) has no cycle.
 
 Layers, bottom to top (a module may import only its own layer and those below):
-errors/knobs/version < types < spirv < ir < codegen and the emulator's memories (what ops
+errors/knobs/version/jupyter < types < spirv < ir < codegen and the emulator's memories (what ops
 touch) < ops < the emulator's machine and fast paths (which run ops) < runtime < cache <
-frontend < kernels and tools (autotune, cli, jupyter, plot, testing).
-The few imports that stay inside functions are listed in LAZY with the reason.
+frontend < kernels and tools (autotune, cli, plot, testing). Only modules that load pyvulkan
+are imported inside functions (see VULKAN_LOADER).
 """
 from __future__ import annotations
 
@@ -16,17 +16,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "pycoop"
 
-# (module, imported module): imports kept inside functions, and why
-LAZY = {
-    # pyvulkan loads the Vulkan loader: only a Vulkan launch or query pays for it
-    ("pycoop.runtime.vulkan", "pycoop.runtime.vulkan.instance"),
-    ("pycoop.runtime.vulkan", "pycoop.runtime.vulkan.runtime"),
-    # optional extras (matplotlib, pygments), imported when a figure or a notebook display is made
-    ("pycoop.autotune", "pycoop.plot"),
-}
+# The one kind of import kept inside functions: a module that loads pyvulkan when imported
+# (VULKAN_LOADER, and whatever imports it) is imported only where Vulkan is used, because
+# pyvulkan dlopens the Vulkan loader, which a machine may lack, and pycoop works there on the
+# emulator.
+VULKAN_LOADER = "pycoop.runtime.vulkan.ext"      # runs load_vulkan() at import
 
 LAYERS = [
-    {"errors", "knobs", "version"},
+    {"errors", "knobs", "version", "jupyter"},
     {"types"},
     {"spirv"},
     {"ir"},
@@ -36,7 +33,7 @@ LAYERS = [
     {"runtime"},
     {"cache"},
     {"frontend"},
-    {"kernels", "autotune", "cli", "demo", "jupyter", "plot", "testing", "__main__", "__init__"},
+    {"kernels", "autotune", "cli", "demo", "plot", "testing", "__main__", "__init__"},
 ]
 
 
@@ -112,20 +109,51 @@ def _edges():
                 yield name, dep, line, top
 
 
+def _loads_vulkan() -> set[str]:
+    """The modules whose import (top-level imports, transitively) loads pyvulkan."""
+    importers: dict[str, set] = {}
+    for m, d, _, top in _edges():
+        if top:
+            importers.setdefault(d, set()).add(m)
+    found, todo = {VULKAN_LOADER}, [VULKAN_LOADER]
+    while todo:
+        for m in importers.get(todo.pop(), ()):
+            if m not in found:
+                found.add(m)
+                todo.append(m)
+    return found
+
+
+def _lazy(edge) -> bool:
+    return edge[1] in _loads_vulkan()
+
+
 def test_imports_are_at_top_level():
     local = sorted(f"{m} line {line}: imports {d}" for m, d, line, top in _edges()
-                   if not top and (m, d) not in LAZY)
+                   if not top and not _lazy((m, d)))
     assert local == []
 
 
-def test_every_lazy_import_is_still_needed():
-    kept = {(m, d) for m, d, _, top in _edges() if not top}
-    assert LAZY <= kept, f"no longer imported lazily: {LAZY - kept}"
+def test_importing_pycoop_does_not_load_pyvulkan():
+    loading = _loads_vulkan()
+    top = {m for m, d, _, t in _edges() if t}
+    reached, todo = set(), ["pycoop"]
+    graph: dict[str, set] = {}
+    for m, d, _, t in _edges():
+        if t:
+            graph.setdefault(m, set()).add(d)
+    while todo:
+        n = todo.pop()
+        for d in graph.get(n, ()):
+            if d not in reached:
+                reached.add(d)
+                todo.append(d)
+    assert top and not (reached & loading), sorted(reached & loading)
 
 
 def test_no_module_imports_a_higher_layer():
     up = sorted(f"{m} ({_layer(m)}) imports {d} ({_layer(d)}) at line {line}"
-                for m, d, line, _ in _edges() if _layer(d) > _layer(m) and (m, d) not in LAZY)
+                for m, d, line, _ in _edges() if _layer(d) > _layer(m))
     assert up == []
 
 

@@ -23,14 +23,15 @@ import numbers
 
 import numpy as np
 
-from ...errors import CompileError, EmulatorError, Loc
-from ...ir.builder import current_loc, emit, emit1, tracer
+from ...errors import CompileError, EmulatorError, Loc, current_loc
+from ...ir.builder import RequiresSubgroupSize, emit, emit1, tracer
 from ...ir.core import Value
 from ...types import (SCALARS, ArrayType, BufferType, PointerType, ScalarType, Scope, SharedArrayType,
                       StorageClass, VectorType, i32, u32)
 from ..core import as_value, check_readable, constant_value
 from ...ir.registry import define, emulation, lowering
 from . import blockio
+from ..composite import make_vector
 
 SPEC = "SPV_INTEL_2d_block_io"
 INTEL_SUBGROUP_SIZE = 16
@@ -273,7 +274,6 @@ def _coord(coord, loc: Loc) -> Value:
     if isinstance(coord, Value):
         return coord
     if isinstance(coord, (tuple, list)):
-        from ..composite import make_vector
         vals = list(coord)
         like = next((v.type for v in vals if isinstance(v, Value)), i32)
         if not all(isinstance(v, Value) or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
@@ -292,16 +292,15 @@ def _coord(coord, loc: Loc) -> Value:
 def _subgroup(loc: Loc) -> int:
     t = tracer()
     sgs = t.subgroup_size
-    if not getattr(t, "subgroup_size_explicit", True) and sgs != INTEL_SUBGROUP_SIZE:
+    if not t.subgroup_size_explicit and sgs != INTEL_SUBGROUP_SIZE:
         # the kernel did not choose a subgroup size: Intel block IO kernels run with 16
-        from ...frontend.kernel import RequiresSubgroupSize
         raise RequiresSubgroupSize(INTEL_SUBGROUP_SIZE)
     return sgs
 
 
 def _strict(strict, loc: Loc) -> bool:
     if strict is None:
-        return bool(getattr(tracer(), "strict_intel_shapes", True))
+        return tracer().strict_intel_shapes
     return bool(strict)
 
 

@@ -22,6 +22,7 @@ from ...errors import CompileError, EmulatorError, Loc
 from ...types import (ArrayType, CoopMatType, PointerType, ScalarType, StorageClass, StructType,
                       VectorType)
 from .decode_vector_check import check_module, validator_supports
+from ...types import u32
 
 SPEC = "SPV_NV_cooperative_matrix_decode_vector"
 EXTENSION = SPEC
@@ -80,15 +81,24 @@ def check_vector_function(fn, mat_type: CoopMatType, dim: int, loc: Loc) -> int:
 
 
 def _u32():
-    from ...types import u32
     return u32
+
+
+def block_sizes(layout: Value) -> list[Value] | None:
+    """The block-size operands in effect for `layout`, following its SSA chain of state ops:
+    [] when none was set (all 1), None when unknown (a layout coming through control flow)."""
+    v = layout
+    while v.op is not None and v.op.name.startswith("nv.layout_"):
+        if v.op.name == "nv.layout_block_size":
+            return v.op.operands[1:]
+        v = v.op.operands[0]
+    return [] if v.op is not None and v.op.name == "nv.create_layout" else None
 
 
 def const_last_block_size(layout_value) -> int | None:
     """blockSize[LDim-1] of a layout value when it is a compile-time constant (1 when no
     block size was set); None when unknown (a runtime operand, or a layout carried through a
     loop)."""
-    from .tensor import block_sizes
     sizes = block_sizes(layout_value)
     if sizes is None:
         return None

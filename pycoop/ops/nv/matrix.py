@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import CompileError, Loc
-from ...frontend.functions import trace_closure, trace_function
-from ...ir.builder import current_loc, emit1
+from ...errors import CompileError, Loc, current_loc
+from ...ir.builder import emit1, trace_closure, trace_function
 from ...ir.core import Value
 from ...types import CoopMatType, ScalarType, Use, u32
 from .. import core
 from ..core import as_value, convert_array
 from ...ir.registry import define, emulation, lowering
 from .tangled import check_untangled
+from ..khr import convert as khr_convert
 
 CM2 = "SPV_NV_cooperative_matrix2"
 REDUCE_MODES = {"row": ("Row",), "column": ("Column",), "row_column": ("Row", "Column"),
@@ -231,7 +231,6 @@ def convert(mat: Value, to: CoopMatType) -> Value:
     if to == t:
         return mat
     if to.use == t.use:
-        from ..khr import convert as khr_convert
         return khr_convert(mat, to)
     return emit1("nv.convert", [mat], {"type": to}, loc)
 

@@ -15,9 +15,8 @@ import numpy as np
 
 from ... import knobs
 from ...emulator.memory import PointerArray, check_write_race
-from ...errors import CompileError, EmulatorError, Loc
-from ...frontend.functions import trace_function
-from ...ir.builder import current_loc, emit, emit1
+from ...errors import CompileError, EmulatorError, Loc, current_loc
+from ...ir.builder import emit, emit1, trace_function
 from ...ir.core import Value
 from ...types import (CLAMP_MODES, ArrayType, BufferType, CoopMatType, PointerType, ScalarType,
                       SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, u8, u16, u32,
@@ -295,22 +294,11 @@ def _lower_state(ctx, op):
         _spec_default_strides(ctx, op)
 
 
-def block_sizes(layout: Value) -> list[Value] | None:
-    """The block-size operands in effect for `layout`, following its SSA chain of state ops:
-    [] when none was set (all 1), None when unknown (a layout coming through control flow)."""
-    v = layout
-    while v.op is not None and v.op.name.startswith("nv.layout_"):
-        if v.op.name == "nv.layout_block_size":
-            return v.op.operands[1:]
-        v = v.op.operands[0]
-    return [] if v.op is not None and v.op.name == "nv.create_layout" else None
-
-
 def _spec_default_strides(ctx, op) -> None:
     """SetDimension's default strides are stride[i] = stride[i+1] * ceil(dim[i+1] / block[i+1])
     by the spec; NVIDIA's driver floors the division. When a block size may differ from 1,
     follow SetDimension with explicit strides computed the spec's way."""
-    blocks = block_sizes(op.operands[0])
+    blocks = DV.block_sizes(op.operands[0])
     if not blocks or all(b.op is not None and b.op.name == "const" and b.op.attrs["value"] == 1
                              for b in blocks):
         return
@@ -514,7 +502,7 @@ def _infer_store_tensor(operands, attrs, regions, loc):
                            rule="SPV_NV_cooperative_matrix2: the index is multiplied by the size of the "
                                 "matrix component type (the array holds that type)",
                            rule_id="nv.store-element-type")
-    for i, b in enumerate(block_sizes(layout) or ()):
+    for i, b in enumerate(DV.block_sizes(layout) or ()):
         c = constant_value(b)
         if c is not None and c != 1:
             rule, hint = _FAULT_RULES[A.Outcome.FAULT_STORE_BLOCK_SIZE]

@@ -15,8 +15,8 @@ import numbers
 
 import numpy as np
 
-from ...errors import CompileError, EmulatorError, Loc
-from ...ir.builder import current_loc, emit1, tracer
+from ...errors import CompileError, EmulatorError, Loc, current_loc
+from ...ir.builder import emit1, tracer
 from ...ir.core import Value
 from ...types import ArrayType, CoopMatType, ScalarType, Scope, Use, i32, u32
 from ..core import as_value

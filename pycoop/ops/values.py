@@ -1,0 +1,128 @@
+"""The user-facing protocol of traced values: Python operators, indexing and attributes on
+`Value`, `f32(x)`-style casts on scalar types, and the functions that choose between a scalar
+op and a cooperative-matrix op (`cast`, and `*` of a matrix by a scalar).
+
+The IR's `Value` is also the user's proxy while a kernel is traced (ir.core); its operators are
+installed here, once, when pycoop.ops is imported, so that the IR does not depend on the ops
+that implement them. This is the only module that adds behaviour to classes of lower layers.
+"""
+from __future__ import annotations
+
+from ..errors import CompileError, current_loc
+from ..ir.builder import tracing
+from ..ir.core import Value
+from ..types import ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, VectorType
+from . import core
+from .composite import extract
+from .core import TYPE_METHODS, _elem, compare, floor, load, store, unary
+from .khr import convert, scale
+from .pointer import element, member
+
+
+def binary(kind: str, a, b):
+    """core.binary, with a cooperative matrix times a scalar as OpMatrixTimesScalar (KHR)."""
+    if kind == "mul":
+        at, bt = getattr(a, "type", None), getattr(b, "type", None)
+        if isinstance(at, CoopMatType) and not isinstance(bt, CoopMatType):
+            return scale(a, b)
+        if isinstance(bt, CoopMatType) and not isinstance(at, CoopMatType):
+            return scale(b, a)
+    return core.binary(kind, a, b)
+
+
+def cast(x, type: ScalarType) -> Value:
+    """Convert a scalar to `type` (f32(x) is the same); a matrix converts its components."""
+    if isinstance(x, Value) and isinstance(x.type, CoopMatType):
+        return convert(x, type)
+    return core.cast(x, type)
+
+
+def _scalar_call(self: ScalarType, x):
+    """f32(x), u32(x), ...: a cast when traced; a NumPy scalar otherwise."""
+    if tracing():
+        return cast(x, self)
+    return self.dtype.type(x)
+
+
+ScalarType.__call__ = _scalar_call
+
+
+def _install_operators():
+    def bin_(kind, swap=False):
+        if swap:
+            return lambda self, other: binary(kind, other, self)
+        return lambda self, other: binary(kind, self, other)
+
+    for kind, dunder in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "truediv"),
+                         ("rem", "mod"), ("and", "and"), ("or", "or"), ("xor", "xor"),
+                         ("shl", "lshift"), ("shr", "rshift"), ("pow", "pow")]:
+        setattr(Value, f"__{dunder}__", bin_(kind))
+        setattr(Value, f"__r{dunder}__", bin_(kind, True))
+
+    def floordiv(self, other, swap=False):
+        a, b = (other, self) if swap else (self, other)
+        t = _elem(self.type)
+        if t is not None and t.is_float:
+            return floor(binary("div", a, b))
+        return binary("div", a, b)
+
+    def truediv(self, other, swap=False):
+        a, b = (other, self) if swap else (self, other)
+        t = _elem(self.type)
+        if t is not None and t.is_int:
+            raise CompileError("`/` on integers is ambiguous", current_loc(),
+                               hint="use `//` (truncating integer division, as in C and SPIR-V) "
+                                    "or cast to a float type",
+                               rule="pycoop: `/` is true division on floats; integers use `//` "
+                                    "(OpSDiv/OpUDiv) explicitly", rule_id="core.integer-true-division")
+        return binary("div", a, b)
+
+    Value.__divmod__ = lambda s, o: (floordiv(s, o), binary("rem", s, o))
+    Value.__rdivmod__ = lambda s, o: (floordiv(s, o, True), binary("rem", o, s))
+    Value.__floordiv__ = lambda s, o: floordiv(s, o)
+    Value.__rfloordiv__ = lambda s, o: floordiv(s, o, True)
+    Value.__truediv__ = lambda s, o: truediv(s, o)
+    Value.__rtruediv__ = lambda s, o: truediv(s, o, True)
+    Value.__neg__ = lambda s: unary("neg", s)
+    Value.__pos__ = lambda s: s
+    Value.__invert__ = lambda s: unary("not", s)
+    Value.__abs__ = lambda s: unary("abs", s)
+    for kind, dunder in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"),
+                         ("ge", "ge")]:
+        setattr(Value, f"__{dunder}__", (lambda k: lambda self, other: compare(k, self, other))(kind))
+    Value.__hash__ = object.__hash__
+
+    def getitem(self, idx):
+        if isinstance(self.type, (BufferType, SharedArrayType)):
+            return load(self, idx)
+        if isinstance(self.type, PointerType):
+            return element(self, idx)
+        if isinstance(self.type, (ArrayType, VectorType)):
+            return extract(self, idx)
+        raise CompileError(f"cannot index a value of type {self.type}", current_loc(),
+                           rule="pycoop: buffers, shared arrays, arrays and vectors are indexed",
+                           rule_id="core.indexable")
+
+    def setitem(self, idx, val):
+        if isinstance(self.type, (BufferType, SharedArrayType)):
+            return store(self, idx, val)
+        raise CompileError(f"cannot assign into a value of type {self.type}", current_loc(),
+                           rule="pycoop: buffers, shared arrays, arrays and vectors are assigned into",
+                           rule_id="core.assignable")
+
+    def getattr_(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        method = TYPE_METHODS.get(type(self.type), {}).get(name)
+        if method is not None:
+            return lambda *a, **k: method(self, *a, **k)
+        if not isinstance(self.type, PointerType):
+            raise AttributeError(f"a value of type {self.type} has no attribute {name!r}")
+        return member(self, name)
+
+    Value.__getattr__ = getattr_
+    Value.__getitem__ = getitem
+    Value.__setitem__ = setitem
+
+
+_install_operators()
