@@ -1,6 +1,6 @@
 """Exact NumPy semantics of SPV_INTEL_2d_block_io (subgroup 2D block load / store / prefetch).
 
-Source: /work/shared/specs/SPV_INTEL_2d_block_io.txt ("Mapping Block Data to Invocations",
+Source: the SPV_INTEL_2d_block_io specification ("Mapping Block Data to Invocations",
 "Out-of-Bounds Behavior", "Restrictions") and its diagram: Memory Width and Pitch are in
 bytes, Coordinate.x is in elements, and Block Count > 1 lays blocks side by side along X.
 
@@ -350,8 +350,8 @@ class ShapeRow(NamedTuple):
 
 _H6 = (1, 2, 4, 8, 16, 32)
 _H4 = (1, 2, 4, 8)
-# Source: /work/shared/reference/intel_2d_block_io_client_shapes.md (cl_intel_subgroup_2d_block_io
-# 1.1.0 SPIR-V environment table); valid for subgroup size 16 only.
+# Source: the SPIR-V environment table of the cl_intel_subgroup_2d_block_io OpenCL extension
+# (1.1.0); valid for subgroup size 16 only.
 SUPPORTED_SHAPES: tuple[ShapeRow, ...] = (
     ShapeRow("load", 1, (32,), _H6, (1, 2)),
     ShapeRow("load", 1, (16,), (8, 16, 32), (4,)),

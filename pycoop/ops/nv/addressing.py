@@ -162,7 +162,7 @@ def layout_set_dimension(layout: TensorLayout, dims: npt.ArrayLike) -> TensorLay
     """OpTensorLayoutSetDimensionNV: dimension = span = dims, offset = 0, default strides.
 
     stride[LDim-1] = 1, stride[i] = stride[i+1] * ceil(dims[i+1] / blockSize[i+1]) (the spec's
-    ceiling; the NVIDIA driver floors, see DESIGN.md). A block size of 0 there divides by zero
+    ceiling; the NVIDIA driver floors, see docs/design.md). A block size of 0 there divides by zero
     and raises TensorAddressingError.
     """
     d = _u32(_vector_operand(dims, layout.dim, "OpTensorLayoutSetDimensionNV"))

@@ -1,6 +1,6 @@
 """Exact NumPy semantics of SPV_QCOM_cooperative_matrix_conversion.
 
-Source: /work/shared/specs/SPV_QCOM_cooperative_matrix_conversion.txt.  Construct/extract move
+Source: the SPV_QCOM_cooperative_matrix_conversion specification.  Construct/extract move
 rows (MatrixA, Accumulator) or columns (MatrixB) between a subgroup's per-invocation arrays
 and a cooperative matrix; the ``uint32`` array forms are the same bytes packed little-endian
 (element ``j`` of a 256-bit row sits in bits ``[j*w, (j+1)*w)`` of the row's byte image), which

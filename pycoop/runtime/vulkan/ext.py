@@ -1,7 +1,6 @@
 """What pyvulkan 1.3.275 lacks or gets wrong, in one documented place.
 
-Numbers come from vk.xml (PyPI `vulkan-object` 1.4.366) as transcribed in
-shared/reference/SPIRV_REFERENCE.md, "Vulkan-side numbers" (abbreviated "REF" below), or from
+Numbers come from vk.xml (PyPI `vulkan-object` 1.4.366; abbreviated "REF" below), or from
 the Vulkan spec where pyvulkan has the name but a missing/None value ("SPEC").
 
 Structs pyvulkan's (precompiled, closed) cffi `ffi` does not know are declared in a private
