@@ -26,6 +26,7 @@ the others still run.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -36,6 +37,10 @@ import numpy as np
 import pycoop as pc
 from pycoop.kernels import GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv, gemv_grid, weights
 from pycoop.kernels.gemv import BLOCKS, PARTS
+
+# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
+# launches is measured by bench/checked_overhead.py.
+os.environ["PYCOOP_CHECKED"] = "0"
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 NS = [1, 2, 4, 8, 16, 32, 64]
