@@ -42,13 +42,17 @@ def _sg(Br, Bc, inv, sm=_ALL, fp="exact"):
 
 
 # name -> attention() keyword arguments of the prefill path; "wg" = workgroup scope, "sg" =
-# subgroup scope (BrxBc/invocations; a subgroup of 32 takes Br * 32 / invocations rows)
+# subgroup scope (BrxBc/invocations; a subgroup of 32 takes Br * 32 / invocations rows);
+# "all" = exp2 + lazy_sum + prefetch, "narrow" = row maxima and sums 32 columns wide
 PREFILL_VARIANTS = {
     "wg 128x64/256": _wg(),
     "wg 128x64/256 exp2": _wg(sm=Softmax(exp2=True)),
     "wg 128x64/256 lazy": _wg(sm=Softmax(lazy_sum=True)),
     "wg 128x64/256 prefetch": _wg(sm=Softmax(prefetch=True)),
     "wg 128x64/256 all": _wg(sm=_ALL),
+    "wg 128x64/256 narrow": _wg(sm=Softmax(row_width=32)),
+    "wg 128x64/256 narrow exp2": _wg(sm=Softmax(exp2=True, row_width=32)),
+    "wg 128x64/256 narrow prefetch": _wg(sm=Softmax(prefetch=True, row_width=32)),
     "wg 128x64/256 all fast": _wg(sm=_ALL, fp="fast"),
     "wg 128x32/256 all": _wg(Bc=32, sm=_ALL),
     "wg 128x128/256 all": _wg(Bc=128, sm=_ALL),
@@ -79,6 +83,7 @@ def _dsg(Bc=32, inv=128, splits=None, sm=_ALL, fp="exact", rows=16):
 DECODE_VARIANTS = {
     "wg r32 Bc64/128": _dwg(),
     "wg r32 Bc64/128 all": _dwg(sm=_ALL),
+    "wg r32 Bc64/128 narrow": _dwg(sm=Softmax(row_width=32)),
     "wg r32 Bc64/128 all s32": _dwg(splits=32, sm=_ALL),
     "wg r32 Bc64/128 all s128": _dwg(splits=128, sm=_ALL),
     "wg r32 Bc128/128 all s32": _dwg(Bc=128, splits=32, sm=_ALL),

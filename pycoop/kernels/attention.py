@@ -25,11 +25,13 @@ past it, so any sequence length works without padding.
 - `attention(...)`: checks the shapes and launches either path; `attention_reference(...)`:
   the NumPy result.
 
-Options of both kernels (`Softmax`): `exp2` computes the exponentials as 2^x with log2(e)
-folded into the query scale (and the mask), `lazy_sum` keeps the row sums as a Br x Bc matrix
-of per-column partial sums (one multiply-add per element per block, one row reduction at the
-end) instead of a product with a matrix of ones on every block, and `prefetch` loads the next
-key block's K and V before the current block's softmax.
+Options of both kernels (`Softmax`): `exp2` computes the exponentials as 2^(s·k - m·k), one
+multiply-add and an exp2, with k = scale · log2(e) (Q is used as loaded, the maxima kept in raw
+scores); `lazy_sum` keeps the row sums as a Br x Bc matrix of per-column partial sums (one
+multiply-add per element per block, one row reduction at the end) instead of a product with a
+matrix of ones on every block; `prefetch` loads the next key block's K and V before the
+current block's softmax; `row_width` holds the row maxima and sums as Br x row_width matrices
+instead of Br x Bc (fewer registers, fewer rescale exponentials, a narrower ones product).
 """
 from __future__ import annotations
 
@@ -61,6 +63,19 @@ class Softmax(NamedTuple):
     exp2: bool = False
     lazy_sum: bool = False
     prefetch: bool = False
+    row_width: int = 0       # columns of the row maxima and sums matrices (0: Bc)
+
+
+def _check_softmax(name: str, sm: Softmax, Bc: int) -> Softmax:
+    sm = Softmax(*sm)
+    w = sm.row_width
+    if not isinstance(w, int) or w < 0 or (w and (w % 16 or w > Bc)):
+        raise ValueError(f"{name}: Softmax.row_width must be 0 (= Bc) or a multiple of 16 of "
+                         f"at most Bc={Bc}, got {w!r}")
+    if sm.lazy_sum and w not in (0, Bc):
+        raise ValueError(f"{name}: Softmax.lazy_sum keeps per-column sums of the Bc={Bc} "
+                         f"columns, so it needs row_width 0 or Bc, got {w}")
+    return sm._replace(row_width=w or Bc)
 
 
 def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out: str,
@@ -140,33 +155,41 @@ def _causal(r, c, s, k0, kend, q0):
 # --- the shared inner loop ---------------------------------------------------------------
 
 class _Types(NamedTuple):
-    """The matrix types of an Br-row attention tile."""
+    """The matrix types of an Br-row attention tile (W: the row-state width)."""
     Q: object      # Br x D operand A (pre-scaled)
     Kt: object     # D x Bc operand B
     V: object      # Bc x D operand B
     P: object      # Br x Bc operand A
-    S: object      # Br x Bc f32 accumulator: scores, probabilities, row maxima and sums
+    S: object      # Br x Bc f32 accumulator: scores, probabilities
     O: object      # Br x D f32 accumulator
-    Ones: object   # Bc x Bc operand B (all ones: P @ Ones = the row sums of P in each column)
+    Ones: object   # Bc x W operand B (all ones: P @ Ones = the row sums of P in each column)
     Raw: object    # Br x D accumulator of the input type (Q as loaded)
     Mask: object   # Br x Bc f16 accumulator (a block of the mask)
+    Row: object    # Br x W f32 accumulator: row maxima and sums (each row's value in every column)
 
 
 @functools.cache
-def _types(el, rows: int, D: int, Bc: int, scope: str = "workgroup") -> _Types:
+def _types(el, rows: int, D: int, Bc: int, scope: str = "workgroup", W: int = 0) -> _Types:
     sc = pc.Workgroup if scope == "workgroup" else pc.Subgroup
+    W = W or Bc
 
     def mat(t, r, c, use):
         return pc.coopmat[t, sc, r, c, use]
     return _Types(mat(el, rows, D, pc.UseA), mat(el, D, Bc, pc.UseB), mat(el, Bc, D, pc.UseB),
                   mat(el, rows, Bc, pc.UseA), mat(f32, rows, Bc, pc.Accumulator),
-                  mat(f32, rows, D, pc.Accumulator), mat(el, Bc, Bc, pc.UseB),
-                  mat(el, rows, D, pc.Accumulator), mat(f16, rows, Bc, pc.Accumulator))
+                  mat(f32, rows, D, pc.Accumulator), mat(el, Bc, W, pc.UseB),
+                  mat(el, rows, D, pc.Accumulator), mat(f16, rows, Bc, pc.Accumulator),
+                  mat(f32, rows, W, pc.Accumulator))
+
+
+def _widen(x, To):
+    """A per-row value held in every column of a Br x W matrix as a Br x N matrix `To`."""
+    return x if x.type == To else pc.nv.reduce(x, "row", _smear, result_type=To)
 
 
 def _by_row(x, T: _Types):
-    """A per-row value held in every column of a Br x Bc matrix as a Br x D matrix."""
-    return x if T.S == T.O else pc.nv.reduce(x, "row", _smear, result_type=T.O)
+    """A per-row value of the row state as a Br x D matrix."""
+    return _widen(x, T.O)
 
 
 def _queries(Q, layout, T: _Types, scale, sm: Softmax):
@@ -182,12 +205,13 @@ def _attend(T: _Types, sm: Softmax, k, m, l, o, s, v):
     """One key block of the online softmax: scores s (masked; scaled, or raw with exp2 and
     k = scale · log2(e)) and values v update the row maxima m, sums l and unnormalised
     output o."""
-    m_new = pc.nv.per_element(m, _larger, pc.nv.reduce(s, "row", "max"))
+    m_new = pc.nv.per_element(m, _larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
+    m_s = _widen(m_new, T.S)                  # as wide as the scores (a narrow row state)
     if sm.exp2:
-        pf = pc.nv.per_element(s, _exp2_scaled, m_new, k)
+        pf = pc.nv.per_element(s, _exp2_scaled, m_s, k)
         alpha = pc.nv.per_element(m, _exp2_scaled, m_new, k)     # rescales what came before
     else:
-        pf = pc.nv.per_element(s, _exp_minus, m_new)
+        pf = pc.nv.per_element(s, _exp_minus, m_s)
         alpha = pc.nv.per_element(m, _exp_minus, m_new)
     p = pc.nv.convert(pf, T.P)
     if sm.lazy_sum:
@@ -271,8 +295,9 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     per-element masking."""
     _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations)
     rows = _subgroup_rows("attention_prefill", Br, invocations) if scope == "subgroup" else Br
-    D, el, sm = head_dim, _ELEMENT[dtype], Softmax(*softmax)
-    T = _types(el, rows, D, Bc, scope)
+    D, el = head_dim, _ELEMENT[dtype]
+    sm = _check_softmax("attention_prefill", softmax, Bc)
+    T = _types(el, rows, D, Bc, scope, sm.row_width)
     Out = pc.coopmat[f16, T.O.scope, rows, D, pc.Accumulator] if out == "f16" else T.O
     OutEl = f16 if out == "f16" else f32
     lse_fn = _log2_sum_exp2 if sm.exp2 else _log_sum_exp
@@ -291,7 +316,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
                   .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
         q = _queries(Q, lq.slice(bh * Sq + q0, rows, 0, D), T, scale, sm)
         k = scale * f32(_LOG2E)                            # used with exp2 only
-        m, l, o = T.S.fill(_NEG_BIG), T.S.fill(0.0), T.O.fill(0.0)
+        m, l, o = T.Row.fill(_NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
         kend = pc.min(Skv, q0 + rows) if causal else Skv   # later keys are hidden from the tile
         # blocks wholly inside the sequence (and, causal, at or before the first query)
         kfull = (pc.min(Skv, q0 + 1) if causal else Skv) // Bc * Bc
@@ -320,7 +345,8 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, rows, 0, D),
                            o if Out == T.O else pc.nv.convert(o, Out))
         # one column of the row-wise log-sum-exp: the others fall outside a width of 1
-        pc.nv.store_tensor(LSE, _rows(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows, 0, Bc),
+        pc.nv.store_tensor(LSE, _rows(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows, 0,
+                                                            sm.row_width),
                            pc.nv.per_element(m, lse_fn, l))
 
     sgs = SUBGROUP if scope == "subgroup" else None
@@ -362,8 +388,9 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
     `fp` as in `attention_prefill`.
     `attention_combine` merges the splits."""
     _check_config("attention_decode", head_dim, rows, Bc, dtype, "f32", scope, invocations)
-    D, el, sm = head_dim, _ELEMENT[dtype], Softmax(*softmax)
-    T = _types(el, rows, D, Bc, scope)
+    D, el = head_dim, _ELEMENT[dtype]
+    sm = _check_softmax("attention_decode", softmax, Bc)
+    T = _types(el, rows, D, Bc, scope, sm.row_width)
     nsg = invocations // SUBGROUP if scope == "subgroup" else 1
 
     @pc.kernel(workgroup_size=invocations, subgroup_size=SUBGROUP if nsg > 1 else None, fp=fp)
@@ -379,7 +406,7 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
         kt_view = pc.nv.tensor_view(2, False, _TRANSPOSE)
         q = _queries(Q, _rows(bkv * n, n, D).slice(bkv * n, rows, 0, D), T, scale, sm)
         k = scale * f32(_LOG2E)                            # used with exp2 only
-        m, l, o = T.S.fill(_NEG_BIG), T.S.fill(0.0), T.O.fill(0.0)
+        m, l, o = T.Row.fill(_NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
         kb = pc.min(split * chunk, Skv)
         kend = pc.min(kb + chunk, Skv)
         kfull = kb + (kend - kb) // Bc * Bc               # whole blocks: no masking
@@ -399,8 +426,8 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
         m, l = _finish(m, l, sm, k)
         first = (split * nkv + bkv) * n          # this chunk's rows: (split, bkv, row)
         pc.nv.store_tensor(Part, _rows(first, n, D).slice(first, rows, 0, D), o)
-        pc.nv.store_tensor(M, _rows(first, n, 1).slice(first, rows, 0, Bc), m)
-        pc.nv.store_tensor(L, _rows(first, n, 1).slice(first, rows, 0, Bc), l)
+        pc.nv.store_tensor(M, _rows(first, n, 1).slice(first, rows, 0, sm.row_width), m)
+        pc.nv.store_tensor(L, _rows(first, n, 1).slice(first, rows, 0, sm.row_width), l)
     return attention_decode
 
 

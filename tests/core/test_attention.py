@@ -54,8 +54,9 @@ def test_prefill_matches_numpy(B, Hkv, G, Sq, extra, causal, masked, seed):
     check(r, Q, K, V, mask, causal)
 
 
-# every combination of the Softmax options
-SOFTMAX = [Softmax(*bits) for bits in np.ndindex(2, 2, 2)]
+# every combination of the Softmax options, and narrow row states (16 columns of Bc = 32)
+SOFTMAX = ([Softmax(*bits) for bits in np.ndindex(2, 2, 2)]
+           + [Softmax(exp2, False, prefetch, 16) for exp2, prefetch in np.ndindex(2, 2)])
 
 
 @SETTINGS
@@ -64,10 +65,10 @@ SOFTMAX = [Softmax(*bits) for bits in np.ndindex(2, 2, 2)]
        sm=st.sampled_from(SOFTMAX), subgroup=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_prefill_options_match_numpy(Hkv, G, Sq, extra, causal, masked, sm, subgroup, seed):
     """The Softmax options (exp2 with the scale in the exponent's multiply-add, lazy row sums,
-    prefetched K/V) at workgroup scope and at subgroup scope (2 subgroups of 16 rows each,
+    prefetched K/V, narrow row maxima and sums) at workgroup scope and at subgroup scope (2 subgroups of 16 rows each,
     their causal bounds and tile edges apart), on ragged lengths, causal or masked."""
     Q, K, V, mask = operands(1, G * Hkv, Hkv, Sq, Sq + extra, 64, seed, masked)
-    tile = ({"Br": 32, "Bc": 16, "invocations": 64, "scope": "subgroup"} if subgroup
+    tile = ({"Br": 32, "Bc": 32, "invocations": 64, "scope": "subgroup"} if subgroup
             else TILE)
     r = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="emulator",
                   decode=False, softmax=sm, **tile)
@@ -77,7 +78,7 @@ def test_prefill_options_match_numpy(Hkv, G, Sq, extra, causal, masked, sm, subg
 @FEW
 @given(G=st.sampled_from([1, 2, 4, 8]), Sq=st.integers(1, 2), Skv=st.integers(1, 300),
        splits=st.integers(1, 9), sm=st.sampled_from(SOFTMAX),
-       config=st.sampled_from([("workgroup", 32, 32, 128), ("subgroup", 16, 16, 64),
+       config=st.sampled_from([("workgroup", 32, 32, 128), ("subgroup", 16, 32, 64),
                                ("subgroup", 16, 32, 96)]),
        seed=st.integers(0, 2 ** 16))
 def test_decode_options_match_numpy(G, Sq, Skv, splits, sm, config, seed):
@@ -171,6 +172,8 @@ def test_every_output_element_is_written_once():
     attention_prefill(128, softmax=Softmax(prefetch=True), mask=True),
     attention_decode(128, 16, 32, 128, scope="subgroup", softmax=Softmax(True, True, True)),
     attention_combine(128, "f16", exp2=True),
+    attention_prefill(128, softmax=Softmax(row_width=32), causal=True),
+    attention_decode(128, softmax=Softmax(exp2=True, prefetch=True, row_width=32)),
 ], ids=lambda k: "")
 def test_modules_pass_spirv_val(kernel):
     spv = kernel.compile().spv            # validated with spirv-val
@@ -190,6 +193,12 @@ def test_modules_pass_spirv_val(kernel):
      r"8 subgroups of 256 invocations each take Br / 8 rows, which must be a multiple of 16"),
     (lambda: attention_decode(128, 16, 32, 48, scope="subgroup"),
      "invocations must be a multiple of 32"),
+    (lambda: attention_prefill(128, softmax=Softmax(row_width=24)),
+     "row_width must be 0 .* or a multiple of 16 of at most Bc=64, got 24"),
+    (lambda: attention_decode(128, 32, 32, softmax=Softmax(row_width=64)),
+     "at most Bc=32, got 64"),
+    (lambda: attention_prefill(128, softmax=Softmax(lazy_sum=True, row_width=32)),
+     "lazy_sum keeps per-column sums .* needs row_width 0 or Bc, got 32"),
 ])
 def test_configuration_errors(call, message):
     with pytest.raises(ValueError, match=message):

@@ -89,13 +89,14 @@ def test_attention_other_head_dims_and_types_on_gpu(D, dtype, out, tol):
     {"softmax": Softmax(lazy_sum=True)},
     {"softmax": Softmax(prefetch=True)},
     {"softmax": Softmax(True, True, True), "fp": "fast"},
+    {"softmax": Softmax(exp2=True, prefetch=True, row_width=32)},
     {"Br": 64, "Bc": 16, "invocations": 128, "scope": "subgroup",
      "softmax": Softmax(True, True, True)},
     {"decode_rows": 16, "decode_Bc": 32, "decode_invocations": 128, "decode_scope": "subgroup",
      "softmax": Softmax(True, True, True)},
-], ids=["exp2", "lazy", "prefetch", "all-fast", "subgroup", "decode-subgroup"])
+], ids=["exp2", "lazy", "prefetch", "all-fast", "narrow", "subgroup", "decode-subgroup"])
 def test_attention_options_on_gpu(kwargs):
-    """The Softmax options, fp="fast" and the subgroup-scope kernels against the reference: a
+    """The Softmax options (the narrow row state too), fp="fast" and the subgroup-scope kernels against the reference: a
     ragged causal GQA prefill with a mask-free edge, and a decode."""
     rng = np.random.default_rng(9)
     Q = rng.standard_normal((1, 8, 333, 128)).astype(np.float16)
