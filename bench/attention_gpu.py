@@ -69,9 +69,10 @@ PREFILL_VARIANTS = {
 QUICK_PREFILL = ["wg 128x64/256", "wg 128x64/256 all", "sg 64x32/128 all"]
 
 
-def _dwg(rows=32, Bc=64, inv=128, splits=None, sm=Softmax(), fp="exact"):
+def _dwg(rows=32, Bc=64, inv=128, splits=None, sm=Softmax(), fp="exact", unroll=1):
     return {"decode_rows": rows, "decode_Bc": Bc, "decode_invocations": inv,
-            "decode_scope": "workgroup", "splits": splits, "softmax": sm, "fp": fp}
+            "decode_scope": "workgroup", "splits": splits, "softmax": sm, "fp": fp,
+            "combine_unroll": unroll}
 
 
 def _dsg(Bc=32, inv=128, splits=None, sm=_ALL, fp="exact", rows=16):
@@ -79,11 +80,15 @@ def _dsg(Bc=32, inv=128, splits=None, sm=_ALL, fp="exact", rows=16):
             "decode_scope": "subgroup", "splits": splits, "softmax": sm, "fp": fp}
 
 
-# name -> attention() keyword arguments of the decode path (splits None: the default)
+# name -> attention() keyword arguments of the decode path (splits None: the default; "sN": N
+# splits; "u8": the combine reads 8 splits at a time)
 DECODE_VARIANTS = {
     "wg r32 Bc64/128": _dwg(),
     "wg r32 Bc64/128 all": _dwg(sm=_ALL),
     "wg r32 Bc64/128 narrow": _dwg(sm=Softmax(row_width=32)),
+    "wg r32 Bc64/128 u8": _dwg(unroll=8),
+    "wg r32 Bc64/128 narrow u8": _dwg(sm=Softmax(row_width=32), unroll=8),
+    "wg r32 Bc64/128 s32 u8": _dwg(splits=32, unroll=8),
     "wg r32 Bc64/128 all s32": _dwg(splits=32, sm=_ALL),
     "wg r32 Bc64/128 all s128": _dwg(splits=128, sm=_ALL),
     "wg r32 Bc128/128 all s32": _dwg(Bc=128, splits=32, sm=_ALL),

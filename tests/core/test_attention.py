@@ -94,6 +94,18 @@ def test_decode_options_match_numpy(G, Sq, Skv, splits, sm, config, seed):
     assert len(r.kernel_ms) == 2
 
 
+@pytest.mark.parametrize("splits", [1, 5, 8, 13])
+def test_combine_unroll_is_bit_identical(splits):
+    """The combine's unrolled loops read several splits before using them but add in the same
+    order: the same bits as the plain loop, whatever the remainder."""
+    Q, K, V, _ = operands(1, 8, 2, 1, 700, 64, seed=splits)
+    plain = attention(Q, K, V, out="f32", backend="emulator", splits=splits)
+    for u in (2, 3, 8):
+        r = attention(Q, K, V, out="f32", backend="emulator", splits=splits, combine_unroll=u)
+        assert np.array_equal(r.out, plain.out) and np.array_equal(r.lse, plain.lse)
+    check(plain, Q, K, V)
+
+
 def test_device_arrays_in_and_out():
     """pc.Array inputs give pc.Array results on the same backend (no host copies)."""
     Q, K, V, mask = operands(1, 4, 2, 40, 50, 64, seed=9, masked=True)
@@ -171,7 +183,7 @@ def test_every_output_element_is_written_once():
     attention_prefill(64, softmax=Softmax(exp2=True, lazy_sum=True), fp="fast"),
     attention_prefill(128, softmax=Softmax(prefetch=True), mask=True),
     attention_decode(128, 16, 32, 128, scope="subgroup", softmax=Softmax(True, True, True)),
-    attention_combine(128, "f16", exp2=True),
+    attention_combine(128, "f16", exp2=True), attention_combine(128, "f16", unroll=8),
     attention_prefill(128, softmax=Softmax(row_width=32), causal=True),
     attention_decode(128, softmax=Softmax(exp2=True, prefetch=True, row_width=32)),
 ], ids=lambda k: "")
@@ -193,6 +205,7 @@ def test_modules_pass_spirv_val(kernel):
      r"8 subgroups of 256 invocations each take Br / 8 rows, which must be a multiple of 16"),
     (lambda: attention_decode(128, 16, 32, 48, scope="subgroup"),
      "invocations must be a multiple of 32"),
+    (lambda: attention_combine(128, unroll=0), "unroll must be a positive int"),
     (lambda: attention_prefill(128, softmax=Softmax(row_width=24)),
      "row_width must be 0 .* or a multiple of 16 of at most Bc=64, got 24"),
     (lambda: attention_decode(128, 32, 32, softmax=Softmax(row_width=64)),
