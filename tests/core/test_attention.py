@@ -65,8 +65,9 @@ SOFTMAX = ([Softmax(*bits) for bits in np.ndindex(2, 2, 2)]
        sm=st.sampled_from(SOFTMAX), subgroup=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_prefill_options_match_numpy(Hkv, G, Sq, extra, causal, masked, sm, subgroup, seed):
     """The Softmax options (exp2 with the scale in the exponent's multiply-add, lazy row sums,
-    prefetched K/V, narrow row maxima and sums) at workgroup scope and at subgroup scope (2 subgroups of 16 rows each,
-    their causal bounds and tile edges apart), on ragged lengths, causal or masked."""
+    prefetched K/V, narrow row maxima and sums) at workgroup scope and at subgroup scope (2
+    subgroups of 16 rows each, their causal bounds and tile edges apart), on ragged lengths,
+    causal or masked."""
     Q, K, V, mask = operands(1, G * Hkv, Hkv, Sq, Sq + extra, 64, seed, masked)
     tile = ({"Br": 32, "Bc": 32, "invocations": 64, "scope": "subgroup"} if subgroup
             else TILE)

@@ -96,8 +96,8 @@ def test_attention_other_head_dims_and_types_on_gpu(D, dtype, out, tol):
      "softmax": Softmax(True, True, True)},
 ], ids=["exp2", "lazy", "prefetch", "all-fast", "narrow", "subgroup", "decode-subgroup"])
 def test_attention_options_on_gpu(kwargs):
-    """The Softmax options (the narrow row state too), fp="fast" and the subgroup-scope kernels against the reference: a
-    ragged causal GQA prefill with a mask-free edge, and a decode."""
+    """The Softmax options (the narrow row state too), fp="fast" and the subgroup-scope
+    kernels against the reference: a ragged causal GQA prefill, and a decode."""
     rng = np.random.default_rng(9)
     Q = rng.standard_normal((1, 8, 333, 128)).astype(np.float16)
     K = rng.standard_normal((1, 2, 333, 128)).astype(np.float16)
