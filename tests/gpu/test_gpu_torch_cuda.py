@@ -90,7 +90,8 @@ def test_no_leak_over_many_shared_arrays():
     pc.synchronize()
     after = rt.stats()
     assert after["array_count"] == before["array_count"]
-    assert after["live_bytes"] == before["live_bytes"]
+    # in use: nothing more (launches no longer wait, so one more buffer may sit in the pool)
+    assert after["live_bytes"] - after["pooled_bytes"] == before["live_bytes"] - before["pooled_bytes"]
 
 
 @pytest.mark.parametrize("mode", ["auto", "coarse"])

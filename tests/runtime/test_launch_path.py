@@ -115,7 +115,7 @@ def test_timestamps_stay_valid_over_many_reused_submissions():
 def test_chunked_readbacks_match_unchunked_ones(monkeypatch):
     from pycoop.runtime.vulkan import VulkanRuntime
     from pycoop.runtime.vulkan import runtime as module
-    monkeypatch.setattr(module, "READBACK_CHUNK", 1 << 16)          # small, many chunks
+    monkeypatch.setattr(module, "READBACK_CHUNK", 1 << 16)          # on, small: many chunks
     monkeypatch.setattr(module, "READBACK_CHUNKED_MIN", 1 << 17)
     rt = VulkanRuntime(transfer="staged")
     try:
