@@ -2,20 +2,23 @@
 scaled_dot_product_attention measured in the same run.
 
 - prefill: batch 4 x 32 heads x 4096 queries and keys, head dim 128 and 64, causal and not,
-  over a few tile shapes (Br x Bc, invocations);
+  over several variants (tile shape Br x Bc, invocations, workgroup or subgroup scope, the
+  Softmax options exp2 / lazy_sum / prefetch, fp mode);
 - llama.cpp's shape: 512 queries x 4096 and 16384 keys, 32 heads over 8 K/V heads, head dim
   128, an f16 mask (torch with the same mask, and unmasked);
 - decode: 1 query, 32 heads over 8 K/V heads, 8192 and 32768 keys, head dim 128 (split-KV
-  kernel + combine kernel, their times added), with the GB/s of K + V; torch timed as a CUDA
-  graph replay.
+  kernel + combine kernel, their times added and shown apart), over several variants, with the
+  GB/s of K + V; torch timed as a CUDA graph replay.
 
-f16 inputs, f32 accumulation, f16 output. Each pycoop configuration runs --repeat times back
+f16 inputs, f32 accumulation, f16 output, on device arrays (pc.Array: no host copies between
+launches). Each pycoop configuration runs --repeat times back
 to back on the device after unmeasured warm-up runs and reports its fastest run; torch is timed
 the same way with CUDA events. The error column is the largest absolute difference from an
 f32 reference on the first two heads (torch's own f16 kernel's error beside it).
 
     python3 bench/attention_gpu.py [--repeat 10] [--quick] [--cases prefill,llama,decode]
-                                   [--tiles Br Bc invocations ...] [--head-dims 128 64]
+                                   [--variants NAME ...] [--decode-variants NAME ...]
+                                   [--head-dims 128 64] [--list]
 """
 from __future__ import annotations
 
@@ -24,11 +27,81 @@ import subprocess
 
 import numpy as np
 
-from pycoop.kernels import attention
+import pycoop as pc
+from pycoop.kernels import Softmax, attention
 
-# Br Bc invocations
-PREFILL_TILES = [(128, 64, 256), (64, 64, 128), (64, 64, 256), (128, 64, 512), (256, 64, 512)]   # Br Bc invocations
-DECODE_CONFIGS = [(None, 32), (128, 32), (None, 64)]   # splits, rows
+_ALL = Softmax(exp2=True, lazy_sum=True, prefetch=True)
+
+
+def _wg(Br=128, Bc=64, inv=256, sm=Softmax(), fp="exact"):
+    return {"Br": Br, "Bc": Bc, "invocations": inv, "scope": "workgroup", "softmax": sm, "fp": fp}
+
+
+def _sg(Br, Bc, inv, sm=_ALL, fp="exact"):
+    return {"Br": Br, "Bc": Bc, "invocations": inv, "scope": "subgroup", "softmax": sm, "fp": fp}
+
+
+# name -> attention() keyword arguments of the prefill path; "wg" = workgroup scope, "sg" =
+# subgroup scope (BrxBc/invocations; a subgroup of 32 takes Br * 32 / invocations rows);
+# "all" = exp2 + lazy_sum + prefetch, "narrow" = row maxima and sums 32 columns wide
+PREFILL_VARIANTS = {
+    "wg 128x64/256": _wg(),
+    "wg 128x64/256 exp2": _wg(sm=Softmax(exp2=True)),
+    "wg 128x64/256 lazy": _wg(sm=Softmax(lazy_sum=True)),
+    "wg 128x64/256 prefetch": _wg(sm=Softmax(prefetch=True)),
+    "wg 128x64/256 all": _wg(sm=_ALL),
+    "wg 128x64/256 narrow": _wg(sm=Softmax(row_width=32)),
+    "wg 128x64/256 narrow exp2": _wg(sm=Softmax(exp2=True, row_width=32)),
+    "wg 128x64/256 narrow prefetch": _wg(sm=Softmax(prefetch=True, row_width=32)),
+    "wg 128x64/256 all fast": _wg(sm=_ALL, fp="fast"),
+    "wg 128x32/256 all": _wg(Bc=32, sm=_ALL),
+    "wg 128x128/256 all": _wg(Bc=128, sm=_ALL),
+    "wg 64x64/128 all": _wg(64, 64, 128, sm=_ALL),
+    "sg 64x16/128 all": _sg(64, 16, 128),
+    "sg 64x32/128 all": _sg(64, 32, 128),
+    "sg 64x64/128 all": _sg(64, 64, 128),
+    "sg 128x16/256 all": _sg(128, 16, 256),
+    "sg 128x32/256 all": _sg(128, 32, 256),
+    "sg 128x16/128 all": _sg(128, 16, 128),
+    "sg 128x32/128 all": _sg(128, 32, 128),
+    "sg 64x32/128 all fast": _sg(64, 32, 128, fp="fast"),
+}
+QUICK_PREFILL = ["wg 128x64/256", "wg 128x64/256 all", "sg 64x32/128 all"]
+
+
+def _dwg(rows=32, Bc=64, inv=128, splits=None, sm=Softmax(), fp="exact", unroll=1):
+    return {"decode_rows": rows, "decode_Bc": Bc, "decode_invocations": inv,
+            "decode_scope": "workgroup", "splits": splits, "softmax": sm, "fp": fp,
+            "combine_unroll": unroll}
+
+
+def _dsg(Bc=32, inv=128, splits=None, sm=_ALL, fp="exact", rows=16):
+    return {"decode_rows": rows, "decode_Bc": Bc, "decode_invocations": inv,
+            "decode_scope": "subgroup", "splits": splits, "softmax": sm, "fp": fp}
+
+
+# name -> attention() keyword arguments of the decode path (splits None: the default; "sN": N
+# splits; "u8": the combine reads 8 splits at a time)
+DECODE_VARIANTS = {
+    "wg r32 Bc64/128": _dwg(),
+    "wg r32 Bc64/128 all": _dwg(sm=_ALL),
+    "wg r32 Bc64/128 narrow": _dwg(sm=Softmax(row_width=32)),
+    "wg r32 Bc64/128 u8": _dwg(unroll=8),
+    "wg r32 Bc64/128 narrow u8": _dwg(sm=Softmax(row_width=32), unroll=8),
+    "wg r32 Bc64/128 s32 u8": _dwg(splits=32, unroll=8),
+    "wg r32 Bc64/128 all s32": _dwg(splits=32, sm=_ALL),
+    "wg r32 Bc64/128 all s128": _dwg(splits=128, sm=_ALL),
+    "wg r32 Bc128/128 all s32": _dwg(Bc=128, splits=32, sm=_ALL),
+    "sg r16 Bc32/128 all": _dsg(),
+    "sg r16 Bc32/128 all s128": _dsg(splits=128),
+    "sg r16 Bc32/128 all s512": _dsg(splits=512),
+    "sg r16 Bc16/128 all": _dsg(Bc=16),
+    "sg r16 Bc64/128 all": _dsg(Bc=64),
+    "sg r16 Bc32/64 all": _dsg(inv=64),
+    "sg r16 Bc32/256 all": _dsg(inv=256),
+    "sg r16 Bc32/128 all fast": _dsg(fp="fast"),
+}
+QUICK_DECODE = ["wg r32 Bc64/128", "sg r16 Bc32/128 all"]
 
 
 def gpu_state() -> str:
@@ -115,11 +188,26 @@ def operands(B, H, Hkv, Sq, Skv, D, masked, seed=0):
 def row(name: str, what: str, value: float, ref: float, err: float, terr: float,
         extra: str = "") -> None:
     ratio = value / ref if what.endswith("TFLOP/s") else ref / value     # > 1: pycoop ahead
-    print(f"{name:<34} {what:<30} {value:>10.1f} {ref:>10.1f} {ratio:>7.2f}"
+    print(f"{name:<34} {what:<38} {value:>10.1f} {ref:>10.1f} {ratio:>7.2f}"
           f" {err:>9.1e} {terr:>9.1e} {extra}", flush=True)
 
 
-def prefill_case(name, B, H, Hkv, Sq, Skv, D, causal, masked, tiles, repeat, warmup):
+def run_variant(name, label, args, kw, repeat, warmup):
+    """attention(*args, **kw) after `warmup` runs: the result of `repeat` timed runs, or None
+    (printed) when the device rejects the configuration."""
+    try:
+        attention(*args, backend="vulkan", repeat=warmup, **kw)
+        return attention(*args, backend="vulkan", repeat=repeat, **kw)
+    except Exception as e:         # a configuration the device rejects: report it and go on
+        print(f"{name:<34} {label}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+        return None
+
+
+def first_heads(out, heads: int = 2) -> np.ndarray:
+    return np.asarray(out[0].numpy() if isinstance(out, pc.Array) else out[0])[None, :heads]
+
+
+def prefill_case(name, B, H, Hkv, Sq, Skv, D, causal, masked, variants, repeat, warmup):
     import torch
     Q, K, V, mask = operands(B, H, Hkv, Sq, Skv, D, masked)
     flop = 4 * B * H * Sq * Skv * D * (0.5 if causal else 1.0)
@@ -132,25 +220,23 @@ def prefill_case(name, B, H, Hkv, Sq, Skv, D, causal, masked, tiles, repeat, war
     ref = flop / t_ms / 1e9
     del q, k, v, m
     torch.cuda.empty_cache()
-    best = 0.0
-    for Br, Bc, inv in tiles:
-        try:
-            attention(Q, K, V, mask=mask, causal=causal, backend="vulkan", repeat=warmup,
-                      Br=Br, Bc=Bc, invocations=inv)
-            r = attention(Q, K, V, mask=mask, causal=causal, backend="vulkan", repeat=repeat,
-                          Br=Br, Bc=Bc, invocations=inv)
-        except Exception as e:         # a tile the device rejects: report it and go on
-            print(f"{name:<34} Br={Br} Bc={Bc} inv={inv}: {type(e).__name__}: {str(e)[:120]}")
+    args = [pc.asarray(a, backend="vulkan") for a in (Q, K, V)]
+    dmask = None if mask is None else pc.asarray(mask, backend="vulkan")
+    best = (0.0, "")
+    for label in variants:
+        r = run_variant(name, label, args, dict(PREFILL_VARIANTS[label], mask=dmask,
+                                                causal=causal), repeat, warmup)
+        if r is None:
             continue
         tf = flop / r.time_ms / 1e9
-        best = max(best, tf)
+        best = max(best, (tf, label))
         extra = f"(torch unmasked {t_unmasked:.1f})" if t_unmasked else ""
-        row(name, f"Br={Br} Bc={Bc} inv={inv} TFLOP/s", tf, ref,
-            reference_error(r.out, Q, K, V, mask, causal), terr, extra)
+        row(name, f"{label} TFLOP/s", tf, ref,
+            reference_error(first_heads(r.out), Q, K, V, mask, causal), terr, extra)
     return best, ref
 
 
-def decode_case(name, Skv, repeat, warmup, B=1, H=32, Hkv=8, D=128):
+def decode_case(name, Skv, variants, repeat, warmup, B=1, H=32, Hkv=8, D=128):
     import torch
     Q, K, V, _ = operands(B, H, Hkv, 1, Skv, D, False)
     q, k, v = (torch.from_numpy(a).cuda() for a in (Q, K, V))
@@ -158,21 +244,20 @@ def decode_case(name, Skv, repeat, warmup, B=1, H=32, Hkv=8, D=128):
     terr = reference_error(sdpa_gqa(q, k, v, None, False)().cpu().numpy(), Q, K, V, None, False)
     del q, k, v
     torch.cuda.empty_cache()
+    args = [pc.asarray(a, backend="vulkan") for a in (Q, K, V)]
     nbytes = K.nbytes + V.nbytes
-    best = float("inf")
-    for splits, rows in DECODE_CONFIGS:
-        try:
-            attention(Q, K, V, backend="vulkan", repeat=warmup, splits=splits, decode_rows=rows)
-            r = attention(Q, K, V, backend="vulkan", repeat=repeat * 10, splits=splits,
-                          decode_rows=rows)
-        except Exception as e:         # a shape the device rejects: report it and go on
-            print(f"{name:<34} splits={splits} rows={rows}: {type(e).__name__}: {str(e)[:120]}")
+    best = (float("inf"), "")
+    for label in variants:
+        kw = DECODE_VARIANTS[label]
+        r = run_variant(name, label, args, kw, repeat * 10, warmup)
+        if r is None:
             continue
         us = r.time_ms * 1e3
-        best = min(best, us)
-        row(name, f"splits={splits} rows={rows} µs", us, t_ms * 1e3,
-            reference_error(r.out, Q, K, V, None, False), terr,
-            f"{nbytes / r.time_ms / 1e6:.0f} GB/s (torch {nbytes / t_ms / 1e6:.0f})")
+        best = min(best, (us, label))
+        row(name, f"{label} µs", us, t_ms * 1e3,
+            reference_error(first_heads(r.out), Q, K, V, None, False), terr,
+            f"{nbytes / r.time_ms / 1e6:.0f} GB/s (torch {nbytes / t_ms / 1e6:.0f}); split-KV "
+            f"{r.kernel_ms[0] * 1e3:.1f} + combine {r.kernel_ms[1] * 1e3:.1f} µs")
     return best, t_ms * 1e3
 
 
@@ -180,37 +265,53 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--quick", action="store_true", help="batch 1 and fewer tiles")
+    ap.add_argument("--quick", action="store_true", help="batch 1 and fewer variants")
     ap.add_argument("--cases", default="prefill,llama,decode",
                     help="comma-separated subset of prefill, llama, decode")
-    ap.add_argument("--tiles", type=int, nargs="*", help="Br Bc invocations triples to time")
+    ap.add_argument("--variants", nargs="*", help="prefill variants to time (names as --list)")
+    ap.add_argument("--decode-variants", nargs="*", help="decode variants to time")
+    ap.add_argument("--llama-variants", nargs="*", help="variants for llama.cpp's shape "
+                    "(default: the best of the prefill cases, else the first variant)")
     ap.add_argument("--head-dims", type=int, nargs="*", default=[128, 64])
+    ap.add_argument("--list", action="store_true", help="print the variant names and exit")
     a = ap.parse_args()
+    if a.list:
+        print("prefill:", *PREFILL_VARIANTS, sep="\n  ")
+        print("decode:", *DECODE_VARIANTS, sep="\n  ")
+        return
+    pv = a.variants or (QUICK_PREFILL if a.quick else list(PREFILL_VARIANTS))
+    dv = a.decode_variants or (QUICK_DECODE if a.quick else list(DECODE_VARIANTS))
+    for v in pv + (a.llama_variants or []):
+        if v not in PREFILL_VARIANTS:
+            raise SystemExit(f"unknown prefill variant {v!r} (see --list)")
+    for v in dv:
+        if v not in DECODE_VARIANTS:
+            raise SystemExit(f"unknown decode variant {v!r} (see --list)")
     print(f"device: {gpu_state()}")
-    print(f"{'case':<34} {'config':<30} {'pycoop':>10} {'torch':>10} {'ratio':>7} {'err':>9} "
+    print(f"{'case':<34} {'config':<38} {'pycoop':>10} {'torch':>10} {'ratio':>7} {'err':>9} "
           f"{'torch err':>9}")
-    tiles = PREFILL_TILES[:2] if a.quick else PREFILL_TILES
-    if a.tiles:
-        tiles = [tuple(a.tiles[i:i + 3]) for i in range(0, len(a.tiles), 3)]
     cases = a.cases.split(",")
     B = 1 if a.quick else 4
-    goals = []
+    goals, winners = [], []
     for D in a.head_dims if "prefill" in cases else []:
         for causal in (False, True):
             name = f"prefill {B}x32x4096 d{D}{' causal' if causal else ''}"
-            best, ref = prefill_case(name, B, 32, 32, 4096, 4096, D, causal, False, tiles,
-                                     a.repeat, a.warmup)
-            goals.append((name, best / ref, 0.5))
+            (best, label), ref = prefill_case(name, B, 32, 32, 4096, 4096, D, causal, False, pv,
+                                              a.repeat, a.warmup)
+            goals.append((name, best / ref, 0.5, label))
+            winners.append(label)
+    lv = a.llama_variants or sorted(set(w for w in winners if w)) or pv[:1]
     for Skv in (4096, 16384) if "llama" in cases else []:
         name = f"llama 512q x {Skv}k 32/8 heads mask"
-        prefill_case(name, 1, 32, 8, 512, Skv, 128, False, True, tiles, a.repeat, a.warmup)
+        prefill_case(name, 1, 32, 8, 512, Skv, 128, False, True, lv, a.repeat, a.warmup)
     for Skv in (8192, 32768) if "decode" in cases else []:
         name = f"decode 1q x {Skv}k 32/8 heads"
-        best, ref = decode_case(name, Skv, a.repeat, a.warmup)
-        goals.append((name, ref / best, 0.8))
+        (best, label), ref = decode_case(name, Skv, dv, a.repeat, a.warmup)
+        goals.append((name, ref / best, 0.8, label))
     print("\ngoals (pycoop / torch: TFLOP/s ratio for prefill, time ratio torch/pycoop for decode)")
-    for name, ratio, goal in goals:
-        print(f"  {name:<40} {ratio:6.2f} (goal >= {goal}) {'met' if ratio >= goal else 'not met'}")
+    for name, ratio, goal, label in goals:
+        print(f"  {name:<40} {ratio:6.2f} (goal >= {goal}) {'met' if ratio >= goal else 'not met'}"
+              f"  [{label}]")
 
 
 if __name__ == "__main__":

@@ -9,10 +9,14 @@ Rows:
   dispatches, from their timestamps
 - gemm_nv 4096^3 (f16 in, f32 out) on device arrays, 20 launches queued: wall time against
   the sum of device times; torch: the f16 matmul
+- where a synchronous launch's time goes: recording, submitting, the GPU round trip, retiring
 - the same GEMM on NumPy arrays (uploaded and read back each launch): wall time and the
-  effective host<->device bandwidth of the copies
+  effective host<->device bandwidth of the copies, with the readback in one piece (the
+  default) and in 8 MiB chunks overlapped with the host copy
 - torch interop: torch op, pycoop kernel, torch op on the same CUDA tensor; the wall time the
-  kernel adds beyond its device time, and proof that no host copy happened
+  kernel adds beyond its device time, with timeline semaphores (PYCOOP_TORCH_SYNC=auto) and
+  with host waits (coarse); how long the pycoop call takes on the host and how long torch's
+  stream waits for it; and proof that no host copy happened
 
     python3 bench/launch_overhead.py [--quick]
 """
@@ -54,24 +58,38 @@ def row(name: str, wall_us: float, device_us: float, torch_us: float | None, not
     print(f"| {name:<38} | {wall_us:10.1f} | {device_us:10.1f} | {t} | {note}")
 
 
+def _spread(ts: list[float]) -> str:
+    """Median, 99th percentile and the share of the total spent in calls over twice the
+    median (submissions, retirements, waits for the GPU)."""
+    ts = sorted(ts)
+    med = statistics.median(ts)
+    slow = sum(t for t in ts if t > 2 * med) / sum(ts)
+    return (f"median {med * 1e6:.1f}, p99 {ts[int(len(ts) * 0.99)] * 1e6:.1f} us; "
+            f"{slow * 100:.0f}% of the time in calls > 2x median")
+
+
 def bench_axpy(n_launch: int, torch) -> None:
     """Mean wall time per launch over n_launch launches (batch submissions included)."""
     n = 1 << 20
     x = pc.full(n, 1.0, backend="vulkan")
     y = pc.zeros(n, backend="vulkan")
     grid = n // 256
+    launch = axpy[grid]
     for _ in range(200):
-        axpy[grid](x, y, 0.5, n)
+        launch(x, y, 0.5, n)
     pc.synchronize()
-    results = []
-    t0 = time.perf_counter()
+    results, calls = [], []
+    clock = time.perf_counter
+    t0 = clock()
     for i in range(n_launch):
-        r = axpy[grid](x, y, 0.5, n)
+        s = clock()
+        r = launch(x, y, 0.5, n)
+        calls.append(clock() - s)
         if i % 16 == 0:                  # a sample for device times (a loop keeps none)
             results.append(r)
-    t1 = time.perf_counter()
+    t1 = clock()
     pc.synchronize()
-    t2 = time.perf_counter()
+    t2 = clock()
     device = statistics.median(r.times_ms[0] for r in results) * 1e3
     tt = None
     if torch is not None:
@@ -85,11 +103,12 @@ def bench_axpy(n_launch: int, torch) -> None:
         torch.cuda.synchronize()
         tt = (time.perf_counter() - s) / n_launch * 1e6
     row("axpy 1M f32, async (enqueue only)", (t1 - t0) / n_launch * 1e6, device, tt,
-        f"incl. final sync: {(t2 - t0) / n_launch * 1e6:.1f} us/launch; goal <= 20")
+        f"mean; incl. final sync: {(t2 - t0) / n_launch * 1e6:.1f} us/launch; "
+        f"{_spread(calls)}; goal <= 20")
     walls = []
     for _ in range(n_launch // 4):
         s = time.perf_counter()
-        axpy[grid](x, y, 0.5, n)
+        launch(x, y, 0.5, n)
         pc.synchronize()
         walls.append(time.perf_counter() - s)
     tt = None
@@ -103,6 +122,35 @@ def bench_axpy(n_launch: int, torch) -> None:
         tt = statistics.median(tw) * 1e6
     row("axpy 1M f32, sync (launch + synchronize)", statistics.median(walls) * 1e6, device, tt,
         "median; goal <= 60")
+    sync_breakdown(launch, (x, y, 0.5, n), n_launch // 4)
+
+
+def sync_breakdown(launch, args, count: int) -> None:
+    """Where a synchronous launch's time goes: recording it (Python and vkCmd*), submitting
+    (vkEndCommandBuffer, vkQueueSubmit), the GPU round trip until its fence reads signalled
+    (polled), and retiring it (timestamps, buffers)."""
+    from pycoop.runtime.vulkan.ext import lib
+    rt = pc.get_runtime("vulkan")
+    parts = {"record": [], "submit": [], "until signalled": [], "retire": []}
+    clock = time.perf_counter
+    for _ in range(count):
+        a = clock()
+        launch(*args)
+        b = clock()
+        rt.flush()
+        c = clock()
+        ctx = rt.context
+        sub, dev = ctx.in_flight[-1], ctx.device.handle
+        while lib.vkGetFenceStatus(dev, sub.fences[0]) == 1:
+            pass
+        d = clock()
+        rt.synchronize()
+        e = clock()
+        for key, (lo, hi) in zip(parts, ((a, b), (b, c), (c, d), (d, e))):
+            parts[key].append(hi - lo)
+    text = ", ".join(f"{k} {statistics.median(v) * 1e6:.1f}" for k, v in parts.items())
+    total = sum(statistics.median(v) for v in parts.values()) * 1e6
+    row("  sync launch, where the time goes", total, 0.0, None, f"medians, us: {text}")
 
 
 def bench_chain() -> None:
@@ -161,23 +209,40 @@ def bench_gemm(size: int, launches: int, torch) -> None:
         f"wall/device = {wall / device:.3f}; goal <= 1.2")
     C = np.zeros((size, size), np.float32)
     kernel[grid](A, B, C, size, size, size)
-    walls, devs = [], []
-    for _ in range(5):
-        s = time.perf_counter()
-        r = kernel[grid](A, B, C, size, size, size)
-        walls.append(time.perf_counter() - s)
-        devs.append(r.times_ms[0])
-    wall = statistics.median(walls) * 1e6
-    device = statistics.median(devs) * 1e3
-    moved = A.nbytes + B.nbytes + 2 * C.nbytes     # up A, B, C; C back
-    gbs = moved / ((wall - device) * 1e-6) / 1e9
-    check = np.abs(C - dC.numpy()).max()
-    row(f"gemm_nv {size}^3, NumPy arrays", wall, device, None,
-        f"{moved / 1e6:.0f} MB copied at {gbs:.1f} GB/s effective; goals >= 10 GB/s, "
-        f"<= 15000 us; same result as device arrays: {check == 0}")
+    from pycoop.runtime.vulkan import runtime as vkrt
+    default = vkrt.READBACK_CHUNK
+    expect = dC.numpy()
+    for label, setting in (("one readback (default)", 0), ("8 MiB chunked readback", 8 << 20),
+                           ("one readback (default)", 0)):
+        vkrt.READBACK_CHUNK = setting
+        walls, devs = [], []
+        for _ in range(5):
+            s = time.perf_counter()
+            r = kernel[grid](A, B, C, size, size, size)
+            walls.append(time.perf_counter() - s)
+            devs.append(r.times_ms[0])
+        wall = statistics.median(walls) * 1e6
+        device = statistics.median(devs) * 1e3
+        moved = A.nbytes + B.nbytes + 2 * C.nbytes     # up A, B, C; C back
+        gbs = moved / ((wall - device) * 1e-6) / 1e9
+        same = np.array_equal(C, expect)
+        row(f"gemm_nv {size}^3, NumPy arrays, {label}", wall, device, None,
+            f"{moved / 1e6:.0f} MB copied at {gbs:.1f} GB/s effective; goals >= 10 GB/s, "
+            f"<= 15000 us; same result as device arrays: {same}")
+    vkrt.READBACK_CHUNK = default
 
 
 def bench_interop(torch, launches: int) -> None:
+    for mode in ("auto", "coarse", "auto"):
+        os.environ["PYCOOP_TORCH_SYNC"] = mode
+        try:
+            interop_row(torch, launches, mode)
+        except Exception as e:          # a row that fails says so; the others still run
+            print(f"| torch op, pycoop kernel, torch op ({mode}) | failed: {type(e).__name__}: {e}")
+    os.environ.pop("PYCOOP_TORCH_SYNC")
+
+
+def interop_row(torch, launches: int, mode: str) -> None:
     n = 1 << 20
     y = pc.zeros(n, backend="vulkan")
     x = pc.full(n, 1.0, backend="vulkan")
@@ -188,26 +253,36 @@ def bench_interop(torch, launches: int) -> None:
         axpy[grid](x, y, 0.5, n)
         ty.add_(1.0)
     torch.cuda.synchronize()
-    walls, devs, base = [], [], []
+    walls, devs, base, host, gaps = [], [], [], [], []
     for _ in range(launches):
         s = time.perf_counter()
         ty.mul_(1.0)
         ty.add_(1.0)
         torch.cuda.synchronize()
         base.append(time.perf_counter() - s)
+        before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s = time.perf_counter()
         ty.mul_(1.0)
+        before.record()
+        h = time.perf_counter()
         r = axpy[grid](x, y, 0.5, n)
+        host.append(time.perf_counter() - h)
+        after.record()
         ty.add_(1.0)
         torch.cuda.synchronize()
         walls.append(time.perf_counter() - s)
         devs.append(r.times_ms[0])
+        gaps.append(before.elapsed_time(after) * 1e3)
     added = (statistics.median(walls) - statistics.median(base)) * 1e6
     device = statistics.median(devs) * 1e3
     same = ty.data_ptr() == y._storage.cuda.pointer
-    row("torch op, pycoop kernel, torch op", added, device, statistics.median(base) * 1e6,
-        f"kernel adds {added - device:.1f} us beyond its device time (goal <= 50); tensor "
-        f"memory is the Vulkan buffer (no host copy): {same}")
+    sync = pc.get_runtime("vulkan").stats()["torch_sync"]
+    row(f"torch op, pycoop kernel, torch op ({mode})", added, device,
+        statistics.median(base) * 1e6,
+        f"torch_sync={sync}; kernel adds {added - device:.1f} us beyond its device time "
+        f"(goal <= 50); the pycoop call takes {statistics.median(host) * 1e6:.1f} us on the "
+        f"host; torch's stream waits {statistics.median(gaps):.1f} us for it (CUDA events); "
+        f"tensor memory is the Vulkan buffer (no host copy): {same}")
 
 
 def main() -> None:

@@ -5,14 +5,26 @@ scaled_dot_product_attention when torch has a CUDA GPU).
 The kernels (pycoop/kernels/attention.py) walk the keys in blocks with the online softmax on
 workgroup-scope NV cooperative matrices: Kᵀ read through a transposing tensor view, row maxima
 with reduce(), exponentials with per_element(), sequence ends handled by the tensor layouts'
-clamping. Small sizes run on the emulator in a few seconds; on a GPU with
+clamping. The inputs are device arrays (pc.Array), so the results stay where the kernels ran
+until .numpy() reads them. Small sizes run on the emulator in a few seconds; on a GPU with
 VK_NV_cooperative_matrix2 the same call runs on Vulkan.
 
     python3 examples/attention.py
 """
 import numpy as np
 
-from pycoop.kernels import attention, attention_reference
+import pycoop as pc
+from pycoop.kernels import attention, attention_prefill, attention_reference
+
+
+def array_backend():
+    """Where the arrays live: the Vulkan device when it runs the attention kernels (NV
+    cooperative matrix 2), else the emulator."""
+    try:
+        missing = pc.runtime.backend.vulkan_missing(attention_prefill(64).compile())
+    except pc.BackendUnavailable:
+        return "emulator"
+    return "emulator" if missing else "vulkan"
 
 
 def torch_sdpa(Q, K, V, causal):
@@ -35,12 +47,15 @@ def run(name, B, H, Hkv, Sq, Skv, D, causal):
     Q = rng.standard_normal((B, H, Sq, D)).astype(np.float16)
     K = rng.standard_normal((B, Hkv, Skv, D)).astype(np.float16)
     V = rng.standard_normal((B, Hkv, Skv, D)).astype(np.float16)
-    r = attention(Q, K, V, causal=causal, out="f32")
+    be = array_backend()
+    q, k, v = (pc.asarray(a, backend=be) for a in (Q, K, V))     # copied to the device once
+    r = attention(q, k, v, causal=causal, out="f32")
+    out, lse_got = r.out.numpy(), r.lse.numpy()
     ref, lse = attention_reference(Q, K, V, causal=causal)
-    err = np.abs(r.out - ref).max()
+    err = np.abs(out - ref).max()
     line = (f"{name}: {B}x{H} heads over {Hkv}, {Sq} queries x {Skv} keys, d{D} on {r.backend}: "
             f"{r.time_ms:.2f} ms, max abs error {err:.1e}, log-sum-exp error "
-            f"{np.abs(r.lse - lse).max():.1e}")
+            f"{np.abs(lse_got - lse).max():.1e}")
     t = torch_sdpa(Q, K, V, causal)
     if t is not None:
         line += f" (torch f16: {np.abs(t - ref).max():.1e})"

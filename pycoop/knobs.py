@@ -108,3 +108,14 @@ def checked() -> bool:
     if v not in ("0", "1", "on", "off", "true", "false", ""):
         raise ValueError(f"PYCOOP_CHECKED={v!r}: expected 1 (bounds-checked launches) or 0")
     return v in ("1", "on", "true", "")
+
+
+def torch_sync() -> str:
+    """PYCOOP_TORCH_SYNC: how launches on Vulkan arrays that torch shares are ordered against
+    torch's CUDA stream. "auto" (default): exported timeline semaphores waited and signalled
+    on the GPU where the driver and cuda-python allow, else host waits (with a warning
+    saying why); "semaphore": semaphores or an error; "coarse": always host waits."""
+    v = os.environ.get("PYCOOP_TORCH_SYNC", "auto").strip().lower() or "auto"
+    if v not in ("auto", "semaphore", "coarse"):
+        raise ValueError(f"PYCOOP_TORCH_SYNC={v!r}: expected auto, semaphore or coarse")
+    return v

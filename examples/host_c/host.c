@@ -22,6 +22,18 @@
 
 #include "json.h"
 
+#ifndef VK_KHR_cooperative_matrix
+/* Headers older than 1.3.255 (Debian 12 ships 1.3.239) lack VK_KHR_cooperative_matrix; the
+ * feature structure is all this host needs of it (values from the Vulkan registry). */
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR ((VkStructureType)1000506000)
+typedef struct VkPhysicalDeviceCooperativeMatrixFeaturesKHR {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 cooperativeMatrix;
+    VkBool32 cooperativeMatrixRobustBufferAccess;
+} VkPhysicalDeviceCooperativeMatrixFeaturesKHR;
+#endif
+
 #define MAX_ARGS 64
 
 static void die(const char *what) {
@@ -227,12 +239,8 @@ int main(int argc, char **argv) {
     features.pNext = &f11;
     f11.pNext = &f12;
     f12.pNext = &f13;
-#ifdef VK_KHR_cooperative_matrix
     VkPhysicalDeviceCooperativeMatrixFeaturesKHR fcm = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
     if (coopmat) f13.pNext = &fcm;
-#else
-    if (coopmat) die("these Vulkan headers predate VK_KHR_cooperative_matrix");
-#endif
     vkGetPhysicalDeviceFeatures2(phys, &features);
 
     float priority = 1.0f;

@@ -466,12 +466,22 @@ class _Launcher:
                           backend, check_repeat(repeat), _launch_site(), spec=spec, checked=checked)
 
 
+_internal_files: dict[str, bool] = {}     # co_filename -> is_internal (on every launch's path)
+
+
 def _launch_site() -> str:
     """file:line of the user's launch (past the entry_point wrapper), named by queued errors."""
     caller = sys._getframe(2)
-    while is_internal(caller.f_code.co_filename):
+    while True:
+        name = caller.f_code.co_filename
+        internal = _internal_files.get(name)
+        if internal is None:
+            internal = is_internal(name)
+            if len(_internal_files) < 4096:
+                _internal_files[name] = internal
+        if not internal:
+            return f"{name}:{caller.f_lineno}"
         caller = caller.f_back
-    return f"{caller.f_code.co_filename}:{caller.f_lineno}"
 
 
 def _as_array(name: str, value, t: BufferType):
@@ -830,8 +840,8 @@ class CompiledKernel:
             self._memo = _LaunchMemo(grid, repeat, backend, args, prepared, runtime)
             self._memo_spec = spec
         pending = runtime.record(prepared, f"kernel {self.name} launched at {site or '<unknown>'}")
-        if shared:          # torch may read what it wrote next: finish first
-            runtime.synchronize()
+        if shared:          # torch's stream runs after it (semaphores, or a host wait)
+            interop.release_to_torch(runtime)
         for tensor, array in writebacks:
             tensor.copy_(array.torch())
         return LaunchResult("vulkan", pending=pending)

@@ -1,11 +1,11 @@
 """Ready-made kernels written in pycoop (used by `pycoop demo` and the benchmarks)."""
-from .attention import (AttentionResult, attention, attention_combine, attention_decode,
+from .attention import (AttentionResult, Softmax, attention, attention_combine, attention_decode,
                         attention_prefill, attention_reference)
 from .gemm import (Q4_0, gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
                    gemm_q4_0_staged, gemm_reference, gemm_workgroup_tile, q4_0_planes, sum_splits)
 from .gemv import GemvConfig, GGMLWeights, choose_kernel, gemv, gemv_grid, matmul_q, weights
 
-__all__ = ["AttentionResult", "attention", "attention_combine", "attention_decode",
+__all__ = ["AttentionResult", "Softmax", "attention", "attention_combine", "attention_decode",
            "attention_prefill", "attention_reference", "Q4_0", "gemm_khr", "gemm_khr_staged",
            "gemm_nv", "gemm_q4_0", "gemm_q4_0_planes", "gemm_q4_0_staged", "gemm_reference",
            "gemm_workgroup_tile", "q4_0_planes", "sum_splits", "GGMLWeights", "GemvConfig",

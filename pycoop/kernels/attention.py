@@ -1,4 +1,4 @@
-"""Flash attention forward with SPV_NV_cooperative_matrix2 (workgroup-scope matrices).
+"""Flash attention forward with SPV_NV_cooperative_matrix2 (workgroup- or subgroup-scope matrices).
 
 softmax(Q Kᵀ · scale + mask) V for Q of shape (batch, heads, queries, head_dim) and K, V of
 shape (batch, kv_heads, keys, head_dim): f16 or bf16 inputs, f32 accumulation, grouped-query
@@ -13,19 +13,30 @@ zeros past the end of a sequence (and -inf from the mask), and the stores discar
 past it, so any sequence length works without padding.
 
 - `attention_prefill(...)`: one workgroup per Br queries of one head; the grid is
-  (ceil(queries / Br), batch · heads).
+  (ceil(queries / Br), batch · heads). At workgroup scope the whole workgroup holds one Br-row
+  tile; at subgroup scope each subgroup holds its own rows (Br / subgroups of them) and does
+  its row maxima and sums within the subgroup.
 - `attention_decode(...)` + `attention_combine(...)`: few queries against a long KV cache.
   The G = heads / kv_heads query heads sharing a K/V head are packed into the rows of one
-  matrix (they are consecutive rows of Q), the keys are split into chunks, one workgroup per
-  (chunk, K/V head) writes an unnormalised partial output with its row maxima and sums, and
-  the combine kernel merges the chunks: that is what spreads a memory-bound decode over the
-  whole GPU.
+  matrix (they are consecutive rows of Q), the keys are split into chunks, one workgroup (or,
+  at subgroup scope, one subgroup) per (chunk, K/V head) writes an unnormalised partial
+  output with its row maxima and sums, and the combine kernel merges the chunks: that is what
+  spreads a memory-bound decode over the whole GPU.
 - `attention(...)`: checks the shapes and launches either path; `attention_reference(...)`:
   the NumPy result.
+
+Options of both kernels (`Softmax`): `exp2` computes the exponentials as 2^(s·k - m·k), one
+multiply-add and an exp2, with k = scale · log2(e) (Q is used as loaded, the maxima kept in raw
+scores); `lazy_sum` keeps the row sums as a Br x Bc matrix of per-column partial sums (one
+multiply-add per element per block, one row reduction at the end) instead of a product with a
+matrix of ones on every block; `prefetch` loads the next key block's K and V before the
+current block's softmax; `row_width` holds the row maxima and sums as Br x row_width matrices
+instead of Br x Bc (fewer registers, fewer rescale exponentials, a narrower ones product).
 """
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -34,14 +45,41 @@ import pycoop as pc
 from pycoop import f16, f32, u32
 
 HEAD_DIMS = (64, 80, 96, 112, 128, 256)
+SCOPES = ("workgroup", "subgroup")
+# subgroup-scope kernels are compiled for subgroups of 32 invocations (NVIDIA's size)
+SUBGROUP = 32
 # "minus infinity" for the running maxima: finite, so exp(m_old - m_new) stays 0 or 1 rather
 # than NaN when a whole block of a row is masked to -inf
 _NEG_BIG = -1.0e30
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
 _ELEMENT = {"f16": f16, "bf16": pc.bf16}
 _NUMPY_OUT = {"f16": np.float16, "f32": np.float32}
 
 
-def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out: str) -> None:
+class Softmax(NamedTuple):
+    """How the online softmax is computed (every choice gives the same result up to f32
+    rounding): see the module docstring."""
+    exp2: bool = False
+    lazy_sum: bool = False
+    prefetch: bool = False
+    row_width: int = 0       # columns of the row maxima and sums matrices (0: Bc)
+
+
+def _check_softmax(name: str, sm: Softmax, Bc: int) -> Softmax:
+    sm = Softmax(*sm)
+    w = sm.row_width
+    if not isinstance(w, int) or w < 0 or (w and (w % 16 or w > Bc)):
+        raise ValueError(f"{name}: Softmax.row_width must be 0 (= Bc) or a multiple of 16 of "
+                         f"at most Bc={Bc}, got {w!r}")
+    if sm.lazy_sum and w not in (0, Bc):
+        raise ValueError(f"{name}: Softmax.lazy_sum keeps per-column sums of the Bc={Bc} "
+                         f"columns, so it needs row_width 0 or Bc, got {w}")
+    return sm._replace(row_width=w or Bc)
+
+
+def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out: str,
+                  scope: str = "workgroup", invocations: int = 128) -> None:
     """Errors a wrong configuration gives before anything is traced or launched."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"{name}: head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
@@ -52,6 +90,22 @@ def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out:
         raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
     if out not in _NUMPY_OUT:
         raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
+    if scope not in SCOPES:
+        raise ValueError(f"{name}: scope must be 'workgroup' or 'subgroup', got {scope!r}")
+    if scope == "subgroup" and (not isinstance(invocations, int) or invocations < SUBGROUP
+                                or invocations % SUBGROUP):
+        raise ValueError(f"{name}: at subgroup scope the invocations must be a multiple of "
+                         f"{SUBGROUP} (whole subgroups), got {invocations!r}")
+
+
+def _subgroup_rows(name: str, Br: int, invocations: int) -> int:
+    """The rows of each subgroup when `invocations // 32` subgroups share Br rows."""
+    nsg = invocations // SUBGROUP
+    if Br % nsg or (Br // nsg) % 16:
+        raise ValueError(f"{name}: at subgroup scope the {nsg} subgroups of {invocations} "
+                         f"invocations each take Br / {nsg} rows, which must be a multiple of "
+                         f"16 (Br={Br})")
+    return Br // nsg
 
 
 # --- per-element and combine functions (called per element by the implementation) --------
@@ -64,12 +118,23 @@ def _exp_minus(r, c, e, m):
     return pc.exp(e - m)
 
 
+def _exp2_scaled(r, c, e, m, k):
+    """2^(k·(e - m)) as one fused multiply-add and an exp2: e and m raw scores, k the
+    scale times log2(e)."""
+    return pc.exp2(pc.fma(e, k, -(m * k)))
+
+
 def _divide(r, c, e, d):
     return e / d
 
 
 def _log_sum_exp(r, c, m, l):
     return m + pc.log(l)
+
+
+def _log2_sum_exp2(r, c, m, l):
+    """The natural log-sum-exp from maxima and sums kept in base 2."""
+    return (m + pc.log2(l)) * f32(_LN2)
 
 
 def _smear(a, b):
@@ -90,49 +155,80 @@ def _causal(r, c, s, k0, kend, q0):
 # --- the shared inner loop ---------------------------------------------------------------
 
 class _Types(NamedTuple):
-    """The matrix types of an Br-row attention tile."""
+    """The matrix types of an Br-row attention tile (W: the row-state width)."""
     Q: object      # Br x D operand A (pre-scaled)
     Kt: object     # D x Bc operand B
     V: object      # Bc x D operand B
     P: object      # Br x Bc operand A
-    S: object      # Br x Bc f32 accumulator: scores, probabilities, row maxima and sums
+    S: object      # Br x Bc f32 accumulator: scores, probabilities
     O: object      # Br x D f32 accumulator
-    Ones: object   # Bc x Bc operand B (all ones: P @ Ones = the row sums of P in each column)
+    Ones: object   # Bc x W operand B (all ones: P @ Ones = the row sums of P in each column)
     Raw: object    # Br x D accumulator of the input type (Q as loaded)
+    Mask: object   # Br x Bc f16 accumulator (a block of the mask)
+    Row: object    # Br x W f32 accumulator: row maxima and sums (each row's value in every column)
 
 
 @functools.cache
-def _types(el, rows: int, D: int, Bc: int) -> _Types:
+def _types(el, rows: int, D: int, Bc: int, scope: str = "workgroup", W: int = 0) -> _Types:
+    sc = pc.Workgroup if scope == "workgroup" else pc.Subgroup
+    W = W or Bc
+
     def mat(t, r, c, use):
-        return pc.coopmat[t, pc.Workgroup, r, c, use]
+        return pc.coopmat[t, sc, r, c, use]
     return _Types(mat(el, rows, D, pc.UseA), mat(el, D, Bc, pc.UseB), mat(el, Bc, D, pc.UseB),
                   mat(el, rows, Bc, pc.UseA), mat(f32, rows, Bc, pc.Accumulator),
-                  mat(f32, rows, D, pc.Accumulator), mat(el, Bc, Bc, pc.UseB),
-                  mat(el, rows, D, pc.Accumulator))
+                  mat(f32, rows, D, pc.Accumulator), mat(el, Bc, W, pc.UseB),
+                  mat(el, rows, D, pc.Accumulator), mat(f16, rows, Bc, pc.Accumulator),
+                  mat(f32, rows, W, pc.Accumulator))
+
+
+def _widen(x, To):
+    """A per-row value held in every column of a Br x W matrix as a Br x N matrix `To`."""
+    return x if x.type == To else pc.nv.reduce(x, "row", _smear, result_type=To)
 
 
 def _by_row(x, T: _Types):
-    """A per-row value held in every column of a Br x Bc matrix as a Br x D matrix."""
-    return x if T.S == T.O else pc.nv.reduce(x, "row", _smear, result_type=T.O)
+    """A per-row value of the row state as a Br x D matrix."""
+    return _widen(x, T.O)
 
 
-def _scaled_queries(Q, layout, T: _Types, scale):
-    """The query tile times scale, as an operand: the scores need no scaling pass."""
+def _queries(Q, layout, T: _Types, scale, sm: Softmax):
+    """The query tile as an operand: times scale, so the scores need no scaling pass; with
+    exp2 as loaded (the scale goes into the exponentials' multiply-add)."""
+    if sm.exp2:
+        return pc.nv.load_tensor(Q, layout, T.Q)
     q = pc.nv.convert(pc.nv.load_tensor(Q, layout, T.Raw), T.O) * scale
     return pc.nv.convert(q, T.Q)
 
 
-def _attend(T: _Types, m, l, o, s, v):
-    """One key block of the online softmax: scores s (scaled and masked) and values v update
-    the row maxima m, sums l and unnormalised output o."""
-    m_new = pc.nv.per_element(m, _larger, pc.nv.reduce(s, "row", "max"))
-    p = pc.nv.convert(pc.nv.per_element(s, _exp_minus, m_new), T.P)
-    alpha = pc.nv.per_element(m, _exp_minus, m_new)          # rescales what came before
-    # the row sums by a product with ones, on the tensor cores, of the rounded P that
-    # multiplies V (as llama.cpp does)
-    l = pc.mul_add(p, T.Ones.fill(1.0), l * alpha)
+def _attend(T: _Types, sm: Softmax, k, m, l, o, s, v):
+    """One key block of the online softmax: scores s (masked; scaled, or raw with exp2 and
+    k = scale · log2(e)) and values v update the row maxima m, sums l and unnormalised
+    output o."""
+    m_new = pc.nv.per_element(m, _larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
+    m_s = _widen(m_new, T.S)                  # as wide as the scores (a narrow row state)
+    if sm.exp2:
+        pf = pc.nv.per_element(s, _exp2_scaled, m_s, k)
+        alpha = pc.nv.per_element(m, _exp2_scaled, m_new, k)     # rescales what came before
+    else:
+        pf = pc.nv.per_element(s, _exp_minus, m_s)
+        alpha = pc.nv.per_element(m, _exp_minus, m_new)
+    p = pc.nv.convert(pf, T.P)
+    if sm.lazy_sum:
+        # per-column partial sums, reduced once at the end (`_finish`)
+        l = l * alpha + pf
+    else:
+        # the row sums by a product with ones, on the tensor cores, of the rounded P that
+        # multiplies V (as llama.cpp does)
+        l = pc.mul_add(p, T.Ones.fill(1.0), l * alpha)
     o = pc.mul_add(p, v, o * _by_row(alpha, T))
     return m_new, l, o
+
+
+def _finish(m, l, sm: Softmax, k):
+    """(maxima, row sums) in every column at the end of the loop: the lazy partial sums
+    reduced; with exp2 the maxima in base 2 (raw maxima times k = scale · log2(e))."""
+    return (m * k if sm.exp2 else m), (pc.nv.reduce(l, "row", "add") if sm.lazy_sum else l)
 
 
 def _rows(n_before, n, D):
@@ -144,12 +240,41 @@ def _rows(n_before, n, D):
 _TRANSPOSE = (1, 0)
 
 
+def _key_blocks(T: _Types, sm: Softmax, k, m, l, o, k_begin, k_end, Bc: int, load, scores):
+    """The online softmax over the key blocks k_begin, k_begin + Bc, ... < k_end: load(k0)
+    gives (Kᵀ, V) of a block, scores(k0, kt) its scaled, masked scores. With `prefetch` the
+    next block's K and V are loaded before this block's softmax (the last prefetch reads one
+    block past k_end, which the layouts clamp)."""
+    loop = _blocks_prefetched if sm.prefetch else _blocks
+    return loop(T, sm, k, m, l, o, k_begin, k_end, Bc, load, scores)
+
+
+@pc.func
+def _blocks(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores):
+    for k0 in pc.range(k_begin, k_end, Bc):
+        kt, v = load(k0)
+        m, l, o = _attend(T, sm, k, m, l, o, scores(k0, kt), v)
+    return m, l, o
+
+
+@pc.func
+def _blocks_prefetched(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores):
+    kt, v = load(k_begin)
+    for k0 in pc.range(k_begin, k_end, Bc):
+        s = scores(k0, kt)
+        v_now = v
+        kt, v = load(k0 + Bc)
+        m, l, o = _attend(T, sm, k, m, l, o, s, v_now)
+    return m, l, o
+
+
 # --- prefill -------------------------------------------------------------------------------
 
 @functools.cache
 def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocations: int = 256,
                       causal: bool = False, mask: bool = False, dtype: str = "f16",
-                      out: str = "f16"):
+                      out: str = "f16", scope: str = "workgroup",
+                      softmax: Softmax = Softmax(), fp: str = "exact"):
     """The prefill kernel for one configuration. Parameters:
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim) of `dtype`;
     with `mask`, Mask (queries, keys) f16 added to the scaled scores (shared by every batch and
@@ -158,63 +283,82 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     kv_heads and scale. `causal`: query i sees keys 0..i (torch's `is_causal`).
     The grid is (ceil(queries / Br), batch * heads).
 
+    `scope="workgroup"`: the Br x Bc tiles are workgroup-scope matrices of `invocations`
+    invocations. `scope="subgroup"`: each of the invocations / 32 subgroups owns Br /
+    subgroups rows as subgroup-scope matrices (its row reductions stay in the subgroup), and
+    the subgroups share the key blocks through the caches. `softmax`: see `Softmax`. `fp`:
+    the kernel's floating-point mode (`pc.kernel(fp=...)`; "fast" lets the driver fuse and
+    reorder the scalar arithmetic of the per-element functions).
+
     The key blocks that need no masking (all keys in the sequence and, causal, before the
     tile's first query) run in a loop of their own; only the last blocks pay for the
     per-element masking."""
-    _check_config("attention_prefill", head_dim, Br, Bc, dtype, out)
+    _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations)
+    rows = _subgroup_rows("attention_prefill", Br, invocations) if scope == "subgroup" else Br
     D, el = head_dim, _ELEMENT[dtype]
-    T = _types(el, Br, D, Bc)
-    Mask16 = pc.coopmat[f16, pc.Workgroup, Br, Bc, pc.Accumulator]
-    Out = pc.coopmat[f16, pc.Workgroup, Br, D, pc.Accumulator] if out == "f16" else T.O
+    sm = _check_softmax("attention_prefill", softmax, Bc)
+    T = _types(el, rows, D, Bc, scope, sm.row_width)
+    Out = pc.coopmat[f16, T.O.scope, rows, D, pc.Accumulator] if out == "f16" else T.O
     OutEl = f16 if out == "f16" else f32
+    lse_fn = _log2_sum_exp2 if sm.exp2 else _log_sum_exp
 
     @pc.func
     def body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale):
-        bh, q0 = pc.workgroup_id.y, pc.workgroup_id.x * Br
+        bh = pc.workgroup_id.y
+        q0 = pc.workgroup_id.x * Br
+        if scope == "subgroup":
+            q0 = q0 + pc.subgroup_id() * rows
         bkv = (bh // H) * Hkv + (bh % H) // (H // Hkv)        # the K/V head of query head bh
         lq, lkv = _rows(bh * Sq, Sq, D), _rows(bkv * Skv, Skv, D)
-        kt = pc.nv.tensor_view(2, False, _TRANSPOSE)          # a Bc x D block of K as D x Bc
+        kt_view = pc.nv.tensor_view(2, False, _TRANSPOSE)     # a Bc x D block of K as D x Bc
         if mask:
             lm = (pc.nv.tensor_layout(2, clamp="constant").dimension(Sq, Skv)
                   .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
-        q = _scaled_queries(Q, lq.slice(bh * Sq + q0, Br, 0, D), T, scale)
-        m, l, o = T.S.fill(_NEG_BIG), T.S.fill(0.0), T.O.fill(0.0)
-        kend = pc.min(Skv, q0 + Br) if causal else Skv     # later keys are hidden from the tile
+        q = _queries(Q, lq.slice(bh * Sq + q0, rows, 0, D), T, scale, sm)
+        k = scale * f32(_LOG2E)                            # used with exp2 only
+        m, l, o = T.Row.fill(_NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
+        kend = pc.min(Skv, q0 + rows) if causal else Skv   # later keys are hidden from the tile
         # blocks wholly inside the sequence (and, causal, at or before the first query)
         kfull = (pc.min(Skv, q0 + 1) if causal else Skv) // Bc * Bc
 
-        def scores(k0):
+        def load(k0):
             kv = lkv.slice(bkv * Skv + k0, Bc, 0, D)
-            s = pc.mul_add(q, pc.nv.load_tensor(K, kv, T.Kt, view=kt), T.S.fill(0.0))
-            if mask:
-                s = s + pc.nv.convert(pc.nv.load_tensor(Mask, lm.slice(q0, Br, k0, Bc), Mask16),
-                                      T.S)
-            return s, pc.nv.load_tensor(V, kv, T.V)
+            return pc.nv.load_tensor(K, kv, T.Kt, view=kt_view), pc.nv.load_tensor(V, kv, T.V)
 
-        for k0 in pc.range(0, kfull, Bc):
-            s, v = scores(k0)
-            m, l, o = _attend(T, m, l, o, s, v)
-        for k0 in pc.range(kfull, kend, Bc):                 # the edge: mask per element
-            s, v = scores(k0)
-            s = (pc.nv.per_element(s, _causal, k0, kend, q0) if causal else
-                 pc.nv.per_element(s, _in_sequence, k0, kend))
-            m, l, o = _attend(T, m, l, o, s, v)
+        def scores(k0, kt):
+            s = pc.mul_add(q, kt, T.S.fill(0.0))
+            if mask:
+                mb = pc.nv.convert(pc.nv.load_tensor(Mask, lm.slice(q0, rows, k0, Bc), T.Mask),
+                                   T.S)
+                s = s + (mb * (f32(1.0) / scale) if sm.exp2 else mb)   # raw units
+            return s
+
+        def edge_scores(k0, kt):                             # the edge: mask per element
+            s = scores(k0, kt)
+            return (pc.nv.per_element(s, _causal, k0, kend, q0) if causal else
+                    pc.nv.per_element(s, _in_sequence, k0, kend))
+
+        m, l, o = _key_blocks(T, sm, k, m, l, o, u32(0), kfull, Bc, load, scores)
+        m, l, o = _key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
+        m, l = _finish(m, l, sm, k)
         o = pc.nv.per_element(o, _divide, _by_row(l, T))
-        pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, Br, 0, D),
+        pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, rows, 0, D),
                            o if Out == T.O else pc.nv.convert(o, Out))
         # one column of the row-wise log-sum-exp: the others fall outside a width of 1
-        pc.nv.store_tensor(LSE, _rows(bh * Sq, Sq, 1).slice(bh * Sq + q0, Br, 0, Bc),
-                           pc.nv.per_element(m, _log_sum_exp, l))
+        pc.nv.store_tensor(LSE, _rows(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows, 0,
+                                                            sm.row_width),
+                           pc.nv.per_element(m, lse_fn, l))
 
+    sgs = SUBGROUP if scope == "subgroup" else None
     if mask:
-        @pc.kernel(workgroup_size=invocations)
+        @pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
         def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
                               Mask: pc.ReadBuffer[f16], O: pc.WriteBuffer[OutEl],
                               LSE: pc.WriteBuffer[f32], Sq: u32, Skv: u32, H: u32, Hkv: u32,
                               scale: f32):
             body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale)
     else:
-        @pc.kernel(workgroup_size=invocations)
+        @pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
         def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
                               O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], Sq: u32,
                               Skv: u32, H: u32, Hkv: u32, scale: f32):
@@ -226,68 +370,114 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
 
 @functools.cache
 def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocations: int = 128,
-                     dtype: str = "f16"):
+                     dtype: str = "f16", scope: str = "workgroup",
+                     softmax: Softmax = Softmax(), fp: str = "exact"):
     """The split-KV decode kernel: Q (batch, heads, queries, head_dim), K and V (batch,
-    kv_heads, keys, head_dim); each workgroup multiplies the G = heads / kv_heads query heads
-    of one K/V head (G * queries <= rows, packed as the rows of one matrix: they are
-    consecutive rows of Q) with `chunk` keys (a multiple of Bc) and writes its unnormalised
-    output to Part (splits, batch * heads * queries, head_dim) f32, its row maxima to M and
-    sums to L (splits, batch * heads * queries) f32. Every query sees every key. The grid is
-    (splits, batch * kv_heads), splits = ceil(keys / chunk); `attention_combine` merges the
-    splits. `rows` is at least the device's workgroup-scope row granularity."""
-    _check_config("attention_decode", head_dim, rows, Bc, dtype, "f32")
-    D, el = head_dim, _ELEMENT[dtype]
-    T = _types(el, rows, D, Bc)
+    kv_heads, keys, head_dim); each chunk multiplies the G = heads / kv_heads query heads of
+    one K/V head (G * queries <= rows, packed as the rows of one matrix: they are consecutive
+    rows of Q) with `chunk` keys (a multiple of Bc) and writes its unnormalised output to Part
+    (splits, batch * heads * queries, head_dim) f32, its row maxima to M and sums to L (splits,
+    batch * heads * queries) f32 (with `softmax.exp2`, maxima and sums in base 2: M·ln 2 is
+    the natural maximum). Every query sees every key. `rows` is at least the device's row
+    granularity for the scope (32 at workgroup scope on the H100, 16 at subgroup scope).
 
-    @pc.kernel(workgroup_size=invocations)
+    `scope="workgroup"`: one workgroup per chunk, the grid is (splits, batch * kv_heads).
+    `scope="subgroup"`: each of the invocations / 32 subgroups of a workgroup takes a chunk of
+    its own, the grid is (splits / subgroups, batch * kv_heads) and splits must be a multiple
+    of the subgroups. Chunks past the keys write maxima of -1e30 and sums of 0. `softmax` and
+    `fp` as in `attention_prefill`.
+    `attention_combine` merges the splits."""
+    _check_config("attention_decode", head_dim, rows, Bc, dtype, "f32", scope, invocations)
+    D, el = head_dim, _ELEMENT[dtype]
+    sm = _check_softmax("attention_decode", softmax, Bc)
+    T = _types(el, rows, D, Bc, scope, sm.row_width)
+    nsg = invocations // SUBGROUP if scope == "subgroup" else 1
+
+    @pc.kernel(workgroup_size=invocations, subgroup_size=SUBGROUP if nsg > 1 else None, fp=fp)
     def attention_decode(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
                          Part: pc.WriteBuffer[f32], M: pc.WriteBuffer[f32], L: pc.WriteBuffer[f32],
                          n: u32, Skv: u32, chunk: u32, scale: f32):
-        bkv, split = pc.workgroup_id.y, pc.workgroup_id.x
+        bkv = pc.workgroup_id.y
+        split = pc.workgroup_id.x
+        if scope == "subgroup":
+            split = split * nsg + pc.subgroup_id()
         nkv = pc.num_workgroups.y
         lkv = _rows(bkv * Skv, Skv, D)
-        kt = pc.nv.tensor_view(2, False, _TRANSPOSE)
-        q = _scaled_queries(Q, _rows(bkv * n, n, D).slice(bkv * n, rows, 0, D), T, scale)
-        m, l, o = T.S.fill(_NEG_BIG), T.S.fill(0.0), T.O.fill(0.0)
-        kb = split * chunk
+        kt_view = pc.nv.tensor_view(2, False, _TRANSPOSE)
+        q = _queries(Q, _rows(bkv * n, n, D).slice(bkv * n, rows, 0, D), T, scale, sm)
+        k = scale * f32(_LOG2E)                            # used with exp2 only
+        m, l, o = T.Row.fill(_NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
+        kb = pc.min(split * chunk, Skv)
         kend = pc.min(kb + chunk, Skv)
-        for k0 in pc.range(kb, kend, Bc):
+        kfull = kb + (kend - kb) // Bc * Bc               # whole blocks: no masking
+
+        def load(k0):
             kv = lkv.slice(bkv * Skv + k0, Bc, 0, D)
-            s = pc.mul_add(q, pc.nv.load_tensor(K, kv, T.Kt, view=kt), T.S.fill(0.0))
-            s = pc.nv.per_element(s, _in_sequence, k0, kend)
-            m, l, o = _attend(T, m, l, o, s, pc.nv.load_tensor(V, kv, T.V))
-        first = (split * nkv + bkv) * n          # this workgroup's rows: (split, bkv, row)
+            return pc.nv.load_tensor(K, kv, T.Kt, view=kt_view), pc.nv.load_tensor(V, kv, T.V)
+
+        def scores(k0, kt):
+            return pc.mul_add(q, kt, T.S.fill(0.0))
+
+        def edge_scores(k0, kt):
+            return pc.nv.per_element(scores(k0, kt), _in_sequence, k0, kend)
+
+        m, l, o = _key_blocks(T, sm, k, m, l, o, kb, kfull, Bc, load, scores)
+        m, l, o = _key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
+        m, l = _finish(m, l, sm, k)
+        first = (split * nkv + bkv) * n          # this chunk's rows: (split, bkv, row)
         pc.nv.store_tensor(Part, _rows(first, n, D).slice(first, rows, 0, D), o)
-        pc.nv.store_tensor(M, _rows(first, n, 1).slice(first, rows, 0, Bc), m)
-        pc.nv.store_tensor(L, _rows(first, n, 1).slice(first, rows, 0, Bc), l)
+        pc.nv.store_tensor(M, _rows(first, n, 1).slice(first, rows, 0, sm.row_width), m)
+        pc.nv.store_tensor(L, _rows(first, n, 1).slice(first, rows, 0, sm.row_width), l)
     return attention_decode
 
 
 @functools.cache
-def attention_combine(head_dim: int = 128, out: str = "f16"):
+def attention_combine(head_dim: int = 128, out: str = "f16", exp2: bool = False,
+                      unroll: int = 1):
     """Merges the splits of `attention_decode`: for each of the R = batch * heads * queries
     rows, O = sum_s exp(M_s - M) Part_s / sum_s exp(M_s - M) L_s with M the largest M_s, and
-    LSE = M + log of that sum. One workgroup of head_dim invocations per row (one column each);
-    the grid is R. Parameters: Part, M, L as written by the decode kernel, O (R, head_dim) of
-    `out`, LSE (R) f32, then R and splits."""
+    LSE = M + log of that sum (`exp2`: M and L in base 2, as `Softmax(exp2=True)` writes them).
+    One workgroup of head_dim invocations per row (one column each); the grid is R.
+    Parameters: Part, M, L as written by the decode kernel, O (R, head_dim) of `out`, LSE (R)
+    f32, then R and splits. `unroll`: the loops over the splits read `unroll` splits' values
+    before using the first, so that many loads are in flight at once instead of one (the sums
+    keep their order: the result is the same)."""
     _check_config("attention_combine", head_dim, 16, 16, "f16", out)
+    if not isinstance(unroll, int) or unroll < 1:
+        raise ValueError(f"attention_combine: unroll must be a positive int, got {unroll!r}")
     OutEl = f16 if out == "f16" else f32
+
+    def weight(m, big):
+        return pc.exp2(m - big) if exp2 else pc.exp(m - big)
 
     @pc.kernel(workgroup_size=head_dim)
     def attention_combine(Part: pc.ReadBuffer[f32], M: pc.ReadBuffer[f32], L: pc.ReadBuffer[f32],
                           O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], R: u32, splits: u32):
         row, c = pc.workgroup_id.x, pc.local_invocation_index()
+        whole = splits // unroll * unroll           # splits read `unroll` at a time
         big = f32(_NEG_BIG)
-        for s in range(splits):
+        for s0 in pc.range(0, whole, unroll):
+            ms = [M[(s0 + j) * R + row] for j in range(unroll)]
+            for mj in ms:
+                big = pc.max(big, mj)
+        for s in range(whole, splits):
             big = pc.max(big, M[s * R + row])
         total, acc = f32(0.0), f32(0.0)
-        for s in range(splits):
-            w = pc.exp(M[s * R + row] - big)
+        for s0 in pc.range(0, whole, unroll):
+            ms = [M[(s0 + j) * R + row] for j in range(unroll)]
+            ls = [L[(s0 + j) * R + row] for j in range(unroll)]
+            ps = [Part[((s0 + j) * R + row) * head_dim + c] for j in range(unroll)]
+            for mj, lj, pj in zip(ms, ls, ps):
+                w = weight(mj, big)
+                total = total + w * lj
+                acc = acc + w * pj
+        for s in range(whole, splits):
+            w = weight(M[s * R + row], big)
             total = total + w * L[s * R + row]
             acc = acc + w * Part[(s * R + row) * head_dim + c]
         O[row * head_dim + c] = OutEl(acc / total)
         if c == 0:
-            LSE[row] = big + pc.log(total)
+            LSE[row] = (big + pc.log2(total)) * f32(_LN2) if exp2 else big + pc.log(total)
     return attention_combine
 
 
@@ -298,6 +488,7 @@ class AttentionResult(NamedTuple):
     lse: np.ndarray          # (batch, heads, queries) f32, natural log
     time_ms: float           # the kernels' time (decode: both kernels)
     backend: str
+    kernel_ms: tuple = ()    # each kernel's time (decode: the split-KV kernel, the combine)
 
 
 def _check_shapes(Q, K, V, mask, causal: bool) -> tuple[int, ...]:
@@ -335,27 +526,48 @@ def _dtype_name(a: np.ndarray) -> str:
 
 def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None = None,
               out: str = "f16", backend: str | None = None, repeat: int = 1,
-              Br: int = 128, Bc: int = 64, invocations: int = 256,
-              splits: int | None = None, decode_rows: int = 32,
+              Br: int = 128, Bc: int = 64, invocations: int = 256, scope: str = "workgroup",
+              softmax: Softmax = Softmax(), splits: int | None = None, decode_rows: int = 32,
+              decode_Bc: int = 64, decode_invocations: int = 128,
+              decode_scope: str = "workgroup", combine_unroll: int = 1, fp: str = "exact",
               decode: bool | None = None) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim), float16
-    (or bfloat16); heads a multiple of kv_heads. `mask`: (queries, keys) float16, added to the
-    scaled scores. `causal`: query i sees keys 0..i. Without mask and causality, queries
-    whose G = heads / kv_heads heads fit the `decode_rows` rows of one matrix (G * queries
-    <= decode_rows) go the decode path, the keys split into `splits` chunks (by default about
-    4 workgroups per SM of a 132-SM GPU); otherwise the prefill kernel with Br x Bc tiles.
-    `decode` True or False chooses the path instead. The configuration is checked before anything runs."""
+    (or bfloat16), NumPy arrays or `pc.Array`s (then the results are `pc.Array`s on the same
+    backend and nothing is copied); heads a multiple of kv_heads. `mask`: (queries, keys)
+    float16, added to the scaled scores. `causal`: query i sees keys 0..i. Without mask and
+    causality, queries whose G = heads / kv_heads heads fit the `decode_rows` rows of one
+    matrix (G * queries <= decode_rows) go the decode path (`attention_decode` with
+    `decode_Bc`, `decode_invocations`, `decode_scope`; `attention_combine` with
+    `combine_unroll`), the keys split into `splits` chunks
+    (by default about 4 workgroups per SM of a 132-SM GPU, rounded up to whole workgroups at
+    subgroup scope); otherwise the prefill kernel with Br x Bc tiles, `invocations` and
+    `scope`. `softmax` (a `Softmax`) and `fp` (the kernels' floating-point mode) apply to both
+    paths. `decode` True or False chooses the
+    path instead. The configuration is checked before anything runs."""
     B, H, Hkv, Sq, Skv, D = _check_shapes(Q, K, V, mask, causal)
     el = _dtype_name(Q)
     if _dtype_name(K) != el or _dtype_name(V) != el:
         raise ValueError(f"attention: Q, K and V must have one dtype, got {Q.dtype}, {K.dtype}, "
                          f"{V.dtype}")
+    if out not in _NUMPY_OUT:
+        raise ValueError(f"attention: out must be 'f16' or 'f32', got {out!r}")
     scale = float(1 / np.sqrt(D) if scale is None else scale)
-    Q, K, V = (np.ascontiguousarray(a) for a in (Q, K, V))
-    O = np.zeros((B, H, Sq, D), _NUMPY_OUT.get(out, np.float32))
-    LSE = np.zeros((B, H, Sq), np.float32)
+    sm = Softmax(*softmax)
+    device = isinstance(Q, pc.Array)
+    if device:
+        if not (isinstance(K, pc.Array) and isinstance(V, pc.Array)):
+            raise ValueError("attention: Q, K and V must all be pc.Arrays or all NumPy arrays")
+        be = Q.backend
+
+        def new(shape, dtype):
+            return pc.empty(shape, dtype, backend=be)
+    else:
+        Q, K, V = (np.ascontiguousarray(a) for a in (Q, K, V))
+        new = np.zeros
+    O = new((B, H, Sq, D), _NUMPY_OUT[out])
+    LSE = new((B, H, Sq), np.float32)
     run = {"backend": backend, "repeat": repeat}
     fits = mask is None and not causal and (H // Hkv) * Sq <= decode_rows
     if decode and not fits:
@@ -363,21 +575,31 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                          f"decode_rows={decode_rows} packed rows (heads / kv_heads * queries = "
                          f"{(H // Hkv) * Sq})")
     if fits if decode is None else decode:
-        R, Bd = B * H * Sq, 64
+        kernel = attention_decode(D, decode_rows, decode_Bc, decode_invocations, el,
+                                  decode_scope, sm, fp)
+        per_wg = decode_invocations // SUBGROUP if decode_scope == "subgroup" else 1
+        R, Bd = B * H * Sq, decode_Bc
         if splits is None:
-            splits = max(1, min(-(-Skv // Bd), -(-4 * 132 // (B * Hkv))))
+            splits = max(1, min(-(-Skv // Bd), -(-4 * 132 * per_wg // (B * Hkv))))
+        if not isinstance(splits, int) or splits < 1:
+            raise ValueError(f"attention: splits must be a positive int, got {splits!r}")
         chunk = -(-Skv // (splits * Bd)) * Bd
-        splits = -(-Skv // chunk)
-        Part = np.zeros((splits, R, D), np.float32)
-        M, L = np.zeros((splits, R), np.float32), np.zeros((splits, R), np.float32)
-        r1 = attention_decode(D, decode_rows, Bd, 128, el)[(splits, B * Hkv)](
+        splits = -(-(-(-Skv // chunk)) // per_wg) * per_wg     # whole workgroups
+        Part = new((splits, R, D), np.float32)
+        M, L = new((splits, R), np.float32), new((splits, R), np.float32)
+        r1 = kernel[(splits // per_wg, B * Hkv)](
             Q, K, V, Part, M, L, (H // Hkv) * Sq, Skv, chunk, scale, **run)
-        r2 = attention_combine(D, out)[(R,)](Part, M, L, O, LSE, R, splits, **run)
-        return AttentionResult(O, LSE, r1.time_ms + r2.time_ms, r1.backend)
-    k = attention_prefill(D, Br, Bc, invocations, causal, mask is not None, el, out)
-    args = [Q, K, V] + ([np.ascontiguousarray(mask, np.float16)] if mask is not None else [])
+        r2 = attention_combine(D, out, sm.exp2, combine_unroll)[(R,)](Part, M, L, O, LSE, R,
+                                                                      splits, **run)
+        return AttentionResult(O, LSE, r1.time_ms + r2.time_ms, r1.backend,
+                               (r1.time_ms, r2.time_ms))
+    k = attention_prefill(D, Br, Bc, invocations, causal, mask is not None, el, out, scope, sm,
+                          fp)
+    if mask is not None and not device:
+        mask = np.ascontiguousarray(mask, np.float16)
+    args = [Q, K, V] + ([mask] if mask is not None else [])
     r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
-    return AttentionResult(O, LSE, r.time_ms, r.backend)
+    return AttentionResult(O, LSE, r.time_ms, r.backend, (r.time_ms,))
 
 
 def attention_reference(Q, K, V, *, mask=None, causal: bool = False,

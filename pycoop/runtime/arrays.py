@@ -238,8 +238,10 @@ class Array:
         if self.backend == "emulator":
             np.copyto(out, self._host_view())
         else:
-            self._storage.check()
-            self._storage.runtime.read(self._storage.allocation, self._byte_offset, out)
+            storage = self._storage
+            storage.check()
+            interop.before_host_access(storage)     # after torch's writes, if torch shares it
+            storage.runtime.read(storage.allocation, self._byte_offset, out)
         return out
 
     def __array__(self, dtype=None, copy=None):
@@ -256,9 +258,12 @@ class Array:
             if source.backend == self.backend == "vulkan":
                 source._storage.check()
                 self._storage.check()
+                interop.before_host_access(source._storage)
+                interop.before_host_access(self._storage)
                 self._storage.runtime.copy(source._storage.allocation, source._byte_offset,
                                            self._storage.allocation, self._byte_offset,
                                            self.nbytes)
+                interop.after_device_write(self._storage)
                 return self
             source = source.numpy()
         data = interop.host_array(source, "source")
@@ -273,7 +278,9 @@ class Array:
             self._host_view()[...] = data.reshape(self.shape)
         else:
             self._storage.check()
+            interop.before_host_access(self._storage)    # torch may still read the old bytes
             self._storage.runtime.write(self._storage.allocation, self._byte_offset, data)
+            interop.after_device_write(self._storage)
         return self
 
     def to(self, backend: str) -> "Array":

@@ -6,19 +6,27 @@ tensor (`Array.torch()`); cuda-python likewise. Both are optional (`pip install 
 
 CUDA sharing: a Vulkan array's buffer is allocated exportable (VK_KHR_external_memory_fd);
 on first use from torch its memory is imported with `cudaImportExternalMemory` and mapped to a
-CUDA pointer, which torch wraps through `__cuda_array_interface__` (no copy). Synchronisation
-is coarse and automatic: `Array.torch()` waits for pycoop's queued work first, and a launch on
-an array that torch has seen first waits for torch's current stream, then runs to completion
-before returning.
+CUDA pointer, which torch wraps through `__cuda_array_interface__` (no copy).
+
+Synchronisation is automatic, on the GPU where possible (`CudaSync`): two timeline semaphores
+exported from Vulkan (VK_KHR_external_semaphore_fd) and imported into CUDA. Before pycoop's
+queue touches a shared array, torch's current stream signals one and the next Vulkan
+submission waits for it; after, that submission signals the other and torch's current stream
+waits for it. Nobody waits on the host. Where the device, driver or cuda-python cannot do
+this, or with PYCOOP_TORCH_SYNC=coarse, the same points wait on the host instead (torch's
+stream is synchronised; pycoop's queue is drained), and a RuntimeWarning says why, once.
 """
 from __future__ import annotations
 
+import os
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, BackendUnavailable
+from .. import knobs
+from ..errors import ArgumentError, BackendUnavailable, user_stacklevel
 
 # torch dtypes with no NumPy equivalent, read through an integer view of the same width.
 _BIT_VIEWS = {"bfloat16": ("int16", "bfloat16"), "float8_e4m3fn": ("uint8", "float8_e4m3fn"),
@@ -167,7 +175,7 @@ def to_torch(a):
             return raw.view(getattr(torch, a.dtype.name))
         return torch.from_dlpack(a)
     mapping = _mapping(a)
-    a._storage.runtime.synchronize()        # torch sees what pycoop queued
+    cuda_sync(a._storage).vulkan_to_torch()     # torch's stream sees what pycoop queued
     pointer = mapping.pointer + a._byte_offset
     name = a.dtype.name
     if name in _BIT_VIEWS:
@@ -200,15 +208,178 @@ def cuda_dlpack(a, stream=None, max_version=None):
 
 
 def wait_for_torch(arrays) -> bool:
-    """Before a launch: if torch has seen any of these Vulkan arrays, wait for its current
-    stream (so the kernel reads torch's writes) and return True (the launch then completes
-    before returning, so torch reads the kernel's writes)."""
-    if not any(a._storage.cuda is not None for a in arrays):
-        return False
-    torch = torch_module()
-    if torch is not None:
-        torch.cuda.current_stream().synchronize()
-    return True
+    """Before a launch: if torch has seen any of these Vulkan arrays, order the launch after
+    the work queued so far on torch's current stream (so the kernel reads torch's writes) and
+    return True: the caller then calls `release_to_torch` after recording the launch."""
+    for a in arrays:
+        storage = a._storage
+        if storage.cuda is not None:
+            cuda_sync(storage).torch_to_vulkan()
+            return True
+    return False
+
+
+def release_to_torch(runtime) -> None:
+    """After a launch on arrays torch shares: submit it, and order torch's current stream
+    after it (torch ops issued next see its writes and cannot overwrite what it reads)."""
+    sync = runtime.context.torch_sync
+    if sync is None:
+        runtime.synchronize()
+    else:
+        sync.vulkan_to_torch()
+
+
+def before_host_access(storage) -> None:
+    """Before pycoop's queue reads or writes a shared array for the host (`.numpy()`,
+    `copy_from`): order it after torch's queued work on the array."""
+    if storage.cuda is not None:
+        cuda_sync(storage).torch_to_vulkan()
+
+
+def after_device_write(storage) -> None:
+    """After queueing a copy into a shared array: torch's stream runs after it."""
+    if storage.cuda is not None:
+        cuda_sync(storage).vulkan_to_torch()
+
+
+def cuda_sync(storage) -> "CudaSync":
+    """The CudaSync of the context that owns a Vulkan array's storage."""
+    ctx = storage.ctx
+    sync = ctx.torch_sync
+    if sync is None:
+        sync = ctx.torch_sync = CudaSync(storage.runtime, ctx)
+    return sync
+
+
+class CudaSync:
+    """Orders one Vulkan device context's queue against torch's CUDA streams (see the module
+    docstring). `mode` is "semaphore" or "coarse"; `reason` says why it is coarse."""
+
+    def __init__(self, runtime, ctx):
+        self.runtime, self.ctx = runtime, ctx
+        self.reason: str | None = None      # why semaphores are unavailable (None: unknown yet)
+        self.ready = False                  # the semaphores exist and CUDA imported them
+        self.to_vulkan = self.to_cuda = None
+        self._external: list = []           # CUDA handles of the imported semaphores
+        self.signalled = 0                  # last value torch's stream signalled (to_vulkan)
+        self.released = 0                   # last value a submission signals (to_cuda)
+        self.warned = False
+
+    def describe(self) -> str:
+        """How launches are ordered against torch, for `stats()` (creates nothing)."""
+        if knobs.torch_sync() == "coarse":
+            return "coarse (PYCOOP_TORCH_SYNC=coarse)"
+        if self.ready:
+            return "semaphore"
+        return f"coarse ({self.reason})" if self.reason else "not used yet"
+
+    @property
+    def mode(self) -> str:
+        setting = knobs.torch_sync()
+        if setting == "coarse":
+            return "coarse"
+        if not self.ready and self.reason is None:
+            self._create()
+        if self.ready:
+            return "semaphore"
+        if setting == "semaphore":
+            raise BackendUnavailable(f"PYCOOP_TORCH_SYNC=semaphore, but pycoop cannot share "
+                                     f"semaphores with CUDA here: {self.reason}")
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"pycoop orders its launches on arrays shared with torch by waiting "
+                          f"on the host, which costs a GPU round trip per launch: {self.reason}",
+                          RuntimeWarning, stacklevel=user_stacklevel())
+        return "coarse"
+
+    def _create(self) -> None:
+        from .vulkan.timeline import TimelineSemaphore, timeline_support
+        self.reason = timeline_support(self.ctx.device)
+        if self.reason is not None:
+            return
+        try:
+            from cuda.bindings import runtime as cudart
+            self._cudart = cudart
+            kind = cudart.cudaExternalSemaphoreHandleType.cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd
+            self.to_vulkan = TimelineSemaphore(self.ctx.device, export=True)
+            self.to_cuda = TimelineSemaphore(self.ctx.device, export=True)
+            for semaphore in (self.to_vulkan, self.to_cuda):
+                fd = semaphore.fd()
+                desc = cudart.cudaExternalSemaphoreHandleDesc()
+                desc.type = kind
+                desc.handle.fd = fd
+                desc.flags = 0
+                err, external = cudart.cudaImportExternalSemaphore(desc)
+                if int(err):
+                    os.close(fd)            # CUDA owns the fd only after a successful import
+                    raise BackendUnavailable(f"cudaImportExternalSemaphore failed ({err})")
+                self._external.append(external)
+            self._signal_params = cudart.cudaExternalSemaphoreSignalParams()
+            self._signal_params.flags = 0
+            self._wait_params = cudart.cudaExternalSemaphoreWaitParams()
+            self._wait_params.flags = 0
+            self.ready = True
+        except (ImportError, AttributeError) as e:
+            self.reason = f"cuda-python lacks timeline-semaphore interop ({e})"
+        except Exception as e:          # VulkanError, BackendUnavailable, CUDA errors
+            self.reason = str(e).splitlines()[0]
+        if not self.ready:
+            self.destroy(wait=False)
+
+    @staticmethod
+    def _stream(stream):
+        if stream is not None:
+            return stream
+        return torch_module().cuda.current_stream().cuda_stream
+
+    def torch_to_vulkan(self, stream=None) -> None:
+        """The next Vulkan submission runs after the work queued so far on `stream` (default
+        torch's current stream)."""
+        if self.mode == "coarse":
+            torch = torch_module()
+            if torch is not None:
+                if stream is None:
+                    torch.cuda.current_stream().synchronize()
+                else:
+                    torch.cuda.ExternalStream(stream).synchronize()
+            return
+        self.signalled += 1
+        params = self._signal_params
+        params.params.fence.value = self.signalled
+        err, = self._cudart.cudaSignalExternalSemaphoresAsync(
+            [self._external[0]], [params], 1, self._stream(stream))
+        _cuda_check(err, "cudaSignalExternalSemaphoresAsync")
+        self.runtime.wait_before_next(self.to_vulkan.handle, self.signalled)
+
+    def vulkan_to_torch(self, stream=None) -> None:
+        """Submit pycoop's queued work; work queued next on `stream` (default torch's current
+        stream) runs after it."""
+        if self.mode == "coarse":
+            self.runtime.synchronize()
+            return
+        self.released += 1
+        self.runtime.flush(signal=(self.to_cuda.handle, self.released))
+        params = self._wait_params
+        params.params.fence.value = self.released
+        err, = self._cudart.cudaWaitExternalSemaphoresAsync(
+            [self._external[1]], [params], 1, self._stream(stream))
+        _cuda_check(err, "cudaWaitExternalSemaphoresAsync")
+
+    def destroy(self, wait: bool = True) -> None:
+        """Free the semaphores. `wait`: let CUDA finish first (not after device loss: a wait
+        for a value the lost device never signals would not end)."""
+        if self._external:
+            cudart = self._cudart
+            if wait:
+                cudart.cudaDeviceSynchronize()
+            for external in self._external:
+                cudart.cudaDestroyExternalSemaphore(external)
+            self._external.clear()
+        for semaphore in (self.to_vulkan, self.to_cuda):
+            if semaphore is not None:
+                semaphore.destroy()
+        self.to_vulkan = self.to_cuda = None
+        self.ready = False
 
 
 def from_cuda_tensor(t, dtype=None):
@@ -228,6 +399,5 @@ def from_cuda_tensor(t, dtype=None):
     out = Array(_VulkanStorage(t.numel() * np_dtype.itemsize, zero=False), 0, tuple(t.shape),
                 np_dtype)
     out.torch().copy_(t)
-    import torch
-    torch.cuda.current_stream().synchronize()     # the copy is done before pycoop reads it
+    cuda_sync(out._storage).torch_to_vulkan()     # pycoop's next submission runs after the copy
     return out

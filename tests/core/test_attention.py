@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core_helpers import FEW, SETTINGS
-from pycoop.kernels import (attention, attention_combine, attention_decode, attention_prefill,
-                            attention_reference)
+import pycoop as pc
+from pycoop.kernels import (Softmax, attention, attention_combine, attention_decode,
+                            attention_prefill, attention_reference)
 
 # small tiles keep the emulator fast; the GPU defaults are checked by spirv-val below
 TILE = {"Br": 32, "Bc": 32, "invocations": 128}
@@ -51,6 +52,76 @@ def test_prefill_matches_numpy(B, Hkv, G, Sq, extra, causal, masked, seed):
     r = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="emulator",
                   decode=False, **TILE)
     check(r, Q, K, V, mask, causal)
+
+
+# every combination of the Softmax options, and narrow row states (16 columns of Bc = 32)
+SOFTMAX = ([Softmax(*bits) for bits in np.ndindex(2, 2, 2)]
+           + [Softmax(exp2, False, prefetch, 16) for exp2, prefetch in np.ndindex(2, 2)])
+
+
+@SETTINGS
+@given(Hkv=st.integers(1, 2), G=st.sampled_from([1, 2]), Sq=st.integers(1, 70),
+       extra=st.integers(0, 40), causal=st.booleans(), masked=st.booleans(),
+       sm=st.sampled_from(SOFTMAX), subgroup=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_prefill_options_match_numpy(Hkv, G, Sq, extra, causal, masked, sm, subgroup, seed):
+    """The Softmax options (exp2 with the scale in the exponent's multiply-add, lazy row sums,
+    prefetched K/V, narrow row maxima and sums) at workgroup scope and at subgroup scope (2
+    subgroups of 16 rows each, their causal bounds and tile edges apart), on ragged lengths,
+    causal or masked."""
+    Q, K, V, mask = operands(1, G * Hkv, Hkv, Sq, Sq + extra, 64, seed, masked)
+    tile = ({"Br": 32, "Bc": 32, "invocations": 64, "scope": "subgroup"} if subgroup
+            else TILE)
+    r = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="emulator",
+                  decode=False, softmax=sm, **tile)
+    check(r, Q, K, V, mask, causal)
+
+
+@FEW
+@given(G=st.sampled_from([1, 2, 4, 8]), Sq=st.integers(1, 2), Skv=st.integers(1, 300),
+       splits=st.integers(1, 9), sm=st.sampled_from(SOFTMAX),
+       config=st.sampled_from([("workgroup", 32, 32, 128), ("subgroup", 16, 32, 64),
+                               ("subgroup", 16, 32, 96)]),
+       seed=st.integers(0, 2 ** 16))
+def test_decode_options_match_numpy(G, Sq, Skv, splits, sm, config, seed):
+    """Split-KV decode with the Softmax options (exp2: maxima and sums in base 2, merged in
+    base 2 by the combine kernel) and at subgroup scope: one chunk per subgroup, the splits
+    rounded up to whole workgroups (chunks past the keys weigh 0)."""
+    scope, rows, Bc, inv = config
+    Sq = min(Sq, rows // G)
+    Q, K, V, _ = operands(1, 2 * G, 2, Sq, Skv, 64, seed)
+    r = attention(Q, K, V, out="f32", backend="emulator", splits=splits, softmax=sm,
+                  decode_rows=rows, decode_Bc=Bc, decode_invocations=inv, decode_scope=scope)
+    check(r, Q, K, V)
+    assert len(r.kernel_ms) == 2
+
+
+@pytest.mark.parametrize("splits", [1, 5, 8, 13])
+def test_combine_unroll_is_bit_identical(splits):
+    """The combine's unrolled loops read several splits before using them but add in the same
+    order: the same bits as the plain loop, whatever the remainder."""
+    Q, K, V, _ = operands(1, 8, 2, 1, 700, 64, seed=splits)
+    plain = attention(Q, K, V, out="f32", backend="emulator", splits=splits)
+    for u in (2, 3, 8):
+        r = attention(Q, K, V, out="f32", backend="emulator", splits=splits, combine_unroll=u)
+        assert np.array_equal(r.out, plain.out) and np.array_equal(r.lse, plain.lse)
+    check(plain, Q, K, V)
+
+
+def test_device_arrays_in_and_out():
+    """pc.Array inputs give pc.Array results on the same backend (no host copies)."""
+    Q, K, V, mask = operands(1, 4, 2, 40, 50, 64, seed=9, masked=True)
+    q, k, v, m = (pc.asarray(a, backend="emulator") for a in (Q, K, V, mask))
+    r = attention(q, k, v, mask=m, out="f32", backend="emulator", decode=False, **TILE)
+    assert isinstance(r.out, pc.Array) and isinstance(r.lse, pc.Array)
+    ref, lse = attention_reference(Q, K, V, mask=mask)
+    np.testing.assert_allclose(r.out.numpy(), ref, rtol=0, atol=OUT_TOL)
+    np.testing.assert_allclose(r.lse.numpy(), lse, rtol=0, atol=LSE_TOL)
+    r = attention(pc.asarray(Q[:, :, :1], backend="emulator"), k, v, out="f16",
+                  backend="emulator")                                     # decode
+    ref, _ = attention_reference(Q[:, :, :1], K, V)
+    np.testing.assert_allclose(r.out.numpy().astype(np.float64), ref, rtol=0, atol=4e-3)
+    with pytest.raises(ValueError, match="all be pc.Arrays or all NumPy"):
+        attention(q, K, V, backend="emulator")
 
 
 @FEW
@@ -108,6 +179,14 @@ def test_every_output_element_is_written_once():
     attention_prefill(64, 64, 64, 128, causal=True), attention_prefill(256, 64, 64, 256),
     attention_prefill(80, 64, 32, dtype="bf16", mask=True), attention_decode(),
     attention_decode(64, 64, 64, 128, "bf16"), attention_combine(), attention_combine(64, "f32"),
+    attention_prefill(128, 64, 32, 128, causal=True, mask=True, scope="subgroup",
+                      softmax=Softmax(True, True, True)),
+    attention_prefill(64, softmax=Softmax(exp2=True, lazy_sum=True), fp="fast"),
+    attention_prefill(128, softmax=Softmax(prefetch=True), mask=True),
+    attention_decode(128, 16, 32, 128, scope="subgroup", softmax=Softmax(True, True, True)),
+    attention_combine(128, "f16", exp2=True), attention_combine(128, "f16", unroll=8),
+    attention_prefill(128, softmax=Softmax(row_width=32), causal=True),
+    attention_decode(128, softmax=Softmax(exp2=True, prefetch=True, row_width=32)),
 ], ids=lambda k: "")
 def test_modules_pass_spirv_val(kernel):
     spv = kernel.compile().spv            # validated with spirv-val
@@ -120,6 +199,20 @@ def test_modules_pass_spirv_val(kernel):
     (lambda: attention_prefill(128, 64, 8), "key block Bc must be a multiple of 16"),
     (lambda: attention_prefill(128, dtype="f32"), "dtype must be 'f16' or 'bf16'"),
     (lambda: attention_combine(64, "i8"), "out must be 'f16' or 'f32'"),
+    (lambda: attention_prefill(128, scope="warp"), "scope must be 'workgroup' or 'subgroup'"),
+    (lambda: attention_prefill(128, 64, 64, 100, scope="subgroup"),
+     "invocations must be a multiple of 32"),
+    (lambda: attention_prefill(128, 64, 64, 256, scope="subgroup"),
+     r"8 subgroups of 256 invocations each take Br / 8 rows, which must be a multiple of 16"),
+    (lambda: attention_decode(128, 16, 32, 48, scope="subgroup"),
+     "invocations must be a multiple of 32"),
+    (lambda: attention_combine(128, unroll=0), "unroll must be a positive int"),
+    (lambda: attention_prefill(128, softmax=Softmax(row_width=24)),
+     "row_width must be 0 .* or a multiple of 16 of at most Bc=64, got 24"),
+    (lambda: attention_decode(128, 32, 32, softmax=Softmax(row_width=64)),
+     "at most Bc=32, got 64"),
+    (lambda: attention_prefill(128, softmax=Softmax(lazy_sum=True, row_width=32)),
+     "lazy_sum keeps per-column sums .* needs row_width 0 or Bc, got 32"),
 ])
 def test_configuration_errors(call, message):
     with pytest.raises(ValueError, match=message):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import pycoop as pc
-from pycoop.kernels import attention, attention_prefill, attention_reference
+from pycoop.kernels import Softmax, attention, attention_prefill, attention_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -82,3 +82,29 @@ def test_attention_other_head_dims_and_types_on_gpu(D, dtype, out, tol):
         assert r.backend == "vulkan"
         ref, _ = attention_reference(q, K, V, causal=causal)
         assert np.abs(r.out.astype(np.float64) - ref).max() < tol
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"softmax": Softmax(exp2=True)},
+    {"softmax": Softmax(lazy_sum=True)},
+    {"softmax": Softmax(prefetch=True)},
+    {"softmax": Softmax(True, True, True), "fp": "fast"},
+    {"softmax": Softmax(exp2=True, prefetch=True, row_width=32)},
+    {"Br": 64, "Bc": 16, "invocations": 128, "scope": "subgroup",
+     "softmax": Softmax(True, True, True)},
+    {"decode_rows": 16, "decode_Bc": 32, "decode_invocations": 128, "decode_scope": "subgroup",
+     "softmax": Softmax(True, True, True)},
+], ids=["exp2", "lazy", "prefetch", "all-fast", "narrow", "subgroup", "decode-subgroup"])
+def test_attention_options_on_gpu(kwargs):
+    """The Softmax options (the narrow row state too), fp="fast" and the subgroup-scope
+    kernels against the reference: a ragged causal GQA prefill, and a decode."""
+    rng = np.random.default_rng(9)
+    Q = rng.standard_normal((1, 8, 333, 128)).astype(np.float16)
+    K = rng.standard_normal((1, 2, 333, 128)).astype(np.float16)
+    V = rng.standard_normal((1, 2, 333, 128)).astype(np.float16)
+    decode = "decode_scope" in kwargs
+    q = Q[:, :, :1] if decode else Q
+    r = attention(q, K, V, causal=not decode, out="f32", backend="vulkan", **kwargs)
+    ref, lse = attention_reference(q, K, V, causal=not decode)
+    assert np.abs(r.out - ref).max() < 2e-3
+    np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-3)

@@ -25,6 +25,9 @@ ALL_READ_WRITE = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
 ALL_STAGES = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | vk.VK_PIPELINE_STAGE_HOST_BIT
 TOP = vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
 BOTTOM = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
+TRANSFER = vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+HOST = vk.VK_PIPELINE_STAGE_HOST_BIT
+EVENT_SET = 3               # VkResult VK_EVENT_SET (vkGetEventStatus)
 MIN_QUERIES = 1024          # timestamps per submission (two per dispatch); grows for repeat=
 POOL_SETS = 64              # descriptor sets per pool; a submission adds pools as it needs
 POOL_BUFFERS = 512          # storage-buffer descriptors per pool
@@ -33,13 +36,21 @@ OUT_OF_POOL = (-1000069000, -12)    # VK_ERROR_OUT_OF_POOL_MEMORY, VK_ERROR_FRAG
 
 class Hazards:
     """Byte ranges read and written since the last barrier, per buffer (VkBuffer handle value).
-    Views of one buffer that overlap are the same memory; disjoint views are independent."""
+    Views of one buffer that overlap are the same memory; disjoint views are independent.
 
-    __slots__ = ("reads", "writes")
+    `sole` is the accesses list (as `VulkanRuntime._touch` takes it) when the ranges noted
+    since the last barrier are exactly that list's: a loop launching the same prepared kernel
+    then decides its barrier from the list's write flags alone, without range checks."""
+
+    __slots__ = ("reads", "writes", "sole")
 
     def __init__(self):
         self.reads: dict[int, list[tuple[int, int]]] = {}
         self.writes: dict[int, list[tuple[int, int]]] = {}
+        self.sole = None
+
+    def empty(self) -> bool:
+        return not self.reads and not self.writes
 
     def conflicts(self, key: int, lo: int, hi: int, write: bool) -> bool:
         if _overlaps(self.writes.get(key), lo, hi):
@@ -52,6 +63,7 @@ class Hazards:
     def clear(self) -> None:
         self.reads.clear()
         self.writes.clear()
+        self.sole = None
 
 
 def _descriptor_pool(device: Any, sets: int, buffers: int) -> Any:
@@ -85,43 +97,57 @@ def _overlaps(ranges, lo: int, hi: int) -> bool:
     return False
 
 
+class BatchTimes:
+    """The timestamps of one submission, shared by its launches' PendingTimes: retiring a
+    submission sets them once, whatever the number of launches in it."""
+
+    __slots__ = ("ticks", "done", "period_ns", "mask")
+
+    def __init__(self, period_ns: float, mask: int):
+        self.ticks = None
+        self.done = False
+        self.period_ns, self.mask = period_ns, mask
+
+
 class PendingTimes:
     """Device times of one launch, known once its submission completes (`done`). The raw
-    timestamps are kept and turned into milliseconds only when asked for, so retiring a
-    batch costs little per launch."""
+    timestamps are kept (shared with the other launches of the submission) and turned into
+    milliseconds only when asked for, so retiring a batch costs nothing per launch."""
 
-    __slots__ = ("label", "done", "error", "_ticks", "_first", "_count", "_period", "_mask")
+    __slots__ = ("label", "error", "_batch", "_first", "_count")
 
-    def __init__(self, label: str):
+    def __init__(self, label: str, batch: BatchTimes | None = None, first: int = 0,
+                 count: int = 0):
         self.label = label
-        self.done = False
         self.error: BaseException | None = None
-        self._ticks = None
+        self._batch, self._first, self._count = batch, first, count
 
-    def finish(self, ticks, first: int, count: int, period_ns: float, mask: int) -> None:
-        """`ticks`: the submission's timestamps (None: the queue has none)."""
-        self._ticks, self._first, self._count = ticks, first, count
-        self._period, self._mask = period_ns, mask
-        self.done = True
+    @property
+    def done(self) -> bool:
+        batch = self._batch
+        return batch is not None and batch.done
 
     @property
     def times_ms(self) -> tuple[float, ...] | None:
         """Per dispatch (nan without timestamps); None until done."""
-        if not self.done:
+        batch = self._batch
+        if batch is None or not batch.done:
             return None
-        if self._ticks is None:
+        t, f = batch.ticks, self._first
+        if t is None:
             return (math.nan,) * self._count
-        t, f = self._ticks, self._first
-        return tuple(((int(t[f + 2 * i + 1]) - int(t[f + 2 * i])) & self._mask)
-                     * self._period / 1e6 for i in range(self._count))
+        period, mask = batch.period_ns, batch.mask
+        return tuple(((int(t[f + 2 * i + 1]) - int(t[f + 2 * i])) & mask) * period / 1e6
+                     for i in range(self._count))
 
     @property
     def spans_ns(self) -> tuple[tuple[float, float], ...] | None:
         """(start, end) of each dispatch on the device clock, in ns: gaps between launches
         show where the device sat idle."""
-        if not self.done or self._ticks is None:
+        batch = self._batch
+        if batch is None or not batch.done or batch.ticks is None:
             return None
-        t, f, p = self._ticks, self._first, self._period
+        t, f, p = batch.ticks, self._first, batch.period_ns
         return tuple((int(t[f + 2 * i]) * p, int(t[f + 2 * i + 1]) * p)
                      for i in range(self._count))
 
@@ -129,8 +155,11 @@ class PendingTimes:
 class Submission:
     """One reusable command buffer, fence and timestamp query pool."""
 
-    def __init__(self, device: Any, command_pool: Any):
+    def __init__(self, device: Any, command_pool: Any, host_query_reset: bool = False,
+                 period_ns: float = 1.0, mask: int = (1 << 64) - 1):
         self.device = device
+        self.host_query_reset = host_query_reset     # vkResetQueryPool (Vulkan 1.2 feature)
+        self.period_ns, self.mask = period_ns, mask
         alloc = ffi.new("VkCommandBufferAllocateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
             "commandPool": command_pool, "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
@@ -147,18 +176,26 @@ class Submission:
             "pCommandBuffers": self.command_buffers})
         self.capacity = 0
         self.query_pool = None
+        self.dirty_queries = 0      # queries written since their last reset
         self.timestamps = None
         self.hazards = Hazards()
         self.barriers = 0          # hazard barriers over the submission's life (stats)
         self.descriptor_pools: list[Any] = []     # created on the first descriptor-ABI launch
         self.pools_used = 0                       # of them, allocated from since begin()
         self.oversized: list[Any] = []            # one-set pools of sets over POOL_BUFFERS
+        self.events: list[Any] = []               # VkEvents (chunked readbacks), reused
+        self.events_used = 0
         self._reset_state()
 
     def _reset_state(self) -> None:
         self.queries_used = 0
         self.dispatches = 0
-        self.launches: list[tuple[PendingTimes, int, int]] = []   # (times, first query, count)
+        self.launches: list[PendingTimes] = []
+        self.times = BatchTimes(self.period_ns, self.mask)      # shared by the launches
+        self.last_push = None                         # push constants as last recorded
+        self.waits: list[tuple[Any, int]] = []        # (timeline semaphore, value) to wait for
+        self.signals: list[tuple[Any, int]] = []      # (timeline semaphore, value) to signal
+        self.streams: list = []                       # chunked readbacks (runtime._read_chunked)
         self.after: list[Callable[[], None]] = []     # host work once the GPU is done
         self.releases: list[Any] = []                 # allocations to give back to the pool
         self.bound_pipeline = None
@@ -180,9 +217,14 @@ class Submission:
         pool = ffi.new("VkQueryPool*")
         check(lib.vkCreateQueryPool(self.device, info, ffi.NULL, pool), "vkCreateQueryPool")
         self.query_pool, self.capacity = pool[0], capacity
+        self.dirty_queries = capacity       # a new pool's queries start undefined: reset all
         self.timestamps = ffi.new(f"uint64_t[{2 * capacity}]")   # value + availability
 
     def begin(self, begin_info: Any) -> None:
+        """Start recording (the GPU is done with everything of the last use). The timestamps
+        written last time are reset on the host where the device allows it (no command on
+        the GPU timeline), else by a command at the start of the buffer."""
+        self.dirty_queries = max(self.dirty_queries, self.queries_used)
         self._reset_state()
         for pool in self.descriptor_pools[:self.pools_used]:     # the GPU is done with them
             check(lib.vkResetDescriptorPool(self.device, pool, 0), "vkResetDescriptorPool")
@@ -190,8 +232,15 @@ class Submission:
         for pool in self.oversized:
             lib.vkDestroyDescriptorPool(self.device, pool, ffi.NULL)
         self.oversized.clear()
+        for event in self.events[:self.events_used]:
+            check(lib.vkResetEvent(self.device, event), "vkResetEvent")
+        self.events_used = 0
+        dirty, self.dirty_queries = self.dirty_queries, 0
+        if dirty and self.host_query_reset:
+            lib.vkResetQueryPool(self.device, self.query_pool, 0, dirty)
         check(lib.vkBeginCommandBuffer(self.cmd, begin_info), "vkBeginCommandBuffer")
-        lib.vkCmdResetQueryPool(self.cmd, self.query_pool, 0, self.capacity)
+        if dirty and not self.host_query_reset:
+            lib.vkCmdResetQueryPool(self.cmd, self.query_pool, 0, dirty)
 
     def barrier(self, memory_barrier: Any, hazard: bool = True) -> None:
         """A global memory barrier; `hazard`: one a dependency between commands needed (the
@@ -218,6 +267,16 @@ class Submission:
             self._next_pool()           # full: a fresh pool always has room for one set
         return out[0]
 
+    def event(self) -> Any:
+        """An unset VkEvent for this recording (valid until the next `begin`)."""
+        if self.events_used == len(self.events):
+            info = ffi.new("VkEventCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_EVENT_CREATE_INFO})
+            handle = ffi.new("VkEvent*")
+            check(lib.vkCreateEvent(self.device, info, ffi.NULL, handle), "vkCreateEvent")
+            self.events.append(handle[0])
+        self.events_used += 1
+        return self.events[self.events_used - 1]
+
     def _next_pool(self) -> None:
         if self.pools_used == len(self.descriptor_pools):
             self.descriptor_pools.append(_descriptor_pool(self.device, POOL_SETS, POOL_BUFFERS))
@@ -230,4 +289,7 @@ class Submission:
         self.oversized.clear()
         if self.query_pool is not None:
             lib.vkDestroyQueryPool(self.device, self.query_pool, ffi.NULL)
+        for event in self.events:
+            lib.vkDestroyEvent(self.device, event, ffi.NULL)
+        self.events.clear()
         lib.vkDestroyFence(self.device, self.fences[0], ffi.NULL)

@@ -55,6 +55,7 @@ EXTENSIONS = {
     "qcom_conversion": "VK_QCOM_cooperative_matrix_conversion",
     "memory_budget": "VK_EXT_memory_budget",
     "external_memory_fd": "VK_KHR_external_memory_fd",     # device arrays shared with CUDA
+    "external_semaphore_fd": "VK_KHR_external_semaphore_fd",   # ordering with CUDA streams
     "atomic_float": "VK_EXT_shader_atomic_float",
     "atomic_float2": "VK_EXT_shader_atomic_float2",
 }
@@ -166,6 +167,21 @@ def get_memory_fd(device: Any, memory: Any) -> int:
         "handleType": vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT})
     fd = ffi.new("int*")
     check(fn(device, info, fd), "vkGetMemoryFdKHR")
+    return fd[0]
+
+
+def get_semaphore_fd(device: Any, semaphore: Any) -> int:
+    """A POSIX fd for an exportable semaphore (VK_KHR_external_semaphore_fd, opaque fd),
+    fetched like vkGetMemoryFdKHR. Whoever imports the fd owns it."""
+    pointer = lib.vkGetDeviceProcAddr(device, b"vkGetSemaphoreFdKHR")
+    if pointer == ffi.NULL:
+        raise VulkanError("vkGetSemaphoreFdKHR is not available (VK_KHR_external_semaphore_fd)")
+    fn = ffi.cast("PFN_vkGetSemaphoreFdKHR", pointer)
+    info = ffi.new("VkSemaphoreGetFdInfoKHR*", {
+        "sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR, "semaphore": semaphore,
+        "handleType": vk.VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT})
+    fd = ffi.new("int*")
+    check(fn(device, info, fd), "vkGetSemaphoreFdKHR")
     return fd[0]
 
 

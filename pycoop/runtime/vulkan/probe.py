@@ -36,7 +36,7 @@ FEATURES: list[tuple[str, int, str | None, tuple[str, ...]]] = [
             "shaderFloat16", "shaderInt8", "storageBuffer8BitAccess",
             "uniformAndStorageBuffer8BitAccess", "scalarBlockLayout",
             "shaderSubgroupExtendedTypes", "hostQueryReset", "shaderBufferInt64Atomics",
-            "shaderSharedInt64Atomics")),
+            "shaderSharedInt64Atomics", "timelineSemaphore")),
     ("VkPhysicalDeviceVulkan13Features", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
      None, ("subgroupSizeControl", "computeFullSubgroups", "maintenance4",
             "shaderIntegerDotProduct")),

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from ..backend import check_repeat
-from . import faults, hostcopy
+from . import faults, hostcopy, timeline
 from .abi import Binder, BoundArguments, DeviceView
-from .batch import ALL_READ_WRITE, BOTTOM, TOP, PendingTimes, Submission
+from .batch import ALL_READ_WRITE, BOTTOM, EVENT_SET, HOST, TOP, TRANSFER, PendingTimes, Submission
 from .capabilities import Capabilities
 from .device import MEMORY_DEVICE_LOCAL, MEMORY_HOST_COHERENT, MEMORY_HOST_VISIBLE, Device
 from .errors import (ArgumentError, DeviceLost, OutOfDeviceMemory, OutOfHostMemory,
@@ -47,6 +47,12 @@ MAX_IN_FLIGHT = 8               # submissions queued on the GPU before the oldes
 EAGER_MS = 0.05                 # launches this long on the device are submitted eagerly
 LAZY_BATCH = 32                 # shorter ones are submitted in batches of this many
 SPIN_S = 200e-6                 # a synchronisation polls the fence this long before blocking
+# Chunked staged readbacks (the host copies each chunk while the GPU copies the next, an event
+# per chunk): chunks of READBACK_CHUNK bytes when the whole is READBACK_CHUNKED_MIN or more.
+# Off (0) by default: on the H200 (2026-11-27) a 64 MiB readback in 8 MiB chunks made the
+# NumPy-path GEMM slower (20.5 ms against 16.9 ms in one piece).
+READBACK_CHUNK = 0
+READBACK_CHUNKED_MIN = 16 << 20
 
 
 @dataclass
@@ -110,19 +116,27 @@ class _Context:
             "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, "srcAccessMask": ALL_READ_WRITE,
             "dstAccessMask": ALL_READ_WRITE})
         self.copy_region = ffi.new("VkBufferCopy*")
+        self.host_read_barrier = ffi.new("VkMemoryBarrier*", {
+            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+            "srcAccessMask": vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+            "dstAccessMask": vk.VK_ACCESS_HOST_READ_BIT})
         bits = self.device.timestamp_bits
         self.timestamp_mask = (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
         self.timestamp_period_ns = self.device.capabilities.timestamp_period_ns
+        self.host_query_reset = bool(self.device.support.features.get("hostQueryReset"))
         self.grids_ok: set[tuple[int, int, int]] = set()     # within the device's limits
         self.eager = True           # the last finished launch was long: submit at once
         self.array_count = 0        # allocations held by device arrays
         self.faults: list = []      # KernelFaults of retired checked launches, not yet raised
+        self.next_waits: list = []  # (timeline semaphore, value): the next submission waits
+        self.torch_sync = None      # interop.CudaSync once torch shares an array of this device
         self.array_bytes = 0
 
     def submission(self) -> Submission:
         if self.idle:
             return self.idle.pop()
-        sub = Submission(self.device.handle, self.command_pool)
+        sub = Submission(self.device.handle, self.command_pool, self.host_query_reset,
+                         self.timestamp_period_ns, self.timestamp_mask)
         self.submissions.append(sub)
         return sub
 
@@ -130,8 +144,9 @@ class _Context:
         return all(lib.vkGetFenceStatus(self.device.handle, s.fences[0]) in (0, -4)
                    for s in self.in_flight)
 
-    def destroy(self) -> None:
-        """Destroy everything (also valid after device loss). Never call with work in flight."""
+    def destroy(self, healthy: bool = False) -> None:
+        """Destroy everything (also valid after device loss). Never call with work in flight.
+        `healthy`: the device was not lost (CUDA may then be waited for)."""
         self.alive = False
         if self.device is not None and self.device.handle is not None:
             dev = self.device.handle
@@ -141,6 +156,9 @@ class _Context:
                 self.memory.trim()
             for sub in getattr(self, "submissions", ()):
                 sub.destroy()
+            if getattr(self, "torch_sync", None) is not None:
+                self.torch_sync.destroy(wait=healthy)
+                self.torch_sync = None
             if hasattr(self, "command_pool"):
                 lib.vkDestroyCommandPool(dev, self.command_pool, ffi.NULL)
             self.device.destroy()
@@ -193,7 +211,8 @@ class VulkanRuntime:
         Vulkan buffer that exists (in use or pooled); `pooled_*`: free ones kept for reuse;
         `array_*`: buffers held by device arrays; `pending_launches`: recorded or submitted
         launches not yet seen complete; `barriers`: pipeline barriers recorded so far between
-        dependent commands."""
+        dependent commands; `torch_sync`: how launches on arrays torch shares are ordered
+        against torch's stream ("semaphore", or "coarse (why)"; None until torch shares one)."""
         with self._lock:
             ctx = self._context()
             memory = ctx.memory
@@ -207,6 +226,7 @@ class VulkanRuntime:
                     "array_count": ctx.array_count, "array_bytes": ctx.array_bytes,
                     "pending_launches": pending,
                     "barriers": sum(s.barriers for s in ctx.submissions),
+                    "torch_sync": ctx.torch_sync.describe() if ctx.torch_sync else None,
                     "heap_usage": ctx.device.heap_usage()}
 
     def close(self) -> None:
@@ -214,7 +234,7 @@ class VulkanRuntime:
             if self._ctx is not None:
                 ctx, self._ctx = self._ctx, None
                 lib.vkDeviceWaitIdle(ctx.device.handle)
-                ctx.destroy()
+                ctx.destroy(healthy=True)
 
     # ------------------------------------------------------------------ launches
     def launch(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict,
@@ -402,12 +422,27 @@ class VulkanRuntime:
         """Insert a barrier if any (allocation, lo, hi, write) access conflicts with an earlier
         command of the batch since the last barrier, then note the accesses."""
         hazards = sub.hazards
+        if hazards.sole is accesses:
+            # Only this same list was noted since the last barrier (a loop of one prepared
+            # launch): a write conflicts with itself, reads alone never do, and after a
+            # barrier the noted ranges are this list again.
+            for access in accesses:
+                if access[3]:
+                    sub.barrier(ctx.barrier)
+                    hazards.sole = accesses
+                    for key, lo, hi, write in accesses:
+                        hazards.add(key, lo, hi, write)
+                    return
+            return
+        fresh = hazards.empty()
         for key, lo, hi, write in accesses:
             if hazards.conflicts(key, lo, hi, write):
                 sub.barrier(ctx.barrier)
+                fresh = True
                 break
         for key, lo, hi, write in accesses:
             hazards.add(key, lo, hi, write)
+        hazards.sole = accesses if fresh else None
 
     def _copy(self, ctx: _Context, sub: Submission, src: Allocation, src_offset: int,
               dst: Allocation, dst_offset: int, size: int) -> None:
@@ -502,11 +537,13 @@ class VulkanRuntime:
         if sub.bound_pipeline is not pipeline:
             lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
             sub.bound_pipeline = pipeline
+            sub.last_push = None
         if descriptors is not None:
             self._bind_descriptors(ctx, sub, pipeline, descriptors)
-        if push:
+        if push and push is not sub.last_push:    # the same bytes are still pushed: skip
             lib.vkCmdPushConstants(cmd, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0,
                                    len(push), push)
+            sub.last_push = push
         first = sub.queries_used
         pool = sub.query_pool
         for i in range(repeat):
@@ -519,7 +556,8 @@ class VulkanRuntime:
             self._touch(ctx, sub, accesses)
         sub.queries_used += 2 * repeat
         sub.dispatches += repeat
-        sub.launches.append((pending, first, repeat))
+        pending._batch, pending._first, pending._count = sub.times, first, repeat
+        sub.launches.append(pending)
 
     @staticmethod
     def _bind_descriptors(ctx: _Context, sub: Submission, pipeline: Any,
@@ -554,8 +592,52 @@ class VulkanRuntime:
         else:
             host, host_offset = ctx.memory.acquire("host", nbytes), 0
             sub.releases.append(host)
+            if READBACK_CHUNK and nbytes >= READBACK_CHUNKED_MIN:
+                self._read_chunked(ctx, sub, source, offset, host, out)
+                return
             self._copy(ctx, sub, source, offset, host, 0, nbytes)
         sub.after.append(lambda: hostcopy.from_mapped(out, host.mapped + host_offset))
+
+    def _read_chunked(self, ctx: _Context, sub: Submission, source: Allocation, offset: int,
+                      host: Allocation, out: np.ndarray) -> None:
+        """A staged readback in chunks, each made visible to the host and then announced by
+        an event: the waiting host copies a chunk out as soon as its event is set, while the
+        GPU copies the next (`_stream_readbacks`). Whatever is not copied early is copied once
+        the submission completes."""
+        flat = out.reshape(-1).view(np.uint8)
+        chunks = []
+        for lo in range(0, out.nbytes, READBACK_CHUNK):
+            size = min(READBACK_CHUNK, out.nbytes - lo)
+            self._copy(ctx, sub, source, offset + lo, host, lo, size)
+            event = sub.event()
+            lib.vkCmdPipelineBarrier(sub.cmd, TRANSFER, HOST, 0, 1, ctx.host_read_barrier, 0,
+                                     ffi.NULL, 0, ffi.NULL)
+            lib.vkCmdSetEvent(sub.cmd, event, TRANSFER)
+            chunks.append([event, lo, size, False])
+        sub.streams.append((flat, host, chunks))
+
+        def rest():
+            for chunk in chunks:
+                if not chunk[3]:
+                    _, lo, size, _ = chunk
+                    hostcopy.from_mapped(flat[lo:lo + size], host.mapped + lo)
+                    chunk[3] = True
+        sub.after.append(rest)
+
+    @staticmethod
+    def _stream_readbacks(ctx: _Context, sub: Submission, deadline: float) -> None:
+        """Copy the chunks of `sub`'s chunked readbacks to their arrays as their events are
+        set, until all are copied or `deadline` (then the fence wait takes over)."""
+        dev = ctx.device.handle
+        for flat, host, chunks in sub.streams:
+            for chunk in chunks:
+                event, lo, size, _ = chunk
+                while lib.vkGetEventStatus(dev, event) != EVENT_SET:
+                    if time.perf_counter() > deadline or \
+                            lib.vkGetFenceStatus(dev, sub.fences[0]) not in (0, 1):
+                        return
+                hostcopy.from_mapped(flat[lo:lo + size], host.mapped + lo)
+                chunk[3] = True
 
     # ------------------------------------------------------------------ device memory
     def allocate(self, nbytes: int, zero: bool = True) -> tuple[Allocation, _Context]:
@@ -632,11 +714,22 @@ class VulkanRuntime:
             if not self._held:
                 self.flush()
 
-    def flush(self) -> None:
-        """Submit the open batch without waiting."""
+    def flush(self, signal: tuple[Any, int] | None = None) -> None:
+        """Submit the open batch without waiting. `signal`: (timeline semaphore, value) to
+        signal once it and everything submitted before it are done (an empty submission
+        carries it if nothing is open)."""
         with self._lock:
+            if signal is not None:
+                ctx = self._context()
+                self._open(ctx).signals.append(signal)
             if self._ctx is not None:
                 self._flush(self._ctx)
+
+    def wait_before_next(self, semaphore: Any, value: int) -> None:
+        """Make the next submission (the open batch, or the next one opened) wait on the GPU
+        until timeline `semaphore` reaches `value` before any of its commands run."""
+        with self._lock:
+            self._context().next_waits.append((semaphore, value))
 
     def _flush(self, ctx: _Context) -> None:
         sub = ctx.recording
@@ -646,7 +739,13 @@ class VulkanRuntime:
         sub.barrier(ctx.barrier, hazard=False)      # the host and the next batch see every write
         check(lib.vkEndCommandBuffer(sub.cmd), "vkEndCommandBuffer")
         check(lib.vkResetFences(ctx.device.handle, 1, sub.fences), "vkResetFences")
-        result = lib.vkQueueSubmit(ctx.device.queue, 1, sub.submit_info, sub.fences[0])
+        if ctx.next_waits or sub.signals:
+            sub.waits, ctx.next_waits = ctx.next_waits, []
+            info, keep = timeline.submit_info(sub, sub.waits, sub.signals)
+            result = lib.vkQueueSubmit(ctx.device.queue, 1, info, sub.fences[0])
+            del keep
+        else:
+            result = lib.vkQueueSubmit(ctx.device.queue, 1, sub.submit_info, sub.fences[0])
         ctx.in_flight.append(sub)
         if result:
             self._fail(ctx, DeviceLost if result == -4 else VulkanError,
@@ -672,6 +771,8 @@ class VulkanRuntime:
         """Wait for the oldest submission, hand out its timestamps, run its host copies and
         release its buffers."""
         dev = ctx.device.handle
+        if sub.streams:
+            self._stream_readbacks(ctx, sub, time.perf_counter() + timeout_s)
         # Poll briefly first: a blocking wait wakes up tens of microseconds late, which is
         # most of a short launch's round trip.
         fence, deadline = sub.fences[0], time.perf_counter() + SPIN_S
@@ -689,7 +790,7 @@ class VulkanRuntime:
         if result:
             self._fail(ctx, DeviceLost if result == -4 else VulkanError,
                        f"the device failed ({result}) while running "
-                       f"{_names([p for p, _, _ in sub.launches])}", sub)
+                       f"{_names(sub.launches)}", sub)
         ctx.in_flight.popleft()
         try:
             self._hand_out_times(ctx, sub)
@@ -708,7 +809,7 @@ class VulkanRuntime:
         error = kind(message)
         subs = list(ctx.in_flight) + ([ctx.recording] if ctx.recording else [])
         for s in subs:
-            for pending, _, _ in s.launches:
+            for pending in s.launches:
                 pending.error = error
         self._abandon()
         raise error
@@ -720,15 +821,16 @@ class VulkanRuntime:
             lib.vkGetQueryPoolResults(ctx.device.handle, sub.query_pool, 0, n, 16 * n,
                                       sub.timestamps, 16, vk.VK_QUERY_RESULT_64_BIT
                                       | vk.VK_QUERY_RESULT_WITH_AVAILABILITY_BIT)
-            for pending, first, count in sub.launches:
-                if not sub.timestamps[2 * (first + 2 * count - 1) + 1]:
+            for pending in sub.launches:
+                if not sub.timestamps[2 * (pending._first + 2 * pending._count - 1) + 1]:
                     return pending.label
-        return _names([p for p, _, _ in sub.launches])
+        return _names(sub.launches)
 
     @staticmethod
     def _hand_out_times(ctx: _Context, sub: Submission) -> None:
         n = sub.queries_used
         if not n:
+            sub.times.done = True
             return
         ticks = None
         if ctx.device.timestamp_bits:
@@ -737,12 +839,11 @@ class VulkanRuntime:
                                             | vk.VK_QUERY_RESULT_WAIT_BIT),
                   "vkGetQueryPoolResults")
             ticks = np.frombuffer(ffi.buffer(sub.timestamps, 8 * n), np.uint64).copy()
-        period, mask = ctx.timestamp_period_ns, ctx.timestamp_mask
-        for pending, first, count in sub.launches:
-            pending.finish(ticks, first, count, period, mask)
+        times = sub.times
+        times.ticks, times.done = ticks, True       # every launch of the batch at once
         if ticks is not None:
-            last = (int(ticks[n - 1]) - int(ticks[n - 2])) & mask
-            ctx.eager = last * period / 1e6 >= EAGER_MS
+            last = (int(ticks[n - 1]) - int(ticks[n - 2])) & ctx.timestamp_mask
+            ctx.eager = last * ctx.timestamp_period_ns / 1e6 >= EAGER_MS
 
     def _abandon(self) -> None:
         """Drop the context after loss or a hang. It is destroyed only if its submissions are
