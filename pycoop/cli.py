@@ -20,7 +20,7 @@ from .demo import main as demo_main
 from .errors import PycoopError
 from .frontend.kernel import Kernel
 from .kernels.gemm import gemm_workgroup_tile
-from .runtime.vulkan import VulkanUnavailable, get_runtime, list_devices
+from .runtime.vulkan import get_runtime, list_devices
 from .spirv.errors import SpirvError
 from .spirv.tools import disassemble
 from .version import __version__

@@ -22,7 +22,6 @@ Every op lowering of the Vulkan target is reused through the LowerCtx interface
 from __future__ import annotations
 
 from ..ir.core import Module
-from ..spirv import grammar
 from ..types import SCALARS, BufferType, ScalarType, SharedArrayType, StorageClass, Type, VectorType, i64, u32, u64
 from .lower import Lowered, LowerCtx, base_requirements, lower_functions
 

@@ -1,6 +1,8 @@
-"""Tracing Python callables into separate IR functions: the decode, combine and per-element
-functions that SPV_NV_cooperative_matrix2 ops call. Each becomes one SPIR-V OpFunction; the
-emulator runs it vectorised over every element it is applied to."""
+"""Python functions called from kernels: `@pycoop.func` helpers (inlined where they are
+called), and the decode, combine and per-element functions that SPV_NV_cooperative_matrix2 ops
+call, traced into separate IR functions (each one SPIR-V OpFunction; the emulator runs it
+vectorised over every element it is applied to). Ops reach the latter through the Tracer
+(ir.builder.trace_function), which the kernel's trace is given this module as."""
 from __future__ import annotations
 
 import functools
@@ -15,6 +17,7 @@ from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, Type
 from .transform import transform
 
 
+# `@pycoop.func` helpers being inlined: nested calls of one helper (recursion) per helper
 _func_depth: dict[int, int] = {}
 _MAX_RECURSION = 64
 

@@ -1,4 +1,4 @@
-"""`@pycoop.kernel` and `@pycoop.func`: signatures, tracing, specialisation, compiled
+"""`@pycoop.kernel`: signatures, tracing, specialisation, compiled
 artifacts (IR, SPIR-V, ABI) and launches."""
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import numpy as np
 from .. import knobs
 from ..cache import lower_cached
 from ..codegen import extensions
-from ..errors import (ArgumentError, BackendUnavailable, CompileError, Loc, current_loc, entry_point,
-                     is_internal, user_frames, without_internal_frames)
+from ..errors import (ArgumentError, BackendUnavailable, CompileError, Loc, entry_point, is_internal,
+                     without_internal_frames)
 from ..ir.builder import RequiresSubgroupSize, Tracer, emit1, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
@@ -28,11 +28,11 @@ from ..ir.registry import environment_of, get
 from ..codegen.float_modes import DEFAULT_FP, FP_MODES
 from ..runtime import interop
 from ..runtime.arrays import Array, asarray, synchronize, vulkan_runtime
-from ..runtime.backend import _local, check_repeat, choose, vulkan_missing
+from ..runtime.backend import _local, choose, vulkan_missing
+from ..runtime.vulkan.abi import Binder, check_repeat
 from ..types import (BufferType, CoopMatType, ScalarType, SpecType, StructType, Type, VectorType,
                      memory_element)
 from . import functions
-from .functions import func
 from .transform import transform
 
 from ..version import __version__
@@ -106,7 +106,6 @@ def _def_loc(fn, param: str | None = None) -> Loc | None:
     return where
 
 
-# `@pycoop.func` helpers being inlined (nested calls of one helper: recursion)
 class Kernel:
     def __init__(self, fn, workgroup_size, subgroup_size: int | None = None, def_locals=None,
                  strict_intel_shapes: bool = True, fp: str = DEFAULT_FP):
@@ -827,7 +826,6 @@ class CompiledKernel:
         shared = interop.wait_for_torch(device_arrays)
         binder = self._binders.get(tuple(spec.items()))
         if binder is None:
-            from ..runtime.vulkan.abi import Binder
             from ..runtime.vulkan.pipeline import specialization
             abi = self.abi     # with the VkSpecializationInfo values of this launch
             if abi.get("spec_constants"):

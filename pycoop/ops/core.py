@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import CompileError, Loc, current_loc
 from ..ir.builder import emit, emit1, tracer
 from ..ir.core import Value
-from ..types import (ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, Type, VectorType,
+from ..types import (BufferType, CoopMatType, ScalarType, SharedArrayType, Type, VectorType,
                      SCALARS, bool_, f32, f64, i32, u32, memory_element, scalar_of_dtype)
 from ..codegen.checked import element
 from ..ir.registry import define, emulation, lowering

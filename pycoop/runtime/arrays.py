@@ -21,7 +21,11 @@ from .. import knobs
 from ..errors import ArgumentError, BackendUnavailable
 from ..types import ScalarType
 from . import interop
+from .backend import BACKENDS, _local
+from .vulkan import VulkanUnavailable
+from .vulkan import get_runtime as get_vulkan_runtime
 from .vulkan.abi import DeviceView, numpy_dtype
+from ..jupyter import array_html
 
 _lock = threading.Lock()
 _emulator_stats = {"array_count": 0, "array_bytes": 0}
@@ -55,7 +59,6 @@ def _shape(shape: Any) -> tuple[int, ...]:
 def resolve_backend(backend: str | None = None) -> str:
     """Where a new array goes: `backend`, else `pycoop.use_backend(...)`, else
     $PYCOOP_BACKEND; "auto" means Vulkan if a device is usable, else the emulator."""
-    from .backend import BACKENDS, _local
     name = backend or getattr(_local, "backend", None) or knobs.backend()
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
@@ -85,11 +88,7 @@ _vulkan_module = None       # pycoop.runtime.vulkan.runtime once loaded (pyvulka
 def _make_vulkan_runtime():
     global _vulkan_module
     try:
-        from .vulkan import VulkanUnavailable, get_runtime
-    except ImportError as e:
-        raise BackendUnavailable(f"Vulkan is not available: {e}") from None
-    try:
-        runtime = get_runtime()
+        runtime = get_vulkan_runtime()
     except VulkanUnavailable as e:
         raise BackendUnavailable(f"Vulkan is not available: {e}") from None
     from .vulkan import runtime as module
@@ -184,7 +183,6 @@ class Array:
         return f"pycoop.Array(shape={self.shape}, dtype={self.dtype.name}, backend={self.backend}{view})"
 
     def _repr_html_(self) -> str:
-        from ..jupyter import array_html
         return array_html(self)
 
     # -------------------------------------------------------------- views
@@ -367,7 +365,7 @@ def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
         obj = obj.numpy()
     be = resolve_backend(backend)
     if be == "vulkan" and interop.is_cuda_tensor(obj):
-        return interop.from_cuda_tensor(obj, dtype)
+        return _from_cuda_tensor(obj, dtype)
     if isinstance(obj, (list, tuple, int, float, complex)):
         obj = np.asarray(obj)
     data = interop.host_array(obj, "obj")
@@ -418,3 +416,22 @@ def get_runtime(backend: str | None = None):
     if resolve_backend(backend) == "emulator":
         return EmulatorRuntime()
     return vulkan_runtime()
+
+
+def _from_cuda_tensor(t, dtype=None):
+    """A new Vulkan Array with the contents of a torch CUDA tensor, copied device to device
+    (torch copies into the shared buffer), never through the host."""
+    t = t.detach().contiguous()
+    name = str(t.dtype).removeprefix("torch.")
+    if name in interop.BIT_VIEWS:
+        np_dtype = numpy_dtype(interop.BIT_VIEWS[name][1])
+    else:
+        np_dtype = np.dtype(name)
+    if dtype is not None and _dtype(dtype) != np_dtype:
+        raise ArgumentError(f"asarray: the CUDA tensor has dtype {t.dtype}, not {_dtype(dtype)}"
+                            f"\n  hint: convert it first with t.to(torch.{interop.torch_dtype_name(_dtype(dtype))})")
+    out = Array(_VulkanStorage(t.numel() * np_dtype.itemsize, zero=False), 0, tuple(t.shape),
+                np_dtype)
+    out.torch().copy_(t)
+    interop.cuda_sync(out._storage).torch_to_vulkan()     # pycoop's next submission runs after the copy
+    return out

@@ -9,10 +9,9 @@ import threading
 import warnings
 from contextlib import contextmanager
 
-import numpy as np
-
 from .. import knobs
-from ..errors import ArgumentError, BackendFallbackWarning, BackendUnavailable, user_stacklevel
+from ..errors import BackendFallbackWarning, BackendUnavailable, user_stacklevel
+from .vulkan import VulkanUnavailable, get_runtime
 
 _log = logging.getLogger(__name__)        # every choice, at DEBUG level
 _local = threading.local()
@@ -44,10 +43,6 @@ def vulkan_missing(ck) -> list[str]:
     """What the selected Vulkan device lacks for this kernel ([] = runnable), or raises
     BackendUnavailable when there is no usable Vulkan device at all."""
     try:
-        from .vulkan import VulkanUnavailable, get_runtime
-    except ImportError as e:          # the loader or pyvulkan is missing
-        raise BackendUnavailable(f"Vulkan is not available: {e}") from None
-    try:
         rt = get_runtime()
     except VulkanUnavailable as e:
         raise BackendUnavailable(f"Vulkan is not available: {e}") from None
@@ -72,10 +67,3 @@ def choose(requested: str | None, ck) -> str:
         raise BackendUnavailable(f"cannot run {ck.name} on Vulkan: {why}")
     _notice(ck.name, f"{ck.name} runs on the emulator because {why}", missing)
     return "emulator"
-
-
-def check_repeat(repeat) -> int:
-    """The number of back-to-back runs of a launch (repeat=), checked."""
-    if not isinstance(repeat, (int, np.integer)) or isinstance(repeat, bool) or not 1 <= repeat <= 4096:
-        raise ArgumentError(f"repeat must be an int from 1 to 4096, got {repeat!r}")
-    return int(repeat)

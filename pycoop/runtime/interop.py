@@ -27,9 +27,10 @@ import numpy as np
 
 from .. import knobs
 from ..errors import ArgumentError, BackendUnavailable, user_stacklevel
+from .vulkan.abi import numpy_dtype
 
 # torch dtypes with no NumPy equivalent, read through an integer view of the same width.
-_BIT_VIEWS = {"bfloat16": ("int16", "bfloat16"), "float8_e4m3fn": ("uint8", "float8_e4m3fn"),
+BIT_VIEWS = {"bfloat16": ("int16", "bfloat16"), "float8_e4m3fn": ("uint8", "float8_e4m3fn"),
               "float8_e5m2": ("uint8", "float8_e5m2")}
 
 
@@ -73,11 +74,10 @@ def _torch_cpu(t, name: str) -> np.ndarray:
     if t.is_neg():
         t = t.resolve_neg()
     name_ = str(t.dtype).removeprefix("torch.")
-    if name_ in _BIT_VIEWS:
+    if name_ in BIT_VIEWS:
         import ml_dtypes  # noqa: F401  (registers the NumPy dtypes)
-        from .vulkan.abi import numpy_dtype
         torch = torch_module()
-        bits, target = _BIT_VIEWS[name_]
+        bits, target = BIT_VIEWS[name_]
         return t.view(getattr(torch, bits)).numpy().view(numpy_dtype(target))
     return t.numpy()
 
@@ -85,7 +85,7 @@ def _torch_cpu(t, name: str) -> np.ndarray:
 def dtype_hint(obj: Any, name: str, want: np.dtype) -> str:
     """How to convert `obj` to `want`, in its own library."""
     if is_torch_tensor(obj):
-        return f"convert it with {name}.to(torch.{_torch_dtype_name(want)})"
+        return f"convert it with {name}.to(torch.{torch_dtype_name(want)})"
     return f"convert it with {name}.astype({want.name!r})"
 
 
@@ -99,7 +99,7 @@ def reshape_hint(obj: Any, shape: tuple[int, ...]) -> str:
     return f"give a source of shape {shape}"
 
 
-def _torch_dtype_name(dtype: np.dtype) -> str:
+def torch_dtype_name(dtype: np.dtype) -> str:
     return {"float8_e4m3fn": "float8_e4m3fn", "bool": "bool"}.get(dtype.name, dtype.name)
 
 
@@ -170,7 +170,7 @@ def to_torch(a):
     import torch
     if a.backend == "emulator":
         if a.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-            bits, _ = _BIT_VIEWS[a.dtype.name]
+            bits, _ = BIT_VIEWS[a.dtype.name]
             raw = torch.from_numpy(a._host_view().view(np.dtype(bits)))
             return raw.view(getattr(torch, a.dtype.name))
         return torch.from_dlpack(a)
@@ -178,8 +178,8 @@ def to_torch(a):
     cuda_sync(a._storage).vulkan_to_torch()     # torch's stream sees what pycoop queued
     pointer = mapping.pointer + a._byte_offset
     name = a.dtype.name
-    if name in _BIT_VIEWS:
-        bits = np.dtype(_BIT_VIEWS[name][0])
+    if name in BIT_VIEWS:
+        bits = np.dtype(BIT_VIEWS[name][0])
         raw = torch.as_tensor(_CudaInterface(pointer, a.shape, bits.str), device="cuda")
         tensor = raw.view(getattr(torch, name))
     else:
@@ -380,24 +380,3 @@ class CudaSync:
                 semaphore.destroy()
         self.to_vulkan = self.to_cuda = None
         self.ready = False
-
-
-def from_cuda_tensor(t, dtype=None):
-    """A new Vulkan Array with the contents of a torch CUDA tensor, copied device to device
-    (torch copies into the shared buffer), never through the host."""
-    from .arrays import _VulkanStorage, Array, _dtype
-    t = t.detach().contiguous()
-    name = str(t.dtype).removeprefix("torch.")
-    if name in _BIT_VIEWS:
-        from .vulkan.abi import numpy_dtype
-        np_dtype = numpy_dtype(_BIT_VIEWS[name][1])
-    else:
-        np_dtype = np.dtype(name)
-    if dtype is not None and _dtype(dtype) != np_dtype:
-        raise ArgumentError(f"asarray: the CUDA tensor has dtype {t.dtype}, not {_dtype(dtype)}"
-                            f"\n  hint: convert it first with t.to(torch.{_torch_dtype_name(_dtype(dtype))})")
-    out = Array(_VulkanStorage(t.numel() * np_dtype.itemsize, zero=False), 0, tuple(t.shape),
-                np_dtype)
-    out.torch().copy_(t)
-    cuda_sync(out._storage).torch_to_vulkan()     # pycoop's next submission runs after the copy
-    return out

@@ -23,7 +23,6 @@ import json
 import sys
 
 from ..spirv import grammar
-from pycoop.ir.printer import print_module
 from pycoop.spirv import tools
 import pycoop
 

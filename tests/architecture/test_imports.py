@@ -65,9 +65,10 @@ def _imports(path: Path):
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            targets = [mod] if node.module else [f"{mod}.{a.name}" for a in node.names]
-            if node.module:       # `from .x import y` may import the submodule y
-                targets += [f"{mod}.{a.name}" for a in node.names]
+            # `from x import y` imports the submodule x.y when there is one, else names of x
+            subs = [f"{mod}.{a.name}" for a in node.names]
+            targets = subs if all(s in _MODULES for s in subs) else [mod] + [
+                s for s in subs if s in _MODULES]
         elif isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         else:
@@ -81,6 +82,9 @@ def _imports(path: Path):
 
 def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+_MODULES = _modules()
 
 
 def _resolve(target: str, modules: dict) -> str | None:

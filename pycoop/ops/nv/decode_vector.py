@@ -19,10 +19,10 @@ from ... import knobs
 from ...codegen import extensions
 from ...emulator.memory import PointerArray
 from ...errors import CompileError, EmulatorError, Loc
+from ...ir.core import Value
 from ...types import (ArrayType, CoopMatType, PointerType, ScalarType, StorageClass, StructType,
-                      VectorType)
+                      VectorType, u32)
 from .decode_vector_check import check_module, validator_supports
-from ...types import u32
 
 SPEC = "SPV_NV_cooperative_matrix_decode_vector"
 EXTENSION = SPEC

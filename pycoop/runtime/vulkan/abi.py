@@ -268,3 +268,10 @@ def _scalar_bytes(name: str, value: Any, dtype: np.dtype) -> bytes:
     if math.isfinite(float(value)) and not math.isfinite(float(converted)):
         raise ArgumentError(f"parameter {name}: {value} is out of range for {dtype.name}")
     return converted.tobytes()
+
+
+def check_repeat(repeat) -> int:
+    """The number of back-to-back runs of a launch (repeat=), checked."""
+    if not isinstance(repeat, (int, np.integer)) or isinstance(repeat, bool) or not 1 <= repeat <= 4096:
+        raise ArgumentError(f"repeat must be an int from 1 to 4096, got {repeat!r}")
+    return int(repeat)

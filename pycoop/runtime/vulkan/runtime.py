@@ -28,9 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import check_repeat
 from . import faults, hostcopy, timeline
-from .abi import Binder, BoundArguments, DeviceView
+from .abi import Binder, BoundArguments, DeviceView, check_repeat
 from .batch import ALL_READ_WRITE, BOTTOM, EVENT_SET, HOST, TOP, TRANSFER, PendingTimes, Submission
 from .capabilities import Capabilities
 from .device import MEMORY_DEVICE_LOCAL, MEMORY_HOST_COHERENT, MEMORY_HOST_VISIBLE, Device
