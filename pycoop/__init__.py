@@ -19,6 +19,7 @@ from .ops.core import (abs_ as abs, barrier, bitcast, ceil, cos, exp, exp2, floo
                        minimum as min, num_subgroups, num_workgroups, rsqrt, select, shared, sin,
                        sqrt, subgroup_id, subgroup_local_id, subgroup_size, tanh, trunc, workgroup_id)
 from .ops.composite import make_array, make_vector
+from .ops.dot import dot4x8
 from .ops.values import cast
 from .ops.khr import convert, coopmat, fill, length, load, mul_add, store
 from .ops import intel, nv, qcom  # the vendor namespaces: pycoop.nv, pycoop.intel, pycoop.qcom
@@ -45,7 +46,7 @@ __all__ = [
     "local_invocation_id", "local_invocation_index", "log", "log2", "max", "min", "num_subgroups",
     "num_workgroups", "rsqrt", "select", "shared", "sin", "sqrt", "subgroup_id", "subgroup_local_id",
     "subgroup_size", "tanh", "trunc", "workgroup_id",
-    "make_array", "make_vector", "convert", "fill", "length", "load", "mul_add", "store", "use_backend",
+    "make_array", "make_vector", "dot4x8", "convert", "fill", "length", "load", "mul_add", "store", "use_backend",
     "Array", "asarray", "empty", "full", "get_runtime", "synchronize", "zeros",
     "Buffer", "ReadBuffer", "WriteBuffer", "Spec", "CoopMatType", "ScalarType", "Scope", "StorageClass", "Use",
     "array", "bf16", "bool_", "coopmat", "f16", "f32", "f64", "fp8_e4m3", "fp8_e5m2", "i8", "i16",
