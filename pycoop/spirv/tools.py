@@ -12,7 +12,6 @@ import subprocess
 import sysconfig
 from collections.abc import Sequence
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 
 from pycoop.spirv.errors import SpirvToolNotFound, SpirvValidationError
@@ -21,6 +20,9 @@ from pycoop.spirv.errors import SpirvToolNotFound, SpirvValidationError
 @cache
 def tool_path(name: str) -> str:
     """Absolute path of a SPIRV-Tools binary such as "spirv-val"."""
+    # importlib.metadata (with the email parser it loads) costs ~15 ms: paid when a tool first
+    # runs, not when pycoop is imported
+    from importlib import metadata
     rel = f"cmeel.prefix/bin/{name}"
     candidates = []
     try:
