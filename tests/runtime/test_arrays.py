@@ -12,27 +12,12 @@ from hypothesis import strategies as st
 
 import pycoop as pc
 from pycoop import f32, i32, u32
+from runtime_helpers import VULKAN, axpy
 
 
-def _vulkan_ok() -> bool:
-    try:
-        from pycoop.runtime.vulkan import get_runtime
-        get_runtime()
-        return True
-    except Exception:
-        return False
 
-
-VULKAN = _vulkan_ok()
 BACKENDS = ["emulator", pytest.param("vulkan", marks=[
     pytest.mark.vulkan, pytest.mark.skipif(not VULKAN, reason="no Vulkan device")])]
-
-
-@pc.kernel(workgroup_size=64)
-def axpy(X: pc.ReadBuffer[f32], Y: pc.Buffer[f32], a: f32, n: u32):
-    i = pc.global_invocation_id.x
-    if i < n:
-        Y[i] = a * X[i] + Y[i]
 
 
 @pc.kernel(workgroup_size=64)

@@ -12,19 +12,12 @@ from hypothesis import strategies as st
 import pycoop as pc
 from pycoop import f32, i32, u32
 from pycoop.spirv import tools
+from runtime_helpers import VULKAN
 
-
-def _vulkan_ok() -> bool:
-    try:
-        from pycoop.runtime.vulkan import get_runtime
-        get_runtime()
-        return True
-    except Exception:
-        return False
 
 
 pytestmark = [pytest.mark.vulkan,
-              pytest.mark.skipif(not _vulkan_ok(), reason="no Vulkan device")]
+              pytest.mark.skipif(not VULKAN, reason="no Vulkan device")]
 ABIS = ["device_address", "descriptors"]
 
 

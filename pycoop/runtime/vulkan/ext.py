@@ -154,35 +154,32 @@ def get_buffer_device_address(device: Any, buffer: Any) -> int:
     return int(lib.vkGetBufferDeviceAddress(device, info))
 
 
-def get_memory_fd(device: Any, memory: Any) -> int:
-    """A POSIX fd for exportable `memory` (VK_KHR_external_memory_fd, opaque fd). The function
-    is not in pyvulkan's `lib`: it is fetched with vkGetDeviceProcAddr. Each call makes a new
-    fd; whoever imports it owns it."""
-    pointer = lib.vkGetDeviceProcAddr(device, b"vkGetMemoryFdKHR")
+def _export_fd(device: Any, function: str, info_type: str, info: dict, extension: str) -> int:
+    """A POSIX fd from vkGetMemoryFdKHR / vkGetSemaphoreFdKHR, which are not in pyvulkan's
+    `lib`: fetched with vkGetDeviceProcAddr. Each call makes a new fd; whoever imports it owns it."""
+    pointer = lib.vkGetDeviceProcAddr(device, function.encode())
     if pointer == ffi.NULL:
-        raise VulkanError("vkGetMemoryFdKHR is not available (VK_KHR_external_memory_fd)")
-    fn = ffi.cast("PFN_vkGetMemoryFdKHR", pointer)
-    info = ffi.new("VkMemoryGetFdInfoKHR*", {
-        "sType": vk.VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR, "memory": memory,
-        "handleType": vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT})
+        raise VulkanError(f"{function} is not available ({extension})")
+    fn = ffi.cast(f"PFN_{function}", pointer)
     fd = ffi.new("int*")
-    check(fn(device, info, fd), "vkGetMemoryFdKHR")
+    check(fn(device, ffi.new(f"{info_type}*", info), fd), function)
     return fd[0]
+
+
+def get_memory_fd(device: Any, memory: Any) -> int:
+    """A POSIX fd for exportable `memory` (VK_KHR_external_memory_fd, opaque fd)."""
+    return _export_fd(device, "vkGetMemoryFdKHR", "VkMemoryGetFdInfoKHR", {
+        "sType": vk.VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR, "memory": memory,
+        "handleType": vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT},
+        "VK_KHR_external_memory_fd")
 
 
 def get_semaphore_fd(device: Any, semaphore: Any) -> int:
-    """A POSIX fd for an exportable semaphore (VK_KHR_external_semaphore_fd, opaque fd),
-    fetched like vkGetMemoryFdKHR. Whoever imports the fd owns it."""
-    pointer = lib.vkGetDeviceProcAddr(device, b"vkGetSemaphoreFdKHR")
-    if pointer == ffi.NULL:
-        raise VulkanError("vkGetSemaphoreFdKHR is not available (VK_KHR_external_semaphore_fd)")
-    fn = ffi.cast("PFN_vkGetSemaphoreFdKHR", pointer)
-    info = ffi.new("VkSemaphoreGetFdInfoKHR*", {
+    """A POSIX fd for an exportable semaphore (VK_KHR_external_semaphore_fd, opaque fd)."""
+    return _export_fd(device, "vkGetSemaphoreFdKHR", "VkSemaphoreGetFdInfoKHR", {
         "sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR, "semaphore": semaphore,
-        "handleType": vk.VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT})
-    fd = ffi.new("int*")
-    check(fn(device, info, fd), "vkGetSemaphoreFdKHR")
-    return fd[0]
+        "handleType": vk.VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT},
+        "VK_KHR_external_semaphore_fd")
 
 
 def device_uuid(physical_device: Any) -> bytes:
