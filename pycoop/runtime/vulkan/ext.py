@@ -161,8 +161,9 @@ def _export_fd(device: Any, function: str, info_type: str, info: dict, extension
     if pointer == ffi.NULL:
         raise VulkanError(f"{function} is not available ({extension})")
     fn = ffi.cast(f"PFN_{function}", pointer)
+    info_struct = ffi.new(f"{info_type}*", info)      # alive until the call returns
     fd = ffi.new("int*")
-    check(fn(device, ffi.new(f"{info_type}*", info), fd), function)
+    check(fn(device, info_struct, fd), function)
     return fd[0]
 
 
