@@ -16,7 +16,9 @@ each weight byte once, wide and coalesced, and to do little arithmetic per byte:
   the format's offset) exactly; a block's scale multiplies its dot product once.
 
 `matmul_q` picks the kernel and configuration by shape and format (`choose_kernel`); larger
-N go to the cooperative-matrix GEMM where one exists for the format (`gemm_q4_0`).
+N go to the cooperative-matrix GEMM where one exists for the format (`gemm_q4_0`). With
+`activations="q8_1"`, Q8_0 and Q4_0 weights take the integer path of `pycoop.kernels.gemvq`
+instead: X quantised to 8 bits per 32-block, then integer dot products of packed 8-bit lanes.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import pycoop as pc
 from pycoop import f16, f32, u32
 
 from .gemm import gemm_q4_0
+from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1
 
 # weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
 BLOCKS = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_k": (256, 144)}
@@ -39,6 +42,16 @@ _MAGIC = 0x4B000000                      # the bits of 2^23 (f32): OR a small in
 _TWO23 = 8388608.0
 U4 = pc.vec(u32, 4)
 F4 = pc.vec(f32, 4)
+
+
+def _check_activations(fmt: str, activations) -> str:
+    if activations not in ("f32", "q8_1"):
+        raise ValueError(f"activations is 'f32' (the float path) or 'q8_1' (X quantised to 8 "
+                         f"bits, integer dot products), got {activations!r}")
+    if activations == "q8_1" and fmt not in FORMATS_Q8_1:
+        raise ValueError(f"activations='q8_1' takes {', '.join(FORMATS_Q8_1)} weights, not "
+                         f"{fmt}; use activations='f32'")
+    return activations
 
 
 def _check_fmt(fmt) -> str:
@@ -302,9 +315,10 @@ def gemv_grid(M: int, N: int, rows: int = 1, nt: int = 1, subgroups: int = 4) ->
 class GemvConfig:
     """A kernel choice of `choose_kernel`: `kind` is "gemv" (the kernels above, N = 1 ... 64,
     or any N for formats without a large-N GEMM; `rows`, `nt`, `subgroups`, `unroll`,
-    `parts` as in `gemv`) or "coopmat" (`gemm_q4_0` with `tile` = (vectors, weight rows, K) per
-    workgroup;
-    below 128 vectors it computes with the weights as the A operand, `weights_first`)."""
+    `parts` as in `gemv`), "q8_1" (the integer path: `quantize_q8_1` then `gemv_q8_1` with
+    these fields, Q8_0 and Q4_0 only) or "coopmat" (`gemm_q4_0` with `tile` = (vectors,
+    weight rows, K) per workgroup; below 128 vectors it computes with the weights as the A
+    operand, `weights_first`)."""
     kind: str
     rows: int = 1
     nt: int = 1
@@ -314,15 +328,23 @@ class GemvConfig:
     tile: tuple[int, int, int] = (128, 128, 32)
 
 
-def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N) -> GemvConfig:
+def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
+                  activations: str = "f32") -> GemvConfig:
     """The kernel for N vectors of weights in `fmt`: one vector per workgroup tile at N = 1,
     tiles of up to 8 vectors sharing each decoded
     weight for N <= 64, and the cooperative-matrix GEMM above that where the format has one.
     Rows per subgroup grow with the tile so that each x value loaded feeds more rows.
-    `large_n`: the largest N for the GEMV kernels where a cooperative-matrix GEMM exists."""
+    `large_n`: the largest N for the GEMV kernels where a cooperative-matrix GEMM exists.
+    `activations="q8_1"` (Q8_0 and Q4_0): the integer path, one tile of up to 64 vectors
+    (the next power of two at or above N) reading each weight block once for all of them,
+    with 4 lanes per block at N = 1, 2 for tiles of up to 4 vectors, else 1."""
     _check_fmt(fmt)
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be an int >= 1, got {N!r}")
+    if _check_activations(fmt, activations) == "q8_1":
+        nt = min(64, 1 << (int(N) - 1).bit_length())
+        return GemvConfig("q8_1", rows=2 if nt <= 32 else 1, nt=nt,
+                          parts=4 if nt == 1 else 2 if nt <= 4 else 1)
     if N > large_n and fmt == "q4_0":
         bm = next(t for t in (16, 32, 64, 128) if N <= t or t == 128)    # vectors per tile
         return GemvConfig("coopmat", tile=(bm, 128, 32))
@@ -429,13 +451,19 @@ def pack_x(X) -> np.ndarray:
 
 
 def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
-             backend: str | None = None, subgroup_size: int = 32, large_n: int = MAX_SMALL_N):
+             backend: str | None = None, subgroup_size: int = 32, large_n: int = MAX_SMALL_N,
+             activations: str = "f32"):
     """Y = X @ W.T for weights W (M x K) in a llama.cpp format (see `weights`: a GGUF tensor,
     f16 array or raw blocks with `fmt`) and X (N x K, or a single vector of K): the result is
     N x M f32 (or M for a vector). X may be a NumPy array or a `pc.Array` (then the result is
     a `pc.Array` on its backend and the weights are uploaded there once). The kernel is
-    `choose_kernel(fmt, N, large_n)` unless `config` is given. The shapes and the configuration are
-    checked before any work."""
+    `choose_kernel(fmt, N, large_n, activations)` unless `config` is given. The shapes and the
+    configuration are checked before any work.
+    `activations="q8_1"` (Q8_0 and Q4_0 weights) quantises X to 8 bits per 32-block on the
+    device and multiplies with integer dot products (`pycoop.kernels.gemvq`: exact integer
+    sums, scaled per block; X's quantisation adds an error of at most
+    sum_k |w_k| * d_block(k) / 2); "f32" (the default) multiplies the dequantised weights by X
+    in f32. A config of kind "q8_1" chooses the integer path too."""
     Wq = weights(W, fmt)
     device = isinstance(X, pc.Array)
     if device and backend is not None and backend != X.backend:
@@ -447,14 +475,21 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
         raise ValueError(f"matmul_q: X must be N x K or K with K = {Wq.K} (the weights' "
                          f"columns), got shape {shape}")
     N = 1 if vector else shape[0]
-    cfg = config or choose_kernel(Wq.fmt, N, large_n)
+    _check_activations(Wq.fmt, activations)
+    if config is not None and activations == "q8_1" and config.kind != "q8_1":
+        raise ValueError(f"matmul_q: activations='q8_1' needs a config of kind 'q8_1', got "
+                         f"{config.kind!r}")
+    cfg = config or choose_kernel(Wq.fmt, N, large_n, activations)
+    if cfg.kind == "q8_1":
+        _check_activations(Wq.fmt, "q8_1")
+        return _matmul_q8_1(Wq, X, N, vector, device, bk, cfg, subgroup_size)
     if cfg.kind == "coopmat":
         if Wq.fmt != "q4_0":
             raise ValueError(f"matmul_q: no cooperative-matrix GEMM for {Wq.fmt} weights; "
                              "use GemvConfig('gemv', ...)")
         return _coopmat_q4_0(Wq, X, N, vector, device, bk, cfg.tile)
     if cfg.kind != "gemv":
-        raise ValueError(f"matmul_q: config.kind is 'gemv' or 'coopmat', got {cfg.kind!r}")
+        raise ValueError(f"matmul_q: config.kind is 'gemv', 'q8_1' or 'coopmat', got {cfg.kind!r}")
     vec = 8 if Wq.fmt != "f16" or Wq.K % 8 == 0 else 1
     k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec, cfg.unroll, cfg.parts)
     grid = gemv_grid(Wq.M, N, cfg.rows, cfg.nt, cfg.subgroups)
@@ -486,4 +521,34 @@ def _coopmat_q4_0(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, ti
         y = np.zeros((N, Wq.M), np.float32)
         k[grid](np.asarray(X, np.float16).reshape(N, Wq.K), Wq.data, y, N, Wq.M, Wq.K,
                 backend=bk)
+    return y.reshape(Wq.M) if vector else y
+
+
+def _matmul_q8_1(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: GemvConfig,
+                 subgroup_size: int):
+    """The integer path: X (f32 or f16) quantised by `quantize_q8_1`, then `gemv_q8_1`: two
+    launches, on X's backend for a device X (the quantised activations stay there), else on
+    `bk` as any NumPy launch."""
+    P = 4 if cfg.parts is None else cfg.parts
+    k = gemv_q8_1(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, P, cfg.unroll)
+    quant = quantize_q8_1("f16" if X.dtype == np.float16 else "f32", 4, subgroup_size)
+    nb = N * Wq.K // 32
+    qshape = (nb * 2, 4) if P == 1 else (nb * 8,)
+    qgrid = quantize_grid(nb, 4, subgroup_size)
+    grid = gemv_grid(Wq.M, N, cfg.rows, cfg.nt, cfg.subgroups)
+    if device:
+        if X.dtype not in (np.float32, np.float16):
+            raise ValueError(f"matmul_q: activations='q8_1' takes f32 or f16 X, got {X.dtype}")
+        be = X.backend
+        q, d = pc.zeros(qshape, pc.u32, backend=be), pc.zeros(nb, pc.f32, backend=be)
+        s, y = pc.zeros(nb, pc.i32, backend=be), pc.zeros((N, Wq.M), pc.f32, backend=be)
+        quant[qgrid](X.reshape(-1, 4), q, d, s, nb)
+        k[grid](Wq.kernel_array(be), q, d, s, y, Wq.M, N, Wq.K)
+    else:
+        a = np.asarray(X)
+        x = np.ascontiguousarray(a if a.dtype == np.float16 else a.astype(np.float32))
+        q, d = np.zeros(qshape, np.uint32), np.zeros(nb, np.float32)
+        s, y = np.zeros(nb, np.int32), np.zeros((N, Wq.M), np.float32)
+        quant[qgrid](x.reshape(-1, 4), q, d, s, nb, backend=bk)
+        k[grid](Wq.kernel_array(None), q, d, s, y, Wq.M, N, Wq.K, backend=bk)
     return y.reshape(Wq.M) if vector else y
