@@ -78,8 +78,9 @@ def quantize_q8_1(src: str = "f32", subgroups: int = 4, subgroup_size: int = 32)
     """The kernel quantising activations to 8 bits per 32-block (see the module docstring for
     the exact definition). Operands: X (`src`: f32 or f16, as vec4: `X.reshape(-1, 4)`), Q
     (u32, one word per 4 values), D (f32) and S (i32), one per block, and `nb` (u32, the
-    number of blocks, N * K / 32). One invocation per vec4, 8 per block (a clustered subgroup
-    reduction finds the block's amax and sum); grid `quantize_grid(nb, subgroups,
+    number of blocks, N * K / 32). One invocation per vec4, 8 per block (a butterfly of
+    subgroup shuffles finds the block's amax and sum: exact in any order, and it needs only
+    the `shuffle` subgroup feature, not `clustered`); grid `quantize_grid(nb, subgroups,
     subgroup_size)`."""
     _check_src(src)
     _check_subgroup_size("quantize_q8_1", subgroup_size, 8)
@@ -93,8 +94,9 @@ def quantize_q8_1(src: str = "f32", subgroups: int = 4, subgroup_size: int = 32)
         g = pc.global_invocation_id.x                      # vec4 g: block g / 8, word g % 8
         v = X[pc.min(g, nb * 8 - 1)]                       # clamped: every lane reduces
         xs = [f32(v[c]) for c in range(4)]
-        amax = pc.subgroup.max(pc.max(pc.max(pc.abs(xs[0]), pc.abs(xs[1])),
-                                      pc.max(pc.abs(xs[2]), pc.abs(xs[3]))), 8)
+        amax = pc.max(pc.max(pc.abs(xs[0]), pc.abs(xs[1])), pc.max(pc.abs(xs[2]), pc.abs(xs[3])))
+        for m in (1, 2, 4):                                # the block's 8 lanes: a butterfly
+            amax = pc.max(amax, pc.subgroup.shuffle_xor(amax, m))
         ok = amax >= TINY
         den = pc.select(ok, amax, f32(1.0))
         inv = pc.select(ok, f32(127.0) / den, f32(0.0))
@@ -103,7 +105,9 @@ def quantize_q8_1(src: str = "f32", subgroups: int = 4, subgroup_size: int = 32)
         word = u32(0)
         for c, q in enumerate(qs):
             word = word | ((pc.bitcast(q, u32) & 0xFF) << (8 * c))
-        s = pc.subgroup.add(qs[0] + qs[1] + qs[2] + qs[3], 8)
+        s = qs[0] + qs[1] + qs[2] + qs[3]
+        for m in (1, 2, 4):
+            s = s + pc.subgroup.shuffle_xor(s, m)
         if g < nb * 8:
             Q[g] = word
             if (g & 7) == 0:
@@ -250,12 +254,14 @@ def gemv_q8_1(fmt: str, rows: int = 2, nt: int = 1, subgroups: int = 4, subgroup
 
 
 def gemv_q8_1_reference(Wdata: np.ndarray, fmt: str, q: np.ndarray, d: np.ndarray,
-                        s: np.ndarray, parts: int = 4) -> np.ndarray:
+                        s: np.ndarray, parts: int = 4, absolute: bool = False) -> np.ndarray:
     """NumPy twin of `gemv_q8_1`'s arithmetic: Y (N x M, f64) = the sum, in f64, of the terms
     f32(partial) * (f32(dw) * d) that the kernel's lanes add in f32 (the exact integer
     partials per block and lane, the f32 scale products), for raw GGUF blocks `Wdata` (uint8,
     M x row bytes) and the output of `quantize_q8_1_reference`. The kernel's result differs
-    from it only by its f32 summation of the same terms."""
+    from it only by its f32 summation of the same terms. `absolute=True`: a bound on the sum
+    of the terms' magnitudes instead (|w|, |q|, |s| and |scale| in place of their values),
+    which bounds that summation error: a few units of f32 roundoff times it."""
     qk, size = {"q8_0": (32, 34), "q4_0": (32, 18)}[fmt]
     M = Wdata.shape[0]
     nb = Wdata.shape[1] // size
@@ -268,6 +274,9 @@ def gemv_q8_1_reference(Wdata: np.ndarray, fmt: str, q: np.ndarray, d: np.ndarra
         w = np.concatenate([p & 15, p >> 4], -1)                             # nibbles
     N = q.shape[0]
     qx = q.reshape(N, nb, qk).astype(np.int64)
+    if absolute:
+        w, qx, s, d = np.abs(w), np.abs(qx), np.abs(s), np.abs(d)
+        dw = np.abs(dw)
     nwords = 8 if fmt == "q8_0" else 4
     # value k of a block belongs to payload word (k % 16) // 4 (Q4_0) or k // 4 (Q8_0); the
     # lane of word w is w % parts
@@ -279,7 +288,7 @@ def gemv_q8_1_reference(Wdata: np.ndarray, fmt: str, q: np.ndarray, d: np.ndarra
         sel = lane_of == p
         part = np.einsum("mbk,nbk->nmb", w[..., sel], qx[..., sel])
         if fmt == "q4_0" and p == 0:
-            part = part - 8 * s.astype(np.int64)[:, None, :]
+            part = part + (1 if absolute else -1) * 8 * s.astype(np.int64)[:, None, :]
         term = (part.astype(np.float32) * scale).astype(np.float32)
         y += term.astype(np.float64).sum(-1)
     return y
