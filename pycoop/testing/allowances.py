@@ -25,6 +25,22 @@ from pycoop.ir.registry import get
 from pycoop.runtime.vulkan import get_runtime
 
 _NUMERICS = "docs/numerics.md, Driver workarounds, lavapipe (Mesa 22.3.6)"
+_NUMERICS_NV = "docs/numerics.md, Driver workarounds, NVIDIA 580.159.04"
+
+
+def host_cpu_flags() -> frozenset:
+    """The feature flags of this machine's CPU as Linux lists them ("avx", "avx512f", ...; the
+    kernel lists only features the OS has enabled, as Mesa's own check requires), empty where
+    /proc/cpuinfo is unreadable. lavapipe compiles shaders for this CPU, so some of its
+    deviations depend on them."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 @dataclass(frozen=True)
@@ -35,10 +51,18 @@ class Allowance:
     deviation does not apply)."""
     name: str
     device: str
-    op_name: str
+    op_name: str | tuple[str, ...]
     what: str
     docs: str
     deviate: Callable[..., np.ndarray]
+    # (device, host CPU flags) -> whether the deviation occurs there (None: always)
+    applies: Callable[[str, frozenset], bool] | None = None
+    # (op, *operands) -> the operands the driver computes with (None: the emulator's)
+    operands: Callable[..., tuple] | None = None
+
+    @property
+    def op_names(self) -> tuple[str, ...]:
+        return (self.op_name,) if isinstance(self.op_name, str) else self.op_name
 
 
 def _min_max_second_of_zeros(op, r, a, b):
@@ -57,11 +81,69 @@ def _f64_to_f16_through_f32(op, r, x):
         return np.asarray(x).astype(np.float32).astype(np.float16)
 
 
-def _f64_trunc_positive_zero(op, r, x):
-    # Measured: f64 trunc of every x in (-1, 0], -0.0 included, is +0.0 (f32 keeps the sign).
+def _f64_trunc_through_int(op, r, x):
+    # Mesa's lp_build_trunc without a rounding instruction for the vector (gallivm
+    # lp_bld_arit.c): sitofp(fptosi(x)), so every x in (-1, 0], -0.0 included, gives +0.0, and
+    # x itself where |x| > 2^24 (the code's cut-off for "already an integer": a non-integer
+    # above it, e.g. trunc(-438443306495.1085), stays unchanged). f32 has the instruction.
     if op.attrs["kind"] != "trunc" or r.dtype != np.float64:
         return r
-    return np.where(r == 0, 0.0, r)
+    x = np.asarray(x, np.float64)
+    return np.where(np.abs(x) > 2.0 ** 24, x, np.where(r == 0, 0.0, r))
+
+
+def lavapipe_f64_vector_bits(device: str) -> int | None:
+    """The width in bits of lavapipe's f64 vectors: a compute shader runs (native width / 32)
+    invocations per vector ("llvmpipe (LLVM 15.0.6, 256 bits)"), and an f64 value of each, so
+    twice the native width, up to the 512 bits that the widest setting measured
+    (LP_NATIVE_VECTOR_WIDTH=512 on an AVX-512 CPU rounds f64 exactly)."""
+    m = re.search(r"llvmpipe \(LLVM [^,]*, (\d+) bits\)", device)
+    return None if m is None else min(2 * int(m.group(1)), 512)
+
+
+def lavapipe_f64_trunc_through_int(device: str, flags: frozenset) -> bool:
+    """Whether lavapipe truncates f64 vectors through integers on this CPU: Mesa's
+    arch_rounding_available() (lp_bld_arit.c) uses the rounding instruction for 128-bit
+    vectors with SSE4.1, 256-bit with AVX and 512-bit with AVX-512F (any width on NEON or
+    s390x). At the default 256-bit native width the f64 vectors are 512 bits: CPUs without
+    AVX-512F (most AVX2 machines) take the integer path, AVX-512 ones round exactly."""
+    bits = lavapipe_f64_vector_bits(device)
+    if bits is None or not flags:
+        return False
+    if "asimd" in flags or "neon" in flags:          # aarch64 / arm (flag names of Linux)
+        return False
+    need = {128: "sse4_1", 256: "avx", 512: "avx512f"}.get(bits)
+    return need is None or need not in flags
+
+
+_F32_TINY = np.float32(np.finfo(np.float32).smallest_normal)
+
+
+def _flush_f32(v):
+    """f32 subnormals to a zero of their sign; everything else unchanged."""
+    if not isinstance(v, np.ndarray) and not isinstance(v, np.floating):
+        return v
+    a = np.asarray(v)
+    if a.dtype != np.float32:
+        return v
+    r = np.where(np.abs(a) < _F32_TINY, np.copysign(np.float32(0), a), a).astype(np.float32)
+    return r if isinstance(v, np.ndarray) else np.float32(r[()])
+
+
+# Ops that are f32 arithmetic on NVIDIA's FTZ path: everything that computes, converts or
+# compares a float, but not moves (select, load, store, bitcast).
+_FTZ_OPS = ("binary", "unary", "compare", "cast", "fma")
+
+
+def _ftz_operands(op, *operands):
+    return tuple(_flush_f32(x) for x in operands)
+
+
+def _ftz_result(op, r, *operands):
+    if op.name == "binary" and op.attrs["kind"] not in ("add", "sub", "mul", "div", "rem",
+                                                        "min", "max"):
+        return r
+    return _flush_f32(r)
 
 
 _INT_FOLDS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.bitwise_and,
@@ -162,16 +244,28 @@ ALLOWANCES: tuple[Allowance, ...] = (
               "f64 -> f16 conversion rounds twice, through f32", _NUMERICS,
               _f64_to_f16_through_f32),
     Allowance("lavapipe_f64_trunc_zero", r"llvmpipe .*Mesa 22\.3\.6", "unary",
-              "f64 trunc of a value in (-1, 0] is +0.0", _NUMERICS, _f64_trunc_positive_zero),
+              "f64 trunc through integers: +0.0 for a value in (-1, 0], the value itself above "
+              "2^24 (CPUs without the rounding instruction for lavapipe's f64 vectors: AVX-512F "
+              "at the default 256-bit width)", _NUMERICS, _f64_trunc_through_int,
+              applies=lavapipe_f64_trunc_through_int),
     Allowance("lavapipe_zero_operand_folding", r"llvmpipe .*Mesa 22\.3\.6", "binary",
               "x * 0.0 is that 0.0 (sign, inf and NaN lost); x + 0.0 and 0.0 + x are x; "
               "0.0 - x is -x", _NUMERICS, _fold_zero_operands),
+    Allowance("nvidia_f32_denormals_flushed", r"^NVIDIA .*\| NVIDIA \d+\.", _FTZ_OPS,
+              "f32 subnormal operands and results of float arithmetic, comparisons and "
+              "conversions are flushed to a zero of their sign (the driver has no "
+              "shaderDenormPreserveFloat32; Vulkan allows the flush where a module does not "
+              "declare DenormPreserve, which fp='exact' does not)", _NUMERICS_NV, _ftz_result,
+              operands=_ftz_operands),
 )
 
 
-def allowances_for(device: str) -> tuple[Allowance, ...]:
-    """The allowances of the device described by `device` ("name | driver version")."""
-    return tuple(a for a in ALLOWANCES if re.search(a.device, device))
+def allowances_for(device: str, cpu_flags: frozenset | None = None) -> tuple[Allowance, ...]:
+    """The allowances of the device described by `device` ("name | driver version") on a host
+    whose CPU has `cpu_flags` (default: this machine's; they matter for CPU drivers)."""
+    flags = host_cpu_flags() if cpu_flags is None else frozenset(cpu_flags)
+    return tuple(a for a in ALLOWANCES if re.search(a.device, device)
+                 and (a.applies is None or a.applies(device, flags)))
 
 
 def vulkan_device() -> str:
@@ -189,12 +283,15 @@ def device_model(allowances: tuple[Allowance, ...]) -> Iterator[None]:
     os.environ["PYCOOP_EMULATOR_MEMO"] = "0"
     try:
         for a in allowances:
-            opdef = get(a.op_name)
-            saved.append((opdef, opdef.emulate))
+            for op_name in a.op_names:
+                opdef = get(op_name)
+                saved.append((opdef, opdef.emulate))
 
-            def emulate(ctx, op, *args, _orig=opdef.emulate, _a=a):
-                return _a.deviate(op, _orig(ctx, op, *args), *args)
-            opdef.emulate = emulate
+                def emulate(ctx, op, *args, _orig=opdef.emulate, _a=a):
+                    if _a.operands is not None:
+                        args = _a.operands(op, *args)
+                    return _a.deviate(op, _orig(ctx, op, *args), *args)
+                opdef.emulate = emulate
         yield
     finally:
         for opdef, fn in reversed(saved):

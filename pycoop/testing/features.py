@@ -11,8 +11,13 @@ FAMILIES = ("scalar", "shared", "khr", "nv")
 
 # Constructs that meet a known pycoop or driver defect, by name (the generator asks `has(name)`
 # before making one). They are off by default so that a run reports only new failures; turn one
-# on (`--with NAME`) to check a fix, then generate it unconditionally. None is open today.
-KNOWN_DEFECTS: dict[str, str] = {}
+# on (`--with NAME`) to check a fix, then generate it unconditionally.
+KNOWN_DEFECTS: dict[str, str] = {
+    "nv_inner_stride": "NV tensor layouts whose innermost stride is not 1: the NVIDIA driver "
+                       "(580.159.04) applies that stride to the slice's start but reads a row's "
+                       "elements contiguously (SPV_NV_tensor_addressing multiplies every "
+                       "coordinate by its stride); docs/numerics.md, Driver workarounds",
+}
 
 
 @dataclass(frozen=True)

@@ -565,3 +565,118 @@ def test_float_min_max_of_signed_zeros_and_nan(t):
     mn, mx = o[:8], o[8:]
     assert [str(v) for v in mn.tolist()] == ["-0.0", "-0.0", "1.0", "1.0", "nan", "-0.0", "2.0", "-3.0"]
     assert [str(v) for v in mx.tolist()] == ["0.0", "0.0", "1.0", "1.0", "nan", "-0.0", "2.0", "4.0"]
+
+
+# --------------------------------------------------------------------------- f16 round trips
+
+@pc.kernel(workgroup_size=64, fp="exact")
+def f16_round_trips(A: pc.ReadBuffer[f32], D: pc.ReadBuffer[f64], H: pc.ReadBuffer[f16],
+                    L: pc.ReadBuffer[i64], O: pc.Buffer[f32], P: pc.Buffer[f64], n: u32):
+    """Each line converts a value that went through f16 back to a wider float (seed 300640 of
+    the exact campaign: `cast(cast(cast(i64, f32), f16), f32)` through min)."""
+    i = pc.global_invocation_id.x
+    if i < n:
+        v = pc.cast(A[i], f16)
+        O[i] = pc.cast(pc.min(v, v), f32)                             # f32 -> f16 -> f32
+        O[n + i] = pc.cast(pc.cast(pc.cast(L[i], f32), f16), f32)     # i64 -> f32 -> f16 -> f32
+        O[2 * n + i] = pc.cast(pc.select(A[i] < f32(0.0), -v, pc.abs(v)), f32)
+        P[i] = pc.cast(pc.cast(D[i], f16), f64)                       # f64 -> f16 -> f64
+        P[n + i] = pc.cast(v, f64)                                    # f32 -> f16 -> f64
+        O[3 * n + i] = pc.cast(H[i], f32)                             # a loaded f16: as written
+
+
+def _round_trip_inputs():
+    h = np.arange(65536, dtype=np.uint16).view(np.float16)           # every f16
+    extra = np.array([-1.9787828e17, 1e-30, -1e-30, 65519.99, 65520.0, -65520.0, 3e-8, -7e-8,
+                      2.0 ** -25, 2.0 ** -24 * 1.5, np.inf, -np.inf, np.nan, 1e38], np.float64)
+    with np.errstate(invalid="ignore"):
+        a = np.concatenate([h.astype(np.float64), extra])
+    n = len(a)
+    rng = np.random.default_rng(21)
+    ints = rng.integers(-2 ** 63, 2 ** 63 - 1, n, dtype=np.int64, endpoint=True)
+    ints[:8] = [-197878283749919095, 65504, 65519, 65520, -65536, 0, 2 ** 62, 1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (a.astype(np.float32), a, np.resize(h, n), ints)
+
+
+def round_trip_expected(A, D, H, L):
+    with np.errstate(over="ignore"):
+        v = A.astype(np.float16)
+        o = np.concatenate([v.astype(np.float32),
+                            L.astype(np.float64).astype(np.float32).astype(np.float16).astype(np.float32),
+                            np.where(A < 0, -v, np.abs(v)).astype(np.float32),
+                            H.astype(np.float32)])
+        p = np.concatenate([D.astype(np.float16).astype(np.float64), v.astype(np.float64)])
+    return o, p
+
+
+def run_round_trips(backend):
+    A, D, H, L = _round_trip_inputs()
+    n = len(A)
+    O, P = np.zeros(4 * n, np.float32), np.zeros(2 * n)
+    f16_round_trips[-(-n // 64)](A, D, H, L, O, P, n, backend=backend)
+    return O, P
+
+
+def same_floats(got, want) -> bool:
+    """Bit for bit, NaN as NaN."""
+    nan = np.isnan(want)
+    u = np.dtype(f"u{want.dtype.itemsize}")
+    return bool(np.array_equal(np.isnan(got), nan)
+                and np.array_equal(got[~nan].view(u), want[~nan].view(u)))
+
+
+def test_f16_round_trips_round_on_the_emulator():
+    """The references: NumPy's one rounding into f16, then exact widening. (The int64 line goes
+    through f64 in NumPy, two roundings, but every input is either exact in f64 or far beyond
+    f16's range, where both give the same infinity.)"""
+    O, P = run_round_trips("emulator")
+    want_o, want_p = round_trip_expected(*_round_trip_inputs())
+    assert same_floats(O, want_o) and same_floats(P, want_p)
+    assert O[len(O) // 4 * 1] == -np.inf            # seed 300640's value overflows f16
+
+
+def _widenings_of_half(asm: str) -> tuple[int, int]:
+    """(OpFConvert instructions taking an f16 operand, f16 values widened from their bits)."""
+    types = {}
+    count = 0
+    for ln in asm.splitlines():
+        parts = ln.split()
+        if len(parts) >= 4 and parts[1] == "=":
+            types[parts[0]] = parts[3]
+            if parts[2] == "OpFConvert" and parts[3] in ("%float", "%double") \
+                    and types.get(parts[4]) == "%half":
+                count += 1
+    return count, asm.count("OpCompositeConstruct %v2half")
+
+
+@pc.kernel(workgroup_size=64, fp="exact")
+def f16_exact_sources(B: pc.ReadBuffer[pc.i8], H: pc.ReadBuffer[f16], O: pc.Buffer[f32]):
+    i = pc.global_invocation_id.x
+    O[i] = pc.cast(pc.cast(B[i], f16), f32) + pc.cast(H[i] + H[i], f32) + pc.cast(f16(1.5), f32)
+
+
+def test_f16_round_trips_are_widened_from_bits():
+    """Driver workaround (docs/numerics.md): an f16 that may come from a rounding conversion is
+    widened from its bits with integer instructions, so no OpFConvert pair `wide -> f16 ->
+    wide` is left for a driver to fold; an f16 loaded from memory, the result of f16
+    arithmetic, or one converted from an 8-bit integer (exact) is widened by OpFConvert."""
+    ck = f16_round_trips.compile()
+    validate(ck.spv)
+    assert _widenings_of_half(ck.spvasm) == (1, 5)        # H[i]; the five round trips
+    assert "OpConvertFToU" not in ck.spvasm and "OpShiftLeftLogical %uint" in ck.spvasm
+    assert _widenings_of_half(f16_exact_sources.compile().spvasm) == (3, 0)
+    fast = pc.kernel(workgroup_size=64, fp="fast")(f16_round_trips.fn)
+    assert _widenings_of_half(fast.compile().spvasm) == (1, 5)     # every mode
+
+
+@pytest.mark.vulkan
+def test_f16_round_trips_on_vulkan():
+    """The emitted widening on a Vulkan device (lavapipe in CI), bit for bit against the
+    references over every f16 and the values around f16's range."""
+    try:
+        O, P = run_round_trips("vulkan")
+    except pc.BackendUnavailable as e:
+        pytest.skip(str(e))
+    want_o, want_p = round_trip_expected(*_round_trip_inputs())
+    assert same_floats(O, want_o) and same_floats(P, want_p)
