@@ -312,6 +312,8 @@ class LowerCtx:
         """The op's own lowering, inside a bounds guard in a checked lowering (codegen.checked)."""
         if bounds is not None:
             self.checks.lower(op, bounds(op), lambda: d.lower(self, op))
+        elif self.checks is not None and op.name == "loop":     # guards hoisted out of loops
+            self.checks.lower_loop(op, lambda: d.lower(self, op))
         else:
             d.lower(self, op)
 

@@ -411,3 +411,253 @@ def test_faults_and_red_zones_in_both_transfer_modes(transfer, monkeypatch):
         rt.launch(ck.spv, "main", (1, 1, 1), ck.abi, [y])      # and the runtime goes on
     finally:
         rt.close()
+
+
+# ---------------------------------------------------------------- NV tensor guards
+def _s32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x >= 1 << 31 else x
+
+
+def _guard_range(dim, mode, steps, rows, cols, store, has_view=False):
+    """tensor_range on Python ints: (assumptions hold, accessed, lo, hi) of the guard."""
+    from types import SimpleNamespace
+    from pycoop.codegen.checked import Pairs, PyInts, tensor_range
+    from pycoop.types import TensorLayoutType
+    p = Pairs(PyInts())
+    leaf = lambda v, signed: p.point(_s32(v) if signed else v & 0xFFFFFFFF)  # noqa: E731
+    ops = [SimpleNamespace(name=n, operands=[None, *vals]) for n, vals in steps]
+    acc, lo, hi = tensor_range(p, TensorLayoutType(dim, mode), ops, leaf, rows, cols, has_view, store)
+    return all(p.fits), acc, lo, hi
+
+
+def _emulated_range(dim, mode, steps, rows, cols, store, view=None):
+    """The emulator's addressing (pycoop.ops.nv.addressing): None when it reports undefined
+    behaviour, () when no element is read or written, else (min, max) element index."""
+    from pycoop.ops.nv import addressing as A
+    lay = A.create_layout(dim, mode)
+    for n, vals in steps:
+        v = np.array(vals, np.int64)
+        if n == "nv.layout_dimension":
+            lay = A.layout_set_dimension(lay, v)
+        elif n == "nv.layout_stride":
+            lay = A.layout_set_stride(lay, v)
+        elif n == "nv.layout_block_size":
+            lay = A.layout_set_block_size(lay, v)
+        elif n == "nv.layout_slice":
+            lay = A.layout_slice(lay, v[0::2], v[1::2])
+    plan = (A.store_tensor_plan if store else A.load_tensor_plan)(lay, view, rows, cols)
+    if plan.fault.any():
+        return None
+    ei = plan.element_index[plan.accessed]
+    return (int(ei.min()), int(ei.max())) if ei.size else ()
+
+
+@st.composite
+def _tensor_access(draw):
+    dim = draw(st.sampled_from([1, 2, 3]))
+    mode = draw(st.integers(0, 4))
+    store = draw(st.booleans())
+    rows, cols = draw(st.sampled_from([1, 4, 16])), draw(st.sampled_from([1, 8, 16]))
+    steps = []
+    if not store and draw(st.booleans()):
+        steps.append(("nv.layout_block_size", [draw(st.integers(1, 4)) for _ in range(dim)]))
+    dims = [draw(st.integers(1, 300)) for _ in range(dim)]
+    steps.append(("nv.layout_dimension", dims))
+    if draw(st.booleans()):
+        steps.append(("nv.layout_stride", [draw(st.integers(0, 5000)) for _ in range(dim)]))
+    if dim == 2 and draw(st.booleans()):          # a matrix tile, as kernels slice them
+        spans = [rows, cols]
+    elif dim == 1:
+        spans = [rows * cols]
+    else:
+        spans = [draw(st.integers(1, 40)) for _ in range(dim)]
+    for _ in range(draw(st.integers(0, 2))):
+        offs = [draw(st.integers(-350, 350)) for _ in range(dim)]
+        steps.append(("nv.layout_slice", [x for o, s in zip(offs, spans) for x in (o, s)]))
+    return dim, mode, steps, rows, cols, store
+
+
+@settings(max_examples=400, deadline=None)
+@given(_tensor_access())
+def test_the_tensor_guard_reaches_the_elements_the_emulator_addresses(case):
+    """On random layouts the guard's range of element indices is the emulator's (min, max)
+    addressed index for Undefined, Constant, ClampToEdge and Repeat, and contains it for
+    MirrorRepeat; where the emulator reports undefined behaviour (span, block size or clamped
+    dimension of 0, MirrorRepeat on a dimension of 1) the guard's assumptions fail unless
+    only Undefined's out-of-range coordinates (not memory) are at fault."""
+    dim, mode, steps, rows, cols, store = case
+    fits, accessed, lo, hi = _guard_range(*case)
+    emu = _emulated_range(*case)
+    if emu is None:
+        return                       # undefined behaviour: reported by the emulator
+    assert fits
+    if emu == ():
+        assert not accessed or mode in (0, 4)
+        return
+    assert accessed
+    effective = 1 if store and mode else mode
+    if effective != 4 and _span_coordinates_form_a_box(steps, rows * cols):
+        assert (lo, hi) == emu, (lo, hi, emu)
+    else:                            # the guard bounds each coordinate on its own
+        assert lo <= emu[0] and emu[1] <= hi
+
+
+def _span_coordinates_form_a_box(steps, n: int) -> bool:
+    """Whether the span coordinates of matrix elements 0..n-1 are every combination of their
+    per-dimension ranges (then bounding each coordinate on its own is exact)."""
+    spans = [s for name, vals in steps for s in ([vals[1::2]] if name == "nv.layout_slice" else
+                                                 [vals] if name == "nv.layout_dimension" else [])][-1]
+    coords = set()
+    for i in range(n):
+        c = []
+        for s in reversed(spans):
+            c.append(i % s)
+            i //= s
+        coords.add(tuple(c))
+    box = 1
+    for d in range(len(spans)):
+        box *= len({c[d] for c in coords})
+    return box == len(coords)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_tensor_access(), st.integers(0, 16), st.integers(1, 16), st.integers(0, 16), st.integers(1, 16))
+def test_the_tensor_guard_with_a_view_contains_what_the_emulator_addresses(case, r0, rs, c0, cs):
+    from pycoop.ops.nv import addressing as A
+    dim = case[0]
+    view = A.view_set_clip(A.create_view(dim, False, tuple(range(dim))), r0, rs, c0, cs)
+    fits, accessed, lo, hi = _guard_range(*case, has_view=True)
+    emu = _emulated_range(*case, view=view)
+    if emu is None or emu == ():
+        return
+    assert fits and accessed and lo <= emu[0] and emu[1] <= hi
+
+
+def test_undefined_behaviour_fails_the_guard():
+    # a span of 0 (`index % 0`) and a MirrorRepeat dimension of 1 read out of range
+    assert not _guard_range(2, 1, [("nv.layout_dimension", [8, 8]), ("nv.layout_slice", [0, 0, 0, 16])],
+                            16, 16, False)[0]
+    assert not _guard_range(1, 4, [("nv.layout_dimension", [1]), ("nv.layout_slice", [3, 16])],
+                            4, 4, False)[0]
+    # Undefined with a negative coordinate: before the buffer
+    assert not _guard_range(2, 0, [("nv.layout_dimension", [64, 64]), ("nv.layout_slice", [-1, 16, 0, 16])],
+                            16, 16, False)[0]
+
+
+_CLAMPS = ["undefined", "constant", "clamp_to_edge", "repeat", "mirror_repeat"]
+
+
+def _tensor_kernel(clamp: str, view: bool, block: bool):
+    Acc = pc.coopmat[f32, pc.Workgroup, 16, 16, pc.Accumulator]
+
+    @pc.kernel(workgroup_size=32)
+    def tensor_copy(S: pc.Buffer[f32], D: pc.Buffer[f32], rows: u32, first: u32, k: u32):
+        lay = pc.nv.tensor_layout(2, clamp=clamp).dimension(rows, 16)
+        if block:
+            lay = lay.block_size(1, 1)
+        v = pc.nv.tensor_view(2, True, (1, 0)).dimension(16, 16).clip(0, 16, 0, k) if view else None
+        t = pc.nv.load_tensor(S, lay.slice(first, 16, 0, 16), Acc, view=v)
+        out = pc.nv.tensor_layout(2, clamp=clamp).dimension(rows, 16).slice(first, 16, 0, 16)
+        pc.nv.store_tensor(D, out, t, view=v)
+    return tensor_copy
+
+
+@pytest.mark.parametrize("clamp", _CLAMPS)
+@pytest.mark.parametrize("view", [False, True])
+def test_tensor_guards_pass_spirv_val_for_every_clamp_mode_and_view(clamp, view):
+    ck = _tensor_kernel(clamp, view, block=not view).compile(checked=True)
+    validate(ck.spv)
+    ops = ck.abi["checked"]["ops"]
+    assert [o["what"] for o in ops] == ["tensor load", "tensor store"]
+    assert all(o["block"] for o in ops) and ops[0]["memory"] == "buffer 'S'"
+    assert disassemble(ck.spv).count("OpAtomicCompareExchange") == 2     # once per access
+
+
+def test_a_decode_function_load_is_guarded_in_blocks():
+    from pycoop.kernels import gemm_q4_0
+    ck = gemm_q4_0(64, 64, 32, 128).compile(checked=True)
+    validate(ck.spv)
+    assert [o["memory"] for o in ck.abi["checked"]["ops"] if o["what"] == "tensor load"] \
+        == ["buffer 'X'", "buffer 'W'"] or len(ck.abi["checked"]["ops"]) >= 2
+
+
+def test_a_layout_through_control_flow_is_left_unguarded():
+    Acc = pc.coopmat[f32, pc.Workgroup, 16, 16, pc.Accumulator]
+
+    @pc.kernel(workgroup_size=32)
+    def carried(D: pc.Buffer[f32], n: u32):
+        lay = pc.nv.tensor_layout(2, clamp="constant").dimension(16, 16)
+        for i in pc.range(n):
+            lay = lay.slice(1, 16, 0, 16)
+        pc.nv.store_tensor(D, lay, pc.fill(Acc, 1.0))
+
+    ck = carried.compile(checked=True)
+    validate(ck.spv)
+    assert ck.abi["checked"]["ops"] == []
+
+
+# ---------------------------------------------------------------- guards hoisted out of loops
+@pc.kernel(workgroup_size=32)
+def strided_sum(x: pc.ReadBuffer[f32], y: pc.Buffer[f32], n: u32, stride: u32, base: u32):
+    i = pc.global_invocation_id.x
+    s = f32(0.0)
+    for k in pc.range(0, n, 2):
+        s = s + x[base + k * stride + i]
+    y[i] = s
+
+
+def test_a_counted_loop_runs_an_unguarded_copy_when_every_iteration_is_in_bounds():
+    ck = strided_sum.compile(checked=True)
+    validate(ck.spv)
+    text = disassemble(ck.spv)
+    assert text.count("OpLoopMerge") == 2                 # the checked copy and the fast one
+    lines = [o["line"] for o in ck.abi["checked"]["ops"]]
+    load = line_of(strided_sum, "s = s + x[")
+    assert lines.count(load) == 1                          # guarded in the checked copy only
+
+
+def test_the_staged_khr_gemm_loop_has_no_guards_in_its_fast_copy():
+    from collections import Counter
+    from pycoop.kernels import gemm_khr_staged
+    k = gemm_khr_staged(128, 256, 32, 2, 4, 8, specialize=True)
+    ck = k.compile(checked=True, M=1024, N=1024, K=1024)
+    validate(ck.spv)
+    assert ck.spvasm.count("OpLoopMerge") == 2
+    plain = k.compile(M=1024, N=1024, K=1024)
+    # the guards of the loop's 28 accesses exist once (the checked copy); the fast copy has as
+    # many matrix loads and stores as the unchecked kernel's loop
+    per_line = Counter(o["line"] for o in ck.abi["checked"]["ops"])
+    assert sum(per_line.values()) == 50
+    n_plain = plain.spvasm.count("OpCooperativeMatrixLoadKHR")
+    assert ck.spvasm.count("OpCooperativeMatrixLoadKHR") == n_plain + 22
+
+
+@needs_vulkan
+@pytest.mark.parametrize("n, stride, base", [(8, 32, 0), (9, 32, 0), (8, 32, 40), (0, 1 << 30, 0),
+                                             (5, 64, 0), (5, 64, 1), (3, 1 << 31, 0), (2, 0, 250)])
+def test_versioned_loops_keep_the_first_fault_exact(n, stride, base):
+    """The same facts as the emulator, whichever loop copy runs (all in bounds: the fast
+    copy; else the guarded one)."""
+    x = np.arange(256, dtype=np.float32)
+    y = np.zeros(32, np.float32)
+    want = np.zeros(32, np.float32)
+    bad = False
+    for k in range(0, n, 2):
+        idx = (base + k * stride + np.arange(32)) % (1 << 32)
+        bad |= bool((idx >= 256).any())
+        want += np.where(idx < 256, x[np.minimum(idx, 255)], 0)
+    if not bad:
+        strided_sum[1](x, y, n, stride, base, backend="vulkan")
+        np.testing.assert_array_equal(y, want)
+        return
+    with pytest.raises(pc.KernelFault) as gpu:
+        strided_sum[1](x, y, n, stride, base, backend="vulkan")
+    with pytest.raises(pc.EmulatorError) as emu:
+        strided_sum[1](x, np.zeros(32, np.float32), n, stride, base, backend="emulator")
+    e = gpu.value
+    assert e.line == emu.value.line == line_of(strided_sum, "s = s + x[")
+    assert f"load out of bounds of buffer 'x' (256 elements): index {e.index}" in str(e)
+    assert f"load out of bounds of buffer 'x' (256 elements): index {e.index}" in str(emu.value) \
+        or 256 <= e.index
+    np.testing.assert_array_equal(y, want)       # suppressed loads read zeros, the rest ran

@@ -14,6 +14,7 @@ import numbers
 import numpy as np
 
 from ... import knobs
+from ...codegen.checked import tensor_access
 from ...emulator.memory import PointerArray, check_write_race
 from ...errors import CompileError, EmulatorError, Loc, current_loc
 from ...ir.builder import emit, emit1, trace_function
@@ -516,11 +517,13 @@ def _infer_store_tensor(operands, attrs, regions, loc):
 
 define("nv.load_tensor", _infer_load_tensor, environment="vulkan",
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
+       bounds=tensor_access("tensor load", False),
        doc="OpCooperativeMatrixLoadTensorNV: elements addressed through a tensor layout (and "
            "view); clipped elements keep Object's value; Constant clamp reads the clamp value; "
            "with a decode function each element is decoded from its block.")
 define("nv.store_tensor", _infer_store_tensor, writes=0, environment="vulkan",
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
+       bounds=tensor_access("tensor store", True),
        doc="OpCooperativeMatrixStoreTensorNV: clipped and (unless Undefined) out-of-bounds "
            "elements are not written.")
 
