@@ -111,3 +111,100 @@ def test_min_max_of_signed_zeros_and_nan():
         b[np.isnan(a)] = 0x7FC00000
         return b
     np.testing.assert_array_equal(bits(gpu[2]), bits(emu[2]))
+
+
+# ---------------------------------------------------------------- findings of 2026-11-27 (H200)
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "core"))
+from test_numerics import (_round_trip_inputs, round_trip_expected, run_round_trips,  # noqa: E402
+                           same_floats)
+
+
+def test_f16_round_trips_bit_for_bit():
+    """Driver workaround: f32 -> f16 -> f32 (and the f64, i64 and min/select variants) round
+    through f16 on the device (the driver dropped the pair at seed 300640: -1.98e17 stayed
+    -1.98e17 instead of -inf), over every f16 and the values around its range."""
+    O, P = run_round_trips("vulkan")
+    want_o, want_p = round_trip_expected(*_round_trip_inputs())
+    emu_o, emu_p = run_round_trips("emulator")
+    assert same_floats(emu_o, want_o) and same_floats(emu_p, want_p)
+    bad = np.flatnonzero(~((O == want_o) | (np.isnan(O) & np.isnan(want_o)))
+                         | (np.signbit(O) != np.signbit(want_o)) & ~np.isnan(want_o))
+    assert same_floats(O, want_o), f"{len(bad)} f32 results differ, first {bad[:8]}: {O[bad[:8]]}"
+    assert same_floats(P, want_p)
+
+
+@pc.kernel(workgroup_size=64, fp="exact")
+def float_to_u64_narrowed(A: pc.ReadBuffer[pc.u64], F: pc.ReadBuffer[f32], W: pc.Buffer[pc.u64],
+                          I: pc.Buffer[pc.i32], n: u32):
+    """Seed 301593's chain, whole and in parts (docs/numerics.md, driver table)."""
+    i = pc.global_invocation_id.x
+    if i < n:
+        f = pc.cast(pc.cast(A[i], u32), f32)
+        a2 = pc.cast(pc.select(f == f, pc.min(pc.max(f, f32(0.0)), f32(9.223372036854776e+18)),
+                               f32(0.0)), pc.u64)
+        W[i] = a2                                          # u64 -> u32 -> f32 -> u64
+        I[i] = pc.cast(a2, pc.i32)                         # ... -> i32 (the seed's use)
+        w = pc.cast(F[i], pc.u64)
+        W[n + i] = w                                       # f32 -> u64
+        I[n + i] = pc.cast(w, pc.i32)                      # f32 -> u64 -> i32
+        I[2 * n + i] = pc.cast(pc.cast(w, u32), pc.i32)    # f32 -> u64 -> u32 -> i32
+
+
+def test_float_to_u64_then_narrowed():
+    """Seed 301593: O0[13] was 101.0 on the H200 and 100.0 on the emulator, which follows
+    SPIR-V here (u32 0xFFFFFFF9 -> f32 is 2^32, -> u64 4294967296, low word 0); 101 is what a
+    saturating f32 -> 32-bit conversion (-1) would give. Which line differs tells whether the
+    driver folds OpConvertFToU-to-64-bits + narrowing into one 32-bit conversion."""
+    a = np.array([0xFFFFFFF9, 0xFFFFFFF3, 0xFFFFFFFF, 0xFFFFFF80, 2 ** 24 + 1, 123, 0,
+                  0xFFFFFFFFFFFFFFF3] * 8, np.uint64)
+    f = np.array([2.0 ** 32, 2.0 ** 33 + 2 ** 10, 2.0 ** 40, 4294967040.0, 1.5, 0.0, 7.0,
+                  2.0 ** 63 - 2 ** 40] * 8, np.float32)
+    n = len(a)
+    W, I = np.zeros(2 * n, np.uint64), np.zeros(3 * n, np.int32)
+    gpu, emu = _both(float_to_u64_narrowed, 1, a, f, W, I, n)
+    assert emu[2][:3].tolist() == [2 ** 32, 2 ** 32, 2 ** 32] and emu[3][:3].tolist() == [0, 0, 0]
+    lines = {"u32->f32->u64": (gpu[2][:n], emu[2][:n]), "...->i32": (gpu[3][:n], emu[3][:n]),
+             "f32->u64": (gpu[2][n:], emu[2][n:]), "f32->u64->i32": (gpu[3][n:2 * n], emu[3][n:2 * n]),
+             "f32->u64->u32->i32": (gpu[3][2 * n:], emu[3][2 * n:])}
+    differ = {k: (g[:8].tolist(), e[:8].tolist()) for k, (g, e) in lines.items()
+              if g.tobytes() != e.tobytes()}
+    print(differ)
+    assert not differ, differ
+
+
+def test_f32_denormal_flush_is_the_allowance():
+    """Seeds 300422 and 300561 (exact mode): the device flushes the f32 subnormal product; the
+    fuzzer accepts it only as the `nvidia_f32_denormals_flushed` allowance, whose model must
+    give the device's bits."""
+    from pycoop.testing import Features, generate, run_program
+    from pycoop.testing.allowances import allowances_for, vulkan_device
+    allowed = {a.name for a in allowances_for(vulkan_device())}
+    for seed in (300422, 300561):
+        o = run_program(generate(seed, Features(fp="exact")), backend="vulkan", signed_zero=True)
+        assert o.cls == "ok" and set(o.allowed) <= allowed, (seed, o)
+
+
+def test_nv_inner_stride_driver_defect_is_as_documented():
+    """The known defect `nv_inner_stride` (docs/numerics.md): seed 100274's layout
+    `.dimension(24, 36).stride(80, 2).slice(8, 16, 6, 16)`. The emulator reads element
+    (r, c) at (8 + r) * 80 + (6 + c) * 2 (SPV_NV_tensor_addressing); the driver was seen to read
+    (8 + r) * 80 + 6 * 2 + c. This asserts the documented behaviour: when it fails, the driver
+    changed, and the known defect and the docs need revisiting."""
+    from pycoop.testing import generate, parse_features
+    from pycoop.testing.runner import load, make_args
+    module = load(generate(100274, parse_features("scalar,shared,khr,nv", "nv_inner_stride")).render())
+    try:
+        args = make_args(module)
+        module.kern[1](*args, backend="vulkan")
+    except pc.BackendUnavailable as e:
+        pytest.skip(str(e))
+    x, out = args[0], args[1].reshape(16, 16)
+    r, c = np.mgrid[0:16, 0:16]
+    spec = x[(8 + r) * 80 + (6 + c) * 2]
+    driver = x[(8 + r) * 80 + 6 * 2 + c]
+    emu = make_args(module)
+    module.kern[1](*emu, backend="emulator")
+    assert emu[1].reshape(16, 16).tobytes() == spec.tobytes()
+    print("matches the specification:", out.tobytes() == spec.tobytes())
+    assert out.tobytes() == driver.tobytes()
