@@ -7,7 +7,10 @@ same kernels timed with checked=False and checked=True on the same device, in on
 - axpy on 2^24 f32 elements (device arrays): one guarded load pair and store per invocation
 
 Each kernel runs --repeat times back to back after WARMUP unmeasured runs; the fastest run is
-reported. Goal: at most 5% on the GEMMs (a matrix tile is checked once per access).
+reported, the two modes alternating twice. Goal: at most 5% on the GEMMs (a matrix tile or
+tensor access is checked once per access, and the K loops run a copy without guards when the
+check before the loop passes: docs/gpu.md, "Guards out of loops"). Takes about 30 s on an
+H100/H200 at 8192 (most of it generating the inputs and compiling both variants).
 
     python3 bench/checked_overhead.py [--size 8192] [--repeat 30]
 """
@@ -57,7 +60,7 @@ def main() -> None:
     caps = pc.get_runtime("vulkan").capabilities
     n = a.size
     print(f"# checked-launch overhead, {time.strftime('%Y-%m-%d')}, {caps.device_name}; fastest "
-          f"of {a.repeat} back-to-back runs, unchecked then checked")
+          f"of {a.repeat} back-to-back runs, checked=False and checked=True alternating")
     print(f"{'kernel':<40}{'unchecked':>13}{'':>16}{'checked':>13}{'':>16}{'overhead':>10}")
     rng = np.random.default_rng(0)
     A = rng.standard_normal((n, n), dtype=np.float32).astype(np.float16)

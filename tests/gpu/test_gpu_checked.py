@@ -1,6 +1,7 @@
 """Checked launches on a real GPU (run with -m gpu): out-of-bounds accesses raise
 pycoop.KernelFault at the kernel line with the emulator's facts, the process goes on, matrix
-tiles are guarded once per access, and red zones catch NV tensor stores (not guarded)."""
+tiles and NV tensor accesses are guarded once per access, and checked GEMMs give the
+unchecked results (their K loops run the copy without guards when every k-step is in bounds)."""
 from __future__ import annotations
 
 import inspect
@@ -115,18 +116,102 @@ def test_khr_tiles_from_shared_memory_are_checked():
     assert "elements 32..287 of shared array (256 elements per workgroup)" in str(info.value)
 
 
-def test_nv_tensor_stores_past_the_end_are_caught_by_the_red_zone():
-    O = np.zeros(16 * 16 + 8, np.float32)
+@pc.kernel(workgroup_size=32)
+def nv_load_rows(S: pc.Buffer[f32], D: pc.Buffer[f32], rows: u32, first: u32):
+    lay = pc.nv.tensor_layout(2, clamp="clamp_to_edge").dimension(rows, 16)
+    t = pc.nv.load_tensor(S, lay.slice(first, 16, 0, 16), Acc, object=Acc.fill(7.0))
+    pc.nv.store_tensor(D, pc.nv.tensor_layout(2).dimension(16, 16), t)
+
+
+def _nv(launch):
     try:
-        nv_store_rows[1](O, 17, 0, backend="vulkan")     # rows 0..15: in bounds
+        return launch()
     except pc.BackendUnavailable as e:
         pytest.skip(f"no VK_NV_cooperative_matrix2: {e}")
+
+
+def test_nv_tensor_stores_are_guarded_over_the_rows_their_layout_reaches():
+    O = np.zeros(16 * 16 + 8, np.float32)
+    _nv(lambda: nv_store_rows[1](O, 17, 0, backend="vulkan"))    # rows 0..15: in bounds
     np.testing.assert_array_equal(O[:256], 2.0)
-    with pytest.raises(pc.EmulatorError, match="past the end"):
+    np.testing.assert_array_equal(O[256:], 0.0)
+    with pytest.raises(pc.EmulatorError, match="past the end") as emu:
         nv_store_rows[1](np.zeros(16 * 16 + 8, np.float32), 17, 1, backend="emulator")
-    with pytest.raises(pc.KernelFault, match="wrote past the end of parameter O") as info:
-        nv_store_rows[1](np.zeros(16 * 16 + 8, np.float32), 17, 1, backend="vulkan")
-    assert info.value.rule_id == "checked.red-zone"
+    O = np.zeros(16 * 16 + 8, np.float32)
+    with pytest.raises(pc.KernelFault) as info:                 # rows 1..16: 16..271 of 264
+        nv_store_rows[1](O, 17, 1, backend="vulkan")
+    e = info.value
+    line = line_of(nv_store_rows, "pc.nv.store_tensor(O")
+    assert e.line == emu.value.line == line and e.rule_id == "checked.bounds"
+    assert (e.buffer, e.count, e.index) == ("buffer 'O'", 264, 16)
+    assert "tensor store out of bounds: elements 16..271 of buffer 'O' (264 elements)" in str(e)
+    np.testing.assert_array_equal(O, 0.0)                       # the store was skipped
+    _nv(lambda: nv_store_rows[1](O, 16, 1, backend="vulkan"))   # rows past 15 discarded: fine
+    np.testing.assert_array_equal(O[16:256], 2.0)
+
+
+def test_nv_tensor_loads_are_guarded_and_a_suppressed_load_gives_its_object():
+    S = np.arange(256, dtype=np.float32)
+    D = np.zeros(256, np.float32)
+    _nv(lambda: nv_load_rows[1](S, D, 16, 8, backend="vulkan"))  # rows 8..23 clamp to 8..15
+    want = S.reshape(16, 16)[np.minimum(np.arange(8, 24), 15)].reshape(-1)
+    np.testing.assert_array_equal(D, want)
+    with pytest.raises(pc.KernelFault) as info:                 # a 20-row tensor in 256 elements
+        nv_load_rows[1](S, D, 20, 8, backend="vulkan")
+    e = info.value
+    assert e.line == line_of(nv_load_rows, "pc.nv.load_tensor(S")
+    assert "tensor load out of bounds: elements 128..319 of buffer 'S' (256 elements)" in str(e)
+    with pytest.raises(pc.EmulatorError, match="reads element 319"):
+        nv_load_rows[1](S, np.zeros(256, np.float32), 20, 8, backend="emulator")
+    np.testing.assert_array_equal(D, 7.0)                       # the Object operand's values
+
+
+@pytest.mark.parametrize("shape", [(256, 256, 256), (200, 136, 72)])
+def test_checked_nv_gemms_give_the_unchecked_results(shape):
+    from pycoop.kernels import gemm_nv, gemm_reference
+    M, N, K = shape
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((M, K)).astype(np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+    k = gemm_nv(128, 256, 32, 256, "constant")
+    grid = (-(-M // 128), -(-N // 256))
+    out = {}
+    for checked in (False, True):
+        C = np.zeros((M, N), np.float32)
+        _nv(lambda: k[grid](A, B, C, M, N, K, backend="vulkan", checked=checked))
+        out[checked] = C
+    np.testing.assert_array_equal(out[True], out[False])
+    np.testing.assert_allclose(out[True], gemm_reference(A, B), rtol=1e-3, atol=1e-2)
+
+
+def test_a_checked_nv_gemm_with_a_short_buffer_faults_at_its_load():
+    from pycoop.kernels import gemm_nv
+    k = gemm_nv(128, 256, 32, 256, "constant")
+    A = np.ones(256 * 256 - 1, np.float16)                     # one element short of M x K
+    B = np.ones((256, 256), np.float16)
+    with pytest.raises(pc.KernelFault) as info:
+        _nv(lambda: k[2, 1](A, B, np.zeros((256, 256), np.float32), 256, 256, 256, backend="vulkan"))
+    assert info.value.buffer == "buffer 'A'" and "tensor load out of bounds" in str(info.value)
+
+
+def test_checked_khr_staged_gemms_run_the_fast_loop_and_fault_when_short():
+    from pycoop.kernels import gemm_khr_staged, gemm_reference
+    n = 512
+    rng = np.random.default_rng(2)
+    A = rng.standard_normal((n, n)).astype(np.float16)
+    B = rng.standard_normal((n, n)).astype(np.float16)
+    k = gemm_khr_staged(128, 256, 32, 2, 4, 8, specialize=True)
+    out = {}
+    for checked in (False, True):
+        C = np.zeros((n, n), np.float32)
+        k[n // 128, n // 256](A, B, C, n, n, n, backend="vulkan", checked=checked)
+        out[checked] = C
+    np.testing.assert_array_equal(out[True], out[False])
+    np.testing.assert_allclose(out[True], gemm_reference(A, B), rtol=1e-3, atol=1e-2)
+    with pytest.raises(pc.KernelFault) as info:                 # the last k-step's tiles: short
+        k[n // 128, n // 256](A.reshape(-1)[:-8], B, np.zeros((n, n), np.float32), n, n, n,
+                              backend="vulkan")
+    assert info.value.buffer == "buffer 'A'" and "cooperative matrix load out of bounds" in str(info.value)
 
 
 def test_a_long_kernel_times_out_and_the_next_launch_works():

@@ -578,8 +578,10 @@ def test_a_decode_function_load_is_guarded_in_blocks():
     from pycoop.kernels import gemm_q4_0
     ck = gemm_q4_0(64, 64, 32, 128).compile(checked=True)
     validate(ck.spv)
-    assert [o["memory"] for o in ck.abi["checked"]["ops"] if o["what"] == "tensor load"] \
-        == ["buffer 'X'", "buffer 'W'"] or len(ck.abi["checked"]["ops"]) >= 2
+    # W holds Q4_0 blocks: its guard counts blocks (the decode function's pointee), and the
+    # K loop's copy run when every k-step is in bounds has no guards (these are the other copy's)
+    assert [(o["what"], o["memory"]) for o in ck.abi["checked"]["ops"]] == [
+        ("tensor load", "buffer 'X'"), ("tensor load", "buffer 'W'"), ("tensor store", "buffer 'Y'")]
 
 
 def test_a_layout_through_control_flow_is_left_unguarded():
@@ -661,3 +663,32 @@ def test_versioned_loops_keep_the_first_fault_exact(n, stride, base):
     assert f"load out of bounds of buffer 'x' (256 elements): index {e.index}" in str(emu.value) \
         or 256 <= e.index
     np.testing.assert_array_equal(y, want)       # suppressed loads read zeros, the rest ran
+
+
+@needs_vulkan
+def test_the_unguarded_copy_is_the_one_that_runs_in_bounds(monkeypatch):
+    """With every per-access guard forced to fail, an in-bounds launch still reports nothing:
+    the loop copy without guards ran. Out of bounds, the guarded copy runs and reports."""
+    from pycoop.codegen import checked
+
+    @pc.kernel(workgroup_size=32)
+    def walk(x: pc.ReadBuffer[f32], y: pc.Buffer[f32], n: u32):
+        i = pc.global_invocation_id.x
+        s = f32(0.0)
+        for k in pc.range(n):
+            s = s + x[k * 32 + i]
+        y[i] = s
+
+    def fail(self, first, idx, idx_t, count, reach):
+        return self.ctx.emit("OpULessThan", checked.bool_, count, count)
+
+    monkeypatch.setattr(checked.Guards, "_in_bounds", fail)
+    x = np.arange(128, dtype=np.float32)
+    y = np.zeros(32, np.float32)
+    with pytest.raises(pc.KernelFault) as info:          # the store after the loop: guarded
+        walk[1](x, y, 4, backend="vulkan")
+    assert info.value.line == line_of(walk, "y[i] = s")
+    np.testing.assert_array_equal(y, 0)
+    with pytest.raises(pc.KernelFault) as info:
+        walk[1](x, y, 5, backend="vulkan")
+    assert info.value.line == line_of(walk, "s = s + x[")   # the loop's load, guarded copy
