@@ -18,11 +18,18 @@ Y (N x M) = X (N x K) @ W.T at llama-8B's projection shapes M x K = 4096 x 4096,
 - GB/s: weight bytes per second, against the memory's peak (H100 3.35 TB/s, H200 4.8 TB/s;
   --peak-gbs for other devices).
 
+- the integer path (`--paths q8_1`, Q8_0 and Q4_0 weights): X quantised to 8 bits per
+  32-block by `quantize_q8_1`, then `gemv_q8_1` (integer dot products of packed 8-bit lanes,
+  tiles of up to 64 vectors reading each weight once). Its µs are the two kernels together
+  (each timed on its own, medians added); the config column gives both parts.
+
 Every row is checked against gguf's dequantisation (first rows of the result) when gguf is
 installed. A failure of one row (a compile error, a device fault) is reported in its row and
 the others still run.
 
     python3 bench/llm_kernels.py [--quick] [--formats q4_0 q4_k] [--ns 1 16] [--out FILE.md]
+    python3 bench/llm_kernels.py --formats q8_0 q4_0 --paths f32 q8_1 --ns 1 4 16 64 \
+        --shapes 4096x4096 4096x14336          # both paths, about 1.5 minutes on an H200
 """
 from __future__ import annotations
 
@@ -36,8 +43,11 @@ import traceback
 import numpy as np
 
 import pycoop as pc
-from pycoop.kernels import GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv, gemv_grid, weights
+from pycoop.kernels import (GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv, gemv_grid,
+                            gemv_q8_1, q8_1_error_bound, quantize_grid, quantize_q8_1,
+                            quantize_q8_1_reference, weights)
 from pycoop.kernels.gemv import BLOCKS, PARTS
+from pycoop.kernels.gemvq import FORMATS_Q8_1
 
 # Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
 # launches is measured by bench/checked_overhead.py.
@@ -84,9 +94,31 @@ def configs(fmt: str, N: int, quick: bool) -> list[GemvConfig]:
     return out
 
 
+def configs_q8_1(fmt: str, N: int, quick: bool) -> list[GemvConfig]:
+    """The integer path: the dispatcher's choice first, then lanes per block and tile shapes."""
+    first = choose_kernel(fmt, N, activations="q8_1")
+    if quick:
+        return [first]
+    out = [first]
+    for p in (1, 2, 4):
+        out.append(GemvConfig("q8_1", first.rows, first.nt, first.subgroups, parts=p))
+    if N > 1:
+        nt = first.nt
+        out += [GemvConfig("q8_1", 1, nt, 4, parts=1), GemvConfig("q8_1", 4, min(nt, 16), 2, parts=1),
+                GemvConfig("q8_1", 2, min(nt, 8), 4, parts=1 if nt > 4 else 2)]
+    else:
+        out += [GemvConfig("q8_1", 4, 1, 2, parts=4), GemvConfig("q8_1", 1, 1, 8, parts=2)]
+    seen, uniq = set(), []
+    for c in out:
+        if c not in seen and c.rows * c.nt <= 64 and not (fmt == "q4_0" and c.parts == 8):
+            seen.add(c)
+            uniq.append(c)
+    return uniq
+
+
 INT_OPS = ("OpBitwiseAnd", "OpBitwiseOr", "OpBitwiseXor", "OpShiftRightLogical",
            "OpShiftLeftLogical", "OpIAdd", "OpIMul", "OpISub", "OpSelect", "OpUDiv", "OpUMod",
-           "OpIEqual", "OpULessThan")
+           "OpIEqual", "OpULessThan", "OpSDot", "OpSUDot", "OpConvertSToF")
 FLOAT_OPS = ("OpFAdd", "OpFSub", "OpFMul", "OpFConvert", "OpExtInst")      # OpExtInst: Fma
 
 
@@ -95,7 +127,10 @@ def instruction_mix(fmt: str, cfg: GemvConfig) -> str:
     handles in one iteration (rows x its share of a unit): loads, integer and float ops, the
     float ops also per weight and vector."""
     import collections
-    ck = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, parts=cfg.parts).compile()
+    if cfg.kind == "q8_1":
+        ck = gemv_q8_1(fmt, cfg.rows, cfg.nt, cfg.subgroups, 32, cfg.parts).compile()
+    else:
+        ck = gemv(fmt, cfg.rows, cfg.nt, cfg.subgroups, parts=cfg.parts).compile()
     asm = [ln for ln in ck.spvasm.splitlines() if ln.strip() and not ln.startswith(";")]
     head = next(i for i, ln in enumerate(asm) if "OpLoopMerge" in ln)
     merge = asm[head].split()[1]
@@ -104,6 +139,11 @@ def instruction_mix(fmt: str, cfg: GemvConfig) -> str:
     P = cfg.parts or PARTS[fmt]
     per = cfg.rows * {"q4_0": 32, "q8_0": 32, "q4_k": 64, "f16": 8}[fmt] // P
     n = lambda names: sum(ops[o] for o in names) / per                         # noqa: E731
+    dots = sum(ops[o] for o in ("OpSDot", "OpSUDot"))
+    if cfg.kind == "q8_1":
+        return (f"{fmt} q8_1 (rows {cfg.rows}, nt {cfg.nt}, parts {P}): per weight "
+                f"{n(('OpLoad',)):.2f} loads, {n(INT_OPS):.2f} integer ops ({dots / per:.3f} dot4x8), "
+                f"{n(FLOAT_OPS):.2f} float ops ({n(INT_OPS) / cfg.nt:.2f} integer ops per weight and vector)")
     return (f"{fmt} (rows {cfg.rows}, nt {cfg.nt}, parts {P}): per weight {n(('OpLoad',)):.2f} "
             f"loads, {n(INT_OPS):.2f} integer ops, {n(FLOAT_OPS):.2f} float ops "
             f"({n(FLOAT_OPS) / cfg.nt:.2f} per weight and vector)")
@@ -190,6 +230,16 @@ def torch_times(M: int, K: int, N: int, copies: int, repeat: int):
     return rot, warm
 
 
+def torch_times_or_none(M: int, K: int, N: int, args, errors: list | None = None):
+    """torch_times with the rotation of --rotate-mb, or None (the error noted) on failure."""
+    try:
+        return torch_times(M, K, N, max(1, -(-args.rotate_mb * 2**20 // (M * K * 2))), args.repeat)
+    except Exception as e:                                  # noqa: BLE001
+        if errors is not None:
+            errors.append(f"torch: {type(e).__name__}: {e}")
+        return None
+
+
 def check(fmt: str, W: np.ndarray, X: np.ndarray, y: np.ndarray, tol: float = 1e-4) -> str:
     """Compare the first 64 rows of Y with gguf's dequantisation (if installed); `tol`
     relative to the largest value (f16 products in the cooperative-matrix GEMMs)."""
@@ -219,6 +269,11 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
             continue
         blocks: dict = {}
         for N in args.ns:
+            if "q8_1" in args.paths and fmt in FORMATS_Q8_1 and "f32" not in args.paths:
+                if (N, M, K) not in torch_cache:
+                    torch_cache[N, M, K] = torch_times_or_none(M, K, N, args)
+                bench_q8_1(M, K, fmt, N, W, Wq, ws, args, torch_cache, lines)
+                continue
             X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
             x = pc.asarray(X.reshape(-1, 4), backend="vulkan")
             y = pc.zeros((N, M), pc.f32, backend="vulkan")
@@ -272,13 +327,7 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
             k[gemv_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)](ws[0], x, y, M, N, K)
             status = check(fmt, W, X, y.numpy())
             if (N, M, K) not in torch_cache:
-                try:
-                    f16_bytes = M * K * 2
-                    torch_cache[N, M, K] = torch_times(
-                        M, K, N, max(1, -(-args.rotate_mb * 2**20 // f16_bytes)), args.repeat)
-                except Exception as e:                      # noqa: BLE001
-                    torch_cache[N, M, K] = None
-                    errors.append(f"torch: {type(e).__name__}: {e}")
+                torch_cache[N, M, K] = torch_times_or_none(M, K, N, args, errors)
             tt = torch_cache[N, M, K]
             gbs = Wq.nbytes / (rot * 1e-6) / 1e9
             t_rot, t_warm = (f"{tt[0]:.1f}", f"{tt[1]:.1f}") if tt else ("-", "-")
@@ -298,14 +347,90 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
                 print(lines[-1], flush=True)
             for e in errors:
                 print(f"    {e}", flush=True)
+            if "q8_1" in args.paths and fmt in FORMATS_Q8_1:
+                bench_q8_1(M, K, fmt, N, W, Wq, ws, args, torch_cache, lines)
         del ws, blocks
         pc.synchronize()
+
+
+def bench_q8_1(M: int, K: int, fmt: str, N: int, W: np.ndarray, Wq, ws: list, args,
+               torch_cache: dict, lines: list) -> None:
+    """One row of the integer path: the quantiser and the fastest gemv_q8_1 configuration,
+    timed each on its own (rotated weights for the GEMV), checked against gguf within the
+    quantisation bound."""
+    X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
+    nb = N * K // 32
+    x = pc.asarray(X.reshape(-1, 4), backend="vulkan")
+    d, s = pc.zeros(nb, pc.f32, backend="vulkan"), pc.zeros(nb, pc.i32, backend="vulkan")
+    q = pc.zeros(nb * 8, pc.u32, backend="vulkan")
+    y = pc.zeros((N, M), pc.f32, backend="vulkan")
+    quant = quantize_q8_1("f32", 4, args.subgroup_size)
+    qgrid = quantize_grid(nb, 4, args.subgroup_size)
+    errors, best = [], None
+    try:
+        tq, _ = time_pycoop(lambda w: quant[qgrid](x, q, d, s, nb), [None], args.repeat)
+    except Exception as e:                                  # noqa: BLE001
+        lines.append(f"| {M}x{K} | {fmt} q8_1 | {N} | FAILED: quantize_q8_1: {type(e).__name__}: {e} |")
+        print(lines[-1], flush=True)
+        return
+    for cfg in configs_q8_1(fmt, N, args.quick):
+        try:
+            k = gemv_q8_1(fmt, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size, cfg.parts)
+            qv = q.reshape(-1, 4) if cfg.parts == 1 else q
+            grid = gemv_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)
+            rot, warm = time_pycoop(lambda w: k[grid](w, qv, d, s, y, M, N, K), ws, args.repeat)
+            if best is None or rot < best[1]:
+                best = (cfg, rot, warm)
+        except Exception as e:                              # noqa: BLE001
+            errors.append(f"{cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            if args.verbose:
+                traceback.print_exc()
+    if best is None:
+        lines.append(f"| {M}x{K} | {fmt} q8_1 | {N} | FAILED: {'; '.join(errors)[:300]} |")
+        print(lines[-1], flush=True)
+        return
+    cfg, rot, warm = best
+    k = gemv_q8_1(fmt, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size, cfg.parts)
+    quant[qgrid](x, q, d, s, nb)
+    k[gemv_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)](
+        ws[0], q.reshape(-1, 4) if cfg.parts == 1 else q, d, s, y, M, N, K)
+    status = check_q8_1(fmt, W, X, y.numpy())
+    tt = torch_cache.get((N, M, K))
+    total, total_warm = rot + tq, warm + tq
+    gbs = Wq.nbytes / (total * 1e-6) / 1e9
+    t_rot, t_warm = (f"{tt[0]:.1f}", f"{tt[1]:.1f}") if tt else ("-", "-")
+    speed = f"{tt[0] / total:.2f}x" if tt else "-"
+    c = (f"q8_1 r{cfg.rows} nt{cfg.nt} sg{cfg.subgroups} p{cfg.parts}: gemv {rot:.1f} + "
+         f"quantise {tq:.1f}")
+    lines.append(f"| {M}x{K} | {fmt} q8_1 | {N} | {total:.1f} | {gbs:.0f} ({100 * gbs / args.peak_gbs:.0f}%) "
+                 f"| {total_warm:.1f} | {t_rot} | {t_warm} | {speed} | {c} | {status} |"
+                 + (f" {len(errors)} config(s) failed" if errors else ""))
+    print(lines[-1], flush=True)
+    for e in errors:
+        print(f"    {e}", flush=True)
+
+
+def check_q8_1(fmt: str, W: np.ndarray, X: np.ndarray, y: np.ndarray) -> str:
+    """The first 64 rows of the integer path's Y against gguf's float reference, within the
+    bound of X's quantisation (plus f32 summation)."""
+    try:
+        import gguf
+    except ImportError:
+        return "unchecked"
+    Wf = gguf.quants.dequantize(W[:64], gguf.GGMLQuantizationType[fmt.upper()])
+    ref = X.astype(np.float64) @ np.asarray(Wf, np.float64).T
+    bound = q8_1_error_bound(Wf, quantize_q8_1_reference(X)[1]) + 1e-5 * np.abs(ref).max()
+    excess = float((np.abs(y[:, :64] - ref) / bound).max())
+    return f"ok ({excess:.2f} of bound)" if excess <= 1 else f"ERR {excess:.2f}x the bound"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="dispatcher's configuration only, N = 1, 16, 64")
     p.add_argument("--formats", nargs="+", default=FORMATS, choices=FORMATS)
+    p.add_argument("--paths", nargs="+", default=["f32"], choices=["f32", "q8_1"],
+                   help="f32: the float kernels (every format); q8_1: the integer path (Q8_0, "
+                        "Q4_0: X quantised to 8 bits, integer dot products)")
     p.add_argument("--ns", nargs="+", type=int, default=None)
     p.add_argument("--shapes", nargs="+", default=None, help="MxK, e.g. 4096x14336")
     p.add_argument("--repeat", type=int, default=100)
@@ -334,7 +459,10 @@ def main() -> None:
     for fmt in args.formats:
         for n in sorted({1, max(args.ns)}):
             try:
-                mix.append(instruction_mix(fmt, choose_kernel(fmt, n)))
+                if "f32" in args.paths:
+                    mix.append(instruction_mix(fmt, choose_kernel(fmt, n)))
+                if "q8_1" in args.paths and fmt in FORMATS_Q8_1:
+                    mix.append(instruction_mix(fmt, choose_kernel(fmt, n, activations="q8_1")))
             except Exception as e:                          # noqa: BLE001
                 mix.append(f"{fmt}: instruction mix failed: {type(e).__name__}: {e}")
     print("SPIR-V instruction mix of the dispatcher's kernels:\n  " + "\n  ".join(mix))

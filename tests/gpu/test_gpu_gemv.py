@@ -52,3 +52,35 @@ def test_q4_0_large_n_and_device_arrays(gguf):
     ref = reference(gguf, "q4_0", W, X.astype(np.float16))
     np.testing.assert_allclose(y.numpy(), ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
     check(y1.numpy(), reference(gguf, "q4_0", W, X[:4]))
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("N", [1, 4, 16, 64])
+def test_integer_path(gguf, fmt, N):
+    """activations='q8_1' (quantiser + integer dot products, the dispatcher's tile for N): the
+    quantised activations as the NumPy definition (the driver's f32 division may move a value
+    within a few ULP of a half to the neighbouring integer: allowed for 1 value in 10^4), Y
+    within the f32 summation of the reference terms of the GPU's own quantisation, and within
+    the quantisation bound of gguf's float reference."""
+    from pycoop.kernels import (choose_kernel, gemv_q8_1_reference, q8_1_error_bound,
+                                quantize_grid, quantize_q8_1, quantize_q8_1_reference)
+    M, K = 1000, 4096
+    W = make_weights(gguf, fmt, M, K, seed=N)
+    X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
+    nb = N * K // 32
+    Q, D, S = np.zeros(nb * 8, np.uint32), np.zeros(nb, np.float32), np.zeros(nb, np.int32)
+    quantize_q8_1("f32")[quantize_grid(nb)](X.reshape(-1, 4), Q, D, S, nb, backend="vulkan")
+    q, d, s = quantize_q8_1_reference(X)
+    qg = Q.view(np.int8).reshape(N, K)
+    assert (qg != q).mean() <= 1e-4 and np.abs(qg.astype(int) - q).max() <= 1
+    np.testing.assert_allclose(D.reshape(N, -1), d, rtol=2 ** -21)
+    y = matmul_q(W, X, fmt, backend="vulkan", activations="q8_1")
+    parts = choose_kernel(fmt, N, activations="q8_1").parts
+    dg, sg = D.reshape(N, -1), S.reshape(N, -1)
+    ref = gemv_q8_1_reference(W, fmt, qg, dg, sg, parts)
+    tol = (K // 32 + 64) * 2.0 ** -24 * gemv_q8_1_reference(W, fmt, qg, dg, sg, parts,
+                                                            absolute=True)
+    assert (np.abs(y - ref) <= tol + 1e-30).all()
+    Wf = gguf.quants.dequantize(W, gguf.GGMLQuantizationType[fmt.upper()])
+    err = np.abs(y - reference(gguf, fmt, W, X))
+    assert (err <= q8_1_error_bound(Wf, dg) + 1e-5 * np.abs(ref).max()).all()
