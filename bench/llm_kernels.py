@@ -29,7 +29,7 @@ the others still run.
 
     python3 bench/llm_kernels.py [--quick] [--formats q4_0 q4_k] [--ns 1 16] [--out FILE.md]
     python3 bench/llm_kernels.py --formats q8_0 q4_0 --paths f32 q8_1 --ns 1 4 16 64 \
-        --shapes 4096x4096 4096x14336          # both paths, about 1.5 minutes on an H200
+        --shapes 4096x4096 4096x14336          # both paths, about 2 minutes on an H200
 """
 from __future__ import annotations
 
