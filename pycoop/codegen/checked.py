@@ -451,7 +451,8 @@ class Guards:
         p = Pairs(dom)
         t = start.type
         tmax = (1 << (t.bits - 1)) - 1 if t.signed else (1 << t.bits) - 1
-        first, end, inc = (dom.extend(ctx.id(v), v.type) for v in (start, stop, step))
+        first, end, inc = (dom.const(int(v.op.attrs["value"])) if v in inside else
+                           dom.extend(ctx.id(v), v.type) for v in (start, stop, step))
         # the last k: start + (stop - 1 - start) / step * step; k + step never wraps
         last = dom.add(first, dom.mul(dom.div(dom.sub(dom.sub(end, dom.const(1)), first), inc), inc))
         runs = dom.lt(first, end)

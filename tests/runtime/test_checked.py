@@ -692,3 +692,29 @@ def test_the_unguarded_copy_is_the_one_that_runs_in_bounds(monkeypatch):
     with pytest.raises(pc.KernelFault) as info:
         walk[1](x, y, 5, backend="vulkan")
     assert info.value.line == line_of(walk, "s = s + x[")   # the loop's load, guarded copy
+
+
+@pc.kernel(workgroup_size=32)
+def while_counted(x: pc.ReadBuffer[f32], y: pc.Buffer[f32], n: u32):
+    i = pc.global_invocation_id.x
+    w = u32(0)
+    s = f32(0.0)
+    while w < n:
+        w += u32(1)                 # the step is a constant traced inside the body
+        s = s + x[w * 32 + i - 32]
+    y[i] = s
+
+
+@needs_vulkan
+@pytest.mark.parametrize("n", [0, 3, 8, 9])
+def test_a_while_loop_counting_up_is_versioned_too(n):
+    assert while_counted.compile(checked=True).spvasm.count("OpLoopMerge") == 2
+    x = np.arange(256, dtype=np.float32)
+    y = np.zeros(32, np.float32)
+    want = sum((x[k * 32:(k + 1) * 32] for k in range(min(n, 8))), np.zeros(32, np.float32))
+    if n <= 8:
+        while_counted[1](x, y, n, backend="vulkan")
+    else:
+        with pytest.raises(pc.KernelFault, match="index 256"):
+            while_counted[1](x, y, n, backend="vulkan")
+    np.testing.assert_array_equal(y, want)
