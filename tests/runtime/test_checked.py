@@ -16,18 +16,7 @@ import pycoop as pc
 from pycoop import f32, f64, i32, i64, u32
 from pycoop.codegen.vulkan import lower
 from pycoop.spirv.tools import disassemble, validate
-
-
-def _vulkan_ok() -> bool:
-    try:
-        from pycoop.runtime.vulkan import get_runtime
-        get_runtime()
-        return True
-    except Exception:
-        return False
-
-
-VULKAN = _vulkan_ok()
+from runtime_helpers import VULKAN
 
 
 def needs_vulkan(test):
