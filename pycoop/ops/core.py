@@ -995,7 +995,45 @@ def _lower_cast(ctx, op):
         wide = widen_f16_bits(ctx, ctx.id(x))
         ctx.set(op.result, wide if dst == f32 else ctx.emit("OpFConvert", dst, wide))
         return
+    if src.is_int and src.bits == 64 and dst.is_int and dst.bits < 64 and int64_from_float(x):
+        ctx.set(op.result, narrow_int64_bits(ctx, ctx.id(x), dst))
+        return
     ctx.set(op.result, emit_conversion(ctx, src, dst, dst, ctx.id(x)))
+
+
+# Ops through which a 64-bit integer keeps the float it was converted from, as far as a compiler
+# that narrows conversions across them can tell (clamps of converted values).
+_INT64_THROUGH = {"select": None, "binary": ("min", "max")}
+
+
+def int64_from_float(v: Value, _seen: dict | None = None) -> bool:
+    """Whether the 64-bit integer `v` comes from a float -> integer conversion, directly or
+    through min/max and select (a clamp).
+
+    Driver workaround: the NVIDIA driver (580.159.04) turns `f32 -> u64`, clamped by
+    min/max/select, then narrowed to 32 bits, into one saturating 32-bit conversion (seed
+    301593 of the exact fuzzing campaign: 2^32 -> u64 -> i32 gave -1 instead of 0), so such a
+    value is narrowed by `narrow_int64_bits`, which it cannot fold."""
+    seen = {} if _seen is None else _seen
+    if id(v) not in seen:             # by identity: == on a Value traces a comparison
+        seen[id(v)] = False
+        op = v.op
+        if op is not None and op.name == "cast":
+            seen[id(v)] = op.operands[0].type.is_float
+        elif op is not None and op.name in _INT64_THROUGH and (
+                _INT64_THROUGH[op.name] is None or op.attrs.get("kind") in _INT64_THROUGH[op.name]):
+            seen[id(v)] = any(int64_from_float(x, seen) for x in op.operands if x.type == v.type)
+    return seen[id(v)]
+
+
+def narrow_int64_bits(ctx, x: int, dst: ScalarType) -> int:
+    """The low `dst.bits` bits of the 64-bit integer `x` (SPIR-V's narrowing OpUConvert /
+    OpSConvert) taken from its bits: component 0 of x as a 2 x u32 vector (OpBitcast maps the
+    lower-order bits to the lower-numbered component), then narrowed or reinterpreted."""
+    low = ctx.emit("OpCompositeExtract", u32, ctx.emit("OpBitcast", VectorType(u32, 2), x), 0)
+    if dst.bits == 32:
+        return low if not dst.signed else ctx.emit("OpBitcast", dst, low)
+    return emit_conversion(ctx, u32, dst, dst, low)
 
 
 # Ops through which an f16 value keeps the one it was converted from, as far as a compiler that

@@ -680,3 +680,36 @@ def test_f16_round_trips_on_vulkan():
         pytest.skip(str(e))
     want_o, want_p = round_trip_expected(*_round_trip_inputs())
     assert same_floats(O, want_o) and same_floats(P, want_p)
+
+
+@pc.kernel(workgroup_size=64)
+def _narrowings(F: pc.ReadBuffer[pc.f32], A: pc.ReadBuffer[pc.u64], O: pc.WriteBuffer[pc.i32],
+                P: pc.WriteBuffer[pc.u16]):
+    i = pc.global_invocation_id.x
+    w = pc.cast(pc.min(pc.max(F[i], pc.f32(0.0)), pc.f32(1e18)), pc.u64)
+    c = pc.select(F[i] == F[i], pc.max(w, pc.u64(3)), pc.u64(0))   # a clamp of the converted value
+    O[i] = pc.cast(c, pc.i32)                                         # narrowed from its bits
+    P[i] = pc.cast(c, pc.u16)                                         # ... and to 16 bits
+    O[64 + i] = pc.cast(A[i], pc.i32)                                 # a loaded u64: OpUConvert
+
+
+def test_64_bit_integers_converted_from_floats_are_narrowed_from_their_bits():
+    """Driver workaround (docs/numerics.md): a 64-bit integer that comes from a float
+    conversion, through a clamp, is narrowed by taking its low word (OpBitcast to 2 x u32,
+    OpCompositeExtract 0), which the NVIDIA driver cannot fold into a saturating 32-bit
+    conversion; other 64-bit integers keep OpUConvert / OpSConvert."""
+    from pycoop.spirv import reader
+    spv = _narrowings.compile().spv
+    ops = [name for name, _ in reader.instructions(spv)]
+    assert ops.count("OpUConvert") == 2          # the loaded u64 -> i32, and u32 -> u16
+    # one low word for each narrowed converted value, and the x of global_invocation_id
+    assert ops.count("OpCompositeExtract") == 3
+    f = np.array([0.5, 4294967296.0, 2.0 ** 40 + 2.0 ** 20, np.nan] * 16, np.float32)
+    a = np.array([2 ** 32 + 5, 2 ** 63 + 2 ** 31, 7, 2 ** 64 - 1] * 16, np.uint64)
+    o, p = np.zeros(128, np.int32), np.zeros(64, np.uint16)
+    _narrowings[1](f, a, o, p, backend="emulator")
+    w = np.minimum(np.maximum(np.nan_to_num(f, nan=0.0), 0), 1e18).astype(np.uint64)
+    c = np.where(np.isnan(f), 0, np.maximum(w, 3)).astype(np.uint64)
+    assert o[:64].tolist() == c.astype(np.uint32).view(np.int32).tolist()
+    assert p.tolist() == c.astype(np.uint16).tolist()
+    assert o[64:].tolist() == a.astype(np.uint32).view(np.int32).tolist()

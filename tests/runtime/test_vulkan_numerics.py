@@ -194,3 +194,44 @@ def test_min_max_of_signed_zeros_and_nan():
         np.testing.assert_array_equal(g[ties], np.tile(y.view(np.uint32), 2)[ties])
         g, e = g[~ties], e[~ties]
     np.testing.assert_array_equal(g, e)
+
+
+@pc.kernel(workgroup_size=64, fp="exact")
+def float_to_u64_narrowed(A: pc.ReadBuffer[pc.u64], F: pc.ReadBuffer[f32], W: pc.Buffer[pc.u64],
+                          I: pc.Buffer[pc.i32], n: u32):
+    """Seed 301593's chain, whole and in parts (docs/numerics.md, driver table)."""
+    i = pc.global_invocation_id.x
+    if i < n:
+        f = pc.cast(pc.cast(A[i], u32), f32)
+        a2 = pc.cast(pc.select(f == f, pc.min(pc.max(f, f32(0.0)), f32(9.223372036854776e+18)),
+                               f32(0.0)), pc.u64)
+        W[i] = a2                                          # u64 -> u32 -> f32 -> u64
+        I[i] = pc.cast(a2, pc.i32)                         # ... -> i32 (the seed's use)
+        w = pc.cast(F[i], pc.u64)
+        W[n + i] = w                                       # f32 -> u64
+        I[n + i] = pc.cast(w, pc.i32)                      # f32 -> u64 -> i32
+        I[2 * n + i] = pc.cast(pc.cast(w, u32), pc.i32)    # f32 -> u64 -> u32 -> i32
+
+
+def test_float_to_u64_then_narrowed():
+    """Seed 301593: O0[13] was 101.0 on the H200 and 100.0 on the emulator, which follows
+    SPIR-V here (u32 0xFFFFFFF9 -> f32 is 2^32, -> u64 4294967296, low word 0); 101 is what a
+    saturating f32 -> 32-bit conversion (-1) would give. On the H200 only the clamped chain
+    (`...->i32`) differed: the driver folds a clamped OpConvertFToU to 64 bits and the narrowing
+    into one saturating 32-bit conversion; pycoop narrows such values from their bits
+    (ops.core.narrow_int64_bits). Run on lavapipe here, and on the GPU by the gpu suite."""
+    a = np.array([0xFFFFFFF9, 0xFFFFFFF3, 0xFFFFFFFF, 0xFFFFFF80, 2 ** 24 + 1, 123, 0,
+                  0xFFFFFFFFFFFFFFF3] * 8, np.uint64)
+    f = np.array([2.0 ** 32, 2.0 ** 33 + 2 ** 10, 2.0 ** 40, 4294967040.0, 1.5, 0.0, 7.0,
+                  2.0 ** 63 - 2 ** 40] * 8, np.float32)
+    n = len(a)
+    W, I = np.zeros(2 * n, np.uint64), np.zeros(3 * n, np.int32)
+    gpu, emu = _both(float_to_u64_narrowed, 1, a, f, W, I, n)
+    assert emu[2][:3].tolist() == [2 ** 32, 2 ** 32, 2 ** 32] and emu[3][:3].tolist() == [0, 0, 0]
+    lines = {"u32->f32->u64": (gpu[2][:n], emu[2][:n]), "...->i32": (gpu[3][:n], emu[3][:n]),
+             "f32->u64": (gpu[2][n:], emu[2][n:]), "f32->u64->i32": (gpu[3][n:2 * n], emu[3][n:2 * n]),
+             "f32->u64->u32->i32": (gpu[3][2 * n:], emu[3][2 * n:])}
+    differ = {k: (g[:8].tolist(), e[:8].tolist()) for k, (g, e) in lines.items()
+              if g.tobytes() != e.tobytes()}
+    print(differ)
+    assert not differ, differ
