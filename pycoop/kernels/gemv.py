@@ -31,7 +31,7 @@ import pycoop as pc
 from pycoop import f16, f32, u32
 
 from .gemm import gemm_q4_0
-from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1
+from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1, store_row_sums
 
 # weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
 BLOCKS = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_k": (256, 144)}
@@ -297,12 +297,7 @@ def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size
                 else:
                     out = _f16_unit(W, row * units + u, xcols, vec)
                 acc[r] = [a + o for a, o in zip(acc[r], out)]
-        sums = [[pc.subgroup.add(a) for a in row] for row in acc]
-        if lane == 0:
-            for r in range(rows):
-                for c in range(nt):
-                    if row0 + r < M and col0 + c < N:
-                        Y[(col0 + c) * M + row0 + r] = sums[r][c]
+        store_row_sums(Y, acc, lane, row0, col0, M, N)
     return gemv
 
 

@@ -52,6 +52,18 @@ H4 = pc.vec(f16, 4)
 _LOW_NIBBLES = 0x0F0F0F0F
 
 
+
+@pc.func
+def store_row_sums(Y, acc: list, lane, row0, col0, M, N):
+    """The last step of the matrix-vector kernels: each accumulator acc[r][c] summed over the
+    subgroup, and lane 0 storing it as Y[(col0 + c) * M + row0 + r] where that is inside M x N."""
+    sums = [[pc.subgroup.add(a) for a in row] for row in acc]
+    if lane == 0:
+        for r in range(len(sums)):
+            for c in range(len(sums[r])):
+                if row0 + r < M and col0 + c < N:
+                    Y[(col0 + c) * M + row0 + r] = sums[r][c]
+
 def _check_src(src) -> str:
     if src not in ("f32", "f16"):
         raise ValueError(f"quantize_q8_1: activations are 'f32' or 'f16', got {src!r}")
@@ -243,12 +255,7 @@ def gemv_q8_1(fmt: str, rows: int = 2, nt: int = 1, subgroups: int = 4, subgroup
                     if q4:
                         isum = isum - off
                     acc[r][c] = acc[r][c] + f32(isum) * (dw * dx)
-        sums = [[pc.subgroup.add(a) for a in row] for row in acc]
-        if lane == 0:
-            for r in range(rows):
-                for c in range(nt):
-                    if row0 + r < M and col0 + c < N:
-                        Y[(col0 + c) * M + row0 + r] = sums[r][c]
+        store_row_sums(Y, acc, lane, row0, col0, M, N)
 
     return gemv_q8_1
 
