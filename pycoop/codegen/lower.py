@@ -91,6 +91,8 @@ class LowerCtx:
         self.float_widths: set[int] = set()  # IEEE float widths used (float-controls modes)
         self.features: set[str] = set()      # device features ops need beyond their capabilities
         self.subgroup_operations: set[str] = set()   # VkSubgroupFeatureFlagBits names (ops.subgroup)
+        # known driver defects the module may meet: name -> where (runtime.vulkan.capabilities)
+        self.driver_defects: dict[str, set[str]] = {}
 
     # ---------------------------------------------------------------- capabilities
     def need(self, cap: str) -> None:

@@ -147,6 +147,8 @@ def lower(module: Module, omit: frozenset[str] = frozenset(), *, debug_info: boo
         "float_controls": [float_modes.device_property(m, w) for m, w in fp_modes],
         "fp": ctx.fp,
     }
+    if ctx.driver_defects:
+        reqs["driver_defects"] = {k: sorted(v) for k, v in sorted(ctx.driver_defects.items())}
     if ctx.subgroup_operations:
         reqs["subgroup_operations"] = sorted(ctx.subgroup_operations)
     if ctx.uses_subgroup:

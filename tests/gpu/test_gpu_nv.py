@@ -17,6 +17,7 @@ import pytest
 
 import pycoop as pc
 from pycoop import f16, f32
+from pycoop.runtime.vulkan import VulkanUnavailable, get_runtime
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "nv"))
 from test_nv_ops import block_index_kernel, matrix_ops_kernel, tensor_kernel  # noqa: E402
@@ -141,3 +142,89 @@ def test_block_strides_follow_the_spec(dims):
     B, Out = np.arange(2048).astype(np.float16), np.zeros(256, np.float16)
     gpu, emu = both(block_index_kernel(), 1, [B, Out, *dims])
     np.testing.assert_array_equal(gpu[1], emu[1])
+
+
+# ---------------------------------------------------------------- driver defects (numerics.md)
+
+def _span_wrap_kernel(clamp, dims, strides, offsets, spans):
+    (d0, d1), (s0, s1), (o0, o1), (p0, p1) = dims, strides, offsets, spans
+
+    @pc.kernel(workgroup_size=32, subgroup_size=32)
+    def k(X: pc.ReadBuffer[f16], Out: pc.Buffer[f16]):
+        lay = pc.nv.tensor_layout(2, clamp).dimension(d0, d1).stride(s0, s1).slice(o0, p0, o1, p1)
+        pc.store(Out, 0, pc.nv.load_tensor(X, lay, Acc16, object=Acc16.fill(7.0)), 16)
+    return k
+
+
+SPAN_WRAP = [   # (clamp, dims, strides, offsets, spans); the first is seed 100295's
+    ("repeat", (6, 2), (10, 1), (9, 0), (3, 16)),
+    ("repeat", (6, 2), (10, 1), (0, 0), (3, 16)),
+    ("clamp_to_edge", (20, 16), (16, 1), (2, 0), (3, 16)),
+    ("repeat", (20, 16), (16, 1), (2, 0), (5, 16)),
+    ("repeat", (20, 16), (16, 1), (2, 0), (5, 8)),
+    ("repeat", (20, 32), (32, 1), (2, 0), (5, 32)),
+]
+
+
+def test_nv_span_wrap_driver_defect_is_as_documented():
+    """The known defect `nv_span_wrap` (docs/numerics.md): seed 100295's load of a 16x16 matrix
+    through `.dimension(6, 2).stride(10, 1).slice(9, 3, 0, 16)` with Repeat. The spec wraps the
+    outer span coordinate (row % 3); the H200 (580.159.04) returned X[0] at (3, 0), i.e. it
+    used row 3 unwrapped. Asserts that rows 0-2 (inside the span) agree and that the device
+    still differs from the specification; prints, for related layouts, whether the device
+    matches the specification or the "outer coordinate not wrapped" model, to narrow the
+    defect down (pending: not yet run on a GPU)."""
+    rng = np.random.default_rng(100295)
+    X = rng.permutation(2048).astype(np.float16)           # distinct values: sources are unique
+    report = []
+    for i, case in enumerate(SPAN_WRAP):
+        k = _span_wrap_kernel(*case)
+        gpu, emu = both(k, 1, [X[:1024].copy(), np.zeros(256, np.float16)])
+        clamp, dims, strides, offsets, spans = case
+        model = [X[:1024].copy(), np.zeros(256, np.float16)]     # the outer coordinate unwrapped
+        _span_wrap_kernel(clamp, dims, strides, offsets, (256, spans[1]))[1](*model, backend="emulator")
+        report.append((case, "spec" if np.array_equal(gpu[1], emu[1]) else
+                       "no-wrap model" if np.array_equal(gpu[1], model[1]) else "neither"))
+        if i == 0:
+            first = gpu[1], emu[1]
+    print("\n".join(f"{case}: device matches {what}" for case, what in report))
+    assert np.array_equal(first[0][:48], first[1][:48])
+    assert not np.array_equal(*first), "seed 100295 now matches: revisit nv_span_wrap"
+
+
+def test_constant_inner_stride_is_refused_on_nvidia():
+    """`nv_inner_stride`: a constant innermost stride other than 1 is refused on NVIDIA devices
+    (backend="vulkan" raises, "auto" falls back to the emulator with the warning)."""
+    @pc.kernel(workgroup_size=32, subgroup_size=32)
+    def k(X: pc.ReadBuffer[f16], Out: pc.Buffer[f16]):
+        lay = pc.nv.tensor_layout(2, "undefined").dimension(24, 36).stride(80, 2).slice(8, 16, 6, 16)
+        pc.store(Out, 0, pc.nv.load_tensor(X, lay, Acc16), 16)
+    try:
+        caps = get_runtime().capabilities
+    except VulkanUnavailable as e:
+        pytest.skip(str(e))
+    if caps.vendor != "NVIDIA":
+        pytest.skip(f"not an NVIDIA device: {caps.vendor}")
+    X = np.random.default_rng(0).standard_normal(24 * 80).astype(np.float16)
+    with pytest.raises(pc.BackendUnavailable, match="nv_inner_stride"):
+        k[1](X, np.zeros(256, np.float16), backend="vulkan")
+    Out = np.zeros(256, np.float16)
+    with pytest.warns(pc.BackendFallbackWarning, match="nv_inner_stride"):
+        assert k[1](X, Out, backend="auto").backend == "emulator"
+    r, c = np.mgrid[0:16, 0:16]
+    np.testing.assert_array_equal(Out.reshape(16, 16), X[(8 + r) * 80 + (6 + c) * 2])
+
+
+def test_runtime_inner_stride_without_a_view():
+    """A runtime innermost stride is not refused (the H200 read and wrote runtime strides of 2
+    correctly through views: test_random_layouts_views). This checks it without a view, on
+    seed 100274's layout, where the constant stride is read wrongly. Pending (not yet run on
+    a GPU): if it fails, runtime strides must be refused too (docs/numerics.md)."""
+    @pc.kernel(workgroup_size=32, subgroup_size=32)
+    def k(X: pc.ReadBuffer[f16], Out: pc.Buffer[f16], s: pc.u32):
+        lay = pc.nv.tensor_layout(2, "undefined").dimension(24, 36).stride(80, s).slice(8, 16, 6, 16)
+        pc.store(Out, 0, pc.nv.load_tensor(X, lay, Acc16), 16)
+    X = np.random.default_rng(1).permutation(24 * 80).astype(np.float16)
+    for s in (1, 2):
+        gpu, emu = both(k, 1, [X, np.zeros(256, np.float16), s])
+        np.testing.assert_array_equal(gpu[1], emu[1], err_msg=f"runtime innermost stride {s}")

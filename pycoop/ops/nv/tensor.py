@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import numbers
+import os
 
 import numpy as np
 
@@ -747,8 +748,40 @@ def _tensor_ptr(ctx, mem: Value) -> tuple[int, list]:
     return ctx.id(mem), ["NonPrivatePointer"]
 
 
+def innermost_stride(layout: Value) -> int | str | None:
+    """The innermost stride of `layout` (stride[LDim-1], the one the NVIDIA driver reads wrongly
+    when it is not 1, docs/numerics.md "Driver workarounds"): an int when known at trace time
+    (OpTensorLayoutSetDimensionNV sets it to 1), "runtime" when a runtime value sets it, None
+    when nothing addresses memory through it (a layout without dimensions) or when the layout
+    comes through control flow or a function parameter (not examined)."""
+    v = layout
+    while v.op is not None and v.op.name in _STATE_OPS:
+        if v.op.name == "nv.layout_stride":
+            c = constant_value(v.op.operands[-1])
+            return "runtime" if c is None else int(c) & 0xFFFFFFFF
+        if v.op.name == "nv.layout_dimension":
+            return 1
+        v = v.op.operands[0]
+    return None
+
+
+def _note_inner_stride(ctx, op) -> None:
+    """Record the driver defect `nv_inner_stride` in the module's requirements when the access's
+    innermost stride is a trace-time constant other than 1 (runtime.vulkan.capabilities refuses
+    such modules on NVIDIA devices). A runtime stride is not recorded: the H200 read and wrote
+    runtime innermost strides of 2 correctly (through views), and nothing checks its value on
+    the device (docs/numerics.md)."""
+    stride = innermost_stride(op.operands[2])
+    if not isinstance(stride, int) or stride == 1:
+        return
+    where = f"{os.path.basename(op.loc.file)}:{op.loc.line}" if op.loc else "?"
+    ctx.driver_defects.setdefault("nv_inner_stride", set()).add(
+        f"{op.name.removeprefix('nv.')} at {where} (innermost stride {stride})")
+
+
 @lowering("nv.load_tensor")
 def _lower_load_tensor(ctx, op):
+    _note_inner_stride(ctx, op)
     ptr, mem_ops = _tensor_ptr(ctx, op.operands[0])
     names, extra = [], []
     if op.attrs["view"]:
@@ -773,6 +806,7 @@ def _lower_load_tensor(ctx, op):
 
 @lowering("nv.store_tensor")
 def _lower_store_tensor(ctx, op):
+    _note_inner_stride(ctx, op)
     ptr, mem_ops = _tensor_ptr(ctx, op.operands[0])
     names, extra = [], []
     if op.attrs["view"]:

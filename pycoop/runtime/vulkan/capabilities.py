@@ -46,6 +46,26 @@ NV_COOPMAT2_FEATURES = (
 )
 
 
+class DriverDefect(NamedTuple):
+    """A driver that computes something other than what a valid module means, where pycoop has
+    no code-generation workaround: a module whose requirements name the defect
+    (`requirements["driver_defects"]`, recorded by the op's lowering) is refused on a matching
+    device, so that `backend="auto"` runs it on the emulator (with the fallback warning) and
+    `backend="vulkan"` raises BackendUnavailable, instead of returning wrong results."""
+    vendor: str               # Capabilities.vendor of the affected devices
+    what: str                 # what the driver gets wrong (ends the "lacks ..." message)
+    docs: str                 # where it is documented
+
+
+# Known driver defects, by the name the lowering records (docs/numerics.md, "Driver
+# workarounds"). No fixed driver version is known, so every driver of the vendor is affected.
+DRIVER_DEFECTS: dict[str, DriverDefect] = {
+    "nv_inner_stride": DriverDefect(
+        "NVIDIA", "correct NV tensor loads/stores through a layout whose innermost stride is a "
+        "constant other than 1 (the driver reads such a row contiguously)", "docs/numerics.md#driver-workarounds"),
+}
+
+
 @dataclass
 class Capabilities:
     device_name: str
@@ -200,7 +220,18 @@ class Capabilities:
         push = requirements.get("push_constants")
         if push is not None and push > self.max_push_constants_size:
             missing.append(f"{push} bytes of push constants (device: {self.max_push_constants_size})")
-        return missing
+        return missing + self.driver_defects(requirements)
+
+    def driver_defects(self, requirements: dict[str, Any]) -> list[str]:
+        """The known driver defects (DRIVER_DEFECTS) this device has and the module meets, as
+        entries of `missing`: what the driver gets wrong, where the kernel meets it, the docs."""
+        out = []
+        for name, where in requirements.get("driver_defects", {}).items():
+            defect = DRIVER_DEFECTS.get(name)
+            if defect is not None and self.vendor == defect.vendor:
+                out.append(f"{defect.what}: {', '.join(where)}; driver defect `{name}` of "
+                           f"{defect.vendor} {self.driver_version or 'drivers'}, see {defect.docs}")
+        return out
 
     # --- text -----------------------------------------------------------------------------
     def _subgroup_text(self) -> str:

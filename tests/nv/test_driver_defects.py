@@ -1,0 +1,170 @@
+"""NV tensor addressing where the NVIDIA driver differs from the specification
+(docs/numerics.md, "Driver workarounds"): seed 100295's span wrap, which the emulator computes
+as SPV_NV_cooperative_matrix2 says, and the innermost-stride defect, which pycoop refuses to
+run on NVIDIA devices (a stand-in device here; tests/gpu/test_gpu_nv.py on the GPU)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop import f16, u32
+from pycoop.ops.nv.tensor import innermost_stride
+from pycoop.runtime import backend as backend_module
+from pycoop.runtime.vulkan.capabilities import Capabilities, CoopmatShape
+
+M16 = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.Accumulator]
+
+
+# ---------------------------------------------------------------- seed 100295: the span wraps
+
+@pc.kernel(workgroup_size=32, subgroup_size=32)
+def seed_100295(X: pc.ReadBuffer[f16], Out: pc.Buffer[f16]):
+    lay = pc.nv.tensor_layout(2, "repeat").dimension(6, 2).stride(10, 1).slice(9, 3, 0, 16)
+    m = pc.nv.load_tensor(X, lay, M16, object=M16.fill(7.0))
+    pc.store(Out, 0, m, 16)
+
+
+def test_seed_100295_reads_what_the_specification_says():
+    """Worked from the pseudo-code of SPV_NV_cooperative_matrix2, not from pycoop:
+    SetDimension(6, 2) gives layoutDimension = span = (6, 2); SetStride gives stride (10, 1);
+    Slice(9, 3, 0, 16) adds 9 and 0 to the offsets (0, 0) and sets span = (3, 16).
+    matrixCoordToLinear: index = row * 16 + col. linearToSpanCoord, dim 1 then dim 0:
+    spanCoord[1] = index % 16 = col, index /= 16 -> row; spanCoord[0] = row % 3 (every matrix
+    element has a span coordinate: the outer one wraps, nothing is "outside the span", and
+    Object is used only for elements a view clips). spanCoordToTensorCoord: c0 = row % 3 + 9 is
+    9, 10 or 11 >= 6, out of bounds, Repeat: c0 % 6 = 3 + row % 3; c1 = col, out of bounds
+    from col 2 on, Repeat: col % 2. tensorCoordToLinear: 10 * c0 + c1. So element (3, 0),
+    Out[48], is X[30] (like (0, 0)), not X[0] (what the H200 returned: row 3 + 9 = 12, 12 % 6 = 0,
+    as if the outer coordinate did not wrap)."""
+    X = (np.arange(52) * 3 % 61 - 30).astype(np.float16)      # 52 distinct values
+    Out = np.zeros(256, np.float16)
+    seed_100295[1](X, Out, backend="emulator")
+    want = np.empty((16, 16), np.float16)
+    for row in range(16):
+        for col in range(16):
+            want[row, col] = X[10 * (3 + row % 3) + col % 2]
+    np.testing.assert_array_equal(Out.reshape(16, 16), want)
+    assert Out[48] == X[30] and Out[48] != X[0]
+
+
+def test_seed_100295_replays_as_printed():
+    """The fuzzer's seed 100295 (scalar,shared,khr,nv) generates this kernel only with
+    `--with nv_span_wrap`; without it the outer span grows to 16 rows."""
+    from pycoop.testing import generate, parse_features
+    on = generate(100295, parse_features("scalar,shared,khr,nv", "nv_span_wrap")).render()
+    off = generate(100295, parse_features("scalar,shared,khr,nv")).render()
+    assert ".dimension(6, 2).stride(10, 1).slice(9, 3, 0, 16)" in on
+    assert ".dimension(6, 2).stride(10, 1).slice(9, 16, 0, 16)" in off
+
+
+# ---------------------------------------------------------------- innermost stride
+
+def _layout_kernel(make, store=False):
+    @pc.kernel(workgroup_size=32, subgroup_size=32)
+    def k(X: pc.Buffer[f16], Out: pc.Buffer[f16], s: u32):
+        lay = make(s)
+        if store:
+            pc.nv.store_tensor(Out, lay, M16.load(X, 0, 16))
+        else:
+            pc.store(Out, 0, pc.nv.load_tensor(X, lay, M16), 16)
+    return k
+
+
+def L(clamp="clamp_to_edge"):
+    return pc.nv.tensor_layout(2, clamp)
+
+
+CASES = {   # name: (layout from the runtime scalar s, recorded innermost stride or None)
+    "constant 2": (lambda s: L().dimension(24, 36).stride(80, 2).slice(8, 16, 6, 16), 2),
+    "constant 0": (lambda s: L().dimension(24, 36).stride(36, 0), 0),
+    "stride then slice": (lambda s: L().dimension(24, 36).stride(80, 3).slice(0, 16, 0, 16).clamp_value(0), 3),
+    "unit stride": (lambda s: L().dimension(24, 36).stride(80, 1).slice(8, 16, 6, 16), None),
+    "default strides": (lambda s: L().dimension(24, 36).slice(8, 16, 6, 16), None),
+    "stride then dimension": (lambda s: L().stride(80, 2).dimension(24, 36), None),
+    "blocked defaults": (lambda s: L().block_size(1, 2).dimension(24, 36), None),
+    "runtime": (lambda s: L().dimension(24, 36).stride(80, s), None),
+    "runtime outer, unit inner": (lambda s: L().dimension(24, 36).stride(s, 1), None),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_constant_innermost_stride_other_than_1_is_a_requirement(name):
+    make, stride = CASES[name]
+    reqs = _layout_kernel(make).compile().requirements
+    if stride is None:
+        assert "driver_defects" not in reqs
+    else:
+        (entry,) = reqs["driver_defects"]["nv_inner_stride"]
+        assert entry.startswith("load_tensor at test_driver_defects.py:")
+        assert entry.endswith(f"(innermost stride {stride})")
+
+
+def test_stores_are_recorded_too():
+    reqs = _layout_kernel(lambda s: L().dimension(24, 36).stride(80, 2), store=True).compile().requirements
+    (entry,) = reqs["driver_defects"]["nv_inner_stride"]
+    assert entry.startswith("store_tensor at ") and entry.endswith("(innermost stride 2)")
+
+
+def test_innermost_stride_of_layouts():
+    seen = {}
+
+    @pc.kernel(workgroup_size=32, subgroup_size=32)
+    def k(X: pc.Buffer[f16], s: u32):
+        seen["runtime"] = innermost_stride(L().dimension(4, 4).stride(s, s))
+        seen["constant"] = innermost_stride(L().dimension(4, 4).stride(8, 2).slice(0, 2, 0, 2))
+        seen["dimension"] = innermost_stride(L().dimension(4, s))
+        seen["created"] = innermost_stride(L())
+    k.compile()
+    assert seen == {"runtime": "runtime", "constant": 2, "dimension": 1, "created": None}
+
+
+def stand_in(vendor: str, reqs: dict) -> Capabilities:
+    """A device that has everything `reqs` asks for (so only driver defects can be missing)."""
+    return Capabilities(
+        "Stand-in GPU", vendor, "580.159.04", "1.4.312", "discrete",
+        extensions=tuple(reqs["extensions"]), features={f: True for f in reqs["features"]},
+        khr_coopmat_shapes=[CoopmatShape(16, 16, 16, "float16", "float16", "float16", "float16",
+                                         False, "subgroup")],
+        subgroup_size=32, subgroup_operations=("basic",), subgroup_stages=("compute",),
+        min_subgroup_size=32, max_subgroup_size=32, max_push_constants_size=256,
+        max_compute_shared_memory_size=49152, max_compute_workgroup_invocations=1024)
+
+
+def test_only_nvidia_devices_refuse_the_defect():
+    k = _layout_kernel(CASES["constant 2"][0])
+    reqs = k.compile().requirements
+    (why,) = stand_in("NVIDIA", reqs).missing(reqs)
+    assert "innermost stride is a constant other than 1" in why
+    assert "driver defect `nv_inner_stride` of NVIDIA 580.159.04" in why
+    assert "docs/numerics.md#driver-workarounds" in why and "(innermost stride 2)" in why
+    assert stand_in("AMD", reqs).missing(reqs) == []
+    fine = _layout_kernel(CASES["unit stride"][0]).compile().requirements
+    assert stand_in("NVIDIA", fine).missing(fine) == []
+
+
+class _Runtime:
+    def __init__(self, caps):
+        self.capabilities = caps
+
+
+def test_auto_falls_back_and_vulkan_raises_on_a_stand_in_nvidia_device(monkeypatch):
+    k = _layout_kernel(CASES["constant 2"][0])
+    reqs = k.compile().requirements
+    monkeypatch.setattr(backend_module, "get_runtime", lambda: _Runtime(stand_in("NVIDIA", reqs)))
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal(24 * 80).astype(np.float16)
+    with pytest.raises(pc.BackendUnavailable, match="driver defect `nv_inner_stride`") as e:
+        k[1](X, np.zeros(256, np.float16), 2, backend="vulkan")
+    assert "docs/numerics.md#driver-workarounds" in str(e.value)
+    Out = np.zeros(256, np.float16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        launch = k[1](X, Out, 2, backend="auto")
+    assert launch.backend == "emulator"
+    (w,) = [c for c in caught if issubclass(c.category, pc.BackendFallbackWarning)]
+    assert "nv_inner_stride" in str(w.message)
+    r, c = np.mgrid[0:16, 0:16]
+    np.testing.assert_array_equal(Out.reshape(16, 16), X[(8 + r) * 80 + (6 + c) * 2])
