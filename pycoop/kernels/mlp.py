@@ -1,0 +1,427 @@
+"""A whole MLP block of a llama-style transformer on device arrays:
+
+    out = x + W_down @ (silu(W_gate @ n) * (W_up @ n)),   n = x / sqrt(mean(x^2) + eps) * g
+
+for T tokens x (T x H, f32), an RMSNorm weight g (H, f32) and GGUF weights in Q4_0 or Q4_K
+(gate and up I x H, down H x I). `MLPBlock` holds the weights on a backend and enqueues the
+kernels on `pc.Array`s without host round trips; it picks the kernels by T:
+
+- **T <= 64 (token generation).** Q4_0: the integer path of `pycoop.kernels.gemvq`. One
+  kernel computes the RMSNorm and quantises its output to q8_1 directly (`rms_norm_q8_1`);
+  the gate and up weights are one stacked 2I x H matrix, so one `gemv_q8_1` launch reads the
+  quantised activations once for both; `swiglu_q8_1` computes silu(gate) * up and quantises
+  it for the down projection; `gemv_q8_1` again, then `residual_add`. Q4_K (no integer
+  path): `rms_norm_f32`, the float `gemv` on the stacked matrix, `swiglu_f32`, `gemv`,
+  `residual_add`.
+- **T > 64 (prefill).** Cooperative-matrix GEMMs with f16 activations, computed transposed
+  (features x tokens) so that no activation is re-laid out between them: `rms_scale` (the
+  per-token 1/rms), `rms_norm_t` (normalise, scale, round to f16 and transpose into
+  H x Tp, Tp = T rounded up to the GEMM tile), the GEMM on the stacked gate/up matrix
+  (2I x Tp f32), `swiglu_t` (silu(gate) * up as f16, I x Tp), the down GEMM (H x Tp) and
+  `residual_t` (adds it back transposed). Q4_0 uses `gemm_q4_0_planes` (weights as nibble and
+  scale planes, dequantised while staging); Q4_K has no quantised GEMM, so `dequantize_q4_k`
+  expands the weights to f16 in a scratch buffer on every call and `gemm_khr_staged` multiplies.
+
+The definitions, exactly (f32 unless said): RMSNorm r = rsqrt(sum(x^2) / H + eps) with the
+sum's order chosen by the device, n = (x * r) * g; silu(a) = a / (1 + exp(-a)), h = silu(gate)
+* up; q8_1 quantisation as `quantize_q8_1_reference`; the f16 roundings of the GEMM path round
+to nearest even.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+import pycoop as pc
+from pycoop import f16, f32, i32, u32
+
+from .gemm import gemm_khr_staged, gemm_q4_0_planes, q4_0_planes
+from .gemv import (GGMLWeights, _f16_at, _fields_as_f32, _q4_k_scales, choose_kernel, gemv,
+                   gemv_grid, weights)
+from .gemvq import TINY, _round_away, gemv_q8_1
+
+F4 = pc.vec(f32, 4)
+U4 = pc.vec(u32, 4)
+H2 = pc.vec(f16, 2)
+WG = 256                                   # invocations per workgroup of the elementwise kernels
+FORMATS = ("q4_0", "q4_k")
+SMALL_T = 64                               # the GEMV kernels up to this many tokens
+
+
+def _groups(n: int) -> int:
+    return max(1, -(-n // WG))
+
+
+def _q8_1_lanes(xs: list):
+    """The q8_1 quantisation of a 32-value block held as 4 values by each of 8 consecutive
+    lanes (aligned to 8): this lane's packed word, the block's d and its sum s (as
+    `quantize_q8_1`, through a butterfly of shuffles)."""
+    amax = pc.max(pc.max(pc.abs(xs[0]), pc.abs(xs[1])), pc.max(pc.abs(xs[2]), pc.abs(xs[3])))
+    for m in (1, 2, 4):
+        amax = pc.max(amax, pc.subgroup.shuffle_xor(amax, m))
+    ok = amax >= TINY
+    den = pc.select(ok, amax, f32(1.0))
+    inv = pc.select(ok, f32(127.0) / den, f32(0.0))
+    d = pc.select(ok, den / f32(127.0), f32(0.0))
+    qs = [pc.max(pc.min(_round_away(x * inv), i32(127)), i32(-127)) for x in xs]
+    word = u32(0)
+    for c, q in enumerate(qs):
+        word = word | ((pc.bitcast(q, u32) & 0xFF) << (8 * c))
+    s = qs[0] + qs[1] + qs[2] + qs[3]
+    for m in (1, 2, 4):
+        s = s + pc.subgroup.shuffle_xor(s, m)
+    return word, d, s
+
+
+@pc.func
+def _row_rms(X, red, t, h4, lane, nsg: int, eps):
+    """rsqrt(sum of squares of row t of X (h4 vec4) / H + eps), reduced over the workgroup
+    (subgroup sums, then the subgroups' partials through shared memory `red`)."""
+    ss = f32(0.0)
+    for i in pc.range(lane, h4, WG):
+        v = X[t * h4 + i]
+        ss = ss + (v[0] * v[0] + v[1] * v[1]) + (v[2] * v[2] + v[3] * v[3])
+    ss = pc.subgroup.add(ss)
+    if pc.subgroup_local_id() == 0:
+        red[pc.subgroup_id()] = ss
+    pc.barrier()
+    tot = red[0]
+    for j in range(1, nsg):
+        tot = tot + red[j]
+    return pc.rsqrt(tot / f32(h4 * 4) + eps)
+
+
+def _check_sg(subgroup_size) -> None:
+    if subgroup_size not in (8, 16, 32, 64, 128):
+        raise ValueError(f"subgroup_size must be 8, 16, 32, 64 or 128, got {subgroup_size!r}")
+
+
+@functools.cache
+def rms_norm_q8_1(subgroup_size: int = 32):
+    """RMSNorm of each row of X (N x H f32 as vec4, H a multiple of 32) times G (H f32 as
+    vec4), quantised to q8_1 in the same kernel: Q (u32, N * H / 4), D (f32) and S (i32), one per
+    32-block, as `quantize_q8_1` writes them. One workgroup per row: grid N. Operands: X, G,
+    Q, D, S, H (u32), eps (f32)."""
+    _check_sg(subgroup_size)
+    nsg = WG // subgroup_size
+
+    @pc.kernel(workgroup_size=WG, subgroup_size=subgroup_size)
+    def rms_norm_q8_1(X: pc.ReadBuffer[F4], G: pc.ReadBuffer[F4], Q: pc.WriteBuffer[u32],
+                      D: pc.WriteBuffer[f32], S: pc.WriteBuffer[i32], H: u32, eps: f32):
+        red = pc.shared(f32, nsg)
+        t, lane = pc.workgroup_id.x, pc.local_invocation_index()
+        h4 = H >> 2
+        r = _row_rms(X, red, t, h4, lane, nsg, eps)
+        for j in pc.range(0, (h4 + (WG - 1)) // WG):       # the same trip count for every lane
+            i = j * WG + lane
+            ic = pc.min(i, h4 - 1)                          # whole 8-lane blocks past the end
+            v, g = X[t * h4 + ic], G[ic]
+            word, d, s = _q8_1_lanes([(v[c] * r) * g[c] for c in range(4)])
+            if i < h4:
+                Q[t * h4 + i] = word
+                if (i & 7) == 0:
+                    D[(t * h4 + i) >> 3] = d
+                    S[(t * h4 + i) >> 3] = s
+    return rms_norm_q8_1
+
+
+@functools.cache
+def rms_norm_f32(subgroup_size: int = 32):
+    """RMSNorm of each row of X (N x H f32 as vec4, H a multiple of 4) times G, into Y (N x H
+    f32 as vec4). One workgroup per row: grid N. Operands: X, G, Y, H, eps."""
+    _check_sg(subgroup_size)
+    nsg = WG // subgroup_size
+
+    @pc.kernel(workgroup_size=WG, subgroup_size=subgroup_size)
+    def rms_norm_f32(X: pc.ReadBuffer[F4], G: pc.ReadBuffer[F4], Y: pc.WriteBuffer[F4], H: u32,
+                     eps: f32):
+        red = pc.shared(f32, nsg)
+        t, lane = pc.workgroup_id.x, pc.local_invocation_index()
+        h4 = H >> 2
+        r = _row_rms(X, red, t, h4, lane, nsg, eps)
+        for i in pc.range(lane, h4, WG):
+            v, g = X[t * h4 + i], G[i]
+            Y[t * h4 + i] = pc.make_vector([(v[c] * r) * g[c] for c in range(4)])
+    return rms_norm_f32
+
+
+@functools.cache
+def rms_scale(subgroup_size: int = 32):
+    """R[t] = rsqrt(sum(X[t]^2) / H + eps) for each row of X (N x H f32 as vec4). One
+    workgroup per row: grid N. Operands: X, R, H, eps."""
+    _check_sg(subgroup_size)
+    nsg = WG // subgroup_size
+
+    @pc.kernel(workgroup_size=WG, subgroup_size=subgroup_size)
+    def rms_scale(X: pc.ReadBuffer[F4], R: pc.WriteBuffer[f32], H: u32, eps: f32):
+        red = pc.shared(f32, nsg)
+        t = pc.workgroup_id.x
+        r = _row_rms(X, red, t, H >> 2, pc.local_invocation_index(), nsg, eps)
+        if pc.local_invocation_index() == 0:
+            R[t] = r
+    return rms_scale
+
+
+def _pack_f16(vals: list):
+    """8 f32 values rounded to f16, packed as a uvec4 (value 2i + j in half j of word i)."""
+    return pc.make_vector([pc.bitcast(pc.make_vector([f16(vals[2 * i]), f16(vals[2 * i + 1])]),
+                                      u32) for i in range(4)])
+
+
+@pc.kernel(workgroup_size=WG)
+def rms_norm_t(X: pc.ReadBuffer[f32], R: pc.ReadBuffer[f32], G: pc.ReadBuffer[f32],
+               Y: pc.WriteBuffer[U4], T: u32, H: u32, ld: u32):
+    """Y (H x ld f16, as uvec4) = the transpose of (X[t] * R[t]) * G for the T rows of X
+    (T x H f32), zeros in columns T ... ld - 1 (ld a multiple of 8). One invocation per 8
+    columns of a row of Y: grid ceil(H * ld / 8 / 256)."""
+    g = pc.global_invocation_id.x
+    n8 = ld >> 3
+    if g < H * n8:
+        h, t0 = g // n8, (g % n8) * 8
+        gh = G[h]
+        vals = []
+        for c in range(8):
+            t = pc.min(t0 + c, T - 1)
+            vals.append(pc.select(t0 + c < T, (X[t * H + h] * R[t]) * gh, f32(0.0)))
+        Y[g] = _pack_f16(vals)
+
+
+def _silu_mul(a, b):
+    return a / (f32(1.0) + pc.exp(-a)) * b
+
+
+@functools.cache
+def swiglu_q8_1(subgroup_size: int = 32):
+    """h = silu(gate) * up for Y (N x 2I f32 as vec4: each row the I gate outputs, then the I
+    up outputs; I a multiple of 32), quantised to q8_1 in the same kernel: Q, D, S of h (N x
+    I). One invocation per 4 values of h: grid ceil(N * I / 4 / 256). Operands: Y, Q, D, S, N,
+    I."""
+    _check_sg(subgroup_size)
+
+    @pc.kernel(workgroup_size=WG, subgroup_size=subgroup_size)
+    def swiglu_q8_1(Y: pc.ReadBuffer[F4], Q: pc.WriteBuffer[u32], D: pc.WriteBuffer[f32],
+                    S: pc.WriteBuffer[i32], N: u32, I: u32):
+        g = pc.global_invocation_id.x
+        i4 = I >> 2
+        gc = pc.min(g, N * i4 - 1)                           # whole 8-lane blocks past the end
+        n, i = gc // i4, gc % i4
+        a, b = Y[n * 2 * i4 + i], Y[n * 2 * i4 + i4 + i]
+        word, d, s = _q8_1_lanes([_silu_mul(a[c], b[c]) for c in range(4)])
+        if g < N * i4:
+            Q[g] = word
+            if (g & 7) == 0:
+                D[g >> 3] = d
+                S[g >> 3] = s
+    return swiglu_q8_1
+
+
+@pc.kernel(workgroup_size=WG)
+def swiglu_f32(Y: pc.ReadBuffer[F4], Hh: pc.WriteBuffer[F4], N: u32, I: u32):
+    """Hh (N x I f32) = silu(gate) * up for Y (N x 2I f32, gate then up in each row; I a
+    multiple of 4), as vec4. Grid ceil(N * I / 4 / 256)."""
+    g = pc.global_invocation_id.x
+    i4 = I >> 2
+    if g < N * i4:
+        n, i = g // i4, g % i4
+        a, b = Y[n * 2 * i4 + i], Y[n * 2 * i4 + i4 + i]
+        Hh[g] = pc.make_vector([_silu_mul(a[c], b[c]) for c in range(4)])
+
+
+@pc.kernel(workgroup_size=WG)
+def swiglu_t(Y: pc.ReadBuffer[F4], Hh: pc.WriteBuffer[U4], n8: u32):
+    """Hh (I x ld f16 as uvec4, n8 = I * ld / 8) = silu(gate) * up for Y (2I x ld f32 as vec4:
+    the gate rows, then the up rows), rounded to f16. Grid ceil(n8 / 256)."""
+    g = pc.global_invocation_id.x
+    if g < n8:
+        a0, a1 = Y[2 * g], Y[2 * g + 1]
+        b0, b1 = Y[2 * n8 + 2 * g], Y[2 * n8 + 2 * g + 1]
+        Hh[g] = _pack_f16([_silu_mul(a0[c], b0[c]) for c in range(4)]
+                          + [_silu_mul(a1[c], b1[c]) for c in range(4)])
+
+
+@pc.kernel(workgroup_size=WG)
+def residual_add(X: pc.ReadBuffer[F4], Y: pc.ReadBuffer[F4], O: pc.WriteBuffer[F4], n4: u32):
+    """O = X + Y, n4 vec4 of f32. Grid ceil(n4 / 256)."""
+    g = pc.global_invocation_id.x
+    if g < n4:
+        O[g] = X[g] + Y[g]
+
+
+@pc.kernel(workgroup_size=WG)
+def residual_t(X: pc.ReadBuffer[f32], Y: pc.ReadBuffer[f32], O: pc.WriteBuffer[f32], T: u32,
+               H: u32, ld: u32):
+    """O (T x H f32) = X + the transpose of Y (H x ld f32, its first T columns). Grid
+    ceil(T * H / 256)."""
+    g = pc.global_invocation_id.x
+    if g < T * H:
+        t, h = g // H, g % H
+        O[g] = X[g] + Y[h * ld + t]
+
+
+@pc.kernel(workgroup_size=WG)
+def dequantize_q4_k(W: pc.ReadBuffer[U4], Y: pc.WriteBuffer[U4], nsb: u32):
+    """Q4_K super-blocks (144 bytes = 9 uvec4 each, llama.cpp's layout) to f16: Y holds the
+    256 weights d * scale * q - dmin * min of each (computed in f32, rounded to f16) in order,
+    8 per uvec4. One invocation per 8 nibble bytes (16 weights): grid ceil(nsb * 16 / 256)."""
+    g = pc.global_invocation_id.x
+    if g < nsb * 16:
+        sb, j, p = g >> 4, (g >> 2) & 3, g & 3          # quarter j, nibble bytes 32j + 8p ..
+        h = W[sb * 9]
+        d, dmin = _f16_at(h[0], False), _f16_at(h[0], True)
+        sc0, sc1, m0, m1 = _q4_k_scales(h[1], h[2], h[3], j)
+        v = W[sb * 9 + 1 + 2 * j + (p >> 1)]
+        odd = (p & 1) == 1
+        words = [pc.select(odd, v[2], v[0]), pc.select(odd, v[3], v[1])]
+        lo, hi = [], []
+        for q in words:
+            lo += _fields_as_f32(q, 0.0, 4, 0)
+            hi += _fields_as_f32(q, 0.0, 4, 4)
+        a0, b0, a1, b1 = d * sc0, dmin * m0, d * sc1, dmin * m1
+        Y[sb * 32 + 8 * j + p] = _pack_f16([a0 * q - b0 for q in lo])
+        Y[sb * 32 + 8 * j + 4 + p] = _pack_f16([a1 * q - b1 for q in hi])
+
+
+def _tile(M1: int, M2: int, K1: int, K2: int):
+    """(BM, BN, BK, SGM, SGN) of the GEMMs: 128 x 128 tiles where the shapes allow, else 32."""
+    if all(m % 128 == 0 for m in (M1, M2)) and all(k % 64 == 0 for k in (K1, K2)):
+        return 128, 128, 64, 2, 4
+    return 32, 32, 64, 1, 1
+
+
+class MLPBlock:
+    """x -> x + down(silu(gate(n)) * up(n)), n = RMSNorm(x) * norm_weight, for GGUF weights.
+
+    `gate`, `up` (I x H) and `down` (H x I): anything `weights()` takes (GGUF tensors, raw
+    blocks with `fmt`), all Q4_0 or all Q4_K. `norm_weight`: H f32. The weights are uploaded
+    to `backend` once. `block(x)` takes x (T x H f32 `pc.Array` on that backend, or H for one
+    token) and returns a new array of the same shape; every launch is queued, nothing is
+    copied to the host. `small_t`: the largest T for the GEMV kernels (above it, the GEMMs)."""
+
+    def __init__(self, gate, up, down, norm_weight, fmt: str | None = None, *, eps: float = 1e-5,
+                 backend: str | None = None, subgroup_size: int = 32, small_t: int = SMALL_T):
+        g, u, d = (weights(w, fmt) for w in (gate, up, down))
+        if not (g.fmt == u.fmt == d.fmt) or g.fmt not in FORMATS:
+            raise ValueError(f"MLPBlock: gate, up and down must all be one of "
+                             f"{', '.join(FORMATS)}; got {g.fmt}, {u.fmt}, {d.fmt}")
+        if (g.M, g.K) != (u.M, u.K) or (d.M, d.K) != (g.K, g.M):
+            raise ValueError(f"MLPBlock: gate and up are I x H and down H x I; got gate "
+                             f"{g.M}x{g.K}, up {u.M}x{u.K}, down {d.M}x{d.K}")
+        self.fmt, self.I, self.H = g.fmt, g.M, g.K
+        nw = np.ascontiguousarray(np.asarray(norm_weight, np.float32).reshape(-1))
+        if nw.size != self.H:
+            raise ValueError(f"MLPBlock: norm_weight has {nw.size} values, not H = {self.H}")
+        _check_sg(subgroup_size)
+        self.eps, self.small_t, self.sg = float(eps), int(small_t), subgroup_size
+        self.backend = pc.zeros(1, pc.f32, backend=backend).backend
+        bk = self.backend
+        self.gate_up = weights(np.concatenate([g.data, u.data]), g.fmt)      # 2I x H stacked
+        self.down = d
+        self.norm = pc.asarray(nw, backend=bk)
+        self.tile = _tile(2 * self.I, self.H, self.H, self.I)
+        self._gemm_w: dict = {}
+
+    # -- weights for the large-T GEMMs, made on first use
+    def _planes(self, W: GGMLWeights):
+        if id(W) not in self._gemm_w:
+            q, d = q4_0_planes(W.data, W.M, W.K)
+            self._gemm_w[id(W)] = (pc.asarray(q, backend=self.backend),
+                                   pc.asarray(d, backend=self.backend))
+        return self._gemm_w[id(W)]
+
+    def __call__(self, x: pc.Array) -> pc.Array:
+        if not isinstance(x, pc.Array):
+            raise TypeError("MLPBlock takes a pc.Array (pc.asarray(x, backend=...)), got "
+                            f"{type(x).__name__}")
+        if x.backend != self.backend:
+            raise ValueError(f"MLPBlock: x is on {x.backend}, the weights on {self.backend}")
+        if x.dtype != np.float32 or x.shape[-1] != self.H or x.ndim not in (1, 2):
+            raise ValueError(f"MLPBlock: x is T x {self.H} (or {self.H}) float32, got "
+                             f"{x.shape} {x.dtype}")
+        T = 1 if x.ndim == 1 else x.shape[0]
+        x2 = x.reshape(T, self.H)
+        out = self._small(x2, T) if T <= self.small_t else self._large(x2, T)
+        return out.reshape(x.shape)
+
+    def _small(self, x, T: int):
+        bk, H, I, sg = self.backend, self.H, self.I, self.sg
+        q8 = self.fmt == "q4_0"
+        ys = []
+        for W in (self.gate_up, self.down):
+            cfg = choose_kernel(W.fmt, T, activations="q8_1" if q8 else "f32")
+            grid = gemv_grid(W.M, T, cfg.rows, cfg.nt, cfg.subgroups)
+            if q8:
+                k = gemv_q8_1(W.fmt, cfg.rows, cfg.nt, cfg.subgroups, sg, cfg.parts or 4,
+                              cfg.unroll)
+            else:
+                k = gemv(W.fmt, cfg.rows, cfg.nt, cfg.subgroups, sg, 8, cfg.unroll, cfg.parts)
+            ys.append((k, grid, cfg))
+        (k1, g1, c1), (k2, g2, c2) = ys
+        y1 = pc.empty((T, 2 * I), pc.f32, backend=bk)
+        y2 = pc.empty((T, H), pc.f32, backend=bk)
+        if q8:
+            nb1, nb2 = T * H // 32, T * I // 32
+            q1, d1, s1 = (pc.empty(nb1 * 8, pc.u32, backend=bk), pc.empty(nb1, pc.f32, backend=bk),
+                          pc.empty(nb1, pc.i32, backend=bk))
+            rms_norm_q8_1(sg)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), q1, d1, s1, H,
+                                 self.eps)
+            k1[g1](self.gate_up.kernel_array(bk), q1.reshape(-1, 4) if c1.parts == 1 else q1,
+                   d1, s1, y1, 2 * I, T, H)
+            q2, d2, s2 = (pc.empty(nb2 * 8, pc.u32, backend=bk), pc.empty(nb2, pc.f32, backend=bk),
+                          pc.empty(nb2, pc.i32, backend=bk))
+            swiglu_q8_1(sg)[_groups(T * I // 4)](y1.reshape(-1, 4), q2, d2, s2, T, I)
+            k2[g2](self.down.kernel_array(bk), q2.reshape(-1, 4) if c2.parts == 1 else q2,
+                   d2, s2, y2, H, T, I)
+        else:
+            xn = pc.empty((T, H), pc.f32, backend=bk)
+            rms_norm_f32(sg)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.reshape(-1, 4), H,
+                                self.eps)
+            k1[g1](self.gate_up.kernel_array(bk), xn.reshape(-1, 4), y1, 2 * I, T, H)
+            h = pc.empty((T, I), pc.f32, backend=bk)
+            swiglu_f32[_groups(T * I // 4)](y1.reshape(-1, 4), h.reshape(-1, 4), T, I)
+            k2[g2](self.down.kernel_array(bk), h.reshape(-1, 4), y2, H, T, I)
+        out = pc.empty((T, H), pc.f32, backend=bk)
+        residual_add[_groups(T * H // 4)](x.reshape(-1, 4), y2.reshape(-1, 4),
+                                          out.reshape(-1, 4), T * H // 4)
+        return out
+
+    def _gemm(self, W: GGMLWeights, X, Y, ld: int) -> None:
+        """Y (W.M x ld f32) = W @ X, X (W.K x ld f16 as uvec4)."""
+        BM, BN, BK, SGM, SGN = self.tile
+        grid = (W.M // BM, ld // BN)
+        bk = self.backend
+        if self.fmt == "q4_0":
+            q, d = self._planes(W)
+            gemm_q4_0_planes(BM, BN, BK, SGM, SGN)[grid](q, d, X, Y, W.M, ld, W.K)
+        else:
+            wf = pc.empty((W.M * W.K // 8, 4), pc.u32, backend=bk)
+            nsb = W.M * W.K // 256
+            dequantize_q4_k[_groups(nsb * 16)](W.kernel_array(bk), wf, nsb)
+            gemm_khr_staged(BM, BN, 32, SGM, SGN, vector_copy=True)[grid](wf, X, Y, W.M, ld,
+                                                                          W.K)
+
+    def _large(self, x, T: int):
+        bk, H, I = self.backend, self.H, self.I
+        ld = -(-T // self.tile[1]) * self.tile[1]
+        r = pc.empty(T, pc.f32, backend=bk)
+        rms_scale(self.sg)[T](x.reshape(-1, 4), r, H, self.eps)
+        xt = pc.empty((H * ld // 8, 4), pc.u32, backend=bk)
+        rms_norm_t[_groups(H * ld // 8)](x.reshape(-1), r, self.norm, xt, T, H, ld)
+        y1 = pc.empty((2 * I, ld), pc.f32, backend=bk)
+        self._gemm(self.gate_up, xt, y1, ld)
+        h = pc.empty((I * ld // 8, 4), pc.u32, backend=bk)
+        swiglu_t[_groups(I * ld // 8)](y1.reshape(-1, 4), h, I * ld // 8)
+        y2 = pc.empty((H, ld), pc.f32, backend=bk)
+        self._gemm(self.down, h, y2, ld)
+        out = pc.empty((T, H), pc.f32, backend=bk)
+        residual_t[_groups(T * H)](x.reshape(-1), y2.reshape(-1), out.reshape(-1), T, H, ld)
+        return out
+
+
+def mlp_reference(x, Wg, Wu, Wd, norm_weight, eps: float = 1e-5) -> np.ndarray:
+    """The block in f64 NumPy for dequantised weights (Wg, Wu: I x H; Wd: H x I) and x (T x H
+    or H)."""
+    x = np.asarray(x, np.float64)
+    n = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * np.asarray(norm_weight, np.float64)
+    g, u = n @ np.asarray(Wg, np.float64).T, n @ np.asarray(Wu, np.float64).T
+    return x + (g / (1 + np.exp(-g)) * u) @ np.asarray(Wd, np.float64).T
