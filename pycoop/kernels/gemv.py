@@ -16,7 +16,7 @@ each weight byte once, wide and coalesced, and to do little arithmetic per byte:
   the format's offset) exactly; a block's scale multiplies its dot product once.
 
 `matmul_q` picks the kernel and configuration by shape and format (`choose_kernel`); larger
-N go to the cooperative-matrix GEMM where one exists for the format (`gemm_q4_0`). With
+N go to the cooperative-matrix GEMM of the format (`gemm_q4_0`, `gemm_q8_0`, `gemm_q4_k`). With
 `activations="q8_1"`, Q8_0 and Q4_0 weights take the integer path of `pycoop.kernels.gemvq`
 instead: X quantised to 8 bits per 32-block, then integer dot products of packed 8-bit lanes.
 """
@@ -31,12 +31,14 @@ import pycoop as pc
 from pycoop import f16, f32, u32
 
 from .gemm import gemm_q4_0
+from .gemm_quant import _f16_at, _q4_k_scales, gemm_q4_k, gemm_q8_0
 from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1, store_row_sums
 
 # weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
 BLOCKS = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_k": (256, 144)}
 FORMATS = tuple(BLOCKS)
 MAX_SMALL_N = 64                         # above this, the large-N GEMM where the format has one
+LARGE_N_GEMMS = {"q4_0": gemm_q4_0, "q8_0": gemm_q8_0, "q4_k": gemm_q4_k}   # decode-function GEMMs
 
 _MAGIC = 0x4B000000                      # the bits of 2^23 (f32): OR a small int into its mantissa
 _TWO23 = 8388608.0
@@ -85,11 +87,6 @@ def _x_slots(fmt: str, vec: int, P: int) -> list:
     hi = {"q4_0": 4, "q4_k": 8, "q8_0": None}[fmt]
     return [o for i in range(WORDS[fmt] // P)
             for o in ([P * i] if hi is None else [P * i, hi + P * i])]
-
-
-def _f16_at(word, high):
-    """The f16 in the low (or, where `high`, the high) half of a u32, as an f32."""
-    return f32(pc.bitcast(pc.u16((word >> pc.select(high, u32(16), u32(0))) & 0xFFFF), f16))
 
 
 def _fields_as_f32(word, offset: float, bits: int = 8, shift: int = 0) -> list:
@@ -144,18 +141,6 @@ def _q8_0_unit(W, g, words: list, xcols: list) -> list:
     for w in words:
         vals += _fields_as_f32(_payload_word(W, base, odd, w) ^ 0x80808080, 128.0)
     return [d * _dot(vals, xs) for xs in xcols]
-
-
-def _q4_k_scales(h1, h2, h3, j):
-    """The 6-bit scales and mins of sub-blocks 2j and 2j + 1 of a Q4_K super-block, from its
-    12 packed scale bytes (words h1, h2, h3). Sub-blocks 0-3 keep scale and min in the low 6
-    bits of bytes 0-3 and 4-7; sub-blocks 4-7 in the nibbles of bytes 8-11 with their top 2
-    bits in the top bits of bytes 0-3 (scales) and 4-7 (mins): computed for 4 bytes at once."""
-    lo = j < 2
-    sc = pc.select(lo, h1 & 0x3F3F3F3F, (h3 & 0x0F0F0F0F) | ((h1 >> 2) & 0x30303030))
-    mn = pc.select(lo, h2 & 0x3F3F3F3F, ((h3 >> 4) & 0x0F0F0F0F) | ((h2 >> 2) & 0x30303030))
-    shift = (j & 1) << 4                         # bytes 2j % 4 and 2j % 4 + 1
-    return [f32((v >> (shift + s)) & 0xFF) for v in (sc, mn) for s in (0, 8)]
 
 
 def _q4_k_words(W4, sb, j, P: int, part, pick: list) -> list:
@@ -311,9 +296,9 @@ class GemvConfig:
     """A kernel choice of `choose_kernel`: `kind` is "gemv" (the kernels above, N = 1 ... 64,
     or any N for formats without a large-N GEMM; `rows`, `nt`, `subgroups`, `unroll`,
     `parts` as in `gemv`), "q8_1" (the integer path: `quantize_q8_1` then `gemv_q8_1` with
-    these fields, Q8_0 and Q4_0 only) or "coopmat" (`gemm_q4_0` with `tile` = (vectors,
-    weight rows, K) per workgroup; below 128 vectors it computes with the weights as the A
-    operand, `weights_first`)."""
+    these fields, Q8_0 and Q4_0 only) or "coopmat" (`gemm_q4_0`, `gemm_q8_0` or `gemm_q4_k`
+    by format, with `tile` = (vectors, weight rows, K) per workgroup; below 128 vectors it
+    computes with the weights as the A operand, `weights_first`)."""
     kind: str
     rows: int = 1
     nt: int = 1
@@ -340,7 +325,7 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
         nt = min(64, 1 << (int(N) - 1).bit_length())
         return GemvConfig("q8_1", rows=2 if nt <= 32 else 1, nt=nt,
                           parts=4 if nt == 1 else 2 if nt <= 4 else 1)
-    if N > large_n and fmt == "q4_0":
+    if N > large_n and fmt in LARGE_N_GEMMS:
         bm = next(t for t in (16, 32, 64, 128) if N <= t or t == 128)    # vectors per tile
         return GemvConfig("coopmat", tile=(bm, 128, 32))
     if N == 1:           # quantised: 2 rows share each x value (x is 7x the weight bytes)
@@ -479,10 +464,10 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
         _check_activations(Wq.fmt, "q8_1")
         return _matmul_q8_1(Wq, X, N, vector, device, bk, cfg, subgroup_size)
     if cfg.kind == "coopmat":
-        if Wq.fmt != "q4_0":
+        if Wq.fmt not in LARGE_N_GEMMS:
             raise ValueError(f"matmul_q: no cooperative-matrix GEMM for {Wq.fmt} weights; "
                              "use GemvConfig('gemv', ...)")
-        return _coopmat_q4_0(Wq, X, N, vector, device, bk, cfg.tile)
+        return _coopmat(Wq, X, N, vector, device, bk, cfg.tile)
     if cfg.kind != "gemv":
         raise ValueError(f"matmul_q: config.kind is 'gemv', 'q8_1' or 'coopmat', got {cfg.kind!r}")
     vec = 8 if Wq.fmt != "f16" or Wq.K % 8 == 0 else 1
@@ -499,12 +484,12 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     return y.reshape(Wq.M) if vector else y
 
 
-def _coopmat_q4_0(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, tile):
-    """N > 64 Q4_0: the workgroup-scope cooperative-matrix GEMM decoding the blocks while
-    loading (NV cooperative matrices 2 on Vulkan). Its activations are f16: a device X is
-    converted through host memory."""
+def _coopmat(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, tile):
+    """N > 64 Q4_0, Q8_0 or Q4_K: the workgroup-scope cooperative-matrix GEMM decoding the
+    blocks while loading (NV cooperative matrices 2 on Vulkan). Its activations are f16: a
+    device X is converted through host memory."""
     bm, bn, bk_ = tile
-    k = gemm_q4_0(bm, bn, bk_, 256, weights_first=bm < 128)
+    k = LARGE_N_GEMMS[Wq.fmt](bm, bn, bk_, 256, weights_first=bm < 128)
     grid = (-(-N // bm), -(-Wq.M // bn))
     if device:
         x = pc.asarray(X.numpy().astype(np.float16), backend=bk)   # f16 activations

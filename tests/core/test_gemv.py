@@ -103,8 +103,9 @@ def test_choose_kernel_by_shape_and_format():
     assert choose_kernel("f16", 1) == GemvConfig("gemv", 1, 1)
     assert choose_kernel("q4_k", 2).nt == 2 and choose_kernel("q8_0", 3).nt == 4
     assert {choose_kernel("f16", n).nt for n in (5, 16, 64)} == {8}
-    for fmt in ("f16", "q8_0", "q4_k"):       # no large-N GEMM for these: tiles of the GEMV
-        assert choose_kernel(fmt, 512).kind == "gemv"
+    assert choose_kernel("f16", 512).kind == "gemv"    # no large-N GEMM: tiles of the GEMV
+    for fmt in ("q8_0", "q4_0", "q4_k"):
+        assert choose_kernel(fmt, 512).kind == "coopmat"
     assert gemv_grid(4096, 16, rows=2, nt=8, subgroups=4) == (2, 512)
 
 

@@ -1,0 +1,330 @@
+"""Large-N GEMMs over llama.cpp's Q8_0 and Q4_K weights (prefill: many activation vectors),
+built as the Q4_0 ones of `pycoop.kernels.gemm`, with the block formats' NumPy helpers.
+
+`gemm_q8_0(...)` / `gemm_q4_k(...)`: workgroup-scope NV cooperative matrices through tensor
+layouts, any M and N, the weights decoded by a decode function while loading (`gemm_q4_0`'s
+structure and options). `gemm_q8_0_planes(...)`: Q8_0 weights as two planes (`q8_0_planes`),
+dequantised by hand into shared memory (`gemm_q4_0_planes`'s structure and options).
+
+Formats, bit for bit as in a GGUF file (llama.cpp's ggml-common.h):
+- Q8_0: blocks of 32 weights along K, 34 bytes: an f16 scale d, then 32 signed bytes q;
+  weight = d * q.
+- Q4_K: super-blocks of 256 weights, 144 bytes: f16 d and dmin, 12 bytes of 6-bit scales
+  and mins of its 8 sub-blocks of 32, then 128 bytes of nibbles (bytes 32j .. 32j + 31 hold
+  sub-block 2j in their low nibbles and 2j + 1 in their high ones);
+  weight = d * scale * q - dmin * min.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+import pycoop as pc
+from pycoop import f16, f32, u32
+
+from .gemm import (Acc, _add_tiles_atomic, _check_split_k, _check_tiling, _split_rows,
+                   _staged_k_loop, _store_tiles, _tile_products, _uvec4_slots)
+
+Q8_0 = pc.struct("Q8_0", d=f16, qs=pc.array(pc.u16, 16))       # 34 bytes: scale, 32 int8
+# 144 bytes: d, dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of nibbles
+Q4_K = pc.struct("Q4_K", d=f16, dmin=f16, scales=pc.array(u32, 3), qs=pc.array(u32, 32))
+U4 = pc.vec(u32, 4)
+
+
+def _f16_at(word, high):
+    """The f16 in the low (or, where `high`, the high) half of a u32, as an f32."""
+    return f32(pc.bitcast(pc.u16((word >> pc.select(high, u32(16), u32(0))) & 0xFFFF), f16))
+
+
+def _q4_k_scales(h1, h2, h3, j):
+    """The 6-bit scales and mins of sub-blocks 2j and 2j + 1 of a Q4_K super-block, from its
+    12 packed scale bytes (words h1, h2, h3). Sub-blocks 0-3 keep scale and min in the low 6
+    bits of bytes 0-3 and 4-7; sub-blocks 4-7 in the nibbles of bytes 8-11 with their top 2
+    bits in the top bits of bytes 0-3 (scales) and 4-7 (mins): computed for 4 bytes at once."""
+    lo = j < 2
+    sc = pc.select(lo, h1 & 0x3F3F3F3F, (h3 & 0x0F0F0F0F) | ((h1 >> 2) & 0x30303030))
+    mn = pc.select(lo, h2 & 0x3F3F3F3F, ((h3 >> 4) & 0x0F0F0F0F) | ((h2 >> 2) & 0x30303030))
+    shift = (j & 1) << 4                         # bytes 2j % 4 and 2j % 4 + 1
+    return [f32((v >> (shift + s)) & 0xFF) for v in (sc, mn) for s in (0, 8)]
+
+
+def _q8_0_weight(block, block_coord, coord_in_block):
+    """One weight of a Q8_0 block, d * q: byte j of the 32, read from its u16 pair. XOR with
+    0x80 makes the signed byte q the unsigned q + 128; OR-ed into the mantissa of 1024.0
+    (0x6400) it reads as 1152 + q, and subtracting 1152 is exact (no integer conversion)."""
+    j = coord_in_block[1]
+    b = (u32(block.qs[j >> 1]) >> ((j & 1) << 3)) & 0xFF
+    return (pc.bitcast(pc.u16((b ^ 0x80) | 0x6400), f16) - f16(1152.0)) * block.d
+
+
+def _q4_k_weight(block, block_coord, coord_in_block):
+    """One weight of a Q4_K super-block, d * scale * q - dmin * min in f32 (as llama.cpp's
+    dequantisation), then f16: weight j is in sub-block s = j / 32, nibble byte
+    32 (j / 64) + j % 32, its low nibble for even s and its high one for odd s."""
+    j = coord_in_block[1]
+    s = j >> 5
+    sc0, sc1, m0, m1 = _q4_k_scales(block.scales[0], block.scales[1], block.scales[2], s >> 1)
+    odd = (s & 1) == 1
+    byte = ((j >> 6) << 5) + (j & 31)
+    q = f32((block.qs[byte >> 2] >> (((byte & 3) << 3) + ((s & 1) << 2))) & 15)
+    return f16(f32(block.d) * pc.select(odd, sc1, sc0) * q
+               - f32(block.dmin) * pc.select(odd, m1, m0))
+
+
+def _decoded_gemm(name: str, block_type, qk: int, decode, BM: int, BN: int, BK: int,
+                  invocations: int, unroll: int, specialize: bool, driver_unroll, clamp: str,
+                  weights_first: bool):
+    """gemm_q4_0's kernel for blocks of `qk` weights of `block_type` decoded by `decode`."""
+    if BK % 32 or (qk > 32 and qk % BK and BK % qk):
+        raise ValueError(f"{name}: BK must be a multiple of 32 that divides or is a multiple of "
+                         f"the {qk}-weight block, got {BK}")
+    rows, cols = (BN, BM) if weights_first else (BM, BN)       # of the matrices multiplied
+    MA = pc.coopmat[f16, pc.Workgroup, rows, BK, pc.UseA]
+    MB = pc.coopmat[f16, pc.Workgroup, BK, cols, pc.UseB]
+    MC = pc.coopmat[f32, pc.Workgroup, rows, cols, pc.Accumulator]
+    Dim = pc.Const if specialize else u32
+
+    def gemm(X: pc.Buffer[f16], W: pc.ReadBuffer[block_type], Y: pc.Buffer[f32], M: Dim, N: Dim,
+             K: Dim):
+        lx = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, K)
+        lw = pc.nv.tensor_layout(2, clamp=clamp).block_size(1, qk).dimension(N, K)
+        ly = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, N)
+        tr = pc.nv.tensor_view(2, False, (1, 0))
+        if weights_first:
+            tile = pc.workgroup_id.x + pc.workgroup_id.y * pc.num_workgroups.x
+            m0, n0 = (tile // pc.num_workgroups.y) * BM, (tile % pc.num_workgroups.y) * BN
+        else:
+            m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
+        if clamp == "undefined":
+            _check_tiling(name, M, N, K, BM, BN, BK * unroll, 1)
+        acc = MC.fill(0.0)
+        for k in pc.range(0, K, BK * unroll, unroll=driver_unroll):
+            for u in range(unroll):
+                kk = k + BK * u
+                if weights_first:
+                    a = pc.nv.load_tensor(W, lw.slice(n0, BN, kk, BK), MA, decode=decode)
+                    b = pc.nv.load_tensor(X, lx.slice(m0, BM, kk, BK), MB, view=tr)
+                else:
+                    a = pc.nv.load_tensor(X, lx.slice(m0, BM, kk, BK), MA)
+                    b = pc.nv.load_tensor(W, lw.slice(n0, BN, kk, BK), MB, view=tr, decode=decode)
+                acc = pc.mul_add(a, b, acc)
+        pc.nv.store_tensor(Y, ly.slice(m0, BM, n0, BN), acc, view=tr if weights_first else None)
+
+    gemm.__name__ = gemm.__qualname__ = name
+    return pc.kernel(workgroup_size=invocations)(gemm)
+
+
+@functools.cache
+def gemm_q8_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1,
+              specialize: bool = False, driver_unroll: bool | int | None = None,
+              clamp: str = "constant", weights_first: bool = False):
+    """Y (M x N, f32) = X (M x K, f16) @ W.T, W (N x K) in Q8_0 blocks of 32 along K (the raw
+    bytes, as a buffer of `Q8_0`), decoded while loading. Options, grid and operands as in
+    `gemm_q4_0`: any M and N with the Constant clamp, K a multiple of 32."""
+    return _decoded_gemm("gemm_q8_0", Q8_0, 32, _q8_0_weight, BM, BN, BK, invocations, unroll,
+                         specialize, driver_unroll, clamp, weights_first)
+
+
+@functools.cache
+def gemm_q4_k(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1,
+              specialize: bool = False, driver_unroll: bool | int | None = None,
+              clamp: str = "constant", weights_first: bool = False):
+    """Y (M x N, f32) = X (M x K, f16) @ W.T, W (N x K) in Q4_K super-blocks of 256 along K
+    (the raw bytes, as a buffer of `Q4_K`), decoded while loading; BK divides 256 or is a
+    multiple of it. Options, grid and operands as in `gemm_q4_0`: any M and N with the
+    Constant clamp, K a multiple of 256."""
+    return _decoded_gemm("gemm_q4_k", Q4_K, 256, _q4_k_weight, BM, BN, BK, invocations, unroll,
+                         specialize, driver_unroll, clamp, weights_first)
+
+
+def _byte_pairs(c, d):
+    """The 4 signed bytes of u32 `c` (weights 4i .. 4i + 3 of a Q8_0 block) times scale d
+    (f16x2), as two f16x2 in u32s: bytes 0, 1 and 2, 3 spread to bits 0 and 16, offset to
+    unsigned (XOR 0x80) and OR-ed into the mantissa of 1024.0, minus 1152."""
+    out = []
+    for s in ((c & 0xFF) | ((c & 0xFF00) << 8), ((c >> 16) & 0xFF) | ((c >> 8) & 0xFF0000)):
+        w = pc.bitcast((s ^ 0x00800080) | 0x64006400, pc.vec(f16, 2))
+        out.append(pc.bitcast((w - pc.make_vector([f16(1152.0)] * 2)) * d, u32))
+    return out
+
+
+@functools.cache
+def gemm_q8_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
+                     pad: int = 8, specialize: bool = False,
+                     driver_unroll: bool | int | None = None, split_k: int = 1,
+                     split_k_mode: str = "stacked"):
+    """Y (M x N, f32) = W (M x K, Q8_0) @ X (K x N, f16), the weights as two planes
+    (`q8_0_planes`): Q, two uvec4 of signed bytes per block, and D, an f16 scale per block.
+
+    `gemm_q4_0_planes`'s structure: each invocation loads whole blocks (two aligned uvec4 and
+    a scale, consecutive invocations on consecutive blocks) a k-step ahead and dequantises
+    them in registers while storing them into the shared W tile; X is copied as uvec4
+    (`X.view(np.uint32).reshape(-1, 4)`). M and N must be multiples of the tile and K of BK;
+    BK a multiple of 32, pad of 8. The grid is (M // BM, N // BN), or (M // BM, N // BN,
+    split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged.
+    """
+    _check_split_k(split_k, split_k_mode)
+    atomic = split_k > 1 and split_k_mode == "atomic"
+    TM, TN = BM // (16 * SGM), BN // (16 * SGN)
+    lda, ldx = BK + pad, BN + pad                 # halves per shared row of W and of X
+    nth = 32 * SGM * SGN
+    blocks = BM * BK // 32                        # Q8_0 blocks of a W tile
+    Dim = pc.Const if specialize else u32
+    if BK % 32 or pad % 8 or (BK * BN // 8) % nth or blocks % nth:
+        raise ValueError(f"gemm_q8_0_planes needs BK a multiple of 32, pad of 8, and whole "
+                         f"uvec4 of X and Q8_0 blocks per invocation ({nth} invocations)")
+
+    @pc.kernel(workgroup_size=nth)
+    def gemm_q8_0_planes(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[f16], X: pc.ReadBuffer[U4],
+                         Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
+        sw, sx = pc.shared(U4, BM * lda // 8), pc.shared(U4, BK * ldx // 8)
+        scratch = pc.shared(f32, SGM * SGN * 256) if atomic else None     # a tile per subgroup
+        sg, t = pc.subgroup_id(), pc.local_invocation_index()
+        wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
+        m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
+        px = _uvec4_slots(t, nth, BK, BN)
+        pb = [divmod(t + q * nth, BK // 32) for q in range(blocks // nth)]   # (row, block)
+
+        def fetch(kn):
+            idx = [(m0 + r) * (K // 32) + kn // 32 + b for r, b in pb]
+            return [(Q[2 * i], Q[2 * i + 1], D[i]) for i in idx], \
+                [X[(kn + r) * (N // 8) + n0 // 8 + c] for r, c in px]
+
+        def stage(w, xs):
+            for (r, b), (q0, q1, d) in zip(pb, w):
+                dd = pc.make_vector([d, d])
+                for i, q in enumerate((q0, q1)):          # weights 16i .. 16i + 15
+                    for h in range(2):                    # uvec4 of weights 16i + 8h ..
+                        v = _byte_pairs(q[2 * h], dd) + _byte_pairs(q[2 * h + 1], dd)
+                        sw[r * (lda // 8) + 4 * b + 2 * i + h] = pc.make_vector(v)
+            for (r, c), v in zip(px, xs):
+                sx[r * (ldx // 8) + c] = v
+
+        _check_tiling("gemm_q8_0_planes", M, N, K, BM, BN, BK, split_k)
+        acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
+                             split_k, driver_unroll, fetch, stage,
+                             lambda acc: _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8))
+        if atomic:
+            _add_tiles_atomic(Y, acc, scratch, sg, m0 + wm, n0 + wn, N)
+        else:
+            _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
+    return gemm_q8_0_planes
+
+
+# --- NumPy helpers: quantisation, dequantisation, planes ----------------------------------
+
+def _rows_of_blocks(raw, rows: int, K: int, qk: int, size: int, fmt: str) -> np.ndarray:
+    if K % qk:
+        raise ValueError(f"{fmt} needs K a multiple of {qk} (its block), got K={K}")
+    b = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
+    if b.size != rows * K // qk * size:
+        raise ValueError(f"{fmt}: {rows} x {K} weights are {rows * K // qk * size} bytes, "
+                         f"got {b.size}")
+    return b.reshape(rows, K // qk, size)
+
+
+def _round_away(a: np.ndarray) -> np.ndarray:
+    """Round half away from zero (C's roundf, as llama.cpp)."""
+    return np.sign(a) * np.floor(np.abs(a) + 0.5)
+
+
+def quantize_q8_0(w: np.ndarray) -> np.ndarray:
+    """llama.cpp's Q8_0 quantisation of the rows of `w` (M x K, K a multiple of 32): the raw
+    bytes, M x (K / 32 * 34) uint8. Per block d = max |w| / 127 and q = round(w / d)."""
+    w = np.asarray(w, np.float32)
+    if w.ndim != 2 or w.shape[1] % 32:
+        raise ValueError(f"quantize_q8_0 takes an M x K matrix with K a multiple of 32, got "
+                         f"shape {w.shape}")
+    M, K = w.shape
+    blocks = w.reshape(M, K // 32, 32)
+    d = np.abs(blocks).max(axis=-1, keepdims=True) / 127
+    with np.errstate(divide="ignore"):
+        inv = np.where(d == 0, 0, 1 / np.where(d == 0, 1, d))
+    q = _round_away(blocks * inv).astype(np.int8)
+    out = np.concatenate([d.astype(np.float16).view(np.uint8), q.view(np.uint8)], axis=-1)
+    return out.reshape(M, -1)
+
+
+def dequantize_q8_0(raw, rows: int, K: int) -> np.ndarray:
+    """The rows x K f32 weights of Q8_0 bytes: d * q."""
+    b = _rows_of_blocks(raw, rows, K, 32, 34, "q8_0")
+    d = np.ascontiguousarray(b[..., :2]).view(np.float16).astype(np.float32)
+    q = np.ascontiguousarray(b[..., 2:]).view(np.int8).astype(np.float32)
+    return (d * q).reshape(rows, K)
+
+
+def q8_0_planes(raw, rows: int, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """llama.cpp Q8_0 blocks (raw bytes of a rows x K matrix) as two planes, losslessly: the 32
+    signed bytes of each block as two uvec4 (rows * K / 16 x 4 u32), and the scales
+    (rows * K / 32 f16). The layout of `gemm_q8_0_planes`; `q8_0_blocks` undoes it."""
+    b = _rows_of_blocks(raw, rows, K, 32, 34, "q8_0")
+    return (np.ascontiguousarray(b[..., 2:]).view(np.uint32).reshape(-1, 4),
+            np.ascontiguousarray(b[..., :2]).view(np.float16).reshape(-1))
+
+
+def q8_0_blocks(Q: np.ndarray, D: np.ndarray, rows: int) -> np.ndarray:
+    """The GGUF bytes (rows x row bytes, uint8) of the planes of `q8_0_planes`."""
+    nb = np.asarray(D).size
+    q = np.ascontiguousarray(Q, np.uint32).view(np.uint8).reshape(nb, 32)
+    d = np.ascontiguousarray(D, np.float16).view(np.uint8).reshape(nb, 2)
+    return np.concatenate([d, q], axis=1).reshape(rows, -1)
+
+
+def _q4_k_unpack_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 8 six-bit scales and mins of Q4_K super-blocks from their 12 scale bytes (... x 12)."""
+    s = s.astype(np.uint8)
+    sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], -1)
+    mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], -1)
+    return sc, mn
+
+
+def _q4_k_pack_scales(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
+    """The 12 scale bytes of Q4_K super-blocks from 8 six-bit scales and mins (... x 8)."""
+    sc, mn = sc.astype(np.uint8), mn.astype(np.uint8)
+    return np.concatenate([
+        (sc[..., :4] & 63) | ((sc[..., 4:] >> 4) << 6),
+        (mn[..., :4] & 63) | ((mn[..., 4:] >> 4) << 6),
+        (sc[..., 4:] & 15) | ((mn[..., 4:] & 15) << 4)], -1)
+
+
+def dequantize_q4_k(raw, rows: int, K: int) -> np.ndarray:
+    """The rows x K f32 weights of Q4_K bytes: d * scale * q - dmin * min per sub-block."""
+    b = _rows_of_blocks(raw, rows, K, 256, 144, "q4_k")
+    dm = np.ascontiguousarray(b[..., :4]).view(np.float16).astype(np.float32)    # ... x 2
+    sc, mn = _q4_k_unpack_scales(b[..., 4:16])
+    qs = b[..., 16:].reshape(rows, K // 256, 4, 1, 32)
+    q = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(rows, K // 256, 8, 32)
+    d = dm[..., :1, None] * sc[..., None].astype(np.float32)
+    m = dm[..., 1:, None] * mn[..., None].astype(np.float32)
+    return (d * q.astype(np.float32) - m).reshape(rows, K)
+
+
+def quantize_q4_k(w: np.ndarray) -> np.ndarray:
+    """A Q4_K quantisation of the rows of `w` (M x K, K a multiple of 256): the raw bytes,
+    M x (K / 256 * 144) uint8, readable by llama.cpp. Per sub-block of 32 the range
+    [min(w, 0), max(w)] is cut into 15 steps; its step and offset are stored as 6-bit
+    multiples of the super-block's d and dmin, and the nibbles are rounded against the stored
+    step and offset. (llama.cpp's own quantiser searches each sub-block's step and offset for
+    the least squared error instead; the layout is the same.)"""
+    w = np.asarray(w, np.float32)
+    if w.ndim != 2 or w.shape[1] % 256:
+        raise ValueError(f"quantize_q4_k takes an M x K matrix with K a multiple of 256, got "
+                         f"shape {w.shape}")
+    M, K = w.shape
+    x = w.reshape(M, K // 256, 8, 32)
+    lo = np.minimum(x.min(axis=-1), 0)                       # ... x 8: offsets (<= 0)
+    step = (x.max(axis=-1) - lo) / 15
+    d = (step.max(axis=-1, keepdims=True) / 63).astype(np.float16)
+    dmin = ((-lo).max(axis=-1, keepdims=True) / 63).astype(np.float16)
+    df, dminf = d.astype(np.float32), dmin.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.clip(_round_away(np.where(df > 0, step / df, 0)), 0, 63)
+        mn = np.clip(_round_away(np.where(dminf > 0, -lo / dminf, 0)), 0, 63)
+        ds, dm = df * sc, dminf * mn                             # the stored step and offset
+        q = np.where(ds[..., None] > 0, _round_away((x + dm[..., None]) / ds[..., None]), 0)
+    q = np.clip(q, 0, 15).astype(np.uint8).reshape(M, K // 256, 4, 2, 32)
+    nib = q[:, :, :, 0] | (q[:, :, :, 1] << 4)                 # ... x 4 x 32
+    head = np.concatenate([d, dmin], -1).view(np.uint8)       # ... x 4
+    out = np.concatenate([head, _q4_k_pack_scales(sc, mn), nib.reshape(M, K // 256, 128)], -1)
+    return out.reshape(M, -1)

@@ -1,0 +1,159 @@
+"""The large-N GEMMs over Q8_0 and Q4_K weights (pycoop.kernels.gemm_quant) on the emulator
+against NumPy dequantise-then-matmul with llama.cpp's own `gguf` package as the reference, the
+formats' NumPy helpers against gguf and their lossless round trips, and spirv-val of every
+configuration tested."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pycoop.kernels import (GemvConfig, choose_kernel, dequantize_q4_k, dequantize_q8_0,
+                            gemm_q4_k, gemm_q8_0, gemm_q8_0_planes, matmul_q, q8_0_blocks,
+                            q8_0_planes, quantize_q4_k, quantize_q8_0, sum_splits)
+
+from gemv_cases import gguf, make_weights, qtype, reference  # noqa: F401 (fixture)
+
+DECODED = {"q8_0": gemm_q8_0, "q4_k": gemm_q4_k}
+
+
+def close(y, ref):
+    """f16 weights and activations: the decoded weight is rounded to f16 once."""
+    np.testing.assert_allclose(y, ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 9), blocks=st.integers(1, 6), seed=st.integers(0, 2**16),
+       scale=st.sampled_from([1e-4, 1.0, 300.0]))
+def test_q8_0_helpers_match_gguf_bit_for_bit(gguf, m, blocks, seed, scale):
+    w = (np.random.default_rng(seed).standard_normal((m, 32 * blocks)) * scale).astype(np.float32)
+    w[0, :32] = 0                                  # an all-zero block: d = 0
+    q = quantize_q8_0(w)
+    np.testing.assert_array_equal(q, gguf.quants.quantize(w, qtype(gguf, "q8_0")))
+    np.testing.assert_array_equal(dequantize_q8_0(q, m, 32 * blocks),
+                                  gguf.quants.dequantize(q, qtype(gguf, "q8_0")))
+    Q, D = q8_0_planes(q, m, 32 * blocks)         # planes and back: the GGUF bytes, losslessly
+    assert Q.shape == (m * blocks * 2, 4) and D.shape == (m * blocks,)
+    np.testing.assert_array_equal(q8_0_blocks(Q, D, m), q)
+
+
+@settings(max_examples=15, deadline=None)
+@given(m=st.integers(1, 6), blocks=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_q4_k_dequantisation_matches_gguf_on_random_super_blocks(gguf, m, blocks, seed):
+    raw = make_weights(gguf, "q4_k", m, 256 * blocks, seed)
+    np.testing.assert_array_equal(dequantize_q4_k(raw, m, 256 * blocks),
+                                  gguf.quants.dequantize(raw, qtype(gguf, "q4_k")))
+
+
+@settings(max_examples=15, deadline=None)
+@given(m=st.integers(1, 6), blocks=st.integers(1, 3), seed=st.integers(0, 2**16),
+       shift=st.sampled_from([0.0, 2.0, -2.0]))
+def test_q4_k_quantisation_is_read_back_by_gguf_within_a_step(gguf, m, blocks, seed, shift):
+    w = np.random.default_rng(seed).standard_normal((m, 256 * blocks)).astype(np.float32) + shift
+    w[0, :32] = 0                                  # a constant sub-block
+    q = quantize_q4_k(w)
+    assert q.shape == (m, 144 * blocks) and q.dtype == np.uint8
+    back = gguf.quants.dequantize(q, qtype(gguf, "q4_k"))
+    np.testing.assert_array_equal(back, dequantize_q4_k(q, m, 256 * blocks))
+    # within one step of the super-block's widest sub-block (15 steps span [min(w, 0), max w])
+    x = w.reshape(m, blocks, 8, 32)
+    step = (x.max(-1) - np.minimum(x.min(-1), 0)).max(-1) / 15           # m x blocks
+    err = np.abs(back - w).reshape(m, blocks, 256).max(-1)
+    assert (err <= step * 1.01 + 1e-6).all(), (err / step).max()
+    np.testing.assert_array_equal(back[0, :32], 0)
+
+
+def test_helpers_check_their_shapes():
+    with pytest.raises(ValueError, match="K a multiple of 32"):
+        quantize_q8_0(np.zeros((2, 48)))
+    with pytest.raises(ValueError, match="K a multiple of 256"):
+        quantize_q4_k(np.zeros((2, 128)))
+    with pytest.raises(ValueError, match="2 x 256 weights are 288 bytes, got 144"):
+        dequantize_q4_k(np.zeros(144, np.uint8), 2, 256)
+
+
+CASES = [  # format, (BM, BN, BK, invocations, unroll, specialize), clamp, weights_first, M, N, K
+    ("q8_0", (64, 32, 32, 128, 1, False), "constant", False, 100, 72, 96),      # ragged M and N
+    ("q8_0", (64, 32, 32, 128, 1, False), "constant", True, 37, 50, 160),
+    ("q8_0", (64, 64, 64, 128, 2, True), "undefined", False, 128, 64, 256),
+    ("q8_0", (32, 64, 32, 128, 1, False), "undefined", True, 64, 128, 64),
+    ("q4_k", (64, 32, 32, 128, 1, False), "constant", False, 100, 72, 256),     # ragged M and N
+    ("q4_k", (64, 32, 64, 128, 1, False), "constant", True, 45, 40, 512),
+    ("q4_k", (64, 64, 256, 128, 1, True), "undefined", False, 64, 64, 512),     # whole super-blocks
+    ("q4_k", (32, 64, 32, 128, 2, False), "undefined", True, 64, 128, 256)]
+
+
+@pytest.mark.parametrize("fmt,cfg,clamp,first,M,N,K", CASES)
+def test_decoded_gemms_match_gguf(gguf, fmt, cfg, clamp, first, M, N, K):
+    rng = np.random.default_rng(M + N + K)
+    X = rng.standard_normal((M, K)).astype(np.float16)
+    W = make_weights(gguf, fmt, N, K, seed=M)
+    Y = np.full((M, N), np.nan, np.float32)
+    BM, BN, BK, inv, unroll, spec = cfg
+    k = DECODED[fmt](BM, BN, BK, inv, unroll, spec, clamp=clamp, weights_first=first)
+    k[(-(-M // BM), -(-N // BN))](X, W, Y, M, N, K, backend="emulator")
+    close(Y, reference(gguf, fmt, W, X))
+    assert k.compile(**({"M": M, "N": N, "K": K} if spec else {})).spv     # spirv-val
+
+
+def test_decoded_gemms_check_their_tiling():
+    with pytest.raises(ValueError, match="BK must be a multiple of 32"):
+        gemm_q8_0(64, 64, 16)
+    with pytest.raises(ValueError, match="divides or is a multiple of the 256-weight block"):
+        gemm_q4_k(64, 64, 96)
+    with pytest.raises(ValueError, match="N of 64 and K a multiple of 64"):
+        gemm_q8_0(64, 64, 32, 128, 2, True, clamp="undefined").compile(M=64, N=64, K=96)
+
+
+PLANES = [  # (BM, BN, BK, SGM, SGN), M, N, K, specialize, split_k, mode
+    ((64, 64, 64, 2, 2), 128, 64, 64, True, 1, "stacked"),       # one k-step
+    ((64, 64, 32, 1, 2), 64, 128, 96, False, 1, "stacked"),      # one block per row and k-step
+    ((64, 64, 128, 2, 2), 64, 64, 256, True, 1, "stacked"),      # four blocks per row
+    ((128, 64, 64, 4, 2), 128, 64, 128, False, 1, "stacked"),    # as many blocks as invocations
+    ((64, 64, 64, 2, 2), 64, 64, 256, True, 2, "stacked"),
+    ((64, 64, 64, 2, 2), 64, 64, 384, False, 3, "atomic")]
+
+
+@pytest.mark.parametrize("cfg,M,N,K,spec,split_k,mode", PLANES)
+def test_q8_0_planes_gemm_matches_gguf(gguf, cfg, M, N, K, spec, split_k, mode):
+    rng = np.random.default_rng(K + split_k)
+    W = rng.standard_normal((M, K)).astype(np.float32)
+    W[:, :32] *= 1e-3                                  # small scales next to large ones
+    Wq = quantize_q8_0(W)
+    X = rng.standard_normal((K, N)).astype(np.float16)
+    k = gemm_q8_0_planes(*cfg, specialize=spec, split_k=split_k, split_k_mode=mode)
+    atomic = mode == "atomic"
+    P = np.zeros((M if atomic else split_k * M, N), np.float32)
+    k[(M // cfg[0], N // cfg[1], split_k)](*q8_0_planes(Wq, M, K), X.view(np.uint32).reshape(-1, 4),
+                                           P, M, N, K, backend="emulator")
+    Y = P
+    if split_k > 1 and not atomic:
+        Y = np.zeros((M, N), np.float32)
+        n4 = M * N // 4
+        sum_splits(split_k)[(-(-n4 // 256),)](P.reshape(-1, 4), Y.reshape(-1, 4), n4,
+                                               backend="emulator")
+    ref = reference(gguf, "q8_0", Wq, X.T).T            # W @ X
+    close(Y, ref)
+    assert k.compile(**({"M": M, "N": N, "K": K} if spec else {})).spv
+
+
+def test_q8_0_planes_gemm_checks_its_tiling():
+    with pytest.raises(ValueError, match="BK a multiple of 32"):
+        gemm_q8_0_planes(64, 64, 48)
+    with pytest.raises(ValueError, match="Q8_0 blocks per invocation"):
+        gemm_q8_0_planes(64, 64, 32, 2, 2)             # 64 blocks for 128 invocations
+
+
+@pytest.mark.parametrize("fmt,M,K,N", [("q8_0", 40, 96, 70), ("q4_k", 33, 512, 65)])
+def test_matmul_q_sends_large_n_to_the_decoded_gemm(gguf, fmt, M, K, N):
+    """N > 64 Q8_0 / Q4_K run gemm_q8_0 / gemm_q4_k (f16 activations), ragged M and N."""
+    assert choose_kernel(fmt, N) == GemvConfig("coopmat", tile=(128, 128, 32))
+    assert choose_kernel(fmt, 64).kind == "gemv"
+    W = make_weights(gguf, fmt, M, K, seed=N)
+    X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
+    close(matmul_q(W, X, fmt, backend="emulator"), reference(gguf, fmt, W, X.astype(np.float16)))
+    # below 128 vectors with the weights as the A operand, in tiles of 32 vectors
+    y = matmul_q(W, X[:20], fmt, backend="emulator", large_n=16)
+    assert choose_kernel(fmt, 20, large_n=16) == GemvConfig("coopmat", tile=(32, 128, 32))
+    close(y, reference(gguf, fmt, W, X[:20].astype(np.float16)))
