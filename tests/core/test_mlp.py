@@ -1,0 +1,228 @@
+"""The MLP block (pycoop.kernels.mlp): each of its kernels against NumPy, and the whole block on
+the emulator against an f64 reference with dequantised weights (gguf's dequantisation), within
+a bound propagated through the block from each projection's own error bound: the q8_1
+quantisation bound (`q8_1_error_bound`) on the integer path, f16 rounding of activations and
+weights (2^-10 relative to sum |w x|) on the GEMM path, f32 rounding on the float GEMV path."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import pycoop as pc
+from pycoop.kernels import MLPBlock, mlp_reference, q8_1_error_bound, quantize_q8_1_reference
+from pycoop.kernels import mlp
+
+from core_helpers import FEW
+from gemv_cases import gguf, qtype  # noqa: F401 (fixture)
+
+EMU = "emulator"
+
+
+def arr(a):
+    return pc.asarray(np.ascontiguousarray(a), backend=EMU)
+
+
+def make(gguf, fmt: str, M: int, K: int, seed: int) -> np.ndarray:
+    """M x K weights of a realistic scale (|w| about 0.05): gguf's Q4_0 quantisation of normal
+    values, or random Q4_K super-blocks with small d and dmin (gguf cannot quantise Q4_K)."""
+    rng = np.random.default_rng(seed)
+    if fmt == "q4_0":
+        return gguf.quants.quantize((0.05 * rng.standard_normal((M, K))).astype(np.float32),
+                                    qtype(gguf, fmt))
+    b = rng.integers(0, 256, (M * K // 256, 144), dtype=np.uint8)
+    b[:, :4] = rng.uniform(2e-4, 2e-3, (M * K // 256, 2)).astype(np.float16).view(np.uint8)
+    return b.reshape(M, -1)
+
+
+def silu(a):
+    return a / (1 + np.exp(-a))
+
+
+def norm_ref(x, nw, eps=1e-5):
+    x = np.asarray(x, np.float64)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * nw
+
+
+# ---------------------------------------------------------------- kernels
+
+
+@FEW
+@given(st.integers(1, 4), st.sampled_from([32, 64, 288, 1056]), st.integers(0, 2**16),
+       st.sampled_from([8, 32]))
+def test_rms_norm_q8_1(T, H, seed, sg):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((T, H)) * rng.uniform(0.1, 10)).astype(np.float32)
+    nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
+    nb = T * H // 32
+    q, d, s = arr(np.zeros(nb * 8, np.uint32)), arr(np.zeros(nb, np.float32)), arr(np.zeros(nb, np.int32))
+    mlp.rms_norm_q8_1(sg)[T](arr(x).reshape(-1, 4), arr(nw).reshape(-1, 4), q, d, s, H, 1e-5)
+    n = norm_ref(x, nw)
+    qr, dr, sr = quantize_q8_1_reference(n.astype(np.float32))
+    qk = q.numpy().view(np.int8).reshape(T, H).astype(np.int32)
+    np.testing.assert_allclose(d.numpy(), dr.reshape(-1), rtol=1e-5)
+    # the norm's f32 sum differs from NumPy's by an ulp or so: a value on a half may round
+    # the other way, never further
+    assert np.abs(qk - qr).max() <= 1
+    assert (np.abs(qk - qr) > 0).mean() < 0.01
+    assert np.array_equal(s.numpy(), qk.reshape(nb, 32).sum(-1))
+    deq = qk.reshape(T, -1, 32) * d.numpy().reshape(T, -1, 1)
+    assert (np.abs(deq.reshape(T, H) - n) <= np.repeat(dr, 32, axis=1) * 0.5001 + 1e-6).all()
+
+
+@FEW
+@given(st.integers(1, 5), st.sampled_from([4, 8, 100, 1000]), st.integers(0, 2**16))
+def test_rms_norm_f32_and_scale(T, H, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
+    y = arr(np.zeros((T, H), np.float32))
+    mlp.rms_norm_f32(32)[T](arr(x).reshape(-1, 4), arr(nw).reshape(-1, 4), y.reshape(-1, 4), H, 1e-5)
+    np.testing.assert_allclose(y.numpy(), norm_ref(x, nw), rtol=2e-6, atol=1e-7)
+    r = arr(np.zeros(T, np.float32))
+    mlp.rms_scale(32)[T](arr(x).reshape(-1, 4), r, H, 1e-5)
+    np.testing.assert_allclose(r.numpy(), 1 / np.sqrt((x.astype(np.float64) ** 2).mean(-1) + 1e-5),
+                               rtol=2e-6)
+
+
+@FEW
+@given(st.integers(1, 9), st.sampled_from([8, 16, 64]), st.sampled_from([8, 96]), st.integers(0, 2**16))
+def test_rms_norm_t(T, ld_extra, H, seed):
+    rng = np.random.default_rng(seed)
+    ld = -(-T // 8) * 8 + ld_extra - 8
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
+    r = (1 / np.sqrt((x.astype(np.float64) ** 2).mean(-1) + 1e-5)).astype(np.float32)
+    y = arr(np.full((H * ld // 8, 4), 0xFFFFFFFF, np.uint32))
+    mlp.rms_norm_t[mlp._groups(H * ld // 8)](arr(x).reshape(-1), arr(r), arr(nw), y, T, H, ld)
+    got = y.numpy().view(np.float16).reshape(H, ld)
+    want = np.zeros((H, ld), np.float16)
+    want[:, :T] = ((x * r[:, None]) * nw).astype(np.float16).T
+    assert np.array_equal(got, want)
+
+
+@FEW
+@given(st.integers(1, 4), st.sampled_from([32, 96, 320]), st.integers(0, 2**16))
+def test_swiglu_q8_1_and_f32(N, I, seed):
+    rng = np.random.default_rng(seed)
+    y = (3 * rng.standard_normal((N, 2 * I))).astype(np.float32)
+    h = silu(y[:, :I].astype(np.float64)) * y[:, I:]
+    nb = N * I // 32
+    q, d, s = arr(np.zeros(nb * 8, np.uint32)), arr(np.zeros(nb, np.float32)), arr(np.zeros(nb, np.int32))
+    mlp.swiglu_q8_1(32)[mlp._groups(N * I // 4)](arr(y).reshape(-1, 4), q, d, s, N, I)
+    qr, dr, _ = quantize_q8_1_reference(h.astype(np.float32))
+    qk = q.numpy().view(np.int8).reshape(N, I).astype(np.int32)
+    np.testing.assert_allclose(d.numpy(), dr.reshape(-1), rtol=1e-5)
+    assert np.abs(qk - qr).max() <= 1 and (qk != qr).mean() < 0.01
+    assert np.array_equal(s.numpy(), qk.reshape(nb, 32).sum(-1))
+    hf = arr(np.zeros((N, I), np.float32))
+    mlp.swiglu_f32[mlp._groups(N * I // 4)](arr(y).reshape(-1, 4), hf.reshape(-1, 4), N, I)
+    np.testing.assert_allclose(hf.numpy(), h, rtol=1e-5, atol=1e-6)
+
+
+@FEW
+@given(st.sampled_from([8, 24]), st.sampled_from([8, 16]), st.integers(0, 2**16))
+def test_swiglu_t_and_residuals(I, ld, seed):
+    rng = np.random.default_rng(seed)
+    y = (3 * rng.standard_normal((2 * I, ld))).astype(np.float32)
+    h = arr(np.zeros((I * ld // 8, 4), np.uint32))
+    mlp.swiglu_t[mlp._groups(I * ld // 8)](arr(y).reshape(-1, 4), h, I * ld // 8)
+    want = (silu(y[:I].astype(np.float64)) * y[I:]).astype(np.float32)
+    got = h.numpy().view(np.float16).reshape(I, ld).astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=2.0 ** -10, atol=1e-6)
+    T, H = ld - 3, I
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    o = arr(np.zeros((T, H), np.float32))
+    yd = y[:H]
+    mlp.residual_t[mlp._groups(T * H)](arr(x).reshape(-1), arr(yd).reshape(-1), o.reshape(-1), T, H, ld)
+    assert np.array_equal(o.numpy(), x + yd[:, :T].T)
+    o2 = arr(np.zeros((T, H), np.float32))
+    yy = rng.standard_normal((T, H)).astype(np.float32)
+    mlp.residual_add[mlp._groups(T * H // 4)](arr(x).reshape(-1, 4), arr(yy).reshape(-1, 4),
+                                              o2.reshape(-1, 4), T * H // 4)
+    assert np.array_equal(o2.numpy(), x + yy)
+
+
+@FEW
+@given(st.integers(1, 6), st.integers(0, 2**16))
+def test_dequantize_q4_k_against_gguf(nsb, seed):
+    g = pytest.importorskip("gguf")
+    rng = np.random.default_rng(seed)
+    b = rng.integers(0, 256, (nsb, 144), dtype=np.uint8)
+    b[:, :4] = rng.uniform(1e-3, 0.05, (nsb, 2)).astype(np.float16).view(np.uint8)
+    out = arr(np.zeros((nsb * 32, 4), np.uint32))
+    mlp.dequantize_q4_k[mlp._groups(nsb * 16)](arr(b.reshape(-1).view(np.uint32).reshape(-1, 4)), out, nsb)
+    got = out.numpy().view(np.float16).reshape(-1).astype(np.float64)
+    want = g.quants.dequantize(b.reshape(1, -1), qtype(g, "q4_k")).reshape(-1).astype(np.float64)
+    # f32 arithmetic rounded once to f16 (half an f16 ulp), gguf's own order of f32 operations
+    np.testing.assert_allclose(got, want, rtol=2.0 ** -11 + 1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------- the block
+
+
+def propagated_bound(x, Wg, Wu, Wd, nw, proj):
+    """A bound on |block - reference| from `proj(W, v)`, a bound on the error of one projection
+    of v (also covering v's own error where given as proj(W, v, dv)): the gate and up errors
+    Bg, Bu give |dh| <= 1.1 Bg |u| + |silu(g)| Bu + 1.1 Bg Bu (|silu'| <= 1.1), and the down
+    projection adds |Wd| @ |dh| and its own error on h."""
+    n = norm_ref(x, nw)
+    g, u = n @ Wg.T, n @ Wu.T
+    Bg, Bu = proj(Wg, n, 0), proj(Wu, n, 0)
+    dh = 1.1 * Bg * np.abs(u) + np.abs(silu(g)) * Bu + 1.1 * Bg * Bu
+    h = silu(g) * u
+    return np.abs(dh) @ np.abs(Wd).T + proj(Wd, h, dh)
+
+
+def q8_1_proj(W, v, dv):
+    vmax = np.abs(v) + dv                         # quantised values may be off by dv
+    d = vmax.reshape(v.shape[0], -1, 32).max(-1) / 127
+    return q8_1_error_bound(W, d) + 1e-5 * np.abs(v) @ np.abs(W).T
+
+
+def f32_proj(W, v, dv):
+    return 1e-5 * (np.abs(v) + dv) @ np.abs(W).T
+
+
+def f16_proj(W, v, dv):
+    return (2.0 ** -10 + 1e-5) * (np.abs(v) + dv) @ np.abs(W).T
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
+@pytest.mark.parametrize("T", [1, 5, 70])
+def test_block_against_reference(gguf, fmt, T):
+    H, I = 256, 512
+    Wg, Wu, Wd = make(gguf, fmt, I, H, 1), make(gguf, fmt, I, H, 2), make(gguf, fmt, H, I, 3)
+    deq = [gguf.quants.dequantize(w, qtype(gguf, fmt)).astype(np.float64) for w in (Wg, Wu, Wd)]
+    rng = np.random.default_rng(T)
+    nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
+    blk = MLPBlock(Wg, Wu, Wd, nw, fmt, backend=EMU)
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    y = blk(arr(x))
+    assert isinstance(y, pc.Array) and y.shape == (T, H) and y.backend == EMU
+    ref = mlp_reference(x, *deq, nw)
+    proj = f16_proj if T > mlp.SMALL_T else q8_1_proj if fmt == "q4_0" else f32_proj
+    bound = propagated_bound(x, *deq, nw, proj) + 1e-6 * np.abs(ref)
+    err = np.abs(y.numpy() - ref)
+    assert (err <= bound).all(), (err / bound).max()
+    assert np.abs(ref - x).max() > 10 * err.max()             # the test is not vacuous
+
+
+def test_block_one_vector_and_errors(gguf):
+    H, I = 64, 96
+    W = [make(gguf, "q4_0", I, H, 1), make(gguf, "q4_0", I, H, 2), make(gguf, "q4_0", H, I, 3)]
+    nw = np.ones(H, np.float32)
+    blk = MLPBlock(*W, nw, "q4_0", backend=EMU)
+    x = np.random.default_rng(0).standard_normal(H).astype(np.float32)
+    y1 = blk(arr(x))
+    assert y1.shape == (H,)
+    np.testing.assert_array_equal(y1.numpy(), blk(arr(x[None]))[0].numpy())
+    with pytest.raises(TypeError, match="pc.Array"):
+        blk(x)
+    with pytest.raises(ValueError, match="T x 64"):
+        blk(arr(np.zeros((2, 32), np.float32)))
+    with pytest.raises(ValueError, match="I x H"):
+        MLPBlock(W[0], W[1], W[0], nw, "q4_0", backend=EMU)
+    with pytest.raises(ValueError, match="norm_weight"):
+        MLPBlock(*W, np.ones(3, np.float32), "q4_0", backend=EMU)
