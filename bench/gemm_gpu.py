@@ -10,13 +10,17 @@
   gemm_khr_staged with vector copies), each also with split-K: the grid gains split_k
   workgroups along K writing partial products that sum_splits adds, the two kernels' times
   added
+- the Q8_0 and Q4_K GEMMs at the same shape (gemm_q8_0 and gemm_q4_k through NV decode
+  functions, gemm_q8_0_planes dequantising Q8_0 planes by hand, also with split-K) against
+  pycoop's f16 gemm_nv and cuBLAS there; each format's fastest kernel is checked against
+  NumPy dequantise-then-matmul on a 64 x 64 corner
 
 All f16 in, f32 accumulate. Each configuration runs --repeat times back to back on the device
 (one upload, no idle gaps, so the GPU stays at full clock), after 200 unmeasured runs that
 bring the clock back up from the idle time of pipeline creation, and reports its fastest run; cuBLAS
 is timed the same way before and after each block and the better of the two is the reference.
 
-    python3 bench/gemm_gpu.py [--sizes 4096 8192] [--repeat 50]
+    python3 bench/gemm_gpu.py [--sizes 4096 8192] [--repeat 50] [--formats q4_0 q8_0 q4_k]
 """
 from __future__ import annotations
 
@@ -30,8 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pycoop.kernels import (gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
-                            gemm_q4_0_staged, gemm_workgroup_tile, q4_0_planes, sum_splits)
+from pycoop.kernels import (dequantize_q4_k, dequantize_q8_0, gemm_khr, gemm_khr_staged, gemm_nv,
+                            gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged, gemm_q4_k, gemm_q8_0,
+                            gemm_q8_0_planes, gemm_workgroup_tile, q4_0_planes, q8_0_planes,
+                            quantize_q4_k, quantize_q8_0, sum_splits)
 
 # Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
 # launches is measured by bench/checked_overhead.py.
@@ -57,6 +63,11 @@ Q4_KHR = [(128, 64, 64, 2, 2), (128, 128, 64, 2, 4), (128, 128, 64, 4, 2), (128,
 SPLIT_K = [2, 4]
 SPLIT_KHR = [(128, 128, 64, 2, 2), (128, 128, 32, 2, 2), (128, 128, 64, 2, 4)]
 SPLIT_NV = [(128, 256, 64), (128, 256, 32), (128, 128, 64), (256, 128, 32)]
+# Q8_0 and Q4_K at the same shape: BM BN BK of gemm_q8_0 / gemm_q4_k (256 invocations, shape
+# specialised, clamp "undefined", both operand orders), and BM BN BK SGM SGN of
+# gemm_q8_0_planes (with split-K 2 for the first two)
+QUANT_TILES = [(128, 128, 32), (128, 128, 64), (256, 64, 64), (128, 64, 64)]
+Q8_PLANES = [(128, 64, 64, 2, 2), (128, 128, 64, 2, 2), (128, 128, 64, 2, 4), (128, 128, 32, 2, 2)]
 
 
 def gpu_state() -> str:
@@ -218,11 +229,74 @@ def q4_0(repeat: int) -> None:
           f"Q4_0 / f16 = {bq / b16:.2f}")
 
 
+def quant(fmts: list[str], repeat: int, shape: tuple[int, int, int] = (4096, 512, 14336)) -> None:
+    """Q8_0 and Q4_K at llama.cpp's prefill shape M=4096, N=512, K=14336 (Y = X @ W.T, W N x K;
+    the planes GEMM computes the transposed product with M x K weights), with cuBLAS and the
+    f16 gemm_nv in the same run."""
+    M, N, K = shape
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((M, K), dtype=np.float32).astype(np.float16)
+    Wf = rng.standard_normal((N, K), dtype=np.float32)
+    Wt = np.ascontiguousarray(Wf.T.astype(np.float16))            # K x N for the f16 GEMM
+    Y = np.zeros((M, N), np.float32)
+    flop = 2 * M * N * K
+    before = cublas_tflops(M, N, K, repeat)
+    t = Table(f"{M}x{N}x{K}", before)
+    for bm, bn, bk in QUANT_TILES[:2]:
+        t.row(f"f16 NV {bm}x{bn}x{bk} undefined u2 spec",
+              tflops(gemm_nv(bm, bn, bk, 256, "undefined", 2, True), (M // bm, N // bn),
+                     [X, Wt, Y, M, N, K], flop, repeat))
+    quantize = {"q8_0": quantize_q8_0, "q4_k": quantize_q4_k}
+    dequantize = {"q8_0": dequantize_q8_0, "q4_k": dequantize_q4_k}
+    kernels = {"q8_0": gemm_q8_0, "q4_k": gemm_q4_k}
+    for fmt in fmts:
+        Wq = quantize[fmt](Wf)
+        W64 = dequantize[fmt](Wq[:64], 64, K)                       # the first 64 weight rows
+        ref = X[:64].astype(np.float32) @ W64.T
+        name = fmt.upper()
+        for (bm, bn, bk), first in itertools.product(QUANT_TILES, (True, False)):
+            k = kernels[fmt](bm, bn, bk, 256, 1, True, clamp="undefined", weights_first=first)
+            Y[:] = np.nan
+            tf = tflops(k, (M // bm, N // bn), [X, Wq, Y, M, N, K], flop, repeat)
+            t.row(f"{name} NV {'W.X^T' if first else 'X.W^T'} {bm}x{bn}x{bk} undefined spec", tf,
+                  float(np.abs(Y[:64, :64] - ref).max() / np.abs(ref).max()))
+        if fmt != "q8_0":
+            continue
+        # gemm_q8_0_planes computes W @ X: Q8_0 weights M x K (4096 rows) times f16 K x N
+        Wm = quantize_q8_0(rng.standard_normal((M, K), dtype=np.float32))
+        Q, D = q8_0_planes(Wm, M, K)
+        ref = dequantize_q8_0(Wm[:64], 64, K) @ Wt[:, :64].astype(np.float32)
+        Wt4 = Wt.view(np.uint32).reshape(-1, 4)
+        for i, (bm, bn, bk, sgm, sgn) in enumerate(Q8_PLANES):
+            grid, cfg = (M // bm, N // bn), f"{bm}x{bn}x{bk} {sgm}x{sgn}sg spec"
+            Y[:] = np.nan
+            tf = tflops(gemm_q8_0_planes(bm, bn, bk, sgm, sgn, specialize=True), grid,
+                        [Q, D, Wt4, Y, M, N, K], flop, repeat)
+            t.row(f"Q8_0 KHR planes {cfg}", tf,
+                  float(np.abs(Y[:64, :64] - ref).max() / np.abs(ref).max()))
+            if i < 2:
+                t.row(f"Q8_0 KHR planes {cfg} split2", split_k_tflops(
+                    gemm_q8_0_planes(bm, bn, bk, sgm, sgn, specialize=True, split_k=2), grid,
+                    [Q, D, Wt4, Y, M, N, K], Y, 2, flop, repeat))
+    after = cublas_tflops(M, N, K, repeat)
+    ref16 = max(before, after)
+    print(f"{'':>16} cuBLAS {before:.1f} before, {after:.1f} after ({gpu_state()})")
+    b16, n16 = t.best("f16")
+    for fmt in fmts:
+        tf, name = t.best(fmt.upper())
+        print(f"{'':>16} best {fmt.upper()}: {name}: {tf:.1f} TFLOP/s = {tf / ref16:.2f}x cuBLAS "
+              f"f16, {tf / b16:.2f}x pycoop f16 ({n16}: {b16:.1f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192],
                     help="square sizes (none: only the Q4_0 comparison)")
     ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--formats", nargs="*", default=["q4_0", "q8_0", "q4_k"],
+                    choices=["q4_0", "q8_0", "q4_k"],
+                    help="weight formats compared at 4096x512x14336 (q4_0: the long Q4_0 "
+                         "table; q8_0, q4_k: the Q8_0 / Q4_K GEMMs)")
     a = ap.parse_args()
     from pycoop.runtime.vulkan import get_runtime
     caps = get_runtime().capabilities
@@ -231,7 +305,11 @@ def main() -> None:
     print(f"{'shape':>16} {'kernel':<52}{'TFLOP/s':>9}{'x cuBLAS':>10}{'rel err':>10}")
     for n in a.sizes:
         square(n, a.repeat)
-    q4_0(a.repeat)
+    if "q4_0" in a.formats:
+        q4_0(a.repeat)
+    rest = [f for f in a.formats if f != "q4_0"]
+    if rest:
+        quant(rest, a.repeat)
 
 
 if __name__ == "__main__":
