@@ -320,6 +320,7 @@ class MLPBlock:
         self.norm = pc.asarray(nw, backend=bk)
         self.tile = _tile(2 * self.I, self.H, self.H, self.I)
         self._gemm_w: dict = {}
+        self.launches: list = []               # the LaunchResults of the last call
 
     # -- weights for the large-T GEMMs, made on first use
     def _planes(self, W: GGMLWeights):
@@ -340,8 +341,15 @@ class MLPBlock:
                              f"{x.shape} {x.dtype}")
         T = 1 if x.ndim == 1 else x.shape[0]
         x2 = x.reshape(T, self.H)
+        self.launches = []
         out = self._small(x2, T) if T <= self.small_t else self._large(x2, T)
         return out.reshape(x.shape)
+
+    def device_time_ms(self) -> float:
+        """Device time of the last call, first launch's start to last launch's end (device
+        timestamps on Vulkan; waits for the launches)."""
+        spans = [r.spans_ns for r in self.launches]
+        return (max(s[-1][1] for s in spans) - min(s[0][0] for s in spans)) / 1e6
 
     def _small(self, x, T: int):
         bk, H, I, sg = self.backend, self.H, self.I, self.sg
@@ -363,26 +371,26 @@ class MLPBlock:
             nb1, nb2 = T * H // 32, T * I // 32
             q1, d1, s1 = (pc.empty(nb1 * 8, pc.u32, backend=bk), pc.empty(nb1, pc.f32, backend=bk),
                           pc.empty(nb1, pc.i32, backend=bk))
-            rms_norm_q8_1(sg)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), q1, d1, s1, H,
-                                 self.eps)
-            k1[g1](self.gate_up.kernel_array(bk), q1.reshape(-1, 4) if c1.parts == 1 else q1,
-                   d1, s1, y1, 2 * I, T, H)
+            self.launches.append(rms_norm_q8_1(sg)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), q1, d1, s1, H,
+                                 self.eps))
+            self.launches.append(k1[g1](self.gate_up.kernel_array(bk), q1.reshape(-1, 4) if c1.parts == 1 else q1,
+                   d1, s1, y1, 2 * I, T, H))
             q2, d2, s2 = (pc.empty(nb2 * 8, pc.u32, backend=bk), pc.empty(nb2, pc.f32, backend=bk),
                           pc.empty(nb2, pc.i32, backend=bk))
-            swiglu_q8_1(sg)[_groups(T * I // 4)](y1.reshape(-1, 4), q2, d2, s2, T, I)
-            k2[g2](self.down.kernel_array(bk), q2.reshape(-1, 4) if c2.parts == 1 else q2,
-                   d2, s2, y2, H, T, I)
+            self.launches.append(swiglu_q8_1(sg)[_groups(T * I // 4)](y1.reshape(-1, 4), q2, d2, s2, T, I))
+            self.launches.append(k2[g2](self.down.kernel_array(bk), q2.reshape(-1, 4) if c2.parts == 1 else q2,
+                   d2, s2, y2, H, T, I))
         else:
             xn = pc.empty((T, H), pc.f32, backend=bk)
-            rms_norm_f32(sg)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.reshape(-1, 4), H,
-                                self.eps)
-            k1[g1](self.gate_up.kernel_array(bk), xn.reshape(-1, 4), y1, 2 * I, T, H)
+            self.launches.append(rms_norm_f32(sg)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.reshape(-1, 4), H,
+                                self.eps))
+            self.launches.append(k1[g1](self.gate_up.kernel_array(bk), xn.reshape(-1, 4), y1, 2 * I, T, H))
             h = pc.empty((T, I), pc.f32, backend=bk)
-            swiglu_f32[_groups(T * I // 4)](y1.reshape(-1, 4), h.reshape(-1, 4), T, I)
-            k2[g2](self.down.kernel_array(bk), h.reshape(-1, 4), y2, H, T, I)
+            self.launches.append(swiglu_f32[_groups(T * I // 4)](y1.reshape(-1, 4), h.reshape(-1, 4), T, I))
+            self.launches.append(k2[g2](self.down.kernel_array(bk), h.reshape(-1, 4), y2, H, T, I))
         out = pc.empty((T, H), pc.f32, backend=bk)
-        residual_add[_groups(T * H // 4)](x.reshape(-1, 4), y2.reshape(-1, 4),
-                                          out.reshape(-1, 4), T * H // 4)
+        self.launches.append(residual_add[_groups(T * H // 4)](x.reshape(-1, 4), y2.reshape(-1, 4),
+                                          out.reshape(-1, 4), T * H // 4))
         return out
 
     def _gemm(self, W: GGMLWeights, X, Y, ld: int) -> None:
@@ -392,29 +400,29 @@ class MLPBlock:
         bk = self.backend
         if self.fmt == "q4_0":
             q, d = self._planes(W)
-            gemm_q4_0_planes(BM, BN, BK, SGM, SGN)[grid](q, d, X, Y, W.M, ld, W.K)
+            self.launches.append(gemm_q4_0_planes(BM, BN, BK, SGM, SGN)[grid](q, d, X, Y, W.M, ld, W.K))
         else:
             wf = pc.empty((W.M * W.K // 8, 4), pc.u32, backend=bk)
             nsb = W.M * W.K // 256
-            dequantize_q4_k[_groups(nsb * 16)](W.kernel_array(bk), wf, nsb)
-            gemm_khr_staged(BM, BN, 32, SGM, SGN, vector_copy=True)[grid](wf, X, Y, W.M, ld,
-                                                                          W.K)
+            self.launches.append(dequantize_q4_k[_groups(nsb * 16)](W.kernel_array(bk), wf, nsb))
+            self.launches.append(gemm_khr_staged(BM, BN, 32, SGM, SGN, vector_copy=True)[grid](wf, X, Y, W.M, ld,
+                                                                          W.K))
 
     def _large(self, x, T: int):
         bk, H, I = self.backend, self.H, self.I
         ld = -(-T // self.tile[1]) * self.tile[1]
         r = pc.empty(T, pc.f32, backend=bk)
-        rms_scale(self.sg)[T](x.reshape(-1, 4), r, H, self.eps)
+        self.launches.append(rms_scale(self.sg)[T](x.reshape(-1, 4), r, H, self.eps))
         xt = pc.empty((H * ld // 8, 4), pc.u32, backend=bk)
-        rms_norm_t[_groups(H * ld // 8)](x.reshape(-1), r, self.norm, xt, T, H, ld)
+        self.launches.append(rms_norm_t[_groups(H * ld // 8)](x.reshape(-1), r, self.norm, xt, T, H, ld))
         y1 = pc.empty((2 * I, ld), pc.f32, backend=bk)
         self._gemm(self.gate_up, xt, y1, ld)
         h = pc.empty((I * ld // 8, 4), pc.u32, backend=bk)
-        swiglu_t[_groups(I * ld // 8)](y1.reshape(-1, 4), h, I * ld // 8)
+        self.launches.append(swiglu_t[_groups(I * ld // 8)](y1.reshape(-1, 4), h, I * ld // 8))
         y2 = pc.empty((H, ld), pc.f32, backend=bk)
         self._gemm(self.down, h, y2, ld)
         out = pc.empty((T, H), pc.f32, backend=bk)
-        residual_t[_groups(T * H)](x.reshape(-1), y2.reshape(-1), out.reshape(-1), T, H, ld)
+        self.launches.append(residual_t[_groups(T * H)](x.reshape(-1), y2.reshape(-1), out.reshape(-1), T, H, ld))
         return out
 
 

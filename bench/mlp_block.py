@@ -1,0 +1,143 @@
+"""The MLP block (pycoop.kernels.MLPBlock) at llama-8B sizes against torch with f16 weights on
+the same GPU, batch 1 and 512, Q4_0 and Q4_K: device time (pycoop timestamps, first launch to
+last) and wall time per call after warm-up, torch eager and torch in a CUDA graph (wall time;
+CUDA events for GPU time), and pycoop's output checked against torch's.
+
+    python3 bench/mlp_block.py [--hidden 4096 --intermediate 14336 --batches 1 512]
+
+Skips (exit 0) without torch or CUDA or a Vulkan device."""
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import pycoop as pc
+from pycoop.kernels import MLPBlock
+
+
+def q4_0(M, K, rng):
+    b = rng.integers(0, 256, (M, K // 32, 18), dtype=np.uint8)
+    d = rng.uniform(2e-3, 1e-2, (M, K // 32)).astype(np.float16)
+    b[..., :2] = d[..., None].view(np.uint8).reshape(M, K // 32, 2)
+    p = b[..., 2:]
+    q = np.concatenate([p & 15, p >> 4], -1).astype(np.float32) - 8
+    return b.reshape(M, -1), (q * d.astype(np.float32)[..., None]).reshape(M, K)
+
+
+def q4_k(M, K, rng):
+    b = rng.integers(0, 256, (M * K // 256, 144), dtype=np.uint8)
+    b[:, :4] = rng.uniform(2e-4, 2e-3, (M * K // 256, 2)).astype(np.float16).view(np.uint8)
+    d = b[:, 0:2].copy().view(np.float16).astype(np.float32)
+    dmin = b[:, 2:4].copy().view(np.float16).astype(np.float32)
+    s = b[:, 4:16]
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], 1)
+    mn = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], 1)
+    qs = b[:, 16:].reshape(-1, 4, 32)
+    q = np.stack([qs & 15, qs >> 4], 2).reshape(-1, 8, 32).astype(np.float32)
+    w = d[:, :, None] * sc[:, :, None] * q - dmin[:, :, None] * mn[:, :, None]
+    return b.reshape(M, -1), w.reshape(M, K)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--intermediate", type=int, default=14336)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 512])
+    ap.add_argument("--formats", nargs="+", default=["q4_0", "q4_k"])
+    ap.add_argument("--iters", type=int, default=50)
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("skipped: torch is not installed")
+        return 0
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device")
+        return 0
+    try:
+        pc.zeros(1, pc.f32, backend="vulkan")
+    except Exception as e:                                    # noqa: BLE001
+        print(f"skipped: no Vulkan device ({e})")
+        return 0
+    H, I, eps = args.hidden, args.intermediate, 1e-5
+    rng = np.random.default_rng(0)
+    nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
+    rows = []
+    for fmt in args.formats:
+        make = q4_0 if fmt == "q4_0" else q4_k
+        (g, gf), (u, uf), (d, df) = make(I, H, rng), make(I, H, rng), make(H, I, rng)
+        block = MLPBlock(g, u, d, nw, fmt, backend="vulkan", eps=eps)
+        tw = [torch.tensor(w, dtype=torch.float16, device="cuda") for w in (gf, uf, df)]
+        tn = torch.tensor(nw, device="cuda")
+        del gf, uf, df
+
+        def torch_block(x):
+            xf = x.float()
+            n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * tn).half()
+            h = torch.nn.functional.silu(n @ tw[0].T) * (n @ tw[1].T)
+            return (xf + (h @ tw[2].T).float())
+
+        for T in args.batches:
+            x = rng.standard_normal((T, H)).astype(np.float32)
+            xa = pc.asarray(x, backend="vulkan")
+            for _ in range(3):
+                y = block(xa)
+            pc.synchronize()
+            dev = []
+            t0 = time.perf_counter()
+            for _ in range(args.iters):
+                y = block(xa)
+            pc.synchronize()
+            wall = (time.perf_counter() - t0) / args.iters * 1e3
+            for _ in range(5):
+                block(xa)
+                dev.append(block.device_time_ms())
+            yp = block(xa).numpy()
+            xt = torch.tensor(x, device="cuda")
+            for _ in range(3):
+                yt = torch_block(xt)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(args.iters):
+                yt = torch_block(xt)
+            torch.cuda.synchronize()
+            eager = (time.perf_counter() - t0) / args.iters * 1e3
+            graph = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                torch_block(xt)
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.cuda.graph(graph):
+                yg = torch_block(xt)
+            graph.replay()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(args.iters):
+                graph.replay()
+            torch.cuda.synchronize()
+            gwall = (time.perf_counter() - t0) / args.iters * 1e3
+            ref = yg.cpu().numpy().astype(np.float64)
+            err = np.abs(yp - ref).max() / max(np.abs(ref - x).max(), 1e-30)
+            rows.append((fmt, T, min(dev), wall, eager, gwall, err))
+            print(f"{fmt} T={T}: pycoop device {min(dev):.3f} ms, wall {wall:.3f} ms; torch eager "
+                  f"{eager:.3f} ms, graph {gwall:.3f} ms; rel. error {err:.2e}", flush=True)
+            del yt, yg, graph
+    dev_name = torch.cuda.get_device_name()
+    print(f"\nMLP block, hidden {H}, intermediate {I}, {dev_name} (ms per call after warm-up)\n")
+    print("| format | T | pycoop device | pycoop wall | torch f16 eager | torch f16 CUDA graph "
+          "| speed-up vs graph (wall) | max err / max |MLP out| |")
+    print("|---|---|---|---|---|---|---|---|")
+    for fmt, T, dv, wl, ea, gr, err in rows:
+        print(f"| {fmt} | {T} | {dv:.3f} | {wl:.3f} | {ea:.3f} | {gr:.3f} | {gr / wl:.2f}x | "
+              f"{err:.2e} |")
+    bad = [r for r in rows if not r[-1] < 0.03]
+    if bad:
+        print(f"FAILED: pycoop differs from torch by more than 3 % in {len(bad)} rows")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
