@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycoop.kernels import (gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged,
-                            gemm_reference, q4_0_planes, sum_splits)
+from pycoop.kernels import (choose_kernel, dequantize_q4_k, dequantize_q8_0, gemm_khr_staged,
+                            gemm_nv, gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged, gemm_q4_k,
+                            gemm_q8_0, gemm_q8_0_planes, gemm_reference, matmul_q, q4_0_planes,
+                            q8_0_planes, quantize_q4_k, quantize_q8_0, sum_splits)
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
@@ -120,3 +122,58 @@ def test_split_k_f16_gemms(kernel, split_k, shape, tile, vectors):
     kernel[(-(-M // tile[0]), -(-N // tile[1]), split_k)](a, b, P, M, N, K, backend="vulkan")
     sum_partials(P, Y, split_k)
     check(Y, gemm_reference(A, B))
+
+
+@pytest.mark.parametrize("fmt,cfg,clamp,first,shape", [
+    ("q8_0", (128, 128, 32, 256, 1, True), "undefined", False, (512, 256, 1024)),
+    ("q8_0", (128, 128, 32, 256, 1, False), "constant", True, (300, 200, 1024)),    # ragged
+    ("q4_k", (128, 128, 32, 256, 1, True), "undefined", True, (512, 256, 1024)),
+    ("q4_k", (128, 64, 64, 256, 1, False), "constant", False, (300, 200, 1024))])  # ragged
+def test_q8_0_and_q4_k_decoded_gemms(fmt, cfg, clamp, first, shape):
+    M, N, K = shape
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((M, K)).astype(np.float16)
+    W = rng.standard_normal((N, K)).astype(np.float32)
+    quantize, dequantize, kernel = {"q8_0": (quantize_q8_0, dequantize_q8_0, gemm_q8_0),
+                                    "q4_k": (quantize_q4_k, dequantize_q4_k, gemm_q4_k)}[fmt]
+    Wq = quantize(W)
+    Y = np.full((M, N), np.nan, np.float32)
+    bm, bn, bk, inv, unroll, spec = cfg
+    kernel(bm, bn, bk, inv, unroll, spec, clamp=clamp, weights_first=first)[
+        (-(-M // bm), -(-N // bn))](X, Wq, Y, M, N, K, backend="vulkan")
+    Wd = dequantize(Wq, N, K).astype(np.float16).astype(np.float32)    # decoded to f16
+    check(Y, X.astype(np.float32) @ Wd.T)
+
+
+@pytest.mark.parametrize("cfg,spec,split_k", [((128, 128, 64, 2, 4), True, 1),
+                                              ((128, 64, 32, 2, 2), False, 1),
+                                              ((128, 128, 64, 2, 2), True, 2)])
+def test_q8_0_planes_gemm(cfg, spec, split_k):
+    M, N, K = 512, 256, 1024
+    rng = np.random.default_rng(13)
+    Wq = quantize_q8_0(rng.standard_normal((M, K)).astype(np.float32))
+    X = rng.standard_normal((K, N)).astype(np.float16)
+    P = np.full((split_k * M, N), np.nan, np.float32)
+    gemm_q8_0_planes(*cfg, specialize=spec, split_k=split_k)[(M // cfg[0], N // cfg[1], split_k)](
+        *q8_0_planes(Wq, M, K), X.view(np.uint32).reshape(-1, 4), P, M, N, K, backend="vulkan")
+    Y = P
+    if split_k > 1:
+        Y = np.full((M, N), np.nan, np.float32)
+        sum_partials(P, Y, split_k)
+    Wd = dequantize_q8_0(Wq, M, K).astype(np.float16).astype(np.float32)
+    check(Y, Wd @ X.astype(np.float32))
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_k"])
+def test_matmul_q_large_n_q8_0_and_q4_k(fmt):
+    """matmul_q with 512 vectors sends Q8_0 / Q4_K weights to their decoded GEMM."""
+    M, K, N = 384, 1024, 512
+    rng = np.random.default_rng(14)
+    quantize, dequantize = {"q8_0": (quantize_q8_0, dequantize_q8_0),
+                            "q4_k": (quantize_q4_k, dequantize_q4_k)}[fmt]
+    Wq = quantize(rng.standard_normal((M, K)).astype(np.float32))
+    X = rng.standard_normal((N, K)).astype(np.float32)
+    assert choose_kernel(fmt, N).kind == "coopmat"
+    Y = matmul_q(Wq, X, fmt, backend="vulkan")
+    Wd = dequantize(Wq, M, K).astype(np.float16).astype(np.float32)
+    check(Y, X.astype(np.float16).astype(np.float32) @ Wd.T)
