@@ -12,7 +12,8 @@ EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_example_runs_and_checks_itself(path, capsys):
+def test_example_runs_and_checks_itself(path, capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", [str(path)])      # as `python examples/x.py` runs it
     with pc.use_backend("emulator"):
         runpy.run_path(str(path), run_name="__main__")
     assert "error" in capsys.readouterr().out

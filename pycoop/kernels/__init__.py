@@ -8,6 +8,7 @@ from .gemm_quant import (Q4_K, Q8_0, dequantize_q4_k, dequantize_q8_0, gemm_q4_k
 from .gemv import GemvConfig, GGMLWeights, choose_kernel, gemv, gemv_grid, matmul_q, weights
 from .gemvq import (gemv_q8_1, gemv_q8_1_reference, q8_1_error_bound, quantize_grid,
                     quantize_q8_1, quantize_q8_1_reference)
+from .mlp import MLPBlock, mlp_reference
 
 __all__ = ["AttentionResult", "Softmax", "attention", "attention_combine", "attention_decode",
            "attention_prefill", "attention_reference", "Q4_0", "gemm_khr", "gemm_khr_staged",
@@ -17,5 +18,4 @@ __all__ = ["AttentionResult", "Softmax", "attention", "attention_combine", "atte
            "q8_0_blocks", "q8_0_planes", "quantize_q4_k", "quantize_q8_0", "GGMLWeights", "GemvConfig",
            "choose_kernel", "gemv", "gemv_grid", "matmul_q", "weights", "gemv_q8_1",
            "gemv_q8_1_reference", "q8_1_error_bound", "quantize_grid", "quantize_q8_1",
-           "quantize_q8_1_reference"]
-from .mlp import MLPBlock, mlp_reference  # noqa: F401 (the MLP block)
+           "quantize_q8_1_reference", "MLPBlock", "mlp_reference"]

@@ -19,7 +19,8 @@ kernels on `pc.Array`s without host round trips; it picks the kernels by T:
   H x Tp, Tp = T rounded up to the GEMM tile), the GEMM on the stacked gate/up matrix
   (2I x Tp f32), `swiglu_t` (silu(gate) * up as f16, I x Tp), the down GEMM (H x Tp) and
   `residual_t` (adds it back transposed). Q4_0 uses `gemm_q4_0_planes` (weights as nibble and
-  scale planes, dequantised while staging); Q4_K has no quantised GEMM, so `dequantize_q4_k`
+  scale planes, dequantised while staging); Q4_K's quantised GEMM (`gemm_q4_k`) takes tokens-major operands, so
+  here `expand_q4_k`
   expands the weights to f16 in a scratch buffer on every call and `gemm_khr_staged` multiplies.
 
 The definitions, exactly (f32 unless said): RMSNorm r = rsqrt(sum(x^2) / H + eps) with the
@@ -260,7 +261,7 @@ def residual_t(X: pc.ReadBuffer[f32], Y: pc.ReadBuffer[f32], O: pc.WriteBuffer[f
 
 
 @pc.kernel(workgroup_size=WG)
-def dequantize_q4_k(W: pc.ReadBuffer[U4], Y: pc.WriteBuffer[U4], nsb: u32):
+def expand_q4_k(W: pc.ReadBuffer[U4], Y: pc.WriteBuffer[U4], nsb: u32):
     """Q4_K super-blocks (144 bytes = 9 uvec4 each, llama.cpp's layout) to f16: Y holds the
     256 weights d * scale * q - dmin * min of each (computed in f32, rounded to f16) in order,
     8 per uvec4. One invocation per 8 nibble bytes (16 weights): grid ceil(nsb * 16 / 256)."""
@@ -404,7 +405,7 @@ class MLPBlock:
         else:
             wf = pc.empty((W.M * W.K // 8, 4), pc.u32, backend=bk)
             nsb = W.M * W.K // 256
-            self.launches.append(dequantize_q4_k[_groups(nsb * 16)](W.kernel_array(bk), wf, nsb))
+            self.launches.append(expand_q4_k[_groups(nsb * 16)](W.kernel_array(bk), wf, nsb))
             self.launches.append(gemm_khr_staged(BM, BN, 32, SGM, SGN, vector_copy=True)[grid](wf, X, Y, W.M, ld,
                                                                           W.K))
 

@@ -146,13 +146,13 @@ def test_swiglu_t_and_residuals(I, ld, seed):
 
 @FEW
 @given(st.integers(1, 6), st.integers(0, 2**16))
-def test_dequantize_q4_k_against_gguf(nsb, seed):
+def test_expand_q4_k_against_gguf(nsb, seed):
     g = pytest.importorskip("gguf")
     rng = np.random.default_rng(seed)
     b = rng.integers(0, 256, (nsb, 144), dtype=np.uint8)
     b[:, :4] = rng.uniform(1e-3, 0.05, (nsb, 2)).astype(np.float16).view(np.uint8)
     out = arr(np.zeros((nsb * 32, 4), np.uint32))
-    mlp.dequantize_q4_k[mlp._groups(nsb * 16)](arr(b.reshape(-1).view(np.uint32).reshape(-1, 4)), out, nsb)
+    mlp.expand_q4_k[mlp._groups(nsb * 16)](arr(b.reshape(-1).view(np.uint32).reshape(-1, 4)), out, nsb)
     got = out.numpy().view(np.float16).reshape(-1).astype(np.float64)
     want = g.quants.dequantize(b.reshape(1, -1), qtype(g, "q4_k")).reshape(-1).astype(np.float64)
     # f32 arithmetic rounded once to f16 (half an f16 ulp), gguf's own order of f32 operations
