@@ -522,21 +522,39 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` and `split_k_mode` as
     in gemm_khr_staged.
     """
+    def stage_block(put, qs, d):
+        lo, hi = [], []
+        for i in range(4):
+            wl, wh = _dequantise_word(qs[0][i], pc.make_vector([d, d]))
+            lo, hi = lo + wl, hi + wh
+        for i, v in enumerate([lo[:4], lo[4:], hi[:4], hi[4:]]):   # weights 8i..8i+7
+            put(i, pc.make_vector(v))
+    return planes_gemm("gemm_q4_0_planes", "Q4_0", 1, stage_block, BM, BN, BK, SGM, SGN, pad,
+                       specialize, driver_unroll, split_k, split_k_mode)
+
+
+def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, BK: int,
+                SGM: int, SGN: int, pad: int, specialize: bool, driver_unroll, split_k: int,
+                split_k_mode: str):
+    """The kernel of the planes GEMMs (`gemm_q4_0_planes`, `gemm_q8_0_planes`): W's blocks of
+    32 weights as `words` uvec4 of Q plus an f16 scale in D, loaded a k-step ahead, and
+    `stage_block(put, qs, d)` dequantising one block (`qs`: its uvec4s, `d` its scale) and
+    storing uvec4 `i` of its 8 halves with `put(i, v)` into the shared W tile; the rest is
+    gemm_khr_staged's."""
     _check_split_k(split_k, split_k_mode)
     atomic = split_k > 1 and split_k_mode == "atomic"
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda, ldx = BK + pad, BN + pad                 # halves per shared row of W and of X
     nth = 32 * SGM * SGN
-    blocks = BM * BK // 32                        # Q4_0 blocks of a W tile
+    blocks = BM * BK // 32                        # blocks of a W tile
     Dim = pc.Const if specialize else u32
     U4 = pc.vec(u32, 4)
     if BK % 32 or pad % 8 or (BK * BN // 8) % nth or blocks % nth:
-        raise ValueError(f"gemm_q4_0_planes needs BK a multiple of 32, pad of 8, and whole "
-                         f"uvec4 of X and Q4_0 blocks per invocation ({nth} invocations)")
+        raise ValueError(f"{name} needs BK a multiple of 32, pad of 8, and whole "
+                         f"uvec4 of X and {fmt} blocks per invocation ({nth} invocations)")
 
-    @pc.kernel(workgroup_size=nth)
-    def gemm_q4_0_planes(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[f16], X: pc.ReadBuffer[U4],
-                         Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
+    def kernel(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[f16], X: pc.ReadBuffer[U4],
+               Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
         sw, sx = pc.shared(U4, BM * lda // 8), pc.shared(U4, BK * ldx // 8)
         scratch = pc.shared(f32, SGM * SGN * 256) if atomic else None     # a tile per subgroup
         sg, t = pc.subgroup_id(), pc.local_invocation_index()
@@ -546,24 +564,21 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
         pb = [divmod(t + q * nth, BK // 32) for q in range(blocks // nth)]   # (row, block)
 
         def fetch(kn):
-            blocks = [(m0 + r) * (K // 32) + kn // 32 + b for r, b in pb]
-            return [(Q[i], D[i]) for i in blocks], [X[(kn + r) * (N // 8) + n0 // 8 + c]
-                                                    for r, c in px]
+            idx = [(m0 + r) * (K // 32) + kn // 32 + b for r, b in pb]
+            return [((Q[i],) if words == 1 else tuple(Q[words * i + j] for j in range(words)),
+                     D[i]) for i in idx], [X[(kn + r) * (N // 8) + n0 // 8 + c] for r, c in px]
 
         def stage(w, xs):
             for (r, b), (qs, d) in zip(pb, w):
-                lo, hi = [], []
-                for i in range(4):
-                    wl, wh = _dequantise_word(qs[i], pc.make_vector([d, d]))
-                    lo, hi = lo + wl, hi + wh
-                for i, v in enumerate([lo[:4], lo[4:], hi[:4], hi[4:]]):   # weights 8i..8i+7
-                    sw[r * (lda // 8) + 4 * b + i] = pc.make_vector(v)
+                def put(i, v, r=r, b=b):
+                    sw[r * (lda // 8) + 4 * b + i] = v
+                stage_block(put, qs, d)
             for (r, c), v in zip(px, xs):
                 sx[r * (ldx // 8) + c] = v
 
-        _check_tiling("gemm_q4_0_planes", M, N, K, BM, BN, BK, split_k)
+        _check_tiling(name, M, N, K, BM, BN, BK, split_k)
         # dequantising in the store phase (`stage`) rather than beside the products: 1.05x
-        # (H100, 2026-11-22)
+        # (gemm_q4_0_planes, H100, 2026-11-22)
         acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
                              split_k, driver_unroll, fetch, stage,
                              lambda acc: _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8))
@@ -571,4 +586,6 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
             _add_tiles_atomic(Y, acc, scratch, sg, m0 + wm, n0 + wn, N)
         else:
             _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
-    return gemm_q4_0_planes
+
+    kernel.__name__ = kernel.__qualname__ = name
+    return pc.kernel(workgroup_size=nth)(kernel)

@@ -23,8 +23,7 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .gemm import (Acc, _add_tiles_atomic, _check_split_k, _check_tiling, _split_rows,
-                   _staged_k_loop, _store_tiles, _tile_products, _uvec4_slots)
+from .gemm import _check_tiling, planes_gemm
 
 Q8_0 = pc.struct("Q8_0", d=f16, qs=pc.array(pc.u16, 16))       # 34 bytes: scale, 32 int8
 # 144 bytes: d, dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of nibbles
@@ -164,52 +163,14 @@ def gemm_q8_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     BK a multiple of 32, pad of 8. The grid is (M // BM, N // BN), or (M // BM, N // BN,
     split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged.
     """
-    _check_split_k(split_k, split_k_mode)
-    atomic = split_k > 1 and split_k_mode == "atomic"
-    TM, TN = BM // (16 * SGM), BN // (16 * SGN)
-    lda, ldx = BK + pad, BN + pad                 # halves per shared row of W and of X
-    nth = 32 * SGM * SGN
-    blocks = BM * BK // 32                        # Q8_0 blocks of a W tile
-    Dim = pc.Const if specialize else u32
-    if BK % 32 or pad % 8 or (BK * BN // 8) % nth or blocks % nth:
-        raise ValueError(f"gemm_q8_0_planes needs BK a multiple of 32, pad of 8, and whole "
-                         f"uvec4 of X and Q8_0 blocks per invocation ({nth} invocations)")
-
-    @pc.kernel(workgroup_size=nth)
-    def gemm_q8_0_planes(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[f16], X: pc.ReadBuffer[U4],
-                         Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
-        sw, sx = pc.shared(U4, BM * lda // 8), pc.shared(U4, BK * ldx // 8)
-        scratch = pc.shared(f32, SGM * SGN * 256) if atomic else None     # a tile per subgroup
-        sg, t = pc.subgroup_id(), pc.local_invocation_index()
-        wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
-        m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
-        px = _uvec4_slots(t, nth, BK, BN)
-        pb = [divmod(t + q * nth, BK // 32) for q in range(blocks // nth)]   # (row, block)
-
-        def fetch(kn):
-            idx = [(m0 + r) * (K // 32) + kn // 32 + b for r, b in pb]
-            return [(Q[2 * i], Q[2 * i + 1], D[i]) for i in idx], \
-                [X[(kn + r) * (N // 8) + n0 // 8 + c] for r, c in px]
-
-        def stage(w, xs):
-            for (r, b), (q0, q1, d) in zip(pb, w):
-                dd = pc.make_vector([d, d])
-                for i, q in enumerate((q0, q1)):          # weights 16i .. 16i + 15
-                    for h in range(2):                    # uvec4 of weights 16i + 8h ..
-                        v = _byte_pairs(q[2 * h], dd) + _byte_pairs(q[2 * h + 1], dd)
-                        sw[r * (lda // 8) + 4 * b + 2 * i + h] = pc.make_vector(v)
-            for (r, c), v in zip(px, xs):
-                sx[r * (ldx // 8) + c] = v
-
-        _check_tiling("gemm_q8_0_planes", M, N, K, BM, BN, BK, split_k)
-        acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
-                             split_k, driver_unroll, fetch, stage,
-                             lambda acc: _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8))
-        if atomic:
-            _add_tiles_atomic(Y, acc, scratch, sg, m0 + wm, n0 + wn, N)
-        else:
-            _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
-    return gemm_q8_0_planes
+    def stage_block(put, qs, d):
+        dd = pc.make_vector([d, d])
+        for i, q in enumerate(qs):                # weights 16i .. 16i + 15
+            for h in range(2):                    # uvec4 of weights 16i + 8h ..
+                put(2 * i + h, pc.make_vector(_byte_pairs(q[2 * h], dd)
+                                              + _byte_pairs(q[2 * h + 1], dd)))
+    return planes_gemm("gemm_q8_0_planes", "Q8_0", 2, stage_block, BM, BN, BK, SGM, SGN, pad,
+                       specialize, driver_unroll, split_k, split_k_mode)
 
 
 # --- NumPy helpers: quantisation, dequantisation, planes ----------------------------------
