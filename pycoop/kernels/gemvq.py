@@ -85,6 +85,27 @@ def _round_away(t):
     return pc.select(t < 0.0, -r, r)
 
 
+def q8_1_lanes(xs: list):
+    """The q8_1 quantisation of a 32-value block held as 4 values by each of 8 consecutive
+    lanes (aligned to 8): this lane's packed word, the block's d and its sum s (as
+    `quantize_q8_1`, through a butterfly of shuffles)."""
+    amax = pc.max(pc.max(pc.abs(xs[0]), pc.abs(xs[1])), pc.max(pc.abs(xs[2]), pc.abs(xs[3])))
+    for m in (1, 2, 4):
+        amax = pc.max(amax, pc.subgroup.shuffle_xor(amax, m))
+    ok = amax >= TINY
+    den = pc.select(ok, amax, f32(1.0))
+    inv = pc.select(ok, f32(127.0) / den, f32(0.0))
+    d = pc.select(ok, den / f32(127.0), f32(0.0))
+    qs = [pc.max(pc.min(_round_away(x * inv), i32(127)), i32(-127)) for x in xs]
+    word = u32(0)
+    for c, q in enumerate(qs):
+        word = word | ((pc.bitcast(q, u32) & 0xFF) << (8 * c))
+    s = qs[0] + qs[1] + qs[2] + qs[3]
+    for m in (1, 2, 4):
+        s = s + pc.subgroup.shuffle_xor(s, m)
+    return word, d, s
+
+
 @functools.cache
 def quantize_q8_1(src: str = "f32", subgroups: int = 4, subgroup_size: int = 32):
     """The kernel quantising activations to 8 bits per 32-block (see the module docstring for
@@ -105,21 +126,7 @@ def quantize_q8_1(src: str = "f32", subgroups: int = 4, subgroup_size: int = 32)
                       S: pc.WriteBuffer[i32], nb: u32):
         g = pc.global_invocation_id.x                      # vec4 g: block g / 8, word g % 8
         v = X[pc.min(g, nb * 8 - 1)]                       # clamped: every lane reduces
-        xs = [f32(v[c]) for c in range(4)]
-        amax = pc.max(pc.max(pc.abs(xs[0]), pc.abs(xs[1])), pc.max(pc.abs(xs[2]), pc.abs(xs[3])))
-        for m in (1, 2, 4):                                # the block's 8 lanes: a butterfly
-            amax = pc.max(amax, pc.subgroup.shuffle_xor(amax, m))
-        ok = amax >= TINY
-        den = pc.select(ok, amax, f32(1.0))
-        inv = pc.select(ok, f32(127.0) / den, f32(0.0))
-        d = pc.select(ok, den / f32(127.0), f32(0.0))
-        qs = [pc.max(pc.min(_round_away(x * inv), i32(127)), i32(-127)) for x in xs]
-        word = u32(0)
-        for c, q in enumerate(qs):
-            word = word | ((pc.bitcast(q, u32) & 0xFF) << (8 * c))
-        s = qs[0] + qs[1] + qs[2] + qs[3]
-        for m in (1, 2, 4):
-            s = s + pc.subgroup.shuffle_xor(s, m)
+        word, d, s = q8_1_lanes([f32(v[c]) for c in range(4)])   # the block's 8 lanes
         if g < nb * 8:
             Q[g] = word
             if (g & 7) == 0:

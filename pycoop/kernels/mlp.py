@@ -40,7 +40,7 @@ from pycoop import f16, f32, i32, u32
 from .gemm import gemm_khr_staged, gemm_q4_0_planes, q4_0_planes
 from .gemv import (GGMLWeights, _f16_at, _fields_as_f32, _q4_k_scales, choose_kernel, gemv,
                    gemv_grid, weights)
-from .gemvq import TINY, _round_away, gemv_q8_1
+from .gemvq import gemv_q8_1, q8_1_lanes
 
 F4 = pc.vec(f32, 4)
 U4 = pc.vec(u32, 4)
@@ -52,27 +52,6 @@ SMALL_T = 64                               # the GEMV kernels up to this many to
 
 def _groups(n: int) -> int:
     return max(1, -(-n // WG))
-
-
-def _q8_1_lanes(xs: list):
-    """The q8_1 quantisation of a 32-value block held as 4 values by each of 8 consecutive
-    lanes (aligned to 8): this lane's packed word, the block's d and its sum s (as
-    `quantize_q8_1`, through a butterfly of shuffles)."""
-    amax = pc.max(pc.max(pc.abs(xs[0]), pc.abs(xs[1])), pc.max(pc.abs(xs[2]), pc.abs(xs[3])))
-    for m in (1, 2, 4):
-        amax = pc.max(amax, pc.subgroup.shuffle_xor(amax, m))
-    ok = amax >= TINY
-    den = pc.select(ok, amax, f32(1.0))
-    inv = pc.select(ok, f32(127.0) / den, f32(0.0))
-    d = pc.select(ok, den / f32(127.0), f32(0.0))
-    qs = [pc.max(pc.min(_round_away(x * inv), i32(127)), i32(-127)) for x in xs]
-    word = u32(0)
-    for c, q in enumerate(qs):
-        word = word | ((pc.bitcast(q, u32) & 0xFF) << (8 * c))
-    s = qs[0] + qs[1] + qs[2] + qs[3]
-    for m in (1, 2, 4):
-        s = s + pc.subgroup.shuffle_xor(s, m)
-    return word, d, s
 
 
 @pc.func
@@ -118,7 +97,7 @@ def rms_norm_q8_1(subgroup_size: int = 32):
             i = j * WG + lane
             ic = pc.min(i, h4 - 1)                          # whole 8-lane blocks past the end
             v, g = X[t * h4 + ic], G[ic]
-            word, d, s = _q8_1_lanes([(v[c] * r) * g[c] for c in range(4)])
+            word, d, s = q8_1_lanes([(v[c] * r) * g[c] for c in range(4)])
             if i < h4:
                 Q[t * h4 + i] = word
                 if (i & 7) == 0:
@@ -208,7 +187,7 @@ def swiglu_q8_1(subgroup_size: int = 32):
         gc = pc.min(g, N * i4 - 1)                           # whole 8-lane blocks past the end
         n, i = gc // i4, gc % i4
         a, b = Y[n * 2 * i4 + i], Y[n * 2 * i4 + i4 + i]
-        word, d, s = _q8_1_lanes([_silu_mul(a[c], b[c]) for c in range(4)])
+        word, d, s = q8_1_lanes([_silu_mul(a[c], b[c]) for c in range(4)])
         if g < N * i4:
             Q[g] = word
             if (g & 7) == 0:
