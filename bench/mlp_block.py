@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 import pycoop as pc
-from pycoop.kernels import MLPBlock
+from pycoop.kernels import MLPBlock, dequantize_q4_k
 
 
 def q4_0(M, K, rng):
@@ -26,17 +26,10 @@ def q4_0(M, K, rng):
 
 
 def q4_k(M, K, rng):
+    """Random Q4_K super-blocks (any bytes are valid) with small d, dmin, and their values."""
     b = rng.integers(0, 256, (M * K // 256, 144), dtype=np.uint8)
     b[:, :4] = rng.uniform(2e-4, 2e-3, (M * K // 256, 2)).astype(np.float16).view(np.uint8)
-    d = b[:, 0:2].copy().view(np.float16).astype(np.float32)
-    dmin = b[:, 2:4].copy().view(np.float16).astype(np.float32)
-    s = b[:, 4:16]
-    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], 1)
-    mn = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], 1)
-    qs = b[:, 16:].reshape(-1, 4, 32)
-    q = np.stack([qs & 15, qs >> 4], 2).reshape(-1, 8, 32).astype(np.float32)
-    w = d[:, :, None] * sc[:, :, None] * q - dmin[:, :, None] * mn[:, :, None]
-    return b.reshape(M, -1), w.reshape(M, K)
+    return b.reshape(M, -1), dequantize_q4_k(b, M, K)
 
 
 def main():
@@ -81,13 +74,13 @@ def main():
         for T in args.batches:
             x = rng.standard_normal((T, H)).astype(np.float32)
             xa = pc.asarray(x, backend="vulkan")
-            for _ in range(3):
-                y = block(xa)
+            for _ in range(3):                      # warm-up: pipelines, pools, clocks
+                block(xa)
             pc.synchronize()
             dev = []
             t0 = time.perf_counter()
             for _ in range(args.iters):
-                y = block(xa)
+                block(xa)
             pc.synchronize()
             wall = (time.perf_counter() - t0) / args.iters * 1e3
             for _ in range(5):

@@ -8,7 +8,7 @@ import argparse
 import numpy as np
 
 import pycoop as pc
-from pycoop.kernels import MLPBlock, mlp_reference
+from pycoop.kernels import MLPBlock, dequantize_q4_k, mlp_reference
 
 
 def q4_0_blocks(W):
@@ -30,15 +30,7 @@ def q4_k_blocks(M, K, rng):
     """Random Q4_K super-blocks (any bytes are valid) with small d, dmin, and their values."""
     b = rng.integers(0, 256, (M * K // 256, 144), dtype=np.uint8)
     b[:, :4] = rng.uniform(2e-4, 2e-3, (M * K // 256, 2)).astype(np.float16).view(np.uint8)
-    d = b[:, 0:2].copy().view(np.float16).astype(np.float32)
-    dmin = b[:, 2:4].copy().view(np.float16).astype(np.float32)
-    s = b[:, 4:16]
-    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], 1)
-    mn = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], 1)
-    qs = b[:, 16:].reshape(-1, 4, 32)
-    q = np.stack([qs & 15, qs >> 4], 2).reshape(-1, 8, 32).astype(np.float32)
-    w = d[:, :, None] * sc[:, :, None] * q - dmin[:, :, None] * mn[:, :, None]
-    return b.reshape(M, -1), w.reshape(M, K)
+    return b.reshape(M, -1), dequantize_q4_k(b, M, K)
 
 
 def main():
