@@ -332,18 +332,29 @@ def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256
     M tile one after another so that they share the X tile in cache (on the H200 the faster
     layout in the best configuration, not in all). The other options as in gemm_nv
     ("undefined": M and N multiples of the tile, K of BK * unroll)."""
-    if BK % 32:
-        raise ValueError(f"BK must be a multiple of the 32-weight Q4_0 block, got {BK}")
+    return decoded_gemm("gemm_q4_0", Q4_0, 32, _q4_0_weight, BM, BN, BK, invocations, unroll,
+                        specialize, driver_unroll, clamp, weights_first)
+
+
+def decoded_gemm(name: str, block_type, qk: int, decode, BM: int, BN: int, BK: int,
+                  invocations: int, unroll: int, specialize: bool, driver_unroll, clamp: str,
+                  weights_first: bool):
+    """The kernel of the decode-function GEMMs (`gemm_q4_0`, `gemm_q8_0`, `gemm_q4_k`): W's
+    blocks of `qk` weights of `block_type`, decoded by `decode` as the NV tensor loads read
+    them (see gemm_q4_0 for the options)."""
+    if BK % 32 or (qk > 32 and qk % BK and BK % qk):
+        raise ValueError(f"{name}: BK must be a multiple of 32 that divides or is a multiple of "
+                         f"the {qk}-weight {block_type.name} block, got {BK}")
     rows, cols = (BN, BM) if weights_first else (BM, BN)       # of the matrices multiplied
     MA = pc.coopmat[f16, pc.Workgroup, rows, BK, pc.UseA]
     MB = pc.coopmat[f16, pc.Workgroup, BK, cols, pc.UseB]
     MC = pc.coopmat[f32, pc.Workgroup, rows, cols, pc.Accumulator]
     Dim = pc.Const if specialize else u32
 
-    @pc.kernel(workgroup_size=invocations)
-    def gemm_q4_0(X: pc.Buffer[f16], W: pc.ReadBuffer[Q4_0], Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
+    def gemm(X: pc.Buffer[f16], W: pc.ReadBuffer[block_type], Y: pc.Buffer[f32], M: Dim, N: Dim,
+             K: Dim):
         lx = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, K)
-        lw = pc.nv.tensor_layout(2, clamp=clamp).block_size(1, 32).dimension(N, K)
+        lw = pc.nv.tensor_layout(2, clamp=clamp).block_size(1, qk).dimension(N, K)
         ly = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, N)
         tr = pc.nv.tensor_view(2, False, (1, 0))
         if weights_first:
@@ -351,20 +362,23 @@ def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256
             m0, n0 = (tile // pc.num_workgroups.y) * BM, (tile % pc.num_workgroups.y) * BN
         else:
             m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
+        if clamp == "undefined":
+            _check_tiling(name, M, N, K, BM, BN, BK * unroll, 1)
         acc = MC.fill(0.0)
         for k in pc.range(0, K, BK * unroll, unroll=driver_unroll):
             for u in range(unroll):
                 kk = k + BK * u
                 if weights_first:
-                    a = pc.nv.load_tensor(W, lw.slice(n0, BN, kk, BK), MA, decode=_q4_0_weight)
+                    a = pc.nv.load_tensor(W, lw.slice(n0, BN, kk, BK), MA, decode=decode)
                     b = pc.nv.load_tensor(X, lx.slice(m0, BM, kk, BK), MB, view=tr)
                 else:
                     a = pc.nv.load_tensor(X, lx.slice(m0, BM, kk, BK), MA)
-                    b = pc.nv.load_tensor(W, lw.slice(n0, BN, kk, BK), MB, view=tr,
-                                          decode=_q4_0_weight)
+                    b = pc.nv.load_tensor(W, lw.slice(n0, BN, kk, BK), MB, view=tr, decode=decode)
                 acc = pc.mul_add(a, b, acc)
         pc.nv.store_tensor(Y, ly.slice(m0, BM, n0, BN), acc, view=tr if weights_first else None)
-    return gemm_q4_0
+
+    gemm.__name__ = gemm.__qualname__ = name
+    return pc.kernel(workgroup_size=invocations)(gemm)
 
 
 def _nibble_pair(bits, d):

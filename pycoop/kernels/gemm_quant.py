@@ -23,7 +23,7 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .gemm import _check_tiling, planes_gemm
+from .gemm import decoded_gemm, planes_gemm
 
 Q8_0 = pc.struct("Q8_0", d=f16, qs=pc.array(pc.u16, 16))       # 34 bytes: scale, 32 int8
 # 144 bytes: d, dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of nibbles
@@ -71,49 +71,6 @@ def _q4_k_weight(block, block_coord, coord_in_block):
                - f32(block.dmin) * pc.select(odd, m1, m0))
 
 
-def _decoded_gemm(name: str, block_type, qk: int, decode, BM: int, BN: int, BK: int,
-                  invocations: int, unroll: int, specialize: bool, driver_unroll, clamp: str,
-                  weights_first: bool):
-    """gemm_q4_0's kernel for blocks of `qk` weights of `block_type` decoded by `decode`."""
-    if BK % 32 or (qk > 32 and qk % BK and BK % qk):
-        raise ValueError(f"{name}: BK must be a multiple of 32 that divides or is a multiple of "
-                         f"the {qk}-weight block, got {BK}")
-    rows, cols = (BN, BM) if weights_first else (BM, BN)       # of the matrices multiplied
-    MA = pc.coopmat[f16, pc.Workgroup, rows, BK, pc.UseA]
-    MB = pc.coopmat[f16, pc.Workgroup, BK, cols, pc.UseB]
-    MC = pc.coopmat[f32, pc.Workgroup, rows, cols, pc.Accumulator]
-    Dim = pc.Const if specialize else u32
-
-    def gemm(X: pc.Buffer[f16], W: pc.ReadBuffer[block_type], Y: pc.Buffer[f32], M: Dim, N: Dim,
-             K: Dim):
-        lx = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, K)
-        lw = pc.nv.tensor_layout(2, clamp=clamp).block_size(1, qk).dimension(N, K)
-        ly = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, N)
-        tr = pc.nv.tensor_view(2, False, (1, 0))
-        if weights_first:
-            tile = pc.workgroup_id.x + pc.workgroup_id.y * pc.num_workgroups.x
-            m0, n0 = (tile // pc.num_workgroups.y) * BM, (tile % pc.num_workgroups.y) * BN
-        else:
-            m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
-        if clamp == "undefined":
-            _check_tiling(name, M, N, K, BM, BN, BK * unroll, 1)
-        acc = MC.fill(0.0)
-        for k in pc.range(0, K, BK * unroll, unroll=driver_unroll):
-            for u in range(unroll):
-                kk = k + BK * u
-                if weights_first:
-                    a = pc.nv.load_tensor(W, lw.slice(n0, BN, kk, BK), MA, decode=decode)
-                    b = pc.nv.load_tensor(X, lx.slice(m0, BM, kk, BK), MB, view=tr)
-                else:
-                    a = pc.nv.load_tensor(X, lx.slice(m0, BM, kk, BK), MA)
-                    b = pc.nv.load_tensor(W, lw.slice(n0, BN, kk, BK), MB, view=tr, decode=decode)
-                acc = pc.mul_add(a, b, acc)
-        pc.nv.store_tensor(Y, ly.slice(m0, BM, n0, BN), acc, view=tr if weights_first else None)
-
-    gemm.__name__ = gemm.__qualname__ = name
-    return pc.kernel(workgroup_size=invocations)(gemm)
-
-
 @functools.cache
 def gemm_q8_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1,
               specialize: bool = False, driver_unroll: bool | int | None = None,
@@ -121,7 +78,7 @@ def gemm_q8_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256
     """Y (M x N, f32) = X (M x K, f16) @ W.T, W (N x K) in Q8_0 blocks of 32 along K (the raw
     bytes, as a buffer of `Q8_0`), decoded while loading. Options, grid and operands as in
     `gemm_q4_0`: any M and N with the Constant clamp, K a multiple of 32."""
-    return _decoded_gemm("gemm_q8_0", Q8_0, 32, _q8_0_weight, BM, BN, BK, invocations, unroll,
+    return decoded_gemm("gemm_q8_0", Q8_0, 32, _q8_0_weight, BM, BN, BK, invocations, unroll,
                          specialize, driver_unroll, clamp, weights_first)
 
 
@@ -133,7 +90,7 @@ def gemm_q4_k(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256
     (the raw bytes, as a buffer of `Q4_K`), decoded while loading; BK divides 256 or is a
     multiple of it. Options, grid and operands as in `gemm_q4_0`: any M and N with the
     Constant clamp, K a multiple of 256."""
-    return _decoded_gemm("gemm_q4_k", Q4_K, 256, _q4_k_weight, BM, BN, BK, invocations, unroll,
+    return decoded_gemm("gemm_q4_k", Q4_K, 256, _q4_k_weight, BM, BN, BK, invocations, unroll,
                          specialize, driver_unroll, clamp, weights_first)
 
 

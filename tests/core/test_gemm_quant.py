@@ -100,7 +100,7 @@ def test_decoded_gemms_match_gguf(gguf, fmt, cfg, clamp, first, M, N, K):
 def test_decoded_gemms_check_their_tiling():
     with pytest.raises(ValueError, match="BK must be a multiple of 32"):
         gemm_q8_0(64, 64, 16)
-    with pytest.raises(ValueError, match="divides or is a multiple of the 256-weight block"):
+    with pytest.raises(ValueError, match="divides or is a multiple of the 256-weight Q4_K block"):
         gemm_q4_k(64, 64, 96)
     with pytest.raises(ValueError, match="N of 64 and K a multiple of 64"):
         gemm_q8_0(64, 64, 32, 128, 2, True, clamp="undefined").compile(M=64, N=64, K=96)
