@@ -549,10 +549,11 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
 
 def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, BK: int,
                 SGM: int, SGN: int, pad: int, specialize: bool, driver_unroll, split_k: int,
-                split_k_mode: str):
-    """The kernel of the planes GEMMs (`gemm_q4_0_planes`, `gemm_q8_0_planes`): W's blocks of
-    32 weights as `words` uvec4 of Q plus an f16 scale in D, loaded a k-step ahead, and
-    `stage_block(put, qs, d)` dequantising one block (`qs`: its uvec4s, `d` its scale) and
+                split_k_mode: str, scale_type=f16):
+    """The kernel of the planes GEMMs (`gemm_q4_0_planes`, `gemm_q8_0_planes`,
+    `gemm_q4_k_planes`): W's blocks of 32 weights as `words` uvec4 of Q plus one `scale_type`
+    per block in D (an f16 scale, or Q4_K's f16x2 scale and min), loaded a k-step ahead, and
+    `stage_block(put, qs, d)` dequantising one block (`qs`: its uvec4s, `d` its D element) and
     storing uvec4 `i` of its 8 halves with `put(i, v)` into the shared W tile; the rest is
     gemm_khr_staged's."""
     _check_split_k(split_k, split_k_mode)
@@ -567,7 +568,7 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
         raise ValueError(f"{name} needs BK a multiple of 32, pad of 8, and whole "
                          f"uvec4 of X and {fmt} blocks per invocation ({nth} invocations)")
 
-    def kernel(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[f16], X: pc.ReadBuffer[U4],
+    def kernel(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[scale_type], X: pc.ReadBuffer[U4],
                Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
         sw, sx = pc.shared(U4, BM * lda // 8), pc.shared(U4, BK * ldx // 8)
         scratch = pc.shared(f32, SGM * SGN * 256) if atomic else None     # a tile per subgroup

@@ -3,8 +3,9 @@ built as the Q4_0 ones of `pycoop.kernels.gemm`, with the block formats' NumPy h
 
 `gemm_q8_0(...)` / `gemm_q4_k(...)`: workgroup-scope NV cooperative matrices through tensor
 layouts, any M and N, the weights decoded by a decode function while loading (`gemm_q4_0`'s
-structure and options). `gemm_q8_0_planes(...)`: Q8_0 weights as two planes (`q8_0_planes`),
-dequantised by hand into shared memory (`gemm_q4_0_planes`'s structure and options).
+structure and options). `gemm_q8_0_planes(...)` / `gemm_q4_k_planes(...)`: Q8_0 / Q4_K weights
+as two planes (`q8_0_planes` / `q4_k_planes`), dequantised by hand into shared memory
+(`gemm_q4_0_planes`'s structure and options).
 
 Formats, bit for bit as in a GGUF file (llama.cpp's ggml-common.h):
 - Q8_0: blocks of 32 weights along K, 34 bytes: an f16 scale d, then 32 signed bytes q;
@@ -130,6 +131,48 @@ def gemm_q8_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
                        specialize, driver_unroll, split_k, split_k_mode)
 
 
+def _q4_k_pair(bits, s, m):
+    """Two weights from the nibbles q at bits 0-3 and 16-19 of `bits` with scale s and min m
+    (f16x2), as 2 x f16 in a u32: 1024 + q (the nibble OR-ed into the mantissa of 1024.0)
+    minus 1024 is q exactly, then one f16x2 multiplication and one subtraction, each rounded:
+    f16(f16(q * s) - m), the definition of `dequantize_q4_k_planes`."""
+    w = pc.bitcast((bits & 0x000F000F) | 0x64006400, pc.vec(f16, 2))
+    return pc.bitcast((w - pc.make_vector([f16(1024.0)] * 2)) * s - m, u32)
+
+
+@functools.cache
+def gemm_q4_k_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
+                     pad: int = 8, specialize: bool = False,
+                     driver_unroll: bool | int | None = None, split_k: int = 1,
+                     split_k_mode: str = "stacked"):
+    """Y (M x N, f32) = W (M x K, Q4_K) @ X (K x N, f16), the weights as two planes
+    (`q4_k_planes`): Q, a uvec4 of nibbles per sub-block of 32 (Q4_0's nibble order), and D,
+    an f16x2 (scale, min) per sub-block.
+
+    `gemm_q4_0_planes`'s structure and options: each invocation loads whole sub-blocks (one
+    aligned uvec4 and an f16x2, consecutive invocations on consecutive sub-blocks) a k-step
+    ahead and dequantises them in registers, two weights per f16x2 operation, f16(f16(q *
+    scale) - min) (`dequantize_q4_k_planes`), while storing them into the shared W tile; X
+    is copied as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N must be multiples of the
+    tile and K of BK (K is a multiple of 256 for Q4_K weights); BK a multiple of 32, pad of 8.
+    The grid is (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` and
+    `split_k_mode` as in gemm_khr_staged.
+    """
+    def stage_block(put, qs, d):
+        s, m = pc.make_vector([d[0], d[0]]), pc.make_vector([d[1], d[1]])
+        lo, hi = [], []
+        for i in range(4):                        # 4 nibble bytes: weights j (low), j + 16
+            c = qs[0][i]
+            s01 = (c & 0xFF) | ((c & 0xFF00) << 8)            # bytes 0, 1 -> 0, 2
+            s23 = ((c >> 16) & 0xFF) | ((c >> 8) & 0xFF0000)  # bytes 2, 3 -> 0, 2
+            lo += [_q4_k_pair(s01, s, m), _q4_k_pair(s23, s, m)]
+            hi += [_q4_k_pair(s01 >> 4, s, m), _q4_k_pair(s23 >> 4, s, m)]
+        for i, v in enumerate([lo[:4], lo[4:], hi[:4], hi[4:]]):   # weights 8i..8i+7
+            put(i, pc.make_vector(v))
+    return planes_gemm("gemm_q4_k_planes", "Q4_K 32-weight", 1, stage_block, BM, BN, BK, SGM, SGN, pad,
+                       specialize, driver_unroll, split_k, split_k_mode, pc.vec(f16, 2))
+
+
 # --- NumPy helpers: quantisation, dequantisation, planes ----------------------------------
 
 def _rows_of_blocks(raw, rows: int, K: int, qk: int, size: int, fmt: str) -> np.ndarray:
@@ -246,3 +289,42 @@ def quantize_q4_k(w: np.ndarray) -> np.ndarray:
     head = np.concatenate([d, dmin], -1).view(np.uint8)       # ... x 4
     out = np.concatenate([head, _q4_k_pack_scales(sc, mn), nib.reshape(M, K // 256, 128)], -1)
     return out.reshape(M, -1)
+
+
+def q4_k_planes(raw, rows: int, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """llama.cpp Q4_K super-blocks (raw bytes of a rows x K matrix) as the two planes of
+    `gemm_q4_k_planes`, per sub-block of 32 weights (rows * K / 32 of them, in order along
+    each row):
+
+    - Q (rows * K / 32 x 4 u32): its 32 nibbles as 16 bytes in Q4_0's order, byte j holding
+      weight j in its low nibble and weight j + 16 in its high one;
+    - D (rows * K / 32 x 2 f16): scale = f16(d * sc) and min = f16(dmin * m), sc and m the
+      sub-block's 6-bit scale and min; each product is exact in f32 (11 x 6 bits) and rounded
+      once to f16, to nearest even.
+
+    A one-way repack: the nibbles are kept, but D holds rounded products, from which d, dmin
+    and the 6-bit factors cannot in general be recovered. The weights the planes stand for
+    are `dequantize_q4_k_planes`'s, f16(f16(q * scale) - min): three roundings to f16 (unit
+    u = 2^-11), so with p = d * sc * q, m = dmin * m and w = p - m (llama.cpp's weight,
+    `dequantize_q4_k`) each differs from w by at most
+    u * (1.01 |w| + 2.01 p + 1.01 m) + 2^-20 (the last term for f16 subnormals). A GPU that
+    fuses the product and the subtraction rounds once less, within the same bound."""
+    b = _rows_of_blocks(raw, rows, K, 256, 144, "q4_k")
+    dm = np.ascontiguousarray(b[..., :4]).view(np.float16).astype(np.float32)    # ... x 2
+    sc, mn = _q4_k_unpack_scales(b[..., 4:16])
+    scale = (dm[..., :1] * sc.astype(np.float32)).astype(np.float16)              # ... x 8
+    mins = (dm[..., 1:] * mn.astype(np.float32)).astype(np.float16)
+    qs = b[..., 16:].reshape(rows, K // 256, 4, 1, 32)
+    q = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(-1, 32)   # sub-blocks 2j, 2j + 1
+    Q = (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)
+    return (np.ascontiguousarray(Q).view(np.uint32).reshape(-1, 4),
+            np.stack([scale.reshape(-1), mins.reshape(-1)], axis=-1))
+
+
+def dequantize_q4_k_planes(Q: np.ndarray, D: np.ndarray, rows: int, K: int) -> np.ndarray:
+    """The rows x K f16 weights the planes of `q4_k_planes` stand for, as `gemm_q4_k_planes`
+    computes them: f16(f16(q * scale) - min) per weight, each operation rounded to f16."""
+    q = np.ascontiguousarray(Q, np.uint32).view(np.uint8).reshape(-1, 16)
+    q = np.concatenate([q & 15, q >> 4], axis=1).astype(np.float16)              # ... x 32
+    D = np.asarray(D, np.float16).reshape(-1, 2)
+    return (q * D[:, :1] - D[:, 1:]).reshape(rows, K)

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pycoop.kernels import (GemvConfig, choose_kernel, dequantize_q4_k, dequantize_q8_0,
-                            gemm_q4_k, gemm_q8_0, gemm_q8_0_planes, matmul_q, q8_0_blocks,
-                            q8_0_planes, quantize_q4_k, quantize_q8_0, sum_splits)
+from pycoop.kernels import (GemvConfig, choose_kernel, dequantize_q4_k, dequantize_q4_k_planes,
+                            dequantize_q8_0, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
+                            gemm_q8_0_planes, matmul_q, q4_k_planes, q8_0_blocks, q8_0_planes,
+                            quantize_q4_k, quantize_q8_0, sum_splits)
 
 from gemv_cases import gguf, make_weights, qtype, reference  # noqa: F401 (fixture)
 
@@ -136,6 +137,112 @@ def test_q8_0_planes_gemm_matches_gguf(gguf, cfg, M, N, K, spec, split_k, mode):
     ref = reference(gguf, "q8_0", Wq, X.T).T            # W @ X
     close(Y, ref)
     assert k.compile(**({"M": M, "N": N, "K": K} if spec else {})).spv
+
+
+def _q4_k_parts(raw, rows, K):
+    """Per weight of Q4_K bytes, independently of the library: the nibble q, d * sc and
+    dmin * m (f32, exact), with llama.cpp's get_scale_min_k4 written out per sub-block."""
+    b = np.asarray(raw, np.uint8).reshape(rows, K // 256, 144)
+    d = b[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    dmin = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+    s = b[..., 4:16].astype(np.uint32)
+    q = np.zeros((rows, K // 256, 256), np.float32)
+    ds, dm = np.zeros_like(q), np.zeros_like(q)
+    for j in range(8):
+        if j < 4:
+            sc, mn = s[..., j] & 63, s[..., j + 4] & 63
+        else:
+            sc = (s[..., j + 4] & 0xF) | ((s[..., j - 4] >> 6) << 4)
+            mn = (s[..., j + 4] >> 4) | ((s[..., j] >> 6) << 4)
+        nib = b[..., 16 + 32 * (j // 2): 48 + 32 * (j // 2)] >> (4 * (j % 2)) & 15
+        q[..., 32 * j: 32 * j + 32] = nib
+        ds[..., 32 * j: 32 * j + 32] = (d * sc)[..., None]
+        dm[..., 32 * j: 32 * j + 32] = (dmin * mn)[..., None]
+    return q.reshape(rows, K), ds.reshape(rows, K), dm.reshape(rows, K)
+
+
+def _q4_k_bytes(rows, K, seed, scale=0.05):
+    """Random Q4_K super-blocks, d and dmin uniform in [scale / 50, scale] (f16)."""
+    rng = np.random.default_rng(seed)
+    b = rng.integers(0, 256, (rows * K // 256, 144), dtype=np.uint8)
+    b[:, :4] = rng.uniform(scale / 50, scale, (len(b), 2)).astype(np.float16).view(np.uint8)
+    return b.reshape(rows, -1)
+
+
+def q4_k_planes_bound(raw, rows, K):
+    """The documented bound on |planes' weight - llama.cpp's| (q4_k_planes' docstring)."""
+    q, ds, dm = _q4_k_parts(raw, rows, K)
+    p, m = (ds * q).astype(np.float64), dm.astype(np.float64)
+    return 2.0 ** -11 * (1.01 * np.abs(p - m) + 2.01 * p + 1.01 * m) + 2.0 ** -20
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 6), blocks=st.integers(1, 4), seed=st.integers(0, 2**16),
+       scale=st.sampled_from([1e-6, 1e-3, 0.05, 10.0]))
+def test_q4_k_planes_dequantise_as_documented(gguf, m, blocks, seed, scale):
+    K = 256 * blocks
+    raw = _q4_k_bytes(m, K, seed, scale)
+    Q, D = q4_k_planes(raw, m, K)
+    assert Q.shape == (m * K // 32, 4) and Q.dtype == np.uint32
+    assert D.shape == (m * K // 32, 2) and D.dtype == np.float16
+    q, ds, dm = _q4_k_parts(raw, m, K)
+    # Q: byte j of a sub-block holds its weight j (low nibble) and j + 16 (high), as Q4_0
+    nib = Q.view(np.uint8).reshape(-1, 16)
+    np.testing.assert_array_equal(np.concatenate([nib & 15, nib >> 4], 1).reshape(m, K), q)
+    # D: d * sc and dmin * m rounded once to f16
+    np.testing.assert_array_equal(D[:, 0], ds.reshape(-1, 32)[:, 0].astype(np.float16))
+    np.testing.assert_array_equal(D[:, 1], dm.reshape(-1, 32)[:, 0].astype(np.float16))
+    # the weights: f16(f16(q * scale) - min), bit for bit
+    s, mn = ds.astype(np.float16).astype(np.float64), dm.astype(np.float16).astype(np.float64)
+    want = (q * s).astype(np.float16).astype(np.float64) - mn     # exact in f64, then rounded
+    got = dequantize_q4_k_planes(Q, D, m, K)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, want.astype(np.float16))
+    # within the documented f16 rounding bound of gguf's dequantisation
+    ref = gguf.quants.dequantize(raw, qtype(gguf, "q4_k")).astype(np.float64)
+    assert (np.abs(got.astype(np.float64) - ref) <= q4_k_planes_bound(raw, m, K)).all()
+
+
+@pytest.mark.parametrize("cfg,M,N,K,spec,split_k,mode", [
+    ((64, 64, 64, 2, 2), 128, 64, 256, True, 1, "stacked"),
+    ((64, 64, 32, 1, 2), 64, 128, 256, False, 1, "stacked"),     # one sub-block per row and k-step
+    ((64, 64, 128, 2, 2), 64, 64, 512, True, 1, "stacked"),      # four sub-blocks per row
+    ((128, 64, 64, 4, 2), 128, 64, 256, False, 1, "stacked"),    # as many sub-blocks as invocations
+    ((64, 64, 64, 2, 2), 64, 64, 256, True, 2, "stacked"),
+    ((64, 64, 64, 2, 2), 64, 64, 768, False, 3, "atomic"),
+    ((64, 64, 96, 2, 1), 64, 64, 768, True, 2, "stacked")])      # k-steps across super-blocks
+def test_q4_k_planes_gemm(gguf, cfg, M, N, K, spec, split_k, mode):
+    raw = _q4_k_bytes(M, K, K + split_k)
+    raw.reshape(M, -1, 144)[:, 0, :4] = np.array([2e-4, 1e-4], np.float16).view(np.uint8)  # small
+    X = np.random.default_rng(K).standard_normal((K, N)).astype(np.float16)
+    k = gemm_q4_k_planes(*cfg, specialize=spec, split_k=split_k, split_k_mode=mode)
+    atomic = mode == "atomic"
+    P = np.zeros((M if atomic else split_k * M, N), np.float32)
+    Q, D = q4_k_planes(raw, M, K)
+    k[(M // cfg[0], N // cfg[1], split_k)](Q, D, X.view(np.uint32).reshape(-1, 4), P, M, N, K,
+                                           backend="emulator")
+    Y = P
+    if split_k > 1 and not atomic:
+        Y = np.zeros((M, N), np.float32)
+        n4 = M * N // 4
+        sum_splits(split_k)[(-(-n4 // 256),)](P.reshape(-1, 4), Y.reshape(-1, 4), n4,
+                                               backend="emulator")
+    Xa = np.abs(X.astype(np.float64))
+    Wp = dequantize_q4_k_planes(Q, D, M, K).astype(np.float64)
+    acc = K * 2.0 ** -23 * (np.abs(Wp) @ Xa)         # f32 accumulation of K products
+    # the planes' weights exactly, up to the f32 sums
+    assert (np.abs(Y - Wp @ X.astype(np.float64)) <= acc).all()
+    # gguf's weights within the planes' f16 rounding bound
+    ref = reference(gguf, "q4_k", raw, X.T).T          # W @ X
+    assert (np.abs(Y - ref) <= q4_k_planes_bound(raw, M, K) @ Xa + acc).all()
+    assert k.compile(**({"M": M, "N": N, "K": K} if spec else {})).spv
+
+
+def test_q4_k_planes_check_their_shapes():
+    with pytest.raises(ValueError, match="q4_k needs K a multiple of 256"):
+        q4_k_planes(np.zeros(144, np.uint8), 1, 128)
+    with pytest.raises(ValueError, match="Q4_K 32-weight blocks per invocation"):
+        gemm_q4_k_planes(64, 64, 32, 2, 2)             # 64 sub-blocks for 128 invocations
 
 
 def test_q8_0_planes_gemm_checks_its_tiling():
