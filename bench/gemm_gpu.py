@@ -11,7 +11,8 @@
   workgroups along K writing partial products that sum_splits adds, the two kernels' times
   added
 - the Q8_0 and Q4_K GEMMs at the same shape (gemm_q8_0 and gemm_q4_k through NV decode
-  functions, gemm_q8_0_planes dequantising Q8_0 planes by hand, also with split-K) against
+  functions, gemm_q8_0_planes and gemm_q4_k_planes dequantising Q8_0 / Q4_K planes by hand,
+  also with split-K) against
   pycoop's f16 gemm_nv and cuBLAS there; each format's fastest kernel is checked against
   NumPy dequantise-then-matmul on a 64 x 64 corner
 
@@ -34,10 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pycoop.kernels import (dequantize_q4_k, dequantize_q8_0, gemm_khr, gemm_khr_staged, gemm_nv,
-                            gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged, gemm_q4_k, gemm_q8_0,
-                            gemm_q8_0_planes, gemm_workgroup_tile, q4_0_planes, q8_0_planes,
-                            quantize_q4_k, quantize_q8_0, sum_splits)
+from pycoop.kernels import (dequantize_q4_k, dequantize_q4_k_planes, dequantize_q8_0, gemm_khr,
+                            gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
+                            gemm_q4_0_staged, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
+                            gemm_q8_0_planes, gemm_workgroup_tile, q4_0_planes, q4_k_planes,
+                            q8_0_planes, quantize_q4_k, quantize_q8_0, sum_splits)
 
 # Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
 # launches is measured by bench/checked_overhead.py.
@@ -65,7 +67,7 @@ SPLIT_KHR = [(128, 128, 64, 2, 2), (128, 128, 32, 2, 2), (128, 128, 64, 2, 4)]
 SPLIT_NV = [(128, 256, 64), (128, 256, 32), (128, 128, 64), (256, 128, 32)]
 # Q8_0 and Q4_K at the same shape: BM BN BK of gemm_q8_0 / gemm_q4_k (256 invocations, shape
 # specialised, clamp "undefined", both operand orders), and BM BN BK SGM SGN of
-# gemm_q8_0_planes (with split-K 2 for the first two)
+# gemm_q8_0_planes and gemm_q4_k_planes (with split-K 2 for the first two)
 QUANT_TILES = [(128, 128, 32), (128, 128, 64), (256, 64, 64), (128, 64, 64)]
 Q8_PLANES = [(128, 64, 64, 2, 2), (128, 128, 64, 2, 2), (128, 128, 64, 2, 4), (128, 128, 32, 2, 2)]
 
@@ -260,23 +262,26 @@ def quant(fmts: list[str], repeat: int, shape: tuple[int, int, int] = (4096, 512
             tf = tflops(k, (M // bm, N // bn), [X, Wq, Y, M, N, K], flop, repeat)
             t.row(f"{name} NV {'W.X^T' if first else 'X.W^T'} {bm}x{bn}x{bk} undefined spec", tf,
                   float(np.abs(Y[:64, :64] - ref).max() / np.abs(ref).max()))
-        if fmt != "q8_0":
-            continue
-        # gemm_q8_0_planes computes W @ X: Q8_0 weights M x K (4096 rows) times f16 K x N
-        Wm = quantize_q8_0(rng.standard_normal((M, K), dtype=np.float32))
-        Q, D = q8_0_planes(Wm, M, K)
-        ref = dequantize_q8_0(Wm[:64], 64, K) @ Wt[:, :64].astype(np.float32)
+        # the planes GEMM computes W @ X: weights M x K (4096 rows) times f16 K x N; Q4_K's
+        # planes hold f16 (scale, min) per sub-block, so its reference is dequantize_q4_k_planes
+        Wm = quantize[fmt](rng.standard_normal((M, K), dtype=np.float32))
+        planes = {"q8_0": q8_0_planes, "q4_k": q4_k_planes}[fmt]
+        kernel = {"q8_0": gemm_q8_0_planes, "q4_k": gemm_q4_k_planes}[fmt]
+        Q, D = planes(Wm, M, K)
+        W64 = (dequantize_q8_0(Wm[:64], 64, K) if fmt == "q8_0" else
+               dequantize_q4_k_planes(Q[:64 * K // 32], D[:64 * K // 32], 64, K))
+        ref = W64.astype(np.float32) @ Wt[:, :64].astype(np.float32)
         Wt4 = Wt.view(np.uint32).reshape(-1, 4)
         for i, (bm, bn, bk, sgm, sgn) in enumerate(Q8_PLANES):
             grid, cfg = (M // bm, N // bn), f"{bm}x{bn}x{bk} {sgm}x{sgn}sg spec"
             Y[:] = np.nan
-            tf = tflops(gemm_q8_0_planes(bm, bn, bk, sgm, sgn, specialize=True), grid,
+            tf = tflops(kernel(bm, bn, bk, sgm, sgn, specialize=True), grid,
                         [Q, D, Wt4, Y, M, N, K], flop, repeat)
-            t.row(f"Q8_0 KHR planes {cfg}", tf,
+            t.row(f"{name} KHR planes {cfg}", tf,
                   float(np.abs(Y[:64, :64] - ref).max() / np.abs(ref).max()))
             if i < 2:
-                t.row(f"Q8_0 KHR planes {cfg} split2", split_k_tflops(
-                    gemm_q8_0_planes(bm, bn, bk, sgm, sgn, specialize=True, split_k=2), grid,
+                t.row(f"{name} KHR planes {cfg} split2", split_k_tflops(
+                    kernel(bm, bn, bk, sgm, sgn, specialize=True, split_k=2), grid,
                     [Q, D, Wt4, Y, M, N, K], Y, 2, flop, repeat))
     after = cublas_tflops(M, N, K, repeat)
     ref16 = max(before, after)
@@ -296,7 +301,7 @@ def main() -> None:
     ap.add_argument("--formats", nargs="*", default=["q4_0", "q8_0", "q4_k"],
                     choices=["q4_0", "q8_0", "q4_k"],
                     help="weight formats compared at 4096x512x14336 (q4_0: the long Q4_0 "
-                         "table; q8_0, q4_k: the Q8_0 / Q4_K GEMMs)")
+                         "table; q8_0, q4_k: the Q8_0 / Q4_K GEMMs, decode-function and planes)")
     a = ap.parse_args()
     from pycoop.runtime.vulkan import get_runtime
     caps = get_runtime().capabilities

@@ -18,10 +18,12 @@ kernels on `pc.Array`s without host round trips; it picks the kernels by T:
   per-token 1/rms), `rms_norm_t` (normalise, scale, round to f16 and transpose into
   H x Tp, Tp = T rounded up to the GEMM tile), the GEMM on the stacked gate/up matrix
   (2I x Tp f32), `swiglu_t` (silu(gate) * up as f16, I x Tp), the down GEMM (H x Tp) and
-  `residual_t` (adds it back transposed). Q4_0 uses `gemm_q4_0_planes` (weights as nibble and
-  scale planes, dequantised while staging); Q4_K's quantised GEMM (`gemm_q4_k`) takes tokens-major operands, so
-  here `expand_q4_k`
-  expands the weights to f16 in a scratch buffer on every call and `gemm_khr_staged` multiplies.
+  `residual_t` (adds it back transposed). The GEMMs are the planes GEMMs, the weights split
+  into planes once, on the first prefill call, and dequantised while staging into shared
+  memory: Q4_0 `gemm_q4_0_planes` (`q4_0_planes`: nibbles and scales, lossless), Q4_K
+  `gemm_q4_k_planes` (`q4_k_planes`: per sub-block of 32 the nibbles and f16 scale d * sc
+  and min dmin * m, each weight f16(f16(q * scale) - min), within the f16 rounding bound
+  of `q4_k_planes` of llama.cpp's weight).
 
 The definitions, exactly (f32 unless said): RMSNorm r = rsqrt(sum(x^2) / H + eps) with the
 sum's order chosen by the device, n = (x * r) * g; silu(a) = a / (1 + exp(-a)), h = silu(gate)
@@ -37,9 +39,9 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, i32, u32
 
-from .gemm import gemm_khr_staged, gemm_q4_0_planes, q4_0_planes
-from .gemv import (GGMLWeights, _f16_at, _fields_as_f32, _q4_k_scales, choose_kernel, gemv,
-                   gemv_grid, weights)
+from .gemm import gemm_q4_0_planes, q4_0_planes
+from .gemm_quant import gemm_q4_k_planes, q4_k_planes
+from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, weights
 from .gemvq import gemv_q8_1, q8_1_lanes
 
 F4 = pc.vec(f32, 4)
@@ -239,29 +241,6 @@ def residual_t(X: pc.ReadBuffer[f32], Y: pc.ReadBuffer[f32], O: pc.WriteBuffer[f
         O[g] = X[g] + Y[h * ld + t]
 
 
-@pc.kernel(workgroup_size=WG)
-def expand_q4_k(W: pc.ReadBuffer[U4], Y: pc.WriteBuffer[U4], nsb: u32):
-    """Q4_K super-blocks (144 bytes = 9 uvec4 each, llama.cpp's layout) to f16: Y holds the
-    256 weights d * scale * q - dmin * min of each (computed in f32, rounded to f16) in order,
-    8 per uvec4. One invocation per 8 nibble bytes (16 weights): grid ceil(nsb * 16 / 256)."""
-    g = pc.global_invocation_id.x
-    if g < nsb * 16:
-        sb, j, p = g >> 4, (g >> 2) & 3, g & 3          # quarter j, nibble bytes 32j + 8p ..
-        h = W[sb * 9]
-        d, dmin = _f16_at(h[0], False), _f16_at(h[0], True)
-        sc0, sc1, m0, m1 = _q4_k_scales(h[1], h[2], h[3], j)
-        v = W[sb * 9 + 1 + 2 * j + (p >> 1)]
-        odd = (p & 1) == 1
-        words = [pc.select(odd, v[2], v[0]), pc.select(odd, v[3], v[1])]
-        lo, hi = [], []
-        for q in words:
-            lo += _fields_as_f32(q, 0.0, 4, 0)
-            hi += _fields_as_f32(q, 0.0, 4, 4)
-        a0, b0, a1, b1 = d * sc0, dmin * m0, d * sc1, dmin * m1
-        Y[sb * 32 + 8 * j + p] = _pack_f16([a0 * q - b0 for q in lo])
-        Y[sb * 32 + 8 * j + 4 + p] = _pack_f16([a1 * q - b1 for q in hi])
-
-
 def _tile(M1: int, M2: int, K1: int, K2: int):
     """(BM, BN, BK, SGM, SGN) of the GEMMs: 128 x 128 tiles where the shapes allow, else 32."""
     if all(m % 128 == 0 for m in (M1, M2)) and all(k % 64 == 0 for k in (K1, K2)):
@@ -302,10 +281,10 @@ class MLPBlock:
         self._gemm_w: dict = {}
         self.launches: list = []               # the LaunchResults of the last call
 
-    # -- weights for the large-T GEMMs, made on first use
+    # -- weights of the large-T GEMMs as planes, made on first use
     def _planes(self, W: GGMLWeights):
         if id(W) not in self._gemm_w:
-            q, d = q4_0_planes(W.data, W.M, W.K)
+            q, d = (q4_0_planes if self.fmt == "q4_0" else q4_k_planes)(W.data, W.M, W.K)
             self._gemm_w[id(W)] = (pc.asarray(q, backend=self.backend),
                                    pc.asarray(d, backend=self.backend))
         return self._gemm_w[id(W)]
@@ -377,16 +356,9 @@ class MLPBlock:
         """Y (W.M x ld f32) = W @ X, X (W.K x ld f16 as uvec4)."""
         BM, BN, BK, SGM, SGN = self.tile
         grid = (W.M // BM, ld // BN)
-        bk = self.backend
-        if self.fmt == "q4_0":
-            q, d = self._planes(W)
-            self.launches.append(gemm_q4_0_planes(BM, BN, BK, SGM, SGN)[grid](q, d, X, Y, W.M, ld, W.K))
-        else:
-            wf = pc.empty((W.M * W.K // 8, 4), pc.u32, backend=bk)
-            nsb = W.M * W.K // 256
-            self.launches.append(expand_q4_k[_groups(nsb * 16)](W.kernel_array(bk), wf, nsb))
-            self.launches.append(gemm_khr_staged(BM, BN, 32, SGM, SGN, vector_copy=True)[grid](wf, X, Y, W.M, ld,
-                                                                          W.K))
+        q, d = self._planes(W)
+        gemm = gemm_q4_0_planes if self.fmt == "q4_0" else gemm_q4_k_planes
+        self.launches.append(gemm(BM, BN, BK, SGM, SGN)[grid](q, d, X, Y, W.M, ld, W.K))
 
     def _large(self, x, T: int):
         bk, H, I = self.backend, self.H, self.I

@@ -2,7 +2,8 @@
 the emulator against an f64 reference with dequantised weights (gguf's dequantisation), within
 a bound propagated through the block from each projection's own error bound: the q8_1
 quantisation bound (`q8_1_error_bound`) on the integer path, f16 rounding of activations and
-weights (2^-10 relative to sum |w x|) on the GEMM path, f32 rounding on the float GEMV path."""
+weights on the GEMM path (2^-10 relative to sum |w x| for Q4_0; for Q4_K the planes' weights
+within `q4_k_planes`' documented bound), f32 rounding on the float GEMV path."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pycoop as pc
-from pycoop.kernels import MLPBlock, mlp_reference, q8_1_error_bound, quantize_q8_1_reference
+from pycoop.kernels import (MLPBlock, mlp_reference, q4_k_planes, q8_1_error_bound,
+                            quantize_q8_1_reference)
 from pycoop.kernels import mlp
 
 from core_helpers import FEW
@@ -144,21 +146,6 @@ def test_swiglu_t_and_residuals(I, ld, seed):
     assert np.array_equal(o2.numpy(), x + yy)
 
 
-@FEW
-@given(st.integers(1, 6), st.integers(0, 2**16))
-def test_expand_q4_k_against_gguf(nsb, seed):
-    g = pytest.importorskip("gguf")
-    rng = np.random.default_rng(seed)
-    b = rng.integers(0, 256, (nsb, 144), dtype=np.uint8)
-    b[:, :4] = rng.uniform(1e-3, 0.05, (nsb, 2)).astype(np.float16).view(np.uint8)
-    out = arr(np.zeros((nsb * 32, 4), np.uint32))
-    mlp.expand_q4_k[mlp._groups(nsb * 16)](arr(b.reshape(-1).view(np.uint32).reshape(-1, 4)), out, nsb)
-    got = out.numpy().view(np.float16).reshape(-1).astype(np.float64)
-    want = g.quants.dequantize(b.reshape(1, -1), qtype(g, "q4_k")).reshape(-1).astype(np.float64)
-    # f32 arithmetic rounded once to f16 (half an f16 ulp), gguf's own order of f32 operations
-    np.testing.assert_allclose(got, want, rtol=2.0 ** -11 + 1e-6, atol=1e-7)
-
-
 # ---------------------------------------------------------------- the block
 
 
@@ -189,6 +176,27 @@ def f16_proj(W, v, dv):
     return (2.0 ** -10 + 1e-5) * (np.abs(v) + dv) @ np.abs(W).T
 
 
+def q4_k_planes_proj(raws):
+    """The GEMM path's projection bound for Q4_K: f16 activations (2^-11 relative) and the
+    planes' weights, each within q4_k_planes' documented bound of llama.cpp's w = p - m:
+    2^-11 (1.01 |w| + 2.01 p + 1.01 m) + 2^-20, p and m from the planes (over by at most
+    their own f16 rounding, 2^-10 relative)."""
+    bounds = {}
+    for W, (raw, M, K) in raws.items():
+        Q, D = q4_k_planes(raw, M, K)
+        nib = Q.view(np.uint8).reshape(-1, 16)
+        q = np.concatenate([nib & 15, nib >> 4], 1).astype(np.float64)
+        p = (1 + 2.0 ** -10) * q * D[:, :1].astype(np.float64)
+        m = (1 + 2.0 ** -10) * np.broadcast_to(D[:, 1:].astype(np.float64), q.shape)
+        w = np.abs(p - m)
+        bounds[W] = (2.0 ** -11 * (1.01 * w + 2.01 * p + 1.01 * m) + 2.0 ** -20).reshape(M, K)
+
+    def proj(W, v, dv):
+        a = np.abs(v) + dv
+        return (2.0 ** -11 + 1e-5) * a @ np.abs(W).T + (1 + 2.0 ** -11) * a @ bounds[id(W)].T
+    return proj
+
+
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
 @pytest.mark.parametrize("T", [1, 5, 70])
 def test_block_against_reference(gguf, fmt, T):
@@ -202,7 +210,11 @@ def test_block_against_reference(gguf, fmt, T):
     y = blk(arr(x))
     assert isinstance(y, pc.Array) and y.shape == (T, H) and y.backend == EMU
     ref = mlp_reference(x, *deq, nw)
-    proj = f16_proj if T > mlp.SMALL_T else q8_1_proj if fmt == "q4_0" else f32_proj
+    if T <= mlp.SMALL_T:
+        proj = q8_1_proj if fmt == "q4_0" else f32_proj
+    else:
+        proj = f16_proj if fmt == "q4_0" else q4_k_planes_proj(
+            {id(d): (w, *d.shape) for w, d in zip((Wg, Wu, Wd), deq)})
     bound = propagated_bound(x, *deq, nw, proj) + 1e-6 * np.abs(ref)
     err = np.abs(y.numpy() - ref)
     assert (err <= bound).all(), (err / bound).max()

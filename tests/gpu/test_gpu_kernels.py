@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycoop.kernels import (choose_kernel, dequantize_q4_k, dequantize_q8_0, gemm_khr_staged,
-                            gemm_nv, gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged, gemm_q4_k,
+from pycoop.kernels import (choose_kernel, dequantize_q4_k, dequantize_q4_k_planes,
+                            dequantize_q8_0, gemm_khr_staged, gemm_nv, gemm_q4_0,
+                            gemm_q4_0_planes, gemm_q4_0_staged, gemm_q4_k, gemm_q4_k_planes,
                             gemm_q8_0, gemm_q8_0_planes, gemm_reference, matmul_q, q4_0_planes,
-                            q8_0_planes, quantize_q4_k, quantize_q8_0, sum_splits)
+                            q4_k_planes, q8_0_planes, quantize_q4_k, quantize_q8_0, sum_splits)
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
@@ -162,6 +163,39 @@ def test_q8_0_planes_gemm(cfg, spec, split_k):
         sum_partials(P, Y, split_k)
     Wd = dequantize_q8_0(Wq, M, K).astype(np.float16).astype(np.float32)
     check(Y, Wd @ X.astype(np.float32))
+
+
+@pytest.mark.parametrize("cfg,spec,split_k,mode", [((128, 128, 64, 2, 4), True, 1, "stacked"),
+                                                   ((128, 64, 32, 2, 2), False, 1, "stacked"),
+                                                   ((128, 128, 64, 2, 2), True, 2, "stacked"),
+                                                   ((128, 128, 64, 2, 2), False, 2, "atomic")])
+def test_q4_k_planes_gemm(cfg, spec, split_k, mode):
+    """Against the planes' weights (dequantize_q4_k_planes; a GPU may fuse q * scale - min,
+    rounding once less) and against llama.cpp's within q4_k_planes' documented bound."""
+    M, N, K = 512, 256, 1024
+    rng = np.random.default_rng(15)
+    Wq = quantize_q4_k(rng.standard_normal((M, K)).astype(np.float32))
+    X = rng.standard_normal((K, N)).astype(np.float16)
+    Q, D = q4_k_planes(Wq, M, K)
+    atomic = mode == "atomic"
+    P = np.zeros((M, N), np.float32) if atomic else np.full((split_k * M, N), np.nan, np.float32)
+    gemm_q4_k_planes(*cfg, specialize=spec, split_k=split_k, split_k_mode=mode)[
+        (M // cfg[0], N // cfg[1], split_k)](Q, D, X.view(np.uint32).reshape(-1, 4), P, M, N, K,
+                                             backend="vulkan")
+    Y = P
+    if split_k > 1 and not atomic:
+        Y = np.full((M, N), np.nan, np.float32)
+        sum_partials(P, Y, split_k)
+    Xa = np.abs(X.astype(np.float64))
+    Wp = dequantize_q4_k_planes(Q, D, M, K).astype(np.float64)
+    nib = Q.view(np.uint8).reshape(-1, 16)
+    p = np.concatenate([nib & 15, nib >> 4], 1) * D[:, :1].astype(np.float64) * (1 + 2.0 ** -10)
+    m = np.broadcast_to(D[:, 1:].astype(np.float64), p.shape) * (1 + 2.0 ** -10)
+    bound = (2.0 ** -11 * (1.01 * np.abs(p - m) + 2.01 * p + 1.01 * m) + 2.0 ** -20).reshape(M, K)
+    acc = K * 2.0 ** -23 * (np.abs(Wp) @ Xa)
+    assert (np.abs(Y - Wp @ X) <= 2.0 ** -11 * (np.abs(Wp) + 2 * p.reshape(M, K)) @ Xa + acc).all()
+    ref = dequantize_q4_k(Wq, M, K).astype(np.float64) @ X
+    assert (np.abs(Y - ref) <= bound @ Xa + acc).all()
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_k"])
