@@ -1001,12 +1001,33 @@ def _lower_cast(ctx, op):
     ctx.set(op.result, emit_conversion(ctx, src, dst, dst, ctx.id(x)))
 
 
+def _converted(v: Value, converted, through: dict, other, seen: dict) -> bool:
+    """Whether `v` comes from a conversion `converted(cast op)` accepts, directly or through
+    the ops `through` names (op name -> the kinds passed through, None: every kind; over the
+    operands of v's type); a `through` op of another kind computes a new value (False), and
+    any other op, or a value with no op, answers `other(op)`. Driver workarounds use it to find
+    conversions a compiler could fold with a later one."""
+    if id(v) not in seen:             # by identity: == on a Value traces a comparison
+        seen[id(v)] = False           # repeats cost nothing
+        op = v.op
+        if op is not None and op.name == "cast":
+            seen[id(v)] = converted(op)
+        elif op is not None and op.name in through:
+            kinds = through[op.name]
+            seen[id(v)] = (kinds is None or op.attrs.get("kind") in kinds) and any(
+                _converted(x, converted, through, other, seen) for x in op.operands
+                if x.type == v.type)
+        else:
+            seen[id(v)] = other(op)
+    return seen[id(v)]
+
+
 # Ops through which a 64-bit integer keeps the float it was converted from, as far as a compiler
 # that narrows conversions across them can tell (clamps of converted values).
 _INT64_THROUGH = {"select": None, "binary": ("min", "max")}
 
 
-def int64_from_float(v: Value, _seen: dict | None = None) -> bool:
+def int64_from_float(v: Value) -> bool:
     """Whether the 64-bit integer `v` comes from a float -> integer conversion, directly or
     through min/max and select (a clamp).
 
@@ -1014,16 +1035,8 @@ def int64_from_float(v: Value, _seen: dict | None = None) -> bool:
     min/max/select, then narrowed to 32 bits, into one saturating 32-bit conversion (seed
     301593 of the exact fuzzing campaign: 2^32 -> u64 -> i32 gave -1 instead of 0), so such a
     value is narrowed by `narrow_int64_bits`, which it cannot fold."""
-    seen = {} if _seen is None else _seen
-    if id(v) not in seen:             # by identity: == on a Value traces a comparison
-        seen[id(v)] = False
-        op = v.op
-        if op is not None and op.name == "cast":
-            seen[id(v)] = op.operands[0].type.is_float
-        elif op is not None and op.name in _INT64_THROUGH and (
-                _INT64_THROUGH[op.name] is None or op.attrs.get("kind") in _INT64_THROUGH[op.name]):
-            seen[id(v)] = any(int64_from_float(x, seen) for x in op.operands if x.type == v.type)
-    return seen[id(v)]
+    return _converted(v, lambda op: op.operands[0].type.is_float, _INT64_THROUGH,
+                      lambda op: False, {})
 
 
 def narrow_int64_bits(ctx, x: int, dst: ScalarType) -> int:
@@ -1042,39 +1055,23 @@ _F16_THROUGH = {"select": None, "binary": ("min", "max"), "unary": ("neg", "abs"
                                                                      "ceil", "trunc")}
 
 
-def f16_from_rounding(v: Value, _seen: dict | None = None) -> bool:
+def _rounds(op) -> bool:
+    src = op.operands[0].type
+    return not (src.is_bool or (src.is_int and src.bits <= 8) or src == f16)
+
+
+def f16_from_rounding(v: Value) -> bool:
     """Whether the f16 value `v` may come from a conversion that rounds (from f32, f64, bf16 or
     an integer of more than 8 bits), directly or through min/max, select, negation, abs or
     rounding. Values whose origin is not traced here (function parameters, values merged by
-    control flow, results of calls) count as such; loads, constants and f16 arithmetic do not.
+    control flow, results of calls) count as such; loads, constants, fma and f16 arithmetic
+    do not.
 
     Driver workaround: the NVIDIA driver (580.159.04) drops the pair `f32 -> f16 -> f32`
     (OpFConvert twice; seed 300640 of the exact fuzzing campaign: -1.98e17 stayed -1.98e17
     instead of -inf), so such a value is widened by `widen_f16_bits`, which it cannot fold."""
-    seen = {} if _seen is None else _seen
-    if id(v) in seen:                 # by identity: == on a Value traces a comparison
-        return seen[id(v)]
-    seen[id(v)] = False               # repeats cost nothing
-    op = v.op
-    if op is None:
-        r = True
-    elif op.name == "cast":
-        src = op.operands[0].type
-        r = not (src.is_bool or (src.is_int and src.bits <= 8) or src == f16)
-    elif op.name in ("load", "const"):
-        r = False
-    elif op.name in _F16_THROUGH:
-        kinds = _F16_THROUGH[op.name]
-        if kinds is not None and op.attrs.get("kind") not in kinds:
-            r = False                 # f16 arithmetic: a rounded f16 result
-        else:
-            r = any(f16_from_rounding(x, seen) for x in op.operands if x.type == f16)
-    elif op.name == "fma":
-        r = False
-    else:
-        r = True
-    seen[id(v)] = r
-    return r
+    return _converted(v, _rounds, _F16_THROUGH,
+                      lambda op: op is None or op.name not in ("load", "const", "fma"), {})
 
 
 def widen_f16_bits(ctx, h: int) -> int:
