@@ -60,6 +60,18 @@ PEAK_GBS = {"H100": 3350.0, "H200": 4800.0}     # HBM3 / HBM3e, by device name
 WARMUP = 50
 
 
+
+def note_error(errors: list, what, e: Exception, verbose: bool) -> None:
+    """Record why a configuration failed (its first line), with the traceback if verbose."""
+    errors.append(f"{what}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+    if verbose:
+        traceback.print_exc()
+
+
+def failed_row(M: int, K: int, fmt: str, N: int, errors: list) -> str:
+    """The table row of a shape where no configuration ran."""
+    return f"| {M}x{K} | {fmt} | {N} | FAILED: {'; '.join(errors)[:300]} |"
+
 def random_weights(fmt: str, M: int, K: int, seed: int = 0) -> np.ndarray:
     """An M x K matrix in `fmt` as GGUF stores it: random blocks (every byte pattern is a valid
     quantised value) with small positive f16 scales, so that sums stay finite."""
@@ -287,9 +299,7 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
                     if best is None or rot < best[1]:
                         best = (cfg, rot, warm)
                 except Exception as e:                      # noqa: BLE001
-                    errors.append(f"{cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-                    if args.verbose:
-                        traceback.print_exc()
+                    note_error(errors, cfg, e, args.verbose)
             best_cm = None
             for name, k, _, ta, tb in coopmat_candidates(fmt, N, args.quick):
                 try:
@@ -314,11 +324,9 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
                         best_cm = (name, rot, warm, check(fmt, W, X.astype(np.float16).astype(np.float32),
                                                           yv, 2e-3))
                 except Exception as e:                      # noqa: BLE001
-                    errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-                    if args.verbose:
-                        traceback.print_exc()
+                    note_error(errors, name, e, args.verbose)
             if best is None:
-                lines.append(f"| {M}x{K} | {fmt} | {N} | FAILED: {'; '.join(errors)[:300]} |")
+                lines.append(failed_row(M, K, fmt, N, errors))
                 print(lines[-1], flush=True)
                 continue
             cfg, rot, warm = best
@@ -382,11 +390,9 @@ def bench_q8_1(M: int, K: int, fmt: str, N: int, W: np.ndarray, Wq, ws: list, ar
             if best is None or rot < best[1]:
                 best = (cfg, rot, warm)
         except Exception as e:                              # noqa: BLE001
-            errors.append(f"{cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-            if args.verbose:
-                traceback.print_exc()
+            note_error(errors, cfg, e, args.verbose)
     if best is None:
-        lines.append(f"| {M}x{K} | {fmt} q8_1 | {N} | FAILED: {'; '.join(errors)[:300]} |")
+        lines.append(failed_row(M, K, fmt + " q8_1", N, errors))
         print(lines[-1], flush=True)
         return
     cfg, rot, warm = best
