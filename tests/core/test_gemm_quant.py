@@ -107,6 +107,21 @@ def test_decoded_gemms_check_their_tiling():
         gemm_q8_0(64, 64, 32, 128, 2, True, clamp="undefined").compile(M=64, N=64, K=96)
 
 
+def run_planes(k, planes, X, cfg, M, N, K, split_k, mode):
+    """Y = W @ X by planes GEMM `k` on the emulator, its split-K partial products summed."""
+    atomic = mode == "atomic"
+    P = np.zeros((M if atomic else split_k * M, N), np.float32)
+    k[(M // cfg[0], N // cfg[1], split_k)](*planes, X.view(np.uint32).reshape(-1, 4), P, M, N, K,
+                                           backend="emulator")
+    if split_k == 1 or atomic:
+        return P
+    Y = np.zeros((M, N), np.float32)
+    n4 = M * N // 4
+    sum_splits(split_k)[(-(-n4 // 256),)](P.reshape(-1, 4), Y.reshape(-1, 4), n4,
+                                           backend="emulator")
+    return Y
+
+
 PLANES = [  # (BM, BN, BK, SGM, SGN), M, N, K, specialize, split_k, mode
     ((64, 64, 64, 2, 2), 128, 64, 64, True, 1, "stacked"),       # one k-step
     ((64, 64, 32, 1, 2), 64, 128, 96, False, 1, "stacked"),      # one block per row and k-step
@@ -124,16 +139,7 @@ def test_q8_0_planes_gemm_matches_gguf(gguf, cfg, M, N, K, spec, split_k, mode):
     Wq = quantize_q8_0(W)
     X = rng.standard_normal((K, N)).astype(np.float16)
     k = gemm_q8_0_planes(*cfg, specialize=spec, split_k=split_k, split_k_mode=mode)
-    atomic = mode == "atomic"
-    P = np.zeros((M if atomic else split_k * M, N), np.float32)
-    k[(M // cfg[0], N // cfg[1], split_k)](*q8_0_planes(Wq, M, K), X.view(np.uint32).reshape(-1, 4),
-                                           P, M, N, K, backend="emulator")
-    Y = P
-    if split_k > 1 and not atomic:
-        Y = np.zeros((M, N), np.float32)
-        n4 = M * N // 4
-        sum_splits(split_k)[(-(-n4 // 256),)](P.reshape(-1, 4), Y.reshape(-1, 4), n4,
-                                               backend="emulator")
+    Y = run_planes(k, q8_0_planes(Wq, M, K), X, cfg, M, N, K, split_k, mode)
     ref = reference(gguf, "q8_0", Wq, X.T).T            # W @ X
     close(Y, ref)
     assert k.compile(**({"M": M, "N": N, "K": K} if spec else {})).spv
@@ -215,18 +221,9 @@ def test_q4_k_planes_gemm(gguf, cfg, M, N, K, spec, split_k, mode):
     raw = _q4_k_bytes(M, K, K + split_k)
     raw.reshape(M, -1, 144)[:, 0, :4] = np.array([2e-4, 1e-4], np.float16).view(np.uint8)  # small
     X = np.random.default_rng(K).standard_normal((K, N)).astype(np.float16)
-    k = gemm_q4_k_planes(*cfg, specialize=spec, split_k=split_k, split_k_mode=mode)
-    atomic = mode == "atomic"
-    P = np.zeros((M if atomic else split_k * M, N), np.float32)
     Q, D = q4_k_planes(raw, M, K)
-    k[(M // cfg[0], N // cfg[1], split_k)](Q, D, X.view(np.uint32).reshape(-1, 4), P, M, N, K,
-                                           backend="emulator")
-    Y = P
-    if split_k > 1 and not atomic:
-        Y = np.zeros((M, N), np.float32)
-        n4 = M * N // 4
-        sum_splits(split_k)[(-(-n4 // 256),)](P.reshape(-1, 4), Y.reshape(-1, 4), n4,
-                                               backend="emulator")
+    k = gemm_q4_k_planes(*cfg, specialize=spec, split_k=split_k, split_k_mode=mode)
+    Y = run_planes(k, (Q, D), X, cfg, M, N, K, split_k, mode)
     Xa = np.abs(X.astype(np.float64))
     Wp = dequantize_q4_k_planes(Q, D, M, K).astype(np.float64)
     acc = K * 2.0 ** -23 * (np.abs(Wp) @ Xa)         # f32 accumulation of K products
