@@ -8,7 +8,7 @@ import argparse
 import numpy as np
 
 import pycoop as pc
-from pycoop.kernels import MLPBlock, dequantize_q4_k, mlp_reference
+from pycoop.kernels import MLPBlock, dequantize_q4_k, mlp_reference, quantize_q4_k
 
 
 def q4_0_blocks(W):
@@ -27,10 +27,10 @@ def q4_0_blocks(W):
 
 
 def q4_k_blocks(M, K, rng):
-    """Random Q4_K super-blocks (any bytes are valid) with small d, dmin, and their values."""
-    b = rng.integers(0, 256, (M * K // 256, 144), dtype=np.uint8)
-    b[:, :4] = rng.uniform(2e-4, 2e-3, (M * K // 256, 2)).astype(np.float16).view(np.uint8)
-    return b.reshape(M, -1), dequantize_q4_k(b, M, K)
+    """Q4_K super-blocks quantised from Gaussian weights (std 0.02, like a trained layer's),
+    and their values (random bytes would give weights of mean ~0.5, overflowing f16)."""
+    b = quantize_q4_k(rng.standard_normal((M, K), dtype=np.float32) * np.float32(0.02))
+    return b, dequantize_q4_k(b, M, K)
 
 
 def main():
