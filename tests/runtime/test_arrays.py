@@ -204,6 +204,37 @@ def test_thousands_of_launches_do_not_leak():
     assert after["pooled_count"] <= 3 * POOL_LIMIT_COUNT
 
 
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+def test_a_loop_of_launches_with_temporaries_stops_allocating():
+    """A block of launches called in a loop, each call with its own temporaries freed while
+    queued (as pycoop.kernels.MLPBlock does): once warm, the pool serves every array, even
+    with several batches of such calls queued (the pool kept 64 buffers per kind before, and
+    an MLP block allocated ~7 new Vulkan buffers per call)."""
+    rt = pc.get_runtime("vulkan")
+    memory = rt._context().memory
+    n = 64
+    x = pc.full(n, 1.0, backend="vulkan")
+
+    def call():
+        tmps = [pc.empty(n * (1 + i % 3), backend="vulkan") for i in range(9)]
+        for t in tmps:
+            axpy[groups(n)](x, t, 1.0, n)
+
+    for _ in range(200):
+        call()
+    pc.synchronize()
+    allocate = memory._allocate
+    made = []
+    memory._allocate = lambda *a: made.append(a) or allocate(*a)
+    try:
+        for _ in range(200):
+            call()
+        pc.synchronize()
+    finally:
+        del memory._allocate
+    assert not made, f"{len(made)} new buffers in 200 warm calls"
+
+
 class _FailingWaits:
     """pyvulkan's `lib` with fence queries answering what a driver reports for a GPU fault
     (-4, device lost) or a hang (not ready, then a timeout), without making one. Once the

@@ -96,6 +96,7 @@ class Capabilities:
     min_storage_buffer_offset_alignment: int = 256
     max_storage_buffer_range: int = 1 << 27
     max_per_stage_storage_buffers: int = 4
+    max_memory_allocation_count: int = 4096     # VkDeviceMemory objects at once (spec minimum)
     max_compute_shared_memory_size: int = 0
     max_compute_workgroup_invocations: int = 0
     max_compute_workgroup_size: tuple[int, int, int] = (0, 0, 0)

@@ -28,7 +28,11 @@ MEMORY_PREFERENCES = {
 USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
          | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT | BUFFER_USAGE_SHADER_DEVICE_ADDRESS)
 POOL_LIMIT_BYTES = 512 << 20        # free memory kept for reuse, per kind
-POOL_LIMIT_COUNT = 64               # free buffers kept, per kind (drivers cap allocations)
+# Free buffers kept, per kind: enough for the intermediates of every launch of a few queued
+# batches (with 64, a block of 5 launches and 9 small arrays per call, called in a loop,
+# allocated 5 new buffers per call: ~1.5 ms of vkAllocateMemory on the H200), within a quarter
+# of the driver's cap on live allocations.
+POOL_LIMIT_COUNT = 1024
 
 
 def size_class(size: int) -> int:
@@ -60,6 +64,8 @@ class Memory:
     def __init__(self, device: Device):
         self.device = device
         self.export = EXTERNAL_MEMORY_FD in device.capabilities.extensions
+        self.pool_limit_count = min(POOL_LIMIT_COUNT,
+                                    device.capabilities.max_memory_allocation_count // 4)
         self._free: dict[tuple[str, int], list[Allocation]] = defaultdict(list)
         self._pooled_bytes: dict[str, int] = defaultdict(int)
         self._pooled_count: dict[str, int] = defaultdict(int)
@@ -91,7 +97,7 @@ class Memory:
     def release(self, allocation: Allocation) -> None:
         kind = allocation.kind
         if (self._pooled_bytes[kind] + allocation.size > POOL_LIMIT_BYTES
-                or self._pooled_count[kind] >= POOL_LIMIT_COUNT):
+                or self._pooled_count[kind] >= self.pool_limit_count):
             self._destroy(allocation)
             return
         self._free[(kind, allocation.size)].append(allocation)

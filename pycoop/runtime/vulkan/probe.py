@@ -153,6 +153,7 @@ def query(instance: Any, physical_device: Any) -> DeviceSupport:
         min_storage_buffer_offset_alignment=limits.minStorageBufferOffsetAlignment,
         max_storage_buffer_range=limits.maxStorageBufferRange,
         max_per_stage_storage_buffers=limits.maxPerStageDescriptorStorageBuffers,
+        max_memory_allocation_count=limits.maxMemoryAllocationCount,
         max_compute_shared_memory_size=limits.maxComputeSharedMemorySize,
         max_compute_workgroup_invocations=limits.maxComputeWorkGroupInvocations,
         max_compute_workgroup_size=tuple(limits.maxComputeWorkGroupSize),
