@@ -1,0 +1,158 @@
+"""Sweep of the planes GEMMs (`gemm_q4_0_planes`, `gemm_q4_k_planes`, `gemm_q8_0_planes`) as
+small-N kernels (N = 8 ... 64 vectors): tile shapes, subgroup layouts and split-K (stacked +
+`sum_splits`, or atomic into a zeroed Y), weights rotated through >= 256 MB of copies, against
+torch's f16 matmul (cuBLAS, CUDA graph, weights rotated) in the same run. Atomic
+split-K times leave out zeroing Y (one vkCmdFillBuffer of M x N floats).
+
+    python3 bench/small_n_sweep.py [--formats q4_0 q4_k] [--ns 8 16 32 64] [--shapes 4096x14336]
+
+Prints the best configurations per (shape, format, N). Skips (exit 0) without a Vulkan device."""
+import argparse
+import itertools
+import statistics
+import sys
+
+import numpy as np
+
+import pycoop as pc
+from pycoop.kernels import (gemm_q4_0_planes, gemm_q4_k_planes, gemm_q8_0_planes, q4_0_planes,
+                            q4_k_planes, q8_0_planes, quantize_q4_k, quantize_q8_0, sum_splits)
+from pycoop.kernels.gemv import BLOCKS
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from llm_kernels import torch_times  # noqa: E402
+
+BK_ = "vulkan"
+PLANES = {"q4_0": (gemm_q4_0_planes, q4_0_planes), "q8_0": (gemm_q8_0_planes, q8_0_planes),
+          "q4_k": (gemm_q4_k_planes, q4_k_planes)}
+
+
+def weights_raw(fmt, M, K, rng):
+    w = rng.standard_normal((M, K), dtype=np.float32) * np.float32(0.02)
+    if fmt == "q4_k":
+        return quantize_q4_k(w)
+    if fmt == "q8_0":
+        return quantize_q8_0(w)
+    b = rng.integers(0, 256, (M, K // 32, 18), dtype=np.uint8)
+    b[..., :2] = rng.uniform(1e-3, 1e-2, (M, K // 32)).astype(np.float16)[..., None].view(np.uint8)
+    return b.reshape(M, -1)
+
+
+def candidates(N):
+    out = []
+    for BN in (16, 32, 64):
+        if BN < N or BN > max(16, 2 * N):
+            continue
+        for BM, SGM, SGN, BK in ((64, 4, 1, 64), (128, 4, 1, 64), (64, 2, 1, 64), (128, 2, 2, 64),
+                                 (64, 4, 1, 128), (128, 4, 1, 128), (128, 8, 1, 64), (256, 8, 1, 64)):
+            TN = BN // (16 * SGN)
+            if TN < 1 or BM % (16 * SGM):
+                continue
+            for split, mode in itertools.product((1, 2, 4, 8, 16), ("stacked", "atomic")):
+                if split == 1 and mode == "atomic":
+                    continue
+                out.append((BM, BN, BK, SGM, SGN, split, mode))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--formats", nargs="+", default=["q4_0", "q4_k"])
+    ap.add_argument("--ns", type=int, nargs="+", default=[8, 16, 32, 64])
+    ap.add_argument("--shapes", nargs="+", default=["4096x14336", "14336x4096"])
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--rotate-mb", type=int, default=256)
+    ap.add_argument("--top", type=int, default=4)
+    ap.add_argument("--backend", default="vulkan", help="emulator: a check of the script at small sizes")
+    args = ap.parse_args()
+    global BK_
+    BK_ = args.backend
+    try:
+        pc.zeros(1, pc.f32, backend=BK_)
+    except Exception as e:                                    # noqa: BLE001
+        print(f"skipped: no Vulkan device ({e})")
+        return 0
+    rng = np.random.default_rng(0)
+    rows = []
+    for shape in args.shapes:
+        M, K = map(int, shape.split("x"))
+        for fmt in args.formats:
+            gemm, planes = PLANES[fmt]
+            raw = weights_raw(fmt, M, K, rng)
+            Q, D = planes(raw, M, K)
+            nbytes = M * K // BLOCKS[fmt][0] * BLOCKS[fmt][1]
+            copies = max(1, -(-args.rotate_mb * 2**20 // nbytes))
+            ws = [(pc.asarray(Q, backend=BK_), pc.asarray(D, backend=BK_))
+                  for _ in range(copies)]
+            for N in args.ns:
+                X = rng.standard_normal((K, N)).astype(np.float16)
+                ref = None
+                xa = pc.asarray(X.view(np.uint32).reshape(-1, 4), backend=BK_)
+                tt = None
+                try:
+                    tt = torch_times(M, K, N, max(1, -(-args.rotate_mb * 2**20 // (M * K * 2))), args.repeat)
+                except Exception as e:                        # noqa: BLE001
+                    print(f"torch: {e}")
+                res = []
+                for BM, BN, BK, SGM, SGN, split, mode in candidates(N):
+                    Np = -(-N // BN) * BN
+                    if M % BM or K % (BK * split):
+                        continue
+                    try:
+                        k = gemm(BM, BN, BK, SGM, SGN, split_k=split, split_k_mode=mode)
+                        xp = xa if Np == N else pc.asarray(
+                            np.pad(X, ((0, 0), (0, Np - N))).view(np.uint32).reshape(-1, 4), backend=BK_)
+                        y = pc.zeros((M, Np), pc.f32, backend=BK_)
+                        p = pc.zeros((split * M, Np), pc.f32, backend=BK_) if mode == "stacked" and split > 1 else None
+                        grid = (M // BM, Np // BN, split) if split > 1 else (M // BM, Np // BN)
+                        ssum = sum_splits(split) if p is not None else None
+
+                        def launch(w):
+                            out = []
+                            out.append(k[grid](w[0], w[1], xp, p if p is not None else y, M, Np, K))
+                            if ssum is not None:
+                                out.append(ssum[-(-(M * Np // 4) // 256)](p.reshape(-1, 4), y.reshape(-1, 4), M * Np // 4))
+                            return out
+                        rt = pc.get_runtime()
+                        for i in range(10):
+                            launch(ws[i % copies])
+                        pc.synchronize()
+                        if mode == "atomic":
+                            y.copy_from(np.zeros((M, Np), np.float32))
+                        launch(ws[0])
+                        got = y.numpy()[:, :N]
+                        if ref is None:
+                            from pycoop.kernels import dequantize_q4_k_planes
+                            Wf = (dequantize_q4_k_planes(Q, D, M, K) if fmt == "q4_k" else
+                                  None)
+                            if Wf is None:
+                                from gguf.quants import dequantize
+                                import gguf
+                                Wf = dequantize(raw, gguf.GGMLQuantizationType[fmt.upper()])
+                            ref = np.asarray(Wf, np.float32).astype(np.float16).astype(np.float64) @ X.astype(np.float64)
+                        err = np.abs(got - ref).max() / np.abs(ref).max()
+                        with rt.batch():
+                            runs = [launch(ws[i % copies]) for i in range(args.repeat)]
+                        pc.synchronize()
+                        t = statistics.median(sum(r.times_ms[0] for r in run) for run in runs) * 1e3
+                        res.append((t, f"BM{BM} BN{BN} BK{BK} sg{SGM}x{SGN} split{split} {mode}", err))
+                    except Exception as e:                    # noqa: BLE001
+                        res.append((float("inf"), f"BM{BM} BN{BN} BK{BK} sg{SGM}x{SGN} split{split} {mode}: "
+                                    f"{type(e).__name__}: {str(e).splitlines()[0][:80]}", float("nan")))
+                res.sort()
+                for t, name, err in res[:args.top]:
+                    speed = f"{tt[0] / t:.2f}x" if tt else "-"
+                    rows.append(f"| {shape} | {fmt} | {N} | {t:.1f} | {nbytes / t / 1e3:.0f} | "
+                                f"{tt[0] if tt else '-':.5} | {speed} | {name} | {err:.1e} |")
+                    print(rows[-1], flush=True)
+                fails = [n for t, n, _ in res if t == float("inf")]
+                if fails:
+                    print(f"  {len(fails)} failed, e.g. {fails[0]}", flush=True)
+    print("\n| M x K | format | N | µs (rotated) | GB/s | torch f16 µs | vs torch | config | rel err |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
