@@ -17,7 +17,7 @@ from ..errors import CompileError, Loc, current_loc
 from ..ir.builder import emit, emit1, tracer
 from ..ir.core import Value
 from ..types import (BufferType, CoopMatType, ScalarType, SharedArrayType, Type, VectorType,
-                     SCALARS, bool_, f16, f32, f64, i32, u32, memory_element, scalar_of_dtype)
+                     SCALARS, bf16, bool_, f16, f32, f64, i32, u32, u64, memory_element, scalar_of_dtype)
 from ..codegen.checked import element
 from ..ir.registry import define, emulation, lowering
 from .spec import check_not_spec
@@ -995,58 +995,66 @@ def _lower_cast(ctx, op):
         wide = widen_f16_bits(ctx, ctx.id(x))
         ctx.set(op.result, wide if dst == f32 else ctx.emit("OpFConvert", dst, wide))
         return
-    if src.is_int and src.bits == 64 and dst.is_int and dst.bits < 64 and int64_from_float(x):
-        ctx.set(op.result, narrow_int64_bits(ctx, ctx.id(x), dst))
+    if src in _WIDE_FLOATS and dst.is_int and dst.bits == 64:
+        ctx.set(op.result, int64_from_float_words(ctx, ctx.id(x), src, dst))
         return
     ctx.set(op.result, emit_conversion(ctx, src, dst, dst, ctx.id(x)))
 
 
-def _converted(v: Value, converted, through: dict, other, seen: dict) -> bool:
-    """Whether `v` comes from a conversion `converted(cast op)` accepts, directly or through
-    the ops `through` names (op name -> the kinds passed through, None: every kind; over the
-    operands of v's type); a `through` op of another kind computes a new value (False), and
-    any other op, or a value with no op, answers `other(op)`. Driver workarounds use it to find
-    conversions a compiler could fold with a later one."""
-    if id(v) not in seen:             # by identity: == on a Value traces a comparison
-        seen[id(v)] = False           # repeats cost nothing
-        op = v.op
-        if op is not None and op.name == "cast":
-            seen[id(v)] = converted(op)
-        elif op is not None and op.name in through:
-            kinds = through[op.name]
-            seen[id(v)] = (kinds is None or op.attrs.get("kind") in kinds) and any(
-                _converted(x, converted, through, other, seen) for x in op.operands
-                if x.type == v.type)
-        else:
-            seen[id(v)] = other(op)
-    return seen[id(v)]
+# Floats whose finite values reach 2^32 (f16 and fp8 stay below 2^16: their conversions to
+# 64-bit integers are emitted as written).
+_WIDE_FLOATS = (f32, f64, bf16)
 
 
-# Ops through which a 64-bit integer keeps the float it was converted from, as far as a compiler
-# that narrows conversions across them can tell (clamps of converted values).
-_INT64_THROUGH = {"select": None, "binary": ("min", "max")}
+def int64_from_float_words(ctx, x: int, src: ScalarType, dst: ScalarType) -> int:
+    """The conversion of the float `x` (f32, f64 or bf16) to the 64-bit integer type `dst`,
+    built from two 32-bit conversions of values in [0, 2^32), so that the low word of the
+    result never is the conversion of a float outside the 32-bit range.
 
+    Driver workaround: the NVIDIA driver (580.159.04) folded `f32 -> u64`, clamped by
+    min/max/select and then narrowed to 32 bits, into one saturating 32-bit conversion (seed
+    301593 of the exact fuzzing campaign: 2^32 -> u64 -> i32 gave -1 instead of 0), also when
+    the narrowing took the low word from the value's bits. Built this way, a later narrowing
+    keeps (part of) the conversion of `lo` below, which is in range, so a saturating conversion
+    gives the same bits. Emitted for every conversion of these floats to 64 bits (the
+    conversion cannot know whether a later use narrows it), on every target: 11 instructions
+    to u64, 15 to i64, where OpConvertFToU/OpConvertFToS was one.
 
-def int64_from_float(v: Value) -> bool:
-    """Whether the 64-bit integer `v` comes from a float -> integer conversion, directly or
-    through min/max and select (a clamp).
-
-    Driver workaround: the NVIDIA driver (580.159.04) turns `f32 -> u64`, clamped by
-    min/max/select, then narrowed to 32 bits, into one saturating 32-bit conversion (seed
-    301593 of the exact fuzzing campaign: 2^32 -> u64 -> i32 gave -1 instead of 0), so such a
-    value is narrowed by `narrow_int64_bits`, which it cannot fold."""
-    return _converted(v, lambda op: op.operands[0].type.is_float, _INT64_THROUGH,
-                      lambda op: False, {})
-
-
-def narrow_int64_bits(ctx, x: int, dst: ScalarType) -> int:
-    """The low `dst.bits` bits of the 64-bit integer `x` (SPIR-V's narrowing OpUConvert /
-    OpSConvert) taken from its bits: component 0 of x as a 2 x u32 vector (OpBitcast maps the
-    lower-order bits to the lower-numbered component), then narrowed or reinterpreted."""
-    low = ctx.emit("OpCompositeExtract", u32, ctx.emit("OpBitcast", VectorType(u32, 2), x), 0)
-    if dst.bits == 32:
-        return low if not dst.signed else ctx.emit("OpBitcast", dst, low)
-    return emit_conversion(ctx, u32, dst, dst, low)
+    With a = |x| (bf16 widened to f32 first, exactly), in the type F = f32 or f64 of x:
+      h  = ConvertFToU_u32(a * 2^-32)           h = floor(a / 2^32)
+      lo = ConvertFToU_u32(a - F(h) * 2^32)     lo = trunc(a) - h * 2^32
+      m  = u64(h) << 32 | u64(lo)               m = trunc(a)
+    and the result is m for u64; for i64, m where x >= 0 and 0 - m (mod 2^64) where x < 0.
+    Exactness, for a in the defined domain (trunc(x) representable in `dst`, so a < 2^64;
+    NaN and infinities are undefined, as the emulator reports):
+    - a * 2^-32 is exact where it is normal (a power-of-two scaling); where it is subnormal
+      (a < 2^-94 for f32), any rounding of it, or a flush to zero, is in [0, 1). ConvertFToU truncates a value in
+      [0, 2^32) (a < 2^64), so h = floor(a / 2^32) < 2^32, in range.
+    - F(h) is exact: h is a float of at most 24 (f32) / 53 (f64) significant bits with its
+      fraction bits cleared, and * 2^32 is a power-of-two scaling, so y = F(h) * 2^32 is
+      exactly h * 2^32 <= a.
+    - a - y is exact: if h = 0 it is a; if h >= 1, then y >= 2^32 and y > a - 2^32, so
+      a / 2 < y <= a and Sterbenz's lemma applies. It lies in [0, 2^32), so its conversion lo
+      = trunc(a - y) = trunc(a) - h * 2^32 is in range (y is an integer).
+    - h < 2^32 and lo < 2^32, so m = h * 2^32 + lo = trunc(a), exactly. For i64, trunc(x) is
+      -m where x < 0, and 0 - m wraps to it, -2^63 (m = 2^63) included.
+    A driver that flushes subnormals gets 0 for a subnormal x, which is trunc(x). Floor is not
+    used: lavapipe's f64 rounding goes through 32-bit integers on some CPUs (numerics.md)."""
+    ft = f64 if src == f64 else f32
+    if src.encoding is not None:                       # bf16 -> f32 is exact
+        x = ctx.emit("OpFConvert", ft, x)
+    a = ctx.glsl("FAbs", ft, x)
+    h = ctx.emit("OpConvertFToU", u32, ctx.emit("OpFMul", ft, a, ctx.const(ft, 2.0 ** -32)))
+    y = ctx.emit("OpFMul", ft, ctx.emit("OpConvertUToF", ft, h), ctx.const(ft, 2.0 ** 32))
+    lo = ctx.emit("OpConvertFToU", u32, ctx.emit("OpFSub", ft, a, y))
+    m = ctx.emit("OpBitwiseOr", u64,
+                 ctx.emit("OpShiftLeftLogical", u64, ctx.emit("OpUConvert", u64, h), ctx.const(u32, 32)),
+                 ctx.emit("OpUConvert", u64, lo))
+    if not dst.signed:
+        return m
+    neg = ctx.emit("OpFOrdLessThan", bool_, x, ctx.const(ft, 0.0))
+    m = ctx.emit("OpSelect", u64, neg, ctx.emit("OpISub", u64, ctx.const(u64, 0), m), m)
+    return ctx.emit("OpBitcast", dst, m)
 
 
 # Ops through which an f16 value keeps the one it was converted from, as far as a compiler that
@@ -1070,8 +1078,22 @@ def f16_from_rounding(v: Value) -> bool:
     Driver workaround: the NVIDIA driver (580.159.04) drops the pair `f32 -> f16 -> f32`
     (OpFConvert twice; seed 300640 of the exact fuzzing campaign: -1.98e17 stayed -1.98e17
     instead of -inf), so such a value is widened by `widen_f16_bits`, which it cannot fold."""
-    return _converted(v, _rounds, _F16_THROUGH,
-                      lambda op: op is None or op.name not in ("load", "const", "fma"), {})
+    return _f16_from_rounding(v, {})
+
+
+def _f16_from_rounding(v: Value, seen: dict) -> bool:
+    if id(v) not in seen:             # by identity: == on a Value traces a comparison
+        seen[id(v)] = False           # repeats cost nothing
+        op = v.op
+        if op is not None and op.name == "cast":
+            seen[id(v)] = _rounds(op)
+        elif op is not None and op.name in _F16_THROUGH:
+            kinds = _F16_THROUGH[op.name]       # another kind computes a new f16 value
+            seen[id(v)] = (kinds is None or op.attrs.get("kind") in kinds) and any(
+                _f16_from_rounding(x, seen) for x in op.operands if x.type == v.type)
+        else:
+            seen[id(v)] = op is None or op.name not in ("load", "const", "fma")
+    return seen[id(v)]
 
 
 def widen_f16_bits(ctx, h: int) -> int:

@@ -684,32 +684,51 @@ def test_f16_round_trips_on_vulkan():
 
 @pc.kernel(workgroup_size=64)
 def _narrowings(F: pc.ReadBuffer[pc.f32], A: pc.ReadBuffer[pc.u64], O: pc.WriteBuffer[pc.i32],
-                P: pc.WriteBuffer[pc.u16]):
+                P: pc.WriteBuffer[pc.u16], Q: pc.WriteBuffer[pc.i64], H: pc.ReadBuffer[f16]):
     i = pc.global_invocation_id.x
     w = pc.cast(pc.min(pc.max(F[i], pc.f32(0.0)), pc.f32(1e18)), pc.u64)
     c = pc.select(F[i] == F[i], pc.max(w, pc.u64(3)), pc.u64(0))   # a clamp of the converted value
-    O[i] = pc.cast(c, pc.i32)                                         # narrowed from its bits
-    P[i] = pc.cast(c, pc.u16)                                         # ... and to 16 bits
-    O[64 + i] = pc.cast(A[i], pc.i32)                                 # a loaded u64: OpUConvert
+    O[i] = pc.cast(c, pc.i32)                                         # narrowings: OpUConvert
+    P[i] = pc.cast(c, pc.u16)
+    O[64 + i] = pc.cast(A[i], pc.i32)
+    Q[i] = pc.cast(pc.f64(F[i]) * -3.0, pc.i64)                       # f64 -> i64
+    Q[64 + i] = pc.cast(H[i], pc.i64)                                 # f16: one OpConvertFToS
 
 
-def test_64_bit_integers_converted_from_floats_are_narrowed_from_their_bits():
-    """Driver workaround (docs/numerics.md): a 64-bit integer that comes from a float
-    conversion, through a clamp, is narrowed by taking its low word (OpBitcast to 2 x u32,
-    OpCompositeExtract 0), which the NVIDIA driver cannot fold into a saturating 32-bit
-    conversion; other 64-bit integers keep OpUConvert / OpSConvert."""
+def test_float_to_64_bit_integers_are_built_from_two_32_bit_conversions():
+    """Driver workaround (docs/numerics.md): f32/f64 -> u64/i64 is built from the 32-bit
+    conversions of floor(|x| / 2^32) and of the rest (ops.core.int64_from_float_words), so
+    that a later narrowing keeps an in-range conversion, which the NVIDIA driver cannot turn
+    into a saturating one; narrowings are OpUConvert/OpSConvert, and f16 (below 2^16)
+    converts with one instruction. The values: against NumPy's truncation."""
     from pycoop.spirv import reader
     spv = _narrowings.compile().spv
+    validate(spv)
+    asm = _narrowings.compile().spvasm
+    types = {}
+    conversions = []
+    for ln in asm.splitlines():
+        parts = ln.split()
+        if len(parts) >= 5 and parts[1] == "=":
+            types[parts[0]] = parts[3]
+            if parts[2] in ("OpConvertFToU", "OpConvertFToS"):
+                conversions.append((parts[2], parts[3], types.get(parts[4])))
+    # two 32-bit conversions for each f32/f64 -> 64-bit one, one for the f16 -> i64
+    assert sorted(conversions) == sorted(
+        [("OpConvertFToU", "%uint", "%float")] * 2 + [("OpConvertFToU", "%uint", "%double")] * 2
+        + [("OpConvertFToS", "%long", "%half")]), conversions
     ops = [name for name, _ in reader.instructions(spv)]
-    assert ops.count("OpUConvert") == 2          # the loaded u64 -> i32, and u32 -> u16
-    # one low word for each narrowed converted value, and the x of global_invocation_id
-    assert ops.count("OpCompositeExtract") == 3
+    assert ops.count("OpUConvert") == 3 + 2 * 2   # c -> i32, c -> u16, A -> i32; two words each
     f = np.array([0.5, 4294967296.0, 2.0 ** 40 + 2.0 ** 20, np.nan] * 16, np.float32)
     a = np.array([2 ** 32 + 5, 2 ** 63 + 2 ** 31, 7, 2 ** 64 - 1] * 16, np.uint64)
-    o, p = np.zeros(128, np.int32), np.zeros(64, np.uint16)
-    _narrowings[1](f, a, o, p, backend="emulator")
-    w = np.minimum(np.maximum(np.nan_to_num(f, nan=0.0), 0), 1e18).astype(np.uint64)
-    c = np.where(np.isnan(f), 0, np.maximum(w, 3)).astype(np.uint64)
+    h = np.array([-65504.0, -0.75, 3.5, 65504.0] * 16, np.float16)
+    o, p, q = np.zeros(128, np.int32), np.zeros(64, np.uint16), np.zeros(128, np.int64)
+    f_ok = np.where(np.isnan(f), 1.0, f).astype(np.float32)   # NaN -> i64 is undefined
+    _narrowings[1](f_ok, a, o, p, q, h, backend="emulator")
+    w = np.minimum(np.maximum(f_ok, 0), 1e18).astype(np.uint64)
+    c = np.maximum(w, 3).astype(np.uint64)
     assert o[:64].tolist() == c.astype(np.uint32).view(np.int32).tolist()
     assert p.tolist() == c.astype(np.uint16).tolist()
     assert o[64:].tolist() == a.astype(np.uint32).view(np.int32).tolist()
+    assert q[:64].tolist() == np.trunc(f_ok.astype(np.float64) * -3.0).astype(np.int64).tolist()
+    assert q[64:].tolist() == np.trunc(h.astype(np.float64)).astype(np.int64).tolist()

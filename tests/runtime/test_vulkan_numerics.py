@@ -218,8 +218,10 @@ def test_float_to_u64_then_narrowed():
     SPIR-V here (u32 0xFFFFFFF9 -> f32 is 2^32, -> u64 4294967296, low word 0); 101 is what a
     saturating f32 -> 32-bit conversion (-1) would give. On the H200 only the clamped chain
     (`...->i32`) differed: the driver folds a clamped OpConvertFToU to 64 bits and the narrowing
-    into one saturating 32-bit conversion; pycoop narrows such values from their bits
-    (ops.core.narrow_int64_bits). Run on lavapipe here, and on the GPU by the gpu suite."""
+    into one saturating 32-bit conversion, also when the low word was taken from the value's
+    bits; pycoop now builds every f32/f64 -> 64-bit conversion from two in-range 32-bit
+    conversions (ops.core.int64_from_float_words). Run on lavapipe here, and on the GPU by the
+    gpu suite."""
     a = np.array([0xFFFFFFF9, 0xFFFFFFF3, 0xFFFFFFFF, 0xFFFFFF80, 2 ** 24 + 1, 123, 0,
                   0xFFFFFFFFFFFFFFF3] * 8, np.uint64)
     f = np.array([2.0 ** 32, 2.0 ** 33 + 2 ** 10, 2.0 ** 40, 4294967040.0, 1.5, 0.0, 7.0,
@@ -235,3 +237,107 @@ def test_float_to_u64_then_narrowed():
               if g.tobytes() != e.tobytes()}
     print(differ)
     assert not differ, differ
+
+
+# ---------------------------------------------------------------- float -> 64-bit integers
+
+def float_edges(src, dst) -> np.ndarray:
+    """Floats of type `src` at the edges of a conversion to the 64-bit integer type `dst`, all
+    in its defined domain (trunc(x) representable): zeros, subnormals, 1 - ulp, 2^31 and 2^32
+    and their neighbours, 2^52, 2^53, 2^63 - ulp, -2^63 (i64) or 2^63, 2^64 - ulp (u64),
+    fractions, negatives (i64) or negative fractions above -1 (u64), then random values
+    spread over the domain's binades."""
+    t = src.dtype.type
+    up = lambda x: np.nextafter(t(x), t(np.inf))        # noqa: E731
+    down = lambda x: np.nextafter(t(x), t(-np.inf))     # noqa: E731
+    tiny = np.finfo(src.dtype).smallest_subnormal
+    v = [0.0, tiny, 3 * tiny, down(np.finfo(src.dtype).smallest_normal), 0.5, down(1.0), 1.0,
+         1.5, 123.75, 2.0 ** 23 + 0.5, down(2.0 ** 31), 2.0 ** 31, up(2.0 ** 31), down(2.0 ** 32),
+         2.0 ** 32, up(2.0 ** 32), 2.0 ** 33 + 2.0 ** 10, 4294967040.0, 2.0 ** 52, up(2.0 ** 52),
+         2.0 ** 53, up(2.0 ** 53), 2.0 ** 62 + 2.0 ** 40, down(2.0 ** 63)]
+    rng = np.random.default_rng(src.bits * 64 + dst.signed)
+    mags = 2.0 ** rng.uniform(-3, 63, 40) * rng.uniform(1, 2, 40)
+    if dst.signed:
+        v += [-x for x in v[1:]] + [-(2.0 ** 63), -0.0]
+        mags = np.where(rng.random(40) < 0.5, -mags, mags)
+    else:
+        v += [2.0 ** 63, up(2.0 ** 63), down(2.0 ** 64), -0.0, -tiny, -0.5, -float(down(1.0))]
+    x = np.concatenate([np.array(v, src.dtype), mags.astype(src.dtype)])
+    lo, hi = dst.min_max()
+    return x[(np.trunc(x.astype(np.float64)) >= lo) & (np.trunc(x.astype(np.float64)) < hi + 1)]
+
+
+# float clamp bounds (before the conversion) and integer clamp bounds (after it), per dst
+F_CLAMP = {pc.u64: (0.0, 2.0 ** 63), pc.i64: (-(2.0 ** 62), 2.0 ** 62)}
+I_CLAMP = {pc.u64: (3, 2 ** 62 + 2 ** 33 + 1), pc.i64: (-(2 ** 61) - 2 ** 32 - 3, 2 ** 61 + 2 ** 31 + 5)}
+NARROWED = (pc.i32, u32, pc.i16, pc.u8)
+
+
+def float_to_int64_kernel(src, dst, fp):
+    """x -> dst whole and narrowed to i32/u32/i16/u8, in four chains: as is, a float clamp
+    (min/max/select) before the conversion, an integer clamp after it, and both (the chain
+    k of element i at k*n + i)."""
+    flo, fhi = F_CLAMP[dst]
+    ilo, ihi = I_CLAMP[dst]
+
+    @pc.kernel(workgroup_size=64, fp=fp)
+    def k(X: pc.ReadBuffer[src], W: pc.WriteBuffer[dst], A: pc.WriteBuffer[pc.i32],
+          B: pc.WriteBuffer[u32], C: pc.WriteBuffer[pc.i16], D: pc.WriteBuffer[pc.u8], n: u32):
+        i = pc.global_invocation_id.x
+        if i < n:
+            x = X[i]
+            fc = pc.select(x == x, pc.min(pc.max(x, src(flo)), src(fhi)), src(0.0))
+            for j, w in enumerate((pc.cast(x, dst), pc.cast(fc, dst))):
+                for c, v in enumerate((w, pc.select(x == x, pc.max(pc.min(w, dst(ihi)), dst(ilo)), dst(0)))):
+                    at = (2 * c + j) * n + i
+                    W[at] = v
+                    A[at] = pc.cast(v, pc.i32)
+                    B[at] = pc.cast(v, u32)
+                    C[at] = pc.cast(v, pc.i16)
+                    D[at] = pc.cast(v, pc.u8)
+    return k
+
+
+def float_to_int64_expected(x: np.ndarray, dst) -> list[list[int]]:
+    """The chains of float_to_int64_kernel on Python ints (int(float) truncates exactly): the
+    64-bit values of the four chains, in kernel order."""
+    flo, fhi = F_CLAMP[dst]
+    ilo, ihi = I_CLAMP[dst]
+    whole = [int(float(v)) for v in x]
+    fclamped = [int(min(max(float(v), flo), fhi)) for v in x]
+    iclamp = lambda w: [max(min(v, ihi), ilo) for v in w]     # noqa: E731
+    return [whole, fclamped, iclamp(whole), iclamp(fclamped)]
+
+
+def run_float_to_int64(src, dst, fp, backend):
+    x = float_edges(src, dst)
+    n = len(x)
+    outs = [np.zeros(4 * n, t.dtype) for t in (dst, *NARROWED)]
+    launch = float_to_int64_kernel(src, dst, fp)[-(-n // 64)](x, *outs, n, backend=backend)
+    assert launch.backend == backend
+    return x, outs
+
+
+@pytest.mark.parametrize("fp", ["fast", "exact"])
+@pytest.mark.parametrize("dst", [pc.u64, pc.i64], ids=str)
+@pytest.mark.parametrize("src", [f32, f64], ids=str)
+def test_float_to_int64_whole_and_narrowed(src, dst, fp):
+    """Driver workaround (docs/numerics.md, seed 301593): f32/f64 -> u64/i64 built from two
+    in-range 32-bit conversions (ops.core.int64_from_float_words), over the edges of the
+    conversion, used whole and narrowed to i32/u32/i16/u8, with and without a float clamp
+    before and an integer clamp after: the emulator gives the Python-int reference and the
+    device the emulator's bits. Run on lavapipe here, and on the GPU by the gpu suite."""
+    x, emu = run_float_to_int64(src, dst, fp, "emulator")
+    ref = np.array([v for chain in float_to_int64_expected(x, dst) for v in chain], object)
+    for t, e in zip((dst, *NARROWED), emu):
+        want = [((int(v) & ((1 << t.bits) - 1)) ^ (1 << (t.bits - 1) if t.signed else 0))
+                - ((1 << (t.bits - 1)) if t.signed else 0) for v in ref]
+        assert e.tolist() == want, f"emulator, {dst} -> {t}"
+    _, got = run_float_to_int64(src, dst, fp, "vulkan")
+    chains = ["as is", "float clamp", "integer clamp", "both clamps"]
+    n = len(x)
+    differ = []
+    for t, g, e in zip((dst, *NARROWED), got, emu):
+        for k in np.flatnonzero(g != e)[:4]:
+            differ.append(f"{chains[k // n]} -> {t}: x = {x[k % n]!r}: device {g[k]}, emulator {e[k]}")
+    assert not differ, "\n".join(differ)
