@@ -43,7 +43,7 @@ import traceback
 import numpy as np
 
 import pycoop as pc
-from pycoop.kernels import (GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv, gemv_grid,
+from pycoop.kernels import (GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv, gemv_grid, matmul_q,
                             gemv_q8_1, q8_1_error_bound, quantize_grid, quantize_q8_1,
                             quantize_q8_1_reference, weights)
 from pycoop.kernels.gemv import BLOCKS, PARTS
@@ -178,6 +178,38 @@ def time_pycoop(launch, ws: list, repeat: int) -> tuple[float, float]:
         warm = [launch(ws[0]) for _ in range(repeat)]
     pc.synchronize()
     return median_us(rot), median_us(warm)
+
+
+def time_planes(M: int, K: int, fmt: str, N: int, W: np.ndarray, copies: int, repeat: int):
+    """(rotated µs, warm µs, config, check) of `matmul_q`'s planes path on device arrays (the
+    dispatcher's choice for N >= 2): the sum of its launches' device times (X to f16 rows, the
+    GEMM; Y's zeroing is a fill, not timed), weights rotated through `copies` GGMLWeights."""
+    cfg = choose_kernel(fmt, N, M=M, K=K)
+    if cfg.kind != "planes":
+        return None
+    Wqs = [weights(W, fmt) for _ in range(copies)]
+    X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
+    x = pc.asarray(X, backend="vulkan")
+
+    def run(w):
+        out = []
+        matmul_q(w, x, launches=out)
+        return out
+
+    rt = pc.get_runtime()
+    with rt.batch():
+        for i in range(WARMUP):
+            run(Wqs[i % copies])
+    with rt.batch():
+        rot = [run(Wqs[i % copies]) for i in range(repeat)]
+    with rt.batch():
+        warm = [run(Wqs[0]) for _ in range(repeat)]
+    pc.synchronize()
+    total = lambda runs: statistics.median(sum(r.times_ms[0] for r in run_) for run_ in runs) * 1e3  # noqa: E731
+    y = matmul_q(Wqs[0], x).numpy()
+    status = check(fmt, W, X.astype(np.float16).astype(np.float32), y, 2e-3)
+    name = f"planes {cfg.tile[0]}x{cfg.tile[1]}x{cfg.tile[2]} split{cfg.split_k}"
+    return total(rot), total(warm), name, status
 
 
 def coopmat_candidates(fmt: str, N: int, quick: bool) -> list[tuple]:
@@ -352,6 +384,18 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
                 lines.append(f"| {M}x{K} | {fmt} | {N} | {crot:.1f} | {cgbs:.0f} ({100 * cgbs / args.peak_gbs:.0f}%) "
                              f"| {cwarm:.1f} | {t_rot} | {t_warm} | "
                              f"{f'{tt[0] / crot:.2f}x' if tt else '-'} | {name} | {cstatus} |")
+                print(lines[-1], flush=True)
+            try:
+                planes = time_planes(M, K, fmt, N, W, len(ws), args.repeat) if fmt != "f16" else None
+            except Exception as e:                          # noqa: BLE001
+                planes = None
+                note_error(errors, "planes", e, args.verbose)
+            if planes is not None:
+                prot, pwarm, pname, pstatus = planes
+                pgbs = Wq.nbytes / (prot * 1e-6) / 1e9
+                lines.append(f"| {M}x{K} | {fmt} | {N} | {prot:.1f} | {pgbs:.0f} ({100 * pgbs / args.peak_gbs:.0f}%) "
+                             f"| {pwarm:.1f} | {t_rot} | {t_warm} | "
+                             f"{f'{tt[0] / prot:.2f}x' if tt else '-'} | {pname} | {pstatus} |")
                 print(lines[-1], flush=True)
             for e in errors:
                 print(f"    {e}", flush=True)

@@ -51,27 +51,35 @@ def _tile_products(acc: list, sa, lda: int, sb, ldb: int, wm, wn, BK: int, V: in
     return acc
 
 
-def _store_tiles(C, acc: list, m0, n0, N) -> None:
-    """Store the 16x16 accumulator tiles acc[i][j] at row m0 + 16i, column n0 + 16j of C."""
+def _store_tiles(C, acc: list, m0, n0, N, transposed: bool = False) -> None:
+    """Store the 16x16 accumulator tiles acc[i][j] at row m0 + 16i, column n0 + 16j of C
+    (rows of N elements), or with `transposed` at row n0 + 16j, column m0 + 16i of C.T (C
+    given as N rows of M elements, N then naming M: tiles stored column-major)."""
     for i, row in enumerate(acc):
         for j, tile in enumerate(row):
-            pc.store(C, (m0 + 16 * i) * N + n0 + 16 * j, tile, N)
+            if transposed:
+                pc.store(C, (n0 + 16 * j) * N + m0 + 16 * i, tile, N, "col_major")
+            else:
+                pc.store(C, (m0 + 16 * i) * N + n0 + 16 * j, tile, N)
 
 
-def _add_tiles_atomic(C, acc: list, scratch, sg, m0, n0, N) -> None:
-    """C += the 16x16 accumulator tiles acc[i][j] at row m0 + 16i, column n0 + 16j, with f32
-    atomic adds (the fused split-K): the subgroup stores a tile into its 256 floats of
-    `scratch`, then each of its 32 invocations adds 8 elements of it. The barriers order the
-    tile's store before the reads, and the reads before the next tile's store."""
+def _add_tiles_atomic(C, acc: list, scratch, sg, m0, n0, N, transposed: bool = False) -> None:
+    """C += the 16x16 accumulator tiles acc[i][j] at row m0 + 16i, column n0 + 16j (or, with
+    `transposed`, C.T += them as in `_store_tiles`), with f32 atomic adds (the fused split-K):
+    the subgroup stores a tile into its 256 floats of `scratch`, then each of its 32
+    invocations adds 8 elements of it. The barriers order the tile's store before the reads,
+    and the reads before the next tile's store."""
     lane = pc.subgroup_local_id()
     base = sg * 256
     for i, row in enumerate(acc):
         for j, tile in enumerate(row):
-            pc.store(scratch, base, tile, 16)
+            pc.store(scratch, base, tile, 16, "col_major" if transposed else "row_major")
             pc.barrier()
             for q in range(8):
-                r, c = divmod(lane + 32 * q, 16)
-                pc.atomic.add(C, (m0 + 16 * i + r) * N + n0 + 16 * j + c, scratch[base + r * 16 + c])
+                r, c = divmod(lane + 32 * q, 16)      # transposed: r runs along n, c along m
+                at = ((n0 + 16 * j + r) * N + m0 + 16 * i + c) if transposed else \
+                    ((m0 + 16 * i + r) * N + n0 + 16 * j + c)
+                pc.atomic.add(C, at, scratch[base + r * 16 + c])
             pc.barrier()
 
 
@@ -523,7 +531,7 @@ def q4_0_planes(raw: np.ndarray, rows: int, K: int) -> tuple[np.ndarray, np.ndar
 def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
-                     split_k_mode: str = "stacked"):
+                     split_k_mode: str = "stacked", x_rows: bool = False):
     """Y (M x N, f32) = W (M x K, Q4_0) @ X (K x N, f16), the weights as two planes
     (`q4_0_planes`): Q, a uvec4 of nibbles per block, and D, an f16 scale per block.
 
@@ -534,7 +542,10 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     are read row-major. X is passed as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N
     must be multiples of the tile and K of BK; BK a multiple of 32, pad of 8. The grid is
     (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` and `split_k_mode` as
-    in gemm_khr_staged.
+    in gemm_khr_staged. `x_rows=True`: X is N x K f16 (`X.view(np.uint32).reshape(-1, 4)`) and
+    Y is N x M (with split_k stacked: split_k N x M matrices), the layouts of activations, so
+    that few vectors (N >= 16, zero rows padding N to BN) need no transposes: the small-N
+    kernel of `matmul_q`.
     """
     def stage_block(put, qs, d):
         lo, hi = [], []
@@ -544,22 +555,24 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
         for i, v in enumerate([lo[:4], lo[4:], hi[:4], hi[4:]]):   # weights 8i..8i+7
             put(i, pc.make_vector(v))
     return planes_gemm("gemm_q4_0_planes", "Q4_0", 1, stage_block, BM, BN, BK, SGM, SGN, pad,
-                       specialize, driver_unroll, split_k, split_k_mode)
+                       specialize, driver_unroll, split_k, split_k_mode, x_rows=x_rows)
 
 
 def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, BK: int,
                 SGM: int, SGN: int, pad: int, specialize: bool, driver_unroll, split_k: int,
-                split_k_mode: str, scale_type=f16):
+                split_k_mode: str, scale_type=f16, x_rows: bool = False):
     """The kernel of the planes GEMMs (`gemm_q4_0_planes`, `gemm_q8_0_planes`,
     `gemm_q4_k_planes`): W's blocks of 32 weights as `words` uvec4 of Q plus one `scale_type`
     per block in D (an f16 scale, or Q4_K's f16x2 scale and min), loaded a k-step ahead, and
     `stage_block(put, qs, d)` dequantising one block (`qs`: its uvec4s, `d` its D element) and
     storing uvec4 `i` of its 8 halves with `put(i, v)` into the shared W tile; the rest is
-    gemm_khr_staged's."""
+    gemm_khr_staged's. `x_rows`: X is N x K and Y is N x M (the activations' own layout, rows
+    of vectors; N a multiple of BN), X's tile kept column-major in shared memory."""
     _check_split_k(split_k, split_k_mode)
     atomic = split_k > 1 and split_k_mode == "atomic"
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
-    lda, ldx = BK + pad, BN + pad                 # halves per shared row of W and of X
+    lda = BK + pad                                # halves per shared row of W
+    ldx = BK + pad if x_rows else BN + pad        # per shared column (x_rows) or row of X
     nth = 32 * SGM * SGN
     blocks = BM * BK // 32                        # blocks of a W tile
     Dim = pc.Const if specialize else u32
@@ -570,18 +583,19 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
 
     def kernel(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[scale_type], X: pc.ReadBuffer[U4],
                Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
-        sw, sx = pc.shared(U4, BM * lda // 8), pc.shared(U4, BK * ldx // 8)
+        sw, sx = pc.shared(U4, BM * lda // 8), pc.shared(U4, (BN if x_rows else BK) * ldx // 8)
         scratch = pc.shared(f32, SGM * SGN * 256) if atomic else None     # a tile per subgroup
         sg, t = pc.subgroup_id(), pc.local_invocation_index()
         wm, wn = (sg // SGN) * (16 * TM), (sg % SGN) * (16 * TN)
         m0, n0 = pc.workgroup_id.x * BM, pc.workgroup_id.y * BN
-        px = _uvec4_slots(t, nth, BK, BN)
+        px = _uvec4_slots(t, nth, BN, BK) if x_rows else _uvec4_slots(t, nth, BK, BN)
         pb = [divmod(t + q * nth, BK // 32) for q in range(blocks // nth)]   # (row, block)
 
         def fetch(kn):
             idx = [(m0 + r) * (K // 32) + kn // 32 + b for r, b in pb]
             return [((Q[i],) if words == 1 else tuple(Q[words * i + j] for j in range(words)),
-                     D[i]) for i in idx], [X[(kn + r) * (N // 8) + n0 // 8 + c] for r, c in px]
+                     D[i]) for i in idx], [X[(n0 + r) * (K // 8) + kn // 8 + c] if x_rows else
+                                           X[(kn + r) * (N // 8) + n0 // 8 + c] for r, c in px]
 
         def stage(w, xs):
             for (r, b), (qs, d) in zip(pb, w):
@@ -596,9 +610,12 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
         # (gemm_q4_0_planes, H100, 2026-11-22)
         acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
                              split_k, driver_unroll, fetch, stage,
-                             lambda acc: _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8))
+                             lambda acc: _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8,
+                                                        b_col_major=x_rows))
         if atomic:
-            _add_tiles_atomic(Y, acc, scratch, sg, m0 + wm, n0 + wn, N)
+            _add_tiles_atomic(Y, acc, scratch, sg, m0 + wm, n0 + wn, M if x_rows else N, x_rows)
+        elif x_rows:              # split z's partial product: the z-th N x M matrix
+            _store_tiles(Y, acc, m0 + wm, _split_rows(n0, N, split_k) + wn, M, True)
         else:
             _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
 

@@ -30,8 +30,9 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .gemm import gemm_q4_0
-from .gemm_quant import _f16_at, _q4_k_scales, gemm_q4_k, gemm_q8_0
+from .gemm import gemm_q4_0, gemm_q4_0_planes, q4_0_planes, sum_splits
+from .gemm_quant import (_f16_at, _q4_k_scales, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
+                         gemm_q8_0_planes, q4_k_planes, q8_0_planes)
 from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1, store_row_sums
 
 # weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
@@ -39,6 +40,10 @@ BLOCKS = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_k": (256, 144)}
 FORMATS = tuple(BLOCKS)
 MAX_SMALL_N = 64                         # above this, the large-N GEMM where the format has one
 LARGE_N_GEMMS = {"q4_0": gemm_q4_0, "q8_0": gemm_q8_0, "q4_k": gemm_q4_k}   # decode-function GEMMs
+# the planes GEMMs (weights as nibble/byte planes and scales, dequantised into shared memory,
+# KHR cooperative matrices) and the planes of each format: the kernels for N >= 2
+PLANES_GEMMS = {"q4_0": (gemm_q4_0_planes, q4_0_planes), "q8_0": (gemm_q8_0_planes, q8_0_planes),
+                "q4_k": (gemm_q4_k_planes, q4_k_planes)}
 
 _MAGIC = 0x4B000000                      # the bits of 2^23 (f32): OR a small int into its mantissa
 _TWO23 = 8388608.0
@@ -296,9 +301,12 @@ class GemvConfig:
     """A kernel choice of `choose_kernel`: `kind` is "gemv" (the kernels above, N = 1 ... 64,
     or any N for formats without a large-N GEMM; `rows`, `nt`, `subgroups`, `unroll`,
     `parts` as in `gemv`), "q8_1" (the integer path: `quantize_q8_1` then `gemv_q8_1` with
-    these fields, Q8_0 and Q4_0 only) or "coopmat" (`gemm_q4_0`, `gemm_q8_0` or `gemm_q4_k`
-    by format, with `tile` = (vectors, weight rows, K) per workgroup; below 128 vectors it
-    computes with the weights as the A operand, `weights_first`)."""
+    these fields, Q8_0 and Q4_0 only), "planes" (`gemm_q4_0_planes`, `gemm_q8_0_planes` or
+    `gemm_q4_k_planes` by format on X's and Y's own layouts (`x_rows`), with `tile` = (weight
+    rows, vectors, K) per workgroup, `subgroups` x 1 subgroups and `split_k`) or "coopmat"
+    (`gemm_q4_0`, `gemm_q8_0` or `gemm_q4_k` by format, with `tile` = (vectors, weight rows,
+    K) per workgroup; below 128 vectors it computes with the weights as the A operand,
+    `weights_first`)."""
     kind: str
     rows: int = 1
     nt: int = 1
@@ -306,15 +314,17 @@ class GemvConfig:
     unroll: bool | int | None = None
     parts: int | None = None
     tile: tuple[int, int, int] = (128, 128, 32)
+    split_k: int = 1
 
 
 def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
-                  activations: str = "f32") -> GemvConfig:
-    """The kernel for N vectors of weights in `fmt`: one vector per workgroup tile at N = 1,
-    tiles of up to 8 vectors sharing each decoded
-    weight for N <= 64, and the cooperative-matrix GEMM above that where the format has one.
-    Rows per subgroup grow with the tile so that each x value loaded feeds more rows.
-    `large_n`: the largest N for the GEMV kernels where a cooperative-matrix GEMM exists.
+                  activations: str = "f32", M: int | None = None,
+                  K: int | None = None) -> GemvConfig:
+    """The kernel for N vectors of weights in `fmt`: one vector per workgroup tile at N = 1;
+    for N >= 2 with Q4_0, Q8_0 or Q4_K weights whose shape (`M` x `K`, when given) fits, the
+    planes GEMM (`planes_config`); otherwise tiles of up to 8 vectors sharing each decoded
+    weight for N <= `large_n`, and the decode-function GEMM above that where the format has
+    one. Rows per subgroup grow with the tile so that each x value loaded feeds more rows.
     `activations="q8_1"` (Q8_0 and Q4_0): the integer path, one tile of up to 64 vectors
     (the next power of two at or above N) reading each weight block once for all of them,
     with 4 lanes per block at N = 1, 2 for tiles of up to 4 vectors, else 1."""
@@ -325,6 +335,10 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
         nt = min(64, 1 << (int(N) - 1).bit_length())
         return GemvConfig("q8_1", rows=2 if nt <= 32 else 1, nt=nt,
                           parts=4 if nt == 1 else 2 if nt <= 4 else 1)
+    if N >= 2 and fmt in PLANES_GEMMS and M is not None and K is not None:
+        cfg = planes_config(int(M), int(N), int(K))
+        if cfg is not None:
+            return cfg
     if N > large_n and fmt in LARGE_N_GEMMS:
         bm = next(t for t in (16, 32, 64, 128) if N <= t or t == 128)    # vectors per tile
         return GemvConfig("coopmat", tile=(bm, 128, 32))
@@ -332,6 +346,27 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
         return GemvConfig("gemv", rows=1 if fmt == "f16" else 2, nt=1)
     nt = 2 if N == 2 else 4 if N <= 4 else 8
     return GemvConfig("gemv", rows=2, nt=nt)
+
+
+def planes_config(M: int, N: int, K: int) -> GemvConfig | None:
+    """The planes GEMM's configuration for an M x K weight matrix and N vectors, or None where
+    the shape does not fit (M a multiple of 64, K of 64). The vector side of the tile is the
+    smallest of 16, 32, 64, 128 holding N (N is padded to it); 128 weight rows per workgroup
+    (64 where M needs it), 4 x 1 subgroups (2 x 2 for 128 vectors); split-K into the largest
+    power of two <= 16 that keeps the workgroups within 1,024 (16-vector tiles) or 256 (wider
+    tiles), K dividing into whole 64-deep steps. The best of a sweep on the H200
+    (bench/small_n_sweep.py, 2026-11-27: 4096 x 14336 and 14336 x 4096, N = 8 ... 64)."""
+    bn = next(t for t in (16, 32, 64, 128) if N <= t or t == 128)
+    bm = 128 if M % 128 == 0 else 64
+    if M % bm or K % 64:
+        return None
+    sgm = 2 if bn == 128 else bm // 32
+    tiles = M // bm * -(-N // bn)
+    limit = 1024 if bn == 16 else 256
+    split = 1
+    while split < 16 and tiles * split * 2 <= limit and K % (64 * split * 2) == 0:
+        split *= 2
+    return GemvConfig("planes", subgroups=sgm, tile=(bm, bn, 64), split_k=split)
 
 
 @dataclasses.dataclass
@@ -432,7 +467,8 @@ def pack_x(X) -> np.ndarray:
 
 def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
              backend: str | None = None, subgroup_size: int = 32, large_n: int = MAX_SMALL_N,
-             activations: str = "f32"):
+             activations: str = "f32", deterministic: bool = False,
+             launches: list | None = None):
     """Y = X @ W.T for weights W (M x K) in a llama.cpp format (see `weights`: a GGUF tensor,
     f16 array or raw blocks with `fmt`) and X (N x K, or a single vector of K): the result is
     N x M f32 (or M for a vector). X may be a NumPy array or a `pc.Array` (then the result is
@@ -443,7 +479,12 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     device and multiplies with integer dot products (`pycoop.kernels.gemvq`: exact integer
     sums, scaled per block; X's quantisation adds an error of at most
     sum_k |w_k| * d_block(k) / 2); "f32" (the default) multiplies the dequantised weights by X
-    in f32. A config of kind "q8_1" chooses the integer path too."""
+    in f32. A config of kind "q8_1" chooses the integer path too.
+    The planes GEMMs (N >= 2, Q4_0/Q8_0/Q4_K) multiply X rounded to f16 with f16 weights
+    (f32 sums); their split-K adds partial products with f32 atomics, in an order that may
+    change from run to run (results may differ in the last bits): `deterministic=True` sums
+    the splits in a second kernel instead (one more launch). `launches`: a list that receives
+    the planes path's launch results (device times: `.times_ms`)."""
     Wq = weights(W, fmt)
     device = isinstance(X, pc.Array)
     if device and backend is not None and backend != X.backend:
@@ -459,7 +500,10 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     if config is not None and activations == "q8_1" and config.kind != "q8_1":
         raise ValueError(f"matmul_q: activations='q8_1' needs a config of kind 'q8_1', got "
                          f"{config.kind!r}")
-    cfg = config or choose_kernel(Wq.fmt, N, large_n, activations)
+    cfg = config or choose_kernel(Wq.fmt, N, large_n, activations, Wq.M, Wq.K)
+    if cfg.kind == "planes":
+        return _planes(Wq, X, N, vector, device, bk, cfg, deterministic,
+                       [] if launches is None else launches)
     if cfg.kind == "q8_1":
         _check_activations(Wq.fmt, "q8_1")
         return _matmul_q8_1(Wq, X, N, vector, device, bk, cfg, subgroup_size)
@@ -469,7 +513,8 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
                              "use GemvConfig('gemv', ...)")
         return _coopmat(Wq, X, N, vector, device, bk, cfg.tile)
     if cfg.kind != "gemv":
-        raise ValueError(f"matmul_q: config.kind is 'gemv', 'q8_1' or 'coopmat', got {cfg.kind!r}")
+        raise ValueError(f"matmul_q: config.kind is 'gemv', 'q8_1', 'planes' or 'coopmat', got "
+                         f"{cfg.kind!r}")
     vec = 8 if Wq.fmt != "f16" or Wq.K % 8 == 0 else 1
     k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec, cfg.unroll, cfg.parts)
     grid = gemv_grid(Wq.M, N, cfg.rows, cfg.nt, cfg.subgroups)
@@ -482,6 +527,82 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
         y = np.zeros((N, Wq.M), np.float32)
         k[grid](Wq.kernel_array(None, vec), x, y, Wq.M, N, Wq.K, backend=bk)
     return y.reshape(Wq.M) if vector else y
+
+
+def pack_f16(vals: list):
+    """8 f32 values rounded to f16, packed as a uvec4 (value 2i + j in half j of word i)."""
+    return pc.make_vector([pc.bitcast(pc.make_vector([f16(vals[2 * i]), f16(vals[2 * i + 1])]),
+                                      u32) for i in range(4)])
+
+
+@functools.cache
+def _x_rows_f16(src: str):
+    """X (f32 or f16, N x K) as the f16 rows of the planes GEMMs, 8 values (a uvec4) per
+    invocation: n8 = N * K / 8, grid ceil(n8 / 256); rows of padding past N are left alone."""
+    if src == "f32":
+        @pc.kernel(workgroup_size=256)
+        def x_rows_f16(X: pc.ReadBuffer[F4], Xh: pc.WriteBuffer[U4], n8: u32):
+            i = pc.global_invocation_id.x
+            if i < n8:
+                a, b = X[2 * i], X[2 * i + 1]
+                Xh[i] = pack_f16([a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]])
+        return x_rows_f16
+
+    @pc.kernel(workgroup_size=256)
+    def x_rows_f16_copy(X: pc.ReadBuffer[pc.vec(f16, 2)], Xh: pc.WriteBuffer[U4], n8: u32):
+        i = pc.global_invocation_id.x
+        if i < n8:
+            Xh[i] = pc.make_vector([pc.bitcast(X[4 * i + j], u32) for j in range(4)])
+    return x_rows_f16_copy
+
+
+def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: GemvConfig,
+            deterministic: bool, launches: list):
+    """N >= 2 Q4_0, Q8_0 or Q4_K: the planes GEMM on X's and Y's own layouts (`x_rows`), X
+    rounded to f16 and padded to whole tiles of vectors, split-K summed by f32 atomics into a
+    zeroed Y (or, `deterministic`, by `sum_splits`). The weights' planes are made once."""
+    BM, BN, BK = cfg.tile
+    split, sgn = cfg.split_k, max(1, BN // 64)
+    gemm, make_planes = PLANES_GEMMS[Wq.fmt]
+    if Wq.M % BM or Wq.K % (BK * split) or BN % 16 or split < 1:
+        raise ValueError(f"matmul_q: the planes GEMM's tile {cfg.tile} with split_k={split} "
+                         f"does not fit M={Wq.M}, K={Wq.K} (M a multiple of the tile's rows, K of "
+                         f"its depth x split_k)")
+    mode = "atomic" if split > 1 and not deterministic else "stacked"
+    k = gemm(BM, BN, BK, cfg.subgroups, sgn, split_k=split, split_k_mode=mode, x_rows=True)
+    Np = -(-N // BN) * BN
+    grid = (Wq.M // BM, Np // BN) + ((split,) if split > 1 else ())
+    stacked = split > 1 and mode == "stacked"
+    be = X.backend if device else bk
+    key = ("planes", be if device else None)
+    if key not in Wq._arrays:
+        planes = make_planes(Wq.data, Wq.M, Wq.K)
+        Wq._arrays[key] = planes if not device else tuple(pc.asarray(a, backend=be) for a in planes)
+    Q, D = Wq._arrays[key]
+    if device:
+        if X.dtype not in (np.float32, np.float16):
+            raise ValueError(f"matmul_q: X is f32 or f16, got {X.dtype}")
+        xh = pc.zeros((Np * Wq.K // 8, 4), pc.u32, backend=be)     # f16 rows, zero padding
+        n8 = N * Wq.K // 8
+        src = "f32" if X.dtype == np.float32 else "f16"
+        launches.append(_x_rows_f16(src)[-(-n8 // 256)](X.reshape(-1, 4 if src == "f32" else 2),
+                                                        xh, n8))
+        y = pc.zeros((Np, Wq.M), pc.f32, backend=be) if mode == "atomic" else \
+            pc.empty((Np, Wq.M), pc.f32, backend=be)
+        out = pc.empty((split * Np, Wq.M), pc.f32, backend=be) if stacked else y
+        launches.append(k[grid](Q, D, xh, out, Wq.M, Np, Wq.K))
+    else:
+        xh = np.zeros((Np, Wq.K), np.float16)
+        xh[:N] = np.asarray(X, np.float32).reshape(N, Wq.K)
+        y = np.zeros((Np, Wq.M), np.float32)
+        out = np.empty((split * Np, Wq.M), np.float32) if stacked else y
+        launches.append(k[grid](Q, D, xh.view(np.uint32).reshape(-1, 4), out, Wq.M, Np, Wq.K,
+                                backend=bk))
+    if stacked:
+        n4 = Np * Wq.M // 4
+        launches.append(sum_splits(split)[-(-n4 // 256)](out.reshape(-1, 4), y.reshape(-1, 4), n4,
+                                                         **({} if device else {"backend": bk})))
+    return y[0] if vector else y[:N]
 
 
 def _coopmat(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, tile):

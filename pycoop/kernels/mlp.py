@@ -41,7 +41,7 @@ from pycoop import f16, f32, i32, u32
 
 from .gemm import gemm_q4_0_planes, q4_0_planes
 from .gemm_quant import gemm_q4_k_planes, q4_k_planes
-from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, weights
+from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, pack_f16, weights
 from .gemvq import gemv_q8_1, q8_1_lanes
 
 F4 = pc.vec(f32, 4)
@@ -145,12 +145,6 @@ def rms_scale(subgroup_size: int = 32):
     return rms_scale
 
 
-def _pack_f16(vals: list):
-    """8 f32 values rounded to f16, packed as a uvec4 (value 2i + j in half j of word i)."""
-    return pc.make_vector([pc.bitcast(pc.make_vector([f16(vals[2 * i]), f16(vals[2 * i + 1])]),
-                                      u32) for i in range(4)])
-
-
 @pc.kernel(workgroup_size=WG)
 def rms_norm_t(X: pc.ReadBuffer[f32], R: pc.ReadBuffer[f32], G: pc.ReadBuffer[f32],
                Y: pc.WriteBuffer[U4], T: u32, H: u32, ld: u32):
@@ -166,7 +160,7 @@ def rms_norm_t(X: pc.ReadBuffer[f32], R: pc.ReadBuffer[f32], G: pc.ReadBuffer[f3
         for c in range(8):
             t = pc.min(t0 + c, T - 1)
             vals.append(pc.select(t0 + c < T, (X[t * H + h] * R[t]) * gh, f32(0.0)))
-        Y[g] = _pack_f16(vals)
+        Y[g] = pack_f16(vals)
 
 
 def _silu_mul(a, b):
@@ -218,7 +212,7 @@ def swiglu_t(Y: pc.ReadBuffer[F4], Hh: pc.WriteBuffer[U4], n8: u32):
     if g < n8:
         a0, a1 = Y[2 * g], Y[2 * g + 1]
         b0, b1 = Y[2 * n8 + 2 * g], Y[2 * n8 + 2 * g + 1]
-        Hh[g] = _pack_f16([_silu_mul(a0[c], b0[c]) for c in range(4)]
+        Hh[g] = pack_f16([_silu_mul(a0[c], b0[c]) for c in range(4)]
                           + [_silu_mul(a1[c], b1[c]) for c in range(4)])
 
 

@@ -1,6 +1,6 @@
 """The GEMV kernels on a real GPU (subgroups of 32; run with -m gpu): every format at N = 1,
 a small-N tile and N = 64 at a llama-like K, against gguf's dequantisation; the Q4_0 large-N
-path (cooperative matrices); device arrays in and out."""
+path (cooperative matrices); the planes path of N >= 2 vectors; device arrays in and out."""
 from __future__ import annotations
 
 import sys
@@ -84,3 +84,21 @@ def test_integer_path(gguf, fmt, N):
     Wf = gguf.quants.dequantize(W, gguf.GGMLQuantizationType[fmt.upper()])
     err = np.abs(y - reference(gguf, fmt, W, X))
     assert (err <= q8_1_error_bound(Wf, dg) + 1e-5 * np.abs(ref).max()).all()
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_k"])
+@pytest.mark.parametrize("N", [2, 16, 40, 64, 100])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_planes_path(gguf, fmt, N, deterministic):
+    """matmul_q's planes path (N >= 2, M a multiple of 64): split-K by atomics or summed in a
+    second kernel, device arrays and NumPy arrays, against gguf's weights rounded to f16."""
+    from test_matmul_planes import check as check_planes, f16_weights
+    from pycoop.kernels import choose_kernel
+    M, K = 1024, 4096
+    W = make_weights(gguf, fmt, M, K, seed=N)
+    X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
+    assert choose_kernel(fmt, N, M=M, K=K).kind == "planes"
+    Wf = f16_weights(gguf, fmt, W, M, K)
+    check_planes(matmul_q(W, X, fmt, backend="vulkan", deterministic=deterministic), X, Wf)
+    y = matmul_q(weights(W, fmt), pc.asarray(X, backend="vulkan"), deterministic=deterministic)
+    check_planes(y.numpy(), X, Wf)
