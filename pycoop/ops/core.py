@@ -1028,8 +1028,8 @@ def int64_from_float_words(ctx, x: int, src: ScalarType, dst: ScalarType) -> int
     Exactness, for a in the defined domain (trunc(x) representable in `dst`, so a < 2^64;
     NaN and infinities are undefined, as the emulator reports):
     - a * 2^-32 is exact where it is normal (a power-of-two scaling); where it is subnormal
-      (a < 2^-94 for f32), any rounding of it, or a flush to zero, is in [0, 1). ConvertFToU truncates a value in
-      [0, 2^32) (a < 2^64), so h = floor(a / 2^32) < 2^32, in range.
+      (a < 2^-94 for f32), any rounding of it, or a flush to zero, is in [0, 1). ConvertFToU
+      truncates a value in [0, 2^32) (a < 2^64), so h = floor(a / 2^32) < 2^32, in range.
     - F(h) is exact: h is a float of at most 24 (f32) / 53 (f64) significant bits with its
       fraction bits cleared, and * 2^32 is a power-of-two scaling, so y = F(h) * 2^32 is
       exactly h * 2^32 <= a.

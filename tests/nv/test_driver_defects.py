@@ -1,7 +1,8 @@
 """NV tensor addressing where the NVIDIA driver differs from the specification
 (docs/numerics.md, "Driver workarounds"): seed 100295's span wrap, which the emulator computes
-as SPV_NV_cooperative_matrix2 says, and the innermost-stride defect, which pycoop refuses to
-run on NVIDIA devices (a stand-in device here; tests/gpu/test_gpu_nv.py on the GPU)."""
+as SPV_NV_cooperative_matrix2 says, and the innermost-stride and span-wrap defects, which
+pycoop refuses to run on NVIDIA devices (a stand-in device here; tests/gpu/test_gpu_nv.py on
+the GPU)."""
 from __future__ import annotations
 
 import warnings
@@ -11,7 +12,7 @@ import pytest
 
 import pycoop as pc
 from pycoop import f16, u32
-from pycoop.ops.nv.tensor import innermost_stride
+from pycoop.ops.nv.tensor import innermost_stride, layout_spans
 from pycoop.runtime import backend as backend_module
 from pycoop.runtime.vulkan.capabilities import Capabilities, CoopmatShape
 
@@ -168,3 +169,143 @@ def test_auto_falls_back_and_vulkan_raises_on_a_stand_in_nvidia_device(monkeypat
     assert "nv_inner_stride" in str(w.message)
     r, c = np.mgrid[0:16, 0:16]
     np.testing.assert_array_equal(Out.reshape(16, 16), X[(8 + r) * 80 + (6 + c) * 2])
+
+
+# ---------------------------------------------------------------- span wrap
+
+def _span_kernel(make, mat=M16, store=False):
+    @pc.kernel(workgroup_size=32, subgroup_size=32)
+    def k(X: pc.Buffer[f16], Out: pc.Buffer[f16], s: u32):
+        lay = make(s)
+        if store:
+            pc.nv.store_tensor(Out, lay, mat.load(X, 0, mat.cols))
+        else:
+            pc.store(Out, 0, pc.nv.load_tensor(X, lay, mat), mat.cols)
+    return k
+
+
+R = lambda: L("repeat")     # noqa: E731
+A16 = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
+B16x8 = pc.coopmat[f16, pc.Subgroup, 16, 8, pc.UseB]
+M32x16 = pc.coopmat[f16, pc.Subgroup, 32, 16, pc.Accumulator]
+M16x32 = pc.coopmat[f16, pc.Subgroup, 16, 32, pc.Accumulator]
+
+SPAN_CASES = {   # name: (layout from the runtime scalar s, matrix, recorded entry or None)
+    "seed 100295": (lambda s: R().dimension(6, 2).stride(10, 1).slice(9, 3, 0, 16), M16,
+                    "(spans (3, 16) of a 16x16 matrix)"),
+    "span from dimension": (lambda s: R().dimension(8, 16), M16, "(spans (8, 16) of a 16x16 matrix)"),
+    "slice then clamp value": (lambda s: L("constant").dimension(20, 16).slice(2, 15, 0, 16).clamp_value(0),
+                               M16, "(spans (15, 16) of a 16x16 matrix)"),
+    "UseA": (lambda s: R().dimension(20, 32).slice(2, 5, 0, 16), A16, "(spans (5, 16) of a 16x16 matrix)"),
+    "16x8, span 8": (lambda s: R().dimension(20, 32).slice(2, 5, 0, 8), B16x8,
+                     "(spans (5, 8) of a 16x8 matrix)"),
+    "32x16, 20 rows": (lambda s: R().dimension(40, 32).slice(2, 20, 0, 16), M32x16,
+                       "(spans (20, 16) of a 32x16 matrix)"),
+    "16x32, span 32": (lambda s: R().dimension(20, 32).slice(2, 5, 0, 32), M16x32,
+                       "(spans (5, 32) of a 16x32 matrix)"),
+    "rank 3": (lambda s: pc.nv.tensor_layout(3, "repeat").dimension(4, 6, 16).slice(1, 2, 1, 4, 0, 16),
+               M16, "(spans (2, 4, 16) of a 16x16 matrix)"),
+    "runtime outer, small constant": (lambda s: pc.nv.tensor_layout(3, "repeat").dimension(4, 6, 16)
+                                      .slice(1, s, 1, 4, 0, 16), M16,
+                                      "(spans (runtime, 4, 16) of a 16x16 matrix)"),
+    # not recorded
+    "16 rows": (lambda s: R().dimension(20, 32).slice(2, 16, 0, 16), M16, None),
+    "innermost 8": (lambda s: R().dimension(20, 32).slice(2, 5, 0, 8), M16, None),
+    "innermost 32": (lambda s: R().dimension(20, 32).slice(2, 5, 0, 32), M16, None),
+    "16x8, span 16": (lambda s: R().dimension(20, 32).slice(2, 5, 0, 16), B16x8, None),
+    "16x32, span 16": (lambda s: R().dimension(20, 32).slice(2, 5, 0, 16), M16x32, None),
+    "32x16, 32 rows": (lambda s: R().dimension(40, 32).slice(2, 32, 0, 16), M32x16, None),
+    "runtime outer": (lambda s: R().dimension(20, 32).slice(2, s, 0, 16), M16, None),
+    "runtime inner": (lambda s: R().dimension(20, 32).slice(2, 5, 0, s), M16, None),
+    "runtime dimension": (lambda s: R().dimension(s, 16), M16, None),
+    "rank 1": (lambda s: pc.nv.tensor_layout(1, "repeat").dimension(16), M16, None),
+}
+
+
+@pytest.mark.parametrize("name", SPAN_CASES)
+def test_a_load_whose_spans_the_driver_does_not_wrap_is_a_requirement(name):
+    make, mat, recorded = SPAN_CASES[name]
+    reqs = _span_kernel(make, mat).compile().requirements
+    if recorded is None:
+        assert "driver_defects" not in reqs, reqs.get("driver_defects")
+    else:
+        (entry,) = reqs["driver_defects"]["nv_span_wrap"]
+        assert entry.startswith("load_tensor at test_driver_defects.py:"), entry
+        assert entry.endswith(recorded), entry
+
+
+def test_stores_are_not_recorded_for_the_span_wrap():
+    """Only loads were seen wrong (stores: tests/gpu/test_gpu_nv.py, SPAN_WRAP)."""
+    reqs = _span_kernel(lambda s: R().dimension(20, 16).slice(2, 3, 0, 16), store=True).compile().requirements
+    assert "driver_defects" not in reqs
+
+
+def test_layout_spans():
+    seen = {}
+
+    @pc.kernel(workgroup_size=32, subgroup_size=32)
+    def k(X: pc.Buffer[f16], s: u32):
+        seen["created"] = layout_spans(L())
+        seen["dimension"] = layout_spans(L().dimension(4, 5).stride(9, 1))
+        seen["slice"] = layout_spans(L().dimension(4, 5).slice(1, 2, 0, s).block_size(1, 2))
+        seen["slice again"] = layout_spans(L().dimension(4, 5).slice(1, 2, 0, 3).slice(0, 1, 1, 2))
+        seen["dimension after slice"] = layout_spans(L().slice(1, 2, 0, 3).dimension(7, 8))
+    k.compile()
+    assert seen == {"created": None, "dimension": (4, 5), "slice": (2, None),
+                    "slice again": (1, 2), "dimension after slice": (7, 8)}
+
+
+def test_span_wrap_is_refused_on_a_stand_in_nvidia_device(monkeypatch):
+    k = _span_kernel(SPAN_CASES["seed 100295"][0])
+    reqs = k.compile().requirements
+    (why,) = stand_in("NVIDIA", reqs).missing(reqs)
+    assert "innermost span equals the matrix's column count" in why
+    assert "driver defect `nv_span_wrap` of NVIDIA 580.159.04" in why
+    assert "docs/numerics.md#driver-workarounds" in why and "(spans (3, 16) of a 16x16 matrix)" in why
+    assert stand_in("AMD", reqs).missing(reqs) == []
+    monkeypatch.setattr(backend_module, "get_runtime", lambda: _Runtime(stand_in("NVIDIA", reqs)))
+    X = (np.arange(60) * 7 % 61).astype(np.float16)
+    with pytest.raises(pc.BackendUnavailable, match="driver defect `nv_span_wrap`"):
+        k[1](X, np.zeros(256, np.float16), 0, backend="vulkan")
+    Out = np.zeros(256, np.float16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert k[1](X, Out, 0, backend="auto").backend == "emulator"
+    (w,) = [c for c in caught if issubclass(c.category, pc.BackendFallbackWarning)]
+    assert "nv_span_wrap" in str(w.message)
+    r, c = np.mgrid[0:16, 0:16]
+    np.testing.assert_array_equal(Out.reshape(16, 16), X[10 * (3 + r % 3) + c % 2])
+
+
+# ---------------------------------------------------------------- the fuzzer and the defects
+
+def test_default_generation_meets_no_refused_defect():
+    """The fuzzer's default NV kernels (seeds 100000-100299) record no driver defect, so none
+    is refused on NVIDIA; with `--with nv_span_wrap` / `--with nv_inner_stride` seed 100295 /
+    100274 record theirs."""
+    from pycoop.testing import generate, parse_features
+    from pycoop.testing.runner import load
+    feats = parse_features("scalar,shared,khr,nv")
+    for seed in range(100000, 100300):
+        program = generate(seed, feats)
+        text = program.render()
+        if "pc.nv.tensor_layout" not in text:
+            continue
+        reqs = load(text).kern.compile().requirements
+        assert "driver_defects" not in reqs, (seed, reqs["driver_defects"])
+    for seed, name in ((100295, "nv_span_wrap"), (100274, "nv_inner_stride")):
+        reqs = load(generate(seed, parse_features("scalar,shared,khr,nv", name)).render()).kern.compile().requirements
+        assert set(reqs["driver_defects"]) == {name}
+
+
+@pytest.mark.parametrize("seed,name", [(100295, "nv_span_wrap"), (100274, "nv_inner_stride")])
+def test_the_runner_counts_a_refused_kernel_as_ok(monkeypatch, seed, name):
+    """`--with` kernels that meet a refused defect run on the emulator only on NVIDIA: the
+    runner's outcome is "ok" (ran on the emulator), not a failure."""
+    from pycoop.testing import generate, parse_features
+    from pycoop.testing.runner import load, run_module
+    module = load(generate(seed, parse_features("scalar,shared,khr,nv", name)).render())
+    reqs = module.kern.compile().requirements
+    monkeypatch.setattr(backend_module, "get_runtime", lambda: _Runtime(stand_in("NVIDIA", reqs)))
+    outcome = run_module(module, backend="vulkan")
+    assert (outcome.cls, outcome.ran_on) == ("ok", "emulator"), outcome

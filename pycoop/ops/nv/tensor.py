@@ -779,9 +779,48 @@ def _note_inner_stride(ctx, op) -> None:
         f"{op.name.removeprefix('nv.')} at {where} (innermost stride {stride})")
 
 
+def layout_spans(layout: Value) -> tuple[int | None, ...] | None:
+    """The span of each dimension of `layout` (the coordinates linearToSpanCoord wraps by), as
+    set by its last slice or dimension: an int when known at trace time, None for a runtime
+    value; None in place of the tuple when no span was set (a created layout) or the layout
+    comes through control flow or a function parameter (not examined)."""
+    v = layout
+    while v.op is not None and v.op.name in _STATE_OPS:
+        if v.op.name == "nv.layout_slice":          # operands: layout, (offset, span) per dim
+            spans = v.op.operands[2::2]
+        elif v.op.name == "nv.layout_dimension":    # span = dimension
+            spans = v.op.operands[1:]
+        else:
+            v = v.op.operands[0]
+            continue
+        return tuple(None if constant_value(x) is None else int(constant_value(x)) & 0xFFFFFFFF
+                     for x in spans)
+    return None
+
+
+def _note_span_wrap(ctx, op) -> None:
+    """Record the driver defect `nv_span_wrap` in the module's requirements for a tensor load
+    whose layout has a constant innermost span equal to the loaded matrix's column count and a
+    constant outer span smaller than its row count: the condition under which the NVIDIA driver
+    (580.159.04, H200) was seen not to wrap the outer span coordinate (seed 100295 and the
+    layouts of tests/gpu/test_gpu_nv.py::test_nv_span_wrap_driver_defect_is_as_documented;
+    docs/numerics.md). Runtime spans are not recorded (nothing checks them on the device)."""
+    spans = layout_spans(op.operands[2])
+    t: CoopMatType = op.result.type
+    if spans is None or len(spans) < 2 or spans[-1] != t.cols:
+        return
+    if not any(p is not None and p < t.rows for p in spans[:-1]):
+        return
+    where = f"{os.path.basename(op.loc.file)}:{op.loc.line}" if op.loc else "?"
+    shown = ", ".join("runtime" if p is None else str(p) for p in spans)
+    ctx.driver_defects.setdefault("nv_span_wrap", set()).add(
+        f"load_tensor at {where} (spans ({shown}) of a {t.rows}x{t.cols} matrix)")
+
+
 @lowering("nv.load_tensor")
 def _lower_load_tensor(ctx, op):
     _note_inner_stride(ctx, op)
+    _note_span_wrap(ctx, op)
     ptr, mem_ops = _tensor_ptr(ctx, op.operands[0])
     names, extra = [], []
     if op.attrs["view"]:

@@ -63,6 +63,10 @@ DRIVER_DEFECTS: dict[str, DriverDefect] = {
     "nv_inner_stride": DriverDefect(
         "NVIDIA", "correct NV tensor loads/stores through a layout whose innermost stride is a "
         "constant other than 1 (the driver reads such a row contiguously)", "docs/numerics.md#driver-workarounds"),
+    "nv_span_wrap": DriverDefect(
+        "NVIDIA", "correct NV tensor loads through a layout whose innermost span equals the matrix's "
+        "column count and whose outer span is smaller than its row count (the driver does not wrap "
+        "the outer span coordinate)", "docs/numerics.md#driver-workarounds"),
 }
 
 
