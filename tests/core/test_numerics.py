@@ -732,3 +732,26 @@ def test_float_to_64_bit_integers_are_built_from_two_32_bit_conversions():
     assert o[64:].tolist() == a.astype(np.uint32).view(np.int32).tolist()
     assert q[:64].tolist() == np.trunc(f_ok.astype(np.float64) * -3.0).astype(np.int64).tolist()
     assert q[64:].tolist() == np.trunc(h.astype(np.float64)).astype(np.int64).tolist()
+
+
+@pc.kernel(workgroup_size=64)
+def _bf16_to_int64(A: pc.ReadBuffer[pc.bf16], B: pc.ReadBuffer[pc.bf16], O: pc.WriteBuffer[pc.u64],
+                   P: pc.WriteBuffer[pc.i64]):
+    i = pc.global_invocation_id.x
+    O[i] = pc.cast(A[i], pc.u64)
+    P[i] = pc.cast(B[i], pc.i64)
+
+
+def test_bf16_to_64_bit_integers_are_widened_then_built_from_two_conversions():
+    """bf16 reaches 2^32 too: widened to f32 (exact), then converted as an f32 is."""
+    ck = _bf16_to_int64.compile()
+    validate(ck.spv)
+    convs = [ln.split()[2:4] for ln in ck.spvasm.splitlines() if "Convert" in ln]
+    assert convs.count(["OpFConvert", "%float"]) == 2
+    assert convs.count(["OpConvertFToU", "%uint"]) == 4 and ["OpConvertFToS", "%long"] not in convs
+    a = np.array([1.5e18, 3.3e15, 2.0 ** 40 + 2.0 ** 33, 0.5, 0.0, 2.0 ** 63 - 2.0 ** 55, 255.0, 1.0]
+                 * 8, ml_dtypes.bfloat16)
+    o, p = np.zeros(64, np.uint64), np.zeros(64, np.int64)
+    _bf16_to_int64[1](a, -a, o, p, backend="emulator")
+    assert o.tolist() == [int(float(x)) for x in a]
+    assert p.tolist() == [-int(float(x)) for x in a]
