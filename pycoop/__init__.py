@@ -27,6 +27,7 @@ from .ops import atomic, subgroup  # pycoop.atomic.add(buf, i, v), pycoop.subgro
 from .autotune import TuneResult, autotune
 from .runtime.backend import use_backend
 from .runtime.arrays import Array, asarray, empty, full, get_runtime, synchronize, zeros
+from .runtime.graphs import CaptureError, Graph, capture
 from .types import (Buffer, ReadBuffer, WriteBuffer, Spec, CoopMatType, ScalarType, Scope, StorageClass, Use,
                     array, bf16, bool_, f16, f32, f64, fp8_e4m3, fp8_e5m2, i8, i16, i32,
                     i64, struct, u8, u16, u32, u64, vec)
@@ -48,6 +49,7 @@ __all__ = [
     "subgroup_size", "tanh", "trunc", "workgroup_id",
     "make_array", "make_vector", "dot4x8", "convert", "fill", "length", "load", "mul_add", "store", "use_backend",
     "Array", "asarray", "empty", "full", "get_runtime", "synchronize", "zeros",
+    "CaptureError", "Graph", "capture",
     "Buffer", "ReadBuffer", "WriteBuffer", "Spec", "CoopMatType", "ScalarType", "Scope", "StorageClass", "Use",
     "array", "bf16", "bool_", "coopmat", "f16", "f32", "f64", "fp8_e4m3", "fp8_e5m2", "i8", "i16",
     "i32", "i64", "struct", "u8", "u16", "u32", "u64", "vec",

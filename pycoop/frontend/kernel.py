@@ -27,7 +27,9 @@ from ..ir.verifier import verify
 from ..ir.registry import environment_of, get
 from ..codegen.float_modes import DEFAULT_FP, FP_MODES
 from ..runtime import interop
-from ..runtime.arrays import Array, asarray, synchronize, vulkan_runtime
+from ..runtime.arrays import Array, asarray, vulkan_runtime
+from ..runtime import capturing, graphs
+from ..runtime.results import LaunchResult
 from ..runtime.backend import _local, choose, vulkan_missing
 from ..runtime.vulkan.abi import Binder, check_repeat
 from ..types import (BufferType, CoopMatType, ScalarType, SpecType, StructType, Type, VectorType,
@@ -42,7 +44,6 @@ from ..codegen.abi import layout
 from ..spirv.tools import disassemble
 from ..emulator.machine import run
 from ..jupyter import kernel_html
-from ..jupyter import launch_result_html
 from ..jupyter import compiled_kernel_html
 
 # the optional extension behind `CompiledKernel.decode_vector` (kept in, or stripped from, .spv)
@@ -380,50 +381,6 @@ def _user_frame_loc(tb) -> Loc | None:
             loc = Loc(f, tb.tb_lineno)
         tb = tb.tb_next
     return loc
-
-
-class LaunchResult:
-    """What a launch returns: the backend and the time of each run (`repeat=`): device time
-    from Vulkan timestamps, or wall time on the emulator. An asynchronous launch (Vulkan,
-    device arrays) gets its times at the next synchronisation: reading them waits for it."""
-
-    __slots__ = ("backend", "_times", "_pending")
-
-    def __init__(self, backend: str, times_ms: tuple[float, ...] | None = None, pending=None):
-        self.backend, self._times, self._pending = backend, times_ms, pending
-
-    @property
-    def times_ms(self) -> tuple[float, ...]:
-        """Per run, in ms (waits for an asynchronous launch to finish; raises its error)."""
-        if self._times is None:
-            pending = self._pending
-            if not pending.done and pending.error is None:
-                synchronize()
-            if pending.error is not None:
-                raise pending.error
-            self._times = pending.times_ms
-        return self._times
-
-    @property
-    def spans_ns(self) -> tuple[tuple[float, float], ...] | None:
-        """(start, end) of each run on the device's clock in ns (Vulkan), None on the
-        emulator: the gap between one launch's end and the next one's start is device idle."""
-        if self._pending is None:
-            return None
-        self.times_ms               # waits for the launch
-        return self._pending.spans_ns
-
-    @property
-    def time_ms(self) -> float:
-        """The fastest run."""
-        return min(self.times_ms)
-
-    def __repr__(self) -> str:
-        runs = f" (fastest of {len(self.times_ms)})" if len(self.times_ms) > 1 else ""
-        return f"<launch on {self.backend}: {self.time_ms:.3f} ms{runs}>"
-
-    def _repr_html_(self) -> str:
-        return launch_result_html(self)
 
 
 def _grid(grid) -> tuple[int, int, int]:
@@ -798,6 +755,10 @@ class CompiledKernel:
             return self.variant(self.debug_info, self.abi_kind, bool(checked))._launch(
                 grid, args, backend, repeat, site, spec=spec, checked=bool(checked))
         spec = self._spec_values(spec) if spec or self.spec else {}
+        if capturing.active:
+            graph = capturing.current()
+            if graph is not None:
+                return self._capture(graph, grid, args, backend, repeat, site, spec)
         memo = self._memo
         if memo is not None and spec == self._memo_spec and memo.matches(grid, args, backend, repeat):
             runtime = memo.runtime
@@ -824,15 +785,8 @@ class CompiledKernel:
             return LaunchResult("emulator", tuple(times))
         runtime = vulkan_runtime()
         shared = interop.wait_for_torch(device_arrays)
-        binder = self._binders.get(tuple(spec.items()))
-        if binder is None:
-            from ..runtime.vulkan.pipeline import specialization
-            abi = self.abi     # with the VkSpecializationInfo values of this launch
-            if abi.get("spec_constants"):
-                abi = {**abi, "specialization": specialization(abi["spec_constants"], spec)}
-            binder = self._binders[tuple(spec.items())] = Binder(abi)
         prepared = runtime.prepare(
-            self.spv, "main", grid, binder,
+            self.spv, "main", grid, self._binder(spec),
             [a.kernel_argument() if isinstance(a, Array) else a for a in arrays], repeat)
         if prepared.push is not None and not writebacks:
             self._memo = _LaunchMemo(grid, repeat, backend, args, prepared, runtime)
@@ -843,6 +797,62 @@ class CompiledKernel:
         for tensor, array in writebacks:
             tensor.copy_(array.torch())
         return LaunchResult("vulkan", pending=pending)
+
+    def _binder(self, spec: dict) -> Binder:
+        """The Vulkan argument packer of this kernel for these Spec values (made once)."""
+        binder = self._binders.get(tuple(spec.items()))
+        if binder is None:
+            from ..runtime.vulkan.pipeline import specialization
+            abi = self.abi     # with the VkSpecializationInfo values of this launch
+            if abi.get("spec_constants"):
+                abi = {**abi, "specialization": specialization(abi["spec_constants"], spec)}
+            binder = self._binders[tuple(spec.items())] = Binder(abi)
+        return binder
+
+    def _capture(self, graph, grid: tuple[int, int, int], args: list, backend: str | None,
+                 repeat: int, site: str | None, spec: dict) -> LaunchResult:
+        """A launch inside `with pycoop.capture()`: checked like any launch, then recorded
+        into `graph` (not run). Only device arrays of the graph's backend are taken; scalars
+        are recorded as they are."""
+        label = f"kernel {self.name} launched at {site or '<unknown>'}"
+        if repeat != 1:
+            raise capturing.refuse(
+                f"{self.name}[...](..., repeat={repeat})", "repeat= times the runs of one "
+                "launch, and a graph is timed as a whole: launch the kernel several times "
+                "inside the capture, or replay the graph several times", graph)
+        for (name, _, buffer, _, _), v in zip(self._arg_specs, args):
+            if buffer and not isinstance(v, Array):
+                kind = "a torch tensor" if interop.is_torch_tensor(v) else \
+                    f"a {type(v).__module__.split('.')[0]}.{type(v).__name__}"
+                raise capturing.refuse(
+                    f"kernel {self.name}: argument '{name}' is {kind}, not a pycoop.Array",
+                    "a graph replays launches on device memory: make the array once before "
+                    f"the capture ({name} = pycoop.asarray(...)) and write new contents into "
+                    "it with copy_from between replays", graph)
+        arrays = self.check_args(args)
+        device_arrays = [a for a in arrays if isinstance(a, Array)]
+        for a in device_arrays:
+            graph.check_backend(a.backend, f"kernel {self.name}")
+        requested = backend or getattr(_local, "backend", None)
+        if requested not in (None, "auto", graph.backend):
+            raise capturing.refuse(
+                f"kernel {self.name} with backend={requested!r}", f"this capture records "
+                f"{graph.backend} launches (pycoop.capture(backend=...) chooses)", graph)
+        if graph.backend == "vulkan":
+            self._check_vulkan()
+        written = [a for spec_, a in zip(self._arg_specs, arrays)
+                   if spec_[3] and isinstance(a, Array)]
+        if graph.backend == "emulator":
+            host = [a._host_view() if isinstance(a, Array) else a for a in arrays]
+            module = self.module if spec == self.spec else self.kernel.compile(
+                subgroup_size=self.module.subgroup_size, **self.consts, **spec).module
+            graph.add_launch(device_arrays, written, step=lambda: run(module, grid, host))
+        else:
+            prepared = vulkan_runtime().prepare(
+                self.spv, "main", grid, self._binder(spec),
+                [a.kernel_argument() if isinstance(a, Array) else a for a in arrays])
+            graph.add_launch(device_arrays, written, prepared=prepared, label=label)
+        return graphs.captured(graph.backend, label)
 
     def _spec_values(self, spec: dict | None) -> dict:
         """Spec parameter values checked against their types (missing ones: the compiled)."""
@@ -878,21 +888,25 @@ class CompiledKernel:
                                 f"arguments live on {be}\n  hint: a.to({requested!r}) copies an "
                                 "array there")
         if be == "vulkan":
-            why = None
-            if self.target == "opencl":
-                why = "it is an OpenCL-environment kernel (pycoop.intel ops)"
-            elif self._vulkan_checked is None:
-                missing = vulkan_missing(self.variant(self.debug_info, self.abi_kind, False))
-                if missing:
-                    why = f"the Vulkan device lacks {', '.join(missing)}"
-                else:
-                    self._vulkan_checked = True
-            if why:
-                raise BackendUnavailable(
-                    f"cannot run {self.name} on its Vulkan arrays: {why}\n  hint: run it on "
-                    "the emulator with arrays made there (pycoop.zeros(..., backend='emulator')) "
-                    "or moved there with a.to('emulator') (a copy)")
+            self._check_vulkan()
         return be
+
+    def _check_vulkan(self) -> None:
+        """BackendUnavailable if the Vulkan device cannot run this kernel."""
+        why = None
+        if self.target == "opencl":
+            why = "it is an OpenCL-environment kernel (pycoop.intel ops)"
+        elif self._vulkan_checked is None:
+            missing = vulkan_missing(self.variant(self.debug_info, self.abi_kind, False))
+            if missing:
+                why = f"the Vulkan device lacks {', '.join(missing)}"
+            else:
+                self._vulkan_checked = True
+        if why:
+            raise BackendUnavailable(
+                f"cannot run {self.name} on its Vulkan arrays: {why}\n  hint: run it on "
+                "the emulator with arrays made there (pycoop.zeros(..., backend='emulator')) "
+                "or moved there with a.to('emulator') (a copy)")
 
     def _cuda_tensor_arguments(self, args: list, backend: str | None):
         """torch CUDA tensors pycoop does not own: each copied once, device to device, into a

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from .. import knobs
-from ..errors import ArgumentError, BackendUnavailable
+from ..errors import ArgumentError, BackendUnavailable, entry_point
 from ..types import ScalarType
-from . import interop
+from . import capturing, interop
 from .backend import BACKENDS, _local
 from .vulkan import VulkanUnavailable
 from .vulkan import get_runtime as get_vulkan_runtime
@@ -230,8 +230,16 @@ class Array:
                      f"got {index!r}", "use .numpy() for other indexing")
 
     # -------------------------------------------------------------- data movement
+    @entry_point
     def numpy(self) -> np.ndarray:
         """A NumPy copy of the contents; waits for the queued launches that write them."""
+        if capturing.active:
+            graph = capturing.current()
+            if graph is not None and graph.writes(self):
+                raise capturing.refuse(
+                    ".numpy() of an array the captured launches write",
+                    "the captured launches have not run: read it after `g.launch()` and "
+                    "`pycoop.synchronize()`, outside the `with pycoop.capture()` block")
         out = np.empty(self.shape, self.dtype)
         if self.backend == "emulator":
             np.copyto(out, self._host_view())
@@ -246,9 +254,14 @@ class Array:
         out = self.numpy()
         return out if dtype is None else out.astype(dtype, copy=False)
 
+    @entry_point
     def copy_from(self, source: Any) -> "Array":
         """Overwrite the contents with `source` (NumPy-like, torch tensor or Array) of the
-        same size and dtype. Host data is taken now; the copy itself is queued."""
+        same size and dtype. Host data is taken now; the copy itself is queued. Inside a
+        launch-graph capture, a copy from another array is recorded into the graph."""
+        graph = capturing.current() if capturing.active else None
+        if graph is not None:
+            return graph.capture_copy(self, source)
         if isinstance(source, Array):
             if source.nbytes != self.nbytes or source.dtype != self.dtype:
                 raise ArgumentError(f"copy_from: source {source.shape} {source.dtype} does not "
@@ -381,16 +394,25 @@ def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
     return out
 
 
+@entry_point
 def synchronize(timeout_s: float | None = None) -> None:
     """Wait for every queued launch and copy (Vulkan), at most `timeout_s` per batch (default
     10 s). Errors of a queued launch (device lost, a hang) are raised here, naming it. A no-op
-    when only the emulator was used."""
+    when only the emulator was used. Not allowed inside a launch-graph capture."""
+    if capturing.active:
+        capturing.refuse_sync("pycoop.synchronize()")
+    wait_all(timeout_s)
+
+
+def wait_all(timeout_s: float | None = None) -> None:
+    """`synchronize` without the capture check (pycoop's own waits, e.g. for a result's
+    times: those never involve captured launches)."""
     try:
         from .vulkan import runtime as vulkan
     except ImportError:
         return
     if vulkan._runtime is not None:
-        vulkan._runtime.synchronize(timeout_s)
+        vulkan._runtime._synchronize(timeout_s)
 
 
 class EmulatorRuntime:
@@ -398,7 +420,10 @@ class EmulatorRuntime:
     nothing to wait for; `stats()` counts live arrays."""
 
     def synchronize(self, timeout_s: float | None = None) -> None:
-        """Nothing is ever queued on the emulator."""
+        """Nothing is ever queued on the emulator (not allowed inside a capture, as on
+        Vulkan)."""
+        if capturing.active:
+            capturing.refuse_sync("synchronize()")
 
     @contextmanager
     def batch(self):
@@ -407,7 +432,8 @@ class EmulatorRuntime:
 
     def stats(self) -> dict[str, Any]:
         with _lock:
-            return {"backend": "emulator", **_emulator_stats, "pending_launches": 0}
+            return {"backend": "emulator", **_emulator_stats, "pending_launches": 0,
+                    "graph_count": capturing.emulator_graphs}
 
 
 def get_runtime(backend: str | None = None):

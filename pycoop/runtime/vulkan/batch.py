@@ -152,12 +152,60 @@ class PendingTimes:
                      for i in range(self._count))
 
 
-class Submission:
+class DescriptorSets:
+    """Descriptor sets of storage buffers from pools that grow as needed and are reset or
+    destroyed together: a command buffer's sets live exactly as long as it may run."""
+
+    def _init_sets(self, device: Any) -> None:
+        self.device = device
+        self.descriptor_pools: list[Any] = []     # created on the first descriptor-ABI launch
+        self.pools_used = 0                       # of them, allocated from since the reset
+        self.oversized: list[Any] = []            # one-set pools of sets over POOL_BUFFERS
+
+    def descriptor_set(self, layout: Any, bindings: int) -> Any:
+        """A descriptor set of `layout` (`bindings` storage buffers), valid until the pools
+        are reset: from the pool in use, or the next one when it is full. A set larger than a
+        pool gets a pool of its own, destroyed at the reset."""
+        layouts = ffi.new("VkDescriptorSetLayout[1]", [layout])
+        out = ffi.new("VkDescriptorSet*")
+        if bindings > POOL_BUFFERS:
+            self.oversized.append(_descriptor_pool(self.device, 1, bindings))
+            _allocate_set(self.device, self.oversized[-1], layouts, out)
+            return out[0]
+        if self.pools_used == 0:
+            self._next_pool()
+        while _allocate_set(self.device, self.descriptor_pools[self.pools_used - 1], layouts,
+                            out, retry=True):
+            self._next_pool()           # full: a fresh pool always has room for one set
+        return out[0]
+
+    def _next_pool(self) -> None:
+        if self.pools_used == len(self.descriptor_pools):
+            self.descriptor_pools.append(_descriptor_pool(self.device, POOL_SETS, POOL_BUFFERS))
+        self.pools_used += 1
+
+    def _reset_sets(self) -> None:
+        """Free every set (the GPU is done with them); the pools are kept for reuse."""
+        for pool in self.descriptor_pools[:self.pools_used]:
+            check(lib.vkResetDescriptorPool(self.device, pool, 0), "vkResetDescriptorPool")
+        self.pools_used = 0
+        for pool in self.oversized:
+            lib.vkDestroyDescriptorPool(self.device, pool, ffi.NULL)
+        self.oversized.clear()
+
+    def _destroy_sets(self) -> None:
+        for pool in self.descriptor_pools + self.oversized:
+            lib.vkDestroyDescriptorPool(self.device, pool, ffi.NULL)
+        self.descriptor_pools.clear()
+        self.oversized.clear()
+
+
+class Submission(DescriptorSets):
     """One reusable command buffer, fence and timestamp query pool."""
 
     def __init__(self, device: Any, command_pool: Any, host_query_reset: bool = False,
                  period_ns: float = 1.0, mask: int = (1 << 64) - 1):
-        self.device = device
+        self._init_sets(device)
         self.host_query_reset = host_query_reset     # vkResetQueryPool (Vulkan 1.2 feature)
         self.period_ns, self.mask = period_ns, mask
         alloc = ffi.new("VkCommandBufferAllocateInfo*", {
@@ -180,9 +228,6 @@ class Submission:
         self.timestamps = None
         self.hazards = Hazards()
         self.barriers = 0          # hazard barriers over the submission's life (stats)
-        self.descriptor_pools: list[Any] = []     # created on the first descriptor-ABI launch
-        self.pools_used = 0                       # of them, allocated from since begin()
-        self.oversized: list[Any] = []            # one-set pools of sets over POOL_BUFFERS
         self.events: list[Any] = []               # VkEvents (chunked readbacks), reused
         self.events_used = 0
         self._reset_state()
@@ -226,12 +271,7 @@ class Submission:
         the GPU timeline), else by a command at the start of the buffer."""
         self.dirty_queries = max(self.dirty_queries, self.queries_used)
         self._reset_state()
-        for pool in self.descriptor_pools[:self.pools_used]:     # the GPU is done with them
-            check(lib.vkResetDescriptorPool(self.device, pool, 0), "vkResetDescriptorPool")
-        self.pools_used = 0
-        for pool in self.oversized:
-            lib.vkDestroyDescriptorPool(self.device, pool, ffi.NULL)
-        self.oversized.clear()
+        self._reset_sets()          # the GPU is done with them
         for event in self.events[:self.events_used]:
             check(lib.vkResetEvent(self.device, event), "vkResetEvent")
         self.events_used = 0
@@ -250,23 +290,6 @@ class Submission:
                                  ffi.NULL, 0, ffi.NULL)
         self.hazards.clear()
 
-    def descriptor_set(self, layout: Any, bindings: int) -> Any:
-        """A descriptor set of `layout` (`bindings` storage buffers), valid until the next
-        `begin`: from the pool in use, or the next one when it is full. A set larger than a
-        pool gets a pool of its own, destroyed at the next `begin`."""
-        layouts = ffi.new("VkDescriptorSetLayout[1]", [layout])
-        out = ffi.new("VkDescriptorSet*")
-        if bindings > POOL_BUFFERS:
-            self.oversized.append(_descriptor_pool(self.device, 1, bindings))
-            _allocate_set(self.device, self.oversized[-1], layouts, out)
-            return out[0]
-        if self.pools_used == 0:
-            self._next_pool()
-        while _allocate_set(self.device, self.descriptor_pools[self.pools_used - 1], layouts,
-                            out, retry=True):
-            self._next_pool()           # full: a fresh pool always has room for one set
-        return out[0]
-
     def event(self) -> Any:
         """An unset VkEvent for this recording (valid until the next `begin`)."""
         if self.events_used == len(self.events):
@@ -277,16 +300,8 @@ class Submission:
         self.events_used += 1
         return self.events[self.events_used - 1]
 
-    def _next_pool(self) -> None:
-        if self.pools_used == len(self.descriptor_pools):
-            self.descriptor_pools.append(_descriptor_pool(self.device, POOL_SETS, POOL_BUFFERS))
-        self.pools_used += 1
-
     def destroy(self) -> None:
-        for pool in self.descriptor_pools + self.oversized:
-            lib.vkDestroyDescriptorPool(self.device, pool, ffi.NULL)
-        self.descriptor_pools.clear()
-        self.oversized.clear()
+        self._destroy_sets()
         if self.query_pool is not None:
             lib.vkDestroyQueryPool(self.device, self.query_pool, ffi.NULL)
         for event in self.events:

@@ -12,6 +12,9 @@ back from host-cached memory where the device has it. Every NumPy buffer is uplo
 or not, so elements a kernel does not write keep the caller's values. Pooled device memory is
 zeroed (vkCmdFillBuffer) before a new array sees it.
 
+Launch graphs (graph.py) are secondary command buffers recorded once; a replay executes one
+from the open batch, ordered against the batch's other work by the same hazard tracking.
+
 Device loss or a hang surfaces at the next synchronisation, naming the launch(es) concerned;
 the device is then torn down and the next use creates a fresh one (arrays on the old device
 are gone). Out-of-memory frees the pool; the next launch starts clean.
@@ -28,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import capturing
 from . import faults, hostcopy, timeline
 from .abi import Binder, BoundArguments, DeviceView, check_repeat
 from .batch import ALL_READ_WRITE, BOTTOM, EVENT_SET, HOST, TOP, TRANSFER, PendingTimes, Submission
@@ -36,6 +40,7 @@ from .device import MEMORY_DEVICE_LOCAL, MEMORY_HOST_COHERENT, MEMORY_HOST_VISIB
 from .errors import (ArgumentError, DeviceLost, OutOfDeviceMemory, OutOfHostMemory,
                      VulkanError, VulkanTimeout, check)
 from .ext import ffi, lib, vk
+from .graph import GraphRecording
 from .instance import Instance
 from .memory import Allocation, Memory
 from .pipeline import Pipelines
@@ -130,6 +135,7 @@ class _Context:
         self.next_waits: list = []  # (timeline semaphore, value): the next submission waits
         self.torch_sync = None      # interop.CudaSync once torch shares an array of this device
         self.array_bytes = 0
+        self.graphs: set[GraphRecording] = set()    # launch graphs not yet destroyed
 
     def submission(self) -> Submission:
         if self.idle:
@@ -155,6 +161,8 @@ class _Context:
                 self.memory.trim()
             for sub in getattr(self, "submissions", ()):
                 sub.destroy()
+            for graph in list(getattr(self, "graphs", ())):
+                graph.destroy_with_context()
             if getattr(self, "torch_sync", None) is not None:
                 self.torch_sync.destroy(wait=healthy)
                 self.torch_sync = None
@@ -211,7 +219,9 @@ class VulkanRuntime:
         `array_*`: buffers held by device arrays; `pending_launches`: recorded or submitted
         launches not yet seen complete; `barriers`: pipeline barriers recorded so far between
         dependent commands; `torch_sync`: how launches on arrays torch shares are ordered
-        against torch's stream ("semaphore", or "coarse (why)"; None until torch shares one)."""
+        against torch's stream ("semaphore", or "coarse (why)"; None until torch shares one);
+        `graph_count`: launch graphs whose command buffers exist (freed ones go once no
+        replay of theirs is in flight)."""
         with self._lock:
             ctx = self._context()
             memory = ctx.memory
@@ -223,7 +233,7 @@ class VulkanRuntime:
                     "live_allocations": memory.live_count, "live_bytes": memory.live_bytes,
                     "pooled_count": memory.pooled_count, "pooled_bytes": memory.pooled_bytes,
                     "array_count": ctx.array_count, "array_bytes": ctx.array_bytes,
-                    "pending_launches": pending,
+                    "pending_launches": pending, "graph_count": len(ctx.graphs),
                     "barriers": sum(s.barriers for s in ctx.submissions),
                     "torch_sync": ctx.torch_sync.describe() if ctx.torch_sync else None,
                     "heap_usage": ctx.device.heap_usage()}
@@ -243,7 +253,7 @@ class VulkanRuntime:
         dispatches it that many times back to back on the same buffers (one upload, one
         readback; each dispatch sees the previous one's writes), each timed."""
         pending = self.enqueue(spv, entry, grid, abi, args, repeat=repeat, label="kernel")
-        self.synchronize(timeout_s)
+        self._synchronize(timeout_s)
         return LaunchResult(pending.times_ms)
 
     def enqueue(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict | Binder,
@@ -359,22 +369,163 @@ class VulkanRuntime:
             if host or self._should_submit(ctx):
                 self._flush(ctx)
         if host:
-            self.synchronize(timeout_s)
+            self._synchronize(timeout_s)
         return pending
 
+    # ------------------------------------------------------------------ launch graphs
+    def begin_graph(self) -> GraphRecording:
+        """A new launch graph to record into (see graph.py)."""
+        with self._lock:
+            ctx = self._context()
+            graph = GraphRecording(ctx)
+            ctx.graphs.add(graph)
+            return graph
+
+    def _graph_context(self, graph: GraphRecording) -> _Context:
+        ctx = self._context()
+        if graph.ctx is not ctx or graph.destroyed:
+            raise ArgumentError("the launch graph was recorded on a device that has since been "
+                                "lost or closed, or it was freed; capture it again")
+        return ctx
+
+    def capture_launch(self, graph: GraphRecording, prepared: Prepared, label: str) -> None:
+        """Record a prepared launch on device arrays into `graph` instead of the open batch:
+        a barrier if it depends on an earlier launch of the graph, then its dispatch. Its
+        push constants (scalars included) are recorded as they are now."""
+        with self._lock:
+            ctx = self._graph_context(graph)
+            if prepared.ctx is not ctx:
+                raise ArgumentError("the launch was prepared on a device that has since been "
+                                    "lost or closed")
+            push, checked = prepared.push, prepared.checked
+            if checked is not None:             # its own fault record, read at each replay
+                address, _ = graph.fault_record(checked["ops"], prepared.grid, label)
+                at = checked["fault_offset"]
+                if push is None:
+                    prepared.bound.block[at:at + 8] = address.to_bytes(8, "little")
+                else:
+                    push = push[:at] + address.to_bytes(8, "little") + push[at + 8:]
+            if push is None:        # arg_buffer ABI: the argument block in a buffer of the graph
+                block = bytes(prepared.bound.block)
+                arguments = ctx.memory.acquire("unified" if ctx.direct else "host", len(block))
+                graph.allocations.append(arguments)
+                ffi.memmove(arguments.mapped, block, len(block))
+                push = arguments.address.to_bytes(8, "little")
+            accesses = prepared.accesses
+            self._touch(ctx, graph, accesses)
+            pipeline, cmd = prepared.pipeline, graph.cmd
+            if graph.bound_pipeline is not pipeline:
+                lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
+                graph.bound_pipeline = pipeline
+                graph.last_push = None
+            if prepared.descriptors is not None:
+                self._bind_descriptors(ctx, graph, pipeline, prepared.descriptors)
+            if push and push != graph.last_push:
+                lib.vkCmdPushConstants(cmd, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                                       len(push), push)
+                graph.last_push = push
+            lib.vkCmdDispatch(cmd, *prepared.grid)
+            graph.note(accesses)
+            graph.dispatches += 1
+
+    def capture_copy(self, graph: GraphRecording, src: Allocation, src_offset: int,
+                     dst: Allocation, dst_offset: int, nbytes: int) -> None:
+        """Record a device-to-device copy into `graph`."""
+        if nbytes:
+            with self._lock:
+                ctx = self._graph_context(graph)
+                self._copy(ctx, graph, src, src_offset, dst, dst_offset, nbytes)
+                graph.note(((id(src), src_offset, src_offset + nbytes, False),
+                            (id(dst), dst_offset, dst_offset + nbytes, True)))
+                graph.dispatches += 1
+
+    def end_graph(self, graph: GraphRecording) -> None:
+        with self._lock:
+            self._graph_context(graph)
+            graph.end()
+
+    def replay(self, graph: GraphRecording, label: str) -> PendingTimes:
+        """Queue one run of a recorded graph into the open batch, in order with the other
+        work: a barrier first where it depends on earlier work (the batch's tracker sees the
+        union of its ranges), the graph between two timestamps (its PendingTimes has one
+        time: first command's start to last one's end), then, for checked launches, a copy of
+        its fault records for this replay and their reset. Returns without waiting."""
+        with self._lock:
+            ctx = self._graph_context(graph)
+            pending = PendingTimes(label)
+            sub = self._open(ctx, 2)
+            self._touch(ctx, sub, graph.touches)
+            first, pool, cmd = sub.queries_used, sub.query_pool, sub.cmd
+            lib.vkCmdWriteTimestamp(cmd, TOP, pool, first)
+            lib.vkCmdExecuteCommands(cmd, 1, graph.command_buffers)
+            lib.vkCmdWriteTimestamp(cmd, BOTTOM, pool, first + 1)
+            sub.bound_pipeline = sub.last_push = None   # a secondary leaves the state undefined
+            sub.queries_used += 2
+            sub.dispatches += max(1, graph.dispatches)
+            pending._batch, pending._first, pending._count = sub.times, first, 1
+            sub.launches.append(pending)
+            if graph.records:
+                self._replay_faults(ctx, sub, graph, pending, label)
+            if self._should_submit(ctx):
+                self._flush(ctx)
+        return pending
+
+    def _replay_faults(self, ctx: _Context, sub: Submission, graph: GraphRecording,
+                       pending: PendingTimes, label: str) -> None:
+        """After a replay: copy the graph's fault records into host memory of this replay,
+        zero them for the next one, and read the copies once the batch is done."""
+        copies = {}
+        for slab, used in graph.slabs():
+            host, at = self._fault_slots(ctx, sub, used // faults.FAULT_BYTES)
+            self._copy(ctx, sub, slab, 0, host, at, used)
+            self._touch(ctx, sub, ((id(slab), 0, used, True),))
+            lib.vkCmdFillBuffer(sub.cmd, slab.buffer, 0, used, 0)
+            copies[id(slab)] = host.mapped + at
+
+        def read():
+            for slab, at, ops, grid, launch in graph.records:
+                record = np.frombuffer(ffi.buffer(copies[id(slab)] + at, faults.FAULT_BYTES),
+                                       np.uint32)
+                self._fault(ctx, pending, faults.read_fault(record, ops, grid,
+                                                            f"{launch}; {label}"))
+        sub.after.append(read)
+
+    def free_graph(self, graph: GraphRecording) -> None:
+        """Destroy a graph's command buffer, descriptor sets and memory once every queued
+        replay of it has finished (at once if nothing is queued)."""
+        with self._lock:
+            ctx = graph.ctx
+            if graph.destroyed or ctx is not self._ctx or not ctx.alive:
+                graph.destroyed = True
+                ctx.graphs.discard(graph)
+                return
+            if ctx.recording is not None:
+                ctx.recording.after.append(graph.destroy)
+            elif ctx.in_flight:
+                ctx.in_flight[-1].after.append(graph.destroy)
+            else:
+                graph.destroy()
+
     @staticmethod
-    def _fault_record(ctx: _Context, sub: Submission) -> tuple[int, Any]:
-        """Device address and mapping of a zeroed fault record for a checked launch recorded
-        into `sub`: the next of the submission's slab (one pooled allocation for its launches)."""
-        if sub.fault_slab is None or sub.fault_slots == faults.SLAB_RECORDS:
+    def _fault_slots(ctx: _Context, sub: Submission, count: int) -> tuple[Allocation, int]:
+        """`count` (at most SLAB_RECORDS) consecutive fault records of the submission's slab
+        (one pooled allocation for its launches): the allocation and their byte offset."""
+        if sub.fault_slab is None or sub.fault_slots + count > faults.SLAB_RECORDS:
             sub.fault_slab = ctx.memory.acquire("unified" if ctx.direct else "host",
                                                 faults.SLAB_RECORDS * faults.FAULT_BYTES)
             sub.fault_slots = 0
             sub.releases.append(sub.fault_slab)
         at = sub.fault_slots * faults.FAULT_BYTES
-        sub.fault_slots += 1
-        ffi.memmove(sub.fault_slab.mapped + at, bytes(faults.FAULT_BYTES), faults.FAULT_BYTES)
-        return sub.fault_slab.address + at, sub.fault_slab.mapped + at
+        sub.fault_slots += count
+        return sub.fault_slab, at
+
+    @staticmethod
+    def _fault_record(ctx: _Context, sub: Submission) -> tuple[int, Any]:
+        """Device address and mapping of a zeroed fault record for a checked launch recorded
+        into `sub`: the next of the submission's slab."""
+        slab, at = VulkanRuntime._fault_slots(ctx, sub, 1)
+        ffi.memmove(slab.mapped + at, bytes(faults.FAULT_BYTES), faults.FAULT_BYTES)
+        return slab.address + at, slab.mapped + at
 
     @staticmethod
     def _fault(ctx: _Context, pending: PendingTimes, fault) -> None:
@@ -695,7 +846,7 @@ class VulkanRuntime:
         with self._lock:
             ctx = self._context()
             self._read_into(ctx, self._open(ctx), allocation, offset, out)
-        self.synchronize(timeout_s)
+        self._synchronize(timeout_s)
 
     # ------------------------------------------------------------------ synchronisation
     @contextmanager
@@ -752,7 +903,12 @@ class VulkanRuntime:
 
     def synchronize(self, timeout_s: float | None = None) -> None:
         """Submit the open batch and wait for every queued launch; raises the first error of
-        a launch (device lost, hang) naming it."""
+        a launch (device lost, hang) naming it. Not allowed inside a launch-graph capture."""
+        if capturing.active:
+            capturing.refuse_sync("synchronize()")
+        self._synchronize(timeout_s)
+
+    def _synchronize(self, timeout_s: float | None = None) -> None:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         with self._lock:
             ctx = self._ctx

@@ -1,0 +1,50 @@
+"""What a launch (or a launch-graph replay) returns: the backend and its times."""
+from __future__ import annotations
+
+from ..jupyter import launch_result_html
+from .arrays import wait_all
+
+
+class LaunchResult:
+    """What a launch returns: the backend and the time of each run (`repeat=`): device time
+    from Vulkan timestamps, or wall time on the emulator. An asynchronous launch (Vulkan,
+    device arrays) gets its times at the next synchronisation: reading them waits for it.
+    A launch-graph replay (`Graph.launch`) returns one too, with one time: the replay's."""
+
+    __slots__ = ("backend", "_times", "_pending")
+
+    def __init__(self, backend: str, times_ms: tuple[float, ...] | None = None, pending=None):
+        self.backend, self._times, self._pending = backend, times_ms, pending
+
+    @property
+    def times_ms(self) -> tuple[float, ...]:
+        """Per run, in ms (waits for an asynchronous launch to finish; raises its error)."""
+        if self._times is None:
+            pending = self._pending
+            if not pending.done and pending.error is None:
+                wait_all()
+            if pending.error is not None:
+                raise pending.error
+            self._times = pending.times_ms
+        return self._times
+
+    @property
+    def spans_ns(self) -> tuple[tuple[float, float], ...] | None:
+        """(start, end) of each run on the device's clock in ns (Vulkan), None on the
+        emulator: the gap between one launch's end and the next one's start is device idle."""
+        if self._pending is None:
+            return None
+        self.times_ms               # waits for the launch
+        return self._pending.spans_ns
+
+    @property
+    def time_ms(self) -> float:
+        """The fastest run."""
+        return min(self.times_ms)
+
+    def __repr__(self) -> str:
+        runs = f" (fastest of {len(self.times_ms)})" if len(self.times_ms) > 1 else ""
+        return f"<launch on {self.backend}: {self.time_ms:.3f} ms{runs}>"
+
+    def _repr_html_(self) -> str:
+        return launch_result_html(self)
