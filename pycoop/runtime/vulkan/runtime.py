@@ -384,8 +384,9 @@ class VulkanRuntime:
     def _graph_context(self, graph: GraphRecording) -> _Context:
         ctx = self._context()
         if graph.ctx is not ctx or graph.destroyed:
-            raise ArgumentError("the launch graph was recorded on a device that has since been "
-                                "lost or closed, or it was freed; capture it again")
+            raise capturing.CaptureError("the launch graph was recorded on a device that has "
+                                         "since been lost or closed, or it was freed\n  hint: "
+                                         "capture it again")
         return ctx
 
     def capture_launch(self, graph: GraphRecording, prepared: Prepared, label: str) -> None:
