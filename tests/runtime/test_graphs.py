@@ -333,16 +333,16 @@ def test_no_leak_after_a_thousand_replays(backend):
     with pc.capture(backend=backend) as g:
         block(x, h, y, n)
 
-    def thousand():
+    def thousand(graph):
         for i in range(1000):
-            g.launch()
+            graph.launch()
             if i % 250 == 0:
                 x.copy_from(np.full(n, 0.5, np.float32))
         pc.synchronize()
-    thousand()                      # warm: the pool holds what queued batches need
+    thousand(g)                     # warm: the pool holds what queued batches need
     gc.collect()                    # earlier tests' garbage must not count here
     before = rt.stats()
-    thousand()
+    thousand(g)
     after = rt.stats()
     keys = ["array_count", "array_bytes", "graph_count", "pending_launches"]
     assert {k: after[k] for k in keys} == {k: before[k] for k in keys}
