@@ -17,11 +17,12 @@ KNOWN_DEFECTS: dict[str, str] = {
                        "(580.159.04) applies that stride to the slice's start but reads a row's "
                        "elements contiguously (SPV_NV_tensor_addressing multiplies every "
                        "coordinate by its stride); docs/numerics.md, Driver workarounds",
-    "nv_span_wrap": "NV tensor loads whose innermost span equals the matrix's column count while "
-                    "the outer span has fewer rows than the matrix: linearToSpanCoord takes the "
-                    "outer coordinate modulo the span, the NVIDIA driver (580.159.04) does not "
-                    "(seed 100295: row 3 of a 3-row span read row 3 + offset, wrapped by Repeat, "
-                    "instead of row 0); docs/numerics.md, Driver workarounds",
+    "nv_span_wrap": "NV tensor loads and stores whose innermost span equals the matrix's column "
+                    "count while the outer span has fewer rows than the matrix (in the layout's "
+                    "order, or a transposing view's): linearToSpanCoord takes the outer coordinate "
+                    "modulo the span, the NVIDIA driver (580.159.04) does not (seed 100295: row 3 "
+                    "of a 3-row span read row 3 + offset, wrapped by Repeat, instead of row 0); "
+                    "docs/numerics.md, Driver workarounds",
 }
 
 

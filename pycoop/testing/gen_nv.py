@@ -64,10 +64,13 @@ class NvGenerator:
                 view_dims = (r.randint(1, 24), r.randint(1, 24))
             if r.random() < 0.6:
                 clip = (r.randint(0, 6), r.randint(1, 20), r.randint(0, 6), r.randint(1, 20))
-        if not store and not self.f.has("nv_span_wrap") and span[1] == 16 and span[0] < 16:
+        transposed = view is not None and perm == (1, 0)
+        if not self.f.has("nv_span_wrap") and ((span[1] == 16 and span[0] < 16) or
+                                               (transposed and span[0] == 16 and span[1] < 16)):
             # known driver defect (see features.py): an innermost span equal to the matrix's
-            # 16 columns with fewer than 16 rows of span. Every draw is made as before; then
-            # the outer span grows to 16 rows, so that the outer coordinate does not wrap.
+            # 16 columns with fewer than 16 rows of span, in the layout's order or the
+            # transposing view's. Every draw is made as before; then both spans grow to 16, so
+            # that no coordinate wraps.
             span = (16, 16)
             sliced = (sliced[0], 16, sliced[2], 16) if sliced else (0, 16, 0, 16)
         if sliced:

@@ -767,16 +767,20 @@ def innermost_stride(layout: Value) -> int | str | None:
 
 def _note_inner_stride(ctx, op) -> None:
     """Record the driver defect `nv_inner_stride` in the module's requirements when the access's
-    innermost stride is a trace-time constant other than 1 (runtime.vulkan.capabilities refuses
-    such modules on NVIDIA devices). A runtime stride is not recorded: the H200 read and wrote
-    runtime innermost strides of 2 correctly (through views), and nothing checks its value on
-    the device (docs/numerics.md)."""
+    innermost stride is a trace-time constant other than 1, or a runtime value and the access
+    uses no view (runtime.vulkan.capabilities refuses such modules on NVIDIA devices). The H200
+    (580.159.04) read a runtime innermost stride of 2 wrongly without a view, and read and wrote
+    runtime strides of 2 correctly through views; nothing checks a runtime value on the device
+    (docs/numerics.md)."""
     stride = innermost_stride(op.operands[2])
-    if not isinstance(stride, int) or stride == 1:
+    if stride == "runtime" and op.attrs["view"]:
+        return
+    if stride is None or stride == 1:
         return
     where = f"{os.path.basename(op.loc.file)}:{op.loc.line}" if op.loc else "?"
+    what = "a runtime value, no view" if stride == "runtime" else stride
     ctx.driver_defects.setdefault("nv_inner_stride", set()).add(
-        f"{op.name.removeprefix('nv.')} at {where} (innermost stride {stride})")
+        f"{op.name.removeprefix('nv.')} at {where} (innermost stride {what})")
 
 
 def layout_spans(layout: Value) -> tuple[int | None, ...] | None:
@@ -798,23 +802,86 @@ def layout_spans(layout: Value) -> tuple[int | None, ...] | None:
     return None
 
 
+def _layout_origin(layout: Value) -> tuple[Value | None, str | None]:
+    """(the layout's nv.create_layout op, the name of the last op that set its spans:
+    "nv.layout_slice" or "nv.layout_dimension"); None in either place when not traced back."""
+    v, last = layout, None
+    while v.op is not None and v.op.name in _STATE_OPS:
+        if last is None and v.op.name in ("nv.layout_slice", "nv.layout_dimension"):
+            last = v.op.name
+        v = v.op.operands[0]
+    return (v.op if v.op is not None and v.op.name == "nv.create_layout" else None), last
+
+
+def _bare_identity_view(view: Value) -> bool:
+    """Whether `view` is `tensor_view(d, False)` with the identity permutation and nothing set
+    on it (no dimension, stride or clip): the only kind of view the H200 was seen to read and
+    write SPAN_WRAP layouts through correctly."""
+    if view.op is None or view.op.name != "nv.create_view":
+        return False
+    t = view.op.attrs["type"]
+    return not t.has_dimensions and tuple(t.permutation) == tuple(range(t.dim))
+
+
+def _view_permutation(view: Value) -> tuple[int, ...] | None:
+    """The permutation of the view `view` was created as (through its state ops), or None."""
+    v = view
+    while v.op is not None and v.op.name in _STATE_OPS:
+        v = v.op.operands[0]
+    return tuple(v.op.attrs["type"].permutation) if v.op is not None and v.op.name == "nv.create_view" \
+        else None
+
+
+def _span_wrap_condition(spans: tuple, rows: int, cols: int) -> bool:
+    """A constant innermost span equal to the matrix's column count with a constant outer span
+    smaller than its row count (spans in the order that addresses the matrix)."""
+    return spans[-1] == cols and any(p is not None and p < rows for p in spans[:-1])
+
+
 def _note_span_wrap(ctx, op) -> None:
-    """Record the driver defect `nv_span_wrap` in the module's requirements for a tensor load
-    whose layout has a constant innermost span equal to the loaded matrix's column count and a
-    constant outer span smaller than its row count: the condition under which the NVIDIA driver
-    (580.159.04, H200) was seen not to wrap the outer span coordinate (seed 100295 and the
-    layouts of tests/gpu/test_gpu_nv.py::test_nv_span_wrap_driver_defect_is_as_documented;
-    docs/numerics.md). Runtime spans are not recorded (nothing checks them on the device)."""
+    """Record the driver defect `nv_span_wrap` in the module's requirements for a tensor load or
+    store under which the NVIDIA driver (580.159.04, H200) was seen not to wrap the outer span
+    coordinate, or where it was not checked (docs/numerics.md, "Driver workarounds"; the cases
+    of tests/gpu/test_gpu_nv.py::SPAN_WRAP): the layout has a constant innermost span equal to
+    the matrix's column count and a constant outer span smaller than its row count, in the
+    layout's order or, through a view that permutes coordinates, in the view's order (a
+    transposed 2-D view read the layout dimension under the matrix's rows unwrapped). Not
+    recorded where the device was right: through `tensor_view(d, False)` with the identity
+    permutation and nothing set on it (loads and a store); loads without a view of rank 3 or
+    more; loads without a view whose spans come from .dimension() with the Repeat clamp mode
+    (the spans are the dimensions: Repeat then wraps as the spans would). Runtime spans are
+    not recorded (two loads with them were right; nothing checks their values)."""
     spans = layout_spans(op.operands[2])
-    t: CoopMatType = op.result.type
-    if spans is None or len(spans) < 2 or spans[-1] != t.cols:
+    t: CoopMatType = op.operands[1].type if op.name == "nv.store_tensor" else op.result.type
+    if spans is None or len(spans) < 2:
         return
-    if not any(p is not None and p < t.rows for p in spans[:-1]):
-        return
+    view = op.operands[3] if op.attrs["view"] else None
+    store = op.name == "nv.store_tensor"
+    if view is None:
+        if not _span_wrap_condition(spans, t.rows, t.cols):
+            return
+        if not store:
+            create, last = _layout_origin(op.operands[2])
+            if len(spans) >= 3:
+                return
+            if (last == "nv.layout_dimension" and create is not None
+                    and create.attrs["type"].clamp_mode == CLAMP_MODES.index("repeat")):
+                return
+    else:
+        if _bare_identity_view(view):
+            return
+        perm = _view_permutation(view)
+        permuted = tuple(spans[p] for p in perm) if perm is not None and len(perm) == len(spans) else None
+        if not (_span_wrap_condition(spans, t.rows, t.cols)
+                or (permuted is not None and _span_wrap_condition(permuted, t.rows, t.cols))
+                or (perm is None and _span_wrap_condition(spans[::-1], t.rows, t.cols))):
+            return
     where = f"{os.path.basename(op.loc.file)}:{op.loc.line}" if op.loc else "?"
     shown = ", ".join("runtime" if p is None else str(p) for p in spans)
+    through = "" if view is None else " through a view"
     ctx.driver_defects.setdefault("nv_span_wrap", set()).add(
-        f"load_tensor at {where} (spans ({shown}) of a {t.rows}x{t.cols} matrix)")
+        f"{op.name.removeprefix('nv.')} at {where} (spans ({shown}) of a {t.rows}x{t.cols} "
+        f"matrix{through})")
 
 
 @lowering("nv.load_tensor")
@@ -846,6 +913,7 @@ def _lower_load_tensor(ctx, op):
 @lowering("nv.store_tensor")
 def _lower_store_tensor(ctx, op):
     _note_inner_stride(ctx, op)
+    _note_span_wrap(ctx, op)
     ptr, mem_ops = _tensor_ptr(ctx, op.operands[0])
     names, extra = [], []
     if op.attrs["view"]:

@@ -62,11 +62,12 @@ class DriverDefect(NamedTuple):
 DRIVER_DEFECTS: dict[str, DriverDefect] = {
     "nv_inner_stride": DriverDefect(
         "NVIDIA", "correct NV tensor loads/stores through a layout whose innermost stride is a "
-        "constant other than 1 (the driver reads such a row contiguously)", "docs/numerics.md#driver-workarounds"),
+        "constant other than 1, or a runtime value with no view (the driver reads such a row "
+        "contiguously)", "docs/numerics.md#driver-workarounds"),
     "nv_span_wrap": DriverDefect(
-        "NVIDIA", "correct NV tensor loads through a layout whose innermost span equals the matrix's "
-        "column count and whose outer span is smaller than its row count (the driver does not wrap "
-        "the outer span coordinate)", "docs/numerics.md#driver-workarounds"),
+        "NVIDIA", "correct NV tensor loads/stores through a layout whose innermost span equals the "
+        "matrix's column count and whose outer span is smaller than its row count, in the layout's "
+        "or a permuting view's order (the driver does not wrap the outer span coordinate)", "docs/numerics.md#driver-workarounds"),
 }
 
 
