@@ -83,6 +83,12 @@ def _add_tiles_atomic(C, acc: list, scratch, sg, m0, n0, N, transposed: bool = F
             pc.barrier()
 
 
+def pack_f16(vals: list):
+    """8 f32 values rounded to f16, packed as a uvec4 (value 2i + j in half j of word i)."""
+    return pc.make_vector([pc.bitcast(pc.make_vector([f16(vals[2 * i]), f16(vals[2 * i + 1])]),
+                                      u32) for i in range(4)])
+
+
 def _uvec4_slots(t, nth: int, rows: int, cols: int) -> list:
     """The (row, uvec4 column) slots of a rows x cols f16 tile that invocation t of nth
     copies, consecutive invocations on consecutive uvec4."""
@@ -531,7 +537,8 @@ def q4_0_planes(raw: np.ndarray, rows: int, K: int) -> tuple[np.ndarray, np.ndar
 def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
-                     split_k_mode: str = "stacked", x_rows: bool = False):
+                     split_k_mode: str = "stacked", x_rows: bool = False,
+                     x_f32: bool = False):
     """Y (M x N, f32) = W (M x K, Q4_0) @ X (K x N, f16), the weights as two planes
     (`q4_0_planes`): Q, a uvec4 of nibbles per block, and D, an f16 scale per block.
 
@@ -545,7 +552,9 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     in gemm_khr_staged. `x_rows=True`: X is N x K f16 (`X.view(np.uint32).reshape(-1, 4)`) and
     Y is N x M (with split_k stacked: split_k N x M matrices), the layouts of activations, so
     that few vectors (N >= 16, zero rows padding N to BN) need no transposes: the small-N
-    kernel of `matmul_q`.
+    kernel of `matmul_q`; with `x_f32=True` too, X is f32 N x K (`X.reshape(-1, 4)`) rounded to
+    f16 as it is staged, for any N (rows past N read as zeros; Y, or each split's matrix, has
+    N rounded up to BN rows).
     """
     def stage_block(put, qs, d):
         lo, hi = [], []
@@ -555,19 +564,21 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
         for i, v in enumerate([lo[:4], lo[4:], hi[:4], hi[4:]]):   # weights 8i..8i+7
             put(i, pc.make_vector(v))
     return planes_gemm("gemm_q4_0_planes", "Q4_0", 1, stage_block, BM, BN, BK, SGM, SGN, pad,
-                       specialize, driver_unroll, split_k, split_k_mode, x_rows=x_rows)
+                       specialize, driver_unroll, split_k, split_k_mode, x_rows=x_rows, x_f32=x_f32)
 
 
 def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, BK: int,
                 SGM: int, SGN: int, pad: int, specialize: bool, driver_unroll, split_k: int,
-                split_k_mode: str, scale_type=f16, x_rows: bool = False):
+                split_k_mode: str, scale_type=f16, x_rows: bool = False, x_f32: bool = False):
     """The kernel of the planes GEMMs (`gemm_q4_0_planes`, `gemm_q8_0_planes`,
     `gemm_q4_k_planes`): W's blocks of 32 weights as `words` uvec4 of Q plus one `scale_type`
     per block in D (an f16 scale, or Q4_K's f16x2 scale and min), loaded a k-step ahead, and
     `stage_block(put, qs, d)` dequantising one block (`qs`: its uvec4s, `d` its D element) and
     storing uvec4 `i` of its 8 halves with `put(i, v)` into the shared W tile; the rest is
     gemm_khr_staged's. `x_rows`: X is N x K and Y is N x M (the activations' own layout, rows
-    of vectors; N a multiple of BN), X's tile kept column-major in shared memory."""
+    of vectors; N a multiple of BN), X's tile kept column-major in shared memory. `x_f32` (with
+    `x_rows`): X is f32 (as vec4), rounded to f16 as it is staged, and N is the number of its
+    rows, any N: rows past N read as zeros, Y has N rounded up to BN rows."""
     _check_split_k(split_k, split_k_mode)
     atomic = split_k > 1 and split_k_mode == "atomic"
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
@@ -577,11 +588,15 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
     blocks = BM * BK // 32                        # blocks of a W tile
     Dim = pc.Const if specialize else u32
     U4 = pc.vec(u32, 4)
+    if x_f32 and not x_rows:
+        raise ValueError(f"{name}: x_f32 reads X as rows (x_rows=True)")
     if BK % 32 or pad % 8 or (BK * BN // 8) % nth or blocks % nth:
         raise ValueError(f"{name} needs BK a multiple of 32, pad of 8, and whole "
                          f"uvec4 of X and {fmt} blocks per invocation ({nth} invocations)")
 
-    def kernel(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[scale_type], X: pc.ReadBuffer[U4],
+    XT = pc.vec(f32, 4) if x_f32 else U4
+
+    def kernel(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[scale_type], X: pc.ReadBuffer[XT],
                Y: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
         sw, sx = pc.shared(U4, BM * lda // 8), pc.shared(U4, (BN if x_rows else BK) * ldx // 8)
         scratch = pc.shared(f32, SGM * SGN * 256) if atomic else None     # a tile per subgroup
@@ -591,11 +606,19 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
         px = _uvec4_slots(t, nth, BN, BK) if x_rows else _uvec4_slots(t, nth, BK, BN)
         pb = [divmod(t + q * nth, BK // 32) for q in range(blocks // nth)]   # (row, block)
 
+        def fetch_x(kn, r, c):
+            if not x_f32:
+                return X[(n0 + r) * (K // 8) + kn // 8 + c] if x_rows else \
+                    X[(kn + r) * (N // 8) + n0 // 8 + c]
+            row = n0 + r                       # rows past N: row N - 1 read, then zeroed
+            at = pc.min(row, N - 1) * (K // 4) + kn // 4 + 2 * c
+            zero = pc.make_vector([f32(0.0)] * 4)
+            return tuple(pc.select(row < N, X[at + h], zero) for h in range(2))
+
         def fetch(kn):
             idx = [(m0 + r) * (K // 32) + kn // 32 + b for r, b in pb]
             return [((Q[i],) if words == 1 else tuple(Q[words * i + j] for j in range(words)),
-                     D[i]) for i in idx], [X[(n0 + r) * (K // 8) + kn // 8 + c] if x_rows else
-                                           X[(kn + r) * (N // 8) + n0 // 8 + c] for r, c in px]
+                     D[i]) for i in idx], [fetch_x(kn, r, c) for r, c in px]
 
         def stage(w, xs):
             for (r, b), (qs, d) in zip(pb, w):
@@ -603,9 +626,10 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
                     sw[r * (lda // 8) + 4 * b + i] = v
                 stage_block(put, qs, d)
             for (r, c), v in zip(px, xs):
-                sx[r * (ldx // 8) + c] = v
+                sx[r * (ldx // 8) + c] = pack_f16([v[h][e] for h in range(2) for e in range(4)]) \
+                    if x_f32 else v
 
-        _check_tiling(name, M, N, K, BM, BN, BK, split_k)
+        _check_tiling(name, M, N if not x_f32 else BN, K, BM, BN, BK, split_k)
         # dequantising in the store phase (`stage`) rather than beside the products: 1.05x
         # (gemm_q4_0_planes, H100, 2026-11-22)
         acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
@@ -614,8 +638,9 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
                                                         b_col_major=x_rows))
         if atomic:
             _add_tiles_atomic(Y, acc, scratch, sg, m0 + wm, n0 + wn, M if x_rows else N, x_rows)
-        elif x_rows:              # split z's partial product: the z-th N x M matrix
-            _store_tiles(Y, acc, m0 + wm, _split_rows(n0, N, split_k) + wn, M, True)
+        elif x_rows:              # split z's partial product: the z-th N x M matrix (N padded)
+            rows = (N + BN - 1) // BN * BN if x_f32 else N
+            _store_tiles(Y, acc, m0 + wm, _split_rows(n0, rows, split_k) + wn, M, True)
         else:
             _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
 

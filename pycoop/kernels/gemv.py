@@ -529,38 +529,22 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     return y.reshape(Wq.M) if vector else y
 
 
-def pack_f16(vals: list):
-    """8 f32 values rounded to f16, packed as a uvec4 (value 2i + j in half j of word i)."""
-    return pc.make_vector([pc.bitcast(pc.make_vector([f16(vals[2 * i]), f16(vals[2 * i + 1])]),
-                                      u32) for i in range(4)])
-
-
-@functools.cache
-def _x_rows_f16(src: str):
-    """X (f32 or f16, N x K) as the f16 rows of the planes GEMMs, 8 values (a uvec4) per
-    invocation: n8 = N * K / 8, grid ceil(n8 / 256); rows of padding past N are left alone."""
-    if src == "f32":
-        @pc.kernel(workgroup_size=256)
-        def x_rows_f16(X: pc.ReadBuffer[F4], Xh: pc.WriteBuffer[U4], n8: u32):
-            i = pc.global_invocation_id.x
-            if i < n8:
-                a, b = X[2 * i], X[2 * i + 1]
-                Xh[i] = pack_f16([a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]])
-        return x_rows_f16
-
-    @pc.kernel(workgroup_size=256)
-    def x_rows_f16_copy(X: pc.ReadBuffer[pc.vec(f16, 2)], Xh: pc.WriteBuffer[U4], n8: u32):
-        i = pc.global_invocation_id.x
-        if i < n8:
-            Xh[i] = pc.make_vector([pc.bitcast(X[4 * i + j], u32) for j in range(4)])
-    return x_rows_f16_copy
+@pc.kernel(workgroup_size=256)
+def _x_rows_f16(X: pc.ReadBuffer[pc.vec(f16, 2)], Xh: pc.WriteBuffer[U4], n8: u32):
+    """f16 X (N x K) copied into the planes GEMMs' f16 rows padded to the tile (f32 X is read
+    by the GEMM itself), 8 values (a uvec4) per invocation: n8 = N * K / 8, grid
+    ceil(n8 / 256); the padding rows past N are left alone."""
+    i = pc.global_invocation_id.x
+    if i < n8:
+        Xh[i] = pc.make_vector([pc.bitcast(X[4 * i + j], u32) for j in range(4)])
 
 
 def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: GemvConfig,
             deterministic: bool, launches: list):
-    """N >= 2 Q4_0, Q8_0 or Q4_K: the planes GEMM on X's and Y's own layouts (`x_rows`), X
-    rounded to f16 and padded to whole tiles of vectors, split-K summed by f32 atomics into a
-    zeroed Y (or, `deterministic`, by `sum_splits`). The weights' planes are made once."""
+    """N >= 2 Q4_0, Q8_0 or Q4_K: the planes GEMM on X's and Y's own layouts (`x_rows`), f32 X
+    rounded to f16 by the GEMM as it stages it (`x_f32`; f16 X copied into rows padded to whole
+    tiles of vectors first), split-K summed by f32 atomics into a zeroed Y (or,
+    `deterministic`, by `sum_splits`). The weights' planes are made once."""
     BM, BN, BK = cfg.tile
     split, sgn = cfg.split_k, max(1, BN // 64)
     gemm, make_planes = PLANES_GEMMS[Wq.fmt]
@@ -569,7 +553,10 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
                          f"does not fit M={Wq.M}, K={Wq.K} (M a multiple of the tile's rows, K of "
                          f"its depth x split_k)")
     mode = "atomic" if split > 1 and not deterministic else "stacked"
-    k = gemm(BM, BN, BK, cfg.subgroups, sgn, split_k=split, split_k_mode=mode, x_rows=True)
+    dtype = X.dtype if device else np.asarray(X).dtype
+    x_f32 = dtype != np.float16            # f32 X is rounded to f16 by the GEMM as it stages it
+    k = gemm(BM, BN, BK, cfg.subgroups, sgn, split_k=split, split_k_mode=mode, x_rows=True,
+             x_f32=x_f32)
     Np = -(-N // BN) * BN
     grid = (Wq.M // BM, Np // BN) + ((split,) if split > 1 else ())
     stacked = split > 1 and mode == "stacked"
@@ -582,22 +569,26 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
     if device:
         if X.dtype not in (np.float32, np.float16):
             raise ValueError(f"matmul_q: X is f32 or f16, got {X.dtype}")
-        xh = pc.zeros((Np * Wq.K // 8, 4), pc.u32, backend=be)     # f16 rows, zero padding
-        n8 = N * Wq.K // 8
-        src = "f32" if X.dtype == np.float32 else "f16"
-        launches.append(_x_rows_f16(src)[-(-n8 // 256)](X.reshape(-1, 4 if src == "f32" else 2),
-                                                        xh, n8))
+        if x_f32:
+            xk = X.reshape(-1, 4)
+        else:                              # f16 rows padded with zero rows to the tile
+            xk = pc.zeros((Np * Wq.K // 8, 4), pc.u32, backend=be)
+            n8 = N * Wq.K // 8
+            launches.append(_x_rows_f16[-(-n8 // 256)](X.reshape(-1, 2), xk, n8))
         y = pc.zeros((Np, Wq.M), pc.f32, backend=be) if mode == "atomic" else \
             pc.empty((Np, Wq.M), pc.f32, backend=be)
         out = pc.empty((split * Np, Wq.M), pc.f32, backend=be) if stacked else y
-        launches.append(k[grid](Q, D, xh, out, Wq.M, Np, Wq.K))
+        launches.append(k[grid](Q, D, xk, out, Wq.M, N if x_f32 else Np, Wq.K))
     else:
-        xh = np.zeros((Np, Wq.K), np.float16)
-        xh[:N] = np.asarray(X, np.float32).reshape(N, Wq.K)
+        if x_f32:
+            xk = np.ascontiguousarray(np.asarray(X, np.float32)).reshape(-1, 4)
+        else:
+            xh = np.zeros((Np, Wq.K), np.float16)
+            xh[:N] = np.asarray(X).reshape(N, Wq.K)
+            xk = xh.view(np.uint32).reshape(-1, 4)
         y = np.zeros((Np, Wq.M), np.float32)
         out = np.empty((split * Np, Wq.M), np.float32) if stacked else y
-        launches.append(k[grid](Q, D, xh.view(np.uint32).reshape(-1, 4), out, Wq.M, Np, Wq.K,
-                                backend=bk))
+        launches.append(k[grid](Q, D, xk, out, Wq.M, N if x_f32 else Np, Wq.K, backend=bk))
     if stacked:
         n4 = Np * Wq.M // 4
         launches.append(sum_splits(split)[-(-n4 // 256)](out.reshape(-1, 4), y.reshape(-1, 4), n4,

@@ -39,9 +39,9 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, i32, u32
 
-from .gemm import gemm_q4_0_planes, q4_0_planes
+from .gemm import gemm_q4_0_planes, pack_f16, q4_0_planes
 from .gemm_quant import gemm_q4_k_planes, q4_k_planes
-from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, pack_f16, weights
+from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, weights
 from .gemvq import gemv_q8_1, q8_1_lanes
 
 F4 = pc.vec(f32, 4)

@@ -49,7 +49,7 @@ def test_planes_path_matches_numpy(gguf, fmt, m, k, n, deterministic, device, f1
         y = matmul_q(W, X, fmt, backend="emulator", deterministic=deterministic, launches=launches)
     assert y.shape == (n, m) and y.dtype == np.float32
     stacked = cfg.split_k > 1 and deterministic
-    assert len(launches) == (1 if not device else 2) + stacked     # conversion, GEMM, sum
+    assert len(launches) == 1 + (device and f16_x) + stacked     # f16 copy, GEMM, sum
     check(y, X, f16_weights(gguf, fmt, W, m, k))
 
 
@@ -82,8 +82,11 @@ def test_planes_config_rule():
 
 def test_planes_x_rows_kernels_pass_spirv_val():
     for split, mode in ((1, "stacked"), (4, "stacked"), (4, "atomic")):
-        assert gemm_q4_0_planes(128, 16, 64, 4, 1, split_k=split, split_k_mode=mode,
-                                x_rows=True).compile().spv                 # spirv-val
+        for x_f32 in (False, True):
+            assert gemm_q4_0_planes(128, 16, 64, 4, 1, split_k=split, split_k_mode=mode,
+                                    x_rows=True, x_f32=x_f32).compile().spv   # spirv-val
+    with pytest.raises(ValueError, match="x_f32 reads X as rows"):
+        gemm_q4_0_planes(x_f32=True)
 
 
 def test_planes_config_that_does_not_fit_is_refused(gguf):
