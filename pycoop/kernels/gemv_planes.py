@@ -1,0 +1,367 @@
+"""Matrix-vector products over weight planes: Y (N x M, f32) = X (N x K) @ W.T for N = 1 ... 8
+vectors, with the weights in the planes layout the small-N GEMMs already use (`q4_0_planes`,
+`q8_0_planes`, `q4_k_planes`; made once per weight matrix and shared with them) or as f16.
+
+Why planes: llama.cpp's blocks are 18 (Q4_0), 34 (Q8_0) or 144 (Q4_K) bytes, so a kernel
+reading them straight from the GGUF bytes loads unaligned words that straddle blocks. The
+planes hold each 32-weight block's payload as aligned uvec4 (Q4_0 and Q4_K: one, 32 nibbles;
+Q8_0: two, 32 bytes) and its scale in a separate contiguous stream (Q4_0, Q8_0: an f16; Q4_K:
+an f16 pair, scale and min, per 32-weight sub-block). Lane l of a subgroup reads block l,
+l + S, ... of a row: every load is a 16-byte aligned vector and a subgroup's loads of one
+step are one contiguous run of memory.
+
+Schedule (`gemv_planes`):
+- each subgroup owns `rows` consecutive weight rows, a workgroup `subgroups` subgroups and
+  `nt` vectors (grid `gemv_planes_grid`); each weight block is loaded and unpacked once for
+  the workgroup's `nt` vectors, each activation block once for the `rows` rows;
+- a lane takes `span` consecutive blocks per step (their loads issued before any arithmetic),
+  steps S * span blocks apart; `unroll` is the driver's hint on that loop;
+- the lanes' partial sums are reduced with `pc.subgroup.add` and lane 0 stores them.
+
+Activations, two kinds:
+- `x="f32"`: X as f32 (vec4). A block's weights are dequantised in registers without integer
+  conversions (a nibble OR-ed into the mantissa of 2^23 reads as 2^23 + q; one subtraction
+  gives q minus the format's offset exactly), multiplied by x in f32 and scaled once per
+  block: Q4_0 d * sum((q - 8) x); Q8_0 d * sum(q x); Q4_K scale * sum(q x) - min * sum(x).
+- `x="q8_1"`: X quantised to 8 bits per 32-block by `quantize_q8_1` (Q: uvec4, two per block;
+  D: f32 scale, S: i32 sum of the block's q). Integer dot products of packed 8-bit lanes
+  (`pc.dot4x8`) give each block's exact integer sum isum = sum(q_w q_x), then
+  Q4_0 f32(isum - 8 s) * (d * dx); Q8_0 f32(isum) * (d * dx); Q4_K dx * (scale * f32(isum) -
+  min * f32(s)). The error against the float product is that of X's quantisation
+  (`q8_1_error_bound`) plus f32 sums.
+- f16 weights (`fmt="f16"`) take `x="f32"` only: W as uvec4 (8 halves), K a multiple of 8.
+
+Sums are in f32, in an order the device chooses for the subgroup reduction. Any M and N
+work (rows and vectors past the edge are clamped on load and not stored); K is a multiple of
+the block (32; Q4_K 256, the planes' super-block; f16 8).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+import pycoop as pc
+from pycoop import f16, f32, i32, u32
+
+from .gemm import q4_0_planes
+from .gemm_quant import q4_k_planes, q8_0_planes
+from .gemvq import quantize_grid, quantize_q8_1, store_row_sums
+
+FORMATS = ("q4_0", "q8_0", "q4_k", "f16")
+X_KINDS = ("f32", "q8_1")
+PLANES = {"q4_0": q4_0_planes, "q8_0": q8_0_planes, "q4_k": q4_k_planes}
+# uvec4 of Q per 32-weight block, and the K granularity of each format
+WORDS = {"q4_0": 1, "q8_0": 2, "q4_k": 1}
+K_MULTIPLE = {"q4_0": 32, "q8_0": 32, "q4_k": 256, "f16": 8}
+MAX_N = 8
+
+U4 = pc.vec(u32, 4)
+F4 = pc.vec(f32, 4)
+H2 = pc.vec(f16, 2)
+_MAGIC = 0x4B000000                      # the bits of 2^23 (f32)
+_TWO23 = 8388608.0
+_LOW = 0x0F0F0F0F
+
+
+def _fields(word, offset: float, bits: int, shift: int) -> list:
+    """The 4 fields of `bits` bits at bits 8b + shift of `word` (b = 0 ... 3) as f32 minus
+    `offset`, exactly and without integer conversions: 2^23 + v is an f32 whose mantissa is v."""
+    out = []
+    for b in range(4):
+        v = word >> (8 * b + shift)
+        if 8 * b + shift + bits < 32:
+            v = v & ((1 << bits) - 1)
+        out.append(pc.bitcast(v | _MAGIC, f32) - (_TWO23 + offset))
+    return out
+
+
+def _dot(w: list, x: list):
+    s = w[0] * x[0]
+    for a, b in zip(w[1:], x[1:]):
+        s = pc.fma(a, b, s)
+    return s
+
+
+def _sum(xs: list):
+    s = xs[0]
+    for v in xs[1:]:
+        s = s + v
+    return s
+
+
+def _check_int(name: str, v, least: int = 1) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < least:
+        raise ValueError(f"gemv_planes: {name} must be an int >= {least}, got {v!r}")
+
+
+def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_size: int,
+                 span: int) -> None:
+    """The errors `gemv_planes` raises for a configuration, before anything is built."""
+    if fmt not in FORMATS:
+        raise ValueError(f"gemv_planes: format is one of {', '.join(FORMATS)}, got {fmt!r}")
+    if x not in X_KINDS:
+        raise ValueError(f"gemv_planes: x is 'f32' or 'q8_1', got {x!r}")
+    if fmt == "f16" and x != "f32":
+        raise ValueError("gemv_planes: f16 weights take x='f32'")
+    for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups), ("span", span)):
+        _check_int(name, v)
+    if nt > MAX_N:
+        raise ValueError(f"gemv_planes: nt (vectors per workgroup) is at most {MAX_N}, got {nt}")
+    if rows * nt * span > 64:
+        raise ValueError(f"gemv_planes: rows x nt x span = {rows * nt * span}: at most 64 "
+                         "(accumulators and loads in flight per lane stay in registers)")
+    if subgroup_size not in (8, 16, 32, 64, 128):
+        raise ValueError(f"gemv_planes: subgroup_size must be 8, 16, 32, 64 or 128, got "
+                         f"{subgroup_size!r}")
+
+
+@functools.cache
+def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups: int = 4,
+                subgroup_size: int = 32, span: int = 1, unroll: bool | int | None = None):
+    """The kernel Y (N x M, f32) = X (N x K) @ W.T over weight planes (module docstring).
+
+    Operands, in order:
+    - Q (uvec4): `fmt`'s planes Q (Q4_0/Q4_K: M * K / 32 uvec4, Q8_0: M * K / 16), or for f16
+      the weights as uvec4 (M * K / 8);
+    - D: the planes' scales (f16 per block; Q4_K an f16 pair per sub-block); for f16 weights
+      any f16 array (not read);
+    - x="f32": X (N x K f32 as vec4: `X.reshape(-1, 4)`); x="q8_1": XQ (uvec4, N * K / 16),
+      XD (f32, N * K / 32), XS (i32, N * K / 32), `quantize_q8_1`'s outputs;
+    - Y (N x M f32), M, N, K (u32).
+    Grid `gemv_planes_grid(M, N, rows, nt, subgroups)`; subgroups of `subgroup_size` lanes.
+    """
+    check_config(fmt, x, rows, nt, subgroups, subgroup_size, span)
+    S, R, T, SP = subgroup_size, rows, nt, span
+    DT = H2 if fmt == "q4_k" else f16
+    bk = 8 if fmt == "f16" else 32                         # weights per unit (block, uvec4)
+    nw = WORDS.get(fmt, 1)
+
+    def load_w(Q, D, row, u, nb):
+        """(payload uvec4s, scale) of unit u of a row."""
+        g = row * nb + u
+        qs = [Q[g * nw + i] for i in range(nw)]
+        return qs, (None if fmt == "f16" else D[g])
+
+    def term_f32(qs, d, xs):
+        """A unit's product with one vector's x values (f32 list, in order)."""
+        if fmt == "f16":
+            v = qs[0]
+            ws = [f32(pc.bitcast(v[c], H2)[h]) for c in range(4) for h in range(2)]
+            return _dot(ws, xs)
+        if fmt == "q8_0":
+            ws = [w for v in qs for c in range(4) for w in _fields(v[c] ^ 0x80808080, 128.0, 8, 0)]
+            return f32(d) * _dot(ws, xs)
+        v = qs[0]                                          # byte j: weight j low, j + 16 high
+        off = 8.0 if fmt == "q4_0" else 0.0
+        ws = [w for c in range(4) for w in _fields(v[c], off, 4, 0)] + \
+             [w for c in range(4) for w in _fields(v[c], off, 4, 4)]
+        if fmt == "q4_0":
+            return f32(d) * _dot(ws, xs)
+        return f32(d[0]) * _dot(ws, xs) - f32(d[1]) * _sum(xs)
+
+    def term_q8_1(qs, d, xa, xb, dx, s):
+        """A block's product with one vector's quantised block (xa, xb: its 8 words)."""
+        if fmt == "q8_0":
+            isum = None
+            for v, xv in ((qs[0], xa), (qs[1], xb)):
+                for c in range(4):
+                    t = pc.dot4x8(v[c], xv[c], signed=(True, True))
+                    isum = t if isum is None else isum + t
+            return f32(isum) * (f32(d) * dx)
+        v = qs[0]
+        isum = None
+        for c in range(4):
+            lo = pc.dot4x8(v[c] & _LOW, xa[c], signed=(False, True))
+            hi = pc.dot4x8((v[c] >> 4) & _LOW, xb[c], signed=(False, True))
+            isum = lo + hi if isum is None else isum + lo + hi
+        if fmt == "q4_0":
+            return f32(isum - s * 8) * (f32(d) * dx)
+        return dx * (f32(d[0]) * f32(isum) - f32(d[1]) * f32(s))
+
+    def setup(M, N):
+        lane = pc.subgroup_local_id()
+        row0 = (pc.workgroup_id.y * subgroups + pc.subgroup_id()) * R
+        col0 = pc.workgroup_id.x * T
+        rws = [pc.min(row0 + r, M - 1) for r in range(R)]       # clamped: loads stay inside
+        cols = [pc.min(col0 + c, N - 1) for c in range(T)]
+        return lane, row0, col0, rws, cols, [[f32(0.0)] * T for _ in range(R)]
+
+    def step(Q, D, xload, u0, nb, rws, cols, acc):
+        """One step of a lane: `span` units from u0 for every row and vector, loads first."""
+        us = [u0 + j for j in range(SP)]
+        if SP > 1:                                              # the last step may be short
+            ok = [u < nb for u in us]
+            us = [pc.min(u, nb - 1) for u in us]
+        ws = [[load_w(Q, D, row, u, nb) for u in us] for row in rws]
+        xs = [[xload(col, u, nb) for u in us] for col in cols]
+        for r in range(R):
+            for c in range(T):
+                for j in range(SP):
+                    t = term(ws[r][j], xs[c][j])
+                    if SP > 1:
+                        t = pc.select(ok[j], t, f32(0.0))
+                    acc[r][c] = acc[r][c] + t
+
+    if x == "f32":
+        def term(w, xv):
+            return term_f32(w[0], w[1], xv)
+
+        def make_xload(X, K):
+            def xload(col, u, nb):
+                base = col * (K // 4) + u * (bk // 4)
+                return [v[i] for k in range(bk // 4) for v in [X[base + k]] for i in range(4)]
+            return xload
+
+        @pc.kernel(workgroup_size=subgroups * S, subgroup_size=S)
+        def gemv_planes(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[DT], X: pc.ReadBuffer[F4],
+                        Y: pc.WriteBuffer[f32], M: u32, N: u32, K: u32):
+            lane, row0, col0, rws, cols, acc = setup(M, N)
+            xload, nb = make_xload(X, K), K // bk
+            for u0 in pc.range(lane * SP, nb, S * SP, unroll=unroll):
+                step(Q, D, xload, u0, nb, rws, cols, acc)
+            store_row_sums(Y, acc, lane, row0, col0, M, N)
+        return gemv_planes
+
+    def term(w, xv):                                            # noqa: F811
+        return term_q8_1(w[0], w[1], *xv)
+
+    def make_xload(XQ, XD, XS):                                 # noqa: F811
+        def xload(col, u, nb):
+            b = col * nb + u
+            return XQ[2 * b], XQ[2 * b + 1], XD[b], (XS[b] if fmt != "q8_0" else None)
+        return xload
+
+    @pc.kernel(workgroup_size=subgroups * S, subgroup_size=S)
+    def gemv_planes_q8_1(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[DT], XQ: pc.ReadBuffer[U4],
+                         XD: pc.ReadBuffer[f32], XS: pc.ReadBuffer[i32], Y: pc.WriteBuffer[f32],
+                         M: u32, N: u32, K: u32):
+        lane, row0, col0, rws, cols, acc = setup(M, N)
+        xload, nb = make_xload(XQ, XD, XS), K // bk
+        for u0 in pc.range(lane * SP, nb, S * SP, unroll=unroll):
+            step(Q, D, xload, u0, nb, rws, cols, acc)
+        store_row_sums(Y, acc, lane, row0, col0, M, N)
+    return gemv_planes_q8_1
+
+
+def gemv_planes_grid(M: int, N: int, rows: int = 2, nt: int = 1,
+                     subgroups: int = 4) -> tuple[int, int]:
+    """The grid of `gemv_planes(fmt, x, rows, nt, subgroups, ...)` for M rows and N vectors."""
+    return -(-N // nt), -(-M // (rows * subgroups))
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanesGemvConfig:
+    """A configuration of `gemv_planes` (its arguments but the format and subgroup size)."""
+    x: str = "f32"
+    rows: int = 2
+    nt: int = 1
+    subgroups: int = 4
+    span: int = 1
+    unroll: bool | int | None = None
+
+
+def planes_gemv_config(fmt: str, N: int, x: str = "f32") -> PlanesGemvConfig:
+    """The configuration `matmul_planes_gemv` uses by default for N vectors (1 ... 8)."""
+    if not 1 <= N <= MAX_N:
+        raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N}")
+    nt = 1 if N == 1 else 2 if N == 2 else 4 if N <= 4 else 8
+    rows = 1 if fmt == "f16" else 2 if nt <= 2 else 1
+    return PlanesGemvConfig(x, rows, nt, 4, 2 if nt == 1 else 1)
+
+
+def weight_planes(Wq, backend=None):
+    """The planes of GGMLWeights `Wq` (Q, D), made once and kept in `Wq._arrays` under the key
+    the planes GEMMs of `matmul_q` use, so that both paths share them; f16 weights as uvec4
+    (Q) and a one-element f16 D. `backend`: device arrays on it, else NumPy arrays."""
+    key = ("planes", backend)
+    if key not in Wq._arrays:
+        if Wq.fmt == "f16":
+            raw = np.ascontiguousarray(Wq.data).reshape(-1).view(np.uint32).reshape(-1, 4)
+            planes = (raw, np.zeros(1, np.float16))
+        else:
+            planes = PLANES[Wq.fmt](Wq.data, Wq.M, Wq.K)
+        Wq._arrays[key] = planes if backend is None else \
+            tuple(pc.asarray(a, backend=backend) for a in planes)
+    return Wq._arrays[key]
+
+
+def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=None,
+                       subgroup_size: int = 32, launches: list | None = None):
+    """Y = X @ Wq.T through `gemv_planes` for GGMLWeights `Wq` (Q4_0, Q8_0, Q4_K or f16) and X
+    (N x K or K, N <= 8; NumPy, or a `pc.Array` whose backend is used and which gives a
+    `pc.Array`). With cfg.x == "q8_1" X (f32 or f16) is first quantised by `quantize_q8_1`
+    (one more launch). `launches` receives the launch results."""
+    fmt, M, K = Wq.fmt, Wq.M, Wq.K
+    device = isinstance(X, pc.Array)
+    shape = tuple(X.shape)
+    if len(shape) not in (1, 2) or shape[-1] != K:
+        raise ValueError(f"gemv_planes: X must be N x K or K with K = {K}, got shape {shape}")
+    N = 1 if len(shape) == 1 else shape[0]
+    cfg = cfg or planes_gemv_config(fmt, N)
+    check_config(fmt, cfg.x, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, cfg.span)
+    if not 1 <= N <= MAX_N:
+        raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N}")
+    if K % K_MULTIPLE[fmt]:
+        raise ValueError(f"gemv_planes: {fmt} weights need K a multiple of {K_MULTIPLE[fmt]}, "
+                         f"got K={K}")
+    if X.dtype not in (np.float32, np.float16) or (X.dtype == np.float16 and cfg.x == "f32"):
+        raise ValueError(f"gemv_planes: X is f32 (f16 too with x='q8_1'), got {X.dtype}")
+    launches = [] if launches is None else launches
+    be = X.backend if device else backend
+    Q, D = weight_planes(Wq, be if device else None)
+    k = gemv_planes(fmt, cfg.x, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, cfg.span,
+                    cfg.unroll)
+    grid = gemv_planes_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)
+    kw = {} if device else {"backend": be}
+    if device:
+        y = pc.zeros((N, M), pc.f32, backend=be)
+        new = lambda shape, t: pc.zeros(shape, t, backend=be)              # noqa: E731
+        xs = X
+    else:
+        y = np.zeros((N, M), np.float32)
+        new = lambda shape, t: np.zeros(shape, t)                          # noqa: E731
+        xs = np.ascontiguousarray(np.asarray(X))
+    if cfg.x == "f32":
+        launches.append(k[grid](Q, D, xs.reshape(-1, 4), y, M, N, K, **kw))
+    else:
+        nb = N * K // 32
+        xq, xd, xsum = new((nb * 2, 4), np.uint32), new(nb, np.float32), new(nb, np.int32)
+        quant = quantize_q8_1("f16" if X.dtype == np.float16 else "f32", 4, subgroup_size)
+        launches.append(quant[quantize_grid(nb, 4, subgroup_size)](
+            xs.reshape(-1, 4), xq.reshape(-1), xd, xsum, nb, **kw))
+        launches.append(k[grid](Q, D, xq, xd, xsum, y, M, N, K, **kw))
+    return y.reshape(M) if len(shape) == 1 else y
+
+
+def planes_gemv_reference(Wq, X=None, q8=None) -> np.ndarray:
+    """NumPy twin of what `gemv_planes` computes, in f64 (the kernel differs only by f32
+    roundings and the order of its sums): the planes' weights w (Q4_0 d (q - 8), Q8_0 d q, Q4_K
+    scale q - min with the planes' f16 scale and min, f16 as is) times X, or, with
+    q8 = (q, d, s) from `quantize_q8_1_reference`, times the quantised activations q * d."""
+    Q, D = weight_planes(Wq)
+    M, K = Wq.M, Wq.K
+    if Wq.fmt == "f16":
+        Wf = np.asarray(Wq.data, np.float64)
+    else:
+        b = np.ascontiguousarray(Q).view(np.uint8).reshape(M * K // 32, -1)
+        if Wq.fmt == "q8_0":
+            w = b.view(np.int8).astype(np.float64)
+        else:
+            w = np.concatenate([b & 15, b >> 4], axis=1).astype(np.float64)
+        d = np.asarray(D, np.float16).astype(np.float64).reshape(M * K // 32, -1)
+        if Wq.fmt == "q4_0":
+            w = (w - 8.0) * d[:, :1]
+        elif Wq.fmt == "q8_0":
+            w = w * d[:, :1]
+        else:
+            w = w * d[:, :1] - d[:, 1:]
+        Wf = w.reshape(M, K)
+    if q8 is not None:
+        q, dx, _ = q8
+        N = q.shape[0]
+        Xf = (q.reshape(N, -1, 32).astype(np.float64) * dx[..., None]).reshape(N, K)
+    else:
+        Xf = np.asarray(X, np.float64)
+    return Xf @ Wf.T
