@@ -41,6 +41,8 @@ def main():
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 512])
     ap.add_argument("--formats", nargs="+", default=["q4_0", "q4_k"])
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--launches", action="store_true",
+                    help="also print each launch of the block: start after the first, duration")
     args = ap.parse_args()
     try:
         import torch
@@ -100,6 +102,12 @@ def main():
             for _ in range(5):
                 block(xa)
                 dev.append(block.device_time_ms())
+            if args.launches:                       # where the block's device time goes
+                t0 = block.launches[0].spans_ns[0][0]
+                for i, r in enumerate(block.launches):      # in MLPBlock's order
+                    a, b = r.spans_ns[0]
+                    print(f"    launch {i}: starts at {(a - t0) / 1e3:7.1f} µs, runs "
+                          f"{(b - a) / 1e3:6.1f} µs", flush=True)
             yp = block(xa).numpy()
             xt = torch.tensor(x, device="cuda")
             for _ in range(3):
