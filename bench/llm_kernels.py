@@ -48,6 +48,9 @@ from pycoop.kernels import (GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv,
                             quantize_q8_1_reference, weights)
 from pycoop.kernels.gemv import BLOCKS, PARTS
 from pycoop.kernels.gemvq import FORMATS_Q8_1
+from pycoop.kernels.gemv_planes import (PLANES, PlanesGemvConfig, gemv_planes, gemv_planes_grid,
+                                        planes_gemv_config, planes_gemv_reference,
+                                        planes_weights)
 
 # Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
 # launches is measured by bench/checked_overhead.py.
@@ -460,6 +463,131 @@ def bench_q8_1(M: int, K: int, fmt: str, N: int, W: np.ndarray, Wq, ws: list, ar
         print(f"    {e}", flush=True)
 
 
+def gemv_planes_candidates(fmt: str, N: int, quick: bool) -> list[PlanesGemvConfig]:
+    """`gemv_planes` configurations tried: the default first, then rows per subgroup, blocks
+    per lane and step (span), subgroups per workgroup and the driver's unrolling, for x in
+    f32 and (quantised formats) q8_1."""
+    xs = ["f32"] if fmt == "f16" else ["f32", "q8_1"]
+    out = []
+    for x in xs:
+        first = planes_gemv_config(fmt, N, x)
+        out.append(first)
+        if quick:
+            continue
+        nt = first.nt
+        if N == 1:
+            shapes = [(r, 1, sg, sp) for r in (1, 2, 4) for sp in (1, 2, 4) for sg in (4, 8)
+                      if r * sp <= 8]
+        else:
+            shapes = [(r, nt, sg, sp) for r in (1, 2, 4) for sp in (1, 2) for sg in (2, 4)
+                      if r * nt * sp <= 32]
+        for r, t, sg, sp in shapes:
+            out.append(PlanesGemvConfig(x, r, t, sg, sp))
+        out += [PlanesGemvConfig(x, first.rows, nt, first.subgroups, first.span, u) for u in (2, 4)]
+    seen, uniq = set(), []
+    for c in out:
+        if c not in seen:
+            seen.add(c)
+            uniq.append(c)
+    return uniq
+
+
+def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
+    """Rows of `gemv_planes` (N <= 8): every candidate configuration timed with the planes
+    rotated through >= --rotate-mb of copies (the q8_1 rows add the quantiser's median time),
+    the fastest per x kind in the table, each checked against gguf (q8_1: within the
+    quantisation bound; Q4_K: the planes' rounded scales allowed for)."""
+    from pycoop.kernels import q8_1_error_bound, quantize_q8_1_reference
+    for fmt in args.formats:
+        W = random_weights(fmt, M, K)
+        Wq = weights(W, None if fmt == "f16" else fmt)
+        if fmt == "f16":
+            planes = (np.ascontiguousarray(W).reshape(-1).view(np.uint32).reshape(-1, 4),
+                      np.zeros(1, np.float16))
+        else:
+            planes = PLANES[fmt](W, M, K)
+        pbytes = sum(a.nbytes for a in planes)
+        copies = max(1, -(-args.rotate_mb * 2**20 // pbytes))
+        ws = [tuple(pc.asarray(a, backend="vulkan") for a in planes) for _ in range(copies)]
+        for N in [n for n in args.ns if n <= 8]:
+            X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
+            x = pc.asarray(X.reshape(-1, 4), backend="vulkan")
+            y = pc.zeros((N, M), pc.f32, backend="vulkan")
+            nb = N * K // 32
+            xq = pc.zeros((nb * 2, 4), pc.u32, backend="vulkan")
+            xd, xs = pc.zeros(nb, pc.f32, backend="vulkan"), pc.zeros(nb, pc.i32, backend="vulkan")
+            quant = quantize_q8_1("f32", 4, args.subgroup_size)
+            qgrid = quantize_grid(nb, 4, args.subgroup_size)
+            tq = None
+            best: dict = {}
+            errors: list = []
+            for cfg in gemv_planes_candidates(fmt, N, args.quick):
+                try:
+                    k = gemv_planes(fmt, cfg.x, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size,
+                                    cfg.span, cfg.unroll)
+                    grid = gemv_planes_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)
+                    if cfg.x == "f32":
+                        launch = lambda w: k[grid](w[0], w[1], x, y, M, N, K)          # noqa: E731
+                        extra = 0.0
+                    else:
+                        if tq is None:
+                            tq, _ = time_pycoop(lambda w: quant[qgrid](x, xq.reshape(-1), xd, xs, nb),
+                                                [None], args.repeat)
+                        launch = lambda w: k[grid](w[0], w[1], xq, xd, xs, y, M, N, K)  # noqa: E731
+                        extra = tq
+                    rot, warm = time_pycoop(launch, ws, args.repeat)
+                    print(f"    gemv_planes {M}x{K} {fmt} N={N} {cfg}: {rot:.1f} (+{extra:.1f}) µs "
+                          f"rotated, {warm:.1f} warm", flush=True)
+                    if cfg.x not in best or rot + extra < best[cfg.x][1]:
+                        best[cfg.x] = (cfg, rot + extra, warm + extra, rot)
+                except Exception as e:                          # noqa: BLE001
+                    note_error(errors, cfg, e, args.verbose)
+            if (N, M, K) not in args.torch_cache:
+                args.torch_cache[N, M, K] = torch_times_or_none(M, K, N, args, errors)
+            tt = args.torch_cache[N, M, K]
+            for xk, (cfg, rot, warm, krot) in best.items():
+                k = gemv_planes(fmt, xk, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size,
+                                cfg.span, cfg.unroll)
+                grid = gemv_planes_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)
+                if xk == "f32":
+                    k[grid](ws[0][0], ws[0][1], x, y, M, N, K)
+                    status = check(fmt, W, X, y.numpy(), 1e-4 if fmt != "q4_k" else 2e-3)
+                else:
+                    quant[qgrid](x, xq.reshape(-1), xd, xs, nb)
+                    k[grid](ws[0][0], ws[0][1], xq, xd, xs, y, M, N, K)
+                    status = check_planes_q8_1(fmt, W, X, y.numpy())
+                gbs = pbytes / (rot * 1e-6) / 1e9
+                t_rot, t_warm = (f"{tt[0]:.1f}", f"{tt[1]:.1f}") if tt else ("-", "-")
+                speed = f"{tt[0] / rot:.2f}x" if tt else "-"
+                c = (f"gemv_planes x={xk} r{cfg.rows} nt{cfg.nt} sg{cfg.subgroups} span{cfg.span}"
+                     + (f" u{cfg.unroll}" if cfg.unroll else "")
+                     + (f": kernel {krot:.1f} + quantise {rot - krot:.1f}" if xk == "q8_1" else ""))
+                lines.append(f"| {M}x{K} | {fmt} | {N} | {rot:.1f} | {gbs:.0f} ({100 * gbs / args.peak_gbs:.0f}%) "
+                             f"| {warm:.1f} | {t_rot} | {t_warm} | {speed} | {c} | {status} |")
+                print(lines[-1], flush=True)
+            for e in errors:
+                print(f"    {e}", flush=True)
+        del ws
+        pc.synchronize()
+
+
+def check_planes_q8_1(fmt: str, W: np.ndarray, X: np.ndarray, y: np.ndarray) -> str:
+    """gemv_planes with x="q8_1", first 64 rows: against its NumPy twin (the same quantised
+    activations; f32 roundings only) and against the float product of the planes' weights
+    within the quantisation bound."""
+    from pycoop.kernels import q8_1_error_bound, quantize_q8_1_reference
+    rows = weights(W[:64], fmt)
+    q8 = quantize_q8_1_reference(X)
+    twin = planes_gemv_reference(rows, q8=q8)
+    exact = float(np.abs(y[:, :64] - twin).max() / max(np.abs(twin).max(), 1e-30))
+    Wf = planes_weights(rows)
+    ref = X.astype(np.float64) @ Wf.T
+    bound = q8_1_error_bound(Wf, q8[1]) + 1e-5 * np.abs(ref).max()
+    excess = float((np.abs(y[:, :64] - ref) / bound).max())
+    ok = exact < 1e-4 and excess <= 1
+    return f"{'ok' if ok else 'ERR'} (twin {exact:.0e}, {excess:.2f} of bound)"
+
+
 def check_q8_1(fmt: str, W: np.ndarray, X: np.ndarray, y: np.ndarray) -> str:
     """The first 64 rows of the integer path's Y against gguf's float reference, within the
     bound of X's quantisation (plus f32 summation)."""
@@ -478,9 +606,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="dispatcher's configuration only, N = 1, 16, 64")
     p.add_argument("--formats", nargs="+", default=FORMATS, choices=FORMATS)
-    p.add_argument("--paths", nargs="+", default=["f32"], choices=["f32", "q8_1"],
+    p.add_argument("--paths", nargs="+", default=["f32"], choices=["f32", "q8_1", "gemv_planes"],
                    help="f32: the float kernels (every format); q8_1: the integer path (Q8_0, "
-                        "Q4_0: X quantised to 8 bits, integer dot products)")
+                        "Q4_0: X quantised to 8 bits, integer dot products); gemv_planes: "
+                        "gemv_planes over the weight planes, N <= 8, x in f32 and q8_1 "
+                        "(GB/s counted on the planes' bytes)")
     p.add_argument("--ns", nargs="+", type=int, default=None)
     p.add_argument("--shapes", nargs="+", default=None, help="MxK, e.g. 4096x14336")
     p.add_argument("--repeat", type=int, default=100)
@@ -518,9 +648,13 @@ def main() -> None:
     print("SPIR-V instruction mix of the dispatcher's kernels:\n  " + "\n  ".join(mix))
     print("\n".join(head), flush=True)
     lines: list[str] = []
+    args.torch_cache = {}
     for M, K in shapes:
         try:
-            bench_shape(M, K, args, lines)
+            if "gemv_planes" in args.paths:
+                bench_gemv_planes(M, K, args, lines)
+            if set(args.paths) - {"gemv_planes"}:
+                bench_shape(M, K, args, lines)
         except Exception as e:                               # noqa: BLE001
             lines.append(f"| {M}x{K} | all | all | FAILED: {type(e).__name__}: {e} |")
             print(lines[-1], flush=True)

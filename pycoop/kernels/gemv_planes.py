@@ -335,33 +335,38 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     return y.reshape(M) if len(shape) == 1 else y
 
 
-def planes_gemv_reference(Wq, X=None, q8=None) -> np.ndarray:
-    """NumPy twin of what `gemv_planes` computes, in f64 (the kernel differs only by f32
-    roundings and the order of its sums): the planes' weights w (Q4_0 d (q - 8), Q8_0 d q, Q4_K
-    scale q - min with the planes' f16 scale and min, f16 as is) times X, or, with
-    q8 = (q, d, s) from `quantize_q8_1_reference`, times the quantised activations q * d."""
-    Q, D = weight_planes(Wq)
+def planes_weights(Wq) -> np.ndarray:
+    """The M x K weights (f64) that `gemv_planes` multiplies for GGMLWeights `Wq`: Q4_0
+    d (q - 8), Q8_0 d q, Q4_K scale q - min with the planes' f16 scale and min (each within
+    2^-11 of llama.cpp's d * sc and dmin * m), f16 as is."""
     M, K = Wq.M, Wq.K
     if Wq.fmt == "f16":
-        Wf = np.asarray(Wq.data, np.float64)
+        return np.asarray(Wq.data, np.float64)
+    Q, D = weight_planes(Wq)
+    b = np.ascontiguousarray(Q).view(np.uint8).reshape(M * K // 32, -1)
+    if Wq.fmt == "q8_0":
+        w = b.view(np.int8).astype(np.float64)
     else:
-        b = np.ascontiguousarray(Q).view(np.uint8).reshape(M * K // 32, -1)
-        if Wq.fmt == "q8_0":
-            w = b.view(np.int8).astype(np.float64)
-        else:
-            w = np.concatenate([b & 15, b >> 4], axis=1).astype(np.float64)
-        d = np.asarray(D, np.float16).astype(np.float64).reshape(M * K // 32, -1)
-        if Wq.fmt == "q4_0":
-            w = (w - 8.0) * d[:, :1]
-        elif Wq.fmt == "q8_0":
-            w = w * d[:, :1]
-        else:
-            w = w * d[:, :1] - d[:, 1:]
-        Wf = w.reshape(M, K)
+        w = np.concatenate([b & 15, b >> 4], axis=1).astype(np.float64)
+    d = np.asarray(D, np.float16).astype(np.float64).reshape(M * K // 32, -1)
+    if Wq.fmt == "q4_0":
+        w = (w - 8.0) * d[:, :1]
+    elif Wq.fmt == "q8_0":
+        w = w * d[:, :1]
+    else:
+        w = w * d[:, :1] - d[:, 1:]
+    return w.reshape(M, K)
+
+
+def planes_gemv_reference(Wq, X=None, q8=None) -> np.ndarray:
+    """NumPy twin of what `gemv_planes` computes, in f64 (the kernel differs only by f32
+    roundings and the order of its sums): `planes_weights(Wq)` times X (N x K), or, with
+    q8 = (q, d, s) from `quantize_q8_1_reference`, times the quantised activations q * d."""
+    Wf = planes_weights(Wq)
     if q8 is not None:
         q, dx, _ = q8
         N = q.shape[0]
-        Xf = (q.reshape(N, -1, 32).astype(np.float64) * dx[..., None]).reshape(N, K)
+        Xf = (q.reshape(N, -1, 32).astype(np.float64) * dx[..., None]).reshape(N, Wq.K)
     else:
         Xf = np.asarray(X, np.float64)
     return Xf @ Wf.T
