@@ -1,0 +1,167 @@
+"""gemv_planes: matrix-vector products (N = 1 ... 8) over the weight planes, on the emulator
+(hypothesis over shapes, formats, configurations and both activation kinds) against gguf's
+dequantisation and the NumPy twin, and through lavapipe (subgroups of 8)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pycoop as pc
+from pycoop.kernels import matmul_q, q8_1_error_bound, quantize_q8_1_reference, weights
+from pycoop.kernels.gemv_planes import (PlanesGemvConfig, gemv_planes, matmul_planes_gemv,
+                                        planes_gemv_config, planes_gemv_reference, planes_weights,
+                                        weight_planes)
+
+from gemv_cases import check, gguf, make_weights, reference  # noqa: F401 (fixture)
+
+FMTS = ["q4_0", "q8_0", "q4_k", "f16"]
+
+
+def planes_bound(gguf, fmt, W, Wf):
+    """|planes weights - gguf's| allowed: Q4_K's scale and min are rounded once to f16 (2^-11
+    of d * sc * q and dmin * m); the other formats' planes are lossless."""
+    if fmt != "q4_k":
+        return 0.0
+    ref = gguf.quants.dequantize(W, gguf.GGMLQuantizationType.Q4_K).astype(np.float64)
+    return np.abs(Wf - ref).max(), 2.0 ** -11 * 2 * (np.abs(ref).max() + 1.0) * 0.06
+
+
+def check_against_twin(y, twin, X_abs_dot):
+    """Y against the f64 twin: f32 rounding of the products and sums only (a few ulps of the
+    sum of |terms|)."""
+    tol = 2e-6 * X_abs_dot.max() * np.sqrt(X_abs_dot.shape[-1] + 1) + 1e-6
+    np.testing.assert_allclose(y, twin, rtol=1e-5, atol=tol)
+
+
+@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fmt=st.sampled_from(FMTS), x=st.sampled_from(["f32", "q8_1"]), m=st.integers(1, 21),
+       blocks=st.integers(1, 5), n=st.integers(1, 8), rows=st.integers(1, 3),
+       nt=st.sampled_from([1, 2, 4, 8]), sg=st.integers(1, 3), span=st.integers(1, 3),
+       seed=st.integers(0, 2 ** 16))
+def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt, sg, span, seed):
+    if fmt == "f16":
+        x = "f32"
+    K = blocks * {"q4_k": 256, "f16": 8}.get(fmt, 32) * (1 if fmt == "q4_k" else 4)
+    W = make_weights(gguf, fmt, m, K, seed=seed)
+    Wq = weights(W, None if fmt == "f16" else fmt)
+    X = np.random.default_rng(seed).standard_normal((n, K)).astype(np.float32)
+    cfg = PlanesGemvConfig(x, rows, nt, sg, span)
+    y = matmul_planes_gemv(Wq, X, cfg, backend="emulator", subgroup_size=8)
+    Wf = planes_weights(Wq)
+    absdot = np.abs(X).astype(np.float64) @ np.abs(Wf).T
+    if x == "f32":
+        check_against_twin(y, planes_gemv_reference(Wq, X), absdot)
+        if fmt != "q4_k":                               # the planes are lossless: gguf's Y
+            check(y, reference(gguf, fmt, W, X))
+    else:
+        q8 = quantize_q8_1_reference(X)
+        check_against_twin(y, planes_gemv_reference(Wq, q8=q8), absdot)
+        ref = X.astype(np.float64) @ Wf.T                   # within X's quantisation
+        bound = q8_1_error_bound(Wf, q8[1]) + 1e-5 * np.abs(ref).max() + 1e-6
+        assert (np.abs(y - ref) <= bound).all()
+    if fmt == "q4_k":                                       # planes vs gguf's weights
+        ref = gguf.quants.dequantize(W, gguf.GGMLQuantizationType.Q4_K).astype(np.float64)
+        blk = np.ascontiguousarray(W).reshape(m, K // 256, 144)
+        dm = np.ascontiguousarray(blk[..., :4]).view(np.float16).astype(np.float64)
+        # each sub-block's scale and min are rounded once: |dw| <= 2^-11 (d*sc*15 + dmin*m)
+        lim = 2.0 ** -11 * (dm[..., 0] * 63 * 15 + dm[..., 1] * 63)
+        assert (np.abs(Wf - ref).reshape(m, K // 256, 256) <= lim[..., None] * 1.001).all()
+
+
+def test_planes_are_shared_with_the_planes_gemms():
+    """weight_planes keeps the planes under the key matmul_q's planes GEMMs use, once."""
+    rng = np.random.default_rng(0)
+    W = rng.integers(0, 256, (64, 2 * 18), dtype=np.uint8)
+    W[:, 0:2] = np.array([0.01], np.float16).view(np.uint8)
+    W[:, 18:20] = np.array([0.02], np.float16).view(np.uint8)
+    Wq = weights(W, "q4_0")
+    Q, D = weight_planes(Wq)
+    assert Wq._arrays[("planes", None)][0] is Q and weight_planes(Wq)[1] is D
+    assert Q.shape == (128, 4) and D.dtype == np.float16
+
+
+def test_q8_1_block_sums_and_offsets_exact():
+    """Power-of-two scales and small integers: every product and sum is exact in f32, so the
+    kernel equals the twin bit for bit (Q4_0's offset 8 through the activations' sums, Q4_K's
+    min through them too)."""
+    rng = np.random.default_rng(3)
+    M, K, N = 9, 512, 3
+    for fmt in ("q4_0", "q8_0", "q4_k"):
+        size = {"q4_0": 18, "q8_0": 34, "q4_k": 144}[fmt]
+        nb = M * K // {"q4_k": 256}.get(fmt, 32)
+        b = rng.integers(0, 256, (nb, size), dtype=np.uint8)
+        b[:, :2] = np.array([0.125], np.float16).view(np.uint8)
+        if fmt == "q4_k":
+            b[:, 2:4] = np.array([0.0625], np.float16).view(np.uint8)
+            b[:, 4:16] = 1                                   # scales and mins 1 (6 bits)
+        Wq = weights(b.reshape(M, -1), fmt)
+        X = rng.integers(-127, 128, (N, K)).astype(np.float32)
+        X[:, ::32] = 127.0                                   # d = 1 in every block
+        y = matmul_planes_gemv(Wq, X, PlanesGemvConfig("q8_1", 2, 4, 2, 2), backend="emulator",
+                               subgroup_size=8)
+        np.testing.assert_array_equal(y, planes_gemv_reference(Wq, X).astype(np.float32))
+
+
+def test_device_arrays_and_f16_activations():
+    rng = np.random.default_rng(1)
+    W = rng.integers(0, 256, (20, 4 * 34), dtype=np.uint8)
+    for i in range(4):
+        W[:, 34 * i:34 * i + 2] = np.array([0.01], np.float16).view(np.uint8)
+    Wq = weights(W, "q8_0")
+    X = rng.standard_normal((3, 128)).astype(np.float16)
+    cfg = PlanesGemvConfig("q8_1", 1, 4, 2, 1)
+    with pc.use_backend("emulator"):
+        y = matmul_planes_gemv(Wq, pc.asarray(X), cfg, subgroup_size=8)
+    assert isinstance(y, pc.Array)
+    np.testing.assert_array_equal(y.numpy(), matmul_planes_gemv(Wq, X, cfg, backend="emulator",
+                                                                subgroup_size=8))
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda Wq: gemv_planes("q5_0"), "format is one of"),
+    (lambda Wq: gemv_planes("q4_0", "i8"), "x is 'f32' or 'q8_1'"),
+    (lambda Wq: gemv_planes("f16", "q8_1"), "f16 weights take x='f32'"),
+    (lambda Wq: gemv_planes("q4_0", nt=16), "nt .* at most 8"),
+    (lambda Wq: gemv_planes("q4_0", rows=0), "rows must be an int >= 1"),
+    (lambda Wq: gemv_planes("q4_0", rows=8, nt=8, span=2), "at most 64"),
+    (lambda Wq: gemv_planes("q4_0", subgroup_size=12), "subgroup_size"),
+    (lambda Wq: matmul_planes_gemv(Wq, np.zeros((9, 64), np.float32)), r"N = 1 \.\.\. 8"),
+    (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 32), np.float32)), "K = 64"),
+    (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 64), np.float16)), "X is f32"),
+    (lambda Wq: planes_gemv_config("q4_0", 0), r"N = 1 \.\.\. 8"),
+])
+def test_errors_before_any_work(call, message):
+    W = np.zeros((4, 2 * 18), np.uint8)
+    with pytest.raises(ValueError, match=message):
+        call(weights(W, "q4_0"))
+
+
+@pytest.mark.vulkan
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("x", ["f32", "q8_1"])
+@pytest.mark.parametrize("N,cfg", [(1, None), (5, None), (3, (3, 2, 2, 2))])
+def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
+    """Through the real Vulkan path (lavapipe: subgroups of 8): equal to the emulator up to
+    the order of the f32 sums."""
+    try:
+        from pycoop.runtime.vulkan import get_runtime
+        caps = get_runtime().capabilities
+    except Exception as e:                                   # noqa: BLE001
+        pytest.skip(f"no Vulkan device: {e}")
+    if "arithmetic" not in caps.subgroup_operations or caps.subgroup_size < 8:
+        pytest.skip("needs subgroup arithmetic and subgroups of at least 8")
+    if fmt == "f16" and x == "q8_1":
+        pytest.skip("f16 weights take x='f32'")
+    M, K = 19, 512
+    W = make_weights(gguf, fmt, M, K, seed=N)
+    Wq = weights(W, None if fmt == "f16" else fmt)
+    X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
+    c = planes_gemv_config(fmt, N, x) if cfg is None else PlanesGemvConfig(x, *cfg)
+    S = caps.subgroup_size
+    y = matmul_planes_gemv(Wq, X, c, backend="vulkan", subgroup_size=S)
+    emu = matmul_planes_gemv(Wq, X, c, backend="emulator", subgroup_size=S)
+    np.testing.assert_allclose(y, emu, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(emu).max()))
+    if x == "f32" and fmt != "q4_k":
+        check(y, reference(gguf, fmt, W, X))
