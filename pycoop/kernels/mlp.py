@@ -64,6 +64,12 @@ def _row_rms(X, red, t, h4, lane, nsg: int, eps):
     for i in pc.range(lane, h4, WG):
         v = X[t * h4 + i]
         ss = ss + (v[0] * v[0] + v[1] * v[1]) + (v[2] * v[2] + v[3] * v[3])
+    return _rms_of(ss, red, h4, nsg, eps)
+
+
+@pc.func
+def _rms_of(ss, red, h4, nsg: int, eps):
+    """rsqrt(the workgroup's sum of the lanes' `ss` / (4 h4) + eps)."""
     ss = pc.subgroup.add(ss)
     if pc.subgroup_local_id() == 0:
         red[pc.subgroup_id()] = ss
@@ -74,19 +80,60 @@ def _row_rms(X, red, t, h4, lane, nsg: int, eps):
     return pc.rsqrt(tot / f32(h4 * 4) + eps)
 
 
+def _row_in_registers(X, t, h4, lane, per: int) -> tuple[list, object]:
+    """Row t of X (h4 vec4) held by the workgroup's lanes, `per` vec4 each (lane + j WG), all
+    loads issued before any use (one memory round trip instead of one per loop iteration);
+    slots past h4 read the last vec4 and count zero in the sum of squares. Returns the
+    values and this lane's sum of squares."""
+    vals, ss = [], f32(0.0)
+    for j in range(per):
+        i = lane + j * WG
+        vals.append(X[t * h4 + pc.min(i, h4 - 1)])
+    for j, v in enumerate(vals):
+        sq = (v[0] * v[0] + v[1] * v[1]) + (v[2] * v[2] + v[3] * v[3])
+        ss = ss + pc.select(lane + j * WG < h4, sq, f32(0.0))
+    return vals, ss
+
+
 def _check_sg(subgroup_size) -> None:
     if subgroup_size not in (8, 16, 32, 64, 128):
         raise ValueError(f"subgroup_size must be 8, 16, 32, 64 or 128, got {subgroup_size!r}")
 
 
+@pc.func
+def _put_q8_1(Q, D, S, G, t, h4, i, v, r):
+    """Quantise vec4 i of row t (v, times the norm r and G) into the q8_1 outputs (every lane
+    of an 8-lane block takes part; lanes past h4 store nothing)."""
+    g = G[pc.min(i, h4 - 1)]                                # whole 8-lane blocks past the end
+    word, d, s = q8_1_lanes([(v[c] * r) * g[c] for c in range(4)])
+    if i < h4:
+        Q[t * h4 + i] = word
+        if (i & 7) == 0:
+            D[(t * h4 + i) >> 3] = d
+            S[(t * h4 + i) >> 3] = s
+
+
+def _check_rows_held(H) -> int:
+    """vec4 per lane of a row held in registers (`H`, the row's length fixed at build, None:
+    the row is read twice, any length)."""
+    if H is None:
+        return 0
+    if not isinstance(H, int) or H < 4 or H % 4:
+        raise ValueError(f"H must be an int, a multiple of 4, got {H!r}")
+    return -(-H // (4 * WG))
+
+
 @functools.cache
-def rms_norm_q8_1(subgroup_size: int = 32):
+def rms_norm_q8_1(subgroup_size: int = 32, H: int | None = None):
     """RMSNorm of each row of X (N x H f32 as vec4, H a multiple of 32) times G (H f32 as
     vec4), quantised to q8_1 in the same kernel: Q (u32, N * H / 4), D (f32) and S (i32), one per
     32-block, as `quantize_q8_1` writes them. One workgroup per row: grid N. Operands: X, G,
-    Q, D, S, H (u32), eps (f32)."""
+    Q, D, S, H (u32), eps (f32). With `H` given at build (at most that many values per row at
+    launch), each lane keeps its part of the row in registers: X is read once, in one round
+    trip (the batch-1 latency of the MLP block)."""
     _check_sg(subgroup_size)
     nsg = WG // subgroup_size
+    per = _check_rows_held(H)
 
     @pc.kernel(workgroup_size=WG, subgroup_size=subgroup_size)
     def rms_norm_q8_1(X: pc.ReadBuffer[F4], G: pc.ReadBuffer[F4], Q: pc.WriteBuffer[u32],
@@ -94,26 +141,28 @@ def rms_norm_q8_1(subgroup_size: int = 32):
         red = pc.shared(f32, nsg)
         t, lane = pc.workgroup_id.x, pc.local_invocation_index()
         h4 = H >> 2
-        r = _row_rms(X, red, t, h4, lane, nsg, eps)
-        for j in pc.range(0, (h4 + (WG - 1)) // WG):       # the same trip count for every lane
-            i = j * WG + lane
-            ic = pc.min(i, h4 - 1)                          # whole 8-lane blocks past the end
-            v, g = X[t * h4 + ic], G[ic]
-            word, d, s = q8_1_lanes([(v[c] * r) * g[c] for c in range(4)])
-            if i < h4:
-                Q[t * h4 + i] = word
-                if (i & 7) == 0:
-                    D[(t * h4 + i) >> 3] = d
-                    S[(t * h4 + i) >> 3] = s
+
+        if per:
+            vals, ss = _row_in_registers(X, t, h4, lane, per)
+            r = _rms_of(ss, red, h4, nsg, eps)
+            for j, v in enumerate(vals):
+                _put_q8_1(Q, D, S, G, t, h4, lane + j * WG, v, r)
+        else:
+            r = _row_rms(X, red, t, h4, lane, nsg, eps)
+            for j in pc.range(0, (h4 + (WG - 1)) // WG):   # the same trip count for every lane
+                i = j * WG + lane
+                _put_q8_1(Q, D, S, G, t, h4, i, X[t * h4 + pc.min(i, h4 - 1)], r)
     return rms_norm_q8_1
 
 
 @functools.cache
-def rms_norm_f32(subgroup_size: int = 32):
+def rms_norm_f32(subgroup_size: int = 32, H: int | None = None):
     """RMSNorm of each row of X (N x H f32 as vec4, H a multiple of 4) times G, into Y (N x H
-    f32 as vec4). One workgroup per row: grid N. Operands: X, G, Y, H, eps."""
+    f32 as vec4). One workgroup per row: grid N. Operands: X, G, Y, H, eps. `H` at build as in
+    rms_norm_q8_1."""
     _check_sg(subgroup_size)
     nsg = WG // subgroup_size
+    per = _check_rows_held(H)
 
     @pc.kernel(workgroup_size=WG, subgroup_size=subgroup_size)
     def rms_norm_f32(X: pc.ReadBuffer[F4], G: pc.ReadBuffer[F4], Y: pc.WriteBuffer[F4], H: u32,
@@ -121,10 +170,19 @@ def rms_norm_f32(subgroup_size: int = 32):
         red = pc.shared(f32, nsg)
         t, lane = pc.workgroup_id.x, pc.local_invocation_index()
         h4 = H >> 2
-        r = _row_rms(X, red, t, h4, lane, nsg, eps)
-        for i in pc.range(lane, h4, WG):
-            v, g = X[t * h4 + i], G[i]
-            Y[t * h4 + i] = pc.make_vector([(v[c] * r) * g[c] for c in range(4)])
+        if per:
+            vals, ss = _row_in_registers(X, t, h4, lane, per)
+            r = _rms_of(ss, red, h4, nsg, eps)
+            for j, v in enumerate(vals):
+                i = lane + j * WG
+                if i < h4:
+                    g = G[i]
+                    Y[t * h4 + i] = pc.make_vector([(v[c] * r) * g[c] for c in range(4)])
+        else:
+            r = _row_rms(X, red, t, h4, lane, nsg, eps)
+            for i in pc.range(lane, h4, WG):
+                v, g = X[t * h4 + i], G[i]
+                Y[t * h4 + i] = pc.make_vector([(v[c] * r) * g[c] for c in range(4)])
     return rms_norm_f32
 
 
@@ -324,7 +382,7 @@ class MLPBlock:
             nb1, nb2 = T * H // 32, T * I // 32
             q1, d1, s1 = (pc.empty(nb1 * 8, pc.u32, backend=bk), pc.empty(nb1, pc.f32, backend=bk),
                           pc.empty(nb1, pc.i32, backend=bk))
-            self.launches.append(rms_norm_q8_1(sg)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), q1, d1, s1, H,
+            self.launches.append(rms_norm_q8_1(sg, H)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), q1, d1, s1, H,
                                  self.eps))
             self.launches.append(k1[g1](self.gate_up.kernel_array(bk), q1.reshape(-1, 4) if c1.parts == 1 else q1,
                    d1, s1, y1, 2 * I, T, H))
@@ -335,7 +393,7 @@ class MLPBlock:
                    d2, s2, y2, H, T, I))
         else:
             xn = pc.empty((T, H), pc.f32, backend=bk)
-            self.launches.append(rms_norm_f32(sg)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.reshape(-1, 4), H,
+            self.launches.append(rms_norm_f32(sg, H)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.reshape(-1, 4), H,
                                 self.eps))
             self.launches.append(k1[g1](self.gate_up.kernel_array(bk), xn.reshape(-1, 4), y1, 2 * I, T, H))
             h = pc.empty((T, I), pc.f32, backend=bk)

@@ -52,14 +52,16 @@ def norm_ref(x, nw, eps=1e-5):
 
 @FEW
 @given(st.integers(1, 4), st.sampled_from([32, 64, 288, 1056]), st.integers(0, 2**16),
-       st.sampled_from([8, 32]))
-def test_rms_norm_q8_1(T, H, seed, sg):
+       st.sampled_from([8, 32]), st.booleans())
+def test_rms_norm_q8_1(T, H, seed, sg, held):
+    """Row read twice, or held in registers (H at build)."""
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((T, H)) * rng.uniform(0.1, 10)).astype(np.float32)
     nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
     nb = T * H // 32
     q, d, s = arr(np.zeros(nb * 8, np.uint32)), arr(np.zeros(nb, np.float32)), arr(np.zeros(nb, np.int32))
-    mlp.rms_norm_q8_1(sg)[T](arr(x).reshape(-1, 4), arr(nw).reshape(-1, 4), q, d, s, H, 1e-5)
+    mlp.rms_norm_q8_1(sg, H if held else None)[T](arr(x).reshape(-1, 4), arr(nw).reshape(-1, 4),
+                                                  q, d, s, H, 1e-5)
     n = norm_ref(x, nw)
     qr, dr, sr = quantize_q8_1_reference(n.astype(np.float32))
     qk = q.numpy().view(np.int8).reshape(T, H).astype(np.int32)
@@ -74,18 +76,25 @@ def test_rms_norm_q8_1(T, H, seed, sg):
 
 
 @FEW
-@given(st.integers(1, 5), st.sampled_from([4, 8, 100, 1000]), st.integers(0, 2**16))
-def test_rms_norm_f32_and_scale(T, H, seed):
+@given(st.integers(1, 5), st.sampled_from([4, 8, 100, 1000, 1028]), st.integers(0, 2**16),
+       st.booleans())
+def test_rms_norm_f32_and_scale(T, H, seed, held):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((T, H)).astype(np.float32)
     nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
     y = arr(np.zeros((T, H), np.float32))
-    mlp.rms_norm_f32(32)[T](arr(x).reshape(-1, 4), arr(nw).reshape(-1, 4), y.reshape(-1, 4), H, 1e-5)
+    mlp.rms_norm_f32(32, H if held else None)[T](arr(x).reshape(-1, 4), arr(nw).reshape(-1, 4),
+                                                 y.reshape(-1, 4), H, 1e-5)
     np.testing.assert_allclose(y.numpy(), norm_ref(x, nw), rtol=2e-6, atol=1e-7)
     r = arr(np.zeros(T, np.float32))
     mlp.rms_scale(32)[T](arr(x).reshape(-1, 4), r, H, 1e-5)
     np.testing.assert_allclose(r.numpy(), 1 / np.sqrt((x.astype(np.float64) ** 2).mean(-1) + 1e-5),
                                rtol=2e-6)
+
+
+def test_rows_held_in_registers_need_a_whole_length():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        mlp.rms_norm_f32(32, 1030)
 
 
 @FEW
