@@ -44,6 +44,10 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 
+from .attention_decode import (MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig, attention_decode_vector,
+                               attention_merge, chunk_of, default_lanes, default_splits,
+                               fits_shared, streams_of)
+
 HEAD_DIMS = (64, 80, 96, 112, 128, 256)
 SCOPES = ("workgroup", "subgroup")
 # subgroup-scope kernels are compiled for subgroups of 32 invocations (NVIDIA's size)
@@ -530,7 +534,10 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               softmax: Softmax = Softmax(), splits: int | None = None, decode_rows: int = 32,
               decode_Bc: int = 64, decode_invocations: int = 128,
               decode_scope: str = "workgroup", combine_unroll: int = 1, fp: str = "exact",
-              decode: bool | None = None) -> AttentionResult:
+              decode: bool | None = None, decode_kernel: str = "auto",
+              decode_subgroups: int | None = None,
+              decode_unroll: int = DecodeConfig.unroll, decode_lanes: int | None = None,
+              subgroup_size: int = 32, merge_unroll: int = 4) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim), float16
@@ -545,7 +552,16 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     subgroup scope); otherwise the prefill kernel with Br x Bc tiles, `invocations` and
     `scope`. `softmax` (a `Softmax`) and `fp` (the kernels' floating-point mode) apply to both
     paths. `decode` True or False chooses the
-    path instead. The configuration is checked before anything runs."""
+    path instead. The configuration is checked before anything runs.
+
+    `decode_kernel`: "vector" decodes with `attention_decode_vector` + `attention_merge` (no
+    cooperative matrices; K and V read once by vector loads; `decode_subgroups`
+    (default 4, fewer where the merge would not fit 32 KiB of shared memory),
+    `decode_unroll`, `decode_lanes`, `subgroup_size`, `merge_unroll`; `splits` by default
+    about two workgroups per SM of a 132-SM GPU), "coopmat" with the cooperative-matrix
+    kernels above, "auto" (the default) with "vector" where it applies: f16 or bf16, head_dim
+    64, 128 or 256, at most 8 query rows per K/V head (heads / kv_heads * queries). On the
+    vector path `softmax` and `fp` do not apply (it computes in f32 throughout, in base 2)."""
     B, H, Hkv, Sq, Skv, D = _check_shapes(Q, K, V, mask, causal)
     el = _dtype_name(Q)
     if _dtype_name(K) != el or _dtype_name(V) != el:
@@ -569,11 +585,25 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     O = new((B, H, Sq, D), _NUMPY_OUT[out])
     LSE = new((B, H, Sq), np.float32)
     run = {"backend": backend, "repeat": repeat}
-    fits = mask is None and not causal and (H // Hkv) * Sq <= decode_rows
+    if decode_kernel not in ("auto", "vector", "coopmat"):
+        raise ValueError(f"attention: decode_kernel must be 'auto', 'vector' or 'coopmat', got "
+                         f"{decode_kernel!r}")
+    n = (H // Hkv) * Sq                      # query rows per K/V head
+    vector = D in VECTOR_HEAD_DIMS and n <= MAX_ROWS
+    if decode_kernel == "vector" and not vector:
+        raise ValueError(f"attention: the vector decode takes head_dim {VECTOR_HEAD_DIMS} and "
+                         f"at most {MAX_ROWS} query rows per K/V head (heads / kv_heads * "
+                         f"queries = {n}, head_dim {D})")
+    vector = vector and decode_kernel != "coopmat"
+    fits = mask is None and not causal and (n <= MAX_ROWS if vector else n <= decode_rows)
     if decode and not fits:
         raise ValueError(f"attention: the decode path takes neither mask nor causal, and at most "
                          f"decode_rows={decode_rows} packed rows (heads / kv_heads * queries = "
                          f"{(H // Hkv) * Sq})")
+    if (fits if decode is None else decode) and vector:
+        return _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale,
+                              splits, decode_subgroups, decode_unroll, decode_lanes,
+                              subgroup_size, merge_unroll)
     if fits if decode is None else decode:
         kernel = attention_decode(D, decode_rows, decode_Bc, decode_invocations, el,
                                   decode_scope, sm, fp)
@@ -600,6 +630,30 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     args = [Q, K, V] + ([mask] if mask is not None else [])
     r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
     return AttentionResult(O, LSE, r.time_ms, r.backend, (r.time_ms,))
+
+
+def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale, splits,
+                   subgroups, unroll, lanes, subgroup_size, merge_unroll) -> AttentionResult:
+    """The vector decode: chunks of keys per K/V head, then the merge of the chunks."""
+    n = (H // Hkv) * Sq
+    if subgroups is None:           # the default, halved until the merge fits shared memory
+        subgroups = DecodeConfig.subgroups
+        while subgroups > 1 and not fits_shared(D, n, subgroups):
+            subgroups //= 2
+    kernel = attention_decode_vector(D, n, subgroups, lanes, unroll, subgroup_size, el)
+    merge = attention_merge(D, out, unroll=merge_unroll)
+    T = streams_of(subgroups, subgroup_size, lanes or default_lanes(D, subgroup_size))
+    if splits is None:
+        splits = default_splits(Skv, B * Hkv, T, unroll)
+    if not isinstance(splits, int) or isinstance(splits, bool) or splits < 1:
+        raise ValueError(f"attention: splits must be a positive int, got {splits!r}")
+    chunk, splits = chunk_of(Skv, splits, T, unroll)
+    R = B * H * Sq
+    Part = new((splits, R, D), np.float32)
+    M, L = new((splits, R), np.float32), new((splits, R), np.float32)
+    r1 = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, Skv, chunk, scale, **run)
+    r2 = merge[(R,)](Part, M, L, O, LSE, R, splits, **run)
+    return AttentionResult(O, LSE, r1.time_ms + r2.time_ms, r1.backend, (r1.time_ms, r2.time_ms))
 
 
 def attention_reference(Q, K, V, *, mask=None, causal: bool = False,

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from core_helpers import FEW, SETTINGS
 import pycoop as pc
-from pycoop.kernels import (Softmax, attention, attention_combine, attention_decode,
-                            attention_prefill, attention_reference)
+from pycoop.kernels import (AttentionResult, Softmax, attention, attention_combine, attention_decode,
+                            attention_decode_vector, attention_merge, attention_prefill,
+                            attention_reference)
+from pycoop.kernels.attention_decode import fits_shared
 
 # small tiles keep the emulator fast; the GPU defaults are checked by spirv-val below
 TILE = {"Br": 32, "Bc": 32, "invocations": 128}
@@ -90,7 +92,7 @@ def test_decode_options_match_numpy(G, Sq, Skv, splits, sm, config, seed):
     Sq = min(Sq, rows // G)
     Q, K, V, _ = operands(1, 2 * G, 2, Sq, Skv, 64, seed)
     r = attention(Q, K, V, out="f32", backend="emulator", splits=splits, softmax=sm,
-                  decode_rows=rows, decode_Bc=Bc, decode_invocations=inv, decode_scope=scope)
+                  decode_kernel="coopmat", decode_rows=rows, decode_Bc=Bc, decode_invocations=inv, decode_scope=scope)
     check(r, Q, K, V)
     assert len(r.kernel_ms) == 2
 
@@ -100,9 +102,11 @@ def test_combine_unroll_is_bit_identical(splits):
     """The combine's unrolled loops read several splits before using them but add in the same
     order: the same bits as the plain loop, whatever the remainder."""
     Q, K, V, _ = operands(1, 8, 2, 1, 700, 64, seed=splits)
-    plain = attention(Q, K, V, out="f32", backend="emulator", splits=splits)
+    plain = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
+                      decode_kernel="coopmat")
     for u in (2, 3, 8):
-        r = attention(Q, K, V, out="f32", backend="emulator", splits=splits, combine_unroll=u)
+        r = attention(Q, K, V, out="f32", backend="emulator", splits=splits, combine_unroll=u,
+                      decode_kernel="coopmat")
         assert np.array_equal(r.out, plain.out) and np.array_equal(r.lse, plain.lse)
     check(plain, Q, K, V)
 
@@ -133,7 +137,7 @@ def test_decode_matches_numpy(G, Sq, Skv, splits, seed):
     if G * Sq > 32:
         Sq = 32 // G
     Q, K, V, _ = operands(1, 2 * G, 2, Sq, Skv, 64, seed)
-    r = attention(Q, K, V, out="f32", backend="emulator", splits=splits)
+    r = attention(Q, K, V, out="f32", backend="emulator", splits=splits, decode_kernel="coopmat")
     check(r, Q, K, V)
 
 
@@ -143,7 +147,9 @@ def test_head_dims(D):
     check(attention(Q, K, V, causal=True, out="f32", backend="emulator", decode=False,
                     Br=16, Bc=16, invocations=64), Q, K, V, causal=True)
     Q1 = Q[:, :, :1]
-    check(attention(Q1, K, V, out="f32", backend="emulator", splits=2), Q1, K, V)
+    for kind in ("auto", "coopmat"):          # auto: the vector decode at 128 and 256
+        check(attention(Q1, K, V, out="f32", backend="emulator", splits=2, decode_kernel=kind),
+              Q1, K, V)
 
 
 def test_f16_output_and_scale():
@@ -250,3 +256,122 @@ def test_dtype_errors():
         attention(Q.astype(np.float32), Q, Q, backend="emulator")
     with pytest.raises(ValueError, match="must have one dtype"):
         attention(Q, Q.astype(ml_dtypes.bfloat16), Q, backend="emulator")
+
+
+# --- the vector decode (attention_decode_vector + attention_merge) -------------------------
+
+@SETTINGS
+@given(B=st.integers(1, 2), G=st.sampled_from([1, 2, 4, 8]), Sq=st.integers(1, 2),
+       Skv=st.integers(1, 300), D=st.sampled_from([64, 128, 256]),
+       splits=st.one_of(st.none(), st.integers(1, 9)),
+       config=st.sampled_from([(32, 4, 4, None), (32, 2, 1, None), (8, 2, 3, None),
+                               (32, 1, 2, 8), (16, 2, 2, 16), (8, 4, 1, 4)]),
+       seed=st.integers(0, 2 ** 16))
+def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, seed):
+    """GQA ratios, one or two queries, key counts that are no multiple of a chunk (the last
+    iteration's keys past the chunk masked), head dims 64/128/256, subgroups of 8, 16 or 32
+    lanes, lanes per key, streams and unrolling; f32 scores and probabilities: far tighter
+    than the f16-P kernels."""
+    S, subgroups, unroll, lanes = config
+    while not fits_shared(D, G * min(Sq, 8 // G), subgroups):   # as the default does
+        subgroups //= 2
+    if lanes is not None and (lanes > S or (D // 4) % lanes):
+        lanes = None
+    Sq = min(Sq, 8 // G)
+    Q, K, V, _ = operands(B, 2 * G, 2, Sq, Skv, D, seed)
+    r = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
+                  decode_kernel="vector", decode_subgroups=subgroups, decode_unroll=unroll,
+                  decode_lanes=lanes, subgroup_size=S)
+    check(r, Q, K, V, tol=2e-5)
+    ref, lse = attention_reference(Q, K, V)
+    np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-5)
+    assert len(r.kernel_ms) == 2
+
+
+def test_vector_decode_is_the_default_where_it_applies():
+    """auto: the vector kernel for up to 8 query rows per K/V head at head dims 64/128/256
+    (f32 probabilities: errors near f32 rounding), the cooperative-matrix kernels otherwise
+    (f16 probabilities: errors near 2^-11)."""
+    Q, K, V, _ = operands(1, 8, 2, 1, 200, 128, seed=1)
+    ref, _ = attention_reference(Q, K, V)
+    auto = attention(Q, K, V, out="f32", backend="emulator")
+    coop = attention(Q, K, V, out="f32", backend="emulator", decode_kernel="coopmat")
+    vec = attention(Q, K, V, out="f32", backend="emulator", decode_kernel="vector")
+    assert np.array_equal(auto.out, vec.out)
+    assert np.abs(vec.out - ref).max() < 1e-5 < np.abs(coop.out - ref).max() < OUT_TOL
+    Q3 = operands(1, 8, 2, 3, 200, 128, seed=1)[0]        # 12 rows per K/V head: coopmat
+    r = attention(Q3, K, V, out="f32", backend="emulator")
+    assert 1e-5 < np.abs(r.out - attention_reference(Q3, K, V)[0]).max() < OUT_TOL
+
+
+def test_vector_decode_bf16_f16_out_scale_and_device_arrays():
+    Q, K, V, _ = operands(2, 4, 1, 1, 90, 64, seed=2, dtype=ml_dtypes.bfloat16)
+    r = attention(Q, K, V, scale=0.3, backend="emulator", decode_kernel="vector")
+    ref, _ = attention_reference(Q, K, V, scale=0.3)
+    assert r.out.dtype == np.float16
+    np.testing.assert_allclose(r.out.astype(np.float64), ref, rtol=0, atol=2e-3)  # f16 rounding
+    Q, K, V, _ = operands(1, 4, 2, 1, 70, 128, seed=3)
+    q, k, v = (pc.asarray(a, backend="emulator") for a in (Q, K, V))
+    r = attention(q, k, v, out="f32", backend="emulator", splits=3)
+    assert isinstance(r.out, pc.Array) and isinstance(r.lse, pc.Array)
+    check(AttentionResult(r.out.numpy(), r.lse.numpy(), 0, ""), Q, K, V, tol=2e-5)
+
+
+@pytest.mark.parametrize("Skv,splits", [(5, 4), (64, 9), (33, 3)])
+def test_vector_decode_chunks_past_the_keys(Skv, splits):
+    """Launched directly with more chunks than the keys fill, outputs NaN-filled first: the
+    empty chunks write maxima of -1e30, zero sums and outputs, and every element is written."""
+    D, n, R = 64, 4, 8
+    Q, K, V, _ = operands(1, 8, 2, 1, Skv, D, seed=Skv)
+    Part = np.full((splits, R, D), np.nan, np.float32)
+    M, L = np.full((splits, R), np.nan, np.float32), np.full((splits, R), np.nan, np.float32)
+    attention_decode_vector(D, n, 2, None, 1, 32)[(splits, 2)](Q, K, V, Part, M, L, Skv, 16,
+                                                               0.125, backend="emulator")
+    used = -(-Skv // 16)
+    assert not np.isnan(Part).any() and not np.isnan(M).any() and not np.isnan(L).any()
+    assert (M[used:] == np.float32(-1e30)).all() and (L[used:] == 0).all()
+    assert (Part[used:] == 0).all()
+    O, LSE = np.zeros((R, D), np.float32), np.zeros(R, np.float32)
+    attention_merge(D, "f32")[(R,)](Part, M, L, O, LSE, R, splits, backend="emulator")
+    ref, lse = attention_reference(Q, K, V, scale=0.125)
+    np.testing.assert_allclose(O.reshape(ref.shape), ref, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(LSE.reshape(lse.shape), lse, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("kernel", [
+    attention_decode_vector(), attention_decode_vector(64, 8, 2, 8, 2, 32, "bf16"),
+    attention_decode_vector(256, 1, 4, None, 1, 8), attention_merge(),
+    attention_merge(64, "f32", 128, 2),
+], ids=lambda k: "")
+def test_vector_decode_modules_pass_spirv_val(kernel):
+    assert len(kernel.compile().spv) > 1000
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: attention_decode_vector(80), r"head_dim must be one of \(64, 128, 256\)"),
+    (lambda: attention_decode_vector(128, 9), "rows .* from 1 to 8, got 9"),
+    (lambda: attention_decode_vector(128, 4, 0), "subgroups must be an int >= 1"),
+    (lambda: attention_decode_vector(128, 4, unroll=0), "unroll must be an int >= 1"),
+    (lambda: attention_decode_vector(128, 4, lanes=12), "lanes per key must be a power of two"),
+    (lambda: attention_decode_vector(64, 4, lanes=32), r"dividing head_dim / 4 = 16, got 32"),
+    (lambda: attention_decode_vector(128, 4, subgroup_size=12), "subgroup_size must be"),
+    (lambda: attention_decode_vector(128, 4, dtype="f32"), "dtype must be 'f16' or 'bf16'"),
+    (lambda: attention_decode_vector(256, 8, 4), "needs more than 32768 bytes of shared"),
+    (lambda: attention_merge(128, "i8"), "out must be 'f16' or 'f32'"),
+    (lambda: attention_merge(128, invocations=100), "multiple of head_dim / 4 = 32"),
+    (lambda: attention_merge(128, unroll=0), "unroll must be an int >= 1"),
+])
+def test_vector_decode_configuration_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_vector_decode_path_errors():
+    Q = np.zeros((1, 8, 3, 64), np.float16)
+    K = np.zeros((1, 2, 8, 64), np.float16)
+    with pytest.raises(ValueError, match=r"at most 8 query rows per K/V head .* = 12, head_dim 64"):
+        attention(Q, K, K, decode_kernel="vector", backend="emulator")
+    with pytest.raises(ValueError, match="decode_kernel must be 'auto', 'vector' or 'coopmat'"):
+        attention(Q, K, K, decode_kernel="fast", backend="emulator")
+    with pytest.raises(ValueError, match="splits must be a positive int"):
+        attention(Q[:, :, :1], K, K, splits=0, backend="emulator")

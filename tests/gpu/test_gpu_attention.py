@@ -93,7 +93,7 @@ def test_attention_other_head_dims_and_types_on_gpu(D, dtype, out, tol):
     {"Br": 64, "Bc": 16, "invocations": 128, "scope": "subgroup",
      "softmax": Softmax(True, True, True)},
     {"decode_rows": 16, "decode_Bc": 32, "decode_invocations": 128, "decode_scope": "subgroup",
-     "softmax": Softmax(True, True, True)},
+     "softmax": Softmax(True, True, True), "decode_kernel": "coopmat"},
 ], ids=["exp2", "lazy", "prefetch", "all-fast", "narrow", "subgroup", "decode-subgroup"])
 def test_attention_options_on_gpu(kwargs):
     """The Softmax options (the narrow row state too), fp="fast" and the subgroup-scope

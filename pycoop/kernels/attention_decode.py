@@ -1,0 +1,334 @@
+"""Attention decode that reads K and V once, at memory speed: a few query rows per K/V head
+against a long KV cache, without cooperative matrices.
+
+Decode is a matrix-vector problem: each K/V head's K and V (keys x head_dim) are read once and
+used by the G = heads / kv_heads query heads that share them (times the queries: the `rows`
+query rows of a K/V head, consecutive rows of Q). Two kernels:
+
+- `attention_decode_vector(...)`: one workgroup per (chunk of keys, K/V head). Each key row is
+  read by a cluster of `lanes` consecutive lanes of a subgroup, each lane taking head_dim /
+  lanes of its dimensions as 4-half vector loads (8 bytes; the clusters of a subgroup read
+  consecutive key rows, so a load instruction reads consecutive bytes). A lane keeps its slice
+  of every query row in f32 registers (pre-scaled by scale · log2(e)), multiplies it with its
+  slice of the key, and an xor butterfly of shuffles sums the slices within the cluster (every
+  lane of the cluster gets the same bits: each step adds the same two values in either order).
+  Each cluster is a stream of keys: per iteration it takes `unroll` keys, `streams` apart
+  (the workgroup reads `streams · unroll` consecutive rows), loads their K and V rows before
+  any arithmetic, and updates its online softmax in base 2 (running maximum m and sum l per
+  query row in f32, one rescale per row and iteration) and its slice of the unnormalised
+  outputs with the rows of V. Keys past the chunk are clamped on load and masked to -inf.
+  At the end the streams of a subgroup merge by shuffles and the subgroups through shared
+  memory (each rescaled to the larger maximum), and the workgroup writes one partial output,
+  maximum and sum per row.
+- `attention_merge(...)`: merges the chunks of each row: the invocations of a workgroup take
+  4 dimensions each of the row and a share of the chunks (all loads of a share independent of
+  each other), fold them into (maximum, sum, output) with the same online rescaling, and the
+  shares then merge through shared memory; O = output / sum, LSE = (maximum + log2 sum) · ln 2.
+
+`pycoop.kernels.attention(...)` uses them for decode where they apply (no mask, not causal,
+head_dim 64, 128 or 256, at most `MAX_ROWS` query rows per K/V head).
+"""
+from __future__ import annotations
+
+import functools
+
+import pycoop as pc
+from pycoop import f16, f32, u32
+
+VECTOR_HEAD_DIMS = (64, 128, 256)
+MAX_ROWS = 8                      # query rows per K/V head a lane holds in registers
+_NEG_BIG = -1.0e30                # the running maxima start finite: exp2(m - m_new) is 1, not NaN
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
+_ELEMENT = {"f16": f16, "bf16": pc.bf16}
+_OUT = {"f16": f16, "f32": f32}
+SHARED_BYTES = 32768              # shared memory the stream merge may use (lavapipe's limit)
+MERGE_INVOCATIONS = 256
+
+
+class DecodeConfig:
+    """Defaults of the vector decode (the H100 sweep of 2026-11-27, bench/attention_gpu.py)."""
+    subgroups = 4          # subgroups per workgroup
+    unroll = 4             # keys per stream and iteration
+    waves = 2              # workgroups per SM the default splits aim at
+    sms = 132              # an H100 SXM's SMs
+
+
+def _check(name: str, head_dim: int, rows: int, subgroups: int, lanes: int, unroll: int,
+           subgroup_size: int, dtype: str) -> None:
+    """Errors a wrong configuration gives before anything is traced or launched."""
+    if head_dim not in VECTOR_HEAD_DIMS:
+        raise ValueError(f"{name}: head_dim must be one of {VECTOR_HEAD_DIMS}, got {head_dim!r}")
+    if not isinstance(rows, int) or isinstance(rows, bool) or not 1 <= rows <= MAX_ROWS:
+        raise ValueError(f"{name}: rows (query rows per K/V head) must be an int from 1 to "
+                         f"{MAX_ROWS}, got {rows!r}")
+    for what, v in (("subgroups", subgroups), ("unroll", unroll)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name}: {what} must be an int >= 1, got {v!r}")
+    if subgroup_size not in (8, 16, 32, 64, 128):
+        raise ValueError(f"{name}: subgroup_size must be 8, 16, 32, 64 or 128, got "
+                         f"{subgroup_size!r}")
+    if (not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1) or lanes > subgroup_size
+            or (head_dim // 4) % lanes):
+        raise ValueError(f"{name}: lanes per key must be a power of two of at most the subgroup "
+                         f"size ({subgroup_size}) dividing head_dim / 4 = {head_dim // 4}, "
+                         f"got {lanes!r}")
+    if dtype not in _ELEMENT:
+        raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
+    if not fits_shared(head_dim, rows, subgroups):
+        raise ValueError(f"{name}: the merge of {subgroups} subgroups x {rows} rows x "
+                         f"{head_dim} f32 needs more than {SHARED_BYTES} bytes of shared memory; "
+                         "use fewer subgroups or rows")
+
+
+def fits_shared(head_dim: int, rows: int, subgroups: int) -> bool:
+    """Whether the merge of `subgroups` subgroups' outputs fits `SHARED_BYTES`."""
+    return subgroups * rows * (head_dim + 2) * 4 <= SHARED_BYTES
+
+
+def default_lanes(head_dim: int, subgroup_size: int) -> int:
+    """Lanes per key: one 4-half vector per lane and 2 of them at head_dim 128 on 32-lane
+    subgroups (16 lanes, two keys per load instruction), at most the subgroup."""
+    return min(subgroup_size, max(1, head_dim // 8))
+
+
+def streams_of(subgroups: int, subgroup_size: int, lanes: int) -> int:
+    """The key streams of a workgroup (one per cluster of `lanes` lanes)."""
+    return subgroups * (subgroup_size // lanes)
+
+
+@functools.cache
+def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int = 4,
+                            lanes: int | None = None, unroll: int = 4, subgroup_size: int = 32,
+                            dtype: str = "f16"):
+    """The chunk kernel. Parameters: Q (batch · kv_heads · rows, head_dim) — for each K/V head
+    its `rows` query rows, as (batch, heads, queries, head_dim) lays them out —, K and V
+    (batch · kv_heads · keys, head_dim) of `dtype`; Part (splits, batch · kv_heads · rows,
+    head_dim) f32, the unnormalised outputs of each chunk; M and L (splits, batch · kv_heads ·
+    rows) f32, each chunk's maxima and sums in base 2 (scores times log2(e)); then keys, chunk
+    (keys per workgroup) and scale. The grid is (splits, batch · kv_heads); a chunk past the
+    keys writes maxima of -1e30 and sums and outputs of 0. `lanes` per key (default
+    `default_lanes`), `subgroups` per workgroup, `unroll` keys per stream and iteration; the
+    kernel needs subgroups of `subgroup_size` lanes."""
+    lanes = default_lanes(head_dim, subgroup_size) if lanes is None else lanes
+    _check("attention_decode_vector", head_dim, rows, subgroups, lanes, unroll, subgroup_size,
+           dtype)
+    D, n, LK, U, S = head_dim, rows, lanes, unroll, subgroup_size
+    el = _ELEMENT[dtype]
+    V4 = pc.vec(el, 4)
+    vpl = D // (4 * LK)                      # 4-half vectors per lane and key
+    spk = S // LK                            # streams per subgroup
+    T = subgroups * spk                      # streams per workgroup
+    D4 = D // 4
+    WG = subgroups * S
+    per_inv = -(-(n * D) // WG)
+
+    def halves(v):
+        return [f32(v[e]) for e in range(4)]
+
+    def cluster_sum(x):
+        off = LK // 2
+        while off >= 1:
+            x = x + pc.subgroup.shuffle_xor(x, off)
+            off //= 2
+        return x
+
+    @pc.kernel(workgroup_size=WG, subgroup_size=S)
+    def attention_decode_vector(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[V4], V: pc.ReadBuffer[V4],
+                                Part: pc.WriteBuffer[f32], M: pc.WriteBuffer[f32],
+                                L: pc.WriteBuffer[f32], Skv: u32, chunk: u32, scale: f32):
+        sh_m, sh_l = pc.shared(f32, subgroups * n), pc.shared(f32, subgroups * n)
+        sh_o = pc.shared(f32, subgroups * n * D)
+        bkv, split = pc.workgroup_id.y, pc.workgroup_id.x
+        R = pc.num_workgroups.y * n
+        lane = pc.subgroup_local_id()
+        sub = lane % LK                                   # this lane's place in its cluster
+        t = pc.subgroup_id() * spk + lane // LK           # this lane's stream
+        k2 = scale * f32(_LOG2E)
+        q = [[x * k2 for c in range(vpl) for x in halves(Q[(bkv * n + j) * D4 + c * LK + sub])]
+             for j in range(n)]
+        kb = pc.min(split * chunk, Skv)
+        ke = pc.min(kb + chunk, Skv)
+        base = bkv * Skv
+        m = [f32(_NEG_BIG)] * n
+        l = [f32(0.0)] * n
+        o = [[f32(0.0)] * (4 * vpl) for _ in range(n)]
+        for k0 in pc.range(kb, ke, T * U):
+            keys = [k0 + u * T + t for u in range(U)]
+            rws = [(base + pc.min(k, Skv - 1)) * D4 + sub for k in keys]    # clamped rows
+            kv = [[x for c in range(vpl) for x in halves(K[r + c * LK])] for r in rws]
+            vv = [[x for c in range(vpl) for x in halves(V[r + c * LK])] for r in rws]
+            for j in range(n):
+                s = []
+                for u in range(U):
+                    d = q[j][0] * kv[u][0]
+                    for e in range(1, 4 * vpl):
+                        d = pc.fma(q[j][e], kv[u][e], d)
+                    s.append(pc.select(keys[u] < ke, cluster_sum(d), f32(float("-inf"))))
+                m_new = m[j]
+                for x in s:
+                    m_new = pc.max(m_new, x)
+                alpha = pc.exp2(m[j] - m_new)
+                p = [pc.exp2(x - m_new) for x in s]
+                tot = p[0]
+                for x in p[1:]:
+                    tot = tot + x
+                l[j] = pc.fma(l[j], alpha, tot)
+                row = []
+                for e in range(4 * vpl):
+                    a = o[j][e] * alpha
+                    for u in range(U):
+                        a = pc.fma(p[u], vv[u][e], a)
+                    row.append(a)
+                o[j] = row
+                m[j] = m_new
+        # merge the streams of each subgroup by shuffles (xor over the cluster bits: every
+        # lane gets the same bits), then the subgroups through shared memory; each merge
+        # rescales to the larger maximum
+        def across_streams(x, op):
+            off = LK
+            while off < S:
+                x = op(x, pc.subgroup.shuffle_xor(x, off))
+                off *= 2
+            return x
+
+        def add(a, b):
+            return a + b
+
+        for j in range(n):
+            b = across_streams(m[j], pc.max)
+            w = pc.exp2(m[j] - b)
+            l[j] = across_streams(l[j] * w, add)
+            o[j] = [across_streams(x * w, add) for x in o[j]]
+            m[j] = b
+        sg = pc.subgroup_id()
+        if lane == 0:
+            for j in range(n):
+                sh_m[sg * n + j] = m[j]
+        pc.barrier()
+        big = []
+        for j in range(n):
+            b = sh_m[j]
+            for g2 in range(1, subgroups):
+                b = pc.max(b, sh_m[g2 * n + j])
+            big.append(b)
+        if lane < LK:
+            for j in range(n):
+                w = pc.exp2(m[j] - big[j])
+                if lane == 0:
+                    sh_l[sg * n + j] = l[j] * w
+                for c in range(vpl):
+                    for e in range(4):
+                        sh_o[(sg * n + j) * D + (c * LK + sub) * 4 + e] = o[j][4 * c + e] * w
+        pc.barrier()
+        inv = pc.local_invocation_index()
+        first = split * R + bkv * n                       # this chunk's rows
+        for i in range(per_inv):
+            idx = inv + i * WG
+            if n * D % WG == 0 or idx < n * D:
+                acc = sh_o[idx]
+                for g2 in range(1, subgroups):
+                    acc = acc + sh_o[g2 * n * D + idx]
+                Part[first * D + idx] = acc
+        if inv < n:
+            tot = f32(0.0)
+            b = sh_m[inv]
+            for g2 in range(subgroups):
+                tot = tot + sh_l[g2 * n + inv]
+                b = pc.max(b, sh_m[g2 * n + inv])
+            M[first + inv] = b
+            L[first + inv] = tot
+    return attention_decode_vector
+
+
+@functools.cache
+def attention_merge(head_dim: int = 128, out: str = "f16", invocations: int = MERGE_INVOCATIONS,
+                    unroll: int = 4):
+    """Merges the chunks of `attention_decode_vector`: for each of the R rows, O = Σ 2^(M_s -
+    M) Part_s / Σ 2^(M_s - M) L_s with M the largest M_s, and LSE = (M + log2 of that sum) ·
+    ln 2. Parameters: Part (splits, R, head_dim), M, L (splits, R) f32; O (R, head_dim) of
+    `out`, LSE (R) f32; then R and splits. One workgroup per row, the grid is R; its
+    `invocations` take 4 dimensions each, so invocations / (head_dim / 4) groups of them share
+    the chunks (group g takes chunks g, g + groups, ...; `unroll` of them loaded before the
+    first is used) and merge their results through shared memory."""
+    if head_dim not in VECTOR_HEAD_DIMS:
+        raise ValueError(f"attention_merge: head_dim must be one of {VECTOR_HEAD_DIMS}, got "
+                         f"{head_dim!r}")
+    if out not in _OUT:
+        raise ValueError(f"attention_merge: out must be 'f16' or 'f32', got {out!r}")
+    D4 = head_dim // 4
+    if not isinstance(invocations, int) or invocations < D4 or invocations % D4 or \
+            invocations > 1024:
+        raise ValueError(f"attention_merge: invocations must be a multiple of head_dim / 4 = "
+                         f"{D4} of at most 1024, got {invocations!r}")
+    if not isinstance(unroll, int) or isinstance(unroll, bool) or unroll < 1:
+        raise ValueError(f"attention_merge: unroll must be an int >= 1, got {unroll!r}")
+    G = invocations // D4
+    OutEl = _OUT[out]
+    F4 = pc.vec(f32, 4)
+
+    @pc.kernel(workgroup_size=invocations)
+    def attention_merge(Part: pc.ReadBuffer[F4], M: pc.ReadBuffer[f32], L: pc.ReadBuffer[f32],
+                        O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], R: u32, splits: u32):
+        sh_m, sh_l, sh_o = pc.shared(f32, G), pc.shared(f32, G), pc.shared(f32, G * head_dim)
+        row, inv = pc.workgroup_id.x, pc.local_invocation_index()
+        g, c = inv // D4, inv % D4
+        big, tot = f32(_NEG_BIG), f32(0.0)
+        acc = [f32(0.0)] * 4
+        for s0 in pc.range(g, splits, G * unroll):
+            ss = [pc.min(s0 + u * G, splits - 1) for u in range(unroll)]        # clamped
+            ok = [s0 + u * G < splits for u in range(unroll)]
+            ms = [pc.select(ok[u], M[ss[u] * R + row], f32(_NEG_BIG)) for u in range(unroll)]
+            ls = [L[s * R + row] for s in ss]
+            ps = [Part[(s * R + row) * D4 + c] for s in ss]
+            b = big
+            for x in ms:
+                b = pc.max(b, x)
+            a = pc.exp2(big - b)
+            ws = [pc.select(ok[u], pc.exp2(ms[u] - b), f32(0.0)) for u in range(unroll)]
+            tot = tot * a
+            acc = [x * a for x in acc]
+            for u in range(unroll):
+                tot = pc.fma(ws[u], ls[u], tot)
+                acc = [pc.fma(ws[u], ps[u][e], acc[e]) for e in range(4)]
+            big = b
+        if c == 0:
+            sh_m[g] = big
+        pc.barrier()
+        top = sh_m[0]
+        for g2 in range(1, G):
+            top = pc.max(top, sh_m[g2])
+        w = pc.exp2(big - top)
+        if c == 0:
+            sh_l[g] = tot * w
+        for e in range(4):
+            sh_o[g * head_dim + c * 4 + e] = acc[e] * w
+        pc.barrier()
+        if g == 0:
+            total = sh_l[0]
+            for g2 in range(1, G):
+                total = total + sh_l[g2]
+            for e in range(4):
+                x = sh_o[c * 4 + e]
+                for g2 in range(1, G):
+                    x = x + sh_o[g2 * head_dim + c * 4 + e]
+                O[row * head_dim + c * 4 + e] = OutEl(x / total)
+            if c == 0:
+                LSE[row] = (top + pc.log2(total)) * f32(_LN2)
+    return attention_merge
+
+
+def default_splits(keys: int, kv_rows: int, streams: int, unroll: int,
+                   waves: int = DecodeConfig.waves, sms: int = DecodeConfig.sms) -> int:
+    """Chunks of keys per K/V head: about `waves` workgroups per SM over the kv_rows = batch ·
+    kv_heads heads, and no chunk shorter than one iteration of the workgroup (streams · unroll
+    keys)."""
+    per_iter = streams * unroll
+    return max(1, min(-(-keys // per_iter), -(-waves * sms // kv_rows)))
+
+
+def chunk_of(keys: int, splits: int, streams: int, unroll: int) -> tuple[int, int]:
+    """(keys per chunk, a multiple of streams · unroll; the splits that chunk needs)."""
+    per_iter = streams * unroll
+    chunk = -(-keys // (splits * per_iter)) * per_iter
+    return chunk, -(-keys // chunk)
