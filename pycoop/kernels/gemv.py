@@ -33,6 +33,7 @@ from pycoop import f16, f32, u32
 from .gemm import gemm_q4_0, gemm_q4_0_planes, q4_0_planes, sum_splits
 from .gemm_quant import (_f16_at, _q4_k_scales, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
                          gemm_q8_0_planes, q4_k_planes, q8_0_planes)
+from .gemv_planes import PlanesGemvConfig, matmul_planes_gemv, planes_gemv_config
 from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1, store_row_sums
 
 # weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
@@ -55,8 +56,8 @@ def _check_activations(fmt: str, activations) -> str:
     if activations not in ("f32", "q8_1"):
         raise ValueError(f"activations is 'f32' (the float path) or 'q8_1' (X quantised to 8 "
                          f"bits, integer dot products), got {activations!r}")
-    if activations == "q8_1" and fmt not in FORMATS_Q8_1:
-        raise ValueError(f"activations='q8_1' takes {', '.join(FORMATS_Q8_1)} weights, not "
+    if activations == "q8_1" and fmt not in FORMATS_Q8_1 + ("q4_k",):
+        raise ValueError(f"activations='q8_1' takes {', '.join(FORMATS_Q8_1)} or q4_k weights, not "
                          f"{fmt}; use activations='f32'")
     return activations
 
@@ -306,7 +307,9 @@ class GemvConfig:
     rows, vectors, K) per workgroup, `subgroups` x 1 subgroups and `split_k`) or "coopmat"
     (`gemm_q4_0`, `gemm_q8_0` or `gemm_q4_k` by format, with `tile` = (vectors, weight rows,
     K) per workgroup; below 128 vectors it computes with the weights as the A operand,
-    `weights_first`)."""
+    `weights_first`) or "gemv_planes" (`pycoop.kernels.gemv_planes` over the weight
+    planes, N <= 8, X in f32 or, with activations="q8_1", quantised; `rows`, `nt`,
+    `subgroups`, `unroll` and `span`, its blocks per lane and step)."""
     kind: str
     rows: int = 1
     nt: int = 1
@@ -315,6 +318,7 @@ class GemvConfig:
     parts: int | None = None
     tile: tuple[int, int, int] = (128, 128, 32)
     split_k: int = 1
+    span: int = 1
 
 
 def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
@@ -331,7 +335,15 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
     _check_fmt(fmt)
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be an int >= 1, got {N!r}")
+    if fmt in PLANES_GEMMS and (N == 1 or (activations == "q8_1" and (
+            fmt == "q4_k" or (fmt == "q8_0" and N == 2)))):   # gemv_planes wins (H200 sweep)
+        if N <= 8 and (K is None or K % (256 if fmt == "q4_k" else 32) == 0):
+            p = planes_gemv_config(fmt, int(N), _check_activations(fmt, activations))
+            return GemvConfig("gemv_planes", p.rows, p.nt, p.subgroups, p.unroll, span=p.span)
     if _check_activations(fmt, activations) == "q8_1":
+        if fmt == "q4_k":
+            raise ValueError(f"activations='q8_1' with q4_k weights takes N <= 8 vectors "
+                             f"(gemv_planes), got N={N}")
         nt = min(64, 1 << (int(N) - 1).bit_length())
         return GemvConfig("q8_1", rows=2 if nt <= 32 else 1, nt=nt,
                           parts=4 if nt == 1 else 2 if nt <= 4 else 1)
@@ -497,15 +509,23 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
                          f"columns), got shape {shape}")
     N = 1 if vector else shape[0]
     _check_activations(Wq.fmt, activations)
-    if config is not None and activations == "q8_1" and config.kind != "q8_1":
-        raise ValueError(f"matmul_q: activations='q8_1' needs a config of kind 'q8_1', got "
+    if config is not None and activations == "q8_1" and config.kind not in ("q8_1",
+                                                                           "gemv_planes"):
+        raise ValueError(f"matmul_q: activations='q8_1' needs a config of kind 'q8_1' or "
+                         f"'gemv_planes', got "
                          f"{config.kind!r}")
     cfg = config or choose_kernel(Wq.fmt, N, large_n, activations, Wq.M, Wq.K)
     if cfg.kind == "planes":
         return _planes(Wq, X, N, vector, device, bk, cfg, deterministic,
                        [] if launches is None else launches)
+    if cfg.kind == "gemv_planes":
+        p = PlanesGemvConfig(activations, cfg.rows, cfg.nt, cfg.subgroups, cfg.span, cfg.unroll)
+        return matmul_planes_gemv(Wq, X, p, backend=bk, subgroup_size=subgroup_size,
+                                  launches=launches)
     if cfg.kind == "q8_1":
-        _check_activations(Wq.fmt, "q8_1")
+        if Wq.fmt not in FORMATS_Q8_1:
+            raise ValueError(f"matmul_q: a config of kind 'q8_1' takes "
+                             f"{', '.join(FORMATS_Q8_1)} weights, not {Wq.fmt}")
         return _matmul_q8_1(Wq, X, N, vector, device, bk, cfg, subgroup_size)
     if cfg.kind == "coopmat":
         if Wq.fmt not in LARGE_N_GEMMS:
@@ -513,7 +533,8 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
                              "use GemvConfig('gemv', ...)")
         return _coopmat(Wq, X, N, vector, device, bk, cfg.tile)
     if cfg.kind != "gemv":
-        raise ValueError(f"matmul_q: config.kind is 'gemv', 'q8_1', 'planes' or 'coopmat', got "
+        raise ValueError(f"matmul_q: config.kind is 'gemv', 'q8_1', 'planes', 'gemv_planes' or "
+                         f"'coopmat', got "
                          f"{cfg.kind!r}")
     vec = 8 if Wq.fmt != "f16" or Wq.K % 8 == 0 else 1
     k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec, cfg.unroll, cfg.parts)

@@ -263,12 +263,22 @@ class PlanesGemvConfig:
 
 
 def planes_gemv_config(fmt: str, N: int, x: str = "f32") -> PlanesGemvConfig:
-    """The configuration `matmul_planes_gemv` uses by default for N vectors (1 ... 8)."""
-    if not 1 <= N <= MAX_N:
-        raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N}")
+    """The configuration used by default for N vectors (1 ... 8): the fastest of the sweep
+    on the H200 (bench/llm_kernels.py --paths gemv_planes, 2026-11-27, 4096 x 14336 for
+    N >= 2, all three llama-8B shapes for N = 1). x="q8_1": one row per subgroup at N = 1
+    (the activations are 8x smaller than f32, so sharing them over rows gains little), more
+    rows with more vectors; x="f32": 4 rows share each x value, two blocks per lane and
+    step (f16 weights: one row, 8 subgroups)."""
+    if not isinstance(N, (int, np.integer)) or not 1 <= N <= MAX_N:
+        raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N!r}")
     nt = 1 if N == 1 else 2 if N == 2 else 4 if N <= 4 else 8
-    rows = 1 if fmt == "f16" else 2 if nt <= 2 else 1
-    return PlanesGemvConfig(x, rows, nt, 4, 2 if nt == 1 else 1)
+    if x == "q8_1":
+        return {1: PlanesGemvConfig(x, 1, 1, 4, 1), 2: PlanesGemvConfig(x, 2, 2, 2, 1),
+                4: PlanesGemvConfig(x, 4, 4, 2, 1), 8: PlanesGemvConfig(x, 4, 8, 4, 1)}[nt]
+    if fmt == "f16":
+        return {1: PlanesGemvConfig(x, 1, 1, 8, 2), 2: PlanesGemvConfig(x, 2, 2, 4, 2),
+                4: PlanesGemvConfig(x, 2, 4, 2, 2), 8: PlanesGemvConfig(x, 4, 8, 2, 1)}[nt]
+    return PlanesGemvConfig(x, 4, nt, 4 if nt == 1 else 2, 2 if nt <= 4 else 1)
 
 
 def weight_planes(Wq, backend=None):
@@ -306,7 +316,8 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     if K % K_MULTIPLE[fmt]:
         raise ValueError(f"gemv_planes: {fmt} weights need K a multiple of {K_MULTIPLE[fmt]}, "
                          f"got K={K}")
-    if X.dtype not in (np.float32, np.float16) or (X.dtype == np.float16 and cfg.x == "f32"):
+    if X.dtype not in (np.float32, np.float16) or (device and X.dtype == np.float16
+                                                   and cfg.x == "f32"):
         raise ValueError(f"gemv_planes: X is f32 (f16 too with x='q8_1'), got {X.dtype}")
     launches = [] if launches is None else launches
     be = X.backend if device else backend
@@ -322,7 +333,7 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     else:
         y = np.zeros((N, M), np.float32)
         new = lambda shape, t: np.zeros(shape, t)                          # noqa: E731
-        xs = np.ascontiguousarray(np.asarray(X))
+        xs = np.ascontiguousarray(np.asarray(X, np.float32 if cfg.x == "f32" else None))
     if cfg.x == "f32":
         launches.append(k[grid](Q, D, xs.reshape(-1, 4), y, M, N, K, **kw))
     else:

@@ -129,7 +129,7 @@ def test_device_arrays_and_f16_activations():
     (lambda Wq: gemv_planes("q4_0", subgroup_size=12), "subgroup_size"),
     (lambda Wq: matmul_planes_gemv(Wq, np.zeros((9, 64), np.float32)), r"N = 1 \.\.\. 8"),
     (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 32), np.float32)), "K = 64"),
-    (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 64), np.float16)), "X is f32"),
+    (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 64), np.int32)), "X is f32"),
     (lambda Wq: planes_gemv_config("q4_0", 0), r"N = 1 \.\.\. 8"),
 ])
 def test_errors_before_any_work(call, message):

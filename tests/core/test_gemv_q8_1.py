@@ -145,8 +145,11 @@ def test_matmul_q8_1_against_its_reference_and_gguf(gguf, fmt, m, blocks, n, see
     K = blocks * 32
     W = make_weights(gguf, fmt, m, K, seed)
     X = np.random.default_rng(seed + 1).standard_normal((n, K)).astype(np.float32)
-    y = matmul_q(W, X, fmt, backend="emulator", activations="q8_1")
     cfg = choose_kernel(fmt, n, activations="q8_1")
+    if cfg.kind == "gemv_planes":      # the dispatcher's N = 1 (Q8_0: 2) kernel: test_gemv_planes
+        nt = 1 << (n - 1).bit_length()
+        cfg = GemvConfig("q8_1", 2, nt, parts=4 if nt == 1 else 2 if nt <= 4 else 1)
+    y = matmul_q(W, X, fmt, backend="emulator", activations="q8_1", config=cfg)
     assert y.shape == (n, m) and y.dtype == np.float32 and cfg.kind == "q8_1"
     q, d, s = quantize_q8_1_reference(X)
     ref = gemv_q8_1_reference(W, fmt, q, d, s, cfg.parts)
@@ -187,12 +190,13 @@ def test_f16_activations_and_device_arrays(gguf):
 
 
 def test_choose_kernel_for_the_integer_path():
-    assert choose_kernel("q4_0", 1, activations="q8_1") == GemvConfig("q8_1", 2, 1, parts=4)
+    assert choose_kernel("q4_0", 1, activations="q8_1") == GemvConfig("gemv_planes", 1, 1, 4)
+    assert choose_kernel("q4_0", 2, activations="q8_1") == GemvConfig("q8_1", 2, 2, parts=2)
     assert choose_kernel("q8_0", 3, activations="q8_1") == GemvConfig("q8_1", 2, 4, parts=2)
     assert choose_kernel("q4_0", 16, activations="q8_1") == GemvConfig("q8_1", 2, 16, parts=1)
     assert choose_kernel("q4_0", 64, activations="q8_1") == GemvConfig("q8_1", 1, 64, parts=1)
     assert choose_kernel("q4_0", 500, activations="q8_1").nt == 64     # tiles of 64
-    assert choose_kernel("q4_0", 1).kind == "gemv"                       # float path default
+    assert choose_kernel("q4_0", 3).kind == "gemv"                       # float path default
 
 
 @pytest.mark.parametrize("call,message", [
@@ -204,12 +208,13 @@ def test_choose_kernel_for_the_integer_path():
     (lambda: quantize_q8_1("bf16"), "'f32' or 'f16'"),
     (lambda: quantize_q8_1("f32", subgroup_size=4), "at least 8"),
     (lambda: quantize_q8_1_reference(np.zeros((2, 40), np.float32)), "multiple of 32"),
-    (lambda: choose_kernel("q4_k", 1, activations="q8_1"), "not q4_k"),
+    (lambda: choose_kernel("q4_k", 9, activations="q8_1"), "N <= 8"),
+    (lambda: choose_kernel("f16", 1, activations="q8_1"), "not f16"),
     (lambda: choose_kernel("q4_0", 1, activations="int8"), "'f32' .* or 'q8_1'"),
     (lambda: matmul_q(np.zeros((4, 32), np.float16), np.zeros((1, 32), np.float32),
                       activations="q8_1"), "not f16"),
     (lambda: matmul_q(np.zeros((4, 18), np.uint8), np.zeros((1, 32), np.float32), "q4_0",
-                      activations="q8_1", config=GemvConfig("gemv")), "kind 'q8_1'"),
+                      activations="q8_1", config=GemvConfig("gemv")), "kind 'q8_1' or"),
 ])
 def test_integer_path_errors_before_any_work(call, message):
     with pytest.raises(ValueError, match=message):
