@@ -43,6 +43,7 @@ import numpy as np
 
 import pycoop as pc
 from pycoop import f16, f32, u32
+from pycoop.runtime import capturing
 
 from .attention_decode import (MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig, attention_decode_vector,
                                attention_merge, chunk_of, default_lanes, default_splits,
@@ -653,7 +654,13 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
     M, L = new((splits, R), np.float32), new((splits, R), np.float32)
     r1 = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, Skv, chunk, scale, **run)
     r2 = merge[(R,)](Part, M, L, O, LSE, R, splits, **run)
+    if _capturing():        # recorded into a launch graph: the times come from its replays
+        return AttentionResult(O, LSE, float("nan"), r1.backend, (float("nan"),) * 2)
     return AttentionResult(O, LSE, r1.time_ms + r2.time_ms, r1.backend, (r1.time_ms, r2.time_ms))
+
+
+def _capturing() -> bool:
+    return bool(capturing.active) and capturing.current() is not None
 
 
 def attention_reference(Q, K, V, *, mask=None, causal: bool = False,

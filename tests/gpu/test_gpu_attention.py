@@ -108,3 +108,30 @@ def test_attention_options_on_gpu(kwargs):
     ref, lse = attention_reference(q, K, V, causal=not decode)
     assert np.abs(r.out - ref).max() < 2e-3
     np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("B,H,Hkv,Sq,Skv,D,dtype", [
+    (1, 32, 8, 1, 8192, 128, np.float16),       # the decode goal's shape
+    (2, 16, 4, 2, 3001, 64, np.float16),        # 8 rows per K/V head, ragged keys
+    (1, 8, 8, 1, 1000, 256, np.float16),
+    (1, 8, 2, 1, 777, 128, "bfloat16"),
+])
+def test_vector_decode_on_gpu(B, H, Hkv, Sq, Skv, D, dtype):
+    """The vector decode (the default for these shapes) against the f64 reference: f32
+    probabilities, so well inside torch's f16 kernel's error."""
+    import ml_dtypes
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    rng = np.random.default_rng(10)
+    Q = rng.standard_normal((B, H, Sq, D)).astype(dt)
+    K = rng.standard_normal((B, Hkv, Skv, D)).astype(dt)
+    V = rng.standard_normal((B, Hkv, Skv, D)).astype(dt)
+    r = attention(Q, K, V, out="f32", backend="vulkan", decode_kernel="vector")
+    assert r.backend == "vulkan"
+    ref, lse = attention_reference(Q, K, V)
+    err = float(np.abs(r.out - ref).max())
+    assert err < 1e-4, err
+    np.testing.assert_allclose(r.lse, lse, rtol=0, atol=1e-4)
+    if dtype == np.float16:
+        terr = _torch_error(Q, K, V, None, False, ref)
+        if terr is not None:
+            assert err <= terr, (err, terr)

@@ -1,0 +1,55 @@
+"""The vector attention decode through the real Vulkan path (lavapipe in CI: subgroups of 8,
+shuffles), against NumPy, on NumPy and on device arrays."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop.kernels import attention, attention_reference
+
+pytestmark = pytest.mark.vulkan
+
+
+@pytest.fixture(scope="module")
+def subgroup_size():
+    """The device's subgroup size, which the kernel is built for (8 on lavapipe)."""
+    try:
+        from pycoop.runtime.vulkan import get_runtime
+        rt = get_runtime()
+        caps = rt.capabilities
+    except Exception as e:
+        pytest.skip(f"no Vulkan device: {e}")
+    if "shuffle" not in caps.subgroup_operations:
+        pytest.skip("the device has no subgroup shuffles")
+    old, rt.timeout_s = rt.timeout_s, max(rt.timeout_s, 120.0)     # lavapipe's first compile
+    yield caps.subgroup_size
+    rt.timeout_s = old
+
+
+@pytest.mark.parametrize("G,Sq,Skv,D,splits", [(4, 1, 333, 128, None), (2, 2, 100, 64, 3),
+                                               (8, 1, 57, 64, 2), (1, 1, 40, 256, None)])
+def test_vector_decode_on_vulkan(subgroup_size, G, Sq, Skv, D, splits):
+    rng = np.random.default_rng(Skv)
+    Q = rng.standard_normal((1, 2 * G, Sq, D)).astype(np.float16)
+    K = rng.standard_normal((1, 2, Skv, D)).astype(np.float16)
+    V = rng.standard_normal((1, 2, Skv, D)).astype(np.float16)
+    lanes = min(subgroup_size, D // 8)
+    r = attention(Q, K, V, out="f32", backend="vulkan", splits=splits, decode_kernel="vector",
+                  subgroup_size=subgroup_size, decode_lanes=lanes, decode_subgroups=2)
+    assert r.backend == "vulkan"
+    ref, lse = attention_reference(Q, K, V)
+    np.testing.assert_allclose(r.out, ref, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-5)
+
+
+def test_vector_decode_on_device_arrays(subgroup_size):
+    rng = np.random.default_rng(1)
+    Q, K, V = (rng.standard_normal(s).astype(np.float16)
+               for s in ((1, 8, 1, 64), (1, 2, 200, 64), (1, 2, 200, 64)))
+    q, k, v = (pc.asarray(a, backend="vulkan") for a in (Q, K, V))
+    r = attention(q, k, v, backend="vulkan", decode_kernel="vector", subgroup_size=subgroup_size,
+                  decode_lanes=min(subgroup_size, 8))
+    assert isinstance(r.out, pc.Array)
+    ref, _ = attention_reference(Q, K, V)
+    np.testing.assert_allclose(r.out.numpy().astype(np.float64), ref, rtol=0, atol=2e-3)
