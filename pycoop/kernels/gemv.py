@@ -335,8 +335,10 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
     _check_fmt(fmt)
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be an int >= 1, got {N!r}")
-    if fmt in PLANES_GEMMS and (N == 1 or (activations == "q8_1" and (
-            fmt == "q4_k" or (fmt == "q8_0" and N == 2)))):   # gemv_planes wins (H200 sweep)
+    # gemv_planes where it wins (H200 sweep); Q4_K's planes round its scales to f16, so its
+    # float path (exact to gguf's weights) stays on the GGUF blocks
+    if fmt in PLANES_GEMMS and ((N == 1 and (fmt != "q4_k" or activations == "q8_1")) or (
+            activations == "q8_1" and (fmt == "q4_k" or (fmt == "q8_0" and N == 2)))):
         if N <= 8 and (K is None or K % (256 if fmt == "q4_k" else 32) == 0):
             p = planes_gemv_config(fmt, int(N), _check_activations(fmt, activations))
             return GemvConfig("gemv_planes", p.rows, p.nt, p.subgroups, p.unroll, span=p.span)
