@@ -74,12 +74,13 @@ QUICK_PREFILL = ["wg 128x64/256", "wg 128x64/256 all", "sg 64x32/128 all"]
 def _dwg(rows=32, Bc=64, inv=128, splits=None, sm=Softmax(), fp="exact", unroll=1):
     return {"decode_rows": rows, "decode_Bc": Bc, "decode_invocations": inv,
             "decode_scope": "workgroup", "splits": splits, "softmax": sm, "fp": fp,
-            "combine_unroll": unroll}
+            "combine_unroll": unroll, "decode_kernel": "coopmat"}
 
 
 def _dsg(Bc=32, inv=128, splits=None, sm=_ALL, fp="exact", rows=16):
     return {"decode_rows": rows, "decode_Bc": Bc, "decode_invocations": inv,
-            "decode_scope": "subgroup", "splits": splits, "softmax": sm, "fp": fp}
+            "decode_scope": "subgroup", "splits": splits, "softmax": sm, "fp": fp,
+            "decode_kernel": "coopmat"}
 
 
 # name -> attention() keyword arguments of the decode path (splits None: the default; "sN": N
