@@ -6,7 +6,13 @@ for T tokens x (T x H, f32), an RMSNorm weight g (H, f32) and GGUF weights in Q4
 (gate and up I x H, down H x I). `MLPBlock` holds the weights on a backend and enqueues the
 kernels on `pc.Array`s without host round trips; it picks the kernels by T:
 
-- **T <= 64 (token generation).** Q4_0: the integer path of `pycoop.kernels.gemvq`. One
+- **T <= 8 (token generation).** Both formats: the q8_1 path over the weights' planes
+  (`pycoop.kernels.gemv_planes`, the planes shared with the prefill GEMMs): `rms_norm_q8_1`
+  (RMSNorm quantised to q8_1 in one kernel, each row spread over several workgroups),
+  `gemv_planes` on the stacked gate/up matrix (2I x H: the activations read once for both),
+  `swiglu_q8_1` (silu(gate) * up, quantised), `gemv_planes` on down, `residual_add`. Q4_K's
+  weights are then those of `q4_k_planes` (f16 scale and min per sub-block), as in prefill.
+- **8 < T <= 64.** Q4_0: the integer path of `pycoop.kernels.gemvq`. One
   kernel computes the RMSNorm and quantises its output to q8_1 directly (`rms_norm_q8_1`);
   the gate and up weights are one stacked 2I x H matrix, so one `gemv_q8_1` launch reads the
   quantised activations once for both; `swiglu_q8_1` computes silu(gate) * up and quantises
@@ -39,9 +45,11 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, i32, u32
 
-from .gemm import gemm_q4_0_planes, pack_f16, q4_0_planes
-from .gemm_quant import gemm_q4_k_planes, q4_k_planes
+from .gemm import gemm_q4_0_planes, pack_f16
+from .gemm_quant import gemm_q4_k_planes
 from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, weights
+from .gemv_planes import MAX_N as PLANES_MAX_N
+from .gemv_planes import gemv_planes, gemv_planes_grid, planes_gemv_config, weight_planes
 from .gemvq import gemv_q8_1, q8_1_lanes
 
 F4 = pc.vec(f32, 4)
@@ -113,6 +121,11 @@ def _put_q8_1(Q, D, S, G, t, h4, i, v, r):
             S[(t * h4 + i) >> 3] = s
 
 
+def rows_held_parts(H: int) -> int:
+    """The workgroups per row of the RMSNorm kernels built for rows of `H` values."""
+    return _check_rows_held(H)
+
+
 def _check_rows_held(H) -> int:
     """vec4 per lane of a row held in registers (`H`, the row's length fixed at build, None:
     the row is read twice, any length)."""
@@ -129,8 +142,10 @@ def rms_norm_q8_1(subgroup_size: int = 32, H: int | None = None):
     vec4), quantised to q8_1 in the same kernel: Q (u32, N * H / 4), D (f32) and S (i32), one per
     32-block, as `quantize_q8_1` writes them. One workgroup per row: grid N. Operands: X, G,
     Q, D, S, H (u32), eps (f32). With `H` given at build (at most that many values per row at
-    launch), each lane keeps its part of the row in registers: X is read once, in one round
-    trip (the batch-1 latency of the MLP block)."""
+    launch), the grid is N x `rows_held_parts(H)`: every workgroup of a row loads all of it at
+    once (one memory round trip, from L2 after the first) for the norm and quantises one
+    256-vec4 slot of it, so that a single row is spread over several SMs (the batch-1
+    latency of the MLP block)."""
     _check_sg(subgroup_size)
     nsg = WG // subgroup_size
     per = _check_rows_held(H)
@@ -142,11 +157,11 @@ def rms_norm_q8_1(subgroup_size: int = 32, H: int | None = None):
         t, lane = pc.workgroup_id.x, pc.local_invocation_index()
         h4 = H >> 2
 
-        if per:
+        if per:                    # workgroup y quantises slot y of the row (grid T x per)
             vals, ss = _row_in_registers(X, t, h4, lane, per)
             r = _rms_of(ss, red, h4, nsg, eps)
-            for j, v in enumerate(vals):
-                _put_q8_1(Q, D, S, G, t, h4, lane + j * WG, v, r)
+            i = lane + pc.workgroup_id.y * WG
+            _put_q8_1(Q, D, S, G, t, h4, i, X[t * h4 + pc.min(i, h4 - 1)], r)
         else:
             r = _row_rms(X, red, t, h4, lane, nsg, eps)
             for j in pc.range(0, (h4 + (WG - 1)) // WG):   # the same trip count for every lane
@@ -158,8 +173,8 @@ def rms_norm_q8_1(subgroup_size: int = 32, H: int | None = None):
 @functools.cache
 def rms_norm_f32(subgroup_size: int = 32, H: int | None = None):
     """RMSNorm of each row of X (N x H f32 as vec4, H a multiple of 4) times G, into Y (N x H
-    f32 as vec4). One workgroup per row: grid N. Operands: X, G, Y, H, eps. `H` at build as in
-    rms_norm_q8_1."""
+    f32 as vec4). One workgroup per row: grid N (with `H` at build, N x `rows_held_parts(H)`,
+    as in rms_norm_q8_1). Operands: X, G, Y, H, eps."""
     _check_sg(subgroup_size)
     nsg = WG // subgroup_size
     per = _check_rows_held(H)
@@ -170,14 +185,13 @@ def rms_norm_f32(subgroup_size: int = 32, H: int | None = None):
         red = pc.shared(f32, nsg)
         t, lane = pc.workgroup_id.x, pc.local_invocation_index()
         h4 = H >> 2
-        if per:
+        if per:                    # workgroup y writes slot y of the row (grid T x per)
             vals, ss = _row_in_registers(X, t, h4, lane, per)
             r = _rms_of(ss, red, h4, nsg, eps)
-            for j, v in enumerate(vals):
-                i = lane + j * WG
-                if i < h4:
-                    g = G[i]
-                    Y[t * h4 + i] = pc.make_vector([(v[c] * r) * g[c] for c in range(4)])
+            i = lane + pc.workgroup_id.y * WG
+            if i < h4:
+                v, g = X[t * h4 + i], G[i]
+                Y[t * h4 + i] = pc.make_vector([(v[c] * r) * g[c] for c in range(4)])
         else:
             r = _row_rms(X, red, t, h4, lane, nsg, eps)
             for i in pc.range(lane, h4, WG):
@@ -330,16 +344,11 @@ class MLPBlock:
         self.down = d
         self.norm = pc.asarray(nw, backend=bk)
         self.tile = _tile(2 * self.I, self.H, self.H, self.I)
-        self._gemm_w: dict = {}
         self.launches: list = []               # the LaunchResults of the last call
 
-    # -- weights of the large-T GEMMs as planes, made on first use
+    # -- weights of the GEMMs and of the token GEMVs as planes, made on first use (shared)
     def _planes(self, W: GGMLWeights):
-        if id(W) not in self._gemm_w:
-            q, d = (q4_0_planes if self.fmt == "q4_0" else q4_k_planes)(W.data, W.M, W.K)
-            self._gemm_w[id(W)] = (pc.asarray(q, backend=self.backend),
-                                   pc.asarray(d, backend=self.backend))
-        return self._gemm_w[id(W)]
+        return weight_planes(W, self.backend)
 
     def __call__(self, x: pc.Array) -> pc.Array:
         if not isinstance(x, pc.Array):
@@ -362,8 +371,41 @@ class MLPBlock:
         spans = [r.spans_ns for r in self.launches]
         return (max(s[-1][1] for s in spans) - min(s[0][0] for s in spans)) / 1e6
 
+    def _tokens(self, x, T: int):
+        """T <= 8 tokens: the q8_1 path over the weights' planes (`gemv_planes`): RMSNorm
+        quantised to q8_1, gate and up in one launch, SiLU * up quantised, down, residual."""
+        bk, H, I, sg = self.backend, self.H, self.I, self.sg
+        nb1, nb2 = T * H // 32, T * I // 32
+        q1, d1, s1 = (pc.empty((nb1 * 2, 4), pc.u32, backend=bk), pc.empty(nb1, pc.f32, backend=bk),
+                      pc.empty(nb1, pc.i32, backend=bk))
+        self.launches.append(rms_norm_q8_1(sg, H)[T, rows_held_parts(H)](
+            x.reshape(-1, 4), self.norm.reshape(-1, 4), q1.reshape(-1), d1, s1, H, self.eps))
+        y1 = pc.empty((T, 2 * I), pc.f32, backend=bk)
+        self._gemv_planes(self.gate_up, T, (q1, d1, s1), y1)
+        q2, d2, s2 = (pc.empty((nb2 * 2, 4), pc.u32, backend=bk), pc.empty(nb2, pc.f32, backend=bk),
+                      pc.empty(nb2, pc.i32, backend=bk))
+        self.launches.append(swiglu_q8_1(sg)[_groups(T * I // 4)](y1.reshape(-1, 4), q2.reshape(-1),
+                                                                   d2, s2, T, I))
+        y2 = pc.empty((T, H), pc.f32, backend=bk)
+        self._gemv_planes(self.down, T, (q2, d2, s2), y2)
+        return y2
+
+    def _gemv_planes(self, W: GGMLWeights, T: int, xq: tuple, Y) -> None:
+        cfg = planes_gemv_config(W.fmt, T, "q8_1")
+        k = gemv_planes(W.fmt, "q8_1", cfg.rows, cfg.nt, cfg.subgroups, self.sg, cfg.span,
+                        cfg.unroll)
+        Q, D = weight_planes(W, self.backend)
+        grid = gemv_planes_grid(W.M, T, cfg.rows, cfg.nt, cfg.subgroups)
+        self.launches.append(k[grid](Q, D, *xq, Y, W.M, T, W.K))
+
     def _small(self, x, T: int):
         bk, H, I, sg = self.backend, self.H, self.I, self.sg
+        if T <= PLANES_MAX_N:
+            y2 = self._tokens(x, T)
+            out = pc.empty((T, H), pc.f32, backend=bk)
+            self.launches.append(residual_add[_groups(T * H // 4)](
+                x.reshape(-1, 4), y2.reshape(-1, 4), out.reshape(-1, 4), T * H // 4))
+            return out
         q8 = self.fmt == "q4_0"
         ys = []
         for W in (self.gate_up, self.down):
@@ -382,7 +424,7 @@ class MLPBlock:
             nb1, nb2 = T * H // 32, T * I // 32
             q1, d1, s1 = (pc.empty(nb1 * 8, pc.u32, backend=bk), pc.empty(nb1, pc.f32, backend=bk),
                           pc.empty(nb1, pc.i32, backend=bk))
-            self.launches.append(rms_norm_q8_1(sg, H)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), q1, d1, s1, H,
+            self.launches.append(rms_norm_q8_1(sg, H)[T, rows_held_parts(H)](x.reshape(-1, 4), self.norm.reshape(-1, 4), q1, d1, s1, H,
                                  self.eps))
             self.launches.append(k1[g1](self.gate_up.kernel_array(bk), q1.reshape(-1, 4) if c1.parts == 1 else q1,
                    d1, s1, y1, 2 * I, T, H))
@@ -393,7 +435,7 @@ class MLPBlock:
                    d2, s2, y2, H, T, I))
         else:
             xn = pc.empty((T, H), pc.f32, backend=bk)
-            self.launches.append(rms_norm_f32(sg, H)[T](x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.reshape(-1, 4), H,
+            self.launches.append(rms_norm_f32(sg, H)[T, rows_held_parts(H)](x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.reshape(-1, 4), H,
                                 self.eps))
             self.launches.append(k1[g1](self.gate_up.kernel_array(bk), xn.reshape(-1, 4), y1, 2 * I, T, H))
             h = pc.empty((T, I), pc.f32, backend=bk)

@@ -60,8 +60,9 @@ def test_rms_norm_q8_1(T, H, seed, sg, held):
     nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
     nb = T * H // 32
     q, d, s = arr(np.zeros(nb * 8, np.uint32)), arr(np.zeros(nb, np.float32)), arr(np.zeros(nb, np.int32))
-    mlp.rms_norm_q8_1(sg, H if held else None)[T](arr(x).reshape(-1, 4), arr(nw).reshape(-1, 4),
-                                                  q, d, s, H, 1e-5)
+    grid = (T, mlp.rows_held_parts(H)) if held else T
+    mlp.rms_norm_q8_1(sg, H if held else None)[grid](arr(x).reshape(-1, 4), arr(nw).reshape(-1, 4),
+                                                     q, d, s, H, 1e-5)
     n = norm_ref(x, nw)
     qr, dr, sr = quantize_q8_1_reference(n.astype(np.float32))
     qk = q.numpy().view(np.int8).reshape(T, H).astype(np.int32)
@@ -83,8 +84,9 @@ def test_rms_norm_f32_and_scale(T, H, seed, held):
     x = rng.standard_normal((T, H)).astype(np.float32)
     nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
     y = arr(np.zeros((T, H), np.float32))
-    mlp.rms_norm_f32(32, H if held else None)[T](arr(x).reshape(-1, 4), arr(nw).reshape(-1, 4),
-                                                 y.reshape(-1, 4), H, 1e-5)
+    grid = (T, mlp.rows_held_parts(H)) if held else T
+    mlp.rms_norm_f32(32, H if held else None)[grid](arr(x).reshape(-1, 4), arr(nw).reshape(-1, 4),
+                                                    y.reshape(-1, 4), H, 1e-5)
     np.testing.assert_allclose(y.numpy(), norm_ref(x, nw), rtol=2e-6, atol=1e-7)
     r = arr(np.zeros(T, np.float32))
     mlp.rms_scale(32)[T](arr(x).reshape(-1, 4), r, H, 1e-5)
@@ -185,9 +187,9 @@ def f16_proj(W, v, dv):
     return (2.0 ** -10 + 1e-5) * (np.abs(v) + dv) @ np.abs(W).T
 
 
-def q4_k_planes_proj(raws):
-    """The GEMM path's projection bound for Q4_K: f16 activations (2^-11 relative) and the
-    planes' weights, each within q4_k_planes' documented bound of llama.cpp's w = p - m:
+def q4_k_planes_proj(raws, activations=None):
+    """The projection bound of the paths over Q4_K planes: f16 activations (2^-11 relative; or
+    `activations(W, v, dv)`, q8_1's for the token GEMVs) and the planes' weights, each within q4_k_planes' documented bound of llama.cpp's w = p - m:
     2^-11 (1.01 |w| + 2.01 p + 1.01 m) + 2^-20, p and m from the planes (over by at most
     their own f16 rounding, 2^-10 relative)."""
     bounds = {}
@@ -202,12 +204,14 @@ def q4_k_planes_proj(raws):
 
     def proj(W, v, dv):
         a = np.abs(v) + dv
-        return (2.0 ** -11 + 1e-5) * a @ np.abs(W).T + (1 + 2.0 ** -11) * a @ bounds[id(W)].T
+        x_err = (2.0 ** -11 + 1e-5) * a @ np.abs(W).T if activations is None else \
+            activations(W, v, dv)
+        return x_err + (1 + 2.0 ** -11) * a @ bounds[id(W)].T
     return proj
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
-@pytest.mark.parametrize("T", [1, 5, 70])
+@pytest.mark.parametrize("T", [1, 5, 12, 70])
 def test_block_against_reference(gguf, fmt, T):
     H, I = 256, 512
     Wg, Wu, Wd = make(gguf, fmt, I, H, 1), make(gguf, fmt, I, H, 2), make(gguf, fmt, H, I, 3)
@@ -219,11 +223,13 @@ def test_block_against_reference(gguf, fmt, T):
     y = blk(arr(x))
     assert isinstance(y, pc.Array) and y.shape == (T, H) and y.backend == EMU
     ref = mlp_reference(x, *deq, nw)
-    if T <= mlp.SMALL_T:
+    planes = {id(d): (w, *d.shape) for w, d in zip((Wg, Wu, Wd), deq)}
+    if T <= mlp.PLANES_MAX_N:            # q8_1 activations, the planes' weights
+        proj = q8_1_proj if fmt == "q4_0" else q4_k_planes_proj(planes, q8_1_proj)
+    elif T <= mlp.SMALL_T:
         proj = q8_1_proj if fmt == "q4_0" else f32_proj
     else:
-        proj = f16_proj if fmt == "q4_0" else q4_k_planes_proj(
-            {id(d): (w, *d.shape) for w, d in zip((Wg, Wu, Wd), deq)})
+        proj = f16_proj if fmt == "q4_0" else q4_k_planes_proj(planes)
     bound = propagated_bound(x, *deq, nw, proj) + 1e-6 * np.abs(ref)
     err = np.abs(y.numpy() - ref)
     assert (err <= bound).all(), (err / bound).max()
