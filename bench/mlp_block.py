@@ -2,20 +2,24 @@
 the same GPU, batch 1 and 512, Q4_0 and Q4_K: device time (pycoop timestamps, first launch to
 last) and wall time per call after warm-up, torch eager and torch in a CUDA graph (wall time;
 CUDA events for GPU time), the block recorded once with `pc.capture` and replayed (wall
-time), and pycoop's
-output checked against torch's.
+time), and pycoop's output checked against torch's. Unchecked launches (the production mode).
 
     python3 bench/mlp_block.py [--hidden 4096 --intermediate 14336 --batches 1 512]
 
 Skips (exit 0) without torch or CUDA or a Vulkan device."""
 import argparse
+import os
 import sys
 import time
 
 import numpy as np
 
-import pycoop as pc
-from pycoop.kernels import MLPBlock, dequantize_q4_k, quantize_q4_k
+# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
+# launches is measured by bench/checked_overhead.py.
+os.environ["PYCOOP_CHECKED"] = "0"
+
+import pycoop as pc  # noqa: E402
+from pycoop.kernels import MLPBlock, dequantize_q4_k, quantize_q4_k  # noqa: E402
 
 
 def q4_0(M, K, rng):

@@ -132,6 +132,7 @@ def test_gemv_planes_on_gpu(gguf, fmt, x, N):
         assert (np.abs(y - ref) <= bound).all()
         twin = planes_gemv_reference(Wq, q8=q8)        # the driver may round one q differently
         np.testing.assert_allclose(y, twin, rtol=1e-3, atol=1e-3 * np.abs(twin).max())
-    if N == 1 and fmt != "f16":
+    if N == 1 and fmt != "f16" and not (fmt == "q4_k" and x == "f32"):
+        # (Q4_K with f32 X at N = 1 stays on the GGUF blocks, exact to gguf: not the planes)
         y1 = matmul_q(Wq, X[0], activations=x, backend="vulkan")
         np.testing.assert_allclose(y1, y[0], rtol=1e-5, atol=1e-5 * np.abs(y).max())
