@@ -74,8 +74,11 @@ def test_integer_path(gguf, fmt, N):
     qg = Q.view(np.int8).reshape(N, K)
     assert (qg != q).mean() <= 1e-4 and np.abs(qg.astype(int) - q).max() <= 1
     np.testing.assert_allclose(D.reshape(N, -1), d, rtol=2 ** -21)
-    y = matmul_q(W, X, fmt, backend="vulkan", activations="q8_1")
-    parts = choose_kernel(fmt, N, activations="q8_1").parts
+    cfg = choose_kernel(fmt, N, activations="q8_1")
+    if cfg.kind != "q8_1":         # N = 1 goes to gemv_planes (test_gemv_planes_on_gpu)
+        cfg = GemvConfig("q8_1", 2, 1, parts=4)
+    y = matmul_q(W, X, fmt, backend="vulkan", activations="q8_1", config=cfg)
+    parts = cfg.parts
     dg, sg = D.reshape(N, -1), S.reshape(N, -1)
     ref = gemv_q8_1_reference(W, fmt, qg, dg, sg, parts)
     tol = (K // 32 + 64) * 2.0 ** -24 * gemv_q8_1_reference(W, fmt, qg, dg, sg, parts,
