@@ -622,6 +622,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
             Q, K, V, Part, M, L, (H // Hkv) * Sq, Skv, chunk, scale, **run)
         r2 = attention_combine(D, out, sm.exp2, combine_unroll)[(R,)](Part, M, L, O, LSE, R,
                                                                       splits, **run)
+        if _capturing():        # recorded into a launch graph: the times come from its replays
+            return AttentionResult(O, LSE, float("nan"), r1.backend, (float("nan"),) * 2)
         return AttentionResult(O, LSE, r1.time_ms + r2.time_ms, r1.backend,
                                (r1.time_ms, r2.time_ms))
     k = attention_prefill(D, Br, Bc, invocations, causal, mask is not None, el, out, scope, sm,
@@ -630,6 +632,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         mask = np.ascontiguousarray(mask, np.float16)
     args = [Q, K, V] + ([mask] if mask is not None else [])
     r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
+    if _capturing():
+        return AttentionResult(O, LSE, float("nan"), r.backend, (float("nan"),))
     return AttentionResult(O, LSE, r.time_ms, r.backend, (r.time_ms,))
 
 

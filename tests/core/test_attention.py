@@ -375,3 +375,24 @@ def test_vector_decode_path_errors():
         attention(Q, K, K, decode_kernel="fast", backend="emulator")
     with pytest.raises(ValueError, match="splits must be a positive int"):
         attention(Q[:, :, :1], K, K, splits=0, backend="emulator")
+
+
+@pytest.mark.parametrize("kind", ["prefill", "decode_coopmat", "decode_vector"])
+def test_attention_inside_a_launch_graph(kind):
+    """Every attention path can be recorded with pc.capture and replayed (its result then has
+    no times: they come from the replays), with the result of a direct call."""
+    rng = np.random.default_rng(5)
+    Sq = 1 if kind != "prefill" else 16
+    q = rng.standard_normal((1, 4, Sq, 64)).astype(np.float16)
+    k = rng.standard_normal((1, 2, 64, 64)).astype(np.float16)
+    v = rng.standard_normal((1, 2, 64, 64)).astype(np.float16)
+    qa, ka, va = (pc.asarray(a, backend="emulator") for a in (q, k, v))
+    kw = {} if kind == "prefill" else {"decode_kernel": "vector" if kind == "decode_vector"
+                                       else "coopmat"}
+    direct = attention(qa, ka, va, **kw)
+    with pc.capture(backend="emulator") as g:
+        captured = attention(qa, ka, va, **kw)
+    assert np.isnan(captured.time_ms) and all(np.isnan(t) for t in captured.kernel_ms)
+    g.launch()
+    pc.synchronize()
+    np.testing.assert_array_equal(captured.out.numpy(), direct.out.numpy())
