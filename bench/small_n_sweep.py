@@ -1,8 +1,9 @@
 """Sweep of the planes GEMMs (`gemm_q4_0_planes`, `gemm_q4_k_planes`, `gemm_q8_0_planes`) as
-small-N kernels (N = 8 ... 64 vectors): tile shapes, subgroup layouts and split-K (stacked +
-`sum_splits`, or atomic into a zeroed Y), weights rotated through >= 256 MB of copies, against
-torch's f16 matmul (cuBLAS, CUDA graph, weights rotated) in the same run. Atomic
-split-K times leave out zeroing Y (one vkCmdFillBuffer of M x N floats).
+small-N kernels (N = 8 ... 64 vectors) on the activations' own layouts as `matmul_q` runs them
+(`x_rows=True, x_f32=True`: X f32 N x K, Y N x M): tile shapes, subgroup layouts and split-K
+(stacked + `sum_splits`, or atomic into a zeroed Y), weights rotated through >= 256 MB of
+copies, against torch's f16 matmul (cuBLAS, CUDA graph, weights rotated) in the same run.
+Atomic split-K times leave out zeroing Y (one vkCmdFillBuffer of M x N floats).
 
     python3 bench/small_n_sweep.py [--formats q4_0 q4_k] [--ns 8 16 32 64] [--shapes 4096x14336]
 
@@ -44,7 +45,8 @@ def candidates(N):
         if BN < N or BN > max(16, 2 * N):
             continue
         for BM, SGM, SGN, BK in ((64, 4, 1, 64), (128, 4, 1, 64), (64, 2, 1, 64), (128, 2, 2, 64),
-                                 (64, 4, 1, 128), (128, 4, 1, 128), (128, 8, 1, 64), (256, 8, 1, 64)):
+                                 (128, 2, 1, 64), (128, 4, 1, 32), (64, 2, 2, 64), (64, 4, 1, 128),
+                                 (128, 8, 1, 64), (256, 8, 1, 64)):
             TN = BN // (16 * SGN)
             if TN < 1 or BM % (16 * SGM):
                 continue
@@ -85,9 +87,9 @@ def main():
             ws = [(pc.asarray(Q, backend=BK_), pc.asarray(D, backend=BK_))
                   for _ in range(copies)]
             for N in args.ns:
-                X = rng.standard_normal((K, N)).astype(np.float16)
+                X = rng.standard_normal((N, K)).astype(np.float32)       # rows of vectors
                 ref = None
-                xa = pc.asarray(X.view(np.uint32).reshape(-1, 4), backend=BK_)
+                xa = pc.asarray(X.reshape(-1, 4), backend=BK_)
                 tt = None
                 try:
                     tt = torch_times(M, K, N, max(1, -(-args.rotate_mb * 2**20 // (M * K * 2))), args.repeat)
@@ -99,17 +101,16 @@ def main():
                     if M % BM or K % (BK * split):
                         continue
                     try:
-                        k = gemm(BM, BN, BK, SGM, SGN, split_k=split, split_k_mode=mode)
-                        xp = xa if Np == N else pc.asarray(
-                            np.pad(X, ((0, 0), (0, Np - N))).view(np.uint32).reshape(-1, 4), backend=BK_)
-                        y = pc.zeros((M, Np), pc.f32, backend=BK_)
-                        p = pc.zeros((split * M, Np), pc.f32, backend=BK_) if mode == "stacked" and split > 1 else None
+                        k = gemm(BM, BN, BK, SGM, SGN, split_k=split, split_k_mode=mode, x_rows=True,
+                                 x_f32=True)
+                        y = pc.zeros((Np, M), pc.f32, backend=BK_)
+                        p = pc.zeros((split * Np, M), pc.f32, backend=BK_) if mode == "stacked" and split > 1 else None
                         grid = (M // BM, Np // BN, split) if split > 1 else (M // BM, Np // BN)
                         ssum = sum_splits(split) if p is not None else None
 
                         def launch(w):
                             out = []
-                            out.append(k[grid](w[0], w[1], xp, p if p is not None else y, M, Np, K))
+                            out.append(k[grid](w[0], w[1], xa, p if p is not None else y, M, N, K))
                             if ssum is not None:
                                 out.append(ssum[-(-(M * Np // 4) // 256)](p.reshape(-1, 4), y.reshape(-1, 4), M * Np // 4))
                             return out
@@ -118,9 +119,9 @@ def main():
                             launch(ws[i % copies])
                         pc.synchronize()
                         if mode == "atomic":
-                            y.copy_from(np.zeros((M, Np), np.float32))
+                            y.copy_from(np.zeros((Np, M), np.float32))
                         launch(ws[0])
-                        got = y.numpy()[:, :N]
+                        got = y.numpy()[:N]
                         if ref is None:
                             from pycoop.kernels import dequantize_q4_k_planes
                             Wf = (dequantize_q4_k_planes(Q, D, M, K) if fmt == "q4_k" else
@@ -129,7 +130,8 @@ def main():
                                 from gguf.quants import dequantize
                                 import gguf
                                 Wf = dequantize(raw, gguf.GGMLQuantizationType[fmt.upper()])
-                            ref = np.asarray(Wf, np.float32).astype(np.float16).astype(np.float64) @ X.astype(np.float64)
+                            ref = X.astype(np.float16).astype(np.float64) @ \
+                                np.asarray(Wf, np.float32).astype(np.float16).astype(np.float64).T
                         err = np.abs(got - ref).max() / np.abs(ref).max()
                         with rt.batch():
                             runs = [launch(ws[i % copies]) for i in range(args.repeat)]
