@@ -366,17 +366,18 @@ def planes_config(M: int, N: int, K: int) -> GemvConfig | None:
     """The planes GEMM's configuration for an M x K weight matrix and N vectors, or None where
     the shape does not fit (M a multiple of 64, K of 64). The vector side of the tile is the
     smallest of 16, 32, 64, 128 holding N (N is padded to it); 128 weight rows per workgroup
-    (64 where M needs it), 4 x 1 subgroups (2 x 2 for 128 vectors); split-K into the largest
-    power of two <= 16 that keeps the workgroups within 1,024 (16-vector tiles) or 256 (wider
-    tiles), K dividing into whole 64-deep steps. The best of a sweep on the H200
-    (bench/small_n_sweep.py, 2026-11-27: 4096 x 14336 and 14336 x 4096, N = 8 ... 64)."""
+    (64 where M needs it) on 4 x 1 subgroups (2 x 1 for 32 vectors, 2 x 2 for 128); split-K
+    into the largest power of two <= 16 that keeps the workgroups within 1,024 (16-vector
+    tiles), 512 (32) or 256 (wider), K dividing into whole 64-deep steps. The best of sweeps
+    on the H200 (bench/small_n_sweep.py, 2026-11-27: 4096 x 14336 and 14336 x 4096, N = 8 ...
+    64)."""
     bn = next(t for t in (16, 32, 64, 128) if N <= t or t == 128)
     bm = 128 if M % 128 == 0 else 64
     if M % bm or K % 64:
         return None
-    sgm = 2 if bn == 128 else bm // 32
+    sgm = 2 if bn in (32, 128) else bm // 32
     tiles = M // bm * -(-N // bn)
-    limit = 1024 if bn == 16 else 256
+    limit = {16: 1024, 32: 512}.get(bn, 256)
     split = 1
     while split < 16 and tiles * split * 2 <= limit and K % (64 * split * 2) == 0:
         split *= 2

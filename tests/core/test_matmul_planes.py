@@ -69,7 +69,9 @@ def test_planes_config_rule():
     """The sweep's best configurations on the H200 (bench/small_n_sweep.py)."""
     assert planes_config(4096, 16, 14336) == GemvConfig("planes", subgroups=4, tile=(128, 16, 64), split_k=16)
     assert planes_config(14336, 8, 4096) == GemvConfig("planes", subgroups=4, tile=(128, 16, 64), split_k=8)
-    assert planes_config(4096, 32, 14336).split_k == 8 and planes_config(14336, 64, 4096).split_k == 2
+    assert planes_config(4096, 32, 14336) == GemvConfig("planes", subgroups=2, tile=(128, 32, 64), split_k=16)
+    assert planes_config(14336, 32, 4096).split_k == 4 and planes_config(14336, 64, 4096).split_k == 2
+    assert planes_config(4096, 64, 14336) == GemvConfig("planes", subgroups=4, tile=(128, 64, 64), split_k=8)
     assert planes_config(4096, 512, 14336) == GemvConfig("planes", subgroups=2, tile=(128, 128, 64), split_k=2)
     assert planes_config(4096 + 64, 16, 4096).tile[0] == 64            # M a multiple of 64 only
     assert planes_config(4096 + 32, 16, 4096) is None                  # neither: the GEMV kernels

@@ -90,7 +90,7 @@ def test_integer_path(gguf, fmt, N):
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_k"])
-@pytest.mark.parametrize("N", [2, 16, 40, 64, 100])
+@pytest.mark.parametrize("N", [2, 16, 30, 40, 64, 100])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_planes_path(gguf, fmt, N, deterministic):
     """matmul_q's planes path (N >= 2, M a multiple of 64): split-K by atomics or summed in a
