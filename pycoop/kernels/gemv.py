@@ -34,6 +34,7 @@ from .gemm import gemm_q4_0, gemm_q4_0_planes, q4_0_planes, sum_splits
 from .gemm_quant import (_f16_at, _q4_k_scales, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
                          gemm_q8_0_planes, q4_k_planes, q8_0_planes)
 from .gemv_planes import PlanesGemvConfig, matmul_planes_gemv, planes_gemv_config
+from .dequant import dot, fields_as_f32
 from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1, store_row_sums
 
 # weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
@@ -46,8 +47,6 @@ LARGE_N_GEMMS = {"q4_0": gemm_q4_0, "q8_0": gemm_q8_0, "q4_k": gemm_q4_k}   # de
 PLANES_GEMMS = {"q4_0": (gemm_q4_0_planes, q4_0_planes), "q8_0": (gemm_q8_0_planes, q8_0_planes),
                 "q4_k": (gemm_q4_k_planes, q4_k_planes)}
 
-_MAGIC = 0x4B000000                      # the bits of 2^23 (f32): OR a small int into its mantissa
-_TWO23 = 8388608.0
 U4 = pc.vec(u32, 4)
 F4 = pc.vec(f32, 4)
 
@@ -95,27 +94,6 @@ def _x_slots(fmt: str, vec: int, P: int) -> list:
             for o in ([P * i] if hi is None else [P * i, hi + P * i])]
 
 
-def _fields_as_f32(word, offset: float, bits: int = 8, shift: int = 0) -> list:
-    """The 4 fields of `bits` bits at bits 8b + shift of `word` (b = 0 ... 3, one per byte),
-    as f32 minus `offset`: exact, with no integer conversion (2^23 + v is an f32 whose mantissa
-    is v). A field reaching bit 31 needs no mask."""
-    out = []
-    for b in range(4):
-        v = word >> (8 * b + shift)
-        if 8 * b + shift + bits < 32:
-            v = v & ((1 << bits) - 1)
-        out.append(pc.bitcast(v | _MAGIC, f32) - (_TWO23 + offset))
-    return out
-
-
-def _dot(w: list, x: list):
-    """sum w[i] * x[i] in f32, as one fused multiply-add chain."""
-    s = w[0] * x[0]
-    for wi, xi in zip(w[1:], x[1:]):
-        s = pc.fma(wi, xi, s)
-    return s
-
-
 def _payload_word(W, base, odd, w):
     """Word w of the payload after the f16 scale of an 18- or 34-byte block that starts at
     word `base` (odd blocks 2 bytes into it, even blocks at its start): a whole word for odd
@@ -133,8 +111,8 @@ def _q4_0_unit(W, g, words: list, xcols: list) -> list:
     vals = []
     for w in words:
         q = _payload_word(W, base, odd, w)
-        vals += _fields_as_f32(q, 8.0, 4, 0) + _fields_as_f32(q, 8.0, 4, 4)
-    return [d * _dot(vals, xs) for xs in xcols]
+        vals += fields_as_f32(q, 8.0, 4, 0) + fields_as_f32(q, 8.0, 4, 4)
+    return [d * dot(vals, xs) for xs in xcols]
 
 
 def _q8_0_unit(W, g, words: list, xcols: list) -> list:
@@ -145,8 +123,8 @@ def _q8_0_unit(W, g, words: list, xcols: list) -> list:
     d = _f16_at(W[base], odd)
     vals = []
     for w in words:
-        vals += _fields_as_f32(_payload_word(W, base, odd, w) ^ 0x80808080, 128.0)
-    return [d * _dot(vals, xs) for xs in xcols]
+        vals += fields_as_f32(_payload_word(W, base, odd, w) ^ 0x80808080, 128.0)
+    return [d * dot(vals, xs) for xs in xcols]
 
 
 def _q4_k_words(W4, sb, j, P: int, part, pick: list) -> list:
@@ -182,13 +160,13 @@ def _q4_k_unit(W4, u, row_sb, P: int, part, pick: list, xcols: list, xsums: list
     sc0, sc1, m0, m1 = _q4_k_scales(h[1], h[2], h[3], j)
     lo, hi = [], []
     for q in _q4_k_words(W4, sb, j, P, part, pick):
-        lo += _fields_as_f32(q, 0.0, 4, 0)
-        hi += _fields_as_f32(q, 0.0, 4, 4)
+        lo += fields_as_f32(q, 0.0, 4, 0)
+        hi += fields_as_f32(q, 0.0, 4, 4)
     out = []
     for xs, (s0, s1) in zip(xcols, xsums):
         xl = [x for i in range(0, len(xs), 8) for x in xs[i:i + 4]]
         xh = [x for i in range(0, len(xs), 8) for x in xs[i + 4:i + 8]]
-        out.append(d * (sc0 * _dot(lo, xl) + sc1 * _dot(hi, xh)) - dmin * (m0 * s0 + m1 * s1))
+        out.append(d * (sc0 * dot(lo, xl) + sc1 * dot(hi, xh)) - dmin * (m0 * s0 + m1 * s1))
     return out
 
 
@@ -206,7 +184,7 @@ def _f16_unit(W, i, xcols: list, vec: int) -> list:
     else:
         v = W[i]
         vals = [f32(pc.bitcast(v[c], pc.vec(f16, 2))[h]) for c in range(4) for h in range(2)]
-    return [_dot(vals, xs) for xs in xcols]
+    return [dot(vals, xs) for xs in xcols]
 
 
 def _sum(xs: list):

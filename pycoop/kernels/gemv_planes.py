@@ -47,6 +47,7 @@ from pycoop import f16, f32, i32, u32
 
 from .gemm import q4_0_planes
 from .gemm_quant import q4_k_planes, q8_0_planes
+from .dequant import dot, fields_as_f32
 from .gemvq import quantize_grid, quantize_q8_1, store_row_sums
 
 FORMATS = ("q4_0", "q8_0", "q4_k", "f16")
@@ -60,28 +61,7 @@ MAX_N = 8
 U4 = pc.vec(u32, 4)
 F4 = pc.vec(f32, 4)
 H2 = pc.vec(f16, 2)
-_MAGIC = 0x4B000000                      # the bits of 2^23 (f32)
-_TWO23 = 8388608.0
 _LOW = 0x0F0F0F0F
-
-
-def _fields(word, offset: float, bits: int, shift: int) -> list:
-    """The 4 fields of `bits` bits at bits 8b + shift of `word` (b = 0 ... 3) as f32 minus
-    `offset`, exactly and without integer conversions: 2^23 + v is an f32 whose mantissa is v."""
-    out = []
-    for b in range(4):
-        v = word >> (8 * b + shift)
-        if 8 * b + shift + bits < 32:
-            v = v & ((1 << bits) - 1)
-        out.append(pc.bitcast(v | _MAGIC, f32) - (_TWO23 + offset))
-    return out
-
-
-def _dot(w: list, x: list):
-    s = w[0] * x[0]
-    for a, b in zip(w[1:], x[1:]):
-        s = pc.fma(a, b, s)
-    return s
 
 
 def _sum(xs: list):
@@ -149,17 +129,17 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
         if fmt == "f16":
             v = qs[0]
             ws = [f32(pc.bitcast(v[c], H2)[h]) for c in range(4) for h in range(2)]
-            return _dot(ws, xs)
+            return dot(ws, xs)
         if fmt == "q8_0":
-            ws = [w for v in qs for c in range(4) for w in _fields(v[c] ^ 0x80808080, 128.0, 8, 0)]
-            return f32(d) * _dot(ws, xs)
+            ws = [w for v in qs for c in range(4) for w in fields_as_f32(v[c] ^ 0x80808080, 128.0, 8, 0)]
+            return f32(d) * dot(ws, xs)
         v = qs[0]                                          # byte j: weight j low, j + 16 high
         off = 8.0 if fmt == "q4_0" else 0.0
-        ws = [w for c in range(4) for w in _fields(v[c], off, 4, 0)] + \
-             [w for c in range(4) for w in _fields(v[c], off, 4, 4)]
+        ws = [w for c in range(4) for w in fields_as_f32(v[c], off, 4, 0)] + \
+             [w for c in range(4) for w in fields_as_f32(v[c], off, 4, 4)]
         if fmt == "q4_0":
-            return f32(d) * _dot(ws, xs)
-        return f32(d[0]) * _dot(ws, xs) - f32(d[1]) * _sum(xs)
+            return f32(d) * dot(ws, xs)
+        return f32(d[0]) * dot(ws, xs) - f32(d[1]) * _sum(xs)
 
     def term_q8_1(qs, d, xa, xb, dx, s):
         """A block's product with one vector's quantised block (xa, xb: its 8 words)."""

@@ -352,6 +352,24 @@ def test_every_span_wrap_case_the_driver_gets_wrong_is_refused():
     assert not wrong, "wrong on the device but not refused by pycoop:\n" + "\n".join(wrong)
 
 
+def _refused_on_nvidia(k, X, defect: str) -> np.ndarray:
+    """Launch k(X, Out) on an NVIDIA device (skips elsewhere): backend="vulkan" must raise
+    BackendUnavailable naming `defect`, "auto" must fall back to the emulator with the
+    warning. Returns the emulator's Out (256 f16)."""
+    try:
+        caps = get_runtime().capabilities
+    except VulkanUnavailable as e:
+        pytest.skip(str(e))
+    if caps.vendor != "NVIDIA":
+        pytest.skip(f"not an NVIDIA device: {caps.vendor}")
+    with pytest.raises(pc.BackendUnavailable, match=defect):
+        k[1](X, np.zeros(256, np.float16), backend="vulkan")
+    Out = np.zeros(256, np.float16)
+    with pytest.warns(pc.BackendFallbackWarning, match=defect):
+        assert k[1](X, Out, backend="auto").backend == "emulator"
+    return Out
+
+
 def test_constant_inner_stride_is_refused_on_nvidia():
     """`nv_inner_stride`: a constant innermost stride other than 1 is refused on NVIDIA devices
     (backend="vulkan" raises, "auto" falls back to the emulator with the warning)."""
@@ -359,18 +377,8 @@ def test_constant_inner_stride_is_refused_on_nvidia():
     def k(X: pc.ReadBuffer[f16], Out: pc.Buffer[f16]):
         lay = pc.nv.tensor_layout(2, "undefined").dimension(24, 36).stride(80, 2).slice(8, 16, 6, 16)
         pc.store(Out, 0, pc.nv.load_tensor(X, lay, Acc16), 16)
-    try:
-        caps = get_runtime().capabilities
-    except VulkanUnavailable as e:
-        pytest.skip(str(e))
-    if caps.vendor != "NVIDIA":
-        pytest.skip(f"not an NVIDIA device: {caps.vendor}")
     X = np.random.default_rng(0).standard_normal(24 * 80).astype(np.float16)
-    with pytest.raises(pc.BackendUnavailable, match="nv_inner_stride"):
-        k[1](X, np.zeros(256, np.float16), backend="vulkan")
-    Out = np.zeros(256, np.float16)
-    with pytest.warns(pc.BackendFallbackWarning, match="nv_inner_stride"):
-        assert k[1](X, Out, backend="auto").backend == "emulator"
+    Out = _refused_on_nvidia(k, X, "nv_inner_stride")
     r, c = np.mgrid[0:16, 0:16]
     np.testing.assert_array_equal(Out.reshape(16, 16), X[(8 + r) * 80 + (6 + c) * 2])
 
@@ -384,18 +392,8 @@ def test_span_wrap_is_refused_on_nvidia():
     def k(X: pc.ReadBuffer[f16], Out: pc.Buffer[f16]):
         lay = pc.nv.tensor_layout(2, "repeat").dimension(6, 2).stride(10, 1).slice(9, 3, 0, 16)
         pc.store(Out, 0, pc.nv.load_tensor(X, lay, Acc16), 16)
-    try:
-        caps = get_runtime().capabilities
-    except VulkanUnavailable as e:
-        pytest.skip(str(e))
-    if caps.vendor != "NVIDIA":
-        pytest.skip(f"not an NVIDIA device: {caps.vendor}")
     X = np.random.default_rng(2).permutation(52).astype(np.float16)
-    with pytest.raises(pc.BackendUnavailable, match="nv_span_wrap"):
-        k[1](X, np.zeros(256, np.float16), backend="vulkan")
-    Out = np.zeros(256, np.float16)
-    with pytest.warns(pc.BackendFallbackWarning, match="nv_span_wrap"):
-        assert k[1](X, Out, backend="auto").backend == "emulator"
+    Out = _refused_on_nvidia(k, X, "nv_span_wrap")
     r, c = np.mgrid[0:16, 0:16]
     np.testing.assert_array_equal(Out.reshape(16, 16), X[10 * (3 + r % 3) + c % 2])
 
