@@ -207,10 +207,11 @@ def test_thousands_of_launches_do_not_leak():
 @pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
 def test_a_loop_of_launches_with_temporaries_stops_allocating():
     """A block of launches called in a loop, each call with its own temporaries freed while
-    queued (as pycoop.kernels.MLPBlock does): once warm, the pool serves every array. Rounds
-    of 20 calls end with a synchronisation, so at most 180 temporaries are in use, whatever
-    the device's speed: more than the 64 free buffers per kind the pool kept before (an MLP
-    block then allocated ~7 new Vulkan buffers per call), fewer than it keeps now."""
+    queued (as pycoop.kernels.MLPBlock does): once warm, the pool serves every array. Each
+    round of 20 calls keeps its 180 temporaries to its end and then synchronises, so exactly
+    180 are in use whatever the device's speed: more than the 64 free buffers per kind the
+    pool kept before (an MLP block then allocated ~7 new Vulkan buffers per call), fewer than
+    it keeps now."""
     rt = pc.get_runtime("vulkan")
     memory = rt._context().memory
     pc.synchronize()
@@ -220,10 +221,13 @@ def test_a_loop_of_launches_with_temporaries_stops_allocating():
 
     def rounds(count):
         for _ in range(count):
+            held = []        # a round's temporaries live to its end: 180 in use, every round
             for _ in range(20):
                 tmps = [pc.empty(n * (1 + i % 3), backend="vulkan") for i in range(9)]
                 for t in tmps:
                     axpy[groups(n)](x, t, 1.0, n)
+                held += tmps
+            del held, tmps   # freed while their launches may still be queued
             pc.synchronize()
 
     rounds(2)
