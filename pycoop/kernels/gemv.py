@@ -30,11 +30,11 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .gemm import gemm_q4_0, gemm_q4_0_planes, q4_0_planes, sum_splits
-from .gemm_quant import (_f16_at, _q4_k_scales, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
-                         gemm_q8_0_planes, q4_k_planes, q8_0_planes)
-from .gemv_planes import PlanesGemvConfig, matmul_planes_gemv, planes_gemv_config
 from .dequant import dot, fields_as_f32
+from .gemm import gemm_q4_0, gemm_q4_0_planes, sum_splits
+from .gemm_quant import (_f16_at, _q4_k_scales, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
+                         gemm_q8_0_planes)
+from .gemv_planes import PlanesGemvConfig, matmul_planes_gemv, planes_gemv_config, weight_planes
 from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1, store_row_sums
 
 # weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
@@ -43,9 +43,8 @@ FORMATS = tuple(BLOCKS)
 MAX_SMALL_N = 64                         # above this, the large-N GEMM where the format has one
 LARGE_N_GEMMS = {"q4_0": gemm_q4_0, "q8_0": gemm_q8_0, "q4_k": gemm_q4_k}   # decode-function GEMMs
 # the planes GEMMs (weights as nibble/byte planes and scales, dequantised into shared memory,
-# KHR cooperative matrices) and the planes of each format: the kernels for N >= 2
-PLANES_GEMMS = {"q4_0": (gemm_q4_0_planes, q4_0_planes), "q8_0": (gemm_q8_0_planes, q8_0_planes),
-                "q4_k": (gemm_q4_k_planes, q4_k_planes)}
+# KHR cooperative matrices; the planes made once by `weight_planes`): the kernels for N >= 2
+PLANES_GEMMS = {"q4_0": gemm_q4_0_planes, "q8_0": gemm_q8_0_planes, "q4_k": gemm_q4_k_planes}
 
 U4 = pc.vec(u32, 4)
 F4 = pc.vec(f32, 4)
@@ -549,7 +548,7 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
     `deterministic`, by `sum_splits`). The weights' planes are made once."""
     BM, BN, BK = cfg.tile
     split, sgn = cfg.split_k, max(1, BN // 64)
-    gemm, make_planes = PLANES_GEMMS[Wq.fmt]
+    gemm = PLANES_GEMMS[Wq.fmt]
     if Wq.M % BM or Wq.K % (BK * split) or BN % 16 or split < 1:
         raise ValueError(f"matmul_q: the planes GEMM's tile {cfg.tile} with split_k={split} "
                          f"does not fit M={Wq.M}, K={Wq.K} (M a multiple of the tile's rows, K of "
@@ -563,11 +562,7 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
     grid = (Wq.M // BM, Np // BN) + ((split,) if split > 1 else ())
     stacked = split > 1 and mode == "stacked"
     be = X.backend if device else bk
-    key = ("planes", be if device else None)
-    if key not in Wq._arrays:
-        planes = make_planes(Wq.data, Wq.M, Wq.K)
-        Wq._arrays[key] = planes if not device else tuple(pc.asarray(a, backend=be) for a in planes)
-    Q, D = Wq._arrays[key]
+    Q, D = weight_planes(Wq, be if device else None)     # shared with gemv_planes
     if device:
         if X.dtype not in (np.float32, np.float16):
             raise ValueError(f"matmul_q: X is f32 or f16, got {X.dtype}")

@@ -88,19 +88,16 @@ def _rms_of(ss, red, h4, nsg: int, eps):
     return pc.rsqrt(tot / f32(h4 * 4) + eps)
 
 
-def _row_in_registers(X, t, h4, lane, per: int) -> tuple[list, object]:
-    """Row t of X (h4 vec4) held by the workgroup's lanes, `per` vec4 each (lane + j WG), all
+def _row_squares_at_once(X, t, h4, lane, per: int):
+    """This lane's sum of squares of row t of X (h4 vec4): its `per` vec4 (lane + j WG), all
     loads issued before any use (one memory round trip instead of one per loop iteration);
-    slots past h4 read the last vec4 and count zero in the sum of squares. Returns the
-    values and this lane's sum of squares."""
-    vals, ss = [], f32(0.0)
-    for j in range(per):
-        i = lane + j * WG
-        vals.append(X[t * h4 + pc.min(i, h4 - 1)])
+    slots past h4 read the last vec4 and count zero."""
+    vals = [X[t * h4 + pc.min(lane + j * WG, h4 - 1)] for j in range(per)]
+    ss = f32(0.0)
     for j, v in enumerate(vals):
         sq = (v[0] * v[0] + v[1] * v[1]) + (v[2] * v[2] + v[3] * v[3])
         ss = ss + pc.select(lane + j * WG < h4, sq, f32(0.0))
-    return vals, ss
+    return ss
 
 
 def _check_sg(subgroup_size) -> None:
@@ -126,9 +123,15 @@ def rows_held_parts(H: int) -> int:
     return _check_rows_held(H)
 
 
+def _put_f32(Y, X, G, t, h4, i, r) -> None:
+    """Vec4 i of row t normalised: (X * r) * G."""
+    v, g = X[t * h4 + i], G[i]
+    Y[t * h4 + i] = pc.make_vector([(v[c] * r) * g[c] for c in range(4)])
+
+
 def _check_rows_held(H) -> int:
-    """vec4 per lane of a row held in registers (`H`, the row's length fixed at build, None:
-    the row is read twice, any length)."""
+    """vec4 per lane of a row loaded at once (`H`, the row's length fixed at build, None: the
+    row is read in a loop, any length)."""
     if H is None:
         return 0
     if not isinstance(H, int) or H < 4 or H % 4:
@@ -158,8 +161,7 @@ def rms_norm_q8_1(subgroup_size: int = 32, H: int | None = None):
         h4 = H >> 2
 
         if per:                    # workgroup y quantises slot y of the row (grid T x per)
-            vals, ss = _row_in_registers(X, t, h4, lane, per)
-            r = _rms_of(ss, red, h4, nsg, eps)
+            r = _rms_of(_row_squares_at_once(X, t, h4, lane, per), red, h4, nsg, eps)
             i = lane + pc.workgroup_id.y * WG
             _put_q8_1(Q, D, S, G, t, h4, i, X[t * h4 + pc.min(i, h4 - 1)], r)
         else:
@@ -186,17 +188,14 @@ def rms_norm_f32(subgroup_size: int = 32, H: int | None = None):
         t, lane = pc.workgroup_id.x, pc.local_invocation_index()
         h4 = H >> 2
         if per:                    # workgroup y writes slot y of the row (grid T x per)
-            vals, ss = _row_in_registers(X, t, h4, lane, per)
-            r = _rms_of(ss, red, h4, nsg, eps)
+            r = _rms_of(_row_squares_at_once(X, t, h4, lane, per), red, h4, nsg, eps)
             i = lane + pc.workgroup_id.y * WG
             if i < h4:
-                v, g = X[t * h4 + i], G[i]
-                Y[t * h4 + i] = pc.make_vector([(v[c] * r) * g[c] for c in range(4)])
+                _put_f32(Y, X, G, t, h4, i, r)
         else:
             r = _row_rms(X, red, t, h4, lane, nsg, eps)
             for i in pc.range(lane, h4, WG):
-                v, g = X[t * h4 + i], G[i]
-                Y[t * h4 + i] = pc.make_vector([(v[c] * r) * g[c] for c in range(4)])
+                _put_f32(Y, X, G, t, h4, i, r)
     return rms_norm_f32
 
 
@@ -346,10 +345,6 @@ class MLPBlock:
         self.tile = _tile(2 * self.I, self.H, self.H, self.I)
         self.launches: list = []               # the LaunchResults of the last call
 
-    # -- weights of the GEMMs and of the token GEMVs as planes, made on first use (shared)
-    def _planes(self, W: GGMLWeights):
-        return weight_planes(W, self.backend)
-
     def __call__(self, x: pc.Array) -> pc.Array:
         if not isinstance(x, pc.Array):
             raise TypeError("MLPBlock takes a pc.Array (pc.asarray(x, backend=...)), got "
@@ -450,7 +445,7 @@ class MLPBlock:
         """Y (W.M x ld f32) = W @ X, X (W.K x ld f16 as uvec4)."""
         BM, BN, BK, SGM, SGN = self.tile
         grid = (W.M // BM, ld // BN)
-        q, d = self._planes(W)
+        q, d = weight_planes(W, self.backend)       # made once, shared with the token GEMVs
         gemm = gemm_q4_0_planes if self.fmt == "q4_0" else gemm_q4_k_planes
         self.launches.append(gemm(BM, BN, BK, SGM, SGN)[grid](q, d, X, Y, W.M, ld, W.K))
 

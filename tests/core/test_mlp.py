@@ -54,7 +54,7 @@ def norm_ref(x, nw, eps=1e-5):
 @given(st.integers(1, 4), st.sampled_from([32, 64, 288, 1056]), st.integers(0, 2**16),
        st.sampled_from([8, 32]), st.booleans())
 def test_rms_norm_q8_1(T, H, seed, sg, held):
-    """Row read twice, or held in registers (H at build)."""
+    """Row read in a loop, or loaded at once over several workgroups (H at build)."""
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((T, H)) * rng.uniform(0.1, 10)).astype(np.float32)
     nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
@@ -94,7 +94,7 @@ def test_rms_norm_f32_and_scale(T, H, seed, held):
                                rtol=2e-6)
 
 
-def test_rows_held_in_registers_need_a_whole_length():
+def test_rows_loaded_at_once_need_a_whole_length():
     with pytest.raises(ValueError, match="multiple of 4"):
         mlp.rms_norm_f32(32, 1030)
 
