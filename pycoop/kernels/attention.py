@@ -36,7 +36,6 @@ instead of Br x Bc (fewer registers, fewer rescale exponentials, a narrower ones
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -622,19 +621,14 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
             Q, K, V, Part, M, L, (H // Hkv) * Sq, Skv, chunk, scale, **run)
         r2 = attention_combine(D, out, sm.exp2, combine_unroll)[(R,)](Part, M, L, O, LSE, R,
                                                                       splits, **run)
-        if _capturing():        # recorded into a launch graph: the times come from its replays
-            return AttentionResult(O, LSE, float("nan"), r1.backend, (float("nan"),) * 2)
-        return AttentionResult(O, LSE, r1.time_ms + r2.time_ms, r1.backend,
-                               (r1.time_ms, r2.time_ms))
+        return _result(O, LSE, r1, r2)
     k = attention_prefill(D, Br, Bc, invocations, causal, mask is not None, el, out, scope, sm,
                           fp)
     if mask is not None and not device:
         mask = np.ascontiguousarray(mask, np.float16)
     args = [Q, K, V] + ([mask] if mask is not None else [])
     r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
-    if _capturing():
-        return AttentionResult(O, LSE, float("nan"), r.backend, (float("nan"),))
-    return AttentionResult(O, LSE, r.time_ms, r.backend, (r.time_ms,))
+    return _result(O, LSE, r)
 
 
 def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale, splits,
@@ -658,13 +652,17 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
     M, L = new((splits, R), np.float32), new((splits, R), np.float32)
     r1 = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, Skv, chunk, scale, **run)
     r2 = merge[(R,)](Part, M, L, O, LSE, R, splits, **run)
-    if _capturing():        # recorded into a launch graph: the times come from its replays
-        return AttentionResult(O, LSE, float("nan"), r1.backend, (float("nan"),) * 2)
-    return AttentionResult(O, LSE, r1.time_ms + r2.time_ms, r1.backend, (r1.time_ms, r2.time_ms))
+    return _result(O, LSE, r1, r2)
 
 
-def _capturing() -> bool:
-    return bool(capturing.active) and capturing.current() is not None
+def _result(O, LSE, *launches) -> AttentionResult:
+    """The result of the kernels `launches` wrote O and LSE with: their times, or NaN when they
+    were recorded into a launch graph (the times then come from its replays)."""
+    if capturing.active and capturing.current() is not None:
+        times = (float("nan"),) * len(launches)
+    else:
+        times = tuple(r.time_ms for r in launches)
+    return AttentionResult(O, LSE, sum(times), launches[0].backend, times)
 
 
 def attention_reference(Q, K, V, *, mask=None, causal: bool = False,
