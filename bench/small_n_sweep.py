@@ -23,7 +23,6 @@ from pycoop.kernels.gemv import BLOCKS
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from llm_kernels import torch_times  # noqa: E402
 
-BK_ = "vulkan"
 PLANES = {"q4_0": (gemm_q4_0_planes, q4_0_planes), "q8_0": (gemm_q8_0_planes, q8_0_planes),
           "q4_k": (gemm_q4_k_planes, q4_k_planes)}
 
@@ -67,7 +66,6 @@ def main():
     ap.add_argument("--top", type=int, default=4)
     ap.add_argument("--backend", default="vulkan", help="emulator: a check of the script at small sizes")
     args = ap.parse_args()
-    global BK_
     BK_ = args.backend
     try:
         pc.zeros(1, pc.f32, backend=BK_)

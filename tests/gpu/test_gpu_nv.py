@@ -352,9 +352,9 @@ def test_every_span_wrap_case_the_driver_gets_wrong_is_refused():
     assert not wrong, "wrong on the device but not refused by pycoop:\n" + "\n".join(wrong)
 
 
-def _refused_on_nvidia(k, X, defect: str) -> np.ndarray:
-    """Launch k(X, Out) on an NVIDIA device (skips elsewhere): backend="vulkan" must raise
-    BackendUnavailable naming `defect`, "auto" must fall back to the emulator with the
+def _refused_on_nvidia(k, X, defect: str, *scalars) -> np.ndarray:
+    """Launch k(X, Out, *scalars) on an NVIDIA device (skips elsewhere): backend="vulkan" must
+    raise BackendUnavailable naming `defect`, "auto" must fall back to the emulator with the
     warning. Returns the emulator's Out (256 f16)."""
     try:
         caps = get_runtime().capabilities
@@ -363,10 +363,10 @@ def _refused_on_nvidia(k, X, defect: str) -> np.ndarray:
     if caps.vendor != "NVIDIA":
         pytest.skip(f"not an NVIDIA device: {caps.vendor}")
     with pytest.raises(pc.BackendUnavailable, match=defect):
-        k[1](X, np.zeros(256, np.float16), backend="vulkan")
+        k[1](X, np.zeros(256, np.float16), *scalars, backend="vulkan")
     Out = np.zeros(256, np.float16)
     with pytest.warns(pc.BackendFallbackWarning, match=defect):
-        assert k[1](X, Out, backend="auto").backend == "emulator"
+        assert k[1](X, Out, *scalars, backend="auto").backend == "emulator"
     return Out
 
 
@@ -411,18 +411,8 @@ def test_runtime_inner_stride_without_a_view():
     def k(X: pc.ReadBuffer[f16], Out: pc.Buffer[f16], s: pc.u32):
         lay = pc.nv.tensor_layout(2, "undefined").dimension(24, 36).stride(80, s).slice(8, 16, 6, 16)
         pc.store(Out, 0, pc.nv.load_tensor(X, lay, Acc16), 16)
-    try:
-        caps = get_runtime().capabilities
-    except VulkanUnavailable as e:
-        pytest.skip(str(e))
-    if caps.vendor != "NVIDIA":
-        pytest.skip(f"not an NVIDIA device: {caps.vendor}")
     X = np.random.default_rng(1).permutation(24 * 80).astype(np.float16)
-    with pytest.raises(pc.BackendUnavailable, match="nv_inner_stride"):
-        k[1](X, np.zeros(256, np.float16), 2, backend="vulkan")
-    Out = np.zeros(256, np.float16)
-    with pytest.warns(pc.BackendFallbackWarning, match="nv_inner_stride"):
-        assert k[1](X, Out, 2, backend="auto").backend == "emulator"
+    Out = _refused_on_nvidia(k, X, "nv_inner_stride", 2)
     r, c = np.mgrid[0:16, 0:16]
     np.testing.assert_array_equal(Out.reshape(16, 16), X[(8 + r) * 80 + (6 + c) * 2])
     with pytest.MonkeyPatch.context() as mp:
