@@ -17,6 +17,8 @@ Rows:
   kernel adds beyond its device time, with timeline semaphores (PYCOOP_TORCH_SYNC=auto) and
   with host waits (coarse); how long the pycoop call takes on the host and how long torch's
   stream waits for it; and proof that no host copy happened
+- the cost of switching between the two APIs with nothing shared: synchronous pycoop and
+  torch launches, each alone and right after the other
 
     python3 bench/launch_overhead.py [--quick]
 """
@@ -230,9 +232,80 @@ def bench_gemm(size: int, launches: int, torch) -> None:
             f"{moved / 1e6:.0f} MB copied at {gbs:.1f} GB/s effective; goals >= 10 GB/s, "
             f"<= 15000 us; same result as device arrays: {same}")
     vkrt.READBACK_CHUNK = default
+    host_path_parts(C)
+
+
+def host_path_parts(C: np.ndarray) -> None:
+    """The NumPy path's pieces for one array, medians of 5: the host copy into pooled staging
+    and out of it (hostcopy, threads), and an upload (`copy_from` + synchronize: host copy and
+    DMA) and a readback (`numpy()`: DMA and host copy) of a device array."""
+    from pycoop.runtime.vulkan import hostcopy
+    rt = pc.get_runtime("vulkan")
+    mem = rt.context.memory
+    staging = mem.acquire("host", C.nbytes)
+    out = np.empty_like(C)
+    d = pc.empty(C.shape, C.dtype, backend="vulkan")
+
+    def med(f):
+        ts = []
+        for _ in range(5):
+            s = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - s)
+        return statistics.median(ts) * 1e6
+
+    t_in = med(lambda: hostcopy.to_mapped(staging.mapped, C))
+    t_out = med(lambda: hostcopy.from_mapped(out, staging.mapped))
+    t_up = med(lambda: (d.copy_from(C), pc.synchronize()))
+    t_down = med(lambda: d.numpy())
+    mem.release(staging)
+    mb = C.nbytes / 1e6
+    row(f"NumPy path pieces, {mb:.0f} MB", t_up + t_down, 0.0, None,
+        f"host copy in {t_in:.0f} us ({C.nbytes / t_in / 1e3:.1f} GB/s), out {t_out:.0f} us "
+        f"({C.nbytes / t_out / 1e3:.1f} GB/s); upload {t_up:.0f} us ({C.nbytes / t_up / 1e3:.1f} "
+        f"GB/s), readback {t_down:.0f} us ({C.nbytes / t_down / 1e3:.1f} GB/s)")
+
+
+def switch_row(torch, launches: int) -> None:
+    """What alternating between the two APIs costs with nothing shared: a synchronous pycoop
+    launch (arrays torch never saw) alone and right after a synchronised torch op, and a
+    synchronised torch op alone and right after a synchronous pycoop launch. The difference is
+    the GPU's switch from one context to the other, which no interop code is involved in."""
+    n = 1 << 20
+    y, x = pc.zeros(n, backend="vulkan"), pc.full(n, 1.0, backend="vulkan")
+    t = torch.zeros(n, device="cuda")
+    clock = time.perf_counter
+
+    def pycoop_sync():
+        s = clock()
+        axpy[n // 256](x, y, 0.5, n)
+        pc.synchronize()
+        return clock() - s
+
+    def torch_sync():
+        s = clock()
+        t.add_(1.0)
+        torch.cuda.synchronize()
+        return clock() - s
+
+    for _ in range(50):
+        pycoop_sync(), torch_sync()
+    alone_p = statistics.median(pycoop_sync() for _ in range(launches))
+    alone_t = statistics.median(torch_sync() for _ in range(launches))
+    after_t, after_p = [], []
+    for _ in range(launches):
+        after_p.append(torch_sync())        # torch right after pycoop ...
+        after_t.append(pycoop_sync())       # ... and pycoop right after torch
+    after_t, after_p = statistics.median(after_t), statistics.median(after_p)
+    row("API switch, nothing shared (sync)", after_t * 1e6, alone_p * 1e6, alone_t * 1e6,
+        f"pycoop sync launch alone {alone_p * 1e6:.1f} us, right after a torch op "
+        f"{after_t * 1e6:.1f} us; torch op + synchronize alone {alone_t * 1e6:.1f} us, right "
+        f"after a pycoop launch {after_p * 1e6:.1f} us: the switches cost "
+        f"{(after_t - alone_p + after_p - alone_t) * 1e6:.1f} us a round")
 
 
 def bench_interop(torch, launches: int) -> None:
+    switch_row(torch, launches)
     for mode in ("auto", "coarse", "auto"):
         os.environ["PYCOOP_TORCH_SYNC"] = mode
         try:

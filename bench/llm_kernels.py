@@ -48,7 +48,7 @@ from pycoop.kernels import (GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv,
                             quantize_q8_1_reference, weights)
 from pycoop.kernels.gemv import BLOCKS, PARTS
 from pycoop.kernels.gemvq import FORMATS_Q8_1
-from pycoop.kernels.gemv_planes import (PLANES, PlanesGemvConfig, gemv_planes, gemv_planes_grid,
+from pycoop.kernels.gemv_planes import (PLANES, PlanesGemvConfig,
                                         planes_gemv_config, planes_gemv_reference,
                                         planes_weights)
 
@@ -465,8 +465,8 @@ def bench_q8_1(M: int, K: int, fmt: str, N: int, W: np.ndarray, Wq, ws: list, ar
 
 def gemv_planes_candidates(fmt: str, N: int, quick: bool) -> list[PlanesGemvConfig]:
     """`gemv_planes` configurations tried: the default first, then rows per subgroup, blocks
-    per lane and step (span), subgroups per workgroup and the driver's unrolling, for x in
-    f32 and (quantised formats) q8_1."""
+    per lane and step (span), subgroups per workgroup, the driver's unrolling and subgroups
+    sharing rows (split), for x in f32 and (quantised formats) q8_1."""
     xs = ["f32"] if fmt == "f16" else ["f32", "q8_1"]
     out = []
     for x in xs:
@@ -484,6 +484,9 @@ def gemv_planes_candidates(fmt: str, N: int, quick: bool) -> list[PlanesGemvConf
         for r, t, sg, sp in shapes:
             out.append(PlanesGemvConfig(x, r, t, sg, sp))
         out += [PlanesGemvConfig(x, first.rows, nt, first.subgroups, first.span, u) for u in (2, 4)]
+        out += [PlanesGemvConfig(x, r, nt, sg, sp, None, split) for r in (1, 2, 4)
+                for sp in (1, 2) for sg in (4, 8) for split in (2, 4)
+                if r * nt * sp <= 32]
     seen, uniq = set(), []
     for c in out:
         if c not in seen:
@@ -497,10 +500,8 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
     rotated through >= --rotate-mb of copies (the q8_1 rows add the quantiser's median time),
     the fastest per x kind in the table, each checked against gguf (q8_1: within the
     quantisation bound; Q4_K: the planes' rounded scales allowed for)."""
-    from pycoop.kernels import q8_1_error_bound, quantize_q8_1_reference
     for fmt in args.formats:
         W = random_weights(fmt, M, K)
-        Wq = weights(W, None if fmt == "f16" else fmt)
         if fmt == "f16":
             planes = (np.ascontiguousarray(W).reshape(-1).view(np.uint32).reshape(-1, 4),
                       np.zeros(1, np.float16))
@@ -523,9 +524,7 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
             errors: list = []
             for cfg in gemv_planes_candidates(fmt, N, args.quick):
                 try:
-                    k = gemv_planes(fmt, cfg.x, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size,
-                                    cfg.span, cfg.unroll)
-                    grid = gemv_planes_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)
+                    k, grid = cfg.kernel(fmt, args.subgroup_size), cfg.grid(M, N)
                     if cfg.x == "f32":
                         launch = lambda w: k[grid](w[0], w[1], x, y, M, N, K)          # noqa: E731
                         extra = 0.0
@@ -546,9 +545,7 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
                 args.torch_cache[N, M, K] = torch_times_or_none(M, K, N, args, errors)
             tt = args.torch_cache[N, M, K]
             for xk, (cfg, rot, warm, krot) in best.items():
-                k = gemv_planes(fmt, xk, cfg.rows, cfg.nt, cfg.subgroups, args.subgroup_size,
-                                cfg.span, cfg.unroll)
-                grid = gemv_planes_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)
+                k, grid = cfg.kernel(fmt, args.subgroup_size), cfg.grid(M, N)
                 if xk == "f32":
                     k[grid](ws[0][0], ws[0][1], x, y, M, N, K)
                     status = check(fmt, W, X, y.numpy(), 1e-4 if fmt != "q4_k" else 2e-3)
@@ -561,6 +558,7 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
                 speed = f"{tt[0] / rot:.2f}x" if tt else "-"
                 c = (f"gemv_planes x={xk} r{cfg.rows} nt{cfg.nt} sg{cfg.subgroups} span{cfg.span}"
                      + (f" u{cfg.unroll}" if cfg.unroll else "")
+                     + (f" split{cfg.split}" if cfg.split > 1 else "")
                      + (f": kernel {krot:.1f} + quantise {rot - krot:.1f}" if xk == "q8_1" else ""))
                 lines.append(f"| {M}x{K} | {fmt} | {N} | {rot:.1f} | {gbs:.0f} ({100 * gbs / args.peak_gbs:.0f}%) "
                              f"| {warm:.1f} | {t_rot} | {t_warm} | {speed} | {c} | {status} |")

@@ -286,7 +286,8 @@ class GemvConfig:
     K) per workgroup; below 128 vectors it computes with the weights as the A operand,
     `weights_first`) or "gemv_planes" (`pycoop.kernels.gemv_planes` over the weight
     planes, N <= 8, X in f32 or, with activations="q8_1", quantised; `rows`, `nt`,
-    `subgroups`, `unroll` and `span`, its blocks per lane and step)."""
+    `subgroups`, `unroll`, `span`, its blocks per lane and step, and `split_k`, the subgroups
+    sharing rows)."""
     kind: str
     rows: int = 1
     nt: int = 1
@@ -499,7 +500,8 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
         return _planes(Wq, X, N, vector, device, bk, cfg, deterministic,
                        [] if launches is None else launches)
     if cfg.kind == "gemv_planes":
-        p = PlanesGemvConfig(activations, cfg.rows, cfg.nt, cfg.subgroups, cfg.span, cfg.unroll)
+        p = PlanesGemvConfig(activations, cfg.rows, cfg.nt, cfg.subgroups, cfg.span, cfg.unroll,
+                             cfg.split_k)
         return matmul_planes_gemv(Wq, X, p, backend=bk, subgroup_size=subgroup_size,
                                   launches=launches)
     if cfg.kind == "q8_1":

@@ -14,6 +14,9 @@ Schedule (`gemv_planes`):
 - each subgroup owns `rows` consecutive weight rows, a workgroup `subgroups` subgroups and
   `nt` vectors (grid `gemv_planes_grid`); each weight block is loaded and unpacked once for
   the workgroup's `nt` vectors, each activation block once for the `rows` rows;
+- `split` subgroups may share rows, each taking every split-th stretch of K: with few rows
+  (M = 4096) one subgroup per row leaves half the GPU's lanes idle and too few loads in
+  flight to cover memory latency; their sums meet in shared memory;
 - a lane takes `span` consecutive blocks per step (their loads issued before any arithmetic),
   steps S * span blocks apart; `unroll` is the driver's hint on that loop;
 - the lanes' partial sums are reduced with `pc.subgroup.add` and lane 0 stores them.
@@ -77,7 +80,7 @@ def _check_int(name: str, v, least: int = 1) -> None:
 
 
 def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_size: int,
-                 span: int) -> None:
+                 span: int, split: int = 1) -> None:
     """The errors `gemv_planes` raises for a configuration, before anything is built."""
     if fmt not in FORMATS:
         raise ValueError(f"gemv_planes: format is one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -85,8 +88,11 @@ def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_
         raise ValueError(f"gemv_planes: x is 'f32' or 'q8_1', got {x!r}")
     if fmt == "f16" and x != "f32":
         raise ValueError("gemv_planes: f16 weights take x='f32'")
-    for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups), ("span", span)):
+    for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups), ("span", span),
+                    ("split", split)):
         _check_int(name, v)
+    if subgroups % split:
+        raise ValueError(f"gemv_planes: split ({split}) must divide subgroups ({subgroups})")
     if nt > MAX_N:
         raise ValueError(f"gemv_planes: nt (vectors per workgroup) is at most {MAX_N}, got {nt}")
     if rows * nt * span > 64:
@@ -99,7 +105,8 @@ def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_
 
 @functools.cache
 def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups: int = 4,
-                subgroup_size: int = 32, span: int = 1, unroll: bool | int | None = None):
+                subgroup_size: int = 32, span: int = 1, unroll: bool | int | None = None,
+                split: int = 1):
     """The kernel Y (N x M, f32) = X (N x K) @ W.T over weight planes (module docstring).
 
     Operands, in order:
@@ -110,9 +117,10 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
     - x="f32": X (N x K f32 as vec4: `X.reshape(-1, 4)`); x="q8_1": XQ (uvec4, N * K / 16),
       XD (f32, N * K / 32), XS (i32, N * K / 32), `quantize_q8_1`'s outputs;
     - Y (N x M f32), M, N, K (u32).
-    Grid `gemv_planes_grid(M, N, rows, nt, subgroups)`; subgroups of `subgroup_size` lanes.
+    Grid `gemv_planes_grid(M, N, rows, nt, subgroups, split)`; subgroups of `subgroup_size`
+    lanes.
     """
-    check_config(fmt, x, rows, nt, subgroups, subgroup_size, span)
+    check_config(fmt, x, rows, nt, subgroups, subgroup_size, span, split)
     S, R, T, SP = subgroup_size, rows, nt, span
     DT = H2 if fmt == "q4_k" else f16
     bk = 8 if fmt == "f16" else 32                         # weights per unit (block, uvec4)
@@ -161,12 +169,35 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
         return dx * (f32(d[0]) * f32(isum) - f32(d[1]) * f32(s))
 
     def setup(M, N):
-        lane = pc.subgroup_local_id()
-        row0 = (pc.workgroup_id.y * subgroups + pc.subgroup_id()) * R
+        """The lane, its rows and vectors, its first unit and the stride between its steps."""
+        lane, sg = pc.subgroup_local_id(), pc.subgroup_id()
+        row0 = (pc.workgroup_id.y * (subgroups // split) + sg // split) * R
         col0 = pc.workgroup_id.x * T
         rws = [pc.min(row0 + r, M - 1) for r in range(R)]       # clamped: loads stay inside
         cols = [pc.min(col0 + c, N - 1) for c in range(T)]
-        return lane, row0, col0, rws, cols, [[f32(0.0)] * T for _ in range(R)]
+        first = ((sg % split) * S + lane) * SP if split > 1 else lane * SP
+        return lane, row0, col0, rws, cols, [[f32(0.0)] * T for _ in range(R)], first
+
+    @pc.func
+    def finish(Y, acc, lane, row0, col0, M, N):
+        """Sum the lanes' (and the split subgroups') partial sums and store them."""
+        if split == 1:
+            store_row_sums(Y, acc, lane, row0, col0, M, N)
+            return
+        sums = [[pc.subgroup.add(a) for a in row] for row in acc]
+        part = pc.shared(f32, subgroups * R * T)
+        sg = pc.subgroup_id()
+        if lane == 0:
+            for r in range(R):
+                for c in range(T):
+                    part[sg * (R * T) + r * T + c] = sums[r][c]
+        pc.barrier()
+        if lane == 0 and sg % split == 0:
+            for r in range(R):
+                for c in range(T):
+                    t = _sum([part[(sg + p) * (R * T) + r * T + c] for p in range(split)])
+                    if row0 + r < M and col0 + c < N:
+                        Y[(col0 + c) * M + row0 + r] = t
 
     def step(Q, D, xload, u0, nb, rws, cols, acc):
         """One step of a lane: `span` units from u0 for every row and vector, loads first."""
@@ -197,11 +228,11 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
         @pc.kernel(workgroup_size=subgroups * S, subgroup_size=S)
         def gemv_planes(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[DT], X: pc.ReadBuffer[F4],
                         Y: pc.WriteBuffer[f32], M: u32, N: u32, K: u32):
-            lane, row0, col0, rws, cols, acc = setup(M, N)
+            lane, row0, col0, rws, cols, acc, first = setup(M, N)
             xload, nb = make_xload(X, K), K // bk
-            for u0 in pc.range(lane * SP, nb, S * SP, unroll=unroll):
+            for u0 in pc.range(first, nb, S * SP * split, unroll=unroll):
                 step(Q, D, xload, u0, nb, rws, cols, acc)
-            store_row_sums(Y, acc, lane, row0, col0, M, N)
+            finish(Y, acc, lane, row0, col0, M, N)
         return gemv_planes
 
     def term(w, xv):                                            # noqa: F811
@@ -217,18 +248,19 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
     def gemv_planes_q8_1(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[DT], XQ: pc.ReadBuffer[U4],
                          XD: pc.ReadBuffer[f32], XS: pc.ReadBuffer[i32], Y: pc.WriteBuffer[f32],
                          M: u32, N: u32, K: u32):
-        lane, row0, col0, rws, cols, acc = setup(M, N)
+        lane, row0, col0, rws, cols, acc, first = setup(M, N)
         xload, nb = make_xload(XQ, XD, XS), K // bk
-        for u0 in pc.range(lane * SP, nb, S * SP, unroll=unroll):
+        for u0 in pc.range(first, nb, S * SP * split, unroll=unroll):
             step(Q, D, xload, u0, nb, rws, cols, acc)
-        store_row_sums(Y, acc, lane, row0, col0, M, N)
+        finish(Y, acc, lane, row0, col0, M, N)
     return gemv_planes_q8_1
 
 
-def gemv_planes_grid(M: int, N: int, rows: int = 2, nt: int = 1,
-                     subgroups: int = 4) -> tuple[int, int]:
-    """The grid of `gemv_planes(fmt, x, rows, nt, subgroups, ...)` for M rows and N vectors."""
-    return -(-N // nt), -(-M // (rows * subgroups))
+def gemv_planes_grid(M: int, N: int, rows: int = 2, nt: int = 1, subgroups: int = 4,
+                     split: int = 1) -> tuple[int, int]:
+    """The grid of `gemv_planes(fmt, x, rows, nt, subgroups, ..., split=split)` for M rows and
+    N vectors."""
+    return -(-N // nt), -(-M // (rows * (subgroups // split)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,6 +272,16 @@ class PlanesGemvConfig:
     subgroups: int = 4
     span: int = 1
     unroll: bool | int | None = None
+    split: int = 1
+
+    def kernel(self, fmt: str, subgroup_size: int = 32):
+        """The `gemv_planes` kernel of this configuration for `fmt` weights."""
+        return gemv_planes(fmt, self.x, self.rows, self.nt, self.subgroups, subgroup_size,
+                           self.span, self.unroll, self.split)
+
+    def grid(self, M: int, N: int) -> tuple[int, int]:
+        """Its grid for M rows and N vectors."""
+        return gemv_planes_grid(M, N, self.rows, self.nt, self.subgroups, self.split)
 
 
 def planes_gemv_config(fmt: str, N: int, x: str = "f32") -> PlanesGemvConfig:
@@ -290,7 +332,7 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
         raise ValueError(f"gemv_planes: X must be N x K or K with K = {K}, got shape {shape}")
     N = 1 if len(shape) == 1 else shape[0]
     cfg = cfg or planes_gemv_config(fmt, N)
-    check_config(fmt, cfg.x, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, cfg.span)
+    check_config(fmt, cfg.x, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, cfg.span, cfg.split)
     if not 1 <= N <= MAX_N:
         raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N}")
     if K % K_MULTIPLE[fmt]:
@@ -302,9 +344,7 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     launches = [] if launches is None else launches
     be = X.backend if device else backend
     Q, D = weight_planes(Wq, be if device else None)
-    k = gemv_planes(fmt, cfg.x, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, cfg.span,
-                    cfg.unroll)
-    grid = gemv_planes_grid(M, N, cfg.rows, cfg.nt, cfg.subgroups)
+    k, grid = cfg.kernel(fmt, subgroup_size), cfg.grid(M, N)
     kw = {} if device else {"backend": be}
     if device:
         y = pc.zeros((N, M), pc.f32, backend=be)

@@ -49,7 +49,7 @@ from .gemm import gemm_q4_0_planes, pack_f16
 from .gemm_quant import gemm_q4_k_planes
 from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, weights
 from .gemv_planes import MAX_N as PLANES_MAX_N
-from .gemv_planes import gemv_planes, gemv_planes_grid, planes_gemv_config, weight_planes
+from .gemv_planes import planes_gemv_config, weight_planes
 from .gemvq import gemv_q8_1, q8_1_lanes
 
 F4 = pc.vec(f32, 4)
@@ -387,11 +387,9 @@ class MLPBlock:
 
     def _gemv_planes(self, W: GGMLWeights, T: int, xq: tuple, Y) -> None:
         cfg = planes_gemv_config(W.fmt, T, "q8_1")
-        k = gemv_planes(W.fmt, "q8_1", cfg.rows, cfg.nt, cfg.subgroups, self.sg, cfg.span,
-                        cfg.unroll)
         Q, D = weight_planes(W, self.backend)
-        grid = gemv_planes_grid(W.M, T, cfg.rows, cfg.nt, cfg.subgroups)
-        self.launches.append(k[grid](Q, D, *xq, Y, W.M, T, W.K))
+        self.launches.append(cfg.kernel(W.fmt, self.sg)[cfg.grid(W.M, T)](Q, D, *xq, Y, W.M, T,
+                                                                           W.K))
 
     def _small(self, x, T: int):
         bk, H, I, sg = self.backend, self.H, self.I, self.sg

@@ -39,15 +39,17 @@ def check_against_twin(y, twin, X_abs_dot):
 @given(fmt=st.sampled_from(FMTS), x=st.sampled_from(["f32", "q8_1"]), m=st.integers(1, 21),
        blocks=st.integers(1, 5), n=st.integers(1, 8), rows=st.integers(1, 3),
        nt=st.sampled_from([1, 2, 4, 8]), sg=st.integers(1, 3), span=st.integers(1, 3),
-       seed=st.integers(0, 2 ** 16))
-def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt, sg, span, seed):
+       split=st.sampled_from([1, 1, 2, 3]), seed=st.integers(0, 2 ** 16))
+def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt, sg, span, split,
+                                           seed):
+    """`split` subgroups share each row group (their sums meet in shared memory)."""
     if fmt == "f16":
         x = "f32"
     K = blocks * {"q4_k": 256, "f16": 8}.get(fmt, 32) * (1 if fmt == "q4_k" else 4)
     W = make_weights(gguf, fmt, m, K, seed=seed)
     Wq = weights(W, None if fmt == "f16" else fmt)
     X = np.random.default_rng(seed).standard_normal((n, K)).astype(np.float32)
-    cfg = PlanesGemvConfig(x, rows, nt, sg, span)
+    cfg = PlanesGemvConfig(x, rows, nt, sg * split, span, split=split)
     y = matmul_planes_gemv(Wq, X, cfg, backend="emulator", subgroup_size=8)
     Wf = planes_weights(Wq)
     absdot = np.abs(X).astype(np.float64) @ np.abs(Wf).T
@@ -127,6 +129,8 @@ def test_device_arrays_and_f16_activations():
     (lambda Wq: gemv_planes("q4_0", rows=0), "rows must be an int >= 1"),
     (lambda Wq: gemv_planes("q4_0", rows=8, nt=8, span=2), "at most 64"),
     (lambda Wq: gemv_planes("q4_0", subgroup_size=12), "subgroup_size"),
+    (lambda Wq: gemv_planes("q4_0", subgroups=4, split=3), r"split \(3\) must divide"),
+    (lambda Wq: gemv_planes("q4_0", split=0), "split must be an int >= 1"),
     (lambda Wq: matmul_planes_gemv(Wq, np.zeros((9, 64), np.float32)), r"N = 1 \.\.\. 8"),
     (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 32), np.float32)), "K = 64"),
     (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 64), np.int32)), "X is f32"),
@@ -141,7 +145,8 @@ def test_errors_before_any_work(call, message):
 @pytest.mark.vulkan
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("x", ["f32", "q8_1"])
-@pytest.mark.parametrize("N,cfg", [(1, None), (5, None), (3, (3, 2, 2, 2))])
+@pytest.mark.parametrize("N,cfg", [(1, None), (5, None), (3, (3, 2, 2, 2)),
+                                   (2, (2, 2, 4, 1, None, 4)), (1, (1, 1, 4, 2, None, 2))])
 def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
     """Through the real Vulkan path (lavapipe: subgroups of 8): equal to the emulator up to
     the order of the f32 sums."""
