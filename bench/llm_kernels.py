@@ -168,6 +168,24 @@ def median_us(results) -> float:
     return statistics.median(t for r in results for t in r.times_ms) * 1e3
 
 
+def warm_gpu(seconds: float = 3.0) -> None:
+    """Keep the GPU busy for `seconds`, alternating 4096^3 GEMMs (compute) and 512 MB
+    device-to-device copies (memory), so that both its clocks have ramped up before the first
+    row is timed: rows timed first in a cold process were up to 4x slow."""
+    size = 4096
+    a = pc.zeros((size, size), pc.f16, backend="vulkan")
+    c = pc.zeros((size, size), pc.f32, backend="vulkan")
+    src, dst = (pc.zeros(128 << 20, pc.f32, backend="vulkan") for _ in range(2))
+    k = gemm_nv(128, 256, 64, 256, "undefined", 2, True)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        with pc.get_runtime().batch():
+            for _ in range(20):
+                k[size // 128, size // 256](a, a, c, size, size, size)
+                dst.copy_from(src)
+        pc.synchronize()
+
+
 def time_pycoop(launch, ws: list, repeat: int) -> tuple[float, float]:
     """(rotated µs, warm µs): medians of `repeat` launches `launch(w)` cycling through the
     weight copies `ws`, and of `repeat` launches on ws[0]."""
@@ -644,6 +662,7 @@ def main() -> None:
             except Exception as e:                          # noqa: BLE001
                 mix.append(f"{fmt}: instruction mix failed: {type(e).__name__}: {e}")
     print("SPIR-V instruction mix of the dispatcher's kernels:\n  " + "\n  ".join(mix))
+    warm_gpu()
     print("\n".join(head), flush=True)
     lines: list[str] = []
     args.torch_cache = {}

@@ -34,6 +34,7 @@ from .dequant import dot, fields_as_f32
 from .gemm import gemm_q4_0, gemm_q4_0_planes, sum_splits
 from .gemm_quant import (_f16_at, _q4_k_scales, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
                          gemm_q8_0_planes)
+from .gemv_planes import K_MULTIPLE as PLANES_K_MULTIPLE
 from .gemv_planes import PlanesGemvConfig, matmul_planes_gemv, planes_gemv_config, weight_planes
 from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1, store_row_sums
 
@@ -302,8 +303,9 @@ class GemvConfig:
 def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
                   activations: str = "f32", M: int | None = None,
                   K: int | None = None) -> GemvConfig:
-    """The kernel for N vectors of weights in `fmt`: one vector per workgroup tile at N = 1;
-    for N >= 2 with Q4_0, Q8_0 or Q4_K weights whose shape (`M` x `K`, when given) fits, the
+    """The kernel for N vectors of weights in `fmt`: `gemv_planes` over the weight planes at
+    N = 1 (f16, Q4_0, Q8_0; Q4_K with q8_1 activations) and with q8_1 activations up to 8
+    vectors, where K is a multiple of the format's block; for N >= 2 with Q4_0, Q8_0 or Q4_K weights whose shape (`M` x `K`, when given) fits, the
     planes GEMM (`planes_config`); otherwise tiles of up to 8 vectors sharing each decoded
     weight for N <= `large_n`, and the decode-function GEMM above that where the format has
     one. Rows per subgroup grow with the tile so that each x value loaded feeds more rows.
@@ -313,13 +315,15 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
     _check_fmt(fmt)
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be an int >= 1, got {N!r}")
-    # gemv_planes where it wins (H200 sweep); Q4_K's planes round its scales to f16, so its
-    # float path (exact to gguf's weights) stays on the GGUF blocks
-    if fmt in PLANES_GEMMS and ((N == 1 and (fmt != "q4_k" or activations == "q8_1")) or (
-            activations == "q8_1" and (fmt == "q4_k" or (fmt == "q8_0" and N == 2)))):
-        if N <= 8 and (K is None or K % (256 if fmt == "q4_k" else 32) == 0):
-            p = planes_gemv_config(fmt, int(N), _check_activations(fmt, activations))
-            return GemvConfig("gemv_planes", p.rows, p.nt, p.subgroups, p.unroll, span=p.span)
+    # gemv_planes where it wins (H200 sweeps): N = 1, and N <= 8 with q8_1 activations. Q4_K's
+    # planes round its scales to f16, so its float path (exact to gguf's weights) stays on
+    # the GGUF blocks
+    planes = fmt in PLANES_GEMMS and (activations == "q8_1" or (N == 1 and fmt != "q4_k"))
+    if (planes or (fmt == "f16" and N == 1)) and N <= 8 and (
+            K is None or K % PLANES_K_MULTIPLE[fmt] == 0):
+        p = planes_gemv_config(fmt, int(N), _check_activations(fmt, activations))
+        return GemvConfig("gemv_planes", p.rows, p.nt, p.subgroups, p.unroll, span=p.span,
+                          split_k=p.split)
     if _check_activations(fmt, activations) == "q8_1":
         if fmt == "q4_k":
             raise ValueError(f"activations='q8_1' with q4_k weights takes N <= 8 vectors "

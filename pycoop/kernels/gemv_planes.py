@@ -285,22 +285,26 @@ class PlanesGemvConfig:
 
 
 def planes_gemv_config(fmt: str, N: int, x: str = "f32") -> PlanesGemvConfig:
-    """The configuration used by default for N vectors (1 ... 8): the fastest of the sweep
-    on the H200 (bench/llm_kernels.py --paths gemv_planes, 2026-11-27, 4096 x 14336 for
-    N >= 2, all three llama-8B shapes for N = 1). x="q8_1": one row per subgroup at N = 1
-    (the activations are 8x smaller than f32, so sharing them over rows gains little), more
-    rows with more vectors; x="f32": 4 rows share each x value, two blocks per lane and
-    step (f16 weights: one row, 8 subgroups)."""
+    """The configuration used by default for N vectors (1 ... 8): the fastest of the sweeps
+    on the H200 (bench/llm_kernels.py --paths gemv_planes, 2026-11-27: all three llama-8B
+    shapes at N = 1, 4096 x 14336 at N = 2, 4, 8). Two or four subgroups share each row
+    group (`split`) almost everywhere: one subgroup per row leaves lanes idle at M = 4096.
+    x="q8_1": one row per subgroup at N = 1 (the activations are 8x smaller than f32, so
+    sharing them over rows gains little), more rows with more vectors; x="f32": 4 rows share
+    each x value, two blocks per lane and step (f16 weights: one row per subgroup)."""
     if not isinstance(N, (int, np.integer)) or not 1 <= N <= MAX_N:
         raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N!r}")
     nt = 1 if N == 1 else 2 if N == 2 else 4 if N <= 4 else 8
+    C = PlanesGemvConfig
     if x == "q8_1":
-        return {1: PlanesGemvConfig(x, 1, 1, 4, 1), 2: PlanesGemvConfig(x, 2, 2, 2, 1),
-                4: PlanesGemvConfig(x, 4, 4, 2, 1), 8: PlanesGemvConfig(x, 4, 8, 4, 1)}[nt]
+        return {1: C(x, 1, 1, 4, 1, split=2), 2: C(x, 2, 2, 8, 1, split=2),
+                4: C(x, 2, 4, 8, 1, split=2), 8: C(x, 4, 8, 4, 1, split=2)}[nt]
     if fmt == "f16":
-        return {1: PlanesGemvConfig(x, 1, 1, 8, 2), 2: PlanesGemvConfig(x, 2, 2, 4, 2),
-                4: PlanesGemvConfig(x, 2, 4, 2, 2), 8: PlanesGemvConfig(x, 4, 8, 2, 1)}[nt]
-    return PlanesGemvConfig(x, 4, nt, 4 if nt == 1 else 2, 2 if nt <= 4 else 1)
+        return {1: C(x, 1, 1, 4, 1, split=4), 2: C(x, 2, 2, 4, 2),
+                4: C(x, 2, 4, 4, 1, split=4), 8: C(x, 4, 8, 2, 1)}[nt]
+    if nt == 1:
+        return C(x, 4, 1, 8, 2, split=2)
+    return C(x, 4, nt, 2, 2 if nt <= 4 else 1)
 
 
 def weight_planes(Wq, backend=None):

@@ -190,9 +190,16 @@ def test_f16_activations_and_device_arrays(gguf):
 
 
 def test_choose_kernel_for_the_integer_path():
-    assert choose_kernel("q4_0", 1, activations="q8_1") == GemvConfig("gemv_planes", 1, 1, 4)
-    assert choose_kernel("q4_0", 2, activations="q8_1") == GemvConfig("q8_1", 2, 2, parts=2)
-    assert choose_kernel("q8_0", 3, activations="q8_1") == GemvConfig("q8_1", 2, 4, parts=2)
+    """Up to 8 vectors: gemv_planes (subgroups sharing rows); more: the GGUF-block kernel."""
+    assert choose_kernel("q4_0", 1, activations="q8_1") == GemvConfig("gemv_planes", 1, 1, 4,
+                                                                      split_k=2)
+    assert choose_kernel("q4_0", 2, activations="q8_1") == GemvConfig("gemv_planes", 2, 2, 8,
+                                                                      split_k=2)
+    assert choose_kernel("q8_0", 3, activations="q8_1") == GemvConfig("gemv_planes", 2, 4, 8,
+                                                                      split_k=2)
+    assert choose_kernel("q8_0", 8, activations="q8_1") == GemvConfig("gemv_planes", 4, 8, 4,
+                                                                      split_k=2)
+    assert choose_kernel("q4_0", 9, activations="q8_1") == GemvConfig("q8_1", 2, 16, parts=1)
     assert choose_kernel("q4_0", 16, activations="q8_1") == GemvConfig("q8_1", 2, 16, parts=1)
     assert choose_kernel("q4_0", 64, activations="q8_1") == GemvConfig("q8_1", 1, 64, parts=1)
     assert choose_kernel("q4_0", 500, activations="q8_1").nt == 64     # tiles of 64

@@ -51,6 +51,8 @@ MAX_IN_FLIGHT = 8               # submissions queued on the GPU before the oldes
 EAGER_MS = 0.05                 # launches this long on the device are submitted eagerly
 LAZY_BATCH = 32                 # shorter ones are submitted in batches of this many
 SPIN_S = 200e-6                 # a synchronisation polls the fence this long before blocking
+TIMEOUT_S = 10.0                # how long a synchronisation waits for one submission
+CPU_TIMEOUT_S = 120.0           # the same on a CPU device, which compiles at first dispatch
 # Chunked staged readbacks (the host copies each chunk while the GPU copies the next, an event
 # per chunk): chunks of READBACK_CHUNK bytes when the whole is READBACK_CHUNKED_MIN or more.
 # Off (0) by default: on the H200 (2026-11-27) a 64 MiB readback in 8 MiB chunks made the
@@ -188,9 +190,11 @@ class VulkanRuntime:
             raise ValueError(f"transfer mode {self._transfer!r} not in {TRANSFER_MODES}")
         self._lock = threading.RLock()
         self._ctx: _Context | None = None
-        self.timeout_s = 10.0       # default wait for one submission at a synchronisation
         self._held = 0              # open `batch()` blocks
-        self._context()     # fail now, not at the first launch, if there is no device
+        ctx = self._context()       # fail now, not at the first launch, if there is no device
+        # default wait for one submission at a synchronisation; CPU implementations (lavapipe)
+        # compile a kernel at its first dispatch, which can take seconds on a busy machine
+        self.timeout_s = CPU_TIMEOUT_S if ctx.device.info.device_type == "cpu" else TIMEOUT_S
 
     def _context(self) -> _Context:
         if self._ctx is None:
@@ -247,8 +251,9 @@ class VulkanRuntime:
 
     # ------------------------------------------------------------------ launches
     def launch(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict,
-               args: list, *, timeout_s: float = 10.0, repeat: int = 1) -> LaunchResult:
-        """Dispatch `grid` workgroups of the kernel and wait. NumPy buffers written by it
+               args: list, *, timeout_s: float | None = None, repeat: int = 1) -> LaunchResult:
+        """Dispatch `grid` workgroups of the kernel and wait (at most `timeout_s`, by default
+        the runtime's `timeout_s`). NumPy buffers written by it
         (access "write" or "readwrite") are copied back into the same arrays. `repeat`
         dispatches it that many times back to back on the same buffers (one upload, one
         readback; each dispatch sees the previous one's writes), each timed."""
