@@ -25,9 +25,6 @@ ALL_READ_WRITE = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
 ALL_STAGES = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | vk.VK_PIPELINE_STAGE_HOST_BIT
 TOP = vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
 BOTTOM = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
-TRANSFER = vk.VK_PIPELINE_STAGE_TRANSFER_BIT
-HOST = vk.VK_PIPELINE_STAGE_HOST_BIT
-EVENT_SET = 3               # VkResult VK_EVENT_SET (vkGetEventStatus)
 MIN_QUERIES = 1024          # timestamps per submission (two per dispatch); grows for repeat=
 POOL_SETS = 64              # descriptor sets per pool; a submission adds pools as it needs
 POOL_BUFFERS = 512          # storage-buffer descriptors per pool
@@ -228,8 +225,6 @@ class Submission(DescriptorSets):
         self.timestamps = None
         self.hazards = Hazards()
         self.barriers = 0          # hazard barriers over the submission's life (stats)
-        self.events: list[Any] = []               # VkEvents (chunked readbacks), reused
-        self.events_used = 0
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -240,7 +235,6 @@ class Submission(DescriptorSets):
         self.last_push = None                         # push constants as last recorded
         self.waits: list[tuple[Any, int]] = []        # (timeline semaphore, value) to wait for
         self.signals: list[tuple[Any, int]] = []      # (timeline semaphore, value) to signal
-        self.streams: list = []                       # chunked readbacks (runtime._read_chunked)
         self.after: list[Callable[[], None]] = []     # host work once the GPU is done
         self.releases: list[Any] = []                 # allocations to give back to the pool
         self.bound_pipeline = None
@@ -272,9 +266,6 @@ class Submission(DescriptorSets):
         self.dirty_queries = max(self.dirty_queries, self.queries_used)
         self._reset_state()
         self._reset_sets()          # the GPU is done with them
-        for event in self.events[:self.events_used]:
-            check(lib.vkResetEvent(self.device, event), "vkResetEvent")
-        self.events_used = 0
         dirty, self.dirty_queries = self.dirty_queries, 0
         if dirty and self.host_query_reset:
             lib.vkResetQueryPool(self.device, self.query_pool, 0, dirty)
@@ -290,21 +281,8 @@ class Submission(DescriptorSets):
                                  ffi.NULL, 0, ffi.NULL)
         self.hazards.clear()
 
-    def event(self) -> Any:
-        """An unset VkEvent for this recording (valid until the next `begin`)."""
-        if self.events_used == len(self.events):
-            info = ffi.new("VkEventCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_EVENT_CREATE_INFO})
-            handle = ffi.new("VkEvent*")
-            check(lib.vkCreateEvent(self.device, info, ffi.NULL, handle), "vkCreateEvent")
-            self.events.append(handle[0])
-        self.events_used += 1
-        return self.events[self.events_used - 1]
-
     def destroy(self) -> None:
         self._destroy_sets()
         if self.query_pool is not None:
             lib.vkDestroyQueryPool(self.device, self.query_pool, ffi.NULL)
-        for event in self.events:
-            lib.vkDestroyEvent(self.device, event, ffi.NULL)
-        self.events.clear()
         lib.vkDestroyFence(self.device, self.fences[0], ffi.NULL)

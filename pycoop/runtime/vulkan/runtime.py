@@ -34,7 +34,7 @@ import numpy as np
 from .. import capturing
 from . import faults, hostcopy, timeline
 from .abi import Binder, BoundArguments, DeviceView, check_repeat
-from .batch import ALL_READ_WRITE, BOTTOM, EVENT_SET, HOST, TOP, TRANSFER, PendingTimes, Submission
+from .batch import ALL_READ_WRITE, BOTTOM, TOP, PendingTimes, Submission
 from .capabilities import Capabilities
 from .device import MEMORY_DEVICE_LOCAL, MEMORY_HOST_COHERENT, MEMORY_HOST_VISIBLE, Device
 from .errors import (ArgumentError, DeviceLost, OutOfDeviceMemory, OutOfHostMemory,
@@ -53,12 +53,6 @@ LAZY_BATCH = 32                 # shorter ones are submitted in batches of this 
 SPIN_S = 200e-6                 # a synchronisation polls the fence this long before blocking
 TIMEOUT_S = 10.0                # how long a synchronisation waits for one submission
 CPU_TIMEOUT_S = 120.0           # the same on a CPU device, which compiles at first dispatch
-# Chunked staged readbacks (the host copies each chunk while the GPU copies the next, an event
-# per chunk): chunks of READBACK_CHUNK bytes when the whole is READBACK_CHUNKED_MIN or more.
-# Off (0) by default: on the H200 (2026-11-27) a 64 MiB readback in 8 MiB chunks made the
-# NumPy-path GEMM slower (20.5 ms against 16.9 ms in one piece).
-READBACK_CHUNK = 0
-READBACK_CHUNKED_MIN = 16 << 20
 
 
 @dataclass
@@ -122,10 +116,6 @@ class _Context:
             "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, "srcAccessMask": ALL_READ_WRITE,
             "dstAccessMask": ALL_READ_WRITE})
         self.copy_region = ffi.new("VkBufferCopy*")
-        self.host_read_barrier = ffi.new("VkMemoryBarrier*", {
-            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-            "srcAccessMask": vk.VK_ACCESS_TRANSFER_WRITE_BIT,
-            "dstAccessMask": vk.VK_ACCESS_HOST_READ_BIT})
         bits = self.device.timestamp_bits
         self.timestamp_mask = (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
         self.timestamp_period_ns = self.device.capabilities.timestamp_period_ns
@@ -748,52 +738,8 @@ class VulkanRuntime:
         else:
             host, host_offset = ctx.memory.acquire("host", nbytes), 0
             sub.releases.append(host)
-            if READBACK_CHUNK and nbytes >= READBACK_CHUNKED_MIN:
-                self._read_chunked(ctx, sub, source, offset, host, out)
-                return
             self._copy(ctx, sub, source, offset, host, 0, nbytes)
         sub.after.append(lambda: hostcopy.from_mapped(out, host.mapped + host_offset))
-
-    def _read_chunked(self, ctx: _Context, sub: Submission, source: Allocation, offset: int,
-                      host: Allocation, out: np.ndarray) -> None:
-        """A staged readback in chunks, each made visible to the host and then announced by
-        an event: the waiting host copies a chunk out as soon as its event is set, while the
-        GPU copies the next (`_stream_readbacks`). Whatever is not copied early is copied once
-        the submission completes."""
-        flat = out.reshape(-1).view(np.uint8)
-        chunks = []
-        for lo in range(0, out.nbytes, READBACK_CHUNK):
-            size = min(READBACK_CHUNK, out.nbytes - lo)
-            self._copy(ctx, sub, source, offset + lo, host, lo, size)
-            event = sub.event()
-            lib.vkCmdPipelineBarrier(sub.cmd, TRANSFER, HOST, 0, 1, ctx.host_read_barrier, 0,
-                                     ffi.NULL, 0, ffi.NULL)
-            lib.vkCmdSetEvent(sub.cmd, event, TRANSFER)
-            chunks.append([event, lo, size, False])
-        sub.streams.append((flat, host, chunks))
-
-        def rest():
-            for chunk in chunks:
-                if not chunk[3]:
-                    _, lo, size, _ = chunk
-                    hostcopy.from_mapped(flat[lo:lo + size], host.mapped + lo)
-                    chunk[3] = True
-        sub.after.append(rest)
-
-    @staticmethod
-    def _stream_readbacks(ctx: _Context, sub: Submission, deadline: float) -> None:
-        """Copy the chunks of `sub`'s chunked readbacks to their arrays as their events are
-        set, until all are copied or `deadline` (then the fence wait takes over)."""
-        dev = ctx.device.handle
-        for flat, host, chunks in sub.streams:
-            for chunk in chunks:
-                event, lo, size, _ = chunk
-                while lib.vkGetEventStatus(dev, event) != EVENT_SET:
-                    if time.perf_counter() > deadline or \
-                            lib.vkGetFenceStatus(dev, sub.fences[0]) not in (0, 1):
-                        return
-                hostcopy.from_mapped(flat[lo:lo + size], host.mapped + lo)
-                chunk[3] = True
 
     # ------------------------------------------------------------------ device memory
     def allocate(self, nbytes: int, zero: bool = True) -> tuple[Allocation, _Context]:
@@ -932,8 +878,6 @@ class VulkanRuntime:
         """Wait for the oldest submission, hand out its timestamps, run its host copies and
         release its buffers."""
         dev = ctx.device.handle
-        if sub.streams:
-            self._stream_readbacks(ctx, sub, time.perf_counter() + timeout_s)
         # Poll briefly first: a blocking wait wakes up tens of microseconds late, which is
         # most of a short launch's round trip.
         fence, deadline = sub.fences[0], time.perf_counter() + SPIN_S
