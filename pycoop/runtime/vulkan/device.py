@@ -29,7 +29,7 @@ class Device:
         queue = ffi.new("VkQueue*")
         lib.vkGetDeviceQueue(self.handle, self.queue_family, 0, queue)
         self.queue = queue[0]
-        self.memory_types, self.heap_count = self._memory_properties()
+        self.memory_types, self.heap_count, self.type_heap_bytes = self._memory_properties()
 
     def _pick_queue_family(self) -> tuple[int, int]:
         """A compute queue family, preferring one with timestamps, then a compute-only one."""
@@ -63,12 +63,14 @@ class Device:
         del keep
         return handle[0]
 
-    def _memory_properties(self) -> tuple[list[int], int]:
-        """Property flags of each memory type, and the number of heaps."""
+    def _memory_properties(self) -> tuple[list[int], int, list[int]]:
+        """Property flags of each memory type, the number of heaps, and the size of each
+        type's heap."""
         props = ffi.new("VkPhysicalDeviceMemoryProperties*")
         lib.vkGetPhysicalDeviceMemoryProperties(self.physical_device, props)
-        return ([props.memoryTypes[i].propertyFlags for i in range(props.memoryTypeCount)],
-                props.memoryHeapCount)
+        types = [props.memoryTypes[i] for i in range(props.memoryTypeCount)]
+        return ([t.propertyFlags for t in types], props.memoryHeapCount,
+                [int(props.memoryHeaps[t.heapIndex].size) for t in types])
 
     def find_memory_type(self, allowed_bits: int, preferences: list[int]) -> int | None:
         """The first memory type allowed by `allowed_bits` that has all flags of the earliest

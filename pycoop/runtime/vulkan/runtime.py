@@ -627,6 +627,8 @@ class VulkanRuntime:
                 sub.releases.append(target)
                 if nbytes:
                     hostcopy.to_mapped(target.mapped, array)
+            elif (target := self._bar_target(memory, array, nbytes + pad)) is not None:
+                sub.releases.append(target)
             else:
                 target = memory.acquire("device", nbytes + pad)
                 sub.releases.append(target)
@@ -661,6 +663,19 @@ class VulkanRuntime:
             self._read_into(ctx, sub, target, faults.red_zone_offset(nbytes), zone)
             sub.after.append(lambda zone=zone, name=name, nbytes=nbytes: self._fault(
                 ctx, pending, faults.check_red_zone(zone, name, nbytes, checked)))
+
+    @staticmethod
+    def _bar_target(memory, array: np.ndarray, size: int) -> Allocation | None:
+        """A device buffer of `size` bytes the host writes `array` into through the BAR (see
+        memory.py), or None where the device has no such memory or it is full."""
+        if not memory.bar or not array.nbytes:
+            return None
+        try:
+            target = memory.acquire("bar", size)
+        except OutOfDeviceMemory:
+            return None
+        hostcopy.to_mapped(target.mapped, array)
+        return target
 
     def _fill_red_zone(self, ctx: _Context, sub: Submission, target: Allocation,
                        nbytes: int) -> None:
