@@ -31,6 +31,7 @@ import numpy as np
 
 import pycoop as pc
 from pycoop.kernels import Softmax, attention
+from warmup import warm_gpu
 
 _ALL = Softmax(exp2=True, lazy_sum=True, prefetch=True)
 
@@ -339,6 +340,7 @@ def main() -> None:
         if v not in DECODE_VARIANTS:
             raise SystemExit(f"unknown decode variant {v!r} (see --list)")
     print(f"device: {gpu_state()}")
+    warm_gpu()
     print(f"{'case':<34} {'config':<38} {'pycoop':>10} {'torch':>10} {'ratio':>7} {'err':>9} "
           f"{'torch err':>9}")
     cases = a.cases.split(",")

@@ -34,6 +34,7 @@ import numpy as np
 import pycoop as pc
 from pycoop import f32, u32
 from pycoop.kernels import gemm_nv
+from warmup import warm_gpu
 
 # Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
 # launches is measured by bench/checked_overhead.py.
@@ -365,6 +366,7 @@ def main() -> None:
     print("| row | pycoop wall us/launch | device us | torch us | notes")
     print("|---|---|---|---|---|")
     n = 200 if args.quick else 2000
+    warm_gpu()
     bench_axpy(n, torch)
     bench_chain()
     bench_gemm(2048 if args.quick else args.size, 20, torch)

@@ -48,6 +48,7 @@ from pycoop.kernels import (GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv,
                             quantize_q8_1_reference, weights)
 from pycoop.kernels.gemv import BLOCKS, PARTS
 from pycoop.kernels.gemvq import FORMATS_Q8_1
+from warmup import warm_gpu
 from pycoop.kernels.gemv_planes import (PLANES, PlanesGemvConfig,
                                         planes_gemv_config, planes_gemv_reference,
                                         planes_weights)
@@ -166,24 +167,6 @@ def instruction_mix(fmt: str, cfg: GemvConfig) -> str:
 
 def median_us(results) -> float:
     return statistics.median(t for r in results for t in r.times_ms) * 1e3
-
-
-def warm_gpu(seconds: float = 3.0) -> None:
-    """Keep the GPU busy for `seconds`, alternating 4096^3 GEMMs (compute) and 512 MB
-    device-to-device copies (memory), so that both its clocks have ramped up before the first
-    row is timed: rows timed first in a cold process were up to 4x slow."""
-    size = 4096
-    a = pc.zeros((size, size), pc.f16, backend="vulkan")
-    c = pc.zeros((size, size), pc.f32, backend="vulkan")
-    src, dst = (pc.zeros(128 << 20, pc.f32, backend="vulkan") for _ in range(2))
-    k = gemm_nv(128, 256, 64, 256, "undefined", 2, True)
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        with pc.get_runtime().batch():
-            for _ in range(20):
-                k[size // 128, size // 256](a, a, c, size, size, size)
-                dst.copy_from(src)
-        pc.synchronize()
 
 
 def time_pycoop(launch, ws: list, repeat: int) -> tuple[float, float]:

@@ -20,6 +20,7 @@ os.environ["PYCOOP_CHECKED"] = "0"
 
 import pycoop as pc  # noqa: E402
 from pycoop.kernels import MLPBlock, dequantize_q4_k, quantize_q4_k  # noqa: E402
+from warmup import warm_gpu  # noqa: E402
 
 
 def q4_0(M, K, rng):
@@ -61,6 +62,7 @@ def main():
     except Exception as e:                                    # noqa: BLE001
         print(f"skipped: no Vulkan device ({e})")
         return 0
+    warm_gpu()
     H, I, eps = args.hidden, args.intermediate, 1e-5
     rng = np.random.default_rng(0)
     nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
