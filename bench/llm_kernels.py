@@ -467,8 +467,8 @@ def bench_q8_1(M: int, K: int, fmt: str, N: int, W: np.ndarray, Wq, ws: list, ar
 def gemv_planes_candidates(fmt: str, N: int, quick: bool) -> list[PlanesGemvConfig]:
     """`gemv_planes` configurations tried: the default first, then rows per subgroup, blocks
     per lane and step (span), subgroups per workgroup, the driver's unrolling and subgroups
-    sharing rows (split), for x in f32 and (quantised formats) q8_1."""
-    xs = ["f32"] if fmt == "f16" else ["f32", "q8_1"]
+    sharing rows (split), for x in f32, f16 and (quantised formats) q8_1."""
+    xs = ["f32", "f16"] if fmt == "f16" else ["f32", "f16", "q8_1"]
     out = []
     for x in xs:
         first = planes_gemv_config(fmt, N, x)
@@ -514,6 +514,10 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
         for N in [n for n in args.ns if n <= 8]:
             X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
             x = pc.asarray(X.reshape(-1, 4), backend="vulkan")
+            X16 = X.astype(np.float16)          # x="f16": X rounded to f16, read as halves
+            x16 = pc.asarray(X16.reshape(-1).view(np.uint32).reshape(-1, 4), backend="vulkan")
+            X16 = X.astype(np.float16)          # x="f16": X rounded to f16, read as halves
+            x16 = pc.asarray(X16.reshape(-1).view(np.uint32).reshape(-1, 4), backend="vulkan")
             y = pc.zeros((N, M), pc.f32, backend="vulkan")
             nb = N * K // 32
             xq = pc.zeros((nb * 2, 4), pc.u32, backend="vulkan")
@@ -526,8 +530,9 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
             for cfg in gemv_planes_candidates(fmt, N, args.quick):
                 try:
                     k, grid = cfg.kernel(fmt, args.subgroup_size), cfg.grid(M, N)
-                    if cfg.x == "f32":
-                        launch = lambda w: k[grid](w[0], w[1], x, y, M, N, K)          # noqa: E731
+                    if cfg.x != "q8_1":
+                        xx = x if cfg.x == "f32" else x16
+                        launch = lambda w: k[grid](w[0], w[1], xx, y, M, N, K)         # noqa: E731
                         extra = 0.0
                     else:
                         if tq is None:
@@ -547,9 +552,10 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
             tt = args.torch_cache[N, M, K]
             for xk, (cfg, rot, warm, krot) in best.items():
                 k, grid = cfg.kernel(fmt, args.subgroup_size), cfg.grid(M, N)
-                if xk == "f32":
-                    k[grid](ws[0][0], ws[0][1], x, y, M, N, K)
-                    status = check(fmt, W, X, y.numpy(), 1e-4 if fmt != "q4_k" else 2e-3)
+                if xk != "q8_1":
+                    k[grid](ws[0][0], ws[0][1], x if xk == "f32" else x16, y, M, N, K)
+                    status = check(fmt, W, X if xk == "f32" else X16.astype(np.float32),
+                                   y.numpy(), 1e-4 if fmt != "q4_k" else 2e-3)
                 else:
                     quant[qgrid](x, xq.reshape(-1), xd, xs, nb)
                     k[grid](ws[0][0], ws[0][1], xq, xd, xs, y, M, N, K)
@@ -608,7 +614,7 @@ def main() -> None:
     p.add_argument("--paths", nargs="+", default=["f32"], choices=["f32", "q8_1", "gemv_planes"],
                    help="f32: the float kernels (every format); q8_1: the integer path (Q8_0, "
                         "Q4_0: X quantised to 8 bits, integer dot products); gemv_planes: "
-                        "gemv_planes over the weight planes, N <= 8, x in f32 and q8_1 "
+                        "gemv_planes over the weight planes, N <= 8, x in f32, f16 and q8_1 "
                         "(GB/s counted on the planes' bytes)")
     p.add_argument("--ns", nargs="+", type=int, default=None)
     p.add_argument("--shapes", nargs="+", default=None, help="MxK, e.g. 4096x14336")

@@ -5,22 +5,34 @@ from __future__ import annotations
 import time
 
 import pycoop as pc
-from pycoop.kernels import gemm_nv
+from pycoop import f32, u32
+
+
+@pc.kernel(workgroup_size=256)
+def _fma_stream(X: pc.ReadBuffer[f32], Y: pc.Buffer[f32], n: u32):
+    i = pc.global_invocation_id.x + pc.global_invocation_id.y * 65535 * 256
+    if i < n:
+        x, y = X[i], Y[i]
+        for _ in pc.range(64):                  # some arithmetic per element, not only memory
+            y = y * 0.999 + x
+        Y[i] = y
 
 
 def warm_gpu(seconds: float = 3.0) -> None:
-    """Keep the GPU busy for `seconds`, alternating 4096^3 GEMMs (compute) and 512 MB
-    device-to-device copies (memory), so that both its clocks have ramped up before the first
-    row is timed: rows timed first in a cold process were up to 4x slow."""
-    size = 4096
-    a = pc.zeros((size, size), pc.f16, backend="vulkan")
-    c = pc.zeros((size, size), pc.f32, backend="vulkan")
-    src, dst = (pc.zeros(128 << 20, pc.f32, backend="vulkan") for _ in range(2))
-    k = gemm_nv(128, 256, 64, 256, "undefined", 2, True)
+    """Keep a discrete GPU busy for `seconds` with a kernel that streams 1 GB and computes,
+    and with 512 MB device-to-device copies, so that its clocks have ramped up before the
+    first row is timed. Other devices (lavapipe) are left alone."""
+    rt = pc.get_runtime("vulkan")
+    if rt.capabilities.device_type != "discrete":
+        return
+    n = 128 << 20
+    x, y = pc.zeros(n, pc.f32, backend="vulkan"), pc.zeros(n, pc.f32, backend="vulkan")
+    blocks = n // 256
+    grid = (min(blocks, 65535), -(-blocks // 65535))
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        with pc.get_runtime().batch():
-            for _ in range(20):
-                k[size // 128, size // 256](a, a, c, size, size, size)
-                dst.copy_from(src)
+        with rt.batch():
+            for _ in range(10):
+                _fma_stream[grid](x, y, n)
+                y.copy_from(x)
         pc.synchronize()

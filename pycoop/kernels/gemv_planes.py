@@ -32,7 +32,9 @@ Activations, two kinds:
   Q4_0 f32(isum - 8 s) * (d * dx); Q8_0 f32(isum) * (d * dx); Q4_K dx * (scale * f32(isum) -
   min * f32(s)). The error against the float product is that of X's quantisation
   (`q8_1_error_bound`) plus f32 sums.
-- f16 weights (`fmt="f16"`) take `x="f32"` only: W as uvec4 (8 halves), K a multiple of 8.
+- `x="f16"`: X as f16 (uvec4 of 8 halves), each value converted to f32 exactly, then as
+  x="f32": the same products and sums, half the bytes of x to load. Chosen for f16 X.
+- f16 weights (`fmt="f16"`) take x="f32" or "f16": W as uvec4 (8 halves), K a multiple of 8.
 
 Sums are in f32, in an order the device chooses for the subgroup reduction. Any M and N
 work (rows and vectors past the edge are clamped on load and not stored); K is a multiple of
@@ -54,7 +56,7 @@ from .dequant import dot, fields_as_f32
 from .gemvq import quantize_grid, quantize_q8_1, store_row_sums
 
 FORMATS = ("q4_0", "q8_0", "q4_k", "f16")
-X_KINDS = ("f32", "q8_1")
+X_KINDS = ("f32", "f16", "q8_1")
 PLANES = {"q4_0": q4_0_planes, "q8_0": q8_0_planes, "q4_k": q4_k_planes}
 # uvec4 of Q per 32-weight block, and the K granularity of each format
 WORDS = {"q4_0": 1, "q8_0": 2, "q4_k": 1}
@@ -85,9 +87,9 @@ def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_
     if fmt not in FORMATS:
         raise ValueError(f"gemv_planes: format is one of {', '.join(FORMATS)}, got {fmt!r}")
     if x not in X_KINDS:
-        raise ValueError(f"gemv_planes: x is 'f32' or 'q8_1', got {x!r}")
-    if fmt == "f16" and x != "f32":
-        raise ValueError("gemv_planes: f16 weights take x='f32'")
+        raise ValueError(f"gemv_planes: x is 'f32', 'f16' or 'q8_1', got {x!r}")
+    if fmt == "f16" and x == "q8_1":
+        raise ValueError("gemv_planes: f16 weights take x='f32' or 'f16'")
     for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups), ("span", span),
                     ("split", split)):
         _check_int(name, v)
@@ -114,7 +116,8 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
       the weights as uvec4 (M * K / 8);
     - D: the planes' scales (f16 per block; Q4_K an f16 pair per sub-block); for f16 weights
       any f16 array (not read);
-    - x="f32": X (N x K f32 as vec4: `X.reshape(-1, 4)`); x="q8_1": XQ (uvec4, N * K / 16),
+    - x="f32": X (N x K f32 as vec4: `X.reshape(-1, 4)`); x="f16": X (N x K f16 as uvec4,
+      8 halves each); x="q8_1": XQ (uvec4, N * K / 16),
       XD (f32, N * K / 32), XS (i32, N * K / 32), `quantize_q8_1`'s outputs;
     - Y (N x M f32), M, N, K (u32).
     Grid `gemv_planes_grid(M, N, rows, nt, subgroups, split)`; subgroups of `subgroup_size`
@@ -215,18 +218,25 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
                         t = pc.select(ok[j], t, f32(0.0))
                     acc[r][c] = acc[r][c] + t
 
-    if x == "f32":
+    if x in ("f32", "f16"):
+        XT, per = (F4, 4) if x == "f32" else (U4, 8)           # x values per vector load
+
         def term(w, xv):
             return term_f32(w[0], w[1], xv)
 
+        def values(v):
+            if x == "f32":
+                return [v[i] for i in range(4)]
+            return [f32(pc.bitcast(v[c], H2)[h]) for c in range(4) for h in range(2)]
+
         def make_xload(X, K):
             def xload(col, u, nb):
-                base = col * (K // 4) + u * (bk // 4)
-                return [v[i] for k in range(bk // 4) for v in [X[base + k]] for i in range(4)]
+                base = col * (K // per) + u * (bk // per)
+                return [t for k in range(bk // per) for t in values(X[base + k])]
             return xload
 
         @pc.kernel(workgroup_size=subgroups * S, subgroup_size=S)
-        def gemv_planes(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[DT], X: pc.ReadBuffer[F4],
+        def gemv_planes(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[DT], X: pc.ReadBuffer[XT],
                         Y: pc.WriteBuffer[f32], M: u32, N: u32, K: u32):
             lane, row0, col0, rws, cols, acc, first = setup(M, N)
             xload, nb = make_xload(X, K), K // bk
@@ -328,7 +338,9 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     """Y = X @ Wq.T through `gemv_planes` for GGMLWeights `Wq` (Q4_0, Q8_0, Q4_K or f16) and X
     (N x K or K, N <= 8; NumPy, or a `pc.Array` whose backend is used and which gives a
     `pc.Array`). With cfg.x == "q8_1" X (f32 or f16) is first quantised by `quantize_q8_1`
-    (one more launch). `launches` receives the launch results."""
+    (one more launch); otherwise f16 X is read as f16 (x="f16", the same products as
+    converting it to f32) and x="f16" with f32 NumPy X rounds it to f16 first. `launches`
+    receives the launch results."""
     fmt, M, K = Wq.fmt, Wq.M, Wq.K
     device = isinstance(X, pc.Array)
     shape = tuple(X.shape)
@@ -342,9 +354,14 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     if K % K_MULTIPLE[fmt]:
         raise ValueError(f"gemv_planes: {fmt} weights need K a multiple of {K_MULTIPLE[fmt]}, "
                          f"got K={K}")
-    if X.dtype not in (np.float32, np.float16) or (device and X.dtype == np.float16
-                                                   and cfg.x == "f32"):
-        raise ValueError(f"gemv_planes: X is f32 (f16 too with x='q8_1'), got {X.dtype}")
+    if X.dtype not in (np.float32, np.float16):
+        raise ValueError(f"gemv_planes: X is f32 or f16, got {X.dtype}")
+    if cfg.x != "q8_1":     # the float path reads X as it is: f16 X by the x="f16" kernel
+        kind = "f16" if X.dtype == np.float16 or cfg.x == "f16" else "f32"
+        if device and X.dtype != np.dtype(kind.replace("f", "float")):
+            raise ValueError(f"gemv_planes: x='f16' reads f16 X; convert the device array "
+                             f"(X.astype('float16')), got {X.dtype}")
+        cfg = dataclasses.replace(cfg, x=kind)
     launches = [] if launches is None else launches
     be = X.backend if device else backend
     Q, D = weight_planes(Wq, be if device else None)
@@ -357,9 +374,11 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     else:
         y = np.zeros((N, M), np.float32)
         new = lambda shape, t: np.zeros(shape, t)                          # noqa: E731
-        xs = np.ascontiguousarray(np.asarray(X, np.float32 if cfg.x == "f32" else None))
-    if cfg.x == "f32":
-        launches.append(k[grid](Q, D, xs.reshape(-1, 4), y, M, N, K, **kw))
+        xs = np.ascontiguousarray(np.asarray(X, {"f32": np.float32, "f16": np.float16}.get(
+            cfg.x)))
+    if cfg.x != "q8_1":
+        x4 = xs.reshape(-1, 4) if cfg.x == "f32" else xs.reshape(-1).view(np.uint32).reshape(-1, 4)
+        launches.append(k[grid](Q, D, x4, y, M, N, K, **kw))
     else:
         nb = N * K // 32
         xq, xd, xsum = new((nb * 2, 4), np.uint32), new(nb, np.float32), new(nb, np.int32)

@@ -207,6 +207,20 @@ class Array:
             raise ArgumentError(f"cannot reshape an array of size {self.size} to {shape}")
         return Array(self._storage, self._byte_offset, shape, self.dtype)
 
+    def view(self, dtype: Any) -> "Array":
+        """The same bytes read as `dtype`, like NumPy's `view`: the last axis scales by the
+        ratio of the item sizes (f16 (N, 8) -> u32 (N, 4)). A view, never a copy."""
+        dt = _dtype(dtype)
+        old = self.dtype.itemsize
+        last = self.shape[-1] if self.shape else 1
+        if (last * old) % dt.itemsize or self._byte_offset % dt.itemsize:
+            raise _error(f"cannot view {self.dtype} {self.shape} as {dt}: the last axis "
+                         f"({last * old} bytes) and the start must be multiples of "
+                         f"{dt.itemsize} bytes", "view a reshaped array, or copy with .numpy()")
+        shape = self.shape[:-1] + (last * old // dt.itemsize,) if self.shape else (
+            old // dt.itemsize,)
+        return Array(self._storage, self._byte_offset, shape, dt)
+
     def __getitem__(self, index) -> "Array":
         """`a[i:j]` (step 1) or `a[i]` along the first axis: a view, never a copy."""
         if not self.shape:

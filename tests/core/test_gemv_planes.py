@@ -36,24 +36,25 @@ def check_against_twin(y, twin, X_abs_dot):
 
 
 @settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fmt=st.sampled_from(FMTS), x=st.sampled_from(["f32", "q8_1"]), m=st.integers(1, 21),
+@given(fmt=st.sampled_from(FMTS), x=st.sampled_from(["f32", "f16", "q8_1"]), m=st.integers(1, 21),
        blocks=st.integers(1, 5), n=st.integers(1, 8), rows=st.integers(1, 3),
        nt=st.sampled_from([1, 2, 4, 8]), sg=st.integers(1, 3), span=st.integers(1, 3),
        split=st.sampled_from([1, 1, 2, 3]), seed=st.integers(0, 2 ** 16))
 def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt, sg, span, split,
                                            seed):
     """`split` subgroups share each row group (their sums meet in shared memory)."""
-    if fmt == "f16":
+    if fmt == "f16" and x == "q8_1":
         x = "f32"
     K = blocks * {"q4_k": 256, "f16": 8}.get(fmt, 32) * (1 if fmt == "q4_k" else 4)
     W = make_weights(gguf, fmt, m, K, seed=seed)
     Wq = weights(W, None if fmt == "f16" else fmt)
-    X = np.random.default_rng(seed).standard_normal((n, K)).astype(np.float32)
+    X = np.random.default_rng(seed).standard_normal((n, K)).astype(
+        np.float16 if x == "f16" else np.float32)
     cfg = PlanesGemvConfig(x, rows, nt, sg * split, span, split=split)
     y = matmul_planes_gemv(Wq, X, cfg, backend="emulator", subgroup_size=8)
     Wf = planes_weights(Wq)
     absdot = np.abs(X).astype(np.float64) @ np.abs(Wf).T
-    if x == "f32":
+    if x != "q8_1":
         check_against_twin(y, planes_gemv_reference(Wq, X), absdot)
         if fmt != "q4_k":                               # the planes are lossless: gguf's Y
             check(y, reference(gguf, fmt, W, X))
@@ -106,6 +107,30 @@ def test_q8_1_block_sums_and_offsets_exact():
         np.testing.assert_array_equal(y, planes_gemv_reference(Wq, X).astype(np.float32))
 
 
+@pytest.mark.parametrize("fmt", ["f16", "q4_0", "q8_0"])
+def test_f16_x_is_read_as_f16_with_the_products_of_f32(gguf, fmt):
+    """f16 X goes through the x="f16" kernel (half the bytes of x): bit for bit what the f32
+    kernel gives for the same values, NumPy and device arrays alike; x="f16" rounds f32 NumPy
+    X to f16, and refuses an f32 device array."""
+    M, K = 13, 256
+    W = make_weights(gguf, fmt, M, K, seed=5)
+    Wq = weights(W, None if fmt == "f16" else fmt)
+    X = np.random.default_rng(5).standard_normal((3, K)).astype(np.float16)
+    for cfg in (PlanesGemvConfig("f32", 1, 4, 4, 2, split=2), PlanesGemvConfig("f32", 2, 2, 2, 1)):
+        y = matmul_planes_gemv(Wq, X, cfg, backend="emulator", subgroup_size=8)
+        np.testing.assert_array_equal(y, matmul_planes_gemv(Wq, X.astype(np.float32), cfg,
+                                                            backend="emulator", subgroup_size=8))
+        with pc.use_backend("emulator"):
+            np.testing.assert_array_equal(
+                matmul_planes_gemv(Wq, pc.asarray(X), cfg, subgroup_size=8).numpy(), y)
+    f16 = PlanesGemvConfig("f16", 2, 2, 2, 1)              # the last configuration's y
+    np.testing.assert_array_equal(
+        matmul_planes_gemv(Wq, X.astype(np.float32), f16, backend="emulator", subgroup_size=8),
+        y)
+    with pc.use_backend("emulator"), pytest.raises(ValueError, match="x='f16' reads f16 X"):
+        matmul_planes_gemv(Wq, pc.asarray(X.astype(np.float32)), f16, subgroup_size=8)
+
+
 def test_device_arrays_and_f16_activations():
     rng = np.random.default_rng(1)
     W = rng.integers(0, 256, (20, 4 * 34), dtype=np.uint8)
@@ -123,8 +148,8 @@ def test_device_arrays_and_f16_activations():
 
 @pytest.mark.parametrize("call,message", [
     (lambda Wq: gemv_planes("q5_0"), "format is one of"),
-    (lambda Wq: gemv_planes("q4_0", "i8"), "x is 'f32' or 'q8_1'"),
-    (lambda Wq: gemv_planes("f16", "q8_1"), "f16 weights take x='f32'"),
+    (lambda Wq: gemv_planes("q4_0", "i8"), "x is 'f32', 'f16' or 'q8_1'"),
+    (lambda Wq: gemv_planes("f16", "q8_1"), "f16 weights take x='f32' or 'f16'"),
     (lambda Wq: gemv_planes("q4_0", nt=16), "nt .* at most 8"),
     (lambda Wq: gemv_planes("q4_0", rows=0), "rows must be an int >= 1"),
     (lambda Wq: gemv_planes("q4_0", rows=8, nt=8, span=2), "at most 64"),
@@ -133,7 +158,7 @@ def test_device_arrays_and_f16_activations():
     (lambda Wq: gemv_planes("q4_0", split=0), "split must be an int >= 1"),
     (lambda Wq: matmul_planes_gemv(Wq, np.zeros((9, 64), np.float32)), r"N = 1 \.\.\. 8"),
     (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 32), np.float32)), "K = 64"),
-    (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 64), np.int32)), "X is f32"),
+    (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 64), np.int32)), "X is f32 or f16"),
     (lambda Wq: planes_gemv_config("q4_0", 0), r"N = 1 \.\.\. 8"),
 ])
 def test_errors_before_any_work(call, message):
@@ -144,7 +169,7 @@ def test_errors_before_any_work(call, message):
 
 @pytest.mark.vulkan
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("x", ["f32", "q8_1"])
+@pytest.mark.parametrize("x", ["f32", "f16", "q8_1"])
 @pytest.mark.parametrize("N,cfg", [(1, None), (5, None), (3, (3, 2, 2, 2)),
                                    (2, (2, 2, 4, 1, None, 4)), (1, (1, 1, 4, 2, None, 2))])
 def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
@@ -158,7 +183,7 @@ def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
     if "arithmetic" not in caps.subgroup_operations or caps.subgroup_size < 8:
         pytest.skip("needs subgroup arithmetic and subgroups of at least 8")
     if fmt == "f16" and x == "q8_1":
-        pytest.skip("f16 weights take x='f32'")
+        pytest.skip("f16 weights take x='f32' or 'f16'")
     M, K = 19, 512
     W = make_weights(gguf, fmt, M, K, seed=N)
     Wq = weights(W, None if fmt == "f16" else fmt)

@@ -89,6 +89,22 @@ def test_views_have_offsets_and_kernels_see_only_them(backend):
         base.reshape(5, -1)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dtype_views_share_the_bytes(backend):
+    """`a.view(dtype)` reads the same bytes as another dtype, like NumPy's: the last axis
+    scales, offsets carry over, and kernels writing the view change the original."""
+    ref = np.arange(48, dtype=np.float16).reshape(3, 16)
+    a = pc.asarray(ref, backend=backend)
+    w = a[1:].view(pc.u32)
+    assert w.shape == (2, 8) and w.dtype == np.uint32 and w.offset == 8
+    np.testing.assert_array_equal(w.numpy(), ref[1:].view(np.uint32))
+    f = a.view(np.float32).reshape(-1)
+    axpy[groups(24)](pc.zeros(24, np.float32, backend=backend), f, 0.0, 24)   # y = 0 * x + y
+    np.testing.assert_array_equal(a.numpy(), ref)
+    with pytest.raises(pc.ArgumentError, match=r"cannot view float16 \(7,\) as uint32"):
+        a.reshape(-1)[1:8].view(np.uint32)
+
+
 @settings(max_examples=12, deadline=None)
 @given(n=st.integers(1, 300), start=st.integers(0, 40), length=st.integers(0, 80))
 def test_slices_match_numpy_on_the_emulator(n, start, length):
