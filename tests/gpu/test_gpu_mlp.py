@@ -10,13 +10,14 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
 @pytest.mark.parametrize("T", [1, 8, 512])
-def test_mlp_block_against_torch(fmt, T):
+def test_mlp_block_against_torch(fmt, T, monkeypatch):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA")
     import importlib.util, pathlib
-    spec = importlib.util.spec_from_file_location(
-        "bench_mlp", pathlib.Path(__file__).parents[2] / "bench" / "mlp_block.py")
+    bench = pathlib.Path(__file__).parents[2] / "bench"
+    monkeypatch.syspath_prepend(str(bench))         # the script's own helper modules
+    spec = importlib.util.spec_from_file_location("bench_mlp", bench / "mlp_block.py")
     b = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(b)
     H, I = 1024, 2816
