@@ -127,6 +127,9 @@ DECODE_VARIANTS.update({
     "vec g8 s64": _dvec(subgroups=8, splits=64),
     "vec l32": _dvec(lanes=32),
     "vec l8": _dvec(lanes=8),
+    "vec l8 u2": _dvec(lanes=8, unroll=2),
+    "vec l8 s64": _dvec(lanes=8, splits=64),
+    "vec l4 u2": _dvec(lanes=4, unroll=2),
     "vec m1": _dvec(merge_unroll=1),
 })
 QUICK_DECODE = ["wg r32 Bc64/128", "sg r16 Bc32/128 all", "vec"]
