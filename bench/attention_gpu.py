@@ -107,14 +107,16 @@ DECODE_VARIANTS = {
 }
 
 
-def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4):
+def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4, prefetch=False):
     return {"decode_kernel": "vector", "decode_subgroups": subgroups, "decode_unroll": unroll,
-            "splits": splits, "decode_lanes": lanes, "merge_unroll": merge_unroll}
+            "splits": splits, "decode_lanes": lanes, "merge_unroll": merge_unroll,
+            "decode_prefetch": prefetch}
 
 
 # the vector decode (attention_decode_vector + attention_merge): "vec" = the defaults
 # (4 subgroups, 4 keys per stream and iteration, about 2 workgroups per SM); "gN" N subgroups,
-# "uN" N keys per iteration, "sN" N splits, "lN" N lanes per key, "mN" merge unroll
+# "uN" N keys per iteration, "sN" N splits, "lN" N lanes per key, "mN" merge unroll, "p" the
+# next keys' K and V loaded before the current keys' math
 DECODE_VARIANTS.update({
     "vec": _dvec(),
     "vec s16": _dvec(splits=16),
@@ -130,6 +132,10 @@ DECODE_VARIANTS.update({
     "vec l8 u2": _dvec(lanes=8, unroll=2),
     "vec l8 s64": _dvec(lanes=8, splits=64),
     "vec l4 u2": _dvec(lanes=4, unroll=2),
+    "vec p": _dvec(prefetch=True),
+    "vec p u2": _dvec(prefetch=True, unroll=2),
+    "vec p s16": _dvec(prefetch=True, splits=16),
+    "vec p g2": _dvec(prefetch=True, subgroups=2),
     "vec m1": _dvec(merge_unroll=1),
 })
 QUICK_DECODE = ["wg r32 Bc64/128", "sg r16 Bc32/128 all", "vec"]

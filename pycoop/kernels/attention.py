@@ -537,6 +537,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode: bool | None = None, decode_kernel: str = "auto",
               decode_subgroups: int | None = None,
               decode_unroll: int = DecodeConfig.unroll, decode_lanes: int | None = None,
+              decode_prefetch: bool = DecodeConfig.prefetch,
               subgroup_size: int = 32, merge_unroll: int = 4) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
@@ -557,7 +558,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     `decode_kernel`: "vector" decodes with `attention_decode_vector` + `attention_merge` (no
     cooperative matrices; K and V read once by vector loads; `decode_subgroups`
     (default 4, fewer where the merge would not fit 32 KiB of shared memory),
-    `decode_unroll`, `decode_lanes`, `subgroup_size`, `merge_unroll`; `splits` by default
+    `decode_unroll`, `decode_lanes`, `decode_prefetch` (load the next keys' K and V before
+    the current keys' math), `subgroup_size`, `merge_unroll`; `splits` by default
     about two workgroups per SM of a 132-SM GPU), "coopmat" with the cooperative-matrix
     kernels above, "auto" (the default) with "vector" where it applies: f16 or bf16, head_dim
     64, 128 or 256, at most 8 query rows per K/V head (heads / kv_heads * queries). On the
@@ -603,7 +605,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if (fits if decode is None else decode) and vector:
         return _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale,
                               splits, decode_subgroups, decode_unroll, decode_lanes,
-                              subgroup_size, merge_unroll)
+                              subgroup_size, merge_unroll, decode_prefetch)
     if fits if decode is None else decode:
         kernel = attention_decode(D, decode_rows, decode_Bc, decode_invocations, el,
                                   decode_scope, sm, fp)
@@ -632,14 +634,15 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
 
 
 def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale, splits,
-                   subgroups, unroll, lanes, subgroup_size, merge_unroll) -> AttentionResult:
+                   subgroups, unroll, lanes, subgroup_size, merge_unroll,
+                   prefetch) -> AttentionResult:
     """The vector decode: chunks of keys per K/V head, then the merge of the chunks."""
     n = (H // Hkv) * Sq
     if subgroups is None:           # the default, halved until the merge fits shared memory
         subgroups = DecodeConfig.subgroups
         while subgroups > 1 and not fits_shared(D, n, subgroups):
             subgroups //= 2
-    kernel = attention_decode_vector(D, n, subgroups, lanes, unroll, subgroup_size, el)
+    kernel = attention_decode_vector(D, n, subgroups, lanes, unroll, subgroup_size, el, prefetch)
     merge = attention_merge(D, out, unroll=merge_unroll)
     T = streams_of(subgroups, subgroup_size, lanes or default_lanes(D, subgroup_size))
     if splits is None:

@@ -50,6 +50,7 @@ class DecodeConfig:
     """Defaults of the vector decode (the H100 sweep of 2026-11-27, bench/attention_gpu.py)."""
     subgroups = 4          # subgroups per workgroup
     unroll = 4             # keys per stream and iteration
+    prefetch = False       # load the next iteration's K and V before this one's math
     waves = 2              # workgroups per SM the default splits aim at
     sms = 132              # an H100 SXM's SMs
 
@@ -100,7 +101,7 @@ def streams_of(subgroups: int, subgroup_size: int, lanes: int) -> int:
 @functools.cache
 def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int = 4,
                             lanes: int | None = None, unroll: int = 4, subgroup_size: int = 32,
-                            dtype: str = "f16"):
+                            dtype: str = "f16", prefetch: bool = False):
     """The chunk kernel. Parameters: Q (batch · kv_heads · rows, head_dim) — for each K/V head
     its `rows` query rows, as (batch, heads, queries, head_dim) lays them out —, K and V
     (batch · kv_heads · keys, head_dim) of `dtype`; Part (splits, batch · kv_heads · rows,
@@ -113,6 +114,8 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     lanes = default_lanes(head_dim, subgroup_size) if lanes is None else lanes
     _check("attention_decode_vector", head_dim, rows, subgroups, lanes, unroll, subgroup_size,
            dtype)
+    if not isinstance(prefetch, bool):
+        raise ValueError(f"attention_decode_vector: prefetch must be a bool, got {prefetch!r}")
     D, n, LK, U, S = head_dim, rows, lanes, unroll, subgroup_size
     el = _ELEMENT[dtype]
     V4 = pc.vec(el, 4)
@@ -153,11 +156,28 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         m = [f32(_NEG_BIG)] * n
         l = [f32(0.0)] * n
         o = [[f32(0.0)] * (4 * vpl) for _ in range(n)]
+        def load(k0):
+            """The raw K and V vectors of the stream's `U` keys from k0 (rows clamped)."""
+            rws = [(base + pc.min(k0 + u * T + t, Skv - 1)) * D4 + sub for u in range(U)]
+            return ([[K[r + c * LK] for c in range(vpl)] for r in rws],
+                    [[V[r + c * LK] for c in range(vpl)] for r in rws])
+
+        if prefetch:            # the first iteration's loads, before the loop
+            nk, nv = load(kb)
         for k0 in pc.range(kb, ke, T * U):
             keys = [k0 + u * T + t for u in range(U)]
-            rws = [(base + pc.min(k, Skv - 1)) * D4 + sub for k in keys]    # clamped rows
-            kv = [[x for c in range(vpl) for x in halves(K[r + c * LK])] for r in rws]
-            vv = [[x for c in range(vpl) for x in halves(V[r + c * LK])] for r in rws]
+            if prefetch:        # this iteration's vectors were loaded one iteration ago;
+                ck = [list(r) for r in nk]      # the next ones are issued before any math
+                cv = [list(r) for r in nv]
+                fk, fv = load(k0 + T * U)
+                for u in range(U):
+                    for c in range(vpl):
+                        nk[u][c] = fk[u][c]
+                        nv[u][c] = fv[u][c]
+            else:
+                ck, cv = load(k0)
+            kv = [[x for c in range(vpl) for x in halves(ck[u][c])] for u in range(U)]
+            vv = [[x for c in range(vpl) for x in halves(cv[u][c])] for u in range(U)]
             for j in range(n):
                 s = []
                 for u in range(U):

@@ -266,8 +266,8 @@ def test_dtype_errors():
        splits=st.one_of(st.none(), st.integers(1, 9)),
        config=st.sampled_from([(32, 4, 4, None), (32, 2, 1, None), (8, 2, 3, None),
                                (32, 1, 2, 8), (16, 2, 2, 16), (8, 4, 1, 4)]),
-       seed=st.integers(0, 2 ** 16))
-def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, seed):
+       prefetch=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch, seed):
     """GQA ratios, one or two queries, key counts that are no multiple of a chunk (the last
     iteration's keys past the chunk masked), head dims 64/128/256, subgroups of 8, 16 or 32
     lanes, lanes per key, streams and unrolling; f32 scores and probabilities: far tighter
@@ -281,11 +281,21 @@ def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, seed):
     Q, K, V, _ = operands(B, 2 * G, 2, Sq, Skv, D, seed)
     r = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
                   decode_kernel="vector", decode_subgroups=subgroups, decode_unroll=unroll,
-                  decode_lanes=lanes, subgroup_size=S)
+                  decode_lanes=lanes, subgroup_size=S, decode_prefetch=prefetch)
     check(r, Q, K, V, tol=2e-5)
     ref, lse = attention_reference(Q, K, V)
     np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-5)
     assert len(r.kernel_ms) == 2
+
+
+def test_prefetching_changes_no_bit():
+    """decode_prefetch only moves the loads: the same sums in the same order."""
+    Q, K, V, _ = operands(1, 8, 2, 1, 333, 128, seed=3)
+    for splits in (1, 3, 40):                   # 40: chunks past the keys
+        a, b = (attention(Q, K, V, out="f32", backend="emulator", splits=splits,
+                          decode_kernel="vector", subgroup_size=8, decode_prefetch=p)
+                for p in (False, True))
+        assert np.array_equal(a.out, b.out) and np.array_equal(a.lse, b.lse)
 
 
 def test_vector_decode_is_the_default_where_it_applies():
