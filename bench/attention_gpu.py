@@ -136,6 +136,9 @@ DECODE_VARIANTS.update({
     "vec p u2": _dvec(prefetch=True, unroll=2),
     "vec p s16": _dvec(prefetch=True, splits=16),
     "vec p g2": _dvec(prefetch=True, subgroups=2),
+    "vec p u1": _dvec(prefetch=True, unroll=1),
+    "vec p u2 s64": _dvec(prefetch=True, unroll=2, splits=64),
+    "vec p u2 g8": _dvec(prefetch=True, unroll=2, subgroups=8),
     "vec m1": _dvec(merge_unroll=1),
 })
 QUICK_DECODE = ["wg r32 Bc64/128", "sg r16 Bc32/128 all", "vec"]
