@@ -33,7 +33,8 @@ Activations, two kinds:
   min * f32(s)). The error against the float product is that of X's quantisation
   (`q8_1_error_bound`) plus f32 sums.
 - `x="f16"`: X as f16 (uvec4 of 8 halves), each value converted to f32 exactly, then as
-  x="f32": the same products and sums, half the bytes of x to load. Chosen for f16 X.
+  x="f32": the same products and sums, half the bytes of x to load, one more conversion
+  per value. Chosen for f16 device arrays.
 - f16 weights (`fmt="f16"`) take x="f32" or "f16": W as uvec4 (8 halves), K a multiple of 8.
 
 Sums are in f32, in an order the device chooses for the subgroup reduction. Any M and N
@@ -338,8 +339,9 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     """Y = X @ Wq.T through `gemv_planes` for GGMLWeights `Wq` (Q4_0, Q8_0, Q4_K or f16) and X
     (N x K or K, N <= 8; NumPy, or a `pc.Array` whose backend is used and which gives a
     `pc.Array`). With cfg.x == "q8_1" X (f32 or f16) is first quantised by `quantize_q8_1`
-    (one more launch); otherwise f16 X is read as f16 (x="f16", the same products as
-    converting it to f32) and x="f16" with f32 NumPy X rounds it to f16 first. `launches`
+    (one more launch); otherwise an f16 device array X is read as halves (x="f16", the
+    same products as converting it to f32), and x="f16" with f32 NumPy X rounds it to f16
+    first. `launches`
     receives the launch results."""
     fmt, M, K = Wq.fmt, Wq.M, Wq.K
     device = isinstance(X, pc.Array)
@@ -356,8 +358,10 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
                          f"got K={K}")
     if X.dtype not in (np.float32, np.float16):
         raise ValueError(f"gemv_planes: X is f32 or f16, got {X.dtype}")
-    if cfg.x != "q8_1":     # the float path reads X as it is: f16 X by the x="f16" kernel
-        kind = "f16" if X.dtype == np.float16 or cfg.x == "f16" else "f32"
+    if cfg.x != "q8_1":     # the float path: an f16 device array is read as halves (x="f16");
+        # NumPy f16 X is converted on the host (the same values, and for f16 weights the f32
+        # kernel is the faster: the f16 one adds a conversion per value)
+        kind = "f16" if (device and X.dtype == np.float16) or cfg.x == "f16" else "f32"
         if device and X.dtype != np.dtype(kind.replace("f", "float")):
             raise ValueError(f"gemv_planes: x='f16' reads f16 X; convert the device array "
                              f"(X.astype('float16')), got {X.dtype}")

@@ -109,9 +109,9 @@ def test_q8_1_block_sums_and_offsets_exact():
 
 @pytest.mark.parametrize("fmt", ["f16", "q4_0", "q8_0"])
 def test_f16_x_is_read_as_f16_with_the_products_of_f32(gguf, fmt):
-    """f16 X goes through the x="f16" kernel (half the bytes of x): bit for bit what the f32
-    kernel gives for the same values, NumPy and device arrays alike; x="f16" rounds f32 NumPy
-    X to f16, and refuses an f32 device array."""
+    """An f16 device array goes through the x="f16" kernel (half the bytes of x), f16 NumPy X
+    is converted on the host: bit for bit what the f32 kernel gives for the same values;
+    x="f16" rounds f32 NumPy X to f16, and refuses an f32 device array."""
     M, K = 13, 256
     W = make_weights(gguf, fmt, M, K, seed=5)
     Wq = weights(W, None if fmt == "f16" else fmt)

@@ -254,7 +254,13 @@ def test_a_loop_of_launches_with_temporaries_stops_allocating():
         rounds(5)
     finally:
         del memory._allocate
-    assert not made, f"{len(made)} new buffers in 100 warm calls"
+    # the arrays' size classes only: a checked launch's fault-record slab (one per submission,
+    # 16 KiB) may be new when more submissions are in flight than during the warm-up, which
+    # depends on how busy the machine is
+    from pycoop.runtime.vulkan.memory import size_class
+    sizes = {size_class(n * 4 * k) for k in (1, 2, 3)}
+    made = [a for a in made if a[1] in sizes]
+    assert not made, f"{len(made)} new buffers for arrays in 100 warm calls"
 
 
 class _FailingWaits:
