@@ -46,7 +46,7 @@ import pycoop as pc
 from pycoop.kernels import (GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv, gemv_grid, matmul_q,
                             gemv_q8_1, q8_1_error_bound, quantize_grid, quantize_q8_1,
                             quantize_q8_1_reference, weights)
-from pycoop.kernels.gemv import BLOCKS, PARTS
+from pycoop.kernels.gemv import BLOCKS, PARTS, q8_1_config
 from pycoop.kernels.gemvq import FORMATS_Q8_1
 from warmup import warm_gpu
 from pycoop.kernels.gemv_planes import (PLANES, PlanesGemvConfig,
@@ -111,8 +111,9 @@ def configs(fmt: str, N: int, quick: bool) -> list[GemvConfig]:
 
 
 def configs_q8_1(fmt: str, N: int, quick: bool) -> list[GemvConfig]:
-    """The integer path: the dispatcher's choice first, then lanes per block and tile shapes."""
-    first = choose_kernel(fmt, N, activations="q8_1")
+    """The GGUF-block integer kernel: its default first (the dispatcher now takes
+    gemv_planes up to 8 vectors), then lanes per block and tile shapes."""
+    first = q8_1_config(N)
     if quick:
         return [first]
     out = [first]
@@ -167,6 +168,18 @@ def instruction_mix(fmt: str, cfg: GemvConfig) -> str:
 
 def median_us(results) -> float:
     return statistics.median(t for r in results for t in r.times_ms) * 1e3
+
+
+def table_row(lines: list, args, M: int, K: int, fmt: str, N: int, rot: float, warm: float,
+              nbytes: int, tt, config: str, status: str, note: str = "") -> None:
+    """Append and print one row of the table: pycoop's rotated and warm µs, GB/s of `nbytes`
+    against the peak, torch's (rotated, warm) µs `tt` or "-", and the speed-up."""
+    gbs = nbytes / (rot * 1e-6) / 1e9
+    t_rot, t_warm = (f"{tt[0]:.1f}", f"{tt[1]:.1f}") if tt else ("-", "-")
+    speed = f"{tt[0] / rot:.2f}x" if tt else "-"
+    lines.append(f"| {M}x{K} | {fmt} | {N} | {rot:.1f} | {gbs:.0f} ({100 * gbs / args.peak_gbs:.0f}%) "
+                 f"| {warm:.1f} | {t_rot} | {t_warm} | {speed} | {config} | {status} |" + note)
+    print(lines[-1], flush=True)
 
 
 def time_pycoop(launch, ws: list, repeat: int) -> tuple[float, float]:
@@ -373,22 +386,13 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
             if (N, M, K) not in torch_cache:
                 torch_cache[N, M, K] = torch_times_or_none(M, K, N, args, errors)
             tt = torch_cache[N, M, K]
-            gbs = Wq.nbytes / (rot * 1e-6) / 1e9
-            t_rot, t_warm = (f"{tt[0]:.1f}", f"{tt[1]:.1f}") if tt else ("-", "-")
-            speed = f"{tt[0] / rot:.2f}x" if tt else "-"
             c = f"r{cfg.rows} nt{cfg.nt} sg{cfg.subgroups}" + (f" u{cfg.unroll}" if cfg.unroll else "") \
                 + (f" p{cfg.parts}" if cfg.parts else "")
-            lines.append(f"| {M}x{K} | {fmt} | {N} | {rot:.1f} | {gbs:.0f} ({100 * gbs / args.peak_gbs:.0f}%) "
-                         f"| {warm:.1f} | {t_rot} | {t_warm} | {speed} | {c} | {status} |"
-                         + (f" {len(errors)} config(s) failed" if errors else ""))
-            print(lines[-1], flush=True)
+            table_row(lines, args, M, K, fmt, N, rot, warm, Wq.nbytes, tt, c, status,
+                      f" {len(errors)} config(s) failed" if errors else "")
             if best_cm is not None:
                 name, crot, cwarm, cstatus = best_cm
-                cgbs = Wq.nbytes / (crot * 1e-6) / 1e9
-                lines.append(f"| {M}x{K} | {fmt} | {N} | {crot:.1f} | {cgbs:.0f} ({100 * cgbs / args.peak_gbs:.0f}%) "
-                             f"| {cwarm:.1f} | {t_rot} | {t_warm} | "
-                             f"{f'{tt[0] / crot:.2f}x' if tt else '-'} | {name} | {cstatus} |")
-                print(lines[-1], flush=True)
+                table_row(lines, args, M, K, fmt, N, crot, cwarm, Wq.nbytes, tt, name, cstatus)
             try:
                 planes = time_planes(M, K, fmt, N, W, len(ws), args.repeat) if fmt != "f16" else None
             except Exception as e:                          # noqa: BLE001
@@ -396,11 +400,7 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
                 note_error(errors, "planes", e, args.verbose)
             if planes is not None:
                 prot, pwarm, pname, pstatus = planes
-                pgbs = Wq.nbytes / (prot * 1e-6) / 1e9
-                lines.append(f"| {M}x{K} | {fmt} | {N} | {prot:.1f} | {pgbs:.0f} ({100 * pgbs / args.peak_gbs:.0f}%) "
-                             f"| {pwarm:.1f} | {t_rot} | {t_warm} | "
-                             f"{f'{tt[0] / prot:.2f}x' if tt else '-'} | {pname} | {pstatus} |")
-                print(lines[-1], flush=True)
+                table_row(lines, args, M, K, fmt, N, prot, pwarm, Wq.nbytes, tt, pname, pstatus)
             for e in errors:
                 print(f"    {e}", flush=True)
             if "q8_1" in args.paths and fmt in FORMATS_Q8_1:
@@ -450,16 +450,10 @@ def bench_q8_1(M: int, K: int, fmt: str, N: int, W: np.ndarray, Wq, ws: list, ar
         ws[0], q.reshape(-1, 4) if cfg.parts == 1 else q, d, s, y, M, N, K)
     status = check_q8_1(fmt, W, X, y.numpy())
     tt = torch_cache.get((N, M, K))
-    total, total_warm = rot + tq, warm + tq
-    gbs = Wq.nbytes / (total * 1e-6) / 1e9
-    t_rot, t_warm = (f"{tt[0]:.1f}", f"{tt[1]:.1f}") if tt else ("-", "-")
-    speed = f"{tt[0] / total:.2f}x" if tt else "-"
     c = (f"q8_1 r{cfg.rows} nt{cfg.nt} sg{cfg.subgroups} p{cfg.parts}: gemv {rot:.1f} + "
          f"quantise {tq:.1f}")
-    lines.append(f"| {M}x{K} | {fmt} q8_1 | {N} | {total:.1f} | {gbs:.0f} ({100 * gbs / args.peak_gbs:.0f}%) "
-                 f"| {total_warm:.1f} | {t_rot} | {t_warm} | {speed} | {c} | {status} |"
-                 + (f" {len(errors)} config(s) failed" if errors else ""))
-    print(lines[-1], flush=True)
+    table_row(lines, args, M, K, f"{fmt} q8_1", N, rot + tq, warm + tq, Wq.nbytes, tt, c, status,
+              f" {len(errors)} config(s) failed" if errors else "")
     for e in errors:
         print(f"    {e}", flush=True)
 
@@ -560,16 +554,11 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
                     quant[qgrid](x, xq.reshape(-1), xd, xs, nb)
                     k[grid](ws[0][0], ws[0][1], xq, xd, xs, y, M, N, K)
                     status = check_planes_q8_1(fmt, W, X, y.numpy())
-                gbs = pbytes / (rot * 1e-6) / 1e9
-                t_rot, t_warm = (f"{tt[0]:.1f}", f"{tt[1]:.1f}") if tt else ("-", "-")
-                speed = f"{tt[0] / rot:.2f}x" if tt else "-"
                 c = (f"gemv_planes x={xk} r{cfg.rows} nt{cfg.nt} sg{cfg.subgroups} span{cfg.span}"
                      + (f" u{cfg.unroll}" if cfg.unroll else "")
                      + (f" split{cfg.split}" if cfg.split > 1 else "")
                      + (f": kernel {krot:.1f} + quantise {rot - krot:.1f}" if xk == "q8_1" else ""))
-                lines.append(f"| {M}x{K} | {fmt} | {N} | {rot:.1f} | {gbs:.0f} ({100 * gbs / args.peak_gbs:.0f}%) "
-                             f"| {warm:.1f} | {t_rot} | {t_warm} | {speed} | {c} | {status} |")
-                print(lines[-1], flush=True)
+                table_row(lines, args, M, K, fmt, N, rot, warm, pbytes, tt, c, status)
             for e in errors:
                 print(f"    {e}", flush=True)
         del ws

@@ -328,9 +328,7 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
         if fmt == "q4_k":
             raise ValueError(f"activations='q8_1' with q4_k weights takes N <= 8 vectors "
                              f"(gemv_planes), got N={N}")
-        nt = min(64, 1 << (int(N) - 1).bit_length())
-        return GemvConfig("q8_1", rows=2 if nt <= 32 else 1, nt=nt,
-                          parts=4 if nt == 1 else 2 if nt <= 4 else 1)
+        return q8_1_config(N)
     if N >= 2 and fmt in PLANES_GEMMS and M is not None and K is not None:
         cfg = planes_config(int(M), int(N), int(K))
         if cfg is not None:
@@ -342,6 +340,15 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
         return GemvConfig("gemv", rows=1 if fmt == "f16" else 2, nt=1)
     nt = 2 if N == 2 else 4 if N <= 4 else 8
     return GemvConfig("gemv", rows=2, nt=nt)
+
+
+def q8_1_config(N: int) -> GemvConfig:
+    """The GGUF-block integer kernel's configuration (`gemv_q8_1`) for N vectors: one tile of
+    up to 64 vectors (the next power of two at or above N), with 4 lanes per block at N = 1,
+    2 for tiles of up to 4 vectors, else 1."""
+    nt = min(64, 1 << (int(N) - 1).bit_length())
+    return GemvConfig("q8_1", rows=2 if nt <= 32 else 1, nt=nt,
+                      parts=4 if nt == 1 else 2 if nt <= 4 else 1)
 
 
 def planes_config(M: int, N: int, K: int) -> GemvConfig | None:

@@ -58,6 +58,7 @@ from .gemvq import quantize_grid, quantize_q8_1, store_row_sums
 
 FORMATS = ("q4_0", "q8_0", "q4_k", "f16")
 X_KINDS = ("f32", "f16", "q8_1")
+X_DTYPES = {"f32": np.float32, "f16": np.float16}     # X as the float kernels read it
 PLANES = {"q4_0": q4_0_planes, "q8_0": q8_0_planes, "q4_k": q4_k_planes}
 # uvec4 of Q per 32-weight block, and the K granularity of each format
 WORDS = {"q4_0": 1, "q8_0": 2, "q4_k": 1}
@@ -362,7 +363,7 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
         # NumPy f16 X is converted on the host (the same values, and for f16 weights the f32
         # kernel is the faster: the f16 one adds a conversion per value)
         kind = "f16" if (device and X.dtype == np.float16) or cfg.x == "f16" else "f32"
-        if device and X.dtype != np.dtype(kind.replace("f", "float")):
+        if device and X.dtype != X_DTYPES[kind]:
             raise ValueError(f"gemv_planes: x='f16' reads f16 X; convert the device array "
                              f"(X.astype('float16')), got {X.dtype}")
         cfg = dataclasses.replace(cfg, x=kind)
@@ -378,8 +379,7 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     else:
         y = np.zeros((N, M), np.float32)
         new = lambda shape, t: np.zeros(shape, t)                          # noqa: E731
-        xs = np.ascontiguousarray(np.asarray(X, {"f32": np.float32, "f16": np.float16}.get(
-            cfg.x)))
+        xs = np.ascontiguousarray(np.asarray(X, X_DTYPES.get(cfg.x)))
     if cfg.x != "q8_1":
         x4 = xs.reshape(-1, 4) if cfg.x == "f32" else xs.reshape(-1).view(np.uint32).reshape(-1, 4)
         launches.append(k[grid](Q, D, x4, y, M, N, K, **kw))

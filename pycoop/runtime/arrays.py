@@ -186,6 +186,7 @@ class Array:
         return array_html(self)
 
     # -------------------------------------------------------------- views
+    @entry_point
     def reshape(self, *shape) -> "Array":
         """A view with another shape of the same size (one dimension may be -1)."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
@@ -207,6 +208,7 @@ class Array:
             raise ArgumentError(f"cannot reshape an array of size {self.size} to {shape}")
         return Array(self._storage, self._byte_offset, shape, self.dtype)
 
+    @entry_point
     def view(self, dtype: Any) -> "Array":
         """The same bytes read as `dtype`, like NumPy's `view`: the last axis scales by the
         ratio of the item sizes (f16 (N, 8) -> u32 (N, 4)). A view, never a copy."""
@@ -221,6 +223,7 @@ class Array:
             old // dt.itemsize,)
         return Array(self._storage, self._byte_offset, shape, dt)
 
+    @entry_point
     def __getitem__(self, index) -> "Array":
         """`a[i:j]` (step 1) or `a[i]` along the first axis: a view, never a copy."""
         if not self.shape:
