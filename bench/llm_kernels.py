@@ -49,7 +49,7 @@ from pycoop.kernels import (GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv,
 from pycoop.kernels.gemv import BLOCKS, PARTS, q8_1_config
 from pycoop.kernels.gemvq import FORMATS_Q8_1
 from warmup import warm_gpu
-from pycoop.kernels.gemv_planes import (PLANES, PlanesGemvConfig,
+from pycoop.kernels.gemv_planes import (PLANES, PlanesGemvConfig, fits_shared,
                                         planes_gemv_config, planes_gemv_reference,
                                         planes_weights)
 
@@ -458,14 +458,29 @@ def bench_q8_1(M: int, K: int, fmt: str, N: int, W: np.ndarray, Wq, ws: list, ar
         print(f"    {e}", flush=True)
 
 
-def gemv_planes_candidates(fmt: str, N: int, quick: bool) -> list[PlanesGemvConfig]:
+def gemv_planes_candidates(fmt: str, N: int, K: int, quick: bool,
+                           kinds: list | None = None) -> list[PlanesGemvConfig]:
     """`gemv_planes` configurations tried: the default first, then rows per subgroup, blocks
     per lane and step (span), subgroups per workgroup, the driver's unrolling and subgroups
-    sharing rows (split), for x in f32, f16 and (quantised formats) q8_1."""
-    xs = ["f32", "f16"] if fmt == "f16" else ["f32", "f16", "q8_1"]
+    sharing rows (split), for x in f32, f16 and (quantised formats) q8_1 and q8_1_shared (the
+    quantiser in the kernel: workgroups of 8 to 32 rows, so that each quantises X for many
+    rows), or the x kinds in `kinds`."""
+    xs = ["f32", "f16"] if fmt == "f16" else ["f32", "f16", "q8_1", "q8_1_shared"]
+    xs = [x for x in xs if kinds is None or x in kinds]
     out = []
     for x in xs:
-        first = planes_gemv_config(fmt, N, x)
+        first = planes_gemv_config(fmt, N, x, K)
+        if x == "q8_1_shared":
+            if not fits_shared(K, first.nt):
+                continue
+            out.append(first)
+            if not quick:     # (rows, subgroups, split, span): 8 to 32 rows per workgroup
+                out += [PlanesGemvConfig(x, r, first.nt, sg, sp, None, split)
+                        for r, sg, split, sp in ((2, 8, 2, 1), (4, 8, 2, 1), (2, 16, 2, 1),
+                                                 (4, 16, 4, 1), (8, 8, 2, 1), (4, 8, 1, 1),
+                                                 (4, 16, 2, 1), (8, 16, 4, 1), (2, 16, 4, 1),
+                                                 (4, 8, 4, 1), (1, 16, 2, 1), (4, 8, 2, 2))]
+            continue
         out.append(first)
         if quick:
             continue
@@ -510,8 +525,6 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
             x = pc.asarray(X.reshape(-1, 4), backend="vulkan")
             X16 = X.astype(np.float16)          # x="f16": X rounded to f16, read as halves
             x16 = pc.asarray(X16.reshape(-1).view(np.uint32).reshape(-1, 4), backend="vulkan")
-            X16 = X.astype(np.float16)          # x="f16": X rounded to f16, read as halves
-            x16 = pc.asarray(X16.reshape(-1).view(np.uint32).reshape(-1, 4), backend="vulkan")
             y = pc.zeros((N, M), pc.f32, backend="vulkan")
             nb = N * K // 32
             xq = pc.zeros((nb * 2, 4), pc.u32, backend="vulkan")
@@ -521,10 +534,13 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
             tq = None
             best: dict = {}
             errors: list = []
-            for cfg in gemv_planes_candidates(fmt, N, args.quick):
+            for cfg in gemv_planes_candidates(fmt, N, K, args.quick, args.x):
                 try:
-                    k, grid = cfg.kernel(fmt, args.subgroup_size), cfg.grid(M, N)
-                    if cfg.x != "q8_1":
+                    k, grid = cfg.kernel(fmt, args.subgroup_size, K), cfg.grid(M, N)
+                    if cfg.x == "q8_1_shared":
+                        launch = lambda w: k[grid](w[0], w[1], x, y, M, N)             # noqa: E731
+                        extra = 0.0
+                    elif cfg.x != "q8_1":
                         xx = x if cfg.x == "f32" else x16
                         launch = lambda w: k[grid](w[0], w[1], xx, y, M, N, K)         # noqa: E731
                         extra = 0.0
@@ -545,8 +561,11 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
                 args.torch_cache[N, M, K] = torch_times_or_none(M, K, N, args, errors)
             tt = args.torch_cache[N, M, K]
             for xk, (cfg, rot, warm, krot) in best.items():
-                k, grid = cfg.kernel(fmt, args.subgroup_size), cfg.grid(M, N)
-                if xk != "q8_1":
+                k, grid = cfg.kernel(fmt, args.subgroup_size, K), cfg.grid(M, N)
+                if xk == "q8_1_shared":
+                    k[grid](ws[0][0], ws[0][1], x, y, M, N)
+                    status = check_planes_q8_1(fmt, W, X, y.numpy())
+                elif xk != "q8_1":
                     k[grid](ws[0][0], ws[0][1], x if xk == "f32" else x16, y, M, N, K)
                     status = check(fmt, W, X if xk == "f32" else X16.astype(np.float32),
                                    y.numpy(), 1e-4 if fmt != "q4_k" else 2e-3)
@@ -606,6 +625,9 @@ def main() -> None:
                         "gemv_planes over the weight planes, N <= 8, x in f32, f16 and q8_1 "
                         "(GB/s counted on the planes' bytes)")
     p.add_argument("--ns", nargs="+", type=int, default=None)
+    p.add_argument("--x", nargs="+", default=None,
+                   choices=["f32", "f16", "q8_1", "q8_1_shared"],
+                   help="gemv_planes: only these activation kinds (default: all)")
     p.add_argument("--shapes", nargs="+", default=None, help="MxK, e.g. 4096x14336")
     p.add_argument("--repeat", type=int, default=100)
     p.add_argument("--rotate-mb", type=int, default=256)

@@ -44,7 +44,7 @@ import pycoop as pc
 from pycoop import f16, f32, u32
 from pycoop.runtime import capturing
 
-from .attention_decode import (MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig, attention_decode_vector,
+from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig, attention_decode_vector,
                                attention_merge, chunk_of, default_lanes, default_splits,
                                fits_shared, streams_of)
 
@@ -538,6 +538,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_subgroups: int | None = None,
               decode_unroll: int = DecodeConfig.unroll, decode_lanes: int | None = None,
               decode_prefetch: bool = DecodeConfig.prefetch,
+              decode_merge: str = DecodeConfig.merge,
               subgroup_size: int = 32, merge_unroll: int = 4) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
@@ -559,7 +560,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     cooperative matrices; K and V read once by vector loads; `decode_subgroups`
     (default 4, fewer where the merge would not fit 32 KiB of shared memory),
     `decode_unroll`, `decode_lanes`, `decode_prefetch` (load the next keys' K and V before
-    the current keys' math), `subgroup_size`, `merge_unroll`; `splits` by default
+    the current keys' math), `decode_merge` ("workgroup": the last workgroup of each K/V head
+    merges the chunks, one launch; "launch": `attention_merge` as a second launch),
+    `subgroup_size`, `merge_unroll`; `splits` by default
     about two workgroups per SM of a 132-SM GPU), "coopmat" with the cooperative-matrix
     kernels above, "auto" (the default) with "vector" where it applies: f16 or bf16, head_dim
     64, 128 or 256, at most 8 query rows per K/V head (heads / kv_heads * queries). On the
@@ -605,7 +608,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if (fits if decode is None else decode) and vector:
         return _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale,
                               splits, decode_subgroups, decode_unroll, decode_lanes,
-                              subgroup_size, merge_unroll, decode_prefetch)
+                              subgroup_size, merge_unroll, decode_prefetch, decode_merge)
     if fits if decode is None else decode:
         kernel = attention_decode(D, decode_rows, decode_Bc, decode_invocations, el,
                                   decode_scope, sm, fp)
@@ -635,15 +638,19 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
 
 def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale, splits,
                    subgroups, unroll, lanes, subgroup_size, merge_unroll,
-                   prefetch) -> AttentionResult:
-    """The vector decode: chunks of keys per K/V head, then the merge of the chunks."""
+                   prefetch, merge) -> AttentionResult:
+    """The vector decode: chunks of keys per K/V head, merged by the last workgroup of each
+    head (merge="workgroup") or by a second launch (merge="launch")."""
+    if merge not in DECODE_MERGES:
+        raise ValueError(f"attention: decode_merge must be one of {DECODE_MERGES}, got {merge!r}")
     n = (H // Hkv) * Sq
     if subgroups is None:           # the default, halved until the merge fits shared memory
         subgroups = DecodeConfig.subgroups
         while subgroups > 1 and not fits_shared(D, n, subgroups):
             subgroups //= 2
-    kernel = attention_decode_vector(D, n, subgroups, lanes, unroll, subgroup_size, el, prefetch)
-    merge = attention_merge(D, out, unroll=merge_unroll)
+    fused = merge == "workgroup"
+    kernel = attention_decode_vector(D, n, subgroups, lanes, unroll, subgroup_size, el, prefetch,
+                                     fused, out, merge_unroll)
     T = streams_of(subgroups, subgroup_size, lanes or default_lanes(D, subgroup_size))
     if splits is None:
         splits = default_splits(Skv, B * Hkv, T, unroll)
@@ -653,8 +660,15 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
     R = B * H * Sq
     Part = new((splits, R, D), np.float32)
     M, L = new((splits, R), np.float32), new((splits, R), np.float32)
+    if fused:                       # the heads' counters start at zero (the kernel leaves
+        count = np.zeros(B * Hkv, np.uint32)            # them at zero: a graph replays it)
+        if isinstance(Q, pc.Array):
+            count = pc.asarray(count, backend=Q.backend)
+        r = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, count, O, LSE, Skv, chunk, scale,
+                                      **run)
+        return _result(O, LSE, r)
     r1 = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, Skv, chunk, scale, **run)
-    r2 = merge[(R,)](Part, M, L, O, LSE, R, splits, **run)
+    r2 = attention_merge(D, out, unroll=merge_unroll)[(R,)](Part, M, L, O, LSE, R, splits, **run)
     return _result(O, LSE, r1, r2)
 
 

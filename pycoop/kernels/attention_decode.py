@@ -47,6 +47,7 @@ _ELEMENT = {"f16": f16, "bf16": pc.bf16}
 _OUT = {"f16": f16, "f32": f32}
 SHARED_BYTES = 32768              # shared memory the stream merge may use (lavapipe's limit)
 MERGE_INVOCATIONS = 256
+DECODE_MERGES = ("workgroup", "launch")     # where the chunks of a head are merged
 
 
 class DecodeConfig:
@@ -56,6 +57,10 @@ class DecodeConfig:
     subgroups = 4          # subgroups per workgroup
     unroll = 2             # keys per stream and iteration
     prefetch = True        # load the next iteration's K and V before this one's math
+    # the merge as a second launch: merging in the last workgroup of each head (one launch,
+    # "workgroup") was slower on the H200: 35.4 against 30.2 µs at 8192 keys, 97.9 against
+    # 88.2 at 32768 (its kernel alone took 28.2 µs against 20.8 for the chunks' kernel)
+    merge = "launch"
     waves = 2              # workgroups per SM the default splits aim at
     sms = 132              # an H100 SXM's SMs
 
@@ -107,7 +112,8 @@ def streams_of(subgroups: int, subgroup_size: int, lanes: int) -> int:
 def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int = 4,
                             lanes: int | None = None, unroll: int = DecodeConfig.unroll,
                             subgroup_size: int = 32, dtype: str = "f16",
-                            prefetch: bool = DecodeConfig.prefetch):
+                            prefetch: bool = DecodeConfig.prefetch, merge: bool = False,
+                            out: str = "f16", merge_unroll: int = 4):
     """The chunk kernel. Parameters: Q (batch · kv_heads · rows, head_dim) — for each K/V head
     its `rows` query rows, as (batch, heads, queries, head_dim) lays them out —, K and V
     (batch · kv_heads · keys, head_dim) of `dtype`; Part (splits, batch · kv_heads · rows,
@@ -116,12 +122,24 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     (keys per workgroup) and scale. The grid is (splits, batch · kv_heads); a chunk past the
     keys writes maxima of -1e30 and sums and outputs of 0. `lanes` per key (default
     `default_lanes`), `subgroups` per workgroup, `unroll` keys per stream and iteration; the
-    kernel needs subgroups of `subgroup_size` lanes."""
+    kernel needs subgroups of `subgroup_size` lanes.
+
+    `merge=True`: the last workgroup of each K/V head to finish merges its chunks itself
+    (`merge_chunks`, `merge_unroll`), so that no second launch is needed. Parameters: Q, K,
+    V, Part, M, L as above, Count (u32, batch · kv_heads, zero; the kernel leaves it zero),
+    O (batch · kv_heads · rows, head_dim) of `out` and LSE (batch · kv_heads · rows) f32,
+    then keys, chunk and scale. Each workgroup writes its partial results, makes them
+    available to the device (`pc.barrier(memory="device")`) and counts itself done with an
+    acquire-release atomic add on its head's counter; the one that counts last sees every
+    other chunk's results and merges them."""
     lanes = default_lanes(head_dim, subgroup_size) if lanes is None else lanes
     _check("attention_decode_vector", head_dim, rows, subgroups, lanes, unroll, subgroup_size,
            dtype)
-    if not isinstance(prefetch, bool):
-        raise ValueError(f"attention_decode_vector: prefetch must be a bool, got {prefetch!r}")
+    for what, v in (("prefetch", prefetch), ("merge", merge)):
+        if not isinstance(v, bool):
+            raise ValueError(f"attention_decode_vector: {what} must be a bool, got {v!r}")
+    if merge:
+        _check_merge("attention_decode_vector", head_dim, out, merge_unroll)
     D, n, LK, U, S = head_dim, rows, lanes, unroll, subgroup_size
     el = _ELEMENT[dtype]
     V4 = pc.vec(el, 4)
@@ -130,7 +148,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     T = subgroups * spk                      # streams per workgroup
     D4 = D // 4
     WG = subgroups * S
-    per_inv = -(-(n * D) // WG)
+    per_inv = -(-(n * D4) // WG)
 
     def halves(v):
         return [f32(v[e]) for e in range(4)]
@@ -142,12 +160,14 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
             off //= 2
         return x
 
-    @pc.kernel(workgroup_size=WG, subgroup_size=S)
-    def attention_decode_vector(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[V4], V: pc.ReadBuffer[V4],
-                                Part: pc.WriteBuffer[f32], M: pc.WriteBuffer[f32],
-                                L: pc.WriteBuffer[f32], Skv: u32, chunk: u32, scale: f32):
+    F4 = pc.vec(f32, 4)
+    G = max(1, min(WG // D4, subgroups))               # merge groups (the shared arrays' rows)
+
+    @pc.func
+    def body(Q, K, V, Part, M, L, Count, O, LSE, Skv, chunk, scale):
         sh_m, sh_l = pc.shared(f32, subgroups * n), pc.shared(f32, subgroups * n)
         sh_o = pc.shared(f32, subgroups * n * D)
+        done = pc.shared(u32, 1) if merge else None     # the head's count before this one
         bkv, split = pc.workgroup_id.y, pc.workgroup_id.x
         R = pc.num_workgroups.y * n
         lane = pc.subgroup_local_id()
@@ -250,12 +270,12 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         inv = pc.local_invocation_index()
         first = split * R + bkv * n                       # this chunk's rows
         for i in range(per_inv):
-            idx = inv + i * WG
-            if n * D % WG == 0 or idx < n * D:
-                acc = sh_o[idx]
+            idx = inv + i * WG                            # 4 dimensions of a row
+            if n * D4 % WG == 0 or idx < n * D4:
+                acc = [sh_o[idx * 4 + e] for e in range(4)]
                 for g2 in range(1, subgroups):
-                    acc = acc + sh_o[g2 * n * D + idx]
-                Part[first * D + idx] = acc
+                    acc = [acc[e] + sh_o[g2 * n * D + idx * 4 + e] for e in range(4)]
+                Part[first * D4 + idx] = pc.make_vector(acc)
         if inv < n:
             tot = f32(0.0)
             b = sh_m[inv]
@@ -264,7 +284,117 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                 b = pc.max(b, sh_m[g2 * n + inv])
             M[first + inv] = b
             L[first + inv] = tot
+        if merge:               # the last workgroup of the head to count itself merges
+            pc.barrier(memory="device")
+            if inv == 0:
+                done[0] = pc.atomic.add(Count, bkv, u32(1), semantics="acq_rel")
+            pc.barrier(memory="device")
+            if done[0] == pc.num_workgroups.x - 1:
+                merge_chunks(Part, M, L, O, LSE, [bkv * n + j for j in range(n)], R,
+                             pc.num_workgroups.x, inv, WG, G, D, merge_unroll, _OUT[out], sh_m,
+                             sh_l, sh_o)
+                if inv == 0:
+                    pc.atomic.exchange(Count, bkv, u32(0))
+
+    if merge:
+        OutEl = _OUT[out]
+
+        @pc.kernel(workgroup_size=WG, subgroup_size=S)
+        def attention_decode_merged(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[V4],
+                                    V: pc.ReadBuffer[V4], Part: pc.Buffer[F4],
+                                    M: pc.Buffer[f32], L: pc.Buffer[f32], Count: pc.Buffer[u32],
+                                    O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], Skv: u32,
+                                    chunk: u32, scale: f32):
+            body(Q, K, V, Part, M, L, Count, O, LSE, Skv, chunk, scale)
+        return attention_decode_merged
+
+    @pc.kernel(workgroup_size=WG, subgroup_size=S)
+    def attention_decode_vector(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[V4], V: pc.ReadBuffer[V4],
+                                Part: pc.WriteBuffer[F4], M: pc.WriteBuffer[f32],
+                                L: pc.WriteBuffer[f32], Skv: u32, chunk: u32, scale: f32):
+        body(Q, K, V, Part, M, L, None, None, None, Skv, chunk, scale)
     return attention_decode_vector
+
+
+@pc.func
+def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int,
+                 head_dim: int, unroll: int, OutEl, sh_m, sh_l, sh_o) -> None:
+    """The merge of the chunks of `rows` (row indices of O) by a workgroup of WG invocations:
+    invocation inv takes the 4-dimension column groups c, c + WG, ... (c = inv % (head_dim /
+    4); more than one only where WG < head_dim / 4) of every row, and where WG >= G · head_dim
+    / 4, group g = inv // (head_dim / 4) < G takes chunks g, g + G, ... (invocations past the
+    G groups only reach the barriers). Each folds its chunks (`unroll` loaded before the first
+    is used; all rows' loads of a step issued together) into (maximum, sum, output) with the
+    online rescaling, and the G groups merge through shared memory (sh_m, sh_l: G * rows,
+    sh_o: G * rows * head_dim f32). O = output / sum, LSE = (maximum + log2 sum) · ln 2."""
+    D4, n, U = head_dim // 4, len(rows), unroll
+    cs = [inv % D4 + k * WG for k in range(max(1, D4 // WG))]     # this invocation's columns
+    g = inv // D4
+    active = g < G
+    start = pc.select(active, g, splits)              # the groups past G take no chunk
+    big, tot = [f32(_NEG_BIG)] * n, [f32(0.0)] * n
+    acc = [[[f32(0.0)] * 4 for _ in cs] for _ in range(n)]
+    for s0 in pc.range(start, splits, G * U):
+        ss = [pc.min(s0 + u * G, splits - 1) for u in range(U)]            # clamped
+        ok = [s0 + u * G < splits for u in range(U)]
+        ms = [[pc.select(ok[u], M[ss[u] * R + r], f32(_NEG_BIG)) for u in range(U)] for r in rows]
+        ls = [[L[s * R + r] for s in ss] for r in rows]
+        ps = [[[Part[(s * R + r) * D4 + c] for c in cs] for s in ss] for r in rows]
+        for j in range(n):
+            b = big[j]
+            for x in ms[j]:
+                b = pc.max(b, x)
+            a = pc.exp2(big[j] - b)
+            ws = [pc.select(ok[u], pc.exp2(ms[j][u] - b), f32(0.0)) for u in range(U)]
+            t = tot[j] * a
+            vals = [[x * a for x in col] for col in acc[j]]
+            for u in range(U):
+                t = pc.fma(ws[u], ls[j][u], t)
+                vals = [[pc.fma(ws[u], ps[j][u][k][e], vals[k][e]) for e in range(4)]
+                        for k in range(len(cs))]
+            tot[j], acc[j], big[j] = t, vals, b
+    first = inv % D4 == 0 if D4 <= WG else inv == 0   # one invocation per group
+    if active and first:
+        for j in range(n):
+            sh_m[g * n + j] = big[j]
+    pc.barrier()
+    top = []
+    for j in range(n):
+        b = sh_m[j]
+        for g2 in range(1, G):
+            b = pc.max(b, sh_m[g2 * n + j])
+        top.append(b)
+    if active:
+        for j in range(n):
+            w = pc.exp2(big[j] - top[j])
+            if first:
+                sh_l[g * n + j] = tot[j] * w
+            for k, c in enumerate(cs):
+                for e in range(4):
+                    sh_o[(g * n + j) * head_dim + c * 4 + e] = acc[j][k][e] * w
+    pc.barrier()
+    if g == 0:
+        for j in range(n):
+            total = sh_l[j]
+            for g2 in range(1, G):
+                total = total + sh_l[g2 * n + j]
+            for c in cs:
+                for e in range(4):
+                    x = sh_o[j * head_dim + c * 4 + e]
+                    for g2 in range(1, G):
+                        x = x + sh_o[(g2 * n + j) * head_dim + c * 4 + e]
+                    O[rows[j] * head_dim + c * 4 + e] = OutEl(x / total)
+            if first:
+                LSE[rows[j]] = (top[j] + pc.log2(total)) * f32(_LN2)
+
+
+def _check_merge(name: str, head_dim: int, out: str, unroll: int) -> None:
+    if head_dim not in VECTOR_HEAD_DIMS:
+        raise ValueError(f"{name}: head_dim must be one of {VECTOR_HEAD_DIMS}, got {head_dim!r}")
+    if out not in _OUT:
+        raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
+    if not isinstance(unroll, int) or isinstance(unroll, bool) or unroll < 1:
+        raise ValueError(f"{name}: merge unroll must be an int >= 1, got {unroll!r}")
 
 
 @functools.cache
@@ -275,20 +405,13 @@ def attention_merge(head_dim: int = 128, out: str = "f16", invocations: int = ME
     ln 2. Parameters: Part (splits, R, head_dim), M, L (splits, R) f32; O (R, head_dim) of
     `out`, LSE (R) f32; then R and splits. One workgroup per row, the grid is R; its
     `invocations` take 4 dimensions each, so invocations / (head_dim / 4) groups of them share
-    the chunks (group g takes chunks g, g + groups, ...; `unroll` of them loaded before the
-    first is used) and merge their results through shared memory."""
-    if head_dim not in VECTOR_HEAD_DIMS:
-        raise ValueError(f"attention_merge: head_dim must be one of {VECTOR_HEAD_DIMS}, got "
-                         f"{head_dim!r}")
-    if out not in _OUT:
-        raise ValueError(f"attention_merge: out must be 'f16' or 'f32', got {out!r}")
+    the chunks (`merge_chunks`)."""
+    _check_merge("attention_merge", head_dim, out, unroll)
     D4 = head_dim // 4
     if not isinstance(invocations, int) or invocations < D4 or invocations % D4 or \
             invocations > 1024:
         raise ValueError(f"attention_merge: invocations must be a multiple of head_dim / 4 = "
                          f"{D4} of at most 1024, got {invocations!r}")
-    if not isinstance(unroll, int) or isinstance(unroll, bool) or unroll < 1:
-        raise ValueError(f"attention_merge: unroll must be an int >= 1, got {unroll!r}")
     G = invocations // D4
     OutEl = _OUT[out]
     F4 = pc.vec(f32, 4)
@@ -297,50 +420,9 @@ def attention_merge(head_dim: int = 128, out: str = "f16", invocations: int = ME
     def attention_merge(Part: pc.ReadBuffer[F4], M: pc.ReadBuffer[f32], L: pc.ReadBuffer[f32],
                         O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], R: u32, splits: u32):
         sh_m, sh_l, sh_o = pc.shared(f32, G), pc.shared(f32, G), pc.shared(f32, G * head_dim)
-        row, inv = pc.workgroup_id.x, pc.local_invocation_index()
-        g, c = inv // D4, inv % D4
-        big, tot = f32(_NEG_BIG), f32(0.0)
-        acc = [f32(0.0)] * 4
-        for s0 in pc.range(g, splits, G * unroll):
-            ss = [pc.min(s0 + u * G, splits - 1) for u in range(unroll)]        # clamped
-            ok = [s0 + u * G < splits for u in range(unroll)]
-            ms = [pc.select(ok[u], M[ss[u] * R + row], f32(_NEG_BIG)) for u in range(unroll)]
-            ls = [L[s * R + row] for s in ss]
-            ps = [Part[(s * R + row) * D4 + c] for s in ss]
-            b = big
-            for x in ms:
-                b = pc.max(b, x)
-            a = pc.exp2(big - b)
-            ws = [pc.select(ok[u], pc.exp2(ms[u] - b), f32(0.0)) for u in range(unroll)]
-            tot = tot * a
-            acc = [x * a for x in acc]
-            for u in range(unroll):
-                tot = pc.fma(ws[u], ls[u], tot)
-                acc = [pc.fma(ws[u], ps[u][e], acc[e]) for e in range(4)]
-            big = b
-        if c == 0:
-            sh_m[g] = big
-        pc.barrier()
-        top = sh_m[0]
-        for g2 in range(1, G):
-            top = pc.max(top, sh_m[g2])
-        w = pc.exp2(big - top)
-        if c == 0:
-            sh_l[g] = tot * w
-        for e in range(4):
-            sh_o[g * head_dim + c * 4 + e] = acc[e] * w
-        pc.barrier()
-        if g == 0:
-            total = sh_l[0]
-            for g2 in range(1, G):
-                total = total + sh_l[g2]
-            for e in range(4):
-                x = sh_o[c * 4 + e]
-                for g2 in range(1, G):
-                    x = x + sh_o[g2 * head_dim + c * 4 + e]
-                O[row * head_dim + c * 4 + e] = OutEl(x / total)
-            if c == 0:
-                LSE[row] = (top + pc.log2(total)) * f32(_LN2)
+        merge_chunks(Part, M, L, O, LSE, [pc.workgroup_id.x], R, splits,
+                     pc.local_invocation_index(), invocations, G, head_dim, unroll, OutEl, sh_m,
+                     sh_l, sh_o)
     return attention_merge
 
 

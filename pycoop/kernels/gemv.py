@@ -46,6 +46,11 @@ LARGE_N_GEMMS = {"q4_0": gemm_q4_0, "q8_0": gemm_q8_0, "q4_k": gemm_q4_k}   # de
 # the planes GEMMs (weights as nibble/byte planes and scales, dequantised into shared memory,
 # KHR cooperative matrices; the planes made once by `weight_planes`): the kernels for N >= 2
 PLANES_GEMMS = {"q4_0": gemm_q4_0_planes, "q8_0": gemm_q8_0_planes, "q4_k": gemm_q4_k_planes}
+# q8_1 activations of one vector are quantised inside gemv_planes (x="q8_1_shared") up to this
+# K: each workgroup then quantises all of X, which beat the quantiser's own launch at K = 4096
+# (H200: Q4_0 6.8 against 8.9 µs at 4096 x 4096, 13.2 against 14.4 at 14336 x 4096) and lost
+# at K = 14336 (15.1 against 14.1 µs)
+SHARED_QUANTISE_MAX_K = 4096
 
 U4 = pc.vec(u32, 4)
 F4 = pc.vec(f32, 4)
@@ -287,8 +292,9 @@ class GemvConfig:
     K) per workgroup; below 128 vectors it computes with the weights as the A operand,
     `weights_first`) or "gemv_planes" (`pycoop.kernels.gemv_planes` over the weight
     planes, N <= 8, X in f32 or, with activations="q8_1", quantised; `rows`, `nt`,
-    `subgroups`, `unroll`, `span`, its blocks per lane and step, and `split_k`, the subgroups
-    sharing rows)."""
+    `subgroups`, `unroll`, `span`, its blocks per lane and step, `split_k`, the subgroups
+    sharing rows, and `x`, its activation kind: None for the one `activations` names, or
+    "q8_1_shared" to quantise X in the kernel, one launch instead of two)."""
     kind: str
     rows: int = 1
     nt: int = 1
@@ -298,13 +304,15 @@ class GemvConfig:
     tile: tuple[int, int, int] = (128, 128, 32)
     split_k: int = 1
     span: int = 1
+    x: str | None = None
 
 
 def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
                   activations: str = "f32", M: int | None = None,
                   K: int | None = None) -> GemvConfig:
     """The kernel for N vectors of weights in `fmt`: `gemv_planes` over the weight planes at
-    N = 1 (f16, Q4_0, Q8_0; Q4_K with q8_1 activations) and with q8_1 activations up to 8
+    N = 1 (f16, Q4_0, Q8_0; Q4_K with q8_1 activations; one vector of q8_1 activations with
+    K <= `SHARED_QUANTISE_MAX_K` quantised in the kernel) and with q8_1 activations up to 8
     vectors, where K is a multiple of the format's block; for N >= 2 with Q4_0, Q8_0 or Q4_K weights whose shape (`M` x `K`, when given) fits, the
     planes GEMM (`planes_config`); otherwise tiles of up to 8 vectors sharing each decoded
     weight for N <= `large_n`, and the decode-function GEMM above that where the format has
@@ -321,9 +329,12 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
     planes = fmt in PLANES_GEMMS and (activations == "q8_1" or (N == 1 and fmt != "q4_k"))
     if (planes or (fmt == "f16" and N == 1)) and N <= 8 and (
             K is None or K % PLANES_K_MULTIPLE[fmt] == 0):
-        p = planes_gemv_config(fmt, int(N), _check_activations(fmt, activations))
+        x = _check_activations(fmt, activations)
+        if x == "q8_1" and N == 1 and K is not None and K <= SHARED_QUANTISE_MAX_K:
+            x = "q8_1_shared"          # the quantiser in the kernel: one launch, not two
+        p = planes_gemv_config(fmt, int(N), x, K)
         return GemvConfig("gemv_planes", p.rows, p.nt, p.subgroups, p.unroll, span=p.span,
-                          split_k=p.split)
+                          split_k=p.split, x=None if x == activations else x)
     if _check_activations(fmt, activations) == "q8_1":
         if fmt == "q4_k":
             raise ValueError(f"activations='q8_1' with q4_k weights takes N <= 8 vectors "
@@ -511,7 +522,12 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
         return _planes(Wq, X, N, vector, device, bk, cfg, deterministic,
                        [] if launches is None else launches)
     if cfg.kind == "gemv_planes":
-        p = PlanesGemvConfig(activations, cfg.rows, cfg.nt, cfg.subgroups, cfg.span, cfg.unroll,
+        x = activations if cfg.x is None else cfg.x
+        if x.startswith("q8_1") != (activations == "q8_1"):
+            raise ValueError(f"matmul_q: a gemv_planes config with x={cfg.x!r} takes "
+                             f"activations={'q8_1' if x.startswith('q8_1') else 'f32'!r}, got "
+                             f"activations={activations!r}")
+        p = PlanesGemvConfig(x, cfg.rows, cfg.nt, cfg.subgroups, cfg.span, cfg.unroll,
                              cfg.split_k)
         return matmul_planes_gemv(Wq, X, p, backend=bk, subgroup_size=subgroup_size,
                                   launches=launches)

@@ -54,11 +54,12 @@ from pycoop import f16, f32, i32, u32
 from .gemm import q4_0_planes
 from .gemm_quant import q4_k_planes, q8_0_planes
 from .dequant import dot, fields_as_f32
-from .gemvq import quantize_grid, quantize_q8_1, store_row_sums
+from .gemvq import q8_1_lanes, quantize_grid, quantize_q8_1, store_row_sums
 
 FORMATS = ("q4_0", "q8_0", "q4_k", "f16")
-X_KINDS = ("f32", "f16", "q8_1")
+X_KINDS = ("f32", "f16", "q8_1", "q8_1_shared")
 X_DTYPES = {"f32": np.float32, "f16": np.float16}     # X as the float kernels read it
+SHARED_BYTES = 32768    # shared memory the workgroup's quantised X may use (lavapipe's limit)
 PLANES = {"q4_0": q4_0_planes, "q8_0": q8_0_planes, "q4_k": q4_k_planes}
 # uvec4 of Q per 32-weight block, and the K granularity of each format
 WORDS = {"q4_0": 1, "q8_0": 2, "q4_k": 1}
@@ -89,8 +90,8 @@ def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_
     if fmt not in FORMATS:
         raise ValueError(f"gemv_planes: format is one of {', '.join(FORMATS)}, got {fmt!r}")
     if x not in X_KINDS:
-        raise ValueError(f"gemv_planes: x is 'f32', 'f16' or 'q8_1', got {x!r}")
-    if fmt == "f16" and x == "q8_1":
+        raise ValueError(f"gemv_planes: x is one of {', '.join(map(repr, X_KINDS))}, got {x!r}")
+    if fmt == "f16" and x.startswith("q8_1"):
         raise ValueError("gemv_planes: f16 weights take x='f32' or 'f16'")
     for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups), ("span", span),
                     ("split", split)):
@@ -107,10 +108,30 @@ def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_
                          f"{subgroup_size!r}")
 
 
+def shared_bytes(K: int, nt: int) -> int:
+    """Shared memory of x="q8_1_shared": nt quantised vectors of K values (a byte each, and
+    an f32 scale and i32 sum per 32)."""
+    return nt * (K + K // 4)
+
+
+def fits_shared(K: int, nt: int) -> bool:
+    """Whether x="q8_1_shared" can hold nt vectors of K values in `SHARED_BYTES`."""
+    return shared_bytes(K, nt) <= SHARED_BYTES
+
+
+def check_shared(K: int, nt: int) -> None:
+    """The error of x="q8_1_shared" where its vectors do not fit `SHARED_BYTES`."""
+    if not fits_shared(K, nt):
+        raise ValueError(f"gemv_planes: x='q8_1_shared' holds nt x K quantised values in "
+                         f"shared memory: {shared_bytes(K, nt)} bytes for nt={nt}, K={K}, "
+                         f"more than {SHARED_BYTES}; use x='q8_1' (a quantiser launch) or "
+                         "fewer vectors per workgroup")
+
+
 @functools.cache
 def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups: int = 4,
                 subgroup_size: int = 32, span: int = 1, unroll: bool | int | None = None,
-                split: int = 1):
+                split: int = 1, K: int | None = None, src: str = "f32"):
     """The kernel Y (N x M, f32) = X (N x K) @ W.T over weight planes (module docstring).
 
     Operands, in order:
@@ -122,10 +143,22 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
       8 halves each); x="q8_1": XQ (uvec4, N * K / 16),
       XD (f32, N * K / 32), XS (i32, N * K / 32), `quantize_q8_1`'s outputs;
     - Y (N x M f32), M, N, K (u32).
+    x="q8_1_shared": Q, D, X (N x K, f32, or f16 with `src="f16"`, as vec4:
+    `X.reshape(-1, 4)`), Y, M, N: each workgroup first quantises its `nt` vectors into shared
+    memory, the bits `quantize_q8_1` gives, then multiplies as x="q8_1" (the same sums in the
+    same order): one launch instead of two. K is fixed when the kernel is built (`K`; the
+    quantised vectors must fit `SHARED_BYTES`, `fits_shared`).
     Grid `gemv_planes_grid(M, N, rows, nt, subgroups, split)`; subgroups of `subgroup_size`
     lanes.
     """
     check_config(fmt, x, rows, nt, subgroups, subgroup_size, span, split)
+    if x == "q8_1_shared":
+        if not isinstance(K, int) or isinstance(K, bool) or K < 1 or K % K_MULTIPLE[fmt]:
+            raise ValueError(f"gemv_planes: x='q8_1_shared' is built for one K, a multiple of "
+                             f"{K_MULTIPLE[fmt]} for {fmt}; got K={K!r}")
+        check_shared(K, nt)
+        if src not in X_DTYPES:
+            raise ValueError(f"gemv_planes: src (X's dtype) is 'f32' or 'f16', got {src!r}")
     S, R, T, SP = subgroup_size, rows, nt, span
     DT = H2 if fmt == "q4_k" else f16
     bk = 8 if fmt == "f16" else 32                         # weights per unit (block, uvec4)
@@ -250,6 +283,10 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
     def term(w, xv):                                            # noqa: F811
         return term_q8_1(w[0], w[1], *xv)
 
+    if x == "q8_1_shared":
+        return _q8_1_shared_kernel(fmt, subgroups, S, T, split, K, src, setup, step, finish,
+                                   unroll, SP, DT)
+
     def make_xload(XQ, XD, XS):                                 # noqa: F811
         def xload(col, u, nb):
             b = col * nb + u
@@ -266,6 +303,52 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
             step(Q, D, xload, u0, nb, rws, cols, acc)
         finish(Y, acc, lane, row0, col0, M, N)
     return gemv_planes_q8_1
+
+
+def _q8_1_shared_kernel(fmt: str, subgroups: int, S: int, T: int, split: int, K: int, src: str,
+                        setup, step, finish, unroll, SP: int, DT):
+    """`gemv_planes`' x="q8_1_shared" kernel: the workgroup's T vectors quantised into shared
+    memory by 8 lanes per 32-block (`q8_1_lanes`, as `quantize_q8_1`), then the x="q8_1"
+    products with the activations read from there."""
+    WG, K4, nb = subgroups * S, K // 4, K // 32
+    H4 = pc.vec(f16, 4)
+    XT = F4 if src == "f32" else H4
+    per = -(-K4 // WG)                          # vec4 of a vector per invocation
+    batch = min(per, 4)                         # loaded together before they are quantised
+
+    @pc.kernel(workgroup_size=WG, subgroup_size=S)
+    def gemv_planes_q8_1_shared(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[DT],
+                                X: pc.ReadBuffer[XT], Y: pc.WriteBuffer[f32], M: u32, N: u32):
+        sh_q = pc.shared(U4, T * nb * 2)
+        sh_d = pc.shared(f32, T * nb)
+        sh_s = pc.shared(i32, T * nb) if fmt != "q8_0" else None
+        lane, row0, col0, rws, cols, acc, first = setup(M, N)
+        me = pc.subgroup_id() * S + lane        # 8 consecutive lanes share a block
+        for c in range(T):
+            base = cols[c] * K4
+            for g0 in pc.range(0, per * WG, batch * WG):     # the same trip count everywhere
+                gs = [g0 + j * WG + me for j in range(batch)]
+                vs = [X[base + pc.min(g, K4 - 1)] for g in gs]           # clamped: all reduce
+                for g, v in zip(gs, vs):
+                    word, d, s = q8_1_lanes([f32(v[e]) for e in range(4)])
+                    words = [word] + [pc.subgroup.shuffle_xor(word, m) for m in (1, 2, 3)]
+                    if g < K4:
+                        if (g & 3) == 0:        # lanes 0 and 4 of the block: its two uvec4
+                            sh_q[c * nb * 2 + (g >> 2)] = pc.make_vector(words)
+                        if (g & 7) == 0:
+                            sh_d[c * nb + (g >> 3)] = d
+                            if sh_s is not None:
+                                sh_s[c * nb + (g >> 3)] = s
+        pc.barrier()
+
+        def xload(c, u, nb_):
+            b = c * nb + u
+            return sh_q[2 * b], sh_q[2 * b + 1], sh_d[b], (sh_s[b] if sh_s is not None else None)
+
+        for u0 in pc.range(first, nb, S * SP * split, unroll=unroll):
+            step(Q, D, xload, u0, nb, rws, list(range(T)), acc)
+        finish(Y, acc, lane, row0, col0, M, N)
+    return gemv_planes_q8_1_shared
 
 
 def gemv_planes_grid(M: int, N: int, rows: int = 2, nt: int = 1, subgroups: int = 4,
@@ -286,17 +369,21 @@ class PlanesGemvConfig:
     unroll: bool | int | None = None
     split: int = 1
 
-    def kernel(self, fmt: str, subgroup_size: int = 32):
-        """The `gemv_planes` kernel of this configuration for `fmt` weights."""
+    def kernel(self, fmt: str, subgroup_size: int = 32, K: int | None = None,
+               src: str = "f32"):
+        """The `gemv_planes` kernel of this configuration for `fmt` weights (x="q8_1_shared":
+        for K columns and X of dtype `src`)."""
+        if self.x != "q8_1_shared":
+            K, src = None, "f32"                 # one kernel for every K and X dtype
         return gemv_planes(fmt, self.x, self.rows, self.nt, self.subgroups, subgroup_size,
-                           self.span, self.unroll, self.split)
+                           self.span, self.unroll, self.split, K, src)
 
     def grid(self, M: int, N: int) -> tuple[int, int]:
         """Its grid for M rows and N vectors."""
         return gemv_planes_grid(M, N, self.rows, self.nt, self.subgroups, self.split)
 
 
-def planes_gemv_config(fmt: str, N: int, x: str = "f32") -> PlanesGemvConfig:
+def planes_gemv_config(fmt: str, N: int, x: str = "f32", K: int | None = None) -> PlanesGemvConfig:
     """The configuration used by default for N vectors (1 ... 8): the fastest of the sweeps
     on the H200 (bench/llm_kernels.py --paths gemv_planes, 2026-11-27: all three llama-8B
     shapes at N = 1, 4096 x 14336 at N = 2, 4, 8). Two or four subgroups share each row
@@ -308,6 +395,8 @@ def planes_gemv_config(fmt: str, N: int, x: str = "f32") -> PlanesGemvConfig:
         raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N!r}")
     nt = 1 if N == 1 else 2 if N == 2 else 4 if N <= 4 else 8
     C = PlanesGemvConfig
+    if x == "q8_1_shared":      # 16 rows per workgroup: each quantises X for all of them
+        return C(x, 2, nt, 16, 1, split=2)
     if x == "q8_1":
         return {1: C(x, 1, 1, 4, 1, split=2), 2: C(x, 2, 2, 8, 1, split=2),
                 4: C(x, 2, 4, 8, 1, split=2), 8: C(x, 4, 8, 4, 1, split=2)}[nt]
@@ -359,7 +448,9 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
                          f"got K={K}")
     if X.dtype not in (np.float32, np.float16):
         raise ValueError(f"gemv_planes: X is f32 or f16, got {X.dtype}")
-    if cfg.x != "q8_1":     # the float path: an f16 device array is read as halves (x="f16");
+    if cfg.x == "q8_1_shared":
+        check_shared(K, cfg.nt)
+    if not cfg.x.startswith("q8_1"):   # the float path: an f16 device array is read as halves (x="f16");
         # NumPy f16 X is converted on the host (the same values, and for f16 weights the f32
         # kernel is the faster: the f16 one adds a conversion per value)
         kind = "f16" if (device and X.dtype == np.float16) or cfg.x == "f16" else "f32"
@@ -370,7 +461,8 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     launches = [] if launches is None else launches
     be = X.backend if device else backend
     Q, D = weight_planes(Wq, be if device else None)
-    k, grid = cfg.kernel(fmt, subgroup_size), cfg.grid(M, N)
+    src = "f16" if X.dtype == np.float16 else "f32"
+    k, grid = cfg.kernel(fmt, subgroup_size, K, src), cfg.grid(M, N)
     kw = {} if device else {"backend": be}
     if device:
         y = pc.zeros((N, M), pc.f32, backend=be)
@@ -380,7 +472,9 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
         y = np.zeros((N, M), np.float32)
         new = lambda shape, t: np.zeros(shape, t)                          # noqa: E731
         xs = np.ascontiguousarray(np.asarray(X, X_DTYPES.get(cfg.x)))
-    if cfg.x != "q8_1":
+    if cfg.x == "q8_1_shared":
+        launches.append(k[grid](Q, D, xs.reshape(-1, 4), y, M, N, **kw))
+    elif cfg.x != "q8_1":
         x4 = xs.reshape(-1, 4) if cfg.x == "f32" else xs.reshape(-1).view(np.uint32).reshape(-1, 4)
         launches.append(k[grid](Q, D, x4, y, M, N, K, **kw))
     else:

@@ -1328,12 +1328,17 @@ def shared(elem: ScalarType | VectorType, length: int) -> Value:
     return v
 
 
+BARRIER_MEMORY = ("workgroup", "device")
+
+
 def _infer_barrier(operands, attrs, regions, loc):
     return []
 
 
 define("barrier", _infer_barrier, tangled=True,
-       doc="Workgroup execution + memory barrier (OpControlBarrier Workgroup, AcquireRelease).")
+       doc="Workgroup execution + memory barrier (OpControlBarrier Workgroup, AcquireRelease; "
+           "memory='device': Device memory scope over buffers and shared memory, with "
+           "MakeAvailable and MakeVisible).")
 
 
 @emulation("barrier")
@@ -1345,14 +1350,36 @@ def _emu_barrier(ctx, op):
 @lowering("barrier")
 def _lower_barrier(ctx, op):
     wg = ctx.const(u32, ctx.enum("Scope", "Workgroup"))
-    sem = ctx.const(u32, ctx.enum("MemorySemantics", "AcquireRelease|WorkgroupMemory"))
-    ctx.emit("OpControlBarrier", None, wg, wg, sem)
+    if op.attrs.get("memory", "workgroup") == "workgroup":
+        sem = ctx.const(u32, ctx.enum("MemorySemantics", "AcquireRelease|WorkgroupMemory"))
+        ctx.emit("OpControlBarrier", None, wg, wg, sem)
+        return
+    if ctx.target != "vulkan":
+        raise CompileError("pycoop.barrier(memory='device') is available in Vulkan kernels only",
+                           op.loc, rule="pycoop emits device-scope barriers (Vulkan memory model) "
+                                        "for the Vulkan target only",
+                           hint="use pycoop.barrier() in kernels with pycoop.intel ops",
+                           rule_id="core.barrier-device-vulkan")
+    ctx.need("VulkanMemoryModelDeviceScope")
+    dev = ctx.const(u32, ctx.enum("Scope", "Device"))
+    sem = ctx.const(u32, ctx.enum("MemorySemantics", "AcquireRelease|UniformMemory|"
+                                  "WorkgroupMemory|MakeAvailable|MakeVisible"))
+    ctx.emit("OpControlBarrier", None, wg, dev, sem)
 
 
-def barrier() -> None:
+def barrier(memory: str = "workgroup") -> None:
     """Wait until every invocation of the workgroup reaches this point; make shared-memory
-    writes before it visible to reads after it."""
-    emit("barrier", [])
+    writes before it visible to reads after it. `memory="device"` also orders buffer
+    accesses at device scope: buffer writes of the workgroup before it are made available to
+    the whole device, and writes other workgroups made available (for example before a
+    release atomic that this workgroup's acquire atomic read) become visible after it: the
+    barrier of a "last workgroup finishes the job" pattern, with `pc.atomic.add(...,
+    semantics="acq_rel")` on a counter."""
+    if memory not in BARRIER_MEMORY:
+        raise CompileError(f"pycoop.barrier: memory is 'workgroup' or 'device', got {memory!r}",
+                           current_loc(), rule="pycoop: barrier memory scopes are Workgroup and "
+                                               "Device", rule_id="core.barrier-memory")
+    emit("barrier", [], {"memory": memory} if memory != "workgroup" else {})
 
 
 # Methods of values by the class of their type, e.g. layout.slice(...) on tensor layouts;

@@ -266,12 +266,15 @@ def test_dtype_errors():
        splits=st.one_of(st.none(), st.integers(1, 9)),
        config=st.sampled_from([(32, 4, 4, None), (32, 2, 1, None), (8, 2, 3, None),
                                (32, 1, 2, 8), (16, 2, 2, 16), (8, 4, 1, 4)]),
-       prefetch=st.booleans(), seed=st.integers(0, 2 ** 16))
-def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch, seed):
+       prefetch=st.booleans(), merge=st.sampled_from(["workgroup", "launch"]),
+       seed=st.integers(0, 2 ** 16))
+def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch, merge, seed):
     """GQA ratios, one or two queries, key counts that are no multiple of a chunk (the last
     iteration's keys past the chunk masked), head dims 64/128/256, subgroups of 8, 16 or 32
-    lanes, lanes per key, streams and unrolling; f32 scores and probabilities: far tighter
-    than the f16-P kernels."""
+    lanes (workgroups of fewer invocations than head_dim / 4 too: the merge then takes
+    several column groups per invocation), lanes per key, streams and unrolling, the chunks
+    merged by the last workgroup of each head or by a second launch; f32 scores and
+    probabilities: far tighter than the f16-P kernels."""
     S, subgroups, unroll, lanes = config
     while not fits_shared(D, G * min(Sq, 8 // G), subgroups):   # as the default does
         subgroups //= 2
@@ -281,11 +284,12 @@ def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch,
     Q, K, V, _ = operands(B, 2 * G, 2, Sq, Skv, D, seed)
     r = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
                   decode_kernel="vector", decode_subgroups=subgroups, decode_unroll=unroll,
-                  decode_lanes=lanes, subgroup_size=S, decode_prefetch=prefetch)
+                  decode_lanes=lanes, subgroup_size=S, decode_prefetch=prefetch,
+                  decode_merge=merge)
     check(r, Q, K, V, tol=2e-5)
     ref, lse = attention_reference(Q, K, V)
     np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-5)
-    assert len(r.kernel_ms) == 2
+    assert len(r.kernel_ms) == (1 if merge == "workgroup" else 2)
 
 
 def test_prefetching_changes_no_bit():

@@ -3,6 +3,8 @@
 dequantisation and the NumPy twin, and through lavapipe (subgroups of 8)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,14 +38,17 @@ def check_against_twin(y, twin, X_abs_dot):
 
 
 @settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fmt=st.sampled_from(FMTS), x=st.sampled_from(["f32", "f16", "q8_1"]), m=st.integers(1, 21),
+@given(fmt=st.sampled_from(FMTS), x=st.sampled_from(["f32", "f16", "q8_1", "q8_1_shared"]),
+       m=st.integers(1, 21),
        blocks=st.integers(1, 5), n=st.integers(1, 8), rows=st.integers(1, 3),
        nt=st.sampled_from([1, 2, 4, 8]), sg=st.integers(1, 3), span=st.integers(1, 3),
        split=st.sampled_from([1, 1, 2, 3]), seed=st.integers(0, 2 ** 16))
 def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt, sg, span, split,
                                            seed):
-    """`split` subgroups share each row group (their sums meet in shared memory)."""
-    if fmt == "f16" and x == "q8_1":
+    """`split` subgroups share each row group (their sums meet in shared memory); the
+    quantiser inside the kernel (x="q8_1_shared") gives the bits of the quantiser's launch
+    (x="q8_1")."""
+    if fmt == "f16" and x.startswith("q8_1"):
         x = "f32"
     K = blocks * {"q4_k": 256, "f16": 8}.get(fmt, 32) * (1 if fmt == "q4_k" else 4)
     W = make_weights(gguf, fmt, m, K, seed=seed)
@@ -54,7 +59,11 @@ def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt,
     y = matmul_planes_gemv(Wq, X, cfg, backend="emulator", subgroup_size=8)
     Wf = planes_weights(Wq)
     absdot = np.abs(X).astype(np.float64) @ np.abs(Wf).T
-    if x != "q8_1":
+    if x == "q8_1_shared":
+        two = matmul_planes_gemv(Wq, X, dataclasses.replace(cfg, x="q8_1"), backend="emulator",
+                                 subgroup_size=8)
+        np.testing.assert_array_equal(y, two)
+    if not x.startswith("q8_1"):
         check_against_twin(y, planes_gemv_reference(Wq, X), absdot)
         if fmt != "q4_k":                               # the planes are lossless: gguf's Y
             check(y, reference(gguf, fmt, W, X))
@@ -148,8 +157,17 @@ def test_device_arrays_and_f16_activations():
 
 @pytest.mark.parametrize("call,message", [
     (lambda Wq: gemv_planes("q5_0"), "format is one of"),
-    (lambda Wq: gemv_planes("q4_0", "i8"), "x is 'f32', 'f16' or 'q8_1'"),
+    (lambda Wq: gemv_planes("q4_0", "i8"), "x is one of 'f32', 'f16', 'q8_1', 'q8_1_shared'"),
     (lambda Wq: gemv_planes("f16", "q8_1"), "f16 weights take x='f32' or 'f16'"),
+    (lambda Wq: gemv_planes("f16", "q8_1_shared", K=64), "f16 weights take x='f32' or 'f16'"),
+    (lambda Wq: gemv_planes("q4_0", "q8_1_shared"), "built for one K, a multiple of 32"),
+    (lambda Wq: gemv_planes("q4_k", "q8_1_shared", K=512 + 32), "multiple of 256 for q4_k"),
+    (lambda Wq: gemv_planes("q4_0", "q8_1_shared", K=14336, nt=2),
+     "35840 bytes for nt=2, K=14336, more than 32768"),
+    (lambda Wq: gemv_planes("q4_0", "q8_1_shared", K=64, src="f64"), "src .* 'f32' or 'f16'"),
+    (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 64), np.float32),
+                                   PlanesGemvConfig("q8_1_shared", nt=2), backend="emulator"),
+     None),
     (lambda Wq: gemv_planes("q4_0", nt=16), "nt .* at most 8"),
     (lambda Wq: gemv_planes("q4_0", rows=0), "rows must be an int >= 1"),
     (lambda Wq: gemv_planes("q4_0", rows=8, nt=8, span=2), "at most 64"),
@@ -163,13 +181,53 @@ def test_device_arrays_and_f16_activations():
 ])
 def test_errors_before_any_work(call, message):
     W = np.zeros((4, 2 * 18), np.uint8)
+    if message is None:                                     # a valid call
+        call(weights(W, "q4_0"))
+        return
     with pytest.raises(ValueError, match=message):
         call(weights(W, "q4_0"))
 
 
+def test_q8_1_shared_too_large_for_shared_memory_before_any_work():
+    """x="q8_1_shared" with vectors too long for shared memory: refused before the weights'
+    planes are made or anything runs."""
+    Wq = weights(np.zeros((4, 14336 // 32 * 18), np.uint8), "q4_0")
+    with pytest.raises(ValueError, match="use x='q8_1' \\(a quantiser launch\\)"):
+        matmul_planes_gemv(Wq, np.zeros((2, 14336), np.float32),
+                           PlanesGemvConfig("q8_1_shared", nt=2), backend="emulator")
+    assert not Wq._arrays
+
+
+def test_dispatcher_quantises_in_the_kernel_where_it_paid():
+    """activations="q8_1", one vector: the quantiser inside gemv_planes up to K = 4096 (one
+    launch; the bits of the two-launch path), its own launch above; f16 X too."""
+    from pycoop.kernels import choose_kernel
+    from pycoop.kernels.gemv import SHARED_QUANTISE_MAX_K
+    assert choose_kernel("q4_0", 1, activations="q8_1", M=64, K=4096).x == "q8_1_shared"
+    assert choose_kernel("q4_0", 1, activations="q8_1", M=64, K=14336).x is None
+    assert choose_kernel("q4_0", 2, activations="q8_1", M=64, K=4096).x is None
+    assert choose_kernel("q4_0", 1, activations="q8_1").x is None      # K unknown
+    assert SHARED_QUANTISE_MAX_K == 4096
+    rng = np.random.default_rng(4)
+    W = rng.integers(0, 256, (24, 8 * 18), dtype=np.uint8)
+    W[:, ::18], W[:, 1::18] = np.array([0.02], np.float16).view(np.uint8)
+    Wq = weights(W, "q4_0")
+    for dt in (np.float32, np.float16):
+        X = rng.standard_normal(256).astype(dt)
+        launches: list = []
+        y = matmul_q(Wq, X, activations="q8_1", backend="emulator", launches=launches)
+        assert len(launches) == 1
+        two = matmul_planes_gemv(Wq, X, planes_gemv_config("q4_0", 1, "q8_1"),
+                                 backend="emulator")
+        np.testing.assert_array_equal(y, two)
+    with pytest.raises(ValueError, match="takes activations='q8_1'"):
+        matmul_q(Wq, X, backend="emulator",
+                 config=choose_kernel("q4_0", 1, activations="q8_1", M=24, K=256))
+
+
 @pytest.mark.vulkan
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("x", ["f32", "f16", "q8_1"])
+@pytest.mark.parametrize("x", ["f32", "f16", "q8_1", "q8_1_shared"])
 @pytest.mark.parametrize("N,cfg", [(1, None), (5, None), (3, (3, 2, 2, 2)),
                                    (2, (2, 2, 4, 1, None, 4)), (1, (1, 1, 4, 2, None, 2))])
 def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
@@ -182,13 +240,13 @@ def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
         pytest.skip(f"no Vulkan device: {e}")
     if "arithmetic" not in caps.subgroup_operations or caps.subgroup_size < 8:
         pytest.skip("needs subgroup arithmetic and subgroups of at least 8")
-    if fmt == "f16" and x == "q8_1":
+    if fmt == "f16" and x.startswith("q8_1"):
         pytest.skip("f16 weights take x='f32' or 'f16'")
     M, K = 19, 512
     W = make_weights(gguf, fmt, M, K, seed=N)
     Wq = weights(W, None if fmt == "f16" else fmt)
     X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
-    c = planes_gemv_config(fmt, N, x) if cfg is None else PlanesGemvConfig(x, *cfg)
+    c = planes_gemv_config(fmt, N, x, K) if cfg is None else PlanesGemvConfig(x, *cfg)
     S = caps.subgroup_size
     y = matmul_planes_gemv(Wq, X, c, backend="vulkan", subgroup_size=S)
     emu = matmul_planes_gemv(Wq, X, c, backend="emulator", subgroup_size=S)

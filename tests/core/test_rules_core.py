@@ -137,6 +137,11 @@ def k_shared_length(A: pc.Buffer[u32]):
     A[0] = s[0]
 
 
+def k_barrier_memory(A: pc.Buffer[u32]):
+    pc.barrier(memory="global")  # HERE
+    A[0] = u32(1)
+
+
 def k_shared_top_level(A: pc.Buffer[u32]):
     if A[0] == u32(0):
         s = pc.shared(u32, 4)  # HERE
@@ -287,6 +292,7 @@ RULES = [
     ("core.store-type", k_store_type, "cannot store a f32 into an array of u32"),
     ("core.shared-length", k_shared_length, "positive compile-time int"),
     ("core.shared-top-level", k_shared_top_level, "top level of the kernel"),
+    ("core.barrier-memory", k_barrier_memory, "memory is 'workgroup' or 'device', got 'global'"),
     ("core.struct-buffer-element", k_struct_buffer_element, "cannot be loaded or stored one by one"),
     ("composite.constituent-type", k_constituent_type, "element of type f32"),
     ("composite.array-length", k_array_length, "at least one element"),

@@ -116,18 +116,23 @@ def test_attention_options_on_gpu(kwargs):
     (1, 8, 8, 1, 1000, 256, np.float16),
     (1, 8, 2, 1, 777, 128, "bfloat16"),
 ])
-def test_vector_decode_on_gpu(B, H, Hkv, Sq, Skv, D, dtype):
+@pytest.mark.parametrize("merge", ["workgroup", "launch"])
+def test_vector_decode_on_gpu(B, H, Hkv, Sq, Skv, D, dtype, merge):
     """The vector decode (the default for these shapes) against the f64 reference: f32
-    probabilities, so well inside torch's f16 kernel's error."""
+    probabilities, so well inside torch's f16 kernel's error; the chunks merged by the last
+    workgroup of each head (device-scope barrier and acquire-release counter: a stale
+    partial would show as a wrong row) or by a second launch. The merged kernel runs 3 times
+    on the same arrays (its counters must be back at zero after each)."""
     import ml_dtypes
     dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
     rng = np.random.default_rng(10)
     Q = rng.standard_normal((B, H, Sq, D)).astype(dt)
     K = rng.standard_normal((B, Hkv, Skv, D)).astype(dt)
     V = rng.standard_normal((B, Hkv, Skv, D)).astype(dt)
-    r = attention(Q, K, V, out="f32", backend="vulkan", decode_kernel="vector")
-    assert r.backend == "vulkan"
     ref, lse = attention_reference(Q, K, V)
+    r = attention(Q, K, V, out="f32", backend="vulkan", decode_kernel="vector",
+                  decode_merge=merge, repeat=3)
+    assert r.backend == "vulkan" and len(r.kernel_ms) == (1 if merge == "workgroup" else 2)
     err = float(np.abs(r.out - ref).max())
     assert err < 1e-4, err
     np.testing.assert_allclose(r.lse, lse, rtol=0, atol=1e-4)

@@ -108,23 +108,26 @@ def test_planes_path(gguf, fmt, N, deterministic):
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_k", "f16"])
-@pytest.mark.parametrize("x", ["f32", "q8_1"])
+@pytest.mark.parametrize("x", ["f32", "q8_1", "q8_1_shared"])
 @pytest.mark.parametrize("N", [1, 2, 5, 8])
 def test_gemv_planes_on_gpu(gguf, fmt, x, N):
     """gemv_planes (subgroups of 32) at a llama-like K with ragged M: x="f32" against gguf's
-    dequantisation (Q4_K: the planes' weights), x="q8_1" against the NumPy twin of the GPU's
-    own quantised activations and within the quantisation bound; the dispatcher's N = 1
-    choice through matmul_q too."""
+    dequantisation (Q4_K: the planes' weights), x="q8_1" (and "q8_1_shared", the quantiser
+    in the kernel) against the NumPy twin of the GPU's own quantised activations and within
+    the quantisation bound; the dispatcher's N = 1 choice through matmul_q too."""
     from pycoop.kernels import q8_1_error_bound, quantize_q8_1_reference
-    from pycoop.kernels.gemv_planes import (matmul_planes_gemv, planes_gemv_config,
+    from pycoop.kernels.gemv_planes import (fits_shared, matmul_planes_gemv, planes_gemv_config,
                                             planes_gemv_reference, planes_weights)
-    if fmt == "f16" and x == "q8_1":
+    if fmt == "f16" and x != "f32":
         pytest.skip("f16 weights take x='f32'")
     M, K = 1000, 4096
+    cfg = planes_gemv_config(fmt, N, x, K)
+    if x == "q8_1_shared" and not fits_shared(K, cfg.nt):
+        pytest.skip(f"{cfg.nt} quantised vectors of {K} do not fit shared memory")
     W = make_weights(gguf, fmt, M, K, seed=N)
     Wq = weights(W, None if fmt == "f16" else fmt)
     X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
-    y = matmul_planes_gemv(Wq, X, planes_gemv_config(fmt, N, x), backend="vulkan")
+    y = matmul_planes_gemv(Wq, X, cfg, backend="vulkan")
     Wf = planes_weights(Wq)
     ref = X.astype(np.float64) @ Wf.T
     if x == "f32":
@@ -137,5 +140,5 @@ def test_gemv_planes_on_gpu(gguf, fmt, x, N):
         np.testing.assert_allclose(y, twin, rtol=1e-3, atol=1e-3 * np.abs(twin).max())
     if N == 1 and fmt != "f16" and not (fmt == "q4_k" and x == "f32"):
         # (Q4_K with f32 X at N = 1 stays on the GGUF blocks, exact to gguf: not the planes)
-        y1 = matmul_q(Wq, X[0], activations=x, backend="vulkan")
+        y1 = matmul_q(Wq, X[0], activations="q8_1" if x != "f32" else x, backend="vulkan")
         np.testing.assert_allclose(y1, y[0], rtol=1e-5, atol=1e-5 * np.abs(y).max())

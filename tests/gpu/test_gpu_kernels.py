@@ -200,7 +200,9 @@ def test_q4_k_planes_gemm(cfg, spec, split_k, mode):
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_k"])
 def test_matmul_q_large_n_q8_0_and_q4_k(fmt):
-    """matmul_q with 512 vectors sends Q8_0 / Q4_K weights to their decoded GEMM."""
+    """Q8_0 / Q4_K weights through their decoded GEMM (the dispatcher's choice for 512 vectors
+    when the shape is not given; with it, the planes GEMM, whose Q4_K scales are rounded to
+    f16, is chosen)."""
     M, K, N = 384, 1024, 512
     rng = np.random.default_rng(14)
     quantize, dequantize = {"q8_0": (quantize_q8_0, dequantize_q8_0),
@@ -208,6 +210,6 @@ def test_matmul_q_large_n_q8_0_and_q4_k(fmt):
     Wq = quantize(rng.standard_normal((M, K)).astype(np.float32))
     X = rng.standard_normal((N, K)).astype(np.float32)
     assert choose_kernel(fmt, N).kind == "coopmat"
-    Y = matmul_q(Wq, X, fmt, backend="vulkan")
+    Y = matmul_q(Wq, X, fmt, backend="vulkan", config=choose_kernel(fmt, N))
     Wd = dequantize(Wq, M, K).astype(np.float16).astype(np.float32)
     check(Y, X.astype(np.float16).astype(np.float32) @ Wd.T)
