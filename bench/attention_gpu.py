@@ -117,9 +117,9 @@ def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4, pre
 # the vector decode (attention_decode_vector + attention_merge): "vec" = the first defaults
 # (4 subgroups, 4 keys per stream and iteration, about 2 workgroups per SM, the merge as a
 # second launch); "gN" N subgroups, "uN" N keys per iteration, "sN" N splits, "lN" N lanes per
-# key, "mN" merge unroll, "p" the next keys' K and V loaded before the current keys' math,
-# "w" the chunks merged by the last workgroup of each head (one launch; "vec p u2 w" are the
-# defaults)
+# key, "mN" merge unroll, "p" the next keys' K and V loaded before the current keys' math
+# ("pN": N iterations ahead), "w" the chunks merged by the last workgroup of each head (one
+# launch). "vec p u2" are the defaults.
 DECODE_VARIANTS.update({
     "vec": _dvec(),
     "vec s16": _dvec(splits=16),
@@ -143,6 +143,11 @@ DECODE_VARIANTS.update({
     "vec p u2 s64": _dvec(prefetch=True, unroll=2, splits=64),
     "vec p u2 g8": _dvec(prefetch=True, unroll=2, subgroups=8),
     "vec m1": _dvec(merge_unroll=1),
+    "vec p2 u2": _dvec(prefetch=2, unroll=2),
+    "vec p3 u2": _dvec(prefetch=3, unroll=2),
+    "vec p2 u1": _dvec(prefetch=2, unroll=1),
+    "vec p2 u2 s64": _dvec(prefetch=2, unroll=2, splits=64),
+    "vec p u2 s128": _dvec(prefetch=True, unroll=2, splits=128),
     "vec p u2 w": _dvec(prefetch=True, unroll=2, merge="workgroup"),
     "vec p u2 w m2": _dvec(prefetch=True, unroll=2, merge="workgroup", merge_unroll=2),
     "vec p u2 w m8": _dvec(prefetch=True, unroll=2, merge="workgroup", merge_unroll=8),

@@ -537,7 +537,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode: bool | None = None, decode_kernel: str = "auto",
               decode_subgroups: int | None = None,
               decode_unroll: int = DecodeConfig.unroll, decode_lanes: int | None = None,
-              decode_prefetch: bool = DecodeConfig.prefetch,
+              decode_prefetch: bool | int = DecodeConfig.prefetch,
               decode_merge: str = DecodeConfig.merge,
               subgroup_size: int = 32, merge_unroll: int = 4) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
@@ -560,7 +560,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     cooperative matrices; K and V read once by vector loads; `decode_subgroups`
     (default 4, fewer where the merge would not fit 32 KiB of shared memory),
     `decode_unroll`, `decode_lanes`, `decode_prefetch` (load the next keys' K and V before
-    the current keys' math), `decode_merge` ("workgroup": the last workgroup of each K/V head
+    the current keys' math; an int: that many iterations ahead, True is 1), `decode_merge` ("workgroup": the last workgroup of each K/V head
     merges the chunks, one launch; "launch": `attention_merge` as a second launch),
     `subgroup_size`, `merge_unroll`; `splits` by default
     about two workgroups per SM of a 132-SM GPU), "coopmat" with the cooperative-matrix

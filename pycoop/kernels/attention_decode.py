@@ -47,6 +47,7 @@ _ELEMENT = {"f16": f16, "bf16": pc.bf16}
 _OUT = {"f16": f16, "f32": f32}
 SHARED_BYTES = 32768              # shared memory the stream merge may use (lavapipe's limit)
 MERGE_INVOCATIONS = 256
+MAX_PREFETCH = 4                  # iterations of K/V rows a stream may load ahead
 DECODE_MERGES = ("workgroup", "launch")     # where the chunks of a head are merged
 
 
@@ -112,7 +113,7 @@ def streams_of(subgroups: int, subgroup_size: int, lanes: int) -> int:
 def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int = 4,
                             lanes: int | None = None, unroll: int = DecodeConfig.unroll,
                             subgroup_size: int = 32, dtype: str = "f16",
-                            prefetch: bool = DecodeConfig.prefetch, merge: bool = False,
+                            prefetch: bool | int = DecodeConfig.prefetch, merge: bool = False,
                             out: str = "f16", merge_unroll: int = 4):
     """The chunk kernel. Parameters: Q (batch · kv_heads · rows, head_dim) — for each K/V head
     its `rows` query rows, as (batch, heads, queries, head_dim) lays them out —, K and V
@@ -135,12 +136,16 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     lanes = default_lanes(head_dim, subgroup_size) if lanes is None else lanes
     _check("attention_decode_vector", head_dim, rows, subgroups, lanes, unroll, subgroup_size,
            dtype)
-    for what, v in (("prefetch", prefetch), ("merge", merge)):
-        if not isinstance(v, bool):
-            raise ValueError(f"attention_decode_vector: {what} must be a bool, got {v!r}")
+    if not isinstance(prefetch, int) or prefetch < 0 or prefetch > MAX_PREFETCH:
+        raise ValueError(f"attention_decode_vector: prefetch (iterations loaded ahead; True is "
+                         f"1) must be a bool or an int from 0 to {MAX_PREFETCH}, got "
+                         f"{prefetch!r}")
+    if not isinstance(merge, bool):
+        raise ValueError(f"attention_decode_vector: merge must be a bool, got {merge!r}")
     if merge:
         _check_merge("attention_decode_vector", head_dim, out, merge_unroll)
     D, n, LK, U, S = head_dim, rows, lanes, unroll, subgroup_size
+    ahead = int(prefetch)
     el = _ELEMENT[dtype]
     V4 = pc.vec(el, 4)
     vpl = D // (4 * LK)                      # 4-half vectors per lane and key
@@ -188,18 +193,24 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
             return ([[K[r + c * LK] for c in range(vpl)] for r in rws],
                     [[V[r + c * LK] for c in range(vpl)] for r in rws])
 
-        if prefetch:            # the first iteration's loads, before the loop
-            nk, nv = load(kb)
+        # the first `ahead` iterations' loads, before the loop
+        ahead_k, ahead_v = [], []
+        for i in range(ahead):
+            ak, av = load(kb + i * T * U)
+            ahead_k.append(ak)
+            ahead_v.append(av)
         for k0 in pc.range(kb, ke, T * U):
             keys = [k0 + u * T + t for u in range(U)]
-            if prefetch:        # this iteration's vectors were loaded one iteration ago;
-                ck = [list(r) for r in nk]      # the next ones are issued before any math
-                cv = [list(r) for r in nv]
-                fk, fv = load(k0 + T * U)
-                for u in range(U):
-                    for c in range(vpl):
-                        nk[u][c] = fk[u][c]
-                        nv[u][c] = fv[u][c]
+            if ahead:           # this iteration's vectors were loaded `ahead` iterations ago;
+                ck = [list(r) for r in ahead_k[0]]   # the next ones are issued before any math
+                cv = [list(r) for r in ahead_v[0]]
+                fk, fv = load(k0 + ahead * T * U)
+                for i in range(ahead):
+                    nk, nv = (ahead_k[i + 1], ahead_v[i + 1]) if i + 1 < ahead else (fk, fv)
+                    for u in range(U):
+                        for c in range(vpl):
+                            ahead_k[i][u][c] = nk[u][c]
+                            ahead_v[i][u][c] = nv[u][c]
             else:
                 ck, cv = load(k0)
             kv = [[x for c in range(vpl) for x in halves(ck[u][c])] for u in range(U)]

@@ -266,7 +266,8 @@ def test_dtype_errors():
        splits=st.one_of(st.none(), st.integers(1, 9)),
        config=st.sampled_from([(32, 4, 4, None), (32, 2, 1, None), (8, 2, 3, None),
                                (32, 1, 2, 8), (16, 2, 2, 16), (8, 4, 1, 4)]),
-       prefetch=st.booleans(), merge=st.sampled_from(["workgroup", "launch"]),
+       prefetch=st.sampled_from([False, True, 2, 3]),
+       merge=st.sampled_from(["workgroup", "launch"]),
        seed=st.integers(0, 2 ** 16))
 def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch, merge, seed):
     """GQA ratios, one or two queries, key counts that are no multiple of a chunk (the last
@@ -293,13 +294,15 @@ def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch,
 
 
 def test_prefetching_changes_no_bit():
-    """decode_prefetch only moves the loads: the same sums in the same order."""
+    """decode_prefetch only moves the loads, 1 to 3 iterations ahead: the same sums in the
+    same order."""
     Q, K, V, _ = operands(1, 8, 2, 1, 333, 128, seed=3)
     for splits in (1, 3, 40):                   # 40: chunks past the keys
-        a, b = (attention(Q, K, V, out="f32", backend="emulator", splits=splits,
-                          decode_kernel="vector", subgroup_size=8, decode_prefetch=p)
-                for p in (False, True))
-        assert np.array_equal(a.out, b.out) and np.array_equal(a.lse, b.lse)
+        a, *rest = (attention(Q, K, V, out="f32", backend="emulator", splits=splits,
+                              decode_kernel="vector", subgroup_size=8, decode_prefetch=p)
+                    for p in (False, True, 2, 3))
+        for b in rest:
+            assert np.array_equal(a.out, b.out) and np.array_equal(a.lse, b.lse)
 
 
 def test_vector_decode_is_the_default_where_it_applies():
@@ -356,6 +359,8 @@ def test_vector_decode_chunks_past_the_keys(Skv, splits):
     attention_decode_vector(), attention_decode_vector(64, 8, 2, 8, 2, 32, "bf16"),
     attention_decode_vector(256, 1, 4, None, 1, 8), attention_merge(),
     attention_merge(64, "f32", 128, 2),
+    attention_decode_vector(128, 4, prefetch=3, merge=True, out="f32"),
+    attention_decode_vector(256, 2, 1, None, 1, 32, merge=True),   # fewer invocations than D / 4
 ], ids=lambda k: "")
 def test_vector_decode_modules_pass_spirv_val(kernel):
     assert len(kernel.compile().spv) > 1000
@@ -374,6 +379,12 @@ def test_vector_decode_modules_pass_spirv_val(kernel):
     (lambda: attention_merge(128, "i8"), "out must be 'f16' or 'f32'"),
     (lambda: attention_merge(128, invocations=100), "multiple of head_dim / 4 = 32"),
     (lambda: attention_merge(128, unroll=0), "unroll must be an int >= 1"),
+    (lambda: attention_decode_vector(128, 4, prefetch=5), r"prefetch .* int from 0 to 4, got 5"),
+    (lambda: attention_decode_vector(128, 4, prefetch=-1), "prefetch .* got -1"),
+    (lambda: attention_decode_vector(128, 4, merge=1), "merge must be a bool, got 1"),
+    (lambda: attention_decode_vector(128, 4, merge=True, out="f64"), "out must be 'f16' or"),
+    (lambda: attention_decode_vector(128, 4, merge=True, merge_unroll=0),
+     "merge unroll must be an int >= 1"),
 ])
 def test_vector_decode_configuration_errors(call, message):
     with pytest.raises(ValueError, match=message):
@@ -389,6 +400,8 @@ def test_vector_decode_path_errors():
         attention(Q, K, K, decode_kernel="fast", backend="emulator")
     with pytest.raises(ValueError, match="splits must be a positive int"):
         attention(Q[:, :, :1], K, K, splits=0, backend="emulator")
+    with pytest.raises(ValueError, match=r"decode_merge must be one of \('workgroup', 'launch'\)"):
+        attention(Q[:, :, :1], K, K, decode_merge="atomic", backend="emulator")
 
 
 @pytest.mark.parametrize("kind", ["prefill", "decode_coopmat", "decode_vector"])
