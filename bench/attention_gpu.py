@@ -7,7 +7,7 @@ scaled_dot_product_attention measured in the same run.
 - llama.cpp's shape: 512 queries x 4096 and 16384 keys, 32 heads over 8 K/V heads, head dim
   128, an f16 mask (torch with the same mask, and unmasked);
 - decode: 1 query, 32 heads over 8 K/V heads, 8192 and 32768 keys, head dim 128 (split-KV
-  kernel + combine kernel, shown apart; the time compared is both recorded as one launch graph
+  kernel + merge kernel, shown apart; the time compared is both recorded as one launch graph
   and replayed, first start to last end), over several variants ("vec ...": the vector decode
   without cooperative matrices, `--decode-variants vector` times all of those), with the GB/s
   of K + V; torch timed as a CUDA graph replay.
@@ -72,10 +72,10 @@ PREFILL_VARIANTS = {
 QUICK_PREFILL = ["wg 128x64/256", "wg 128x64/256 all", "sg 64x32/128 all"]
 
 
-def _dwg(rows=32, Bc=64, inv=128, splits=None, sm=Softmax(), fp="exact", unroll=1):
+def _dwg(rows=32, Bc=64, inv=128, splits=None, sm=Softmax(), fp="exact", unroll=4):
     return {"decode_rows": rows, "decode_Bc": Bc, "decode_invocations": inv,
             "decode_scope": "workgroup", "splits": splits, "softmax": sm, "fp": fp,
-            "combine_unroll": unroll, "decode_kernel": "coopmat"}
+            "merge_unroll": unroll, "decode_kernel": "coopmat"}
 
 
 def _dsg(Bc=32, inv=128, splits=None, sm=_ALL, fp="exact", rows=16):
@@ -85,7 +85,7 @@ def _dsg(Bc=32, inv=128, splits=None, sm=_ALL, fp="exact", rows=16):
 
 
 # name -> attention() keyword arguments of the decode path (splits None: the default; "sN": N
-# splits; "u8": the combine reads 8 splits at a time)
+# splits; the chunks merged by attention_merge, 4 loaded ahead, "u8": 8)
 DECODE_VARIANTS = {
     "wg r32 Bc64/128": _dwg(),
     "wg r32 Bc64/128 all": _dwg(sm=_ALL),
@@ -332,7 +332,7 @@ def decode_case(name, Skv, variants, repeat, warmup, B=1, H=32, Hkv=8, D=128):
         row(name, f"{label} µs", us, t_ms * 1e3,
             reference_error(first_heads(r.out), Q, K, V, None, False), terr,
             f"{nbytes / us / 1e3:.0f} GB/s (torch {nbytes / t_ms / 1e6:.0f}); "
-            + (f"split-KV {r.kernel_ms[0] * 1e3:.1f} + combine {r.kernel_ms[1] * 1e3:.1f} µs"
+            + (f"split-KV {r.kernel_ms[0] * 1e3:.1f} + merge {r.kernel_ms[1] * 1e3:.1f} µs"
                f" (sum {r.time_ms * 1e3:.1f}; graph {g_us:.1f})" if len(r.kernel_ms) == 2 else
                f"one launch {r.time_ms * 1e3:.1f} µs (graph {g_us:.1f})"))
     return best, t_ms * 1e3

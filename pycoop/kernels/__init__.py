@@ -1,6 +1,6 @@
 """Ready-made kernels written in pycoop (used by `pycoop demo` and the benchmarks)."""
-from .attention import (AttentionResult, Softmax, attention, attention_combine, attention_decode,
-                        attention_prefill, attention_reference)
+from .attention import (AttentionResult, Softmax, attention, attention_decode, attention_prefill,
+                        attention_reference)
 from .attention_decode import attention_decode_vector, attention_merge
 from .gemm import (Q4_0, gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
                    gemm_q4_0_staged, gemm_reference, gemm_workgroup_tile, q4_0_planes, sum_splits)
@@ -12,7 +12,7 @@ from .gemvq import (gemv_q8_1, gemv_q8_1_reference, q8_1_error_bound, quantize_g
                     quantize_q8_1, quantize_q8_1_reference)
 from .mlp import MLPBlock, mlp_reference
 
-__all__ = ["AttentionResult", "Softmax", "attention", "attention_combine", "attention_decode",
+__all__ = ["AttentionResult", "Softmax", "attention", "attention_decode",
            "attention_prefill", "attention_reference", "attention_decode_vector",
            "attention_merge", "Q4_0", "gemm_khr", "gemm_khr_staged",
            "gemm_nv", "gemm_q4_0", "gemm_q4_0_planes", "gemm_q4_0_staged", "gemm_reference",

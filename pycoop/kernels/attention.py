@@ -16,11 +16,11 @@ past it, so any sequence length works without padding.
   (ceil(queries / Br), batch · heads). At workgroup scope the whole workgroup holds one Br-row
   tile; at subgroup scope each subgroup holds its own rows (Br / subgroups of them) and does
   its row maxima and sums within the subgroup.
-- `attention_decode(...)` + `attention_combine(...)`: few queries against a long KV cache.
+- `attention_decode(...)` + `attention_merge(...)`: few queries against a long KV cache.
   The G = heads / kv_heads query heads sharing a K/V head are packed into the rows of one
   matrix (they are consecutive rows of Q), the keys are split into chunks, one workgroup (or,
   at subgroup scope, one subgroup) per (chunk, K/V head) writes an unnormalised partial
-  output with its row maxima and sums, and the combine kernel merges the chunks: that is what
+  output with its row maxima and sums, and the merge kernel combines the chunks: that is what
   spreads a memory-bound decode over the whole GPU.
 - `attention(...)`: checks the shapes and launches either path; `attention_reference(...)`:
   the NumPy result.
@@ -44,11 +44,10 @@ import pycoop as pc
 from pycoop import f16, f32, u32
 from pycoop.runtime import capturing
 
-from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig, attention_decode_vector,
-                               attention_merge, chunk_of, default_lanes, default_splits,
-                               fits_shared, streams_of)
+from .attention_decode import (DECODE_MERGES, HEAD_DIMS, MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig,
+                               attention_decode_vector, attention_merge, chunk_of, default_lanes,
+                               default_splits, fits_shared, streams_of)
 
-HEAD_DIMS = (64, 80, 96, 112, 128, 256)
 SCOPES = ("workgroup", "subgroup")
 # subgroup-scope kernels are compiled for subgroups of 32 invocations (NVIDIA's size)
 SUBGROUP = 32
@@ -390,7 +389,7 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
     its own, the grid is (splits / subgroups, batch * kv_heads) and splits must be a multiple
     of the subgroups. Chunks past the keys write maxima of -1e30 and sums of 0. `softmax` and
     `fp` as in `attention_prefill`.
-    `attention_combine` merges the splits."""
+    `attention_merge(..., exp2=softmax.exp2)` merges the splits."""
     _check_config("attention_decode", head_dim, rows, Bc, dtype, "f32", scope, invocations)
     D, el = head_dim, _ELEMENT[dtype]
     sm = _check_softmax("attention_decode", softmax, Bc)
@@ -433,56 +432,6 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
         pc.nv.store_tensor(M, _rows(first, n, 1).slice(first, rows, 0, sm.row_width), m)
         pc.nv.store_tensor(L, _rows(first, n, 1).slice(first, rows, 0, sm.row_width), l)
     return attention_decode
-
-
-@functools.cache
-def attention_combine(head_dim: int = 128, out: str = "f16", exp2: bool = False,
-                      unroll: int = 1):
-    """Merges the splits of `attention_decode`: for each of the R = batch * heads * queries
-    rows, O = sum_s exp(M_s - M) Part_s / sum_s exp(M_s - M) L_s with M the largest M_s, and
-    LSE = M + log of that sum (`exp2`: M and L in base 2, as `Softmax(exp2=True)` writes them).
-    One workgroup of head_dim invocations per row (one column each); the grid is R.
-    Parameters: Part, M, L as written by the decode kernel, O (R, head_dim) of `out`, LSE (R)
-    f32, then R and splits. `unroll`: the loops over the splits read `unroll` splits' values
-    before using the first, so that many loads are in flight at once instead of one (the sums
-    keep their order: the result is the same)."""
-    _check_config("attention_combine", head_dim, 16, 16, "f16", out)
-    if not isinstance(unroll, int) or unroll < 1:
-        raise ValueError(f"attention_combine: unroll must be a positive int, got {unroll!r}")
-    OutEl = f16 if out == "f16" else f32
-
-    def weight(m, big):
-        return pc.exp2(m - big) if exp2 else pc.exp(m - big)
-
-    @pc.kernel(workgroup_size=head_dim)
-    def attention_combine(Part: pc.ReadBuffer[f32], M: pc.ReadBuffer[f32], L: pc.ReadBuffer[f32],
-                          O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], R: u32, splits: u32):
-        row, c = pc.workgroup_id.x, pc.local_invocation_index()
-        whole = splits // unroll * unroll           # splits read `unroll` at a time
-        big = f32(_NEG_BIG)
-        for s0 in pc.range(0, whole, unroll):
-            ms = [M[(s0 + j) * R + row] for j in range(unroll)]
-            for mj in ms:
-                big = pc.max(big, mj)
-        for s in range(whole, splits):
-            big = pc.max(big, M[s * R + row])
-        total, acc = f32(0.0), f32(0.0)
-        for s0 in pc.range(0, whole, unroll):
-            ms = [M[(s0 + j) * R + row] for j in range(unroll)]
-            ls = [L[(s0 + j) * R + row] for j in range(unroll)]
-            ps = [Part[((s0 + j) * R + row) * head_dim + c] for j in range(unroll)]
-            for mj, lj, pj in zip(ms, ls, ps):
-                w = weight(mj, big)
-                total = total + w * lj
-                acc = acc + w * pj
-        for s in range(whole, splits):
-            w = weight(M[s * R + row], big)
-            total = total + w * L[s * R + row]
-            acc = acc + w * Part[(s * R + row) * head_dim + c]
-        O[row * head_dim + c] = OutEl(acc / total)
-        if c == 0:
-            LSE[row] = (big + pc.log2(total)) * f32(_LN2) if exp2 else big + pc.log(total)
-    return attention_combine
 
 
 # --- host side -----------------------------------------------------------------------------
@@ -533,7 +482,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               Br: int = 128, Bc: int = 64, invocations: int = 256, scope: str = "workgroup",
               softmax: Softmax = Softmax(), splits: int | None = None, decode_rows: int = 32,
               decode_Bc: int = 64, decode_invocations: int = 128,
-              decode_scope: str = "workgroup", combine_unroll: int = 1, fp: str = "exact",
+              decode_scope: str = "workgroup", fp: str = "exact",
               decode: bool | None = None, decode_kernel: str = "auto",
               decode_subgroups: int | None = None,
               decode_unroll: int = DecodeConfig.unroll, decode_lanes: int | None = None,
@@ -548,8 +497,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     float16, added to the scaled scores. `causal`: query i sees keys 0..i. Without mask and
     causality, queries whose G = heads / kv_heads heads fit the `decode_rows` rows of one
     matrix (G * queries <= decode_rows) go the decode path (`attention_decode` with
-    `decode_Bc`, `decode_invocations`, `decode_scope`; `attention_combine` with
-    `combine_unroll`), the keys split into `splits` chunks
+    `decode_Bc`, `decode_invocations`, `decode_scope`; `attention_merge` with
+    `merge_unroll`), the keys split into `splits` chunks
     (by default about 4 workgroups per SM of a 132-SM GPU, rounded up to whole workgroups at
     subgroup scope); otherwise the prefill kernel with Br x Bc tiles, `invocations` and
     `scope`. `softmax` (a `Softmax`) and `fp` (the kernels' floating-point mode) apply to both
@@ -624,8 +573,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         M, L = new((splits, R), np.float32), new((splits, R), np.float32)
         r1 = kernel[(splits // per_wg, B * Hkv)](
             Q, K, V, Part, M, L, (H // Hkv) * Sq, Skv, chunk, scale, **run)
-        r2 = attention_combine(D, out, sm.exp2, combine_unroll)[(R,)](Part, M, L, O, LSE, R,
-                                                                      splits, **run)
+        r2 = attention_merge(D, out, unroll=merge_unroll, exp2=bool(sm.exp2))[(R,)](
+            Part, M, L, O, LSE, R, splits, **run)
         return _result(O, LSE, r1, r2)
     k = attention_prefill(D, Br, Bc, invocations, causal, mask is not None, el, out, scope, sm,
                           fp)

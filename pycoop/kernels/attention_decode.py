@@ -38,6 +38,7 @@ import functools
 import pycoop as pc
 from pycoop import f16, f32, u32
 
+HEAD_DIMS = (64, 80, 96, 112, 128, 256)     # the attention kernels' (the merge takes them all)
 VECTOR_HEAD_DIMS = (64, 128, 256)
 MAX_ROWS = 8                      # query rows per K/V head a lane holds in registers
 _NEG_BIG = -1.0e30                # the running maxima start finite: exp2(m - m_new) is 1, not NaN
@@ -329,7 +330,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
 
 @pc.func
 def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int,
-                 head_dim: int, unroll: int, OutEl, sh_m, sh_l, sh_o) -> None:
+                 head_dim: int, unroll: int, OutEl, sh_m, sh_l, sh_o, exp2: bool = True) -> None:
     """The merge of the chunks of `rows` (row indices of O) by a workgroup of WG invocations:
     invocation inv takes the 4-dimension column groups c, c + WG, ... (c = inv % (head_dim /
     4); more than one only where WG < head_dim / 4) of every row, and where WG >= G · head_dim
@@ -337,8 +338,11 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
     G groups only reach the barriers). Each folds its chunks (`unroll` loaded before the first
     is used; all rows' loads of a step issued together) into (maximum, sum, output) with the
     online rescaling, and the G groups merge through shared memory (sh_m, sh_l: G * rows,
-    sh_o: G * rows * head_dim f32). O = output / sum, LSE = (maximum + log2 sum) · ln 2."""
+    sh_o: G * rows * head_dim f32). O = output / sum, LSE = (maximum + log2 sum) · ln 2 —
+    the maxima and sums in base 2; with exp2=False in base e: weights exp(m - M), LSE =
+    maximum + log sum."""
     D4, n, U = head_dim // 4, len(rows), unroll
+    ex = pc.exp2 if exp2 else pc.exp
     cs = [inv % D4 + k * WG for k in range(max(1, D4 // WG))]     # this invocation's columns
     g = inv // D4
     active = g < G
@@ -355,8 +359,8 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
             b = big[j]
             for x in ms[j]:
                 b = pc.max(b, x)
-            a = pc.exp2(big[j] - b)
-            ws = [pc.select(ok[u], pc.exp2(ms[j][u] - b), f32(0.0)) for u in range(U)]
+            a = ex(big[j] - b)
+            ws = [pc.select(ok[u], ex(ms[j][u] - b), f32(0.0)) for u in range(U)]
             t = tot[j] * a
             vals = [[x * a for x in col] for col in acc[j]]
             for u in range(U):
@@ -377,7 +381,7 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
         top.append(b)
     if active:
         for j in range(n):
-            w = pc.exp2(big[j] - top[j])
+            w = ex(big[j] - top[j])
             if first:
                 sh_l[g * n + j] = tot[j] * w
             for k, c in enumerate(cs):
@@ -396,12 +400,13 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
                         x = x + sh_o[(g2 * n + j) * head_dim + c * 4 + e]
                     O[rows[j] * head_dim + c * 4 + e] = OutEl(x / total)
             if first:
-                LSE[rows[j]] = (top[j] + pc.log2(total)) * f32(_LN2)
+                LSE[rows[j]] = (top[j] + pc.log2(total)) * f32(_LN2) if exp2 else \
+                    top[j] + pc.log(total)
 
 
 def _check_merge(name: str, head_dim: int, out: str, unroll: int) -> None:
-    if head_dim not in VECTOR_HEAD_DIMS:
-        raise ValueError(f"{name}: head_dim must be one of {VECTOR_HEAD_DIMS}, got {head_dim!r}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"{name}: head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
     if out not in _OUT:
         raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
     if not isinstance(unroll, int) or isinstance(unroll, bool) or unroll < 1:
@@ -409,16 +414,23 @@ def _check_merge(name: str, head_dim: int, out: str, unroll: int) -> None:
 
 
 @functools.cache
-def attention_merge(head_dim: int = 128, out: str = "f16", invocations: int = MERGE_INVOCATIONS,
-                    unroll: int = 4):
-    """Merges the chunks of `attention_decode_vector`: for each of the R rows, O = Σ 2^(M_s -
-    M) Part_s / Σ 2^(M_s - M) L_s with M the largest M_s, and LSE = (M + log2 of that sum) ·
-    ln 2. Parameters: Part (splits, R, head_dim), M, L (splits, R) f32; O (R, head_dim) of
-    `out`, LSE (R) f32; then R and splits. One workgroup per row, the grid is R; its
-    `invocations` take 4 dimensions each, so invocations / (head_dim / 4) groups of them share
-    the chunks (`merge_chunks`)."""
+def attention_merge(head_dim: int = 128, out: str = "f16", invocations: int | None = None,
+                    unroll: int = 4, exp2: bool = True):
+    """Merges the chunks of the split-KV decode kernels (`attention_decode_vector`, and
+    `attention_decode` with exp2=False unless its Softmax has exp2): for each of the R rows,
+    O = Σ 2^(M_s - M) Part_s / Σ 2^(M_s - M) L_s with M the largest M_s, and LSE = (M + log2
+    of that sum) · ln 2 (exp2=False: maxima and sums in base e, O = Σ e^(M_s - M) Part_s /
+    Σ e^(M_s - M) L_s, LSE = M + log of that sum). Parameters: Part (splits, R, head_dim), M,
+    L (splits, R) f32; O (R, head_dim) of `out`, LSE (R) f32; then R and splits. One
+    workgroup per row, the grid is R; its `invocations` (by default the largest multiple of
+    head_dim / 4 up to `MERGE_INVOCATIONS`) take 4 dimensions each, so invocations /
+    (head_dim / 4) groups of them share the chunks (`merge_chunks`)."""
+    if not isinstance(exp2, bool):
+        raise ValueError(f"attention_merge: exp2 must be a bool, got {exp2!r}")
     _check_merge("attention_merge", head_dim, out, unroll)
     D4 = head_dim // 4
+    if invocations is None:
+        invocations = MERGE_INVOCATIONS // D4 * D4
     if not isinstance(invocations, int) or invocations < D4 or invocations % D4 or \
             invocations > 1024:
         raise ValueError(f"attention_merge: invocations must be a multiple of head_dim / 4 = "
@@ -433,7 +445,7 @@ def attention_merge(head_dim: int = 128, out: str = "f16", invocations: int = ME
         sh_m, sh_l, sh_o = pc.shared(f32, G), pc.shared(f32, G), pc.shared(f32, G * head_dim)
         merge_chunks(Part, M, L, O, LSE, [pc.workgroup_id.x], R, splits,
                      pc.local_invocation_index(), invocations, G, head_dim, unroll, OutEl, sh_m,
-                     sh_l, sh_o)
+                     sh_l, sh_o, exp2)
     return attention_merge
 
 

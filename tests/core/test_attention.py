@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from core_helpers import FEW, SETTINGS
 import pycoop as pc
-from pycoop.kernels import (AttentionResult, Softmax, attention, attention_combine, attention_decode,
+from pycoop.kernels import (AttentionResult, Softmax, attention, attention_decode,
                             attention_decode_vector, attention_merge, attention_prefill,
                             attention_reference)
 from pycoop.kernels.attention_decode import fits_shared
@@ -86,7 +86,7 @@ def test_prefill_options_match_numpy(Hkv, G, Sq, extra, causal, masked, sm, subg
        seed=st.integers(0, 2 ** 16))
 def test_decode_options_match_numpy(G, Sq, Skv, splits, sm, config, seed):
     """Split-KV decode with the Softmax options (exp2: maxima and sums in base 2, merged in
-    base 2 by the combine kernel) and at subgroup scope: one chunk per subgroup, the splits
+    base 2 by attention_merge) and at subgroup scope: one chunk per subgroup, the splits
     rounded up to whole workgroups (chunks past the keys weigh 0)."""
     scope, rows, Bc, inv = config
     Sq = min(Sq, rows // G)
@@ -98,17 +98,20 @@ def test_decode_options_match_numpy(G, Sq, Skv, splits, sm, config, seed):
 
 
 @pytest.mark.parametrize("splits", [1, 5, 8, 13])
-def test_combine_unroll_is_bit_identical(splits):
-    """The combine's unrolled loops read several splits before using them but add in the same
-    order: the same bits as the plain loop, whatever the remainder."""
+def test_merge_of_the_coopmat_decode(splits):
+    """The cooperative-matrix decode's chunks merged by attention_merge, in base e (the
+    default Softmax) and base 2 (Softmax(exp2=True)), with 1 to 8 chunks loaded ahead (a
+    different order of rescaling: roundings only), whatever the remainder."""
     Q, K, V, _ = operands(1, 8, 2, 1, 700, 64, seed=splits)
-    plain = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
-                      decode_kernel="coopmat")
-    for u in (2, 3, 8):
-        r = attention(Q, K, V, out="f32", backend="emulator", splits=splits, combine_unroll=u,
-                      decode_kernel="coopmat")
-        assert np.array_equal(r.out, plain.out) and np.array_equal(r.lse, plain.lse)
-    check(plain, Q, K, V)
+    for sm in (Softmax(), Softmax(exp2=True)):
+        plain = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
+                          decode_kernel="coopmat", softmax=sm, merge_unroll=1)
+        check(plain, Q, K, V)
+        for u in (2, 3, 8):
+            r = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
+                          merge_unroll=u, decode_kernel="coopmat", softmax=sm)
+            np.testing.assert_allclose(r.out, plain.out, rtol=0, atol=1e-6)
+            np.testing.assert_allclose(r.lse, plain.lse, rtol=0, atol=1e-6)
 
 
 def test_device_arrays_in_and_out():
@@ -184,13 +187,14 @@ def test_every_output_element_is_written_once():
     attention_prefill(), attention_prefill(128, causal=True, mask=True, out="f32"),
     attention_prefill(64, 64, 64, 128, causal=True), attention_prefill(256, 64, 64, 256),
     attention_prefill(80, 64, 32, dtype="bf16", mask=True), attention_decode(),
-    attention_decode(64, 64, 64, 128, "bf16"), attention_combine(), attention_combine(64, "f32"),
+    attention_decode(64, 64, 64, 128, "bf16"), attention_merge(80, exp2=False),
+    attention_merge(112, "f32", exp2=False),
     attention_prefill(128, 64, 32, 128, causal=True, mask=True, scope="subgroup",
                       softmax=Softmax(True, True, True)),
     attention_prefill(64, softmax=Softmax(exp2=True, lazy_sum=True), fp="fast"),
     attention_prefill(128, softmax=Softmax(prefetch=True), mask=True),
     attention_decode(128, 16, 32, 128, scope="subgroup", softmax=Softmax(True, True, True)),
-    attention_combine(128, "f16", exp2=True), attention_combine(128, "f16", unroll=8),
+    attention_merge(96, "f16", unroll=8),
     attention_prefill(128, softmax=Softmax(row_width=32), causal=True),
     attention_decode(128, softmax=Softmax(exp2=True, prefetch=True, row_width=32)),
 ], ids=lambda k: "")
@@ -204,7 +208,7 @@ def test_modules_pass_spirv_val(kernel):
     (lambda: attention_prefill(128, 40), "query block must be a multiple of 16"),
     (lambda: attention_prefill(128, 64, 8), "key block Bc must be a multiple of 16"),
     (lambda: attention_prefill(128, dtype="f32"), "dtype must be 'f16' or 'bf16'"),
-    (lambda: attention_combine(64, "i8"), "out must be 'f16' or 'f32'"),
+    (lambda: attention_merge(64, "i8"), "out must be 'f16' or 'f32'"),
     (lambda: attention_prefill(128, scope="warp"), "scope must be 'workgroup' or 'subgroup'"),
     (lambda: attention_prefill(128, 64, 64, 100, scope="subgroup"),
      "invocations must be a multiple of 32"),
@@ -212,7 +216,8 @@ def test_modules_pass_spirv_val(kernel):
      r"8 subgroups of 256 invocations each take Br / 8 rows, which must be a multiple of 16"),
     (lambda: attention_decode(128, 16, 32, 48, scope="subgroup"),
      "invocations must be a multiple of 32"),
-    (lambda: attention_combine(128, unroll=0), "unroll must be a positive int"),
+    (lambda: attention_merge(128, exp2=1), "exp2 must be a bool, got 1"),
+    (lambda: attention_merge(72), r"head_dim must be one of \(64, 80, 96, 112, 128, 256\)"),
     (lambda: attention_prefill(128, softmax=Softmax(row_width=24)),
      "row_width must be 0 .* or a multiple of 16 of at most Bc=64, got 24"),
     (lambda: attention_decode(128, 32, 32, softmax=Softmax(row_width=64)),
