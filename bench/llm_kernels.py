@@ -471,15 +471,23 @@ def gemv_planes_candidates(fmt: str, N: int, K: int, quick: bool,
     for x in xs:
         first = planes_gemv_config(fmt, N, x, K)
         if x == "q8_1_shared":
-            if not fits_shared(K, first.nt):
-                continue
-            out.append(first)
+            if fits_shared(K // first.kgroups, first.nt):
+                out.append(first)
             if not quick:     # (rows, subgroups, split, span): 8 to 32 rows per workgroup
                 out += [PlanesGemvConfig(x, r, first.nt, sg, sp, None, split)
                         for r, sg, split, sp in ((2, 8, 2, 1), (4, 8, 2, 1), (2, 16, 2, 1),
                                                  (4, 16, 4, 1), (8, 8, 2, 1), (4, 8, 1, 1),
                                                  (4, 16, 2, 1), (8, 16, 4, 1), (2, 16, 4, 1),
-                                                 (4, 8, 4, 1), (1, 16, 2, 1), (4, 8, 2, 2))]
+                                                 (4, 8, 4, 1), (1, 16, 2, 1), (4, 8, 2, 2))
+                        if fits_shared(K, first.nt)]
+                # workgroups sharing K (kgroups): 16 to 128 rows per workgroup, each
+                # quantising only its stretch of X
+                out += [PlanesGemvConfig(x, r, first.nt, sg, 1, None, split, kg)
+                        for r, sg, split, kg in ((2, 16, 2, 2), (4, 16, 1, 4), (4, 16, 2, 4),
+                                                 (2, 16, 1, 4), (4, 8, 1, 4), (8, 16, 2, 4),
+                                                 (8, 16, 1, 8), (4, 16, 1, 8), (4, 16, 2, 8),
+                                                 (8, 8, 1, 8), (2, 16, 2, 4), (4, 16, 1, 2))
+                        if K % (32 * kg) == 0 and fits_shared(K // kg, first.nt)]
             continue
         out.append(first)
         if quick:
@@ -563,6 +571,7 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
             for xk, (cfg, rot, warm, krot) in best.items():
                 k, grid = cfg.kernel(fmt, args.subgroup_size, K), cfg.grid(M, N)
                 if xk == "q8_1_shared":
+                    y = pc.zeros((N, M), pc.f32, backend="vulkan")   # kgroups add into Y
                     k[grid](ws[0][0], ws[0][1], x, y, M, N)
                     status = check_planes_q8_1(fmt, W, X, y.numpy())
                 elif xk != "q8_1":
@@ -576,6 +585,7 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
                 c = (f"gemv_planes x={xk} r{cfg.rows} nt{cfg.nt} sg{cfg.subgroups} span{cfg.span}"
                      + (f" u{cfg.unroll}" if cfg.unroll else "")
                      + (f" split{cfg.split}" if cfg.split > 1 else "")
+                     + (f" kg{cfg.kgroups}" if cfg.kgroups > 1 else "")
                      + (f": kernel {krot:.1f} + quantise {rot - krot:.1f}" if xk == "q8_1" else ""))
                 table_row(lines, args, M, K, fmt, N, rot, warm, pbytes, tt, c, status)
             for e in errors:

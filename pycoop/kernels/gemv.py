@@ -35,7 +35,8 @@ from .gemm import gemm_q4_0, gemm_q4_0_planes, sum_splits
 from .gemm_quant import (_f16_at, _q4_k_scales, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
                          gemm_q8_0_planes)
 from .gemv_planes import K_MULTIPLE as PLANES_K_MULTIPLE
-from .gemv_planes import PlanesGemvConfig, matmul_planes_gemv, planes_gemv_config, weight_planes
+from .gemv_planes import (KGROUPS, PlanesGemvConfig, matmul_planes_gemv, planes_gemv_config,
+                          weight_planes)
 from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1, store_row_sums
 
 # weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
@@ -293,8 +294,9 @@ class GemvConfig:
     `weights_first`) or "gemv_planes" (`pycoop.kernels.gemv_planes` over the weight
     planes, N <= 8, X in f32 or, with activations="q8_1", quantised; `rows`, `nt`,
     `subgroups`, `unroll`, `span`, its blocks per lane and step, `split_k`, the subgroups
-    sharing rows, and `x`, its activation kind: None for the one `activations` names, or
-    "q8_1_shared" to quantise X in the kernel, one launch instead of two)."""
+    sharing rows, `x`, its activation kind: None for the one `activations` names, or
+    "q8_1_shared" to quantise X in the kernel, one launch instead of two, and `kgroups`,
+    the workgroups sharing a row's K with x="q8_1_shared")."""
     kind: str
     rows: int = 1
     nt: int = 1
@@ -305,6 +307,7 @@ class GemvConfig:
     split_k: int = 1
     span: int = 1
     x: str | None = None
+    kgroups: int = 1
 
 
 def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
@@ -330,11 +333,13 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
     if (planes or (fmt == "f16" and N == 1)) and N <= 8 and (
             K is None or K % PLANES_K_MULTIPLE[fmt] == 0):
         x = _check_activations(fmt, activations)
-        if x == "q8_1" and N == 1 and K is not None and K <= SHARED_QUANTISE_MAX_K:
+        if x == "q8_1" and N == 1 and K is not None and (
+                K <= SHARED_QUANTISE_MAX_K or K % (PLANES_K_MULTIPLE[fmt] * KGROUPS) == 0):
             x = "q8_1_shared"          # the quantiser in the kernel: one launch, not two
         p = planes_gemv_config(fmt, int(N), x, K)
         return GemvConfig("gemv_planes", p.rows, p.nt, p.subgroups, p.unroll, span=p.span,
-                          split_k=p.split, x=None if x == activations else x)
+                          split_k=p.split, x=None if x == activations else x,
+                          kgroups=p.kgroups)
     if _check_activations(fmt, activations) == "q8_1":
         if fmt == "q4_k":
             raise ValueError(f"activations='q8_1' with q4_k weights takes N <= 8 vectors "
@@ -528,7 +533,12 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
                              f"activations={'q8_1' if x.startswith('q8_1') else 'f32'!r}, got "
                              f"activations={activations!r}")
         p = PlanesGemvConfig(x, cfg.rows, cfg.nt, cfg.subgroups, cfg.span, cfg.unroll,
-                             cfg.split_k)
+                             cfg.split_k, cfg.kgroups)
+        if deterministic and p.kgroups > 1:
+            if config is not None:
+                raise ValueError("matmul_q: deterministic=True takes no kgroups (their f32 "
+                                 "atomics add in a run-dependent order)")
+            p = planes_gemv_config(Wq.fmt, N, "q8_1")     # the quantiser's own launch
         return matmul_planes_gemv(Wq, X, p, backend=bk, subgroup_size=subgroup_size,
                                   launches=launches)
     if cfg.kind == "q8_1":

@@ -60,6 +60,11 @@ FORMATS = ("q4_0", "q8_0", "q4_k", "f16")
 X_KINDS = ("f32", "f16", "q8_1", "q8_1_shared")
 X_DTYPES = {"f32": np.float32, "f16": np.float16}     # X as the float kernels read it
 SHARED_BYTES = 32768    # shared memory the workgroup's quantised X may use (lavapipe's limit)
+# x="q8_1_shared" above this K: KGROUPS workgroups share each row group, each quantising its
+# stretch of X (every workgroup quantising all of a 14336-long X cost more than the
+# quantiser's own launch)
+KGROUPS_ABOVE_K = 4096
+KGROUPS = 4
 PLANES = {"q4_0": q4_0_planes, "q8_0": q8_0_planes, "q4_k": q4_k_planes}
 # uvec4 of Q per 32-weight block, and the K granularity of each format
 WORDS = {"q4_0": 1, "q8_0": 2, "q4_k": 1}
@@ -85,7 +90,7 @@ def _check_int(name: str, v, least: int = 1) -> None:
 
 
 def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_size: int,
-                 span: int, split: int = 1) -> None:
+                 span: int, split: int = 1, kgroups: int = 1) -> None:
     """The errors `gemv_planes` raises for a configuration, before anything is built."""
     if fmt not in FORMATS:
         raise ValueError(f"gemv_planes: format is one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -94,8 +99,11 @@ def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_
     if fmt == "f16" and x.startswith("q8_1"):
         raise ValueError("gemv_planes: f16 weights take x='f32' or 'f16'")
     for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups), ("span", span),
-                    ("split", split)):
+                    ("split", split), ("kgroups", kgroups)):
         _check_int(name, v)
+    if kgroups > 1 and x != "q8_1_shared":
+        raise ValueError(f"gemv_planes: kgroups (workgroups sharing a row's K) needs "
+                         f"x='q8_1_shared', got x={x!r}")
     if subgroups % split:
         raise ValueError(f"gemv_planes: split ({split}) must divide subgroups ({subgroups})")
     if nt > MAX_N:
@@ -131,7 +139,7 @@ def check_shared(K: int, nt: int) -> None:
 @functools.cache
 def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups: int = 4,
                 subgroup_size: int = 32, span: int = 1, unroll: bool | int | None = None,
-                split: int = 1, K: int | None = None, src: str = "f32"):
+                split: int = 1, K: int | None = None, src: str = "f32", kgroups: int = 1):
     """The kernel Y (N x M, f32) = X (N x K) @ W.T over weight planes (module docstring).
 
     Operands, in order:
@@ -147,16 +155,23 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
     `X.reshape(-1, 4)`), Y, M, N: each workgroup first quantises its `nt` vectors into shared
     memory, the bits `quantize_q8_1` gives, then multiplies as x="q8_1" (the same sums in the
     same order): one launch instead of two. K is fixed when the kernel is built (`K`; the
-    quantised vectors must fit `SHARED_BYTES`, `fits_shared`).
-    Grid `gemv_planes_grid(M, N, rows, nt, subgroups, split)`; subgroups of `subgroup_size`
-    lanes.
+    quantised vectors must fit `SHARED_BYTES`, `fits_shared`). `kgroups` > 1: that many
+    workgroups share each row group, each taking one stretch of K / kgroups, quantising only
+    that stretch of X and adding its sums into Y with f32 atomics: Y must be zero before the
+    launch, and the order of the additions, hence the last bits of Y, may change from run to
+    run.
+    Grid `gemv_planes_grid(M, N, rows, nt, subgroups, split, kgroups)`; subgroups of
+    `subgroup_size` lanes.
     """
-    check_config(fmt, x, rows, nt, subgroups, subgroup_size, span, split)
+    check_config(fmt, x, rows, nt, subgroups, subgroup_size, span, split, kgroups)
     if x == "q8_1_shared":
-        if not isinstance(K, int) or isinstance(K, bool) or K < 1 or K % K_MULTIPLE[fmt]:
+        unit = K_MULTIPLE[fmt] * kgroups
+        if not isinstance(K, int) or isinstance(K, bool) or K < 1 or K % unit:
             raise ValueError(f"gemv_planes: x='q8_1_shared' is built for one K, a multiple of "
-                             f"{K_MULTIPLE[fmt]} for {fmt}; got K={K!r}")
-        check_shared(K, nt)
+                             f"{K_MULTIPLE[fmt]} for {fmt}"
+                             + (f" times kgroups={kgroups}" if kgroups > 1 else "")
+                             + f"; got K={K!r}")
+        check_shared(K // kgroups, nt)
         if src not in X_DTYPES:
             raise ValueError(f"gemv_planes: src (X's dtype) is 'f32' or 'f16', got {src!r}")
     S, R, T, SP = subgroup_size, rows, nt, span
@@ -216,13 +231,27 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
         first = ((sg % split) * S + lane) * SP if split > 1 else lane * SP
         return lane, row0, col0, rws, cols, [[f32(0.0)] * T for _ in range(R)], first
 
+    def put(Y, i, t):
+        """Y[i] = t, or with kgroups one workgroup's share added atomically."""
+        if kgroups > 1:
+            pc.atomic.add(Y, i, t)
+        else:
+            Y[i] = t
+
     @pc.func
     def finish(Y, acc, lane, row0, col0, M, N):
         """Sum the lanes' (and the split subgroups') partial sums and store them."""
-        if split == 1:
+        if split == 1 and kgroups == 1:
             store_row_sums(Y, acc, lane, row0, col0, M, N)
             return
         sums = [[pc.subgroup.add(a) for a in row] for row in acc]
+        if split == 1:
+            if lane == 0:
+                for r in range(R):
+                    for c in range(T):
+                        if row0 + r < M and col0 + c < N:
+                            put(Y, (col0 + c) * M + row0 + r, sums[r][c])
+            return
         part = pc.shared(f32, subgroups * R * T)
         sg = pc.subgroup_id()
         if lane == 0:
@@ -235,14 +264,16 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
                 for c in range(T):
                     t = _sum([part[(sg + p) * (R * T) + r * T + c] for p in range(split)])
                     if row0 + r < M and col0 + c < N:
-                        Y[(col0 + c) * M + row0 + r] = t
+                        put(Y, (col0 + c) * M + row0 + r, t)
 
-    def step(Q, D, xload, u0, nb, rws, cols, acc):
-        """One step of a lane: `span` units from u0 for every row and vector, loads first."""
+    def step(Q, D, xload, u0, nb, rws, cols, acc, end=None):
+        """One step of a lane: `span` units from u0 for every row and vector (units up to
+        `end`, default the row's nb), loads first."""
+        end = nb if end is None else end
         us = [u0 + j for j in range(SP)]
         if SP > 1:                                              # the last step may be short
-            ok = [u < nb for u in us]
-            us = [pc.min(u, nb - 1) for u in us]
+            ok = [u < end for u in us]
+            us = [pc.min(u, end - 1) for u in us]
         ws = [[load_w(Q, D, row, u, nb) for u in us] for row in rws]
         xs = [[xload(col, u, nb) for u in us] for col in cols]
         for r in range(R):
@@ -285,7 +316,7 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
 
     if x == "q8_1_shared":
         return _q8_1_shared_kernel(fmt, subgroups, S, T, split, K, src, setup, step, finish,
-                                   unroll, SP, DT)
+                                   unroll, SP, DT, kgroups)
 
     def make_xload(XQ, XD, XS):                                 # noqa: F811
         def xload(col, u, nb):
@@ -306,56 +337,63 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
 
 
 def _q8_1_shared_kernel(fmt: str, subgroups: int, S: int, T: int, split: int, K: int, src: str,
-                        setup, step, finish, unroll, SP: int, DT):
-    """`gemv_planes`' x="q8_1_shared" kernel: the workgroup's T vectors quantised into shared
-    memory by 8 lanes per 32-block (`q8_1_lanes`, as `quantize_q8_1`), then the x="q8_1"
-    products with the activations read from there."""
+                        setup, step, finish, unroll, SP: int, DT, KG: int):
+    """`gemv_planes`' x="q8_1_shared" kernel: the workgroup's T vectors (their stretch of K /
+    KG values, the workgroup's z index picking it) quantised into shared memory by 8 lanes per
+    32-block (`q8_1_lanes`, as `quantize_q8_1`), then the x="q8_1" products with the
+    activations read from there."""
     WG, K4, nb = subgroups * S, K // 4, K // 32
+    Kc = K // KG                                # this workgroup's stretch of K
+    K4c, nbc = Kc // 4, Kc // 32
     H4 = pc.vec(f16, 4)
     XT = F4 if src == "f32" else H4
-    per = -(-K4 // WG)                          # vec4 of a vector per invocation
+    per = -(-K4c // WG)                         # vec4 of a vector per invocation
     batch = min(per, 4)                         # loaded together before they are quantised
+    YT = pc.Buffer[f32] if KG > 1 else pc.WriteBuffer[f32]       # atomics read it too
 
     @pc.kernel(workgroup_size=WG, subgroup_size=S)
     def gemv_planes_q8_1_shared(Q: pc.ReadBuffer[U4], D: pc.ReadBuffer[DT],
-                                X: pc.ReadBuffer[XT], Y: pc.WriteBuffer[f32], M: u32, N: u32):
-        sh_q = pc.shared(U4, T * nb * 2)
-        sh_d = pc.shared(f32, T * nb)
-        sh_s = pc.shared(i32, T * nb) if fmt != "q8_0" else None
+                                X: pc.ReadBuffer[XT], Y: YT, M: u32, N: u32):
+        sh_q = pc.shared(U4, T * nbc * 2)
+        sh_d = pc.shared(f32, T * nbc)
+        sh_s = pc.shared(i32, T * nbc) if fmt != "q8_0" else None
         lane, row0, col0, rws, cols, acc, first = setup(M, N)
+        kz = pc.workgroup_id.z if KG > 1 else u32(0)
+        ubase = kz * nbc                        # the stretch's first unit of a row
         me = pc.subgroup_id() * S + lane        # 8 consecutive lanes share a block
         for c in range(T):
-            base = cols[c] * K4
+            base = cols[c] * K4 + kz * K4c
             for g0 in pc.range(0, per * WG, batch * WG):     # the same trip count everywhere
                 gs = [g0 + j * WG + me for j in range(batch)]
-                vs = [X[base + pc.min(g, K4 - 1)] for g in gs]           # clamped: all reduce
+                vs = [X[base + pc.min(g, K4c - 1)] for g in gs]          # clamped: all reduce
                 for g, v in zip(gs, vs):
                     word, d, s = q8_1_lanes([f32(v[e]) for e in range(4)])
                     words = [word] + [pc.subgroup.shuffle_xor(word, m) for m in (1, 2, 3)]
-                    if g < K4:
+                    if g < K4c:
                         if (g & 3) == 0:        # lanes 0 and 4 of the block: its two uvec4
-                            sh_q[c * nb * 2 + (g >> 2)] = pc.make_vector(words)
+                            sh_q[c * nbc * 2 + (g >> 2)] = pc.make_vector(words)
                         if (g & 7) == 0:
-                            sh_d[c * nb + (g >> 3)] = d
+                            sh_d[c * nbc + (g >> 3)] = d
                             if sh_s is not None:
-                                sh_s[c * nb + (g >> 3)] = s
+                                sh_s[c * nbc + (g >> 3)] = s
         pc.barrier()
 
         def xload(c, u, nb_):
-            b = c * nb + u
+            b = c * nbc + (u - ubase)
             return sh_q[2 * b], sh_q[2 * b + 1], sh_d[b], (sh_s[b] if sh_s is not None else None)
 
-        for u0 in pc.range(first, nb, S * SP * split, unroll=unroll):
-            step(Q, D, xload, u0, nb, rws, list(range(T)), acc)
+        for u0 in pc.range(ubase + first, ubase + nbc, S * SP * split, unroll=unroll):
+            step(Q, D, xload, u0, nb, rws, list(range(T)), acc, ubase + nbc)
         finish(Y, acc, lane, row0, col0, M, N)
     return gemv_planes_q8_1_shared
 
 
 def gemv_planes_grid(M: int, N: int, rows: int = 2, nt: int = 1, subgroups: int = 4,
-                     split: int = 1) -> tuple[int, int]:
-    """The grid of `gemv_planes(fmt, x, rows, nt, subgroups, ..., split=split)` for M rows and
-    N vectors."""
-    return -(-N // nt), -(-M // (rows * (subgroups // split)))
+                     split: int = 1, kgroups: int = 1) -> tuple[int, ...]:
+    """The grid of `gemv_planes(fmt, x, rows, nt, subgroups, ..., split=split,
+    kgroups=kgroups)` for M rows and N vectors."""
+    grid = (-(-N // nt), -(-M // (rows * (subgroups // split))))
+    return grid + (kgroups,) if kgroups > 1 else grid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,6 +406,7 @@ class PlanesGemvConfig:
     span: int = 1
     unroll: bool | int | None = None
     split: int = 1
+    kgroups: int = 1
 
     def kernel(self, fmt: str, subgroup_size: int = 32, K: int | None = None,
                src: str = "f32"):
@@ -376,11 +415,12 @@ class PlanesGemvConfig:
         if self.x != "q8_1_shared":
             K, src = None, "f32"                 # one kernel for every K and X dtype
         return gemv_planes(fmt, self.x, self.rows, self.nt, self.subgroups, subgroup_size,
-                           self.span, self.unroll, self.split, K, src)
+                           self.span, self.unroll, self.split, K, src, self.kgroups)
 
-    def grid(self, M: int, N: int) -> tuple[int, int]:
+    def grid(self, M: int, N: int) -> tuple[int, ...]:
         """Its grid for M rows and N vectors."""
-        return gemv_planes_grid(M, N, self.rows, self.nt, self.subgroups, self.split)
+        return gemv_planes_grid(M, N, self.rows, self.nt, self.subgroups, self.split,
+                                self.kgroups)
 
 
 def planes_gemv_config(fmt: str, N: int, x: str = "f32", K: int | None = None) -> PlanesGemvConfig:
@@ -395,7 +435,9 @@ def planes_gemv_config(fmt: str, N: int, x: str = "f32", K: int | None = None) -
         raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N!r}")
     nt = 1 if N == 1 else 2 if N == 2 else 4 if N <= 4 else 8
     C = PlanesGemvConfig
-    if x == "q8_1_shared":      # 16 rows per workgroup: each quantises X for all of them
+    if x == "q8_1_shared":      # 16 rows per workgroup: each quantises X for all of them;
+        if K is not None and K > KGROUPS_ABOVE_K and K % (K_MULTIPLE[fmt] * KGROUPS) == 0:
+            return C(x, 4, nt, 16, 1, split=1, kgroups=KGROUPS)    # long X: a stretch each
         return C(x, 2, nt, 16, 1, split=2)
     if x == "q8_1":
         return {1: C(x, 1, 1, 4, 1, split=2), 2: C(x, 2, 2, 8, 1, split=2),
@@ -440,7 +482,8 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
         raise ValueError(f"gemv_planes: X must be N x K or K with K = {K}, got shape {shape}")
     N = 1 if len(shape) == 1 else shape[0]
     cfg = cfg or planes_gemv_config(fmt, N)
-    check_config(fmt, cfg.x, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, cfg.span, cfg.split)
+    check_config(fmt, cfg.x, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, cfg.span, cfg.split,
+                 cfg.kgroups)
     if not 1 <= N <= MAX_N:
         raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N}")
     if K % K_MULTIPLE[fmt]:
@@ -449,7 +492,10 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
     if X.dtype not in (np.float32, np.float16):
         raise ValueError(f"gemv_planes: X is f32 or f16, got {X.dtype}")
     if cfg.x == "q8_1_shared":
-        check_shared(K, cfg.nt)
+        if K % (K_MULTIPLE[fmt] * cfg.kgroups):
+            raise ValueError(f"gemv_planes: kgroups={cfg.kgroups} needs K a multiple of "
+                             f"{K_MULTIPLE[fmt] * cfg.kgroups} for {fmt}, got K={K}")
+        check_shared(K // cfg.kgroups, cfg.nt)
     if not cfg.x.startswith("q8_1"):   # the float path: an f16 device array is read as halves (x="f16");
         # NumPy f16 X is converted on the host (the same values, and for f16 weights the f32
         # kernel is the faster: the f16 one adds a conversion per value)

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pycoop as pc
@@ -48,6 +48,7 @@ def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt,
     """`split` subgroups share each row group (their sums meet in shared memory); the
     quantiser inside the kernel (x="q8_1_shared") gives the bits of the quantiser's launch
     (x="q8_1")."""
+    assume(rows * nt * span <= 64)                          # else refused (tested below)
     if fmt == "f16" and x.startswith("q8_1"):
         x = "f32"
     K = blocks * {"q4_k": 256, "f16": 8}.get(fmt, 32) * (1 if fmt == "q4_k" else 4)
@@ -63,6 +64,12 @@ def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt,
         two = matmul_planes_gemv(Wq, X, dataclasses.replace(cfg, x="q8_1"), backend="emulator",
                                  subgroup_size=8)
         np.testing.assert_array_equal(y, two)
+        units = K // {"q4_k": 256, "f16": 8}.get(fmt, 32)
+        kg = max(d for d in (1, 2, 3, 4) if units % d == 0 and d <= seed % 4 + 1)
+        if kg > 1:              # workgroups sharing K: other partial sums, added atomically
+            yk = matmul_planes_gemv(Wq, X, dataclasses.replace(cfg, kgroups=kg),
+                                    backend="emulator", subgroup_size=8)
+            check_against_twin(yk, two, absdot)
     if not x.startswith("q8_1"):
         check_against_twin(y, planes_gemv_reference(Wq, X), absdot)
         if fmt != "q4_k":                               # the planes are lossless: gguf's Y
@@ -165,6 +172,13 @@ def test_device_arrays_and_f16_activations():
     (lambda Wq: gemv_planes("q4_0", "q8_1_shared", K=14336, nt=2),
      "35840 bytes for nt=2, K=14336, more than 32768"),
     (lambda Wq: gemv_planes("q4_0", "q8_1_shared", K=64, src="f64"), "src .* 'f32' or 'f16'"),
+    (lambda Wq: gemv_planes("q4_0", "q8_1", kgroups=2), "kgroups .* needs x='q8_1_shared'"),
+    (lambda Wq: gemv_planes("q4_0", "q8_1_shared", K=96, kgroups=2),
+     "a multiple of 32 for q4_0 times kgroups=2; got K=96"),
+    (lambda Wq: gemv_planes("q4_0", "q8_1_shared", K=64, kgroups=0), "kgroups must be an int"),
+    (lambda Wq: matmul_planes_gemv(Wq, np.zeros((1, 64), np.float32),
+                                   PlanesGemvConfig("q8_1_shared", kgroups=4)),
+     "kgroups=4 needs K a multiple of 128 for q4_0, got K=64"),
     (lambda Wq: matmul_planes_gemv(Wq, np.zeros((2, 64), np.float32),
                                    PlanesGemvConfig("q8_1_shared", nt=2), backend="emulator"),
      None),
@@ -199,12 +213,16 @@ def test_q8_1_shared_too_large_for_shared_memory_before_any_work():
 
 
 def test_dispatcher_quantises_in_the_kernel_where_it_paid():
-    """activations="q8_1", one vector: the quantiser inside gemv_planes up to K = 4096 (one
-    launch; the bits of the two-launch path), its own launch above; f16 X too."""
+    """activations="q8_1", one vector: the quantiser inside gemv_planes (one launch; up to
+    K = 4096 the bits of the two-launch path), above that with 4 workgroups sharing each row
+    group's K (each quantising a quarter of X; partial sums added atomically), and
+    deterministic=True keeps the quantiser's own launch there; f16 X too."""
     from pycoop.kernels import choose_kernel
     from pycoop.kernels.gemv import SHARED_QUANTISE_MAX_K
     assert choose_kernel("q4_0", 1, activations="q8_1", M=64, K=4096).x == "q8_1_shared"
-    assert choose_kernel("q4_0", 1, activations="q8_1", M=64, K=14336).x is None
+    big = choose_kernel("q4_0", 1, activations="q8_1", M=64, K=14336)
+    assert big.x == "q8_1_shared" and big.kgroups == 4
+    assert choose_kernel("q4_0", 1, activations="q8_1", M=64, K=4096 + 32).x is None
     assert choose_kernel("q4_0", 2, activations="q8_1", M=64, K=4096).x is None
     assert choose_kernel("q4_0", 1, activations="q8_1").x is None      # K unknown
     assert SHARED_QUANTISE_MAX_K == 4096
@@ -223,12 +241,28 @@ def test_dispatcher_quantises_in_the_kernel_where_it_paid():
     with pytest.raises(ValueError, match="takes activations='q8_1'"):
         matmul_q(Wq, X, backend="emulator",
                  config=choose_kernel("q4_0", 1, activations="q8_1", M=24, K=256))
+    W = rng.integers(0, 256, (24, 160 * 18), dtype=np.uint8)               # K = 5120
+    W[:, ::18], W[:, 1::18] = np.array([0.02], np.float16).view(np.uint8)
+    Wq = weights(W, "q4_0")
+    X = rng.standard_normal(5120).astype(np.float32)
+    two = matmul_planes_gemv(Wq, X, planes_gemv_config("q4_0", 1, "q8_1"), backend="emulator")
+    launches = []
+    y = matmul_q(Wq, X, activations="q8_1", backend="emulator", launches=launches)
+    assert len(launches) == 1
+    np.testing.assert_allclose(y, two, rtol=1e-5, atol=1e-5 * np.abs(two).max())
+    launches = []
+    y = matmul_q(Wq, X, activations="q8_1", backend="emulator", launches=launches,
+                 deterministic=True)
+    assert len(launches) == 2 and np.array_equal(y, two)
+    with pytest.raises(ValueError, match="deterministic=True takes no kgroups"):
+        matmul_q(Wq, X, activations="q8_1", backend="emulator", deterministic=True,
+                 config=choose_kernel("q4_0", 1, activations="q8_1", M=24, K=5120))
 
 
 @pytest.mark.vulkan
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("x", ["f32", "f16", "q8_1", "q8_1_shared"])
-@pytest.mark.parametrize("N,cfg", [(1, None), (5, None), (3, (3, 2, 2, 2)),
+@pytest.mark.parametrize("N,cfg", [(1, None), (5, None), (3, (3, 2, 2, 2)), (1, (2, 1, 4, 1, None, 2, 2)),
                                    (2, (2, 2, 4, 1, None, 4)), (1, (1, 1, 4, 2, None, 2))])
 def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
     """Through the real Vulkan path (lavapipe: subgroups of 8): equal to the emulator up to
@@ -247,6 +281,8 @@ def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
     Wq = weights(W, None if fmt == "f16" else fmt)
     X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
     c = planes_gemv_config(fmt, N, x, K) if cfg is None else PlanesGemvConfig(x, *cfg)
+    if c.kgroups > 1 and x != "q8_1_shared":
+        pytest.skip("kgroups takes x='q8_1_shared'")
     S = caps.subgroup_size
     y = matmul_planes_gemv(Wq, X, c, backend="vulkan", subgroup_size=S)
     emu = matmul_planes_gemv(Wq, X, c, backend="emulator", subgroup_size=S)

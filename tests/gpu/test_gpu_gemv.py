@@ -142,3 +142,30 @@ def test_gemv_planes_on_gpu(gguf, fmt, x, N):
         # (Q4_K with f32 X at N = 1 stays on the GGUF blocks, exact to gguf: not the planes)
         y1 = matmul_q(Wq, X[0], activations="q8_1" if x != "f32" else x, backend="vulkan")
         np.testing.assert_allclose(y1, y[0], rtol=1e-5, atol=1e-5 * np.abs(y).max())
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k"])
+def test_q8_1_in_the_kernel_at_llama_k(gguf, fmt):
+    """The dispatcher's one-vector q8_1 path at K = 14336 (llama-8B's down projection): the
+    quantiser inside gemv_planes with workgroups sharing K (f32 atomics into Y), one launch,
+    against the two-launch path (the same quantised X; other partial sums) and within the
+    quantisation bound; deterministic=True gives the two-launch path's bits."""
+    from pycoop.kernels import choose_kernel, q8_1_error_bound, quantize_q8_1_reference
+    from pycoop.kernels.gemv_planes import (matmul_planes_gemv, planes_gemv_config,
+                                            planes_weights)
+    M, K = 1000, 14336
+    assert choose_kernel(fmt, 1, activations="q8_1", M=M, K=K).kgroups > 1
+    W = make_weights(gguf, fmt, M, K, seed=7)
+    Wq = weights(W, fmt)
+    X = np.random.default_rng(7).standard_normal(K).astype(np.float32)
+    launches: list = []
+    y = matmul_q(Wq, pc.asarray(X, backend="vulkan"), activations="q8_1", launches=launches)
+    assert len(launches) == 1
+    two = matmul_planes_gemv(Wq, X[None], planes_gemv_config(fmt, 1, "q8_1"), backend="vulkan")[0]
+    np.testing.assert_allclose(y.numpy(), two, rtol=1e-4, atol=1e-4 * np.abs(two).max())
+    Wf = planes_weights(Wq)
+    ref = X.astype(np.float64) @ Wf.T
+    bound = q8_1_error_bound(Wf, quantize_q8_1_reference(X[None])[1]) + 1e-5 * np.abs(ref).max()
+    assert (np.abs(y.numpy() - ref) <= bound).all()
+    det = matmul_q(Wq, X, activations="q8_1", backend="vulkan", deterministic=True)
+    np.testing.assert_array_equal(det, two)
