@@ -260,16 +260,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
             o[j] = [across_streams(x * w, add) for x in o[j]]
             m[j] = b
         sg = pc.subgroup_id()
-        if lane == 0:
-            for j in range(n):
-                sh_m[sg * n + j] = m[j]
-        pc.barrier()
-        big = []
-        for j in range(n):
-            b = sh_m[j]
-            for g2 in range(1, subgroups):
-                b = pc.max(b, sh_m[g2 * n + j])
-            big.append(b)
+        big = groups_max(sh_m, m, lane == 0, sg, subgroups)
         if lane < LK:
             for j in range(n):
                 w = pc.exp2(m[j] - big[j])
@@ -329,6 +320,25 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
 
 
 @pc.func
+def groups_max(sh, vals: list, write, slot, count: int) -> list:
+    """The largest of `count` groups' values per row, in every invocation: each group's
+    values (`vals`, one per row) are published by its invocation where `write` into
+    sh[slot * rows + row], then, after a barrier, read back and compared."""
+    n = len(vals)
+    if write:
+        for j in range(n):
+            sh[slot * n + j] = vals[j]
+    pc.barrier()
+    out = []
+    for j in range(n):
+        b = sh[j]
+        for g2 in range(1, count):
+            b = pc.max(b, sh[g2 * n + j])
+        out.append(b)
+    return out
+
+
+@pc.func
 def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int,
                  head_dim: int, unroll: int, OutEl, sh_m, sh_l, sh_o, exp2: bool = True) -> None:
     """The merge of the chunks of `rows` (row indices of O) by a workgroup of WG invocations:
@@ -369,16 +379,7 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
                         for k in range(len(cs))]
             tot[j], acc[j], big[j] = t, vals, b
     first = inv % D4 == 0 if D4 <= WG else inv == 0   # one invocation per group
-    if active and first:
-        for j in range(n):
-            sh_m[g * n + j] = big[j]
-    pc.barrier()
-    top = []
-    for j in range(n):
-        b = sh_m[j]
-        for g2 in range(1, G):
-            b = pc.max(b, sh_m[g2 * n + j])
-        top.append(b)
+    top = groups_max(sh_m, big, active and first, g, G)
     if active:
         for j in range(n):
             w = ex(big[j] - top[j])
