@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import cell_label
-from ..ir.core import Block, Module, Op, Value
+from ..ir.core import Block, Module, Op, Value, merged_sources
 from ..ir.registry import get
 from ..spirv import grammar
 from ..spirv.builder import ModuleBuilder
@@ -65,6 +65,7 @@ class LowerCtx:
     def __init__(self, module: Module, omit: frozenset[str] = frozenset(), debug_info: bool = False,
                  descriptors: bool = False):
         self.module = module
+        self._merged: dict | None = None      # merged_sources(module), made when first asked
         self.debug_info = debug_info          # OpLine for the instructions of each op
         # where buffer parameters live: StorageBuffer descriptors or device addresses
         self.buffer_storage = StorageClass.StorageBuffer if descriptors else \
@@ -360,6 +361,13 @@ class LowerCtx:
             self._builtins[name] = var
             self.interface.append(var)
         return self.emit("OpLoad", t, var)
+
+    def merged_sources(self) -> dict:
+        """`ir.core.merged_sources` of the module being lowered (the values each loop or `if`
+        merges), made once."""
+        if self._merged is None:
+            self._merged = merged_sources(self.module)
+        return self._merged
 
     def ptr_type_input(self, t: Type) -> int:
         return self.b.type("OpTypePointer", "Input", self.type_id(t))

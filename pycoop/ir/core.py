@@ -155,6 +155,27 @@ class Module:
             yield from walk_block(fn.body)
 
 
+def merged_sources(module: "Module") -> dict[int, list[Value]]:
+    """For every value merged by structured control flow (a loop's block arguments and
+    results, an `if`'s results), keyed by id: the values it may take (a loop's initial value
+    and the body's yielded one; each yielding branch's value)."""
+    out: dict[int, list[Value]] = {}
+    for op in module.walk():
+        if op.name == "loop":
+            cond, body = op.regions
+            end = body.ops[-1] if body.ops else None
+            for i, init in enumerate(op.operands):
+                incoming = [init] + ([end.operands[i]] if end is not None and end.name == "yield"
+                                     else [])
+                for v in (cond.args[i], body.args[i], op.results[i]):
+                    out[id(v)] = incoming
+        elif op.name == "if":
+            ends = [r.ops[-1] for r in op.regions if r.ops and r.ops[-1].name == "yield"]
+            for i, v in enumerate(op.results):
+                out[id(v)] = [e.operands[i] for e in ends]
+    return out
+
+
 def walk_block(block: Block) -> Iterator[Op]:
     for op in block.ops:
         yield op

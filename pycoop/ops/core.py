@@ -991,7 +991,7 @@ def emit_conversion(ctx, src: ScalarType, dst: ScalarType, result_type: Type, va
 def _lower_cast(ctx, op):
     src, dst = op.operands[0].type, op.attrs["type"]
     x = op.operands[0]
-    if src == f16 and dst in (f32, f64) and f16_from_rounding(x):
+    if src == f16 and dst in (f32, f64) and f16_from_rounding(x, ctx.merged_sources()):
         wide = widen_f16_bits(ctx, ctx.id(x))
         ctx.set(op.result, wide if dst == f32 else ctx.emit("OpFConvert", dst, wide))
         return
@@ -1063,36 +1063,57 @@ _F16_THROUGH = {"select": None, "binary": ("min", "max"), "unary": ("neg", "abs"
                                                                      "ceil", "trunc")}
 
 
+def _scalar(t):
+    return t.elem if isinstance(t, VectorType) else t
+
+
 def _rounds(op) -> bool:
-    src = op.operands[0].type
-    return not (src.is_bool or (src.is_int and src.bits <= 8) or src == f16)
+    """Whether a cast op makes f16 values by a rounding conversion."""
+    src = _scalar(op.operands[0].type)
+    return _scalar(op.results[0].type) == f16 and not (
+        src.is_bool or (src.is_int and src.bits <= 8) or src == f16)
 
 
-def f16_from_rounding(v: Value) -> bool:
+# Ops whose result carries the bits of their operands (a component, a reinterpretation, a
+# vector of them): an f16 made by one keeps its operands' origin, as far as a driver that
+# sees through them could tell
+_F16_CARRIED = ("composite.extract", "composite.construct", "bitcast")
+
+
+def f16_from_rounding(v: Value, merged: dict | None = None) -> bool:
     """Whether the f16 value `v` may come from a conversion that rounds (from f32, f64, bf16 or
     an integer of more than 8 bits), directly or through min/max, select, negation, abs or
-    rounding. Values whose origin is not traced here (function parameters, values merged by
-    control flow, results of calls) count as such; loads, constants, fma and f16 arithmetic
-    do not.
+    rounding, or carried through vector components, bitcasts and (with `merged`,
+    `ir.core.merged_sources` of the module) the values a loop or `if` merges. Values whose
+    origin is not traced here (function parameters, results of calls, merged values without
+    `merged`) count as such; loads (of scalars or vectors), constants, fma and f16
+    arithmetic do not.
 
     Driver workaround: the NVIDIA driver (580.159.04) drops the pair `f32 -> f16 -> f32`
     (OpFConvert twice; seed 300640 of the exact fuzzing campaign: -1.98e17 stayed -1.98e17
-    instead of -inf), so such a value is widened by `widen_f16_bits`, which it cannot fold."""
-    return _f16_from_rounding(v, {})
+    instead of -inf), so such a value is widened by `widen_f16_bits`, which it cannot fold.
+    Tracing through components and merges keeps that 13-instruction widening off the f16
+    values a kernel loads as vectors and carries through its loops."""
+    return _f16_from_rounding(v, {}, merged or {})
 
 
-def _f16_from_rounding(v: Value, seen: dict) -> bool:
+def _f16_from_rounding(v: Value, seen: dict, merged: dict) -> bool:
     if id(v) not in seen:             # by identity: == on a Value traces a comparison
-        seen[id(v)] = False           # repeats cost nothing
-        op = v.op
-        if op is not None and op.name == "cast":
+        seen[id(v)] = False           # repeats cost nothing (and a value carried around a
+        op = v.op                     # loop unchanged keeps its initial value's origin)
+        if op is None or op.name in ("loop", "if"):
+            seen[id(v)] = id(v) not in merged or any(
+                _f16_from_rounding(x, seen, merged) for x in merged[id(v)])
+        elif op.name == "cast":
             seen[id(v)] = _rounds(op)
-        elif op is not None and op.name in _F16_THROUGH:
+        elif op.name in _F16_CARRIED:
+            seen[id(v)] = any(_f16_from_rounding(x, seen, merged) for x in op.operands)
+        elif op.name in _F16_THROUGH:
             kinds = _F16_THROUGH[op.name]       # another kind computes a new f16 value
             seen[id(v)] = (kinds is None or op.attrs.get("kind") in kinds) and any(
-                _f16_from_rounding(x, seen) for x in op.operands if x.type == v.type)
+                _f16_from_rounding(x, seen, merged) for x in op.operands if x.type == v.type)
         else:
-            seen[id(v)] = op is None or op.name not in ("load", "const", "fma")
+            seen[id(v)] = op.name not in ("load", "const", "fma")
     return seen[id(v)]
 
 

@@ -670,6 +670,64 @@ def test_f16_round_trips_are_widened_from_bits():
     assert _widenings_of_half(fast.compile().spvasm) == (1, 5)     # every mode
 
 
+V4H = pc.vec(f16, 4)
+
+
+@pc.kernel(workgroup_size=64)
+def f16_carried_sources(X: pc.ReadBuffer[V4H], U: pc.ReadBuffer[pc.u32], F: pc.ReadBuffer[f32],
+                        O: pc.Buffer[f32], n: pc.u32):
+    """Loaded f16 (a vector's component, bits from a u32, a vector carried by a loop) and
+    rounded f16 (a component of a vector made of converted values, through two bitcasts,
+    carried by a loop, merged by an if)."""
+    i = pc.global_invocation_id.x
+    v = X[i]
+    acc = pc.cast(v[1], f32)                                           # exact: OpFConvert
+    acc = acc + pc.cast(pc.bitcast(U[i], pc.vec(f16, 2))[1], f32)      # exact
+    rounded = pc.make_vector([pc.cast(F[i], f16), f16(0.0), f16(1.0), f16(2.0)])
+    acc = acc + pc.cast(rounded[0], f32)                               # rounded: from bits
+    back = pc.bitcast(pc.bitcast(rounded, pc.vec(pc.u32, 2)), V4H)
+    acc = acc + pc.cast(back[0], f32)                                  # rounded: from bits
+    cur = [X[i]]
+    r = [pc.cast(F[i] * 2.0, f16)]
+    for j in pc.range(0, n):
+        acc = acc + pc.cast(cur[0][2], f32)                            # loaded, carried: exact
+        acc = acc + pc.cast(r[0], f32)                                 # rounded, carried: bits
+        cur[0] = X[i + j]
+        r[0] = pc.cast(F[i + j], f16)
+    h = X[i][0]
+    if F[i] > 0.0:
+        h = pc.cast(F[i], f16)
+    O[i] = acc + pc.cast(h, f32)                                       # merged with a rounded
+
+
+def test_f16_origins_are_traced_through_components_bitcasts_and_merges():
+    """The driver workaround widens from bits only the f16 values that may come from a
+    rounding conversion: an f16 loaded as part of a vector, read from loaded bits, or carried
+    through a loop keeps OpFConvert; rounded ones stay widened from their bits through
+    vector components, bitcasts, loop-carried values and if-merges. The emulator agrees with
+    NumPy either way (the widening is exact)."""
+    ck = f16_carried_sources.compile()
+    validate(ck.spv)
+    assert _widenings_of_half(ck.spvasm) == (3, 4)
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((64 + 3, 4)).astype(np.float16)
+    U = rng.standard_normal((64, 2)).astype(np.float16).view(np.uint32).reshape(64)
+    F = (rng.standard_normal(64 + 3) * 1e3).astype(np.float32)        # rounded, in range
+    F[::5] *= -1.0
+    O = np.zeros(64, np.float32)
+    n = 3
+    f16_carried_sources[1](X, U, F, O, n, backend="emulator")
+    h = lambda a: a.astype(np.float16).astype(np.float32)                # noqa: E731
+    i = np.arange(64)
+    want = X[i, 1].astype(np.float32) + U.view(np.float16).reshape(64, 2)[:, 1].astype(np.float32)
+    want = want + h(F[i]) + h(F[i])
+    for j in range(n):
+        want = want + (X[i, 2] if j == 0 else X[i + j - 1, 2]).astype(np.float32)
+        want = want + (h(F[i] * np.float32(2.0)) if j == 0 else h(F[i + j - 1]))
+    want = want + np.where(F[i] > 0, h(F[i]), X[i, 0].astype(np.float32))
+    np.testing.assert_allclose(O, want, rtol=1e-5)
+
+
 @pytest.mark.vulkan
 def test_f16_round_trips_on_vulkan():
     """The emitted widening on a Vulkan device (lavapipe in CI), bit for bit against the
