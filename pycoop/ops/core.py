@@ -1086,8 +1086,8 @@ def f16_from_rounding(v: Value, merged: dict | None = None) -> bool:
     rounding, or carried through vector components, bitcasts and (with `merged`,
     `ir.core.merged_sources` of the module) the values a loop or `if` merges. Values whose
     origin is not traced here (function parameters, results of calls, merged values without
-    `merged`) count as such; loads (of scalars or vectors), constants, fma and f16
-    arithmetic do not.
+    `merged`) count as such; loads (of scalars or vectors, from buffers, shared memory or
+    through block pointers), constants, fma and f16 arithmetic do not.
 
     Driver workaround: the NVIDIA driver (580.159.04) drops the pair `f32 -> f16 -> f32`
     (OpFConvert twice; seed 300640 of the exact fuzzing campaign: -1.98e17 stayed -1.98e17
@@ -1113,7 +1113,7 @@ def _f16_from_rounding(v: Value, seen: dict, merged: dict) -> bool:
             seen[id(v)] = (kinds is None or op.attrs.get("kind") in kinds) and any(
                 _f16_from_rounding(x, seen, merged) for x in op.operands if x.type == v.type)
         else:
-            seen[id(v)] = op.name not in ("load", "const", "fma")
+            seen[id(v)] = op.name not in ("load", "ptr.load", "const", "fma")
     return seen[id(v)]
 
 

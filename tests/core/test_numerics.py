@@ -703,12 +703,15 @@ def f16_carried_sources(X: pc.ReadBuffer[V4H], U: pc.ReadBuffer[pc.u32], F: pc.R
 def test_f16_origins_are_traced_through_components_bitcasts_and_merges():
     """The driver workaround widens from bits only the f16 values that may come from a
     rounding conversion: an f16 loaded as part of a vector, read from loaded bits, or carried
-    through a loop keeps OpFConvert; rounded ones stay widened from their bits through
+    through a loop, or through a block pointer (Q4_K's decode function) keeps OpFConvert;
+    rounded ones stay widened from their bits through
     vector components, bitcasts, loop-carried values and if-merges. The emulator agrees with
     NumPy either way (the widening is exact)."""
     ck = f16_carried_sources.compile()
     validate(ck.spv)
     assert _widenings_of_half(ck.spvasm) == (3, 4)
+    from pycoop.kernels import gemm_q4_k          # f16 scales loaded through block pointers
+    assert _widenings_of_half(gemm_q4_k().compile().spvasm) == (2, 0)
     rng = np.random.default_rng(3)
     X = rng.standard_normal((64 + 3, 4)).astype(np.float16)
     U = rng.standard_normal((64, 2)).astype(np.float16).view(np.uint32).reshape(64)
