@@ -34,6 +34,7 @@ the others still run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -460,11 +461,12 @@ def bench_q8_1(M: int, K: int, fmt: str, N: int, W: np.ndarray, Wq, ws: list, ar
 
 def gemv_planes_candidates(fmt: str, N: int, K: int, quick: bool,
                            kinds: list | None = None) -> list[PlanesGemvConfig]:
-    """`gemv_planes` configurations tried: the default first, then rows per subgroup, blocks
-    per lane and step (span), subgroups per workgroup, the driver's unrolling and subgroups
-    sharing rows (split), for x in f32, f16 and (quantised formats) q8_1 and q8_1_shared (the
-    quantiser in the kernel: workgroups of 8 to 32 rows, so that each quantises X for many
-    rows), or the x kinds in `kinds`."""
+    """`gemv_planes` configurations tried: the default first and the default with its
+    weights prefetched (the two with `quick`), then rows per subgroup, blocks per lane and
+    step (span), subgroups per workgroup, the driver's unrolling and subgroups sharing rows
+    (split), for x in f32, f16 and (quantised formats) q8_1 and q8_1_shared (the quantiser in
+    the kernel: workgroups of 8 to 32 rows, or up to 128 with kgroups, so that each quantises
+    X for many rows), or the x kinds in `kinds`."""
     xs = ["f32", "f16"] if fmt == "f16" else ["f32", "f16", "q8_1", "q8_1_shared"]
     xs = [x for x in xs if kinds is None or x in kinds]
     out = []
@@ -472,7 +474,7 @@ def gemv_planes_candidates(fmt: str, N: int, K: int, quick: bool,
         first = planes_gemv_config(fmt, N, x, K)
         if x == "q8_1_shared":
             if fits_shared(K // first.kgroups, first.nt):
-                out.append(first)
+                out += [first, dataclasses.replace(first, prefetch=True)]
             if not quick:     # (rows, subgroups, split, span): 8 to 32 rows per workgroup
                 out += [PlanesGemvConfig(x, r, first.nt, sg, sp, None, split)
                         for r, sg, split, sp in ((2, 8, 2, 1), (4, 8, 2, 1), (2, 16, 2, 1),
@@ -489,8 +491,8 @@ def gemv_planes_candidates(fmt: str, N: int, K: int, quick: bool,
                                                  (8, 8, 1, 8), (2, 16, 2, 4), (4, 16, 1, 2))
                         if K % (32 * kg) == 0 and fits_shared(K // kg, first.nt)]
             continue
-        out.append(first)
-        if quick:
+        out += [first, dataclasses.replace(first, prefetch=True)]   # the default, and with
+        if quick:                                                    # the weights prefetched
             continue
         nt = first.nt
         if N == 1:
@@ -586,6 +588,7 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
                      + (f" u{cfg.unroll}" if cfg.unroll else "")
                      + (f" split{cfg.split}" if cfg.split > 1 else "")
                      + (f" kg{cfg.kgroups}" if cfg.kgroups > 1 else "")
+                     + (" prefetch" if cfg.prefetch else "")
                      + (f": kernel {krot:.1f} + quantise {rot - krot:.1f}" if xk == "q8_1" else ""))
                 table_row(lines, args, M, K, fmt, N, rot, warm, pbytes, tt, c, status)
             for e in errors:

@@ -139,7 +139,8 @@ def check_shared(K: int, nt: int) -> None:
 @functools.cache
 def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups: int = 4,
                 subgroup_size: int = 32, span: int = 1, unroll: bool | int | None = None,
-                split: int = 1, K: int | None = None, src: str = "f32", kgroups: int = 1):
+                split: int = 1, K: int | None = None, src: str = "f32", kgroups: int = 1,
+                prefetch: bool = False):
     """The kernel Y (N x M, f32) = X (N x K) @ W.T over weight planes (module docstring).
 
     Operands, in order:
@@ -160,9 +161,13 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
     that stretch of X and adding its sums into Y with f32 atomics: Y must be zero before the
     launch, and the order of the additions, hence the last bits of Y, may change from run to
     run.
+    `prefetch`: each step of a lane issues the next step's weight loads before its own
+    products (x="q8_1_shared": the first step's before X is quantised), the same sums.
     Grid `gemv_planes_grid(M, N, rows, nt, subgroups, split, kgroups)`; subgroups of
     `subgroup_size` lanes.
     """
+    if not isinstance(prefetch, bool):
+        raise ValueError(f"gemv_planes: prefetch must be a bool, got {prefetch!r}")
     check_config(fmt, x, rows, nt, subgroups, subgroup_size, span, split, kgroups)
     if x == "q8_1_shared":
         unit = K_MULTIPLE[fmt] * kgroups
@@ -266,23 +271,57 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
                     if row0 + r < M and col0 + c < N:
                         put(Y, (col0 + c) * M + row0 + r, t)
 
-    def step(Q, D, xload, u0, nb, rws, cols, acc, end=None):
-        """One step of a lane: `span` units from u0 for every row and vector (units up to
-        `end`, default the row's nb), loads first."""
-        end = nb if end is None else end
+    def units(u0, end):
+        """The `span` units of a step from u0, clamped below `end`, and which are real."""
         us = [u0 + j for j in range(SP)]
-        if SP > 1:                                              # the last step may be short
-            ok = [u < end for u in us]
-            us = [pc.min(u, end - 1) for u in us]
-        ws = [[load_w(Q, D, row, u, nb) for u in us] for row in rws]
-        xs = [[xload(col, u, nb) for u in us] for col in cols]
+        if SP == 1 and not prefetch:
+            return us, None
+        return [pc.min(u, end - 1) for u in us], [u < end for u in us]
+
+    def load_ws(Q, D, us, nb, rws):
+        """The weights of units `us` of every row, each as a list [payload uvec4s..., scale]."""
+        out = []
+        for row in rws:
+            out.append([])
+            for u in us:
+                qs, d = load_w(Q, D, row, u, nb)
+                out[-1].append(qs + ([d] if d is not None else []))
+        return out
+
+    def products(ws, xs, ok, acc):
         for r in range(R):
             for c in range(T):
                 for j in range(SP):
-                    t = term(ws[r][j], xs[c][j])
-                    if SP > 1:
+                    w = ws[r][j]
+                    t = term((w[:nw], w[nw] if fmt != "f16" else None), xs[c][j])
+                    if ok is not None:
                         t = pc.select(ok[j], t, f32(0.0))
                     acc[r][c] = acc[r][c] + t
+
+    def preload(Q, D, start, end, nb, rws):
+        """With `prefetch`, the weights of a lane's first step (issued before whatever the
+        kernel does next); else nothing."""
+        return load_ws(Q, D, units(start, end)[0], nb, rws) if prefetch else None
+
+    @pc.func
+    def walk(Q, D, xload, start, end, nb, rws, cols, acc, ahead=None):
+        """A lane's steps over units start, start + stride, ... below `end` (loads first).
+        With `prefetch` (`ahead` from `preload`) each step issues the next step's weight
+        loads before its own products, so they are in flight during them."""
+        stride = S * SP * split
+        for u0 in pc.range(start, end, stride, unroll=unroll):
+            us, ok = units(u0, end)
+            if prefetch:
+                ws = [[list(w) for w in row] for row in ahead]
+                fresh = load_ws(Q, D, units(u0 + stride, end)[0], nb, rws)
+                for r in range(R):
+                    for j in range(SP):
+                        for i in range(len(fresh[r][j])):
+                            ahead[r][j][i] = fresh[r][j][i]
+            else:
+                ws = load_ws(Q, D, us, nb, rws)
+            xs = [[xload(col, u, nb) for u in us] for col in cols]
+            products(ws, xs, ok, acc)
 
     if x in ("f32", "f16"):
         XT, per = (F4, 4) if x == "f32" else (U4, 8)           # x values per vector load
@@ -306,8 +345,7 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
                         Y: pc.WriteBuffer[f32], M: u32, N: u32, K: u32):
             lane, row0, col0, rws, cols, acc, first = setup(M, N)
             xload, nb = make_xload(X, K), K // bk
-            for u0 in pc.range(first, nb, S * SP * split, unroll=unroll):
-                step(Q, D, xload, u0, nb, rws, cols, acc)
+            walk(Q, D, xload, first, nb, nb, rws, cols, acc, preload(Q, D, first, nb, nb, rws))
             finish(Y, acc, lane, row0, col0, M, N)
         return gemv_planes
 
@@ -315,8 +353,8 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
         return term_q8_1(w[0], w[1], *xv)
 
     if x == "q8_1_shared":
-        return _q8_1_shared_kernel(fmt, subgroups, S, T, split, K, src, setup, step, finish,
-                                   unroll, SP, DT, kgroups)
+        return _q8_1_shared_kernel(fmt, subgroups, S, T, split, K, src, setup, preload, walk,
+                                   finish, DT, kgroups)
 
     def make_xload(XQ, XD, XS):                                 # noqa: F811
         def xload(col, u, nb):
@@ -330,14 +368,13 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
                          M: u32, N: u32, K: u32):
         lane, row0, col0, rws, cols, acc, first = setup(M, N)
         xload, nb = make_xload(XQ, XD, XS), K // bk
-        for u0 in pc.range(first, nb, S * SP * split, unroll=unroll):
-            step(Q, D, xload, u0, nb, rws, cols, acc)
+        walk(Q, D, xload, first, nb, nb, rws, cols, acc, preload(Q, D, first, nb, nb, rws))
         finish(Y, acc, lane, row0, col0, M, N)
     return gemv_planes_q8_1
 
 
 def _q8_1_shared_kernel(fmt: str, subgroups: int, S: int, T: int, split: int, K: int, src: str,
-                        setup, step, finish, unroll, SP: int, DT, KG: int):
+                        setup, preload, walk, finish, DT, KG: int):
     """`gemv_planes`' x="q8_1_shared" kernel: the workgroup's T vectors (their stretch of K /
     KG values, the workgroup's z index picking it) quantised into shared memory by 8 lanes per
     32-block (`q8_1_lanes`, as `quantize_q8_1`), then the x="q8_1" products with the
@@ -360,6 +397,8 @@ def _q8_1_shared_kernel(fmt: str, subgroups: int, S: int, T: int, split: int, K:
         lane, row0, col0, rws, cols, acc, first = setup(M, N)
         kz = pc.workgroup_id.z if KG > 1 else u32(0)
         ubase = kz * nbc                        # the stretch's first unit of a row
+        # with prefetch the first weights are loaded while X is quantised
+        ahead = preload(Q, D, ubase + first, ubase + nbc, nb, rws)
         me = pc.subgroup_id() * S + lane        # 8 consecutive lanes share a block
         for c in range(T):
             base = cols[c] * K4 + kz * K4c
@@ -382,8 +421,7 @@ def _q8_1_shared_kernel(fmt: str, subgroups: int, S: int, T: int, split: int, K:
             b = c * nbc + (u - ubase)
             return sh_q[2 * b], sh_q[2 * b + 1], sh_d[b], (sh_s[b] if sh_s is not None else None)
 
-        for u0 in pc.range(ubase + first, ubase + nbc, S * SP * split, unroll=unroll):
-            step(Q, D, xload, u0, nb, rws, list(range(T)), acc, ubase + nbc)
+        walk(Q, D, xload, ubase + first, ubase + nbc, nb, rws, list(range(T)), acc, ahead)
         finish(Y, acc, lane, row0, col0, M, N)
     return gemv_planes_q8_1_shared
 
@@ -407,6 +445,7 @@ class PlanesGemvConfig:
     unroll: bool | int | None = None
     split: int = 1
     kgroups: int = 1
+    prefetch: bool = False
 
     def kernel(self, fmt: str, subgroup_size: int = 32, K: int | None = None,
                src: str = "f32"):
@@ -415,7 +454,8 @@ class PlanesGemvConfig:
         if self.x != "q8_1_shared":
             K, src = None, "f32"                 # one kernel for every K and X dtype
         return gemv_planes(fmt, self.x, self.rows, self.nt, self.subgroups, subgroup_size,
-                           self.span, self.unroll, self.split, K, src, self.kgroups)
+                           self.span, self.unroll, self.split, K, src, self.kgroups,
+                           self.prefetch)
 
     def grid(self, M: int, N: int) -> tuple[int, ...]:
         """Its grid for M rows and N vectors."""

@@ -42,12 +42,14 @@ def check_against_twin(y, twin, X_abs_dot):
        m=st.integers(1, 21),
        blocks=st.integers(1, 5), n=st.integers(1, 8), rows=st.integers(1, 3),
        nt=st.sampled_from([1, 2, 4, 8]), sg=st.integers(1, 3), span=st.integers(1, 3),
-       split=st.sampled_from([1, 1, 2, 3]), seed=st.integers(0, 2 ** 16))
+       split=st.sampled_from([1, 1, 2, 3]), prefetch=st.booleans(),
+       seed=st.integers(0, 2 ** 16))
 def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt, sg, span, split,
-                                           seed):
+                                           prefetch, seed):
     """`split` subgroups share each row group (their sums meet in shared memory); the
     quantiser inside the kernel (x="q8_1_shared") gives the bits of the quantiser's launch
-    (x="q8_1")."""
+    (x="q8_1"); `prefetch` (the next step's weights loaded before this step's products)
+    changes no bit."""
     assume(rows * nt * span <= 64)                          # else refused (tested below)
     if fmt == "f16" and x.startswith("q8_1"):
         x = "f32"
@@ -58,6 +60,9 @@ def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt,
         np.float16 if x == "f16" else np.float32)
     cfg = PlanesGemvConfig(x, rows, nt, sg * split, span, split=split)
     y = matmul_planes_gemv(Wq, X, cfg, backend="emulator", subgroup_size=8)
+    if prefetch:
+        np.testing.assert_array_equal(matmul_planes_gemv(
+            Wq, X, dataclasses.replace(cfg, prefetch=True), backend="emulator", subgroup_size=8), y)
     Wf = planes_weights(Wq)
     absdot = np.abs(X).astype(np.float64) @ np.abs(Wf).T
     if x == "q8_1_shared":
@@ -173,6 +178,7 @@ def test_device_arrays_and_f16_activations():
      "35840 bytes for nt=2, K=14336, more than 32768"),
     (lambda Wq: gemv_planes("q4_0", "q8_1_shared", K=64, src="f64"), "src .* 'f32' or 'f16'"),
     (lambda Wq: gemv_planes("q4_0", "q8_1", kgroups=2), "kgroups .* needs x='q8_1_shared'"),
+    (lambda Wq: gemv_planes("q4_0", prefetch=1), "prefetch must be a bool, got 1"),
     (lambda Wq: gemv_planes("q4_0", "q8_1_shared", K=96, kgroups=2),
      "a multiple of 32 for q4_0 times kgroups=2; got K=96"),
     (lambda Wq: gemv_planes("q4_0", "q8_1_shared", K=64, kgroups=0), "kgroups must be an int"),
@@ -263,6 +269,7 @@ def test_dispatcher_quantises_in_the_kernel_where_it_paid():
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("x", ["f32", "f16", "q8_1", "q8_1_shared"])
 @pytest.mark.parametrize("N,cfg", [(1, None), (5, None), (3, (3, 2, 2, 2)), (1, (2, 1, 4, 1, None, 2, 2)),
+                                   (2, (2, 2, 2, 2, None, 2, 1, True)),
                                    (2, (2, 2, 4, 1, None, 4)), (1, (1, 1, 4, 2, None, 2))])
 def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
     """Through the real Vulkan path (lavapipe: subgroups of 8): equal to the emulator up to
