@@ -19,6 +19,7 @@ from ..types import BufferType, CoopMatType, Scope
 from .fast import FAST_OPS, LAZY_OPERANDS, RUNS
 from .lazy import LazyBlocks
 from .memo import LaunchMemo, launch_memo
+from .sync import DeviceSync
 from .memory import Memory, PointerArray, SharedMemory
 
 
@@ -96,6 +97,7 @@ class EmuCtx:
         self.dead: np.ndarray | None = None       # invocations that executed `return`
         self.memories = memories
         self.barrier_epoch = 0
+        self.sync = DeviceSync(dispatch.nwg, dispatch.wgs)    # cross-workgroup ordering
         self._blocks: dict[int, tuple] = {}
         # Values undefined in some invocations (e.g. OpUndef lanes of a QCOM extract):
         # value -> (bool mask broadcastable to (W, I), why). Ops that read such a value in an
@@ -400,6 +402,9 @@ class EmuCtx:
                                                  "control flow within the workgroup",
                                             rule_id="control.barrier-uniform")
         self.barrier_epoch += 1
+        if op.attrs.get("memory") == "device":
+            self.sync.device_barrier(np.ones(self.dispatch.nwg, bool) if self.mask is None
+                                     else self.mask.any(1))
 
 
 def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size: int | None = None):
@@ -419,11 +424,16 @@ def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size
     ctx.memo = launch_memo(module, d, args, module.kernel.params)
     # buffers some atomic op updates: their plain accesses are recorded for race checks
     atomic = {op.operands[0] for op in module.walk() if get(op.name).atomic}
+    # buffers both stored to and loaded from: loads of other workgroups' stores are checked
+    stored = {op.operands[0] for op in module.walk() if op.name == "store"}
+    loaded = {op.operands[0] for op in module.walk() if op.name == "load"}
     for p, a, name in zip(module.kernel.params, args, module.param_names):
         if isinstance(p.type, BufferType):
             memories[p] = Memory(name, a, p.type.elem)
             if p in atomic:
                 memories[p].track_atomics()
+            if p in stored and p in loaded:
+                memories[p].track_writers(ctx.sync)
             ctx.env[p] = np.zeros((1, 1), np.uint8)
         else:
             ctx.env[p] = np.full((1, 1), a, dtype=p.type.dtype)

@@ -99,6 +99,12 @@ class Memory:
     # for buffers that some atomic op uses.
     _plain: tuple[np.ndarray, np.ndarray] | None = None
     _atomic: tuple[np.ndarray, np.ndarray] | None = None
+    # Per element, the invocation (global index) that last stored it in this dispatch and the
+    # DeviceSync clock of that store; allocated by track_writers() for buffers a kernel both
+    # stores to and loads from
+    _writer: np.ndarray | None = None
+    _wrote: np.ndarray | None = None
+    _sync = None
 
     def __init__(self, name: str, array: np.ndarray, elem):
         self.name = name
@@ -135,7 +141,28 @@ class Memory:
             valid = (idx >= 0) & (idx < self.length)
             flat = np.where(valid, flat, 0)
         self._check_race_read(ctx, op, flat)
+        if self._writer is not None:
+            self._check_unordered_read(ctx, op, flat)
         return self.data[flat]
+
+    def track_writers(self, sync) -> None:
+        """Record which invocation stored each element, and when (`sync`: the dispatch's
+        emulator.sync.DeviceSync), so that loads by other workgroups are checked."""
+        self._writer = np.full(self.length, -1, np.int64)
+        self._wrote = np.full(self.length, -1, np.int64)
+        self._sync = sync
+
+    def _check_unordered_read(self, ctx, op, flat) -> None:
+        shape = ctx.dispatch.shape
+        e = np.broadcast_to(flat, shape)
+        bad = self._sync.unordered(self._writer[e], self._wrote[e], self._who(ctx))
+        ctx.check_ub(bad, op, lambda w, i: (
+            f"data race: this load reads element {int(e[w, i])} of {self._describe()}, which "
+            f"workgroup {ctx._wg_name(int(self._writer[e[w, i]]) // ctx.dispatch.wgs)} stored "
+            "in this dispatch, and nothing orders the two (make the stores available with "
+            "pc.barrier(memory='device') before a release atomic, and load after an acquire "
+            "atomic and pc.barrier(memory='device'), or load in a later launch)"),
+            rule_id="emulator.workgroup-race")
 
     def scatter(self, ctx, op, idx: np.ndarray, val: np.ndarray) -> None:
         idx = idx.astype(np.int64)
@@ -150,6 +177,11 @@ class Memory:
         check_write_race(op, flat.reshape(-1), val, "this store")
         self._record_write(ctx, op, flat, val)
         self.data[flat.reshape(-1)] = val
+        if self._writer is not None:
+            who = np.broadcast_to(self._who(ctx), shape)
+            who = who[ctx.mask] if ctx.mask is not None else who
+            self._writer[flat.reshape(-1)] = who.reshape(-1)
+            self._wrote[flat.reshape(-1)] = self._sync.tick()
 
     def _who(self, ctx):
         d = ctx.dispatch

@@ -217,6 +217,8 @@ def apply_in_order(kind: str, t: ScalarType, data: np.ndarray, flat: np.ndarray,
 def _emu_atomic(ctx, op, mem, idx, *vals):
     memory = ctx.memory_of(op.operands[0])
     flat, active = memory.atomic_access(ctx, op, idx)
+    if not isinstance(op.operands[0].type, SharedArrayType):    # orders other workgroups'
+        ctx.sync.atomic(active, op.attrs["semantics"])           # buffer accesses
     shape = ctx.dispatch.shape
     t = op.result.type
     per = [np.broadcast_to(v, shape)[active] if active is not None else np.broadcast_to(v, shape).reshape(-1)
