@@ -35,8 +35,8 @@ from .gemm import gemm_q4_0, gemm_q4_0_planes, sum_splits
 from .gemm_quant import (_f16_at, _q4_k_scales, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
                          gemm_q8_0_planes)
 from .gemv_planes import K_MULTIPLE as PLANES_K_MULTIPLE
-from .gemv_planes import (KGROUPS, PlanesGemvConfig, matmul_planes_gemv, planes_gemv_config,
-                          weight_planes)
+from .gemv_planes import (KGROUPS, KGROUPS_ABOVE_K, PlanesGemvConfig, matmul_planes_gemv,
+                          planes_gemv_config, weight_planes)
 from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1, store_row_sums
 
 # weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
@@ -47,11 +47,6 @@ LARGE_N_GEMMS = {"q4_0": gemm_q4_0, "q8_0": gemm_q8_0, "q4_k": gemm_q4_k}   # de
 # the planes GEMMs (weights as nibble/byte planes and scales, dequantised into shared memory,
 # KHR cooperative matrices; the planes made once by `weight_planes`): the kernels for N >= 2
 PLANES_GEMMS = {"q4_0": gemm_q4_0_planes, "q8_0": gemm_q8_0_planes, "q4_k": gemm_q4_k_planes}
-# q8_1 activations of one vector are quantised inside gemv_planes (x="q8_1_shared") up to this
-# K: each workgroup then quantises all of X, which beat the quantiser's own launch at K = 4096
-# (H200: Q4_0 6.8 against 8.9 µs at 4096 x 4096, 13.2 against 14.4 at 14336 x 4096) and lost
-# at K = 14336 (15.1 against 14.1 µs)
-SHARED_QUANTISE_MAX_K = 4096
 
 U4 = pc.vec(u32, 4)
 F4 = pc.vec(f32, 4)
@@ -314,8 +309,9 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
                   activations: str = "f32", M: int | None = None,
                   K: int | None = None) -> GemvConfig:
     """The kernel for N vectors of weights in `fmt`: `gemv_planes` over the weight planes at
-    N = 1 (f16, Q4_0, Q8_0; Q4_K with q8_1 activations; one vector of q8_1 activations with
-    K <= `SHARED_QUANTISE_MAX_K` quantised in the kernel) and with q8_1 activations up to 8
+    N = 1 (f16, Q4_0, Q8_0; Q4_K with q8_1 activations; one vector of q8_1 activations
+    quantised in the kernel, above K = `KGROUPS_ABOVE_K` by `KGROUPS` workgroups sharing K,
+    where K divides into their stretches) and with q8_1 activations up to 8
     vectors, where K is a multiple of the format's block; for N >= 2 with Q4_0, Q8_0 or Q4_K weights whose shape (`M` x `K`, when given) fits, the
     planes GEMM (`planes_config`); otherwise tiles of up to 8 vectors sharing each decoded
     weight for N <= `large_n`, and the decode-function GEMM above that where the format has
@@ -334,7 +330,7 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
             K is None or K % PLANES_K_MULTIPLE[fmt] == 0):
         x = _check_activations(fmt, activations)
         if x == "q8_1" and N == 1 and K is not None and (
-                K <= SHARED_QUANTISE_MAX_K or K % (PLANES_K_MULTIPLE[fmt] * KGROUPS) == 0):
+                K <= KGROUPS_ABOVE_K or K % (PLANES_K_MULTIPLE[fmt] * KGROUPS) == 0):
             x = "q8_1_shared"          # the quantiser in the kernel: one launch, not two
         p = planes_gemv_config(fmt, int(N), x, K)
         return GemvConfig("gemv_planes", p.rows, p.nt, p.subgroups, p.unroll, span=p.span,

@@ -224,14 +224,14 @@ def test_dispatcher_quantises_in_the_kernel_where_it_paid():
     group's K (each quantising a quarter of X; partial sums added atomically), and
     deterministic=True keeps the quantiser's own launch there; f16 X too."""
     from pycoop.kernels import choose_kernel
-    from pycoop.kernels.gemv import SHARED_QUANTISE_MAX_K
+    from pycoop.kernels.gemv_planes import KGROUPS_ABOVE_K
     assert choose_kernel("q4_0", 1, activations="q8_1", M=64, K=4096).x == "q8_1_shared"
     big = choose_kernel("q4_0", 1, activations="q8_1", M=64, K=14336)
     assert big.x == "q8_1_shared" and big.kgroups == 4
     assert choose_kernel("q4_0", 1, activations="q8_1", M=64, K=4096 + 32).x is None
     assert choose_kernel("q4_0", 2, activations="q8_1", M=64, K=4096).x is None
     assert choose_kernel("q4_0", 1, activations="q8_1").x is None      # K unknown
-    assert SHARED_QUANTISE_MAX_K == 4096
+    assert KGROUPS_ABOVE_K == 4096
     rng = np.random.default_rng(4)
     W = rng.integers(0, 256, (24, 8 * 18), dtype=np.uint8)
     W[:, ::18], W[:, 1::18] = np.array([0.02], np.float16).view(np.uint8)
