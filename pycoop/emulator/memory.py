@@ -164,6 +164,29 @@ class Memory:
             "atomic and pc.barrier(memory='device'), or load in a later launch)"),
             rule_id="emulator.workgroup-race")
 
+    def _check_unordered_write(self, op, e, val, who) -> None:
+        """A store changing an element another workgroup stored in this dispatch, with
+        nothing ordering the two stores: which value stays is unspecified."""
+        bad = self._sync.unordered(self._writer[e], self._wrote[e], who)
+        if not bad.any():
+            return
+        old, new = self.data[e].reshape(len(e), -1), val.reshape(len(e), -1)
+        width = f"u{old.dtype.itemsize}"            # compared as bits (NaN payloads too)
+        differs = (np.ascontiguousarray(old).view(width) !=
+                   np.ascontiguousarray(new.astype(old.dtype)).view(width)).any(1)
+        bad &= differs
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise EmulatorError(
+                f"data race: this store changes element {int(e[k])} of {self._describe()}, "
+                f"which workgroup {int(self._writer[e[k]]) // self._sync.wgs} (linear index) "
+                "stored in this dispatch, and nothing orders the two stores (which value stays "
+                "is unspecified)", op.loc,
+                rule="reported by the pycoop emulator",
+                hint="order them as loads are (pc.barrier(memory='device') and release/acquire "
+                     "atomics), or store from one workgroup",
+                rule_id="emulator.workgroup-race")
+
     def scatter(self, ctx, op, idx: np.ndarray, val: np.ndarray) -> None:
         idx = idx.astype(np.int64)
         self._oob(ctx, op, idx, "store")
@@ -176,11 +199,13 @@ class Memory:
         val = np.ascontiguousarray(val).reshape((-1,) + comp)
         check_write_race(op, flat.reshape(-1), val, "this store")
         self._record_write(ctx, op, flat, val)
-        self.data[flat.reshape(-1)] = val
         if self._writer is not None:
             who = np.broadcast_to(self._who(ctx), shape)
-            who = who[ctx.mask] if ctx.mask is not None else who
-            self._writer[flat.reshape(-1)] = who.reshape(-1)
+            who = (who[ctx.mask] if ctx.mask is not None else who).reshape(-1)
+            self._check_unordered_write(op, flat.reshape(-1), val, who)
+        self.data[flat.reshape(-1)] = val
+        if self._writer is not None:
+            self._writer[flat.reshape(-1)] = who
             self._wrote[flat.reshape(-1)] = self._sync.tick()
 
     def _who(self, ctx):

@@ -1,7 +1,8 @@
 """Which buffer writes of other workgroups a load may see in one dispatch.
 
 Workgroups run concurrently, so a plain load of a buffer element that another workgroup
-stored in the same dispatch is a data race unless the Vulkan memory model orders the two.
+stored in the same dispatch is a data race unless the Vulkan memory model orders the two
+(and so is a store changing such an element).
 The emulator runs the workgroups in lockstep, so such a load would quietly see the value; it
 reports the race instead unless the pattern that orders it was followed:
 

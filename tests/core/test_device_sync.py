@@ -94,3 +94,29 @@ def test_a_release_by_the_storing_invocation_orders_its_store():
     part, count, out = np.zeros(3, np.float32), np.zeros(1, np.uint32), np.zeros(1, np.float32)
     _own_release[3](part, count, out, backend="emulator")
     assert out[0] == 0 + 1 + 2
+
+
+@pc.kernel(workgroup_size=32)
+def _two_writers(x: pc.Buffer[f32]):
+    i = pc.local_invocation_index()
+    w = pc.workgroup_id.x
+    if w == 0:
+        x[i] = f32(1.0)
+    pc.barrier()
+    if w == 1:
+        x[i] = x[32 + i] + 2.0          # HERE: workgroup 0 stored x[i] in this dispatch
+
+
+def test_a_store_over_another_workgroups_store_is_a_race():
+    """Two workgroups storing different values to one element, unordered: which value stays
+    is unspecified; the same value stored twice is not reported."""
+    with pytest.raises(pc.EmulatorError) as e:
+        _two_writers[2](np.zeros(64, np.float32), backend="emulator")
+    assert e.value.rule_id == "emulator.workgroup-race"
+    assert "this store changes element 0" in str(e.value) and "workgroup 0" in str(e.value)
+    src = open(__file__).read().splitlines()
+    assert "# HERE" in src[e.value.loc.line - 1]
+    x = np.zeros(64, np.float32)
+    x[32:] = -1.0                        # workgroup 1 then stores 1.0 too: the same value
+    _two_writers[2](x, backend="emulator")
+    assert (x[:32] == 1.0).all()
