@@ -422,11 +422,14 @@ def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size
     memories: dict[Value, Memory] = {}
     ctx = EmuCtx(module, d, memories)
     ctx.memo = launch_memo(module, d, args, module.kernel.params)
-    # buffers some atomic op updates: their plain accesses are recorded for race checks
-    atomic = {op.operands[0] for op in module.walk() if get(op.name).atomic}
-    # buffers both stored to and loaded from: loads of other workgroups' stores are checked
-    stored = {op.operands[0] for op in module.walk() if op.name == "store"}
-    loaded = {op.operands[0] for op in module.walk() if op.name == "load"}
+    # buffers some atomic op updates: their plain accesses are recorded for race checks;
+    # buffers both stored to and loaded from: other workgroups' stores are checked
+    atomic, stored, loaded = set(), set(), set()
+    for op in module.walk():
+        if get(op.name).atomic:
+            atomic.add(op.operands[0])
+        elif op.name in ("store", "load"):
+            (stored if op.name == "store" else loaded).add(op.operands[0])
     for p, a, name in zip(module.kernel.params, args, module.param_names):
         if isinstance(p.type, BufferType):
             memories[p] = Memory(name, a, p.type.elem)

@@ -164,7 +164,7 @@ class Memory:
             "atomic and pc.barrier(memory='device'), or load in a later launch)"),
             rule_id="emulator.workgroup-race")
 
-    def _check_unordered_write(self, op, e, val, who) -> None:
+    def _check_unordered_write(self, ctx, op, e, val, who) -> None:
         """A store changing an element another workgroup stored in this dispatch, with
         nothing ordering the two stores: which value stays is unspecified."""
         bad = self._sync.unordered(self._writer[e], self._wrote[e], who)
@@ -179,7 +179,7 @@ class Memory:
             k = int(np.argmax(bad))
             raise EmulatorError(
                 f"data race: this store changes element {int(e[k])} of {self._describe()}, "
-                f"which workgroup {int(self._writer[e[k]]) // self._sync.wgs} (linear index) "
+                f"which workgroup {ctx._wg_name(int(self._writer[e[k]]) // self._sync.wgs)} "
                 "stored in this dispatch, and nothing orders the two stores (which value stays "
                 "is unspecified)", op.loc,
                 rule="reported by the pycoop emulator",
@@ -202,7 +202,7 @@ class Memory:
         if self._writer is not None:
             who = np.broadcast_to(self._who(ctx), shape)
             who = (who[ctx.mask] if ctx.mask is not None else who).reshape(-1)
-            self._check_unordered_write(op, flat.reshape(-1), val, who)
+            self._check_unordered_write(ctx, op, flat.reshape(-1), val, who)
         self.data[flat.reshape(-1)] = val
         if self._writer is not None:
             self._writer[flat.reshape(-1)] = who

@@ -247,17 +247,10 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
     @pc.func
     def finish(Y, acc, lane, row0, col0, M, N):
         """Sum the lanes' (and the split subgroups') partial sums and store them."""
-        if split == 1 and kgroups == 1:
-            store_row_sums(Y, acc, lane, row0, col0, M, N)
+        if split == 1:
+            store_row_sums(Y, acc, lane, row0, col0, M, N, kgroups > 1)
             return
         sums = [[pc.subgroup.add(a) for a in row] for row in acc]
-        if split == 1:
-            if lane == 0:
-                for r in range(R):
-                    for c in range(T):
-                        if row0 + r < M and col0 + c < N:
-                            put(Y, (col0 + c) * M + row0 + r, sums[r][c])
-            return
         part = pc.shared(f32, subgroups * R * T)
         sg = pc.subgroup_id()
         if lane == 0:

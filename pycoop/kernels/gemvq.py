@@ -54,15 +54,19 @@ _LOW_NIBBLES = 0x0F0F0F0F
 
 
 @pc.func
-def store_row_sums(Y, acc: list, lane, row0, col0, M, N):
+def store_row_sums(Y, acc: list, lane, row0, col0, M, N, add: bool = False):
     """The last step of the matrix-vector kernels: each accumulator acc[r][c] summed over the
-    subgroup, and lane 0 storing it as Y[(col0 + c) * M + row0 + r] where that is inside M x N."""
+    subgroup, and lane 0 storing it as Y[(col0 + c) * M + row0 + r] where that is inside M x N
+    (`add`: adding it there with an f32 atomic, for workgroups that share a row)."""
     sums = [[pc.subgroup.add(a) for a in row] for row in acc]
     if lane == 0:
         for r in range(len(sums)):
             for c in range(len(sums[r])):
                 if row0 + r < M and col0 + c < N:
-                    Y[(col0 + c) * M + row0 + r] = sums[r][c]
+                    if add:
+                        pc.atomic.add(Y, (col0 + c) * M + row0 + r, sums[r][c])
+                    else:
+                        Y[(col0 + c) * M + row0 + r] = sums[r][c]
 
 def _check_src(src) -> str:
     if src not in ("f32", "f16"):
