@@ -461,12 +461,13 @@ def bench_q8_1(M: int, K: int, fmt: str, N: int, W: np.ndarray, Wq, ws: list, ar
 
 def gemv_planes_candidates(fmt: str, N: int, K: int, quick: bool,
                            kinds: list | None = None) -> list[PlanesGemvConfig]:
-    """`gemv_planes` configurations tried: the default first and the default with its
-    weights prefetched (the two with `quick`), then rows per subgroup, blocks per lane and
+    """`gemv_planes` configurations tried: the default first and its twin with weight
+    prefetching switched (the two with `quick`), then rows per subgroup, blocks per lane and
     step (span), subgroups per workgroup, the driver's unrolling and subgroups sharing rows
     (split), for x in f32, f16 and (quantised formats) q8_1 and q8_1_shared (the quantiser in
-    the kernel: workgroups of 8 to 32 rows, or up to 128 with kgroups, so that each quantises
-    X for many rows), or the x kinds in `kinds`."""
+    the kernel, weights prefetched: workgroups of 8 to 32 rows, or up to 128 with kgroups
+    (these also without prefetching), so that each quantises X for many rows), or the x kinds
+    in `kinds`."""
     xs = ["f32", "f16"] if fmt == "f16" else ["f32", "f16", "q8_1", "q8_1_shared"]
     xs = [x for x in xs if kinds is None or x in kinds]
     out = []
@@ -474,9 +475,9 @@ def gemv_planes_candidates(fmt: str, N: int, K: int, quick: bool,
         first = planes_gemv_config(fmt, N, x, K)
         if x == "q8_1_shared":
             if fits_shared(K // first.kgroups, first.nt):
-                out += [first, dataclasses.replace(first, prefetch=True)]
+                out += [first, dataclasses.replace(first, prefetch=not first.prefetch)]
             if not quick:     # (rows, subgroups, split, span): 8 to 32 rows per workgroup
-                out += [PlanesGemvConfig(x, r, first.nt, sg, sp, None, split)
+                out += [PlanesGemvConfig(x, r, first.nt, sg, sp, None, split, 1, True)
                         for r, sg, split, sp in ((2, 8, 2, 1), (4, 8, 2, 1), (2, 16, 2, 1),
                                                  (4, 16, 4, 1), (8, 8, 2, 1), (4, 8, 1, 1),
                                                  (4, 16, 2, 1), (8, 16, 4, 1), (2, 16, 4, 1),
@@ -484,15 +485,15 @@ def gemv_planes_candidates(fmt: str, N: int, K: int, quick: bool,
                         if fits_shared(K, first.nt)]
                 # workgroups sharing K (kgroups): 16 to 128 rows per workgroup, each
                 # quantising only its stretch of X
-                out += [PlanesGemvConfig(x, r, first.nt, sg, 1, None, split, kg)
-                        for r, sg, split, kg in ((2, 16, 2, 2), (4, 16, 1, 4), (4, 16, 2, 4),
+                out += [PlanesGemvConfig(x, r, first.nt, sg, 1, None, split, kg, pf)
+                        for pf in (True, False) for r, sg, split, kg in ((2, 16, 2, 2), (4, 16, 1, 4), (4, 16, 2, 4),
                                                  (2, 16, 1, 4), (4, 8, 1, 4), (8, 16, 2, 4),
                                                  (8, 16, 1, 8), (4, 16, 1, 8), (4, 16, 2, 8),
                                                  (8, 8, 1, 8), (2, 16, 2, 4), (4, 16, 1, 2))
                         if K % (32 * kg) == 0 and fits_shared(K // kg, first.nt)]
             continue
-        out += [first, dataclasses.replace(first, prefetch=True)]   # the default, and with
-        if quick:                                                    # the weights prefetched
+        out += [first, dataclasses.replace(first, prefetch=not first.prefetch)]  # and its twin
+        if quick:
             continue
         nt = first.nt
         if N == 1:

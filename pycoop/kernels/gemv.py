@@ -290,8 +290,9 @@ class GemvConfig:
     planes, N <= 8, X in f32 or, with activations="q8_1", quantised; `rows`, `nt`,
     `subgroups`, `unroll`, `span`, its blocks per lane and step, `split_k`, the subgroups
     sharing rows, `x`, its activation kind: None for the one `activations` names, or
-    "q8_1_shared" to quantise X in the kernel, one launch instead of two, and `kgroups`,
-    the workgroups sharing a row's K with x="q8_1_shared")."""
+    "q8_1_shared" to quantise X in the kernel, one launch instead of two, `kgroups`,
+    the workgroups sharing a row's K with x="q8_1_shared", and `prefetch`, the next step's
+    weights loaded before the current step's products)."""
     kind: str
     rows: int = 1
     nt: int = 1
@@ -303,6 +304,7 @@ class GemvConfig:
     span: int = 1
     x: str | None = None
     kgroups: int = 1
+    prefetch: bool = False
 
 
 def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
@@ -335,7 +337,7 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
         p = planes_gemv_config(fmt, int(N), x, K)
         return GemvConfig("gemv_planes", p.rows, p.nt, p.subgroups, p.unroll, span=p.span,
                           split_k=p.split, x=None if x == activations else x,
-                          kgroups=p.kgroups)
+                          kgroups=p.kgroups, prefetch=p.prefetch)
     if _check_activations(fmt, activations) == "q8_1":
         if fmt == "q4_k":
             raise ValueError(f"activations='q8_1' with q4_k weights takes N <= 8 vectors "
@@ -529,7 +531,7 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
                              f"activations={'q8_1' if x.startswith('q8_1') else 'f32'!r}, got "
                              f"activations={activations!r}")
         p = PlanesGemvConfig(x, cfg.rows, cfg.nt, cfg.subgroups, cfg.span, cfg.unroll,
-                             cfg.split_k, cfg.kgroups)
+                             cfg.split_k, cfg.kgroups, cfg.prefetch)
         if deterministic and p.kgroups > 1:
             if config is not None:
                 raise ValueError("matmul_q: deterministic=True takes no kgroups (their f32 "

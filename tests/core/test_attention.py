@@ -15,7 +15,7 @@ import pycoop as pc
 from pycoop.kernels import (AttentionResult, Softmax, attention, attention_decode,
                             attention_decode_vector, attention_merge, attention_prefill,
                             attention_reference)
-from pycoop.kernels.attention_decode import fits_shared
+from pycoop.kernels.attention_decode import default_splits, fits_shared
 
 # small tiles keep the emulator fast; the GPU defaults are checked by spirv-val below
 TILE = {"Br": 32, "Bc": 32, "invocations": 128}
@@ -337,6 +337,19 @@ def test_vector_decode_bf16_f16_out_scale_and_device_arrays():
     r = attention(q, k, v, out="f32", backend="emulator", splits=3)
     assert isinstance(r.out, pc.Array) and isinstance(r.lse, pc.Array)
     check(AttentionResult(r.out.numpy(), r.lse.numpy(), 0, ""), Q, K, V, tol=2e-5)
+
+
+@pytest.mark.parametrize("keys,kv_rows,splits", [
+    (8192, 8, 33),      # about 2 workgroups per SM of 132: chunks of 256 keys
+    (16384, 8, 33),     # chunks of 497 keys: still within 512
+    (32768, 8, 64),     # 33 chunks would be 993 keys long: 64 of 512
+    (1 << 20, 8, 66),   # at most twice the base
+    (100, 8, 2),        # no chunk shorter than one iteration (64 keys)
+    (512, 264, 1),      # many heads: one chunk each
+    (8192, 264, 2),     # ... but chunks of 8192 keys are long: two
+])
+def test_default_splits(keys, kv_rows, splits):
+    assert default_splits(keys, kv_rows, 32, 2) == splits
 
 
 @pytest.mark.parametrize("Skv,splits", [(5, 4), (64, 9), (33, 3)])

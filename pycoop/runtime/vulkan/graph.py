@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .batch import ALL_STAGES, DescriptorSets, Hazards
+from .batch import Barrier, DescriptorSets, Hazards
 from .errors import check
 from .ext import ffi, lib, vk
 from .faults import FAULT_BYTES, SLAB_RECORDS
@@ -68,11 +68,10 @@ class GraphRecording(DescriptorSets):
         self.destroyed = False
 
     # ------------------------------------------------------------------ recording
-    def barrier(self, memory_barrier: Any, hazard: bool = True) -> None:
+    def barrier(self, barrier: Barrier, hazard: bool = True) -> None:
         """A global memory barrier between dependent commands of the graph."""
         self.barriers += hazard
-        lib.vkCmdPipelineBarrier(self.cmd, ALL_STAGES, ALL_STAGES, 0, 1, memory_barrier, 0,
-                                 ffi.NULL, 0, ffi.NULL)
+        barrier.record(self.cmd)
         self.hazards.clear()
 
     def note(self, accesses) -> None:

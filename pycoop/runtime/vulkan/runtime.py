@@ -34,7 +34,8 @@ import numpy as np
 from .. import capturing
 from . import faults, hostcopy, timeline
 from .abi import Binder, BoundArguments, DeviceView, check_repeat
-from .batch import ALL_READ_WRITE, BOTTOM, TOP, PendingTimes, Submission
+from .batch import (ALL_READ_WRITE, ALL_STAGES, BOTTOM, DEVICE_READ_WRITE, DEVICE_STAGES, TOP,
+                    Barrier, PendingTimes, Submission)
 from .capabilities import Capabilities
 from .device import MEMORY_DEVICE_LOCAL, MEMORY_HOST_COHERENT, MEMORY_HOST_VISIBLE, Device
 from .errors import (ArgumentError, DeviceLost, OutOfDeviceMemory, OutOfHostMemory,
@@ -112,9 +113,8 @@ class _Context:
         self.begin_info = ffi.new("VkCommandBufferBeginInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
             "flags": vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT})
-        self.barrier = ffi.new("VkMemoryBarrier*", {
-            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, "srcAccessMask": ALL_READ_WRITE,
-            "dstAccessMask": ALL_READ_WRITE})
+        self.barrier = Barrier(DEVICE_READ_WRITE, DEVICE_STAGES)     # between commands
+        self.host_barrier = Barrier(ALL_READ_WRITE, ALL_STAGES)      # at the end of a batch
         self.copy_region = ffi.new("VkBufferCopy*")
         bits = self.device.timestamp_bits
         self.timestamp_mask = (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
@@ -853,7 +853,7 @@ class VulkanRuntime:
         if sub is None:
             return
         ctx.recording = None
-        sub.barrier(ctx.barrier, hazard=False)      # the host and the next batch see every write
+        sub.barrier(ctx.host_barrier, hazard=False)  # the host and the next batch see every write
         check(lib.vkEndCommandBuffer(sub.cmd), "vkEndCommandBuffer")
         check(lib.vkResetFences(ctx.device.handle, 1, sub.fences), "vkResetFences")
         if ctx.next_waits or sub.signals:
