@@ -512,7 +512,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     the current keys' math; an int: that many iterations ahead, True is 1), `decode_merge` ("workgroup": the last workgroup of each K/V head
     merges the chunks, one launch; "launch": `attention_merge` as a second launch),
     `subgroup_size`, `merge_unroll`; `splits` by default
-    about two workgroups per SM of a 132-SM GPU), "coopmat" with the cooperative-matrix
+    about two workgroups per SM of a 132-SM GPU, up to twice that where chunks would be
+    longer than 512 keys), "coopmat" with the cooperative-matrix
     kernels above, "auto" (the default) with "vector" where it applies: f16 or bf16, head_dim
     64, 128 or 256, at most 8 query rows per K/V head (heads / kv_heads * queries). On the
     vector path `softmax` and `fp` do not apply (it computes in f32 throughout, in base 2)."""
