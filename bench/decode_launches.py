@@ -6,12 +6,15 @@ replayed launch graph, both as one graph, and the chunk kernel twice in one grap
 
 32 query heads over 8 K/V heads, head dim 128, f16, device arrays, the default configuration
 (`attention(...)`'s splits and kernels). Graph times are from the replay's first command to
-its last (min and median over the replays). Skips (exit 0) without a Vulkan device with
+its last (min and median over the replays). The GPU is kept busy for a moment before each
+measurement (`warmup.warm_gpu`), and the loops are timed again at the end. Skips (exit 0) without a Vulkan device with
 subgroups of 32.
 """
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -20,13 +23,18 @@ from pycoop.kernels.attention_decode import (DecodeConfig, attention_decode_vect
                                              attention_merge, chunk_of, default_lanes,
                                              default_splits, streams_of)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from warmup import warm_gpu  # noqa: E402
+
 H, HKV, D = 32, 8, 128
+WARM_S = 0.3        # the GPU kept busy before each measurement, so that its clocks are up
 
 
 def graph_us(body, replays: int) -> tuple[float, float]:
     """(min, median) µs of `replays` replays of the launches `body` makes, captured once."""
     with pc.capture(backend="vulkan") as g:
         body()
+    warm_gpu(WARM_S)
     for _ in range(20):
         g.launch()
     runs = [g.launch() for _ in range(replays)]
@@ -59,17 +67,22 @@ def case(keys: int, replays: int) -> None:
     def a2(**kw):
         return merge[(H,)](part, m, l, o, lse, H, splits, backend="vulkan", **kw)
 
-    a1(repeat=200)
-    a2(repeat=200)
-    r1, r2 = a1(repeat=100), a2(repeat=100)
-    pc.synchronize()
+    def loops() -> str:
+        warm_gpu(WARM_S)
+        a1(repeat=200)
+        a2(repeat=200)
+        r1, r2 = a1(repeat=100), a2(repeat=100)
+        pc.synchronize()
+        return f"chunks {r1.time_ms * 1e3:.2f}, merge {r2.time_ms * 1e3:.2f}"
+
     print(f"\n{keys} keys, {splits} chunks of {chunk} keys (µs, min / median)")
-    print(f"  repeat loop: chunks {r1.time_ms * 1e3:.2f}, merge {r2.time_ms * 1e3:.2f}")
+    print(f"  repeat loops: {loops()}")
     for label, body in (("chunks alone", a1), ("merge alone", a2),
                         ("chunks then merge", lambda: (a1(), a2())),
                         ("chunks twice", lambda: (a1(), a1()))):
         lo, med = graph_us(body, replays)
         print(f"  graph, {label:<18} {lo:7.2f} / {med:7.2f}")
+    print(f"  repeat loops again: {loops()}")
 
 
 def main() -> None:

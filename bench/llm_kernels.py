@@ -63,6 +63,7 @@ NS = [1, 2, 4, 8, 16, 32, 64]
 FORMATS = ["f16", "q8_0", "q4_0", "q4_k"]
 PEAK_GBS = {"H100": 3350.0, "H200": 4800.0}     # HBM3 / HBM3e, by device name
 WARMUP = 50
+CONFIG_WARMUP_S = 0.25      # the GPU kept busy before each configuration is timed
 
 
 
@@ -185,8 +186,10 @@ def table_row(lines: list, args, M: int, K: int, fmt: str, N: int, rot: float, w
 
 def time_pycoop(launch, ws: list, repeat: int) -> tuple[float, float]:
     """(rotated µs, warm µs): medians of `repeat` launches `launch(w)` cycling through the
-    weight copies `ws`, and of `repeat` launches on ws[0]."""
+    weight copies `ws`, and of `repeat` launches on ws[0], after a short clock warm-up (the
+    configuration's pipeline was just created, with the GPU idle)."""
     rt = pc.get_runtime()
+    warm_gpu(CONFIG_WARMUP_S)
     with rt.batch():
         for i in range(WARMUP):
             launch(ws[i % len(ws)])
@@ -215,6 +218,7 @@ def time_planes(M: int, K: int, fmt: str, N: int, W: np.ndarray, copies: int, re
         return out
 
     rt = pc.get_runtime()
+    warm_gpu(CONFIG_WARMUP_S)
     with rt.batch():
         for i in range(WARMUP):
             run(Wqs[i % copies])

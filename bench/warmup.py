@@ -2,6 +2,7 @@
 a cold process ran up to 3-4x slow on the H200 (kernels and copies alike)."""
 from __future__ import annotations
 
+import functools
 import time
 
 import pycoop as pc
@@ -18,15 +19,24 @@ def _fma_stream(X: pc.ReadBuffer[f32], Y: pc.Buffer[f32], n: u32):
         Y[i] = y
 
 
+@functools.cache
+def _buffers(n: int) -> tuple:
+    """The two arrays the warm-up streams, made once per process (each call reuses them)."""
+    return pc.zeros(n, pc.f32, backend="vulkan"), pc.zeros(n, pc.f32, backend="vulkan")
+
+
 def warm_gpu(seconds: float = 3.0) -> None:
     """Keep a discrete GPU busy for `seconds` with a kernel that streams 1 GB and computes,
     and with 512 MB device-to-device copies, so that its clocks have ramped up before the
-    first row is timed. Other devices (lavapipe) are left alone."""
+    first row is timed. Other devices (lavapipe) are left alone. Sweeps call it briefly
+    before each configuration too: creating a pipeline idles the GPU for long enough that
+    its clocks fall again (an H100 sweep ran every configuration after the seventh 2-5x
+    slow until then)."""
     rt = pc.get_runtime("vulkan")
     if rt.capabilities.device_type != "discrete":
         return
     n = 128 << 20
-    x, y = pc.zeros(n, pc.f32, backend="vulkan"), pc.zeros(n, pc.f32, backend="vulkan")
+    x, y = _buffers(n)
     blocks = n // 256
     grid = (min(blocks, 65535), -(-blocks // 65535))
     end = time.perf_counter() + seconds
