@@ -21,7 +21,8 @@ from pycoop.kernels import (gemm_q4_0_planes, gemm_q4_k_planes, gemm_q8_0_planes
 from pycoop.kernels.gemv import BLOCKS
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from llm_kernels import torch_times  # noqa: E402
+from llm_kernels import CONFIG_WARMUP_S, torch_times  # noqa: E402
+from warmup import warm_gpu  # noqa: E402
 
 PLANES = {"q4_0": (gemm_q4_0_planes, q4_0_planes), "q8_0": (gemm_q8_0_planes, q8_0_planes),
           "q4_k": (gemm_q4_k_planes, q4_k_planes)}
@@ -38,7 +39,7 @@ def weights_raw(fmt, M, K, rng):
     return b.reshape(M, -1)
 
 
-def candidates(N):
+def candidates(N, modes=("stacked", "atomic")):
     out = []
     for BN in (16, 32, 64):
         if BN < N or BN > max(16, 2 * N):
@@ -49,8 +50,8 @@ def candidates(N):
             TN = BN // (16 * SGN)
             if TN < 1 or BM % (16 * SGM):
                 continue
-            for split, mode in itertools.product((1, 2, 4, 8, 16), ("stacked", "atomic")):
-                if split == 1 and mode == "atomic":
+            for split, mode in itertools.product((1, 2, 4, 8, 16), modes):
+                if split == 1 and mode == "atomic" and "stacked" in modes:
                     continue
                 out.append((BM, BN, BK, SGM, SGN, split, mode))
     return out
@@ -64,6 +65,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--rotate-mb", type=int, default=256)
     ap.add_argument("--top", type=int, default=4)
+    ap.add_argument("--modes", nargs="+", default=["stacked", "atomic"],
+                    choices=["stacked", "atomic"], help="split-K modes tried")
     ap.add_argument("--backend", default="vulkan", help="emulator: a check of the script at small sizes")
     args = ap.parse_args()
     BK_ = args.backend
@@ -94,7 +97,7 @@ def main():
                 except Exception as e:                        # noqa: BLE001
                     print(f"torch: {e}")
                 res = []
-                for BM, BN, BK, SGM, SGN, split, mode in candidates(N):
+                for BM, BN, BK, SGM, SGN, split, mode in candidates(N, tuple(args.modes)):
                     Np = -(-N // BN) * BN
                     if M % BM or K % (BK * split):
                         continue
@@ -131,6 +134,7 @@ def main():
                             ref = X.astype(np.float16).astype(np.float64) @ \
                                 np.asarray(Wf, np.float32).astype(np.float16).astype(np.float64).T
                         err = np.abs(got - ref).max() / np.abs(ref).max()
+                        warm_gpu(CONFIG_WARMUP_S)   # the pipeline's creation and the check idled it
                         with rt.batch():
                             runs = [launch(ws[i % copies]) for i in range(args.repeat)]
                         pc.synchronize()
