@@ -41,8 +41,8 @@ def weights_raw(fmt, M, K, rng):
 
 def candidates(N, modes=("stacked", "atomic")):
     out = []
-    for BN in (16, 32, 64):
-        if BN < N or BN > max(16, 2 * N):
+    for BN in (16, 32, 64):       # narrower tiles than N too: several along the vectors
+        if BN > max(16, 2 * N):
             continue
         for BM, SGM, SGN, BK in ((64, 4, 1, 64), (128, 4, 1, 64), (64, 2, 1, 64), (128, 2, 2, 64),
                                  (128, 2, 1, 64), (128, 4, 1, 32), (64, 2, 2, 64), (64, 4, 1, 128),
