@@ -374,8 +374,14 @@ def empty(shape, dtype=np.float32, *, backend: str | None = None) -> Array:
 
 
 def zeros(shape, dtype=np.float32, *, backend: str | None = None) -> Array:
-    """A new zero-filled array."""
-    return _new(shape, dtype, backend, True)
+    """A new zero-filled array. Inside a launch-graph capture on its backend the zeroing is
+    also recorded, so that each replay starts it from zeros again, as the captured code did
+    (kernels that add into a zeroed output give the same result at every replay)."""
+    out = _new(shape, dtype, backend, True)
+    graph = capturing.current() if capturing.active else None
+    if graph is not None and graph.backend == out.backend:
+        graph.capture_zeros(out)
+    return out
 
 
 def full(shape, fill_value, dtype=np.float32, *, backend: str | None = None) -> Array:

@@ -129,6 +129,17 @@ class Graph:
         self.launches += 1
         return dst
 
+    def capture_zeros(self, array: Array) -> None:
+        """`pc.zeros` inside the capture: its zero fill is recorded too (see `zeros`)."""
+        if self._recording is not None:
+            allocation = array._storage.allocation
+            self._runtime.capture_fill(self._recording, allocation, 0, allocation.size)
+        else:
+            data = array._storage.data
+            self._steps.append(lambda: data.fill(0))
+        self._keep((array,), (array,))
+        self.launches += 1
+
     def _finish(self) -> None:
         if self._recording is not None:
             self._runtime.end_graph(self._recording)

@@ -296,3 +296,20 @@ def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
     np.testing.assert_allclose(y, emu, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(emu).max()))
     if x == "f32" and fmt != "q4_k":
         check(y, reference(gguf, fmt, W, X))
+
+
+def test_kgroups_in_a_launch_graph_replay_to_the_same_sums(gguf):
+    """With kgroups the workgroups add into a zeroed Y. Captured into a launch graph, that Y
+    is zeroed at every replay (pc.zeros inside a capture), so each replay gives one launch's
+    sums, not their running total."""
+    M, K = 16, 256
+    Wq = weights(make_weights(gguf, "q4_0", M, K, seed=3), "q4_0")
+    X = np.random.default_rng(3).standard_normal((1, K)).astype(np.float32)
+    cfg = PlanesGemvConfig("q8_1_shared", 2, 1, 2, 1, kgroups=2)
+    x = pc.asarray(X, backend="emulator")
+    direct = matmul_planes_gemv(Wq, x, cfg, backend="emulator", subgroup_size=8).numpy()
+    with pc.capture(backend="emulator") as g:
+        y = matmul_planes_gemv(Wq, x, cfg, backend="emulator", subgroup_size=8)
+    for _ in range(3):
+        g.launch()
+        np.testing.assert_array_equal(y.numpy(), direct)

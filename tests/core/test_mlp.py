@@ -236,6 +236,24 @@ def test_block_against_reference(gguf, fmt, T):
     assert np.abs(ref - x).max() > 10 * err.max()             # the test is not vacuous
 
 
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
+def test_block_prefill_gemms_specialised_and_whole(gguf, fmt, monkeypatch):
+    """Where the GEMMs' tiles fill the GPU (here: SMS lowered to 1) they run unsplit with the
+    shape specialised; the block still meets the bound (above, at these sizes, both GEMMs
+    split K in two)."""
+    assert mlp._split(8, 256, 64) == 2
+    monkeypatch.setattr(mlp, "SMS", 1)
+    assert mlp._split(8, 256, 64) == 1
+    test_block_against_reference(gguf, fmt, 70)
+
+
+@pytest.mark.parametrize("tiles,K,split", [(128, 14336, 2), (896, 4096, 1), (131, 128, 2),
+                                           (132, 4096, 1), (64, 192, 1)])
+def test_prefill_split_rule(tiles, K, split):
+    """Two splits below one tile per SM (132), where K divides into two whole 64-deep halves."""
+    assert mlp._split(tiles, K, 64) == split
+
+
 def test_block_one_vector_and_errors(gguf):
     H, I = 64, 96
     W = [make(gguf, "q4_0", I, H, 1), make(gguf, "q4_0", I, H, 2), make(gguf, "q4_0", H, I, 3)]

@@ -148,6 +148,34 @@ def test_inputs_changed_with_copy_from_between_replays(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_zeros_made_inside_the_capture_start_from_zero_at_each_replay(backend):
+    """An output made with pc.zeros inside the capture and added into (as split-K or kgroups
+    kernels do) holds one launch's sums after every replay, not the sum of all replays;
+    pc.empty's contents are written once and kept. A zeros made on another backend is not
+    recorded."""
+    n = 300
+    x = pc.asarray(np.arange(n, dtype=np.float32), backend=backend)
+    other = "vulkan" if backend == "emulator" else "emulator"
+    with pc.capture(backend=backend) as g:
+        acc = pc.zeros(n, backend=backend)
+        axpy[groups(n)](x, acc, 2.0, n)             # acc += 2 x
+        axpy[groups(n)](x, acc, 1.0, n)             # acc += x
+        kept = pc.empty(n, backend=backend)
+        if backend == "emulator" or VULKAN:
+            pc.zeros(4, backend=other)
+    assert len(g) == 3                              # two launches and one fill
+    kept.copy_from(np.full(n, 7, np.float32))
+    for _ in range(3):
+        g.launch()
+        assert np.array_equal(acc.numpy(), 3 * np.arange(n, dtype=np.float32))
+    for _ in range(4):                              # queued back to back
+        g.launch()
+    assert np.array_equal(acc.numpy(), 3 * np.arange(n, dtype=np.float32))
+    assert (kept.numpy() == 7).all()
+    g.free()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_scalars_are_baked_and_arrays_kept_alive(backend):
     n = 100
     x = pc.full(n, 1.0, backend=backend)
@@ -155,7 +183,7 @@ def test_scalars_are_baked_and_arrays_kept_alive(backend):
     a = 3.0
     before = pc.get_runtime(backend).stats()["array_count"]
     with pc.capture(backend=backend) as g:
-        tmp = pc.zeros(n, backend=backend)             # made once, at capture
+        tmp = pc.empty(n, backend=backend)             # made (and zeroed) once, at capture
         axpy[groups(n)](x, tmp, a, n)
         axpy[groups(n)](tmp, y, 1.0, n)
         tmp_view = tmp[10:20]

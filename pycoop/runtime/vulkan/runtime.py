@@ -424,6 +424,17 @@ class VulkanRuntime:
             graph.note(accesses)
             graph.dispatches += 1
 
+    def capture_fill(self, graph: GraphRecording, allocation: Allocation, offset: int,
+                     nbytes: int) -> None:
+        """Record zeroing `nbytes` (a multiple of 4) at `offset` of `allocation` into `graph`."""
+        with self._lock:
+            ctx = self._graph_context(graph)
+            access = ((id(allocation), offset, offset + nbytes, True),)
+            self._touch(ctx, graph, access)
+            lib.vkCmdFillBuffer(graph.cmd, allocation.buffer, offset, nbytes, 0)
+            graph.note(access)
+            graph.dispatches += 1
+
     def capture_copy(self, graph: GraphRecording, src: Allocation, src_offset: int,
                      dst: Allocation, dst_offset: int, nbytes: int) -> None:
         """Record a device-to-device copy into `graph`."""
