@@ -47,6 +47,7 @@ from pycoop.runtime import capturing
 from .attention_decode import (DECODE_MERGES, HEAD_DIMS, MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig,
                                attention_decode_vector, attention_merge, chunk_of, default_lanes,
                                default_splits, fits_shared, streams_of)
+from .limits import SMS
 
 SCOPES = ("workgroup", "subgroup")
 # subgroup-scope kernels are compiled for subgroups of 32 invocations (NVIDIA's size)
@@ -565,7 +566,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         per_wg = decode_invocations // SUBGROUP if decode_scope == "subgroup" else 1
         R, Bd = B * H * Sq, decode_Bc
         if splits is None:
-            splits = max(1, min(-(-Skv // Bd), -(-4 * 132 * per_wg // (B * Hkv))))
+            splits = max(1, min(-(-Skv // Bd), -(-4 * SMS * per_wg // (B * Hkv))))
         if not isinstance(splits, int) or splits < 1:
             raise ValueError(f"attention: splits must be a positive int, got {splits!r}")
         chunk = -(-Skv // (splits * Bd)) * Bd

@@ -39,6 +39,8 @@ import functools
 import pycoop as pc
 from pycoop import f16, f32, u32
 
+from .limits import SHARED_BYTES, SMS
+
 HEAD_DIMS = (64, 80, 96, 112, 128, 256)     # the attention kernels' (the merge takes them all)
 VECTOR_HEAD_DIMS = (64, 128, 256)
 MAX_ROWS = 8                      # query rows per K/V head a lane holds in registers
@@ -47,7 +49,6 @@ _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 _ELEMENT = {"f16": f16, "bf16": pc.bf16}
 _OUT = {"f16": f16, "f32": f32}
-SHARED_BYTES = 32768              # shared memory the stream merge may use (lavapipe's limit)
 MERGE_INVOCATIONS = 256
 MAX_PREFETCH = 4                  # iterations of K/V rows a stream may load ahead
 DECODE_MERGES = ("workgroup", "launch")     # where the chunks of a head are merged
@@ -65,7 +66,7 @@ class DecodeConfig:
     # 88.2 at 32768 (its kernel alone took 28.2 µs against 20.8 for the chunks' kernel)
     merge = "launch"
     waves = 2              # workgroups per SM the default splits aim at
-    sms = 132              # an H100 SXM's SMs
+    sms = SMS              # the SMs the splits aim to fill
     # chunks longer than this many keys are split further, up to twice the waves: at 32768
     # keys, 64 chunks of 512 keys took 68-71 µs against 75-77 for 33 of 1008 (H100; 128
     # chunks: 82), while at 8192 keys 33 chunks beat 64 (24.1-24.2 against 25.8-26.0 µs)

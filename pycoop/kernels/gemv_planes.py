@@ -55,11 +55,11 @@ from .gemm import q4_0_planes
 from .gemm_quant import q4_k_planes, q8_0_planes
 from .dequant import dot, fields_as_f32
 from .gemvq import q8_1_lanes, quantize_grid, quantize_q8_1, store_row_sums
+from .limits import SHARED_BYTES
 
 FORMATS = ("q4_0", "q8_0", "q4_k", "f16")
 X_KINDS = ("f32", "f16", "q8_1", "q8_1_shared")
 X_DTYPES = {"f32": np.float32, "f16": np.float16}     # X as the float kernels read it
-SHARED_BYTES = 32768    # shared memory the workgroup's quantised X may use (lavapipe's limit)
 # x="q8_1_shared" above this K: KGROUPS workgroups share each row group, each quantising its
 # stretch of X. Up to it every workgroup quantises all of X, which beat the quantiser's own
 # launch at K = 4096 (H200: Q4_0 6.8 against 8.9 µs at 4096 x 4096) and lost at K = 14336

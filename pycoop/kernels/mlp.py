@@ -52,6 +52,7 @@ from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, weights
 from .gemv_planes import MAX_N as PLANES_MAX_N
 from .gemv_planes import planes_gemv_config, weight_planes
 from .gemvq import gemv_q8_1, q8_1_lanes
+from .limits import SMS
 
 F4 = pc.vec(f32, 4)
 U4 = pc.vec(u32, 4)
@@ -59,7 +60,6 @@ H2 = pc.vec(f16, 2)
 WG = 256                                   # invocations per workgroup of the elementwise kernels
 FORMATS = ("q4_0", "q4_k")
 SMALL_T = 64                               # the GEMV kernels up to this many tokens
-SMS = 132                                  # an H100 SXM's SMs: below this many tiles K is split
 
 
 def _groups(n: int) -> int:
