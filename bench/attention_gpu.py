@@ -154,6 +154,11 @@ DECODE_VARIANTS.update({
     "vec p u2 w s16": _dvec(prefetch=True, unroll=2, merge="workgroup", splits=16),
     "vec p u2 w s64": _dvec(prefetch=True, unroll=2, merge="workgroup", splits=64),
     "vec p u2 w s128": _dvec(prefetch=True, unroll=2, merge="workgroup", splits=128),
+    "vec p u2 s48": _dvec(prefetch=True, unroll=2, splits=48),
+    "vec p u2 s80": _dvec(prefetch=True, unroll=2, splits=80),
+    "vec p u2 s96": _dvec(prefetch=True, unroll=2, splits=96),
+    "vec p u2 g8 s32": _dvec(prefetch=True, unroll=2, subgroups=8, splits=32),
+    "vec p u2 g2 s128": _dvec(prefetch=True, unroll=2, subgroups=2, splits=128),
 })
 QUICK_DECODE = ["wg r32 Bc64/128", "sg r16 Bc32/128 all", "vec"]
 VECTOR_DECODE = [k for k in DECODE_VARIANTS if k.startswith("vec")]
