@@ -46,7 +46,7 @@ from pycoop.runtime import capturing
 
 from .attention_decode import (DECODE_MERGES, HEAD_DIMS, MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig,
                                attention_decode_vector, attention_merge, chunk_of, default_lanes,
-                               default_splits, fits_shared, streams_of)
+                               default_splits, default_subgroups, fits_shared, streams_of)
 from .limits import SMS
 
 SCOPES = ("workgroup", "subgroup")
@@ -508,7 +508,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
 
     `decode_kernel`: "vector" decodes with `attention_decode_vector` + `attention_merge` (no
     cooperative matrices; K and V read once by vector loads; `decode_subgroups`
-    (default 4, fewer where the merge would not fit 32 KiB of shared memory),
+    (default `default_subgroups`: 8 where the chunks are at most 256 keys long, else 4;
+    fewer where the merge would not fit 32 KiB of shared memory),
     `decode_unroll`, `decode_lanes`, `decode_prefetch` (load the next keys' K and V before
     the current keys' math; an int: that many iterations ahead, True is 1), `decode_merge` ("workgroup": the last workgroup of each K/V head
     merges the chunks, one launch; "launch": `attention_merge` as a second launch),
@@ -596,7 +597,7 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
         raise ValueError(f"attention: decode_merge must be one of {DECODE_MERGES}, got {merge!r}")
     n = (H // Hkv) * Sq
     if subgroups is None:           # the default, halved until the merge fits shared memory
-        subgroups = DecodeConfig.subgroups
+        subgroups = default_subgroups(Skv, B * Hkv)
         while subgroups > 1 and not fits_shared(D, n, subgroups):
             subgroups //= 2
     fused = merge == "workgroup"

@@ -59,6 +59,12 @@ class DecodeConfig:
     for subgroups and splits, the H200's for prefetching with 2 keys per iteration, 20 %
     faster at 32768 keys than 4 keys without it)."""
     subgroups = 4          # subgroups per workgroup
+    # ... and where the chunks of the base splits are at most `short_chunk` keys, more: at
+    # 8192 keys (chunks of 249) 8 subgroups took 22.0-22.6 µs against 23.2-24.2 for 4 in two
+    # H100 runs (5 of 5 pairs); at 32768 keys 8 were slower (69.4 against 67.5-69.0, with 32
+    # chunks each as long as the 4 subgroups' 64)
+    short_subgroups = 8
+    short_chunk = 256
     unroll = 2             # keys per stream and iteration
     prefetch = True        # load the next iteration's K and V before this one's math
     # the merge as a second launch: merging in the last workgroup of each head (one launch,
@@ -466,6 +472,17 @@ def default_splits(keys: int, kv_rows: int, streams: int, unroll: int,
     per_iter = streams * unroll
     base = -(-waves * sms // kv_rows)
     return max(1, min(-(-keys // per_iter), max(base, min(2 * base, -(-keys // long_chunk)))))
+
+
+def default_subgroups(keys: int, kv_rows: int, waves: int = DecodeConfig.waves,
+                      sms: int = DecodeConfig.sms) -> int:
+    """Subgroups per workgroup of the vector decode: `DecodeConfig.short_subgroups` where the
+    base splits (about `waves` workgroups per SM over the kv_rows heads) leave chunks of at
+    most `DecodeConfig.short_chunk` keys, else `DecodeConfig.subgroups`. (The caller halves
+    it until the stream merge fits shared memory.)"""
+    base = -(-waves * sms // kv_rows)
+    short = -(-keys // base) <= DecodeConfig.short_chunk
+    return DecodeConfig.short_subgroups if short else DecodeConfig.subgroups
 
 
 def chunk_of(keys: int, splits: int, streams: int, unroll: int) -> tuple[int, int]:

@@ -15,7 +15,7 @@ import pycoop as pc
 from pycoop.kernels import (AttentionResult, Softmax, attention, attention_decode,
                             attention_decode_vector, attention_merge, attention_prefill,
                             attention_reference)
-from pycoop.kernels.attention_decode import default_splits, fits_shared
+from pycoop.kernels.attention_decode import default_splits, default_subgroups, fits_shared
 
 # small tiles keep the emulator fast; the GPU defaults are checked by spirv-val below
 TILE = {"Br": 32, "Bc": 32, "invocations": 128}
@@ -350,6 +350,19 @@ def test_vector_decode_bf16_f16_out_scale_and_device_arrays():
 ])
 def test_default_splits(keys, kv_rows, splits):
     assert default_splits(keys, kv_rows, 32, 2) == splits
+
+
+@pytest.mark.parametrize("keys,kv_rows,subgroups", [
+    (8192, 8, 8),       # 33 base chunks of 249 keys: short, 8 subgroups
+    (8448, 8, 8),       # 256 keys each
+    (8449, 8, 4),       # 257
+    (32768, 8, 4),      # long chunks: 4 subgroups (and more splits)
+    (100, 8, 8),
+    (8192, 1, 8),       # one K/V head: 264 base chunks of 32 keys
+    (200000, 1, 4),     # ... of 758 keys
+])
+def test_default_subgroups(keys, kv_rows, subgroups):
+    assert default_subgroups(keys, kv_rows) == subgroups
 
 
 @pytest.mark.parametrize("Skv,splits", [(5, 4), (64, 9), (33, 3)])
