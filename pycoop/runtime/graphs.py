@@ -59,7 +59,7 @@ class Graph:
     def __init__(self, backend: str, site: str):
         self.backend, self.site = backend, site
         self.state = "capturing"            # then "ready", "failed" or "freed"
-        self.launches = 0                   # launches and copies recorded
+        self.launches = 0                   # launches, copies and zero fills recorded
         self._arrays: dict[int, Array] = {}  # every array used, kept alive
         self._written: dict[int, list[tuple[int, int]]] = {}    # storage -> byte ranges
         self._steps: list = []              # emulator: the recorded work, in order
