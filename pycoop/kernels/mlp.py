@@ -54,6 +54,7 @@ from .gemv_planes import planes_gemv_config, weight_planes
 from .gemvq import gemv_q8_1, q8_1_lanes
 from .limits import SMS
 
+SPECIALIZE_MAX_K = 4096     # prefill GEMMs with a longer K are not shape-specialised (see _gemm)
 F4 = pc.vec(f32, 4)
 U4 = pc.vec(u32, 4)
 H2 = pc.vec(f16, 2)
@@ -450,10 +451,11 @@ class MLPBlock:
         return out
 
     def _gemm(self, W: GGMLWeights, X, ld: int):
-        """W @ X as a new W.M x ld f32 array, X (W.K x ld f16 as uvec4). Where the tiles fill
-        the GPU the shape is specialised (H100: 405 against 472 µs on the gate/up GEMM at
-        T = 512); otherwise K is split in two (down: 208 against 277 µs), unspecialised:
-        specialised, the unsplit down GEMM took 814 µs."""
+        """W @ X as a new W.M x ld f32 array, X (W.K x ld f16 as uvec4). Where the tiles leave
+        SMs idle K is split in two (down at T = 512: 208 against 277 µs). Otherwise the shape
+        is specialised where K is at most `SPECIALIZE_MAX_K` (gate/up at T = 512: 405 against
+        472 µs); with K = 14336 the specialised, unsplit down GEMM took 814 µs against 257,
+        so longer K stays unspecialised."""
         BM, BN, BK, SGM, SGN = self.tile
         tiles = (W.M // BM) * (ld // BN)
         split = _split(tiles, W.K, BK)
@@ -465,7 +467,7 @@ class MLPBlock:
             grid = (W.M // BM, ld // BN, split)
         else:
             Y = pc.empty((W.M, ld), pc.f32, backend=self.backend)
-            k = gemm(BM, BN, BK, SGM, SGN, specialize=True)
+            k = gemm(BM, BN, BK, SGM, SGN, specialize=W.K <= SPECIALIZE_MAX_K)
             grid = (W.M // BM, ld // BN)
         self.launches.append(k[grid](q, d, X, Y, W.M, ld, W.K))
         return Y
