@@ -13,18 +13,14 @@ subgroups of 32.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
 import pycoop as pc
 from pycoop.kernels.attention_decode import (DecodeConfig, attention_decode_vector,
                                              attention_merge, chunk_of, default_lanes,
-                                             default_splits, streams_of)
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from warmup import warm_gpu  # noqa: E402
+                                             default_splits, default_subgroups, streams_of)
+from warmup import vulkan_or_skip, warm_gpu
 
 H, HKV, D = 32, 8, 128
 WARM_S = 0.3        # the GPU kept busy before each measurement, so that its clocks are up
@@ -49,13 +45,14 @@ def case(keys: int, replays: int) -> None:
     q = pc.asarray(rng.standard_normal((HKV * H // HKV, D)).astype(np.float16), backend="vulkan")
     k, v = (pc.asarray(rng.standard_normal((HKV * keys, D)).astype(np.float16), backend="vulkan")
             for _ in range(2))
-    T = streams_of(DecodeConfig.subgroups, 32, default_lanes(D, 32))
+    sg = default_subgroups(keys, HKV)
+    T = streams_of(sg, 32, default_lanes(D, 32))
     chunk, splits = chunk_of(keys, default_splits(keys, HKV, T, DecodeConfig.unroll), T,
                              DecodeConfig.unroll)
     part = pc.empty((splits, H, D), pc.f32, backend="vulkan")
     m, l = (pc.empty((splits, H), pc.f32, backend="vulkan") for _ in range(2))
     o, lse = pc.empty((H, D), pc.f16, backend="vulkan"), pc.empty(H, pc.f32, backend="vulkan")
-    chunks = attention_decode_vector(D, H // HKV, DecodeConfig.subgroups, None,
+    chunks = attention_decode_vector(D, H // HKV, sg, None,
                                      DecodeConfig.unroll, 32, "f16", DecodeConfig.prefetch)
     merge = attention_merge(D, "f16")
     scale = float(1 / np.sqrt(D))
@@ -75,7 +72,7 @@ def case(keys: int, replays: int) -> None:
         pc.synchronize()
         return f"chunks {r1.time_ms * 1e3:.2f}, merge {r2.time_ms * 1e3:.2f}"
 
-    print(f"\n{keys} keys, {splits} chunks of {chunk} keys (µs, min / median)")
+    print(f"\n{keys} keys, {splits} chunks of {chunk} keys, {sg} subgroups (µs, min / median)")
     print(f"  repeat loops: {loops()}")
     for label, body in (("chunks alone", a1), ("merge alone", a2),
                         ("chunks then merge", lambda: (a1(), a2())),
@@ -90,10 +87,8 @@ def main() -> None:
     ap.add_argument("--keys", type=int, nargs="*", default=[8192, 32768])
     ap.add_argument("--replays", type=int, default=200)
     a = ap.parse_args()
-    try:
-        rt = pc.get_runtime("vulkan")
-    except pc.BackendUnavailable as e:
-        print(f"skipped: {e}")
+    rt = vulkan_or_skip()
+    if rt is None:
         return
     caps = rt.capabilities
     print(f"device: {caps.device_name}, driver {caps.driver_version}")

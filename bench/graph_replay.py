@@ -32,6 +32,7 @@ import numpy as np
 
 import pycoop as pc
 from pycoop import f32, u32
+from warmup import vulkan_or_skip
 
 WG = 256
 COEFFS = (0.5, 0.5, 0.5, 0.5, 0.1)      # y <- x + 0.1*t4(y): a contraction, values stay finite
@@ -208,10 +209,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=1000, help="calls of the 5-launch block")
     ap.add_argument("--n", type=int, default=4096, help="elements per array")
     args = ap.parse_args()
-    try:
-        rt = pc.get_runtime("vulkan")
-    except pc.BackendUnavailable as e:
-        print(f"skipped: {e}")
+    rt = vulkan_or_skip()
+    if rt is None:
         return
     torch = torch_cuda()
     caps = rt.capabilities

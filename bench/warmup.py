@@ -19,6 +19,15 @@ def _fma_stream(X: pc.ReadBuffer[f32], Y: pc.Buffer[f32], n: u32):
         Y[i] = y
 
 
+def vulkan_or_skip():
+    """The Vulkan runtime, or None after printing why the benchmark skips (no device)."""
+    try:
+        return pc.get_runtime("vulkan")
+    except pc.BackendUnavailable as e:
+        print(f"skipped: {e}")
+        return None
+
+
 @functools.cache
 def _buffers(n: int) -> tuple:
     """The two arrays the warm-up streams, made once per process (each call reuses them)."""
