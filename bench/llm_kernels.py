@@ -489,11 +489,11 @@ def gemv_planes_candidates(fmt: str, N: int, K: int, quick: bool,
                         if fits_shared(K, first.nt)]
                 # workgroups sharing K (kgroups): 16 to 128 rows per workgroup, each
                 # quantising only its stretch of X
+                shapes = ((2, 16, 2, 2), (4, 16, 1, 4), (4, 16, 2, 4), (2, 16, 1, 4),
+                          (4, 8, 1, 4), (8, 16, 2, 4), (8, 16, 1, 8), (4, 16, 1, 8),
+                          (4, 16, 2, 8), (8, 8, 1, 8), (2, 16, 2, 4), (4, 16, 1, 2))
                 out += [PlanesGemvConfig(x, r, first.nt, sg, 1, None, split, kg, pf)
-                        for pf in (True, False) for r, sg, split, kg in ((2, 16, 2, 2), (4, 16, 1, 4), (4, 16, 2, 4),
-                                                 (2, 16, 1, 4), (4, 8, 1, 4), (8, 16, 2, 4),
-                                                 (8, 16, 1, 8), (4, 16, 1, 8), (4, 16, 2, 8),
-                                                 (8, 8, 1, 8), (2, 16, 2, 4), (4, 16, 1, 2))
+                        for pf in (True, False) for r, sg, split, kg in shapes
                         if K % (32 * kg) == 0 and fits_shared(K // kg, first.nt)]
             continue
         out += [first, dataclasses.replace(first, prefetch=not first.prefetch)]  # and its twin

@@ -158,7 +158,7 @@ class Memory:
         bad = self._sync.unordered(self._writer[e], self._wrote[e], self._who(ctx))
         ctx.check_ub(bad, op, lambda w, i: (
             f"data race: this load reads element {int(e[w, i])} of {self._describe()}, which "
-            f"workgroup {ctx._wg_name(int(self._writer[e[w, i]]) // ctx.dispatch.wgs)} stored "
+            f"workgroup {ctx._wg_name(int(self._writer[e[w, i]]) // self._sync.wgs)} stored "
             "in this dispatch, and nothing orders the two (make the stores available with "
             "pc.barrier(memory='device') before a release atomic, and load after an acquire "
             "atomic and pc.barrier(memory='device'), or load in a later launch)"),

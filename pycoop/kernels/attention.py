@@ -511,8 +511,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     (default `default_subgroups`: 8 where the chunks are at most 256 keys long, else 4;
     fewer where the merge would not fit 32 KiB of shared memory),
     `decode_unroll`, `decode_lanes`, `decode_prefetch` (load the next keys' K and V before
-    the current keys' math; an int: that many iterations ahead, True is 1), `decode_merge` ("workgroup": the last workgroup of each K/V head
-    merges the chunks, one launch; "launch": `attention_merge` as a second launch),
+    the current keys' math; an int: that many iterations ahead, True is 1), `decode_merge`
+    ("workgroup": the last workgroup of each K/V head merges the chunks, one launch;
+    "launch": `attention_merge` as a second launch),
     `subgroup_size`, `merge_unroll`; `splits` by default
     about two workgroups per SM of a 132-SM GPU, up to twice that where chunks would be
     longer than 512 keys), "coopmat" with the cooperative-matrix
@@ -613,9 +614,7 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
     Part = new((splits, R, D), np.float32)
     M, L = new((splits, R), np.float32), new((splits, R), np.float32)
     if fused:                       # the heads' counters start at zero (the kernel leaves
-        count = np.zeros(B * Hkv, np.uint32)            # them at zero: a graph replays it)
-        if isinstance(Q, pc.Array):
-            count = pc.asarray(count, backend=Q.backend)
+        count = new((B * Hkv,), np.uint32)              # them at zero: a graph replays it)
         r = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, count, O, LSE, Skv, chunk, scale,
                                       **run)
         return _result(O, LSE, r)

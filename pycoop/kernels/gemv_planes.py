@@ -54,7 +54,7 @@ from pycoop import f16, f32, i32, u32
 from .gemm import q4_0_planes
 from .gemm_quant import q4_k_planes, q8_0_planes
 from .dequant import dot, fields_as_f32
-from .gemvq import q8_1_lanes, quantize_grid, quantize_q8_1, store_row_sums
+from .gemvq import put_sum, q8_1_lanes, quantize_grid, quantize_q8_1, store_row_sums
 from .limits import SHARED_BYTES
 
 FORMATS = ("q4_0", "q8_0", "q4_k", "f16")
@@ -237,13 +237,6 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
         first = ((sg % split) * S + lane) * SP if split > 1 else lane * SP
         return lane, row0, col0, rws, cols, [[f32(0.0)] * T for _ in range(R)], first
 
-    def put(Y, i, t):
-        """Y[i] = t, or with kgroups one workgroup's share added atomically."""
-        if kgroups > 1:
-            pc.atomic.add(Y, i, t)
-        else:
-            Y[i] = t
-
     @pc.func
     def finish(Y, acc, lane, row0, col0, M, N):
         """Sum the lanes' (and the split subgroups') partial sums and store them."""
@@ -263,7 +256,7 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
                 for c in range(T):
                     t = _sum([part[(sg + p) * (R * T) + r * T + c] for p in range(split)])
                     if row0 + r < M and col0 + c < N:
-                        put(Y, (col0 + c) * M + row0 + r, t)
+                        put_sum(Y, (col0 + c) * M + row0 + r, t, kgroups > 1)
 
     def units(u0, end):
         """The `span` units of a step from u0, clamped below `end`, and which are real."""
@@ -535,9 +528,10 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
             raise ValueError(f"gemv_planes: kgroups={cfg.kgroups} needs K a multiple of "
                              f"{K_MULTIPLE[fmt] * cfg.kgroups} for {fmt}, got K={K}")
         check_shared(K // cfg.kgroups, cfg.nt)
-    if not cfg.x.startswith("q8_1"):   # the float path: an f16 device array is read as halves (x="f16");
-        # NumPy f16 X is converted on the host (the same values; for f16 weights the f32
-        # kernel was the faster while each conversion of a half cost 13 instructions)
+    if not cfg.x.startswith("q8_1"):
+        # the float path: an f16 device array is read as halves (x="f16"); NumPy f16 X is
+        # converted on the host (the same values; for f16 weights the f32 kernel was the
+        # faster while each conversion of a half cost 13 instructions)
         kind = "f16" if (device and X.dtype == np.float16) or cfg.x == "f16" else "f32"
         if device and X.dtype != X_DTYPES[kind]:
             raise ValueError(f"gemv_planes: x='f16' reads f16 X; convert the device array "

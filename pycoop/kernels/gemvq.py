@@ -53,6 +53,14 @@ _LOW_NIBBLES = 0x0F0F0F0F
 
 
 
+def put_sum(Y, i, v, add: bool) -> None:
+    """Y[i] = v, or (`add`, for workgroups that share Y[i]) v added with an f32 atomic."""
+    if add:
+        pc.atomic.add(Y, i, v)
+    else:
+        Y[i] = v
+
+
 @pc.func
 def store_row_sums(Y, acc: list, lane, row0, col0, M, N, add: bool = False):
     """The last step of the matrix-vector kernels: each accumulator acc[r][c] summed over the
@@ -63,10 +71,7 @@ def store_row_sums(Y, acc: list, lane, row0, col0, M, N, add: bool = False):
         for r in range(len(sums)):
             for c in range(len(sums[r])):
                 if row0 + r < M and col0 + c < N:
-                    if add:
-                        pc.atomic.add(Y, (col0 + c) * M + row0 + r, sums[r][c])
-                    else:
-                        Y[(col0 + c) * M + row0 + r] = sums[r][c]
+                    put_sum(Y, (col0 + c) * M + row0 + r, sums[r][c], add)
 
 def _check_src(src) -> str:
     if src not in ("f32", "f16"):
