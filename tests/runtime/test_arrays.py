@@ -235,15 +235,19 @@ def test_a_loop_of_launches_with_temporaries_stops_allocating():
     n = 64
     x = pc.full(n, 1.0, backend="vulkan")
 
+    def one_round():
+        held = []            # a round's temporaries live to its end: 180 in use, every round
+        for _ in range(20):
+            tmps = [pc.empty(n * (1 + i % 3), backend="vulkan") for i in range(9)]
+            for t in tmps:
+                axpy[groups(n)](x, t, 1.0, n)
+            held += tmps
+        # returning frees every one of them (no loop variable outlives the round), while
+        # their launches may still be queued
+
     def rounds(count):
         for _ in range(count):
-            held = []        # a round's temporaries live to its end: 180 in use, every round
-            for _ in range(20):
-                tmps = [pc.empty(n * (1 + i % 3), backend="vulkan") for i in range(9)]
-                for t in tmps:
-                    axpy[groups(n)](x, t, 1.0, n)
-                held += tmps
-            del held, tmps   # freed while their launches may still be queued
+            one_round()
             pc.synchronize()
 
     rounds(2)
