@@ -108,10 +108,10 @@ DECODE_VARIANTS = {
 
 
 def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4, prefetch=False,
-          merge="launch"):
+          merge="launch", width=4):
     return {"decode_kernel": "vector", "decode_subgroups": subgroups, "decode_unroll": unroll,
             "splits": splits, "decode_lanes": lanes, "merge_unroll": merge_unroll,
-            "decode_prefetch": prefetch, "decode_merge": merge}
+            "decode_prefetch": prefetch, "decode_merge": merge, "decode_width": width}
 
 
 # the vector decode (attention_decode_vector + attention_merge): "vec" = the first defaults
@@ -119,7 +119,7 @@ def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4, pre
 # second launch); "gN" N subgroups, "uN" N keys per iteration, "sN" N splits, "lN" N lanes per
 # key, "mN" merge unroll, "p" the next keys' K and V loaded before the current keys' math
 # ("pN": N iterations ahead), "w" the chunks merged by the last workgroup of each head (one
-# launch). "vec p u2" are the defaults.
+# launch), "x8" 16-byte K and V loads (8 halves). "vec p u2" are the defaults.
 DECODE_VARIANTS.update({
     "vec": _dvec(),
     "vec s16": _dvec(splits=16),
@@ -159,6 +159,13 @@ DECODE_VARIANTS.update({
     "vec p u2 s96": _dvec(prefetch=True, unroll=2, splits=96),
     "vec p u2 g8 s32": _dvec(prefetch=True, unroll=2, subgroups=8, splits=32),
     "vec p u2 g2 s128": _dvec(prefetch=True, unroll=2, subgroups=2, splits=128),
+    "vec p u2 x8": _dvec(prefetch=True, unroll=2, width=8),
+    "vec p u2 x8 l8": _dvec(prefetch=True, unroll=2, width=8, lanes=8),
+    "vec p u4 x8": _dvec(prefetch=True, unroll=4, width=8),
+    "vec p u1 x8": _dvec(prefetch=True, unroll=1, width=8),
+    "vec p2 u2 x8": _dvec(prefetch=2, unroll=2, width=8),
+    "vec p u2 x8 s64": _dvec(prefetch=True, unroll=2, width=8, splits=64),
+    "vec p u2 x8 g4": _dvec(prefetch=True, unroll=2, width=8, subgroups=4),
 })
 QUICK_DECODE = ["wg r32 Bc64/128", "sg r16 Bc32/128 all", "vec"]
 VECTOR_DECODE = [k for k in DECODE_VARIANTS if k.startswith("vec")]

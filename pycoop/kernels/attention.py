@@ -489,6 +489,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_unroll: int = DecodeConfig.unroll, decode_lanes: int | None = None,
               decode_prefetch: bool | int = DecodeConfig.prefetch,
               decode_merge: str = DecodeConfig.merge,
+              decode_width: int = DecodeConfig.width,
               subgroup_size: int = 32, merge_unroll: int = 4) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
@@ -513,7 +514,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     `decode_unroll`, `decode_lanes`, `decode_prefetch` (load the next keys' K and V before
     the current keys' math; an int: that many iterations ahead, True is 1), `decode_merge`
     ("workgroup": the last workgroup of each K/V head merges the chunks, one launch;
-    "launch": `attention_merge` as a second launch),
+    "launch": `attention_merge` as a second launch), `decode_width` (halves per K and V
+    load: 4, or 8 for 16-byte loads),
     `subgroup_size`, `merge_unroll`; `splits` by default
     about two workgroups per SM of a 132-SM GPU, up to twice that where chunks would be
     longer than 512 keys), "coopmat" with the cooperative-matrix
@@ -561,7 +563,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if (fits if decode is None else decode) and vector:
         return _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale,
                               splits, decode_subgroups, decode_unroll, decode_lanes,
-                              subgroup_size, merge_unroll, decode_prefetch, decode_merge)
+                              subgroup_size, merge_unroll, decode_prefetch, decode_merge,
+                              decode_width)
     if fits if decode is None else decode:
         kernel = attention_decode(D, decode_rows, decode_Bc, decode_invocations, el,
                                   decode_scope, sm, fp)
@@ -591,7 +594,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
 
 def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale, splits,
                    subgroups, unroll, lanes, subgroup_size, merge_unroll,
-                   prefetch, merge) -> AttentionResult:
+                   prefetch, merge, width) -> AttentionResult:
     """The vector decode: chunks of keys per K/V head, merged by the last workgroup of each
     head (merge="workgroup") or by a second launch (merge="launch")."""
     if merge not in DECODE_MERGES:
@@ -603,7 +606,9 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
             subgroups //= 2
     fused = merge == "workgroup"
     kernel = attention_decode_vector(D, n, subgroups, lanes, unroll, subgroup_size, el, prefetch,
-                                     fused, out, merge_unroll)
+                                     fused, out, merge_unroll, width)
+    if width == 8:                  # 16-byte loads: K and V bound as uvec4
+        K, V = K.view(np.uint32), V.view(np.uint32)
     T = streams_of(subgroups, subgroup_size, lanes or default_lanes(D, subgroup_size))
     if splits is None:
         splits = default_splits(Skv, B * Hkv, T, unroll)

@@ -7,8 +7,9 @@ query rows of a K/V head, consecutive rows of Q). Two kernels:
 
 - `attention_decode_vector(...)`: one workgroup per (chunk of keys, K/V head). Each key row is
   read by a cluster of `lanes` consecutive lanes of a subgroup, each lane taking head_dim /
-  lanes of its dimensions as 4-half vector loads (8 bytes; the clusters of a subgroup read
-  consecutive key rows, so a load instruction reads consecutive bytes). A lane keeps its slice
+  lanes of its dimensions as vector loads of `width` halves (4: 8 bytes; 8: 16 bytes, a
+  uvec4 whose words are read as half pairs; the clusters of a subgroup read consecutive key
+  rows, so a load instruction reads consecutive bytes). A lane keeps its slice
   of every query row in f32 registers (pre-scaled by scale · log2(e)), multiplies it with its
   slice of the key, and an xor butterfly of shuffles sums the slices within the cluster (every
   lane of the cluster gets the same bits: each step adds the same two values in either order).
@@ -52,6 +53,7 @@ _OUT = {"f16": f16, "f32": f32}
 MERGE_INVOCATIONS = 256
 MAX_PREFETCH = 4                  # iterations of K/V rows a stream may load ahead
 DECODE_MERGES = ("workgroup", "launch")     # where the chunks of a head are merged
+WIDTHS = (4, 8)                   # halves per K and V load of the vector decode
 
 
 class DecodeConfig:
@@ -77,10 +79,11 @@ class DecodeConfig:
     # keys, 64 chunks of 512 keys took 68-71 µs against 75-77 for 33 of 1008 (H100; 128
     # chunks: 82), while at 8192 keys 33 chunks beat 64 (24.1-24.2 against 25.8-26.0 µs)
     long_chunk = 512
+    width = 4              # halves per K and V load (8: 16-byte loads)
 
 
 def _check(name: str, head_dim: int, rows: int, subgroups: int, lanes: int, unroll: int,
-           subgroup_size: int, dtype: str) -> None:
+           subgroup_size: int, dtype: str, width: int = 4) -> None:
     """Errors a wrong configuration gives before anything is traced or launched."""
     if head_dim not in VECTOR_HEAD_DIMS:
         raise ValueError(f"{name}: head_dim must be one of {VECTOR_HEAD_DIMS}, got {head_dim!r}")
@@ -93,11 +96,14 @@ def _check(name: str, head_dim: int, rows: int, subgroups: int, lanes: int, unro
     if subgroup_size not in (8, 16, 32, 64, 128):
         raise ValueError(f"{name}: subgroup_size must be 8, 16, 32, 64 or 128, got "
                          f"{subgroup_size!r}")
+    if width not in WIDTHS or isinstance(width, bool):
+        raise ValueError(f"{name}: width (halves per K and V load) must be one of {WIDTHS}, "
+                         f"got {width!r}")
     if (not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1) or lanes > subgroup_size
-            or (head_dim // 4) % lanes):
+            or (head_dim // width) % lanes):
         raise ValueError(f"{name}: lanes per key must be a power of two of at most the subgroup "
-                         f"size ({subgroup_size}) dividing head_dim / 4 = {head_dim // 4}, "
-                         f"got {lanes!r}")
+                         f"size ({subgroup_size}) dividing head_dim / width = "
+                         f"{head_dim // width}, got {lanes!r}")
     if dtype not in _ELEMENT:
         raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
     if not fits_shared(head_dim, rows, subgroups):
@@ -127,7 +133,8 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                             lanes: int | None = None, unroll: int = DecodeConfig.unroll,
                             subgroup_size: int = 32, dtype: str = "f16",
                             prefetch: bool | int = DecodeConfig.prefetch, merge: bool = False,
-                            out: str = "f16", merge_unroll: int = 4):
+                            out: str = "f16", merge_unroll: int = 4,
+                            width: int = DecodeConfig.width):
     """The chunk kernel. Parameters: Q (batch · kv_heads · rows, head_dim) — for each K/V head
     its `rows` query rows, as (batch, heads, queries, head_dim) lays them out —, K and V
     (batch · kv_heads · keys, head_dim) of `dtype`; Part (splits, batch · kv_heads · rows,
@@ -135,8 +142,9 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     rows) f32, each chunk's maxima and sums in base 2 (scores times log2(e)); then keys, chunk
     (keys per workgroup) and scale. The grid is (splits, batch · kv_heads); a chunk past the
     keys writes maxima of -1e30 and sums and outputs of 0. `lanes` per key (default
-    `default_lanes`), `subgroups` per workgroup, `unroll` keys per stream and iteration; the
-    kernel needs subgroups of `subgroup_size` lanes.
+    `default_lanes`), `subgroups` per workgroup, `unroll` keys per stream and iteration, `width` halves per K and V
+    load (8: K and V are bound as uvec4, `K.view(np.uint32)`); the kernel needs subgroups of
+    `subgroup_size` lanes.
 
     `merge=True`: the last workgroup of each K/V head to finish merges its chunks itself
     (`merge_chunks`, `merge_unroll`), so that no second launch is needed. Parameters: Q, K,
@@ -148,7 +156,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     other chunk's results and merges them."""
     lanes = default_lanes(head_dim, subgroup_size) if lanes is None else lanes
     _check("attention_decode_vector", head_dim, rows, subgroups, lanes, unroll, subgroup_size,
-           dtype)
+           dtype, width)
     if not isinstance(prefetch, int) or prefetch < 0 or prefetch > MAX_PREFETCH:
         raise ValueError(f"attention_decode_vector: prefetch (iterations loaded ahead; True is "
                          f"1) must be a bool or an int from 0 to {MAX_PREFETCH}, got "
@@ -161,7 +169,10 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     ahead = int(prefetch)
     el = _ELEMENT[dtype]
     V4 = pc.vec(el, 4)
-    vpl = D // (4 * LK)                      # 4-half vectors per lane and key
+    W = width
+    KT = V4 if W == 4 else pc.vec(u32, 4)     # a K or V load
+    vpl = D // (W * LK)                      # loads per lane and key
+    DW = D // W
     spk = S // LK                            # streams per subgroup
     T = subgroups * spk                      # streams per workgroup
     D4 = D // 4
@@ -170,6 +181,12 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
 
     def halves(v):
         return [f32(v[e]) for e in range(4)]
+
+    def kv_halves(v):
+        """The f32 values of one K or V load."""
+        if W == 4:
+            return halves(v)
+        return [f32(pc.bitcast(v[c], pc.vec(el, 2))[h]) for c in range(4) for h in range(2)]
 
     def cluster_sum(x):
         off = LK // 2
@@ -192,17 +209,18 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         sub = lane % LK                                   # this lane's place in its cluster
         t = pc.subgroup_id() * spk + lane // LK           # this lane's stream
         k2 = scale * f32(_LOG2E)
-        q = [[x * k2 for c in range(vpl) for x in halves(Q[(bkv * n + j) * D4 + c * LK + sub])]
+        q = [[x * k2 for c in range(vpl) for h in range(W // 4)
+              for x in halves(Q[(bkv * n + j) * D4 + (c * LK + sub) * (W // 4) + h])]
              for j in range(n)]
         kb = pc.min(split * chunk, Skv)
         ke = pc.min(kb + chunk, Skv)
         base = bkv * Skv
         m = [f32(_NEG_BIG)] * n
         l = [f32(0.0)] * n
-        o = [[f32(0.0)] * (4 * vpl) for _ in range(n)]
+        o = [[f32(0.0)] * (W * vpl) for _ in range(n)]
         def load(k0):
             """The raw K and V vectors of the stream's `U` keys from k0 (rows clamped)."""
-            rws = [(base + pc.min(k0 + u * T + t, Skv - 1)) * D4 + sub for u in range(U)]
+            rws = [(base + pc.min(k0 + u * T + t, Skv - 1)) * DW + sub for u in range(U)]
             return ([[K[r + c * LK] for c in range(vpl)] for r in rws],
                     [[V[r + c * LK] for c in range(vpl)] for r in rws])
 
@@ -226,13 +244,13 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                             ahead_v[i][u][c] = nv[u][c]
             else:
                 ck, cv = load(k0)
-            kv = [[x for c in range(vpl) for x in halves(ck[u][c])] for u in range(U)]
-            vv = [[x for c in range(vpl) for x in halves(cv[u][c])] for u in range(U)]
+            kv = [[x for c in range(vpl) for x in kv_halves(ck[u][c])] for u in range(U)]
+            vv = [[x for c in range(vpl) for x in kv_halves(cv[u][c])] for u in range(U)]
             for j in range(n):
                 s = []
                 for u in range(U):
                     d = q[j][0] * kv[u][0]
-                    for e in range(1, 4 * vpl):
+                    for e in range(1, W * vpl):
                         d = pc.fma(q[j][e], kv[u][e], d)
                     s.append(pc.select(keys[u] < ke, cluster_sum(d), f32(float("-inf"))))
                 m_new = m[j]
@@ -245,7 +263,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                     tot = tot + x
                 l[j] = pc.fma(l[j], alpha, tot)
                 row = []
-                for e in range(4 * vpl):
+                for e in range(W * vpl):
                     a = o[j][e] * alpha
                     for u in range(U):
                         a = pc.fma(p[u], vv[u][e], a)
@@ -279,8 +297,8 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                 if lane == 0:
                     sh_l[sg * n + j] = l[j] * w
                 for c in range(vpl):
-                    for e in range(4):
-                        sh_o[(sg * n + j) * D + (c * LK + sub) * 4 + e] = o[j][4 * c + e] * w
+                    for e in range(W):
+                        sh_o[(sg * n + j) * D + (c * LK + sub) * W + e] = o[j][W * c + e] * w
         pc.barrier()
         inv = pc.local_invocation_index()
         first = split * R + bkv * n                       # this chunk's rows
@@ -315,8 +333,8 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         OutEl = _OUT[out]
 
         @pc.kernel(workgroup_size=WG, subgroup_size=S)
-        def attention_decode_merged(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[V4],
-                                    V: pc.ReadBuffer[V4], Part: pc.Buffer[F4],
+        def attention_decode_merged(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[KT],
+                                    V: pc.ReadBuffer[KT], Part: pc.Buffer[F4],
                                     M: pc.Buffer[f32], L: pc.Buffer[f32], Count: pc.Buffer[u32],
                                     O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], Skv: u32,
                                     chunk: u32, scale: f32):
@@ -324,7 +342,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         return attention_decode_merged
 
     @pc.kernel(workgroup_size=WG, subgroup_size=S)
-    def attention_decode_vector(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[V4], V: pc.ReadBuffer[V4],
+    def attention_decode_vector(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[KT], V: pc.ReadBuffer[KT],
                                 Part: pc.WriteBuffer[F4], M: pc.WriteBuffer[f32],
                                 L: pc.WriteBuffer[f32], Skv: u32, chunk: u32, scale: f32):
         body(Q, K, V, Part, M, L, None, None, None, Skv, chunk, scale)

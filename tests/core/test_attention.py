@@ -272,26 +272,30 @@ def test_dtype_errors():
        config=st.sampled_from([(32, 4, 4, None), (32, 2, 1, None), (8, 2, 3, None),
                                (32, 1, 2, 8), (16, 2, 2, 16), (8, 4, 1, 4)]),
        prefetch=st.sampled_from([False, True, 2, 3]),
-       merge=st.sampled_from(["workgroup", "launch"]),
+       merge=st.sampled_from(["workgroup", "launch"]), width=st.sampled_from([4, 8]),
        seed=st.integers(0, 2 ** 16))
-def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch, merge, seed):
+def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch, merge, width,
+                                     seed):
     """GQA ratios, one or two queries, key counts that are no multiple of a chunk (the last
     iteration's keys past the chunk masked), head dims 64/128/256, subgroups of 8, 16 or 32
     lanes (workgroups of fewer invocations than head_dim / 4 too: the merge then takes
-    several column groups per invocation), lanes per key, streams and unrolling, the chunks
+    several column groups per invocation), lanes per key, streams and unrolling, 8- and
+    16-byte loads of K and V, the chunks
     merged by the last workgroup of each head or by a second launch; f32 scores and
     probabilities: far tighter than the f16-P kernels."""
     S, subgroups, unroll, lanes = config
     while not fits_shared(D, G * min(Sq, 8 // G), subgroups):   # as the default does
         subgroups //= 2
-    if lanes is not None and (lanes > S or (D // 4) % lanes):
+    if lanes is not None and (lanes > S or (D // width) % lanes):
         lanes = None
+    if lanes is None and (D // width) % min(S, D // 8):     # the default lanes don't divide
+        width = 4
     Sq = min(Sq, 8 // G)
     Q, K, V, _ = operands(B, 2 * G, 2, Sq, Skv, D, seed)
     r = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
                   decode_kernel="vector", decode_subgroups=subgroups, decode_unroll=unroll,
                   decode_lanes=lanes, subgroup_size=S, decode_prefetch=prefetch,
-                  decode_merge=merge)
+                  decode_merge=merge, decode_width=width)
     check(r, Q, K, V, tol=2e-5)
     ref, lse = attention_reference(Q, K, V)
     np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-5)
@@ -328,15 +332,18 @@ def test_vector_decode_is_the_default_where_it_applies():
 
 def test_vector_decode_bf16_f16_out_scale_and_device_arrays():
     Q, K, V, _ = operands(2, 4, 1, 1, 90, 64, seed=2, dtype=ml_dtypes.bfloat16)
-    r = attention(Q, K, V, scale=0.3, backend="emulator", decode_kernel="vector")
     ref, _ = attention_reference(Q, K, V, scale=0.3)
-    assert r.out.dtype == np.float16
-    np.testing.assert_allclose(r.out.astype(np.float64), ref, rtol=0, atol=2e-3)  # f16 rounding
+    for width in (4, 8):                        # 8: bf16 pairs read from 16-byte loads
+        r = attention(Q, K, V, scale=0.3, backend="emulator", decode_kernel="vector",
+                      decode_width=width)
+        assert r.out.dtype == np.float16
+        np.testing.assert_allclose(r.out.astype(np.float64), ref, rtol=0, atol=2e-3)  # f16
     Q, K, V, _ = operands(1, 4, 2, 1, 70, 128, seed=3)
     q, k, v = (pc.asarray(a, backend="emulator") for a in (Q, K, V))
-    r = attention(q, k, v, out="f32", backend="emulator", splits=3)
-    assert isinstance(r.out, pc.Array) and isinstance(r.lse, pc.Array)
-    check(AttentionResult(r.out.numpy(), r.lse.numpy(), 0, ""), Q, K, V, tol=2e-5)
+    for width in (4, 8):                        # 8: the arrays viewed as uvec4
+        r = attention(q, k, v, out="f32", backend="emulator", splits=3, decode_width=width)
+        assert isinstance(r.out, pc.Array) and isinstance(r.lse, pc.Array)
+        check(AttentionResult(r.out.numpy(), r.lse.numpy(), 0, ""), Q, K, V, tol=2e-5)
 
 
 @pytest.mark.parametrize("keys,kv_rows,splits", [
@@ -392,6 +399,8 @@ def test_vector_decode_chunks_past_the_keys(Skv, splits):
     attention_merge(64, "f32", 128, 2),
     attention_decode_vector(128, 4, prefetch=3, merge=True, out="f32"),
     attention_decode_vector(256, 2, 1, None, 1, 32, merge=True),   # fewer invocations than D / 4
+    attention_decode_vector(128, 4, width=8), attention_decode_vector(64, 8, 2, 8, 2, 32, "bf16",
+                                                                      width=8),
 ], ids=lambda k: "")
 def test_vector_decode_modules_pass_spirv_val(kernel):
     assert len(kernel.compile().spv) > 1000
@@ -403,7 +412,10 @@ def test_vector_decode_modules_pass_spirv_val(kernel):
     (lambda: attention_decode_vector(128, 4, 0), "subgroups must be an int >= 1"),
     (lambda: attention_decode_vector(128, 4, unroll=0), "unroll must be an int >= 1"),
     (lambda: attention_decode_vector(128, 4, lanes=12), "lanes per key must be a power of two"),
-    (lambda: attention_decode_vector(64, 4, lanes=32), r"dividing head_dim / 4 = 16, got 32"),
+    (lambda: attention_decode_vector(64, 4, lanes=32), r"dividing head_dim / width = 16, got 32"),
+    (lambda: attention_decode_vector(64, 4, lanes=16, width=8),
+     r"dividing head_dim / width = 8, got 16"),
+    (lambda: attention_decode_vector(128, 4, width=2), r"width .* one of \(4, 8\), got 2"),
     (lambda: attention_decode_vector(128, 4, subgroup_size=12), "subgroup_size must be"),
     (lambda: attention_decode_vector(128, 4, dtype="f32"), "dtype must be 'f16' or 'bf16'"),
     (lambda: attention_decode_vector(256, 8, 4), "needs more than 32768 bytes of shared"),
