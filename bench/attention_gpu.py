@@ -119,7 +119,8 @@ def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4, pre
 # second launch); "gN" N subgroups, "uN" N keys per iteration, "sN" N splits, "lN" N lanes per
 # key, "mN" merge unroll, "p" the next keys' K and V loaded before the current keys' math
 # ("pN": N iterations ahead), "w" the chunks merged by the last workgroup of each head (one
-# launch), "x8" 16-byte K and V loads (8 halves). "vec p u2" are the defaults.
+# launch), "ph" both steps in one kernel dispatched twice (one pipeline), "x8" 16-byte K and V
+# loads (8 halves). "vec p u2" are the defaults.
 DECODE_VARIANTS.update({
     "vec": _dvec(),
     "vec s16": _dvec(splits=16),
@@ -166,6 +167,10 @@ DECODE_VARIANTS.update({
     "vec p2 u2 x8": _dvec(prefetch=2, unroll=2, width=8),
     "vec p u2 x8 s64": _dvec(prefetch=True, unroll=2, width=8, splits=64),
     "vec p u2 x8 g4": _dvec(prefetch=True, unroll=2, width=8, subgroups=4),
+    "vec p u2 ph": _dvec(prefetch=True, unroll=2, merge="phase"),
+    "vec p u2 x8 ph": _dvec(prefetch=True, unroll=2, width=8, merge="phase"),
+    "vec p u2 ph m2": _dvec(prefetch=True, unroll=2, merge="phase", merge_unroll=2),
+    "vec p u2 ph m8": _dvec(prefetch=True, unroll=2, merge="phase", merge_unroll=8),
 })
 QUICK_DECODE = ["wg r32 Bc64/128", "sg r16 Bc32/128 all", "vec"]
 VECTOR_DECODE = [k for k in DECODE_VARIANTS if k.startswith("vec")]

@@ -1,6 +1,8 @@
 """Where a replayed attention decode's device time goes: the vector decode's chunk kernel and
 merge kernel timed in `repeat=` loops (one pipeline dispatched back to back), each alone as a
-replayed launch graph, both as one graph, and the chunk kernel twice in one graph.
+replayed launch graph, both as one graph, and the chunk kernel twice in one graph; then the
+kernel that does both steps (`phases=True`, `decode_merge="phase"`: the same pipeline
+dispatched twice), alone and as both steps.
 
     python3 bench/decode_launches.py [--keys 8192 32768] [--replays 200]
 
@@ -55,6 +57,8 @@ def case(keys: int, replays: int) -> None:
     chunks = attention_decode_vector(D, H // HKV, sg, None,
                                      DecodeConfig.unroll, 32, "f16", DecodeConfig.prefetch)
     merge = attention_merge(D, "f16")
+    phases = attention_decode_vector(D, H // HKV, sg, None, DecodeConfig.unroll, 32, "f16",
+                                     DecodeConfig.prefetch, phases=True)
     scale = float(1 / np.sqrt(D))
 
     def a1(**kw):
@@ -63,6 +67,14 @@ def case(keys: int, replays: int) -> None:
 
     def a2(**kw):
         return merge[(H,)](part, m, l, o, lse, H, splits, backend="vulkan", **kw)
+
+    def p1(**kw):
+        return phases[(splits, HKV)](q, k, v, part, m, l, o, lse, keys, chunk, scale, H, splits,
+                                     0, backend="vulkan", **kw)
+
+    def p2(**kw):
+        return phases[(H,)](q, k, v, part, m, l, o, lse, keys, chunk, scale, H, splits, 1,
+                            backend="vulkan", **kw)
 
     def loops() -> str:
         warm_gpu(WARM_S)
@@ -76,7 +88,9 @@ def case(keys: int, replays: int) -> None:
     print(f"  repeat loops: {loops()}")
     for label, body in (("chunks alone", a1), ("merge alone", a2),
                         ("chunks then merge", lambda: (a1(), a2())),
-                        ("chunks twice", lambda: (a1(), a1()))):
+                        ("chunks twice", lambda: (a1(), a1())),
+                        ("merge then chunks", lambda: (a2(), a1())),
+                        ("phases: chunks", p1), ("phases: both", lambda: (p1(), p2()))):
         lo, med = graph_us(body, replays)
         print(f"  graph, {label:<18} {lo:7.2f} / {med:7.2f}")
     print(f"  repeat loops again: {loops()}")

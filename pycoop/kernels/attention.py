@@ -514,7 +514,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     `decode_unroll`, `decode_lanes`, `decode_prefetch` (load the next keys' K and V before
     the current keys' math; an int: that many iterations ahead, True is 1), `decode_merge`
     ("workgroup": the last workgroup of each K/V head merges the chunks, one launch;
-    "launch": `attention_merge` as a second launch), `decode_width` (halves per K and V
+    "launch": `attention_merge` as a second launch; "phase": one kernel for both steps,
+    dispatched twice with one pipeline), `decode_width` (halves per K and V
     load: 4, or 8 for 16-byte loads),
     `subgroup_size`, `merge_unroll`; `splits` by default
     about two workgroups per SM of a 132-SM GPU, up to twice that where chunks would be
@@ -606,7 +607,7 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
             subgroups //= 2
     fused = merge == "workgroup"
     kernel = attention_decode_vector(D, n, subgroups, lanes, unroll, subgroup_size, el, prefetch,
-                                     fused, out, merge_unroll, width)
+                                     fused, out, merge_unroll, width, merge == "phase")
     if width == 8:                  # 16-byte loads: K and V bound as uvec4
         K, V = K.view(np.uint32), V.view(np.uint32)
     T = streams_of(subgroups, subgroup_size, lanes or default_lanes(D, subgroup_size))
@@ -623,6 +624,11 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
         r = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, count, O, LSE, Skv, chunk, scale,
                                       **run)
         return _result(O, LSE, r)
+    if merge == "phase":            # one pipeline: the chunks, then their merge
+        r1 = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, O, LSE, Skv, chunk, scale, R, splits,
+                                       0, **run)
+        r2 = kernel[(R,)](Q, K, V, Part, M, L, O, LSE, Skv, chunk, scale, R, splits, 1, **run)
+        return _result(O, LSE, r1, r2)
     r1 = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, Skv, chunk, scale, **run)
     r2 = attention_merge(D, out, unroll=merge_unroll)[(R,)](Part, M, L, O, LSE, R, splits, **run)
     return _result(O, LSE, r1, r2)

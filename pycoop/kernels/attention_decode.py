@@ -52,7 +52,7 @@ _ELEMENT = {"f16": f16, "bf16": pc.bf16}
 _OUT = {"f16": f16, "f32": f32}
 MERGE_INVOCATIONS = 256
 MAX_PREFETCH = 4                  # iterations of K/V rows a stream may load ahead
-DECODE_MERGES = ("workgroup", "launch")     # where the chunks of a head are merged
+DECODE_MERGES = ("workgroup", "launch", "phase")     # where the chunks of a head are merged
 WIDTHS = (4, 8)                   # halves per K and V load of the vector decode
 
 
@@ -134,7 +134,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                             subgroup_size: int = 32, dtype: str = "f16",
                             prefetch: bool | int = DecodeConfig.prefetch, merge: bool = False,
                             out: str = "f16", merge_unroll: int = 4,
-                            width: int = DecodeConfig.width):
+                            width: int = DecodeConfig.width, phases: bool = False):
     """The chunk kernel. Parameters: Q (batch · kv_heads · rows, head_dim) — for each K/V head
     its `rows` query rows, as (batch, heads, queries, head_dim) lays them out —, K and V
     (batch · kv_heads · keys, head_dim) of `dtype`; Part (splits, batch · kv_heads · rows,
@@ -153,7 +153,15 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     then keys, chunk and scale. Each workgroup writes its partial results, makes them
     available to the device (`pc.barrier(memory="device")`) and counts itself done with an
     acquire-release atomic add on its head's counter; the one that counts last sees every
-    other chunk's results and merges them."""
+    other chunk's results and merges them.
+
+    `phases=True`: one kernel for both steps, dispatched twice with the same pipeline (a
+    pipeline switch between two dependent dispatches cost the second one 2-4 µs on the H100,
+    `bench/decode_launches.py`). Parameters: Q, K, V, Part, M, L, O, LSE, keys, chunk,
+    scale, then R (the rows: batch · kv_heads · rows), splits and phase: phase 0 on the grid
+    (splits, batch · kv_heads) writes the chunks as above, phase 1 on the grid (R,) merges
+    them, one workgroup per row, as `attention_merge` does (`merge_chunks`, `merge_unroll`).
+    Each phase leaves the other's outputs unwritten."""
     lanes = default_lanes(head_dim, subgroup_size) if lanes is None else lanes
     _check("attention_decode_vector", head_dim, rows, subgroups, lanes, unroll, subgroup_size,
            dtype, width)
@@ -161,9 +169,13 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         raise ValueError(f"attention_decode_vector: prefetch (iterations loaded ahead; True is "
                          f"1) must be a bool or an int from 0 to {MAX_PREFETCH}, got "
                          f"{prefetch!r}")
-    if not isinstance(merge, bool):
-        raise ValueError(f"attention_decode_vector: merge must be a bool, got {merge!r}")
-    if merge:
+    for what, v in (("merge", merge), ("phases", phases)):
+        if not isinstance(v, bool):
+            raise ValueError(f"attention_decode_vector: {what} must be a bool, got {v!r}")
+    if merge and phases:
+        raise ValueError("attention_decode_vector: merge (in the last workgroup) and phases (in "
+                         "a second dispatch) are two ways of merging: choose one")
+    if merge or phases:
         _check_merge("attention_decode_vector", head_dim, out, merge_unroll)
     D, n, LK, U, S = head_dim, rows, lanes, unroll, subgroup_size
     ahead = int(prefetch)
@@ -197,11 +209,22 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
 
     F4 = pc.vec(f32, 4)
     G = max(1, min(WG // D4, subgroups))               # merge groups (the shared arrays' rows)
+    G1 = max(1, WG // D4)                  # phase 1: one row per workgroup, every group
+    if phases and max(subgroups * n, G1) * (D + 2) * 4 > SHARED_BYTES:
+        raise ValueError(f"attention_decode_vector: the merge of phase 1 ({G1} groups x "
+                         f"{D} f32) needs more than {SHARED_BYTES} bytes of shared memory; use "
+                         "fewer subgroups")
+
+    OutEl = _OUT[out]
+
+    def shared_arrays():
+        """The streams' merge arrays (maxima, sums, outputs), large enough for phase 1's
+        merge too."""
+        rows = max(subgroups * n, G1 if phases else 0)
+        return pc.shared(f32, rows), pc.shared(f32, rows), pc.shared(f32, rows * D)
 
     @pc.func
-    def body(Q, K, V, Part, M, L, Count, O, LSE, Skv, chunk, scale):
-        sh_m, sh_l = pc.shared(f32, subgroups * n), pc.shared(f32, subgroups * n)
-        sh_o = pc.shared(f32, subgroups * n * D)
+    def body(Q, K, V, Part, M, L, Count, O, LSE, Skv, chunk, scale, sh_m, sh_l, sh_o):
         done = pc.shared(u32, 1) if merge else None     # the head's count before this one
         bkv, split = pc.workgroup_id.y, pc.workgroup_id.x
         R = pc.num_workgroups.y * n
@@ -324,28 +347,42 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
             pc.barrier(memory="device")
             if done[0] == pc.num_workgroups.x - 1:
                 merge_chunks(Part, M, L, O, LSE, [bkv * n + j for j in range(n)], R,
-                             pc.num_workgroups.x, inv, WG, G, D, merge_unroll, _OUT[out], sh_m,
+                             pc.num_workgroups.x, inv, WG, G, D, merge_unroll, OutEl, sh_m,
                              sh_l, sh_o)
                 if inv == 0:
                     pc.atomic.exchange(Count, bkv, u32(0))
 
-    if merge:
-        OutEl = _OUT[out]
+    if phases:
+        @pc.kernel(workgroup_size=WG, subgroup_size=S)
+        def attention_decode_phases(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[KT],
+                                    V: pc.ReadBuffer[KT], Part: pc.Buffer[F4],
+                                    M: pc.Buffer[f32], L: pc.Buffer[f32],
+                                    O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], Skv: u32,
+                                    chunk: u32, scale: f32, R: u32, splits: u32, phase: u32):
+            sh_m, sh_l, sh_o = shared_arrays()
+            if phase == 0:
+                body(Q, K, V, Part, M, L, None, None, None, Skv, chunk, scale, sh_m, sh_l, sh_o)
+            else:
+                merge_chunks(Part, M, L, O, LSE, [pc.workgroup_id.x], R, splits,
+                             pc.local_invocation_index(), WG, G1, D, merge_unroll, OutEl, sh_m,
+                             sh_l, sh_o)
+        return attention_decode_phases
 
+    if merge:
         @pc.kernel(workgroup_size=WG, subgroup_size=S)
         def attention_decode_merged(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[KT],
                                     V: pc.ReadBuffer[KT], Part: pc.Buffer[F4],
                                     M: pc.Buffer[f32], L: pc.Buffer[f32], Count: pc.Buffer[u32],
                                     O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], Skv: u32,
                                     chunk: u32, scale: f32):
-            body(Q, K, V, Part, M, L, Count, O, LSE, Skv, chunk, scale)
+            body(Q, K, V, Part, M, L, Count, O, LSE, Skv, chunk, scale, *shared_arrays())
         return attention_decode_merged
 
     @pc.kernel(workgroup_size=WG, subgroup_size=S)
     def attention_decode_vector(Q: pc.ReadBuffer[V4], K: pc.ReadBuffer[KT], V: pc.ReadBuffer[KT],
                                 Part: pc.WriteBuffer[F4], M: pc.WriteBuffer[f32],
                                 L: pc.WriteBuffer[f32], Skv: u32, chunk: u32, scale: f32):
-        body(Q, K, V, Part, M, L, None, None, None, Skv, chunk, scale)
+        body(Q, K, V, Part, M, L, None, None, None, Skv, chunk, scale, *shared_arrays())
     return attention_decode_vector
 
 

@@ -272,7 +272,7 @@ def test_dtype_errors():
        config=st.sampled_from([(32, 4, 4, None), (32, 2, 1, None), (8, 2, 3, None),
                                (32, 1, 2, 8), (16, 2, 2, 16), (8, 4, 1, 4)]),
        prefetch=st.sampled_from([False, True, 2, 3]),
-       merge=st.sampled_from(["workgroup", "launch"]), width=st.sampled_from([4, 8]),
+       merge=st.sampled_from(["workgroup", "launch", "phase"]), width=st.sampled_from([4, 8]),
        seed=st.integers(0, 2 ** 16))
 def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch, merge, width,
                                      seed):
@@ -280,8 +280,8 @@ def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch,
     iteration's keys past the chunk masked), head dims 64/128/256, subgroups of 8, 16 or 32
     lanes (workgroups of fewer invocations than head_dim / 4 too: the merge then takes
     several column groups per invocation), lanes per key, streams and unrolling, 8- and
-    16-byte loads of K and V, the chunks
-    merged by the last workgroup of each head or by a second launch; f32 scores and
+    16-byte loads of K and V, the chunks merged by the last workgroup of each head, by a
+    second launch or by a second dispatch of the same kernel; f32 scores and
     probabilities: far tighter than the f16-P kernels."""
     S, subgroups, unroll, lanes = config
     while not fits_shared(D, G * min(Sq, 8 // G), subgroups):   # as the default does
@@ -401,6 +401,8 @@ def test_vector_decode_chunks_past_the_keys(Skv, splits):
     attention_decode_vector(256, 2, 1, None, 1, 32, merge=True),   # fewer invocations than D / 4
     attention_decode_vector(128, 4, width=8), attention_decode_vector(64, 8, 2, 8, 2, 32, "bf16",
                                                                       width=8),
+    attention_decode_vector(128, 4, 8, phases=True), attention_decode_vector(
+        64, 1, 2, None, 2, 32, width=8, phases=True, out="f32"),     # phase 1: more groups
 ], ids=lambda k: "")
 def test_vector_decode_modules_pass_spirv_val(kernel):
     assert len(kernel.compile().spv) > 1000
@@ -425,6 +427,9 @@ def test_vector_decode_modules_pass_spirv_val(kernel):
     (lambda: attention_decode_vector(128, 4, prefetch=5), r"prefetch .* int from 0 to 4, got 5"),
     (lambda: attention_decode_vector(128, 4, prefetch=-1), "prefetch .* got -1"),
     (lambda: attention_decode_vector(128, 4, merge=1), "merge must be a bool, got 1"),
+    (lambda: attention_decode_vector(128, 4, phases=1), "phases must be a bool, got 1"),
+    (lambda: attention_decode_vector(128, 4, merge=True, phases=True), "choose one"),
+    (lambda: attention_decode_vector(128, 4, phases=True, out="f64"), "out must be 'f16' or"),
     (lambda: attention_decode_vector(128, 4, merge=True, out="f64"), "out must be 'f16' or"),
     (lambda: attention_decode_vector(128, 4, merge=True, merge_unroll=0),
      "merge unroll must be an int >= 1"),
@@ -443,11 +448,12 @@ def test_vector_decode_path_errors():
         attention(Q, K, K, decode_kernel="fast", backend="emulator")
     with pytest.raises(ValueError, match="splits must be a positive int"):
         attention(Q[:, :, :1], K, K, splits=0, backend="emulator")
-    with pytest.raises(ValueError, match=r"decode_merge must be one of \('workgroup', 'launch'\)"):
+    with pytest.raises(ValueError,
+                       match=r"decode_merge must be one of \('workgroup', 'launch', 'phase'\)"):
         attention(Q[:, :, :1], K, K, decode_merge="atomic", backend="emulator")
 
 
-@pytest.mark.parametrize("kind", ["prefill", "decode_coopmat", "decode_vector"])
+@pytest.mark.parametrize("kind", ["prefill", "decode_coopmat", "decode_vector", "decode_phases"])
 def test_attention_inside_a_launch_graph(kind):
     """Every attention path can be recorded with pc.capture and replayed (its result then has
     no times: they come from the replays), with the result of a direct call."""
@@ -457,8 +463,9 @@ def test_attention_inside_a_launch_graph(kind):
     k = rng.standard_normal((1, 2, 64, 64)).astype(np.float16)
     v = rng.standard_normal((1, 2, 64, 64)).astype(np.float16)
     qa, ka, va = (pc.asarray(a, backend="emulator") for a in (q, k, v))
-    kw = {} if kind == "prefill" else {"decode_kernel": "vector" if kind == "decode_vector"
-                                       else "coopmat"}
+    kw = {"prefill": {}, "decode_coopmat": {"decode_kernel": "coopmat"},
+          "decode_vector": {"decode_kernel": "vector"},
+          "decode_phases": {"decode_kernel": "vector", "decode_merge": "phase"}}[kind]
     direct = attention(qa, ka, va, **kw)
     with pc.capture(backend="emulator") as g:
         captured = attention(qa, ka, va, **kw)
