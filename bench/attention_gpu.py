@@ -44,9 +44,15 @@ def _sg(Br, Bc, inv, sm=_ALL, fp="exact"):
     return {"Br": Br, "Bc": Bc, "invocations": inv, "scope": "subgroup", "softmax": sm, "fp": fp}
 
 
+def _st(Br, Bc, fp="exact"):
+    return {"Br": Br, "Bc": Bc, "invocations": 2 * Br, "scope": "staged", "fp": fp}
+
+
 # name -> attention() keyword arguments of the prefill path; "wg" = workgroup scope, "sg" =
 # subgroup scope (BrxBc/invocations; a subgroup of 32 takes Br * 32 / invocations rows);
-# "all" = exp2 + lazy_sum + prefetch, "narrow" = row maxima and sums 32 columns wide
+# "all" = exp2 + lazy_sum + prefetch, "narrow" = row maxima and sums 32 columns wide; "st" =
+# the staged kernel (16 x 16 subgroup-scope pieces, K and V in shared memory, 16 rows per
+# subgroup: Br x Bc, 2 Br invocations)
 PREFILL_VARIANTS = {
     "wg 128x64/256": _wg(),
     "wg 128x64/256 exp2": _wg(sm=Softmax(exp2=True)),
@@ -68,6 +74,12 @@ PREFILL_VARIANTS = {
     "sg 128x16/128 all": _sg(128, 16, 128),
     "sg 128x32/128 all": _sg(128, 32, 128),
     "sg 64x32/128 all fast": _sg(64, 32, 128, fp="fast"),
+    "st 128x64": _st(128, 64),
+    "st 64x64": _st(64, 64),
+    "st 128x32": _st(128, 32),
+    "st 64x32": _st(64, 32),
+    "st 256x64": _st(256, 64),
+    "st 128x64 fast": _st(128, 64, fp="fast"),
 }
 QUICK_PREFILL = ["wg 128x64/256", "wg 128x64/256 all", "sg 64x32/128 all"]
 

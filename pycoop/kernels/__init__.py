@@ -2,6 +2,7 @@
 from .attention import (AttentionResult, Softmax, attention, attention_decode, attention_prefill,
                         attention_reference)
 from .attention_decode import attention_decode_vector, attention_merge
+from .attention_staged import attention_prefill_staged
 from .gemm import (Q4_0, gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
                    gemm_q4_0_staged, gemm_reference, gemm_workgroup_tile, q4_0_planes, sum_splits)
 from .gemm_quant import (Q4_K, Q8_0, dequantize_q4_k, dequantize_q4_k_planes, dequantize_q8_0,
@@ -14,6 +15,7 @@ from .mlp import MLPBlock, mlp_reference
 
 __all__ = ["AttentionResult", "Softmax", "attention", "attention_decode",
            "attention_prefill", "attention_reference", "attention_decode_vector",
+           "attention_prefill_staged",
            "attention_merge", "Q4_0", "gemm_khr", "gemm_khr_staged",
            "gemm_nv", "gemm_q4_0", "gemm_q4_0_planes", "gemm_q4_0_staged", "gemm_reference",
            "gemm_workgroup_tile", "q4_0_planes", "sum_splits", "Q4_K", "Q8_0",

@@ -47,17 +47,15 @@ from pycoop.runtime import capturing
 from .attention_decode import (DECODE_MERGES, HEAD_DIMS, MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig,
                                attention_decode_vector, attention_merge, chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
+from .attention_parts import (ELEMENT, LOG2E, NEG_BIG, causal_score, divide, exp2_scaled,
+                              exp_minus, in_sequence, larger, log2_sum_exp2, log_sum_exp,
+                              rows_layout, smear)
+from .attention_staged import attention_prefill_staged
 from .limits import SMS
 
-SCOPES = ("workgroup", "subgroup")
+SCOPES = ("workgroup", "subgroup", "staged")
 # subgroup-scope kernels are compiled for subgroups of 32 invocations (NVIDIA's size)
 SUBGROUP = 32
-# "minus infinity" for the running maxima: finite, so exp(m_old - m_new) stays 0 or 1 rather
-# than NaN when a whole block of a row is masked to -inf
-_NEG_BIG = -1.0e30
-_LOG2E = 1.4426950408889634
-_LN2 = 0.6931471805599453
-_ELEMENT = {"f16": f16, "bf16": pc.bf16}
 _NUMPY_OUT = {"f16": np.float16, "f32": np.float32}
 
 
@@ -90,15 +88,15 @@ def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out:
     for what, v in (("query block", rows), ("key block Bc", Bc)):
         if not isinstance(v, int) or v < 16 or v % 16:
             raise ValueError(f"{name}: the {what} must be a multiple of 16, got {v!r}")
-    if dtype not in _ELEMENT:
+    if dtype not in ELEMENT:
         raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
     if out not in _NUMPY_OUT:
         raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
     if scope not in SCOPES:
-        raise ValueError(f"{name}: scope must be 'workgroup' or 'subgroup', got {scope!r}")
-    if scope == "subgroup" and (not isinstance(invocations, int) or invocations < SUBGROUP
-                                or invocations % SUBGROUP):
-        raise ValueError(f"{name}: at subgroup scope the invocations must be a multiple of "
+        raise ValueError(f"{name}: scope must be one of {SCOPES}, got {scope!r}")
+    if scope != "workgroup" and (not isinstance(invocations, int) or invocations < SUBGROUP
+                                 or invocations % SUBGROUP):
+        raise ValueError(f"{name}: at {scope} scope the invocations must be a multiple of "
                          f"{SUBGROUP} (whole subgroups), got {invocations!r}")
 
 
@@ -110,50 +108,6 @@ def _subgroup_rows(name: str, Br: int, invocations: int) -> int:
                          f"invocations each take Br / {nsg} rows, which must be a multiple of "
                          f"16 (Br={Br})")
     return Br // nsg
-
-
-# --- per-element and combine functions (called per element by the implementation) --------
-
-def _larger(r, c, e, x):
-    return pc.max(e, x)
-
-
-def _exp_minus(r, c, e, m):
-    return pc.exp(e - m)
-
-
-def _exp2_scaled(r, c, e, m, k):
-    """2^(k·(e - m)) as one fused multiply-add and an exp2: e and m raw scores, k the
-    scale times log2(e)."""
-    return pc.exp2(pc.fma(e, k, -(m * k)))
-
-
-def _divide(r, c, e, d):
-    return e / d
-
-
-def _log_sum_exp(r, c, m, l):
-    return m + pc.log(l)
-
-
-def _log2_sum_exp2(r, c, m, l):
-    """The natural log-sum-exp from maxima and sums kept in base 2."""
-    return (m + pc.log2(l)) * f32(_LN2)
-
-
-def _smear(a, b):
-    """Row reduction that copies a row's (equal) values to a matrix of another width."""
-    return a
-
-
-def _in_sequence(r, c, s, k0, kend):
-    """The score, or -inf for a key past the end of the sequence (read as zeros)."""
-    return pc.select(k0 + c < kend, s, f32(float("-inf")))
-
-
-def _causal(r, c, s, k0, kend, q0):
-    """As `_in_sequence`, and -inf for a key after the query (query i sees keys 0..i)."""
-    return pc.select(k0 + c <= q0 + r, _in_sequence(r, c, s, k0, kend), f32(float("-inf")))
 
 
 # --- the shared inner loop ---------------------------------------------------------------
@@ -188,7 +142,7 @@ def _types(el, rows: int, D: int, Bc: int, scope: str = "workgroup", W: int = 0)
 
 def _widen(x, To):
     """A per-row value held in every column of a Br x W matrix as a Br x N matrix `To`."""
-    return x if x.type == To else pc.nv.reduce(x, "row", _smear, result_type=To)
+    return x if x.type == To else pc.nv.reduce(x, "row", smear, result_type=To)
 
 
 def _by_row(x, T: _Types):
@@ -209,14 +163,14 @@ def _attend(T: _Types, sm: Softmax, k, m, l, o, s, v):
     """One key block of the online softmax: scores s (masked; scaled, or raw with exp2 and
     k = scale · log2(e)) and values v update the row maxima m, sums l and unnormalised
     output o."""
-    m_new = pc.nv.per_element(m, _larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
+    m_new = pc.nv.per_element(m, larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
     m_s = _widen(m_new, T.S)                  # as wide as the scores (a narrow row state)
     if sm.exp2:
-        pf = pc.nv.per_element(s, _exp2_scaled, m_s, k)
-        alpha = pc.nv.per_element(m, _exp2_scaled, m_new, k)     # rescales what came before
+        pf = pc.nv.per_element(s, exp2_scaled, m_s, k)
+        alpha = pc.nv.per_element(m, exp2_scaled, m_new, k)     # rescales what came before
     else:
-        pf = pc.nv.per_element(s, _exp_minus, m_s)
-        alpha = pc.nv.per_element(m, _exp_minus, m_new)
+        pf = pc.nv.per_element(s, exp_minus, m_s)
+        alpha = pc.nv.per_element(m, exp_minus, m_new)
     p = pc.nv.convert(pf, T.P)
     if sm.lazy_sum:
         # per-column partial sums, reduced once at the end (`_finish`)
@@ -233,12 +187,6 @@ def _finish(m, l, sm: Softmax, k):
     """(maxima, row sums) in every column at the end of the loop: the lazy partial sums
     reduced; with exp2 the maxima in base 2 (raw maxima times k = scale · log2(e))."""
     return (m * k if sm.exp2 else m), (pc.nv.reduce(l, "row", "add") if sm.lazy_sum else l)
-
-
-def _rows(n_before, n, D):
-    """A 2-D layout over the rows of one head (n rows after n_before rows of the heads
-    before it, head_dim columns): zeros past the head's last row, stores discarded there."""
-    return pc.nv.tensor_layout(2, clamp="constant").dimension(n_before + n, D)
 
 
 _TRANSPOSE = (1, 0)
@@ -290,7 +238,11 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     `scope="workgroup"`: the Br x Bc tiles are workgroup-scope matrices of `invocations`
     invocations. `scope="subgroup"`: each of the invocations / 32 subgroups owns Br /
     subgroups rows as subgroup-scope matrices (its row reductions stay in the subgroup), and
-    the subgroups share the key blocks through the caches. `softmax`: see `Softmax`. `fp`:
+    the subgroups share the key blocks through the caches. `scope="staged"`:
+    `attention_prefill_staged` (FlashAttention-2's structure: 16 x 16 subgroup-scope pieces,
+    K and V staged in shared memory; K and V bound as uvec4, `K.view(np.uint32)`), with
+    Br = 16 rows per subgroup of the invocations and the default `Softmax()` only. `softmax`:
+    see `Softmax`. `fp`:
     the kernel's floating-point mode (`pc.kernel(fp=...)`; "fast" lets the driver fuse and
     reorder the scalar arithmetic of the per-element functions).
 
@@ -298,13 +250,23 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     tile's first query) run in a loop of their own; only the last blocks pay for the
     per-element masking."""
     _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations)
+    if scope == "staged":
+        if Br * 2 != invocations:
+            raise ValueError(f"attention_prefill: at staged scope each subgroup of 32 "
+                             f"invocations takes 16 query rows, so Br must be invocations / 2 = "
+                             f"{invocations // 2}, got Br={Br}")
+        if Softmax(*softmax) != Softmax():
+            raise ValueError(f"attention_prefill: the staged kernel computes the softmax one "
+                             f"way (Softmax()); got {softmax!r}")
+        return attention_prefill_staged(head_dim, Bc, invocations // SUBGROUP, causal, mask,
+                                        dtype, out, fp)
     rows = _subgroup_rows("attention_prefill", Br, invocations) if scope == "subgroup" else Br
-    D, el = head_dim, _ELEMENT[dtype]
+    D, el = head_dim, ELEMENT[dtype]
     sm = _check_softmax("attention_prefill", softmax, Bc)
     T = _types(el, rows, D, Bc, scope, sm.row_width)
     Out = pc.coopmat[f16, T.O.scope, rows, D, pc.Accumulator] if out == "f16" else T.O
     OutEl = f16 if out == "f16" else f32
-    lse_fn = _log2_sum_exp2 if sm.exp2 else _log_sum_exp
+    lse_fn = log2_sum_exp2 if sm.exp2 else log_sum_exp
 
     @pc.func
     def body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale):
@@ -313,14 +275,14 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         if scope == "subgroup":
             q0 = q0 + pc.subgroup_id() * rows
         bkv = (bh // H) * Hkv + (bh % H) // (H // Hkv)        # the K/V head of query head bh
-        lq, lkv = _rows(bh * Sq, Sq, D), _rows(bkv * Skv, Skv, D)
+        lq, lkv = rows_layout(bh * Sq, Sq, D), rows_layout(bkv * Skv, Skv, D)
         kt_view = pc.nv.tensor_view(2, False, _TRANSPOSE)     # a Bc x D block of K as D x Bc
         if mask:
             lm = (pc.nv.tensor_layout(2, clamp="constant").dimension(Sq, Skv)
                   .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
         q = _queries(Q, lq.slice(bh * Sq + q0, rows, 0, D), T, scale, sm)
-        k = scale * f32(_LOG2E)                            # used with exp2 only
-        m, l, o = T.Row.fill(_NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
+        k = scale * f32(LOG2E)                            # used with exp2 only
+        m, l, o = T.Row.fill(NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
         kend = pc.min(Skv, q0 + rows) if causal else Skv   # later keys are hidden from the tile
         # blocks wholly inside the sequence (and, causal, at or before the first query)
         kfull = (pc.min(Skv, q0 + 1) if causal else Skv) // Bc * Bc
@@ -339,17 +301,17 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
 
         def edge_scores(k0, kt):                             # the edge: mask per element
             s = scores(k0, kt)
-            return (pc.nv.per_element(s, _causal, k0, kend, q0) if causal else
-                    pc.nv.per_element(s, _in_sequence, k0, kend))
+            return (pc.nv.per_element(s, causal_score, k0, kend, q0) if causal else
+                    pc.nv.per_element(s, in_sequence, k0, kend))
 
         m, l, o = _key_blocks(T, sm, k, m, l, o, u32(0), kfull, Bc, load, scores)
         m, l, o = _key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
         m, l = _finish(m, l, sm, k)
-        o = pc.nv.per_element(o, _divide, _by_row(l, T))
+        o = pc.nv.per_element(o, divide, _by_row(l, T))
         pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, rows, 0, D),
                            o if Out == T.O else pc.nv.convert(o, Out))
         # one column of the row-wise log-sum-exp: the others fall outside a width of 1
-        pc.nv.store_tensor(LSE, _rows(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows, 0,
+        pc.nv.store_tensor(LSE, rows_layout(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows, 0,
                                                             sm.row_width),
                            pc.nv.per_element(m, lse_fn, l))
 
@@ -392,7 +354,10 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
     `fp` as in `attention_prefill`.
     `attention_merge(..., exp2=softmax.exp2)` merges the splits."""
     _check_config("attention_decode", head_dim, rows, Bc, dtype, "f32", scope, invocations)
-    D, el = head_dim, _ELEMENT[dtype]
+    if scope == "staged":
+        raise ValueError("attention_decode: scope must be 'workgroup' or 'subgroup' (the staged "
+                         "kernel is a prefill kernel)")
+    D, el = head_dim, ELEMENT[dtype]
     sm = _check_softmax("attention_decode", softmax, Bc)
     T = _types(el, rows, D, Bc, scope, sm.row_width)
     nsg = invocations // SUBGROUP if scope == "subgroup" else 1
@@ -406,11 +371,11 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
         if scope == "subgroup":
             split = split * nsg + pc.subgroup_id()
         nkv = pc.num_workgroups.y
-        lkv = _rows(bkv * Skv, Skv, D)
+        lkv = rows_layout(bkv * Skv, Skv, D)
         kt_view = pc.nv.tensor_view(2, False, _TRANSPOSE)
-        q = _queries(Q, _rows(bkv * n, n, D).slice(bkv * n, rows, 0, D), T, scale, sm)
-        k = scale * f32(_LOG2E)                            # used with exp2 only
-        m, l, o = T.Row.fill(_NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
+        q = _queries(Q, rows_layout(bkv * n, n, D).slice(bkv * n, rows, 0, D), T, scale, sm)
+        k = scale * f32(LOG2E)                            # used with exp2 only
+        m, l, o = T.Row.fill(NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
         kb = pc.min(split * chunk, Skv)
         kend = pc.min(kb + chunk, Skv)
         kfull = kb + (kend - kb) // Bc * Bc               # whole blocks: no masking
@@ -423,15 +388,15 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
             return pc.mul_add(q, kt, T.S.fill(0.0))
 
         def edge_scores(k0, kt):
-            return pc.nv.per_element(scores(k0, kt), _in_sequence, k0, kend)
+            return pc.nv.per_element(scores(k0, kt), in_sequence, k0, kend)
 
         m, l, o = _key_blocks(T, sm, k, m, l, o, kb, kfull, Bc, load, scores)
         m, l, o = _key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
         m, l = _finish(m, l, sm, k)
         first = (split * nkv + bkv) * n          # this chunk's rows: (split, bkv, row)
-        pc.nv.store_tensor(Part, _rows(first, n, D).slice(first, rows, 0, D), o)
-        pc.nv.store_tensor(M, _rows(first, n, 1).slice(first, rows, 0, sm.row_width), m)
-        pc.nv.store_tensor(L, _rows(first, n, 1).slice(first, rows, 0, sm.row_width), l)
+        pc.nv.store_tensor(Part, rows_layout(first, n, D).slice(first, rows, 0, D), o)
+        pc.nv.store_tensor(M, rows_layout(first, n, 1).slice(first, rows, 0, sm.row_width), m)
+        pc.nv.store_tensor(L, rows_layout(first, n, 1).slice(first, rows, 0, sm.row_width), l)
     return attention_decode
 
 
@@ -503,7 +468,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     `merge_unroll`), the keys split into `splits` chunks
     (by default about 4 workgroups per SM of a 132-SM GPU, rounded up to whole workgroups at
     subgroup scope); otherwise the prefill kernel with Br x Bc tiles, `invocations` and
-    `scope`. `softmax` (a `Softmax`) and `fp` (the kernels' floating-point mode) apply to both
+    `scope` ("workgroup", "subgroup" or "staged": see `attention_prefill`). `softmax` (a `Softmax`) and `fp` (the kernels' floating-point mode) apply to both
     paths. `decode` True or False chooses the
     path instead. The configuration is checked before anything runs.
 
@@ -588,6 +553,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                           fp)
     if mask is not None and not device:
         mask = np.ascontiguousarray(mask, np.float16)
+    if scope == "staged":           # K and V read as uvec4 (8 halves)
+        K, V = K.view(np.uint32), V.view(np.uint32)
     args = [Q, K, V] + ([mask] if mask is not None else [])
     r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
     return _result(O, LSE, r)

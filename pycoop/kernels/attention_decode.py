@@ -38,18 +38,14 @@ from __future__ import annotations
 import functools
 
 import pycoop as pc
-from pycoop import f16, f32, u32
+from pycoop import f32, u32
 
+from .attention_parts import ELEMENT, LN2, LOG2E, NEG_BIG, OUT
 from .limits import SHARED_BYTES, SMS
 
 HEAD_DIMS = (64, 80, 96, 112, 128, 256)     # the attention kernels' (the merge takes them all)
 VECTOR_HEAD_DIMS = (64, 128, 256)
 MAX_ROWS = 8                      # query rows per K/V head a lane holds in registers
-_NEG_BIG = -1.0e30                # the running maxima start finite: exp2(m - m_new) is 1, not NaN
-_LOG2E = 1.4426950408889634
-_LN2 = 0.6931471805599453
-_ELEMENT = {"f16": f16, "bf16": pc.bf16}
-_OUT = {"f16": f16, "f32": f32}
 MERGE_INVOCATIONS = 256
 MAX_PREFETCH = 4                  # iterations of K/V rows a stream may load ahead
 DECODE_MERGES = ("workgroup", "launch", "phase")     # where the chunks of a head are merged
@@ -104,7 +100,7 @@ def _check(name: str, head_dim: int, rows: int, subgroups: int, lanes: int, unro
         raise ValueError(f"{name}: lanes per key must be a power of two of at most the subgroup "
                          f"size ({subgroup_size}) dividing head_dim / width = "
                          f"{head_dim // width}, got {lanes!r}")
-    if dtype not in _ELEMENT:
+    if dtype not in ELEMENT:
         raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
     if not fits_shared(head_dim, rows, subgroups):
         raise ValueError(f"{name}: the merge of {subgroups} subgroups x {rows} rows x "
@@ -179,7 +175,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         _check_merge("attention_decode_vector", head_dim, out, merge_unroll)
     D, n, LK, U, S = head_dim, rows, lanes, unroll, subgroup_size
     ahead = int(prefetch)
-    el = _ELEMENT[dtype]
+    el = ELEMENT[dtype]
     V4 = pc.vec(el, 4)
     W = width
     KT = V4 if W == 4 else pc.vec(u32, 4)     # a K or V load
@@ -215,7 +211,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                          f"{D} f32) needs more than {SHARED_BYTES} bytes of shared memory; use "
                          "fewer subgroups")
 
-    OutEl = _OUT[out]
+    OutEl = OUT[out]
 
     def shared_arrays():
         """The streams' merge arrays (maxima, sums, outputs), large enough for phase 1's
@@ -231,14 +227,14 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         lane = pc.subgroup_local_id()
         sub = lane % LK                                   # this lane's place in its cluster
         t = pc.subgroup_id() * spk + lane // LK           # this lane's stream
-        k2 = scale * f32(_LOG2E)
+        k2 = scale * f32(LOG2E)
         q = [[x * k2 for c in range(vpl) for h in range(W // 4)
               for x in halves(Q[(bkv * n + j) * D4 + (c * LK + sub) * (W // 4) + h])]
              for j in range(n)]
         kb = pc.min(split * chunk, Skv)
         ke = pc.min(kb + chunk, Skv)
         base = bkv * Skv
-        m = [f32(_NEG_BIG)] * n
+        m = [f32(NEG_BIG)] * n
         l = [f32(0.0)] * n
         o = [[f32(0.0)] * (W * vpl) for _ in range(n)]
         def load(k0):
@@ -424,12 +420,12 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
     g = inv // D4
     active = g < G
     start = pc.select(active, g, splits)              # the groups past G take no chunk
-    big, tot = [f32(_NEG_BIG)] * n, [f32(0.0)] * n
+    big, tot = [f32(NEG_BIG)] * n, [f32(0.0)] * n
     acc = [[[f32(0.0)] * 4 for _ in cs] for _ in range(n)]
     for s0 in pc.range(start, splits, G * U):
         ss = [pc.min(s0 + u * G, splits - 1) for u in range(U)]            # clamped
         ok = [s0 + u * G < splits for u in range(U)]
-        ms = [[pc.select(ok[u], M[ss[u] * R + r], f32(_NEG_BIG)) for u in range(U)] for r in rows]
+        ms = [[pc.select(ok[u], M[ss[u] * R + r], f32(NEG_BIG)) for u in range(U)] for r in rows]
         ls = [[L[s * R + r] for s in ss] for r in rows]
         ps = [[[Part[(s * R + r) * D4 + c] for c in cs] for s in ss] for r in rows]
         for j in range(n):
@@ -468,14 +464,14 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
                         x = x + sh_o[(g2 * n + j) * head_dim + c * 4 + e]
                     O[rows[j] * head_dim + c * 4 + e] = OutEl(x / total)
             if first:
-                LSE[rows[j]] = (top[j] + pc.log2(total)) * f32(_LN2) if exp2 else \
+                LSE[rows[j]] = (top[j] + pc.log2(total)) * f32(LN2) if exp2 else \
                     top[j] + pc.log(total)
 
 
 def _check_merge(name: str, head_dim: int, out: str, unroll: int) -> None:
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"{name}: head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
-    if out not in _OUT:
+    if out not in OUT:
         raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
     if not isinstance(unroll, int) or isinstance(unroll, bool) or unroll < 1:
         raise ValueError(f"{name}: merge unroll must be an int >= 1, got {unroll!r}")
@@ -504,7 +500,7 @@ def attention_merge(head_dim: int = 128, out: str = "f16", invocations: int | No
         raise ValueError(f"attention_merge: invocations must be a multiple of head_dim / 4 = "
                          f"{D4} of at most 1024, got {invocations!r}")
     G = invocations // D4
-    OutEl = _OUT[out]
+    OutEl = OUT[out]
     F4 = pc.vec(f32, 4)
 
     @pc.kernel(workgroup_size=invocations)

@@ -78,6 +78,39 @@ def test_prefill_options_match_numpy(Hkv, G, Sq, extra, causal, masked, sm, subg
     check(r, Q, K, V, mask, causal)
 
 
+@SETTINGS
+@given(B=st.integers(1, 2), Hkv=st.integers(1, 2), G=st.sampled_from([1, 2, 4]),
+       Sq=st.integers(1, 70), extra=st.integers(0, 40), causal=st.booleans(),
+       masked=st.booleans(), D=st.sampled_from([64, 80, 96, 112, 128, 256]),
+       tile=st.sampled_from([(16, 32), (32, 64), (16, 96), (48, 64)]),
+       out=st.sampled_from(["f16", "f32"]), seed=st.integers(0, 2 ** 16))
+def test_staged_prefill_matches_numpy(B, Hkv, G, Sq, extra, causal, masked, D, tile, out, seed):
+    """The staged kernel (16 x 16 pieces, K and V in shared memory): ragged lengths (a
+    workgroup's key rows clamped to the last key, its query rows past the end discarded),
+    GQA, causal bounds that differ between the subgroups of a workgroup, masks, every head
+    dim, key blocks of 16 to 48 keys (copies that leave some invocations idle: 80 x 16 / 8
+    uvec4 over 96 invocations), f16 and f32 outputs."""
+    Bc, inv = tile
+    Bc = min(Bc, 32768 // (4 * D) // 16 * 16)
+    Q, K, V, mask = operands(B, G * Hkv, Hkv, Sq, Sq + extra, D, seed, masked)
+    r = attention(Q, K, V, mask=mask, causal=causal, out=out, backend="emulator", decode=False,
+                  scope="staged", Br=inv // 2, Bc=Bc, invocations=inv)
+    check(r, Q, K, V, mask, causal, tol=OUT_TOL if out == "f32" else 4e-3)
+
+
+def test_staged_prefill_bf16_and_device_arrays():
+    Q, K, V, _ = operands(1, 4, 2, 33, 40, 64, seed=4, dtype=ml_dtypes.bfloat16)
+    r = attention(Q, K, V, causal=True, out="f32", backend="emulator", decode=False,
+                  scope="staged", Br=32, Bc=32, invocations=64)
+    check(r, Q, K, V, causal=True, tol=2e-2)       # bf16 P: 2^-8 relative
+    Q, K, V, mask = operands(2, 2, 1, 21, 60, 128, seed=5, masked=True)
+    q, k, v, mk = (pc.asarray(a, backend="emulator") for a in (Q, K, V, mask))
+    r = attention(q, k, v, mask=mk, out="f32", backend="emulator", decode=False,
+                  scope="staged", Br=16, Bc=32, invocations=32)
+    assert isinstance(r.out, pc.Array)
+    check(AttentionResult(r.out.numpy(), r.lse.numpy(), 0, ""), Q, K, V, mask)
+
+
 @FEW
 @given(G=st.sampled_from([1, 2, 4, 8]), Sq=st.integers(1, 2), Skv=st.integers(1, 300),
        splits=st.integers(1, 9), sm=st.sampled_from(SOFTMAX),
@@ -192,6 +225,9 @@ def test_every_output_element_is_written_once():
     attention_prefill(128, 64, 32, 128, causal=True, mask=True, scope="subgroup",
                       softmax=Softmax(True, True, True)),
     attention_prefill(64, softmax=Softmax(exp2=True, lazy_sum=True), fp="fast"),
+    attention_prefill(128, 128, 64, 256, scope="staged"),
+    attention_prefill(256, 64, 32, 128, True, True, "bf16", "f32", scope="staged"),
+    attention_prefill(80, 32, 16, 64, True, scope="staged"),
     attention_prefill(128, softmax=Softmax(prefetch=True), mask=True),
     attention_decode(128, 16, 32, 128, scope="subgroup", softmax=Softmax(True, True, True)),
     attention_merge(96, "f16", unroll=8),
@@ -209,7 +245,16 @@ def test_modules_pass_spirv_val(kernel):
     (lambda: attention_prefill(128, 64, 8), "key block Bc must be a multiple of 16"),
     (lambda: attention_prefill(128, dtype="f32"), "dtype must be 'f16' or 'bf16'"),
     (lambda: attention_merge(64, "i8"), "out must be 'f16' or 'f32'"),
-    (lambda: attention_prefill(128, scope="warp"), "scope must be 'workgroup' or 'subgroup'"),
+    (lambda: attention_prefill(128, scope="warp"),
+     r"scope must be one of \('workgroup', 'subgroup', 'staged'\)"),
+    (lambda: attention_prefill(128, 128, 64, 128, scope="staged"),
+     "each subgroup of 32 invocations takes 16 query rows, so Br must be invocations / 2 = 64"),
+    (lambda: attention_prefill(128, 64, 64, 128, scope="staged", softmax=Softmax(exp2=True)),
+     r"the staged kernel computes the softmax one way \(Softmax\(\)\)"),
+    (lambda: attention_prefill(256, 64, 64, 128, scope="staged"),
+     r"take 65536 bytes of shared memory .* use Bc <= 32"),
+    (lambda: attention_decode(128, 32, 64, 128, scope="staged"),
+     "attention_decode: scope must be 'workgroup' or 'subgroup'"),
     (lambda: attention_prefill(128, 64, 64, 100, scope="subgroup"),
      "invocations must be a multiple of 32"),
     (lambda: attention_prefill(128, 64, 64, 256, scope="subgroup"),

@@ -1,0 +1,63 @@
+"""What the attention kernels share: the constants of the online softmax, its per-element
+and reduction functions (called per element by the implementation, with the element's row r
+and column c), and the row layout of one head."""
+from __future__ import annotations
+
+import pycoop as pc
+from pycoop import f16, f32
+
+# "minus infinity" for the running maxima: finite, so exp(m_old - m_new) stays 0 or 1 rather
+# than NaN when a whole block of a row is masked to -inf
+NEG_BIG = -1.0e30
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+ELEMENT = {"f16": f16, "bf16": pc.bf16}      # the input dtypes
+OUT = {"f16": f16, "f32": f32}               # the output dtypes
+
+
+def larger(r, c, e, x):
+    return pc.max(e, x)
+
+
+def exp_minus(r, c, e, m):
+    return pc.exp(e - m)
+
+
+def exp2_scaled(r, c, e, m, k):
+    """2^(k·(e - m)) as one fused multiply-add and an exp2: e and m raw scores, k the
+    scale times log2(e)."""
+    return pc.exp2(pc.fma(e, k, -(m * k)))
+
+
+def divide(r, c, e, d):
+    return e / d
+
+
+def log_sum_exp(r, c, m, l):
+    return m + pc.log(l)
+
+
+def log2_sum_exp2(r, c, m, l):
+    """The natural log-sum-exp from maxima and sums kept in base 2."""
+    return (m + pc.log2(l)) * f32(LN2)
+
+
+def smear(a, b):
+    """Row reduction that copies a row's (equal) values to a matrix of another width."""
+    return a
+
+
+def in_sequence(r, c, s, k0, kend):
+    """The score, or -inf for a key past the end of the sequence (read as zeros)."""
+    return pc.select(k0 + c < kend, s, f32(float("-inf")))
+
+
+def causal_score(r, c, s, k0, kend, q0):
+    """As `in_sequence`, and -inf for a key after the query (query i sees keys 0..i)."""
+    return pc.select(k0 + c <= q0 + r, in_sequence(r, c, s, k0, kend), f32(float("-inf")))
+
+
+def rows_layout(n_before, n, D):
+    """A 2-D layout over the rows of one head (n rows after n_before rows of the heads
+    before it, D columns): zeros past the head's last row, stores discarded there."""
+    return pc.nv.tensor_layout(2, clamp="constant").dimension(n_before + n, D)
