@@ -839,7 +839,7 @@ class CompiledKernel:
                 f"kernel {self.name} with backend={requested!r}", f"this capture records "
                 f"{graph.backend} launches (pycoop.capture(backend=...) chooses)", graph)
         if graph.backend == "vulkan":
-            self._check_vulkan()
+            self.check_vulkan()
         written = [a for spec_, a in zip(self._arg_specs, arrays)
                    if spec_[3] and isinstance(a, Array)]
         if graph.backend == "emulator":
@@ -888,11 +888,12 @@ class CompiledKernel:
                                 f"arguments live on {be}\n  hint: a.to({requested!r}) copies an "
                                 "array there")
         if be == "vulkan":
-            self._check_vulkan()
+            self.check_vulkan()
         return be
 
-    def _check_vulkan(self) -> None:
-        """BackendUnavailable if the Vulkan device cannot run this kernel."""
+    def check_vulkan(self, what: str | None = None) -> None:
+        """BackendUnavailable if the Vulkan device cannot run this kernel (`what`: the name
+        the error gives it, the kernel's by default), before anything is queued."""
         why = None
         if self.target == "opencl":
             why = "it is an OpenCL-environment kernel (pycoop.intel ops)"
@@ -904,7 +905,7 @@ class CompiledKernel:
                 self._vulkan_checked = True
         if why:
             raise BackendUnavailable(
-                f"cannot run {self.name} on its Vulkan arrays: {why}\n  hint: run it on "
+                f"cannot run {what or self.name} on its Vulkan arrays: {why}\n  hint: run it on "
                 "the emulator with arrays made there (pycoop.zeros(..., backend='emulator')) "
                 "or moved there with a.to('emulator') (a copy)")
 

@@ -137,10 +137,10 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     head_dim) f32, the unnormalised outputs of each chunk; M and L (splits, batch · kv_heads ·
     rows) f32, each chunk's maxima and sums in base 2 (scores times log2(e)); then keys, chunk
     (keys per workgroup) and scale. The grid is (splits, batch · kv_heads); a chunk past the
-    keys writes maxima of -1e30 and sums and outputs of 0. `lanes` per key (default
-    `default_lanes`), `subgroups` per workgroup, `unroll` keys per stream and iteration, `width` halves per K and V
-    load (8: K and V are bound as uvec4, `K.view(np.uint32)`); the kernel needs subgroups of
-    `subgroup_size` lanes.
+    keys writes maxima of -2^99 (`NEG_BIG`) and sums and outputs of 0. `lanes` per key
+    (default `default_lanes`), `subgroups` per workgroup, `unroll` keys per stream and
+    iteration, `width` halves per K and V load (8: K and V are bound as uvec4,
+    `K.view(np.uint32)`); the kernel needs subgroups of `subgroup_size` lanes.
 
     `merge=True`: the last workgroup of each K/V head to finish merges its chunks itself
     (`merge_chunks`, `merge_unroll`), so that no second launch is needed. Parameters: Q, K,

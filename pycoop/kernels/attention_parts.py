@@ -7,8 +7,10 @@ import pycoop as pc
 from pycoop import f16, f32
 
 # "minus infinity" for the running maxima: finite, so exp(m_old - m_new) stays 0 or 1 rather
-# than NaN when a whole block of a row is masked to -inf
-NEG_BIG = -1.0e30
+# than NaN when a whole block of a row is masked to -inf; a power of two, so that its product
+# with exp2's factor k is exact and fma(m, k, -(m * k)) is exactly 0 (with -1e30 it left the
+# product's rounding error, about 1e21, whose exp2 is inf: NaN rows)
+NEG_BIG = -2.0 ** 99
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 ELEMENT = {"f16": f16, "bf16": pc.bf16}      # the input dtypes

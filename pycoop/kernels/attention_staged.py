@@ -22,8 +22,8 @@ Per key block of Bc keys, in a loop the whole workgroup runs:
   (the rounded P that multiplies V, as the workgroup kernel does); O_d = O_d · α +
   Σ_j P_j · V_jd.
 The row state (m, l, α) is 16 x 16 accumulators that hold each row's value in every column,
-the layout of the scores, so it needs no smearing between widths. Q is scaled once, as
-loaded. The key blocks that need no per-element masking (all keys inside the sequence and,
+the layout of the scores, so it needs no smearing between widths. The scores are scaled in
+f32 (Q is used as loaded). The key blocks that need no per-element masking (all keys inside the sequence and,
 causal, at or before the workgroup's first query) run in a loop of their own.
 """
 from __future__ import annotations
@@ -84,7 +84,6 @@ def attention_prefill_staged(head_dim: int = 128, Bc: int = 64, subgroups: int =
     A = pc.coopmat[el, pc.Subgroup, 16, 16, pc.UseA]
     B = pc.coopmat[el, pc.Subgroup, 16, 16, pc.UseB]
     Acc = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
-    Raw = pc.coopmat[el, pc.Subgroup, 16, 16, pc.Accumulator]
     MaskT = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.Accumulator]
     Out = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.Accumulator] if out == "f16" else Acc
     OutEl = OUT[out]
@@ -106,8 +105,7 @@ def attention_prefill_staged(head_dim: int = 128, Bc: int = 64, subgroups: int =
         if mask:
             lm = (pc.nv.tensor_layout(2, clamp="constant").dimension(Sq, Skv)
                   .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
-        q = [pc.nv.convert(pc.nv.convert(pc.nv.load_tensor(
-            Q, lq.slice(bh * Sq + q0, 16, 16 * d, 16), Raw), Acc) * scale, A) for d in range(nd)]
+        q = [pc.nv.load_tensor(Q, lq.slice(bh * Sq + q0, 16, 16 * d, 16), A) for d in range(nd)]
         ones = B.fill(1.0)
         m, l, o = Acc.fill(NEG_BIG), Acc.fill(0.0), [Acc.fill(0.0) for _ in range(nd)]
         kend = pc.min(Skv, w0 + Br) if causal else Skv      # later keys: hidden from the tile
@@ -135,6 +133,7 @@ def attention_prefill_staged(head_dim: int = 128, Bc: int = 64, subgroups: int =
                 for j in range(nj):      # Kᵀ_dj: the K piece (j, d) read column-major
                     s[j] = pc.mul_add(q[d], B.load(sk, piece(j, d), 2, "col_major"), s[j])
             for j in range(nj):
+                s[j] = s[j] * scale
                 if mask:
                     mb = pc.nv.load_tensor(Mask, lm.slice(q0, 16, k0 + 16 * j, 16), MaskT)
                     s[j] = s[j] + pc.nv.convert(mb, Acc)

@@ -524,11 +524,23 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     return gemm_q4_0_staged
 
 
+def rows_of_blocks(raw, rows: int, K: int, qk: int, size: int, fmt: str) -> np.ndarray:
+    """The raw bytes of a rows x K matrix of `fmt` blocks (qk weights in `size` bytes each)
+    as rows x blocks x bytes; a clear error where K or the byte count does not fit."""
+    if K % qk:
+        raise ValueError(f"{fmt} needs K a multiple of {qk} (its block), got K={K}")
+    b = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
+    if b.size != rows * K // qk * size:
+        raise ValueError(f"{fmt}: {rows} x {K} weights are {rows * K // qk * size} bytes, "
+                         f"got {b.size}")
+    return b.reshape(rows, K // qk, size)
+
+
 def q4_0_planes(raw: np.ndarray, rows: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     """llama.cpp Q4_0 blocks (raw bytes of a rows x K matrix) as two planes, losslessly: the
     16 nibble bytes of each block as one uvec4 (rows * K / 32 x 4 u32), and the scales
     (rows * K / 32 f16). The layout of `gemm_q4_0_planes`."""
-    b = np.asarray(raw, np.uint8).reshape(rows, K // 32, 18)
+    b = rows_of_blocks(raw, rows, K, 32, 18, "q4_0")
     return (np.ascontiguousarray(b[..., 2:]).view(np.uint32).reshape(-1, 4),
             np.ascontiguousarray(b[..., :2]).view(np.float16).reshape(-1))
 

@@ -24,7 +24,7 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .gemm import decoded_gemm, planes_gemm
+from .gemm import decoded_gemm, planes_gemm, rows_of_blocks
 
 Q8_0 = pc.struct("Q8_0", d=f16, qs=pc.array(pc.u16, 16))       # 34 bytes: scale, 32 int8
 # 144 bytes: d, dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of nibbles
@@ -180,16 +180,6 @@ def gemm_q4_k_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
 
 # --- NumPy helpers: quantisation, dequantisation, planes ----------------------------------
 
-def _rows_of_blocks(raw, rows: int, K: int, qk: int, size: int, fmt: str) -> np.ndarray:
-    if K % qk:
-        raise ValueError(f"{fmt} needs K a multiple of {qk} (its block), got K={K}")
-    b = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
-    if b.size != rows * K // qk * size:
-        raise ValueError(f"{fmt}: {rows} x {K} weights are {rows * K // qk * size} bytes, "
-                         f"got {b.size}")
-    return b.reshape(rows, K // qk, size)
-
-
 def _round_away(a: np.ndarray) -> np.ndarray:
     """Round half away from zero (C's roundf, as llama.cpp)."""
     return np.sign(a) * np.floor(np.abs(a) + 0.5)
@@ -214,7 +204,7 @@ def quantize_q8_0(w: np.ndarray) -> np.ndarray:
 
 def dequantize_q8_0(raw, rows: int, K: int) -> np.ndarray:
     """The rows x K f32 weights of Q8_0 bytes: d * q."""
-    b = _rows_of_blocks(raw, rows, K, 32, 34, "q8_0")
+    b = rows_of_blocks(raw, rows, K, 32, 34, "q8_0")
     d = np.ascontiguousarray(b[..., :2]).view(np.float16).astype(np.float32)
     q = np.ascontiguousarray(b[..., 2:]).view(np.int8).astype(np.float32)
     return (d * q).reshape(rows, K)
@@ -224,7 +214,7 @@ def q8_0_planes(raw, rows: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     """llama.cpp Q8_0 blocks (raw bytes of a rows x K matrix) as two planes, losslessly: the 32
     signed bytes of each block as two uvec4 (rows * K / 16 x 4 u32), and the scales
     (rows * K / 32 f16). The layout of `gemm_q8_0_planes`; `q8_0_blocks` undoes it."""
-    b = _rows_of_blocks(raw, rows, K, 32, 34, "q8_0")
+    b = rows_of_blocks(raw, rows, K, 32, 34, "q8_0")
     return (np.ascontiguousarray(b[..., 2:]).view(np.uint32).reshape(-1, 4),
             np.ascontiguousarray(b[..., :2]).view(np.float16).reshape(-1))
 
@@ -256,7 +246,7 @@ def _q4_k_pack_scales(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
 
 def dequantize_q4_k(raw, rows: int, K: int) -> np.ndarray:
     """The rows x K f32 weights of Q4_K bytes: d * scale * q - dmin * min per sub-block."""
-    b = _rows_of_blocks(raw, rows, K, 256, 144, "q4_k")
+    b = rows_of_blocks(raw, rows, K, 256, 144, "q4_k")
     dm = np.ascontiguousarray(b[..., :4]).view(np.float16).astype(np.float32)    # ... x 2
     sc, mn = _q4_k_unpack_scales(b[..., 4:16])
     qs = b[..., 16:].reshape(rows, K // 256, 4, 1, 32)
@@ -314,7 +304,7 @@ def q4_k_planes(raw, rows: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     `dequantize_q4_k`) each differs from w by at most
     u * (1.01 |w| + 2.01 p + 1.01 m) + 2^-20 (the last term for f16 subnormals). A GPU that
     fuses the product and the subtraction rounds once less, within the same bound."""
-    b = _rows_of_blocks(raw, rows, K, 256, 144, "q4_k")
+    b = rows_of_blocks(raw, rows, K, 256, 144, "q4_k")
     dm = np.ascontiguousarray(b[..., :4]).view(np.float16).astype(np.float32)    # ... x 2
     sc, mn = _q4_k_unpack_scales(b[..., 4:16])
     scale = (dm[..., :1] * sc.astype(np.float32)).astype(np.float16)              # ... x 8

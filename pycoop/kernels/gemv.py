@@ -507,6 +507,12 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     device = isinstance(X, pc.Array)
     if device and backend is not None and backend != X.backend:
         raise ValueError(f"matmul_q: X is on {X.backend}, not {backend}")
+    if device and X.dtype not in (np.float32, np.float16):
+        raise ValueError(f"matmul_q: a pc.Array X is float32 or float16, got {X.dtype}")
+    if not device:              # NumPy (or anything it reads): f16 kept, the rest as f32
+        X = np.asarray(X)
+        if X.dtype != np.float16:
+            X = np.asarray(X, np.float32)
     bk = X.backend if device else backend
     shape = tuple(X.shape)
     vector = len(shape) == 1
@@ -557,6 +563,11 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec, cfg.unroll, cfg.parts)
     grid = gemv_grid(Wq.M, N, cfg.rows, cfg.nt, cfg.subgroups)
     if device:
+        if X.dtype == np.float16:           # the kernel reads f32: widened on the device
+            n = N * Wq.K
+            xf = pc.empty(n, pc.f32, backend=bk)
+            _halves_to_f32[-(-n // 256)](X.reshape(-1), xf, n)
+            X = xf
         x = X.reshape(-1) if vec == 1 else X.reshape(-1, 4)
         y = pc.zeros((N, Wq.M), pc.f32, backend=bk)
         k[grid](Wq.kernel_array(bk, vec), x, y, Wq.M, N, Wq.K)
@@ -565,6 +576,14 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
         y = np.zeros((N, Wq.M), np.float32)
         k[grid](Wq.kernel_array(None, vec), x, y, Wq.M, N, Wq.K, backend=bk)
     return y.reshape(Wq.M) if vector else y
+
+
+@pc.kernel(workgroup_size=256)
+def _halves_to_f32(X: pc.ReadBuffer[f16], Y: pc.WriteBuffer[f32], n: u32):
+    """Y = X widened to f32 (exact), n values; grid ceil(n / 256)."""
+    i = pc.global_invocation_id.x
+    if i < n:
+        Y[i] = f32(X[i])
 
 
 @pc.kernel(workgroup_size=256)

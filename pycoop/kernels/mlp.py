@@ -311,10 +311,12 @@ def residual_t(X: pc.ReadBuffer[f32], Y: pc.ReadBuffer[f32], O: pc.WriteBuffer[f
 
 def _tile(M1: int, M2: int, K1: int, K2: int):
     """(BM, BN, BK, SGM, SGN) of the GEMMs: 128 x 128 tiles on 2 x 2 subgroups where the
-    shapes allow (H100, T = 512: 472 against 577 µs for 2 x 4 on the gate/up GEMM), else 32."""
+    shapes allow (H100, T = 512: 472 against 577 µs for 2 x 4 on the gate/up GEMM), else
+    32 x 32, 64 deep where both K allow it, else 32 (K is a multiple of the 32-weight block,
+    and M = 2I or H a multiple of 32: every shape of the formats fits)."""
     if all(m % 128 == 0 for m in (M1, M2)) and all(k % 64 == 0 for k in (K1, K2)):
         return 128, 128, 64, 2, 2
-    return 32, 32, 64, 1, 1
+    return 32, 32, 64 if all(k % 64 == 0 for k in (K1, K2)) else 32, 1, 1
 
 
 def _split(tiles: int, K: int, BK: int) -> int:
@@ -366,6 +368,8 @@ class MLPBlock:
             raise ValueError(f"MLPBlock: x is T x {self.H} (or {self.H}) float32, got "
                              f"{x.shape} {x.dtype}")
         T = 1 if x.ndim == 1 else x.shape[0]
+        if T < 1:
+            raise ValueError(f"MLPBlock: x has no tokens (shape {x.shape})")
         x2 = x.reshape(T, self.H)
         self.launches = []
         out = self._small(x2, T) if T <= self.small_t else self._large(x2, T)
@@ -450,31 +454,39 @@ class MLPBlock:
                                           out.reshape(-1, 4), T * H // 4))
         return out
 
-    def _gemm(self, W: GGMLWeights, X, ld: int):
-        """W @ X as a new W.M x ld f32 array, X (W.K x ld f16 as uvec4). Where the tiles leave
-        SMs idle K is split in two (down at T = 512: 208 against 277 µs). Otherwise the shape
-        is specialised where K is at most `SPECIALIZE_MAX_K` (gate/up at T = 512: 405 against
+    def _gemm_kernel(self, W: GGMLWeights, ld: int):
+        """(kernel, grid, split) of W @ X for X of ld columns. Where the tiles leave SMs idle
+        K is split in two (down at T = 512: 208 against 277 µs). Otherwise the shape is
+        specialised where K is at most `SPECIALIZE_MAX_K` (gate/up at T = 512: 405 against
         472 µs); with K = 14336 the specialised, unsplit down GEMM took 814 µs against 257,
         so longer K stays unspecialised."""
         BM, BN, BK, SGM, SGN = self.tile
-        tiles = (W.M // BM) * (ld // BN)
-        split = _split(tiles, W.K, BK)
-        q, d = weight_planes(W, self.backend)       # made once, shared with the token GEMVs
+        split = _split((W.M // BM) * (ld // BN), W.K, BK)
         gemm = gemm_q4_0_planes if self.fmt == "q4_0" else gemm_q4_k_planes
         if split > 1:
-            Y = pc.zeros((W.M, ld), pc.f32, backend=self.backend)   # the splits add into it
-            k = gemm(BM, BN, BK, SGM, SGN, split_k=split, split_k_mode="atomic")
-            grid = (W.M // BM, ld // BN, split)
-        else:
-            Y = pc.empty((W.M, ld), pc.f32, backend=self.backend)
-            k = gemm(BM, BN, BK, SGM, SGN, specialize=W.K <= SPECIALIZE_MAX_K)
-            grid = (W.M // BM, ld // BN)
-        self.launches.append(k[grid](q, d, X, Y, W.M, ld, W.K))
+            return (gemm(BM, BN, BK, SGM, SGN, split_k=split, split_k_mode="atomic"),
+                    (W.M // BM, ld // BN, split), split)
+        return (gemm(BM, BN, BK, SGM, SGN, specialize=W.K <= SPECIALIZE_MAX_K),
+                (W.M // BM, ld // BN), 1)
+
+    def _gemm(self, W: GGMLWeights, X, ld: int):
+        """W @ X as a new W.M x ld f32 array, X (W.K x ld f16 as uvec4)."""
+        k, grid, split = self._gemm_kernel(W, ld)
+        q, d = weight_planes(W, self.backend)       # made once, shared with the token GEMVs
+        Y = (pc.zeros if split > 1 else pc.empty)((W.M, ld), pc.f32, backend=self.backend)
+        self.launches.append(k[grid](q, d, X, Y, W.M, ld, W.K))   # splits add into zeros
         return Y
 
     def _large(self, x, T: int):
         bk, H, I = self.backend, self.H, self.I
         ld = -(-T // self.tile[1]) * self.tile[1]
+        if bk == "vulkan":       # the GEMMs' device needs, checked before anything is queued
+            for W in (self.gate_up, self.down):
+                k, _, split = self._gemm_kernel(W, ld)
+                consts = {} if split > 1 or W.K > SPECIALIZE_MAX_K else \
+                    {"M": W.M, "N": ld, "K": W.K}
+                k.compile(subgroup_size=self.sg, **consts).check_vulkan(
+                    f"MLPBlock with T = {T} > small_t = {self.small_t} tokens (its GEMMs)")
         r = pc.empty(T, pc.f32, backend=bk)
         self.launches.append(rms_scale(self.sg)[T](x.reshape(-1, 4), r, H, self.eps))
         xt = pc.empty((H * ld // 8, 4), pc.u32, backend=bk)

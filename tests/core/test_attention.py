@@ -291,6 +291,75 @@ def test_shape_errors_before_any_work(shapes, kwargs, message):
         attention(Q, K, V, backend="emulator", **kwargs)
 
 
+def _dev(a):
+    return pc.asarray(a, backend="emulator")
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda Q: (Q[:0], Q[:0], Q[:0], {}), r"empty batch or heads \(batch=0, heads=2\)"),
+    (lambda Q: (Q, _dev(Q), _dev(Q), {}), "must all be pc.Arrays or all NumPy arrays"),
+    (lambda Q: (_dev(Q), _dev(Q), _dev(Q), {"mask": np.zeros((8, 8), np.float16)}),
+     "must all be pc.Arrays or all NumPy arrays"),
+    (lambda Q: (Q, Q, Q, {"mask": np.ones((8, 8), bool)}), "a boolean mask is ambiguous"),
+    (lambda Q: (Q, Q, Q, {"mask": np.zeros((8, 8), np.int32)}),
+     "the mask must be floating point .* got int32"),
+    (lambda Q: (_dev(Q), _dev(Q), _dev(Q), {"mask": _dev(np.zeros((8, 8), np.float32))}),
+     "a pc.Array mask must be float16, got float32"),
+    (lambda Q: (Q, Q, Q, {"scale": float("inf")}), "scale must be a finite number, got inf"),
+    (lambda Q: (Q, Q, Q, {"scale": 0.0, "softmax": Softmax(exp2=True), "decode": False}),
+     r"Softmax\(exp2=True\) keeps the row maxima in raw scores, which needs scale > 0"),
+])
+def test_argument_errors_before_any_work(make, message):
+    Q, K, V, kw = make(np.zeros((1, 2, 8, 64), np.float16))
+    with pytest.raises(ValueError, match=message):
+        attention(Q, K, V, backend="emulator", **kw)
+
+
+def test_masks_as_lists_and_scales_of_any_sign():
+    """A mask as nested lists (read as float16), and scale 0 or negative (the scores are
+    scaled in f32, the maxima of the scaled scores kept)."""
+    Q, K, V, _ = operands(1, 2, 1, 20, 30, 64, seed=7)
+    mask = np.where(np.arange(30) % 3 == 0, -np.inf, 0.5)[None].repeat(20, 0).astype(np.float16)
+    r = attention(Q, K, V, mask=mask.tolist(), out="f32", backend="emulator", **TILE)
+    check(r, Q, K, V, mask)
+    for scale in (0.0, -0.2):
+        for kw in ({"decode": False, **TILE}, {"decode": False, "scope": "staged", "Br": 16,
+                                               "Bc": 32, "invocations": 32}):
+            r = attention(Q, K, V, scale=scale, out="f32", backend="emulator", **kw)
+            ref, lse = attention_reference(Q, K, V, scale=scale)
+            np.testing.assert_allclose(r.out, ref, rtol=0, atol=OUT_TOL)
+            np.testing.assert_allclose(r.lse, lse, rtol=0, atol=LSE_TOL)
+
+
+@pytest.mark.parametrize("sm", [Softmax(), Softmax(exp2=True)], ids=["exp", "exp2"])
+@pytest.mark.parametrize("D", [64, 80, 256])
+def test_rows_whose_first_blocks_are_all_masked(sm, D):
+    """Left padding: every row's first key blocks hidden. With exp2 the rescale factor of
+    such a block is 2^(k·m - k·m) for the starting maximum m: exactly 1 (a power-of-two m;
+    -1e30 left the product's rounding error, whose exp2 was inf: NaN rows at these head dims)."""
+    Q, K, V, _ = operands(1, 2, 1, 40, 100, D, seed=D)
+    mask = np.zeros((40, 100), np.float16)
+    mask[:, :64] = -np.inf
+    r = attention(Q, K, V, mask=mask, out="f32", backend="emulator", softmax=sm,
+                  decode=False, Br=32, Bc=32, invocations=128)
+    check(r, Q, K, V, mask)
+
+
+def test_large_scores_keep_their_accuracy():
+    """Inputs of standard deviation 4 at head dim 128 (scale 1/sqrt(128), no power of two):
+    the scores are scaled in f32, so the error stays at the f16 rounding of P (Q · scale
+    rounded to f16 before the product gave 7.7e-3)."""
+    rng = np.random.default_rng(8)
+    Q, K, V = (4 * rng.standard_normal((1, 2, 48, 128))).astype(np.float16), \
+        (4 * rng.standard_normal((1, 1, 64, 128))).astype(np.float16), \
+        rng.standard_normal((1, 1, 64, 128)).astype(np.float16)
+    ref, lse = attention_reference(Q, K, V)
+    for kw in (TILE, {"scope": "staged", "Br": 16, "Bc": 32, "invocations": 32}):
+        r = attention(Q, K, V, out="f32", backend="emulator", decode=False, **kw)
+        assert np.abs(r.out - ref).max() < 1e-3
+        assert np.abs(r.lse - lse).max() < 5e-4
+
+
 def test_decode_path_limits():
     Q = np.zeros((1, 8, 8, 64), np.float16)
     K = np.zeros((1, 1, 8, 64), np.float16)
@@ -420,7 +489,7 @@ def test_default_subgroups(keys, kv_rows, subgroups):
 @pytest.mark.parametrize("Skv,splits", [(5, 4), (64, 9), (33, 3)])
 def test_vector_decode_chunks_past_the_keys(Skv, splits):
     """Launched directly with more chunks than the keys fill, outputs NaN-filled first: the
-    empty chunks write maxima of -1e30, zero sums and outputs, and every element is written."""
+    empty chunks write maxima of -2^99, zero sums and outputs, and every element is written."""
     D, n, R = 64, 4, 8
     Q, K, V, _ = operands(1, 8, 2, 1, Skv, D, seed=Skv)
     Part = np.full((splits, R, D), np.nan, np.float32)
@@ -429,7 +498,7 @@ def test_vector_decode_chunks_past_the_keys(Skv, splits):
                                                                0.125, backend="emulator")
     used = -(-Skv // 16)
     assert not np.isnan(Part).any() and not np.isnan(M).any() and not np.isnan(L).any()
-    assert (M[used:] == np.float32(-1e30)).all() and (L[used:] == 0).all()
+    assert (M[used:] == np.float32(-2.0 ** 99)).all() and (L[used:] == 0).all()
     assert (Part[used:] == 0).all()
     O, LSE = np.zeros((R, D), np.float32), np.zeros(R, np.float32)
     attention_merge(D, "f32")[(R,)](Part, M, L, O, LSE, R, splits, backend="emulator")

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from pycoop.kernels import (GemvConfig, choose_kernel, dequantize_q4_k, dequantize_q4_k_planes,
                             dequantize_q8_0, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
-                            gemm_q8_0_planes, matmul_q, q4_k_planes, q8_0_blocks, q8_0_planes,
-                            quantize_q4_k, quantize_q8_0, sum_splits)
+                            gemm_q8_0_planes, matmul_q, q4_0_planes, q4_k_planes, q8_0_blocks,
+                            q8_0_planes, quantize_q4_k, quantize_q8_0, sum_splits)
 
 from gemv_cases import gguf, make_weights, qtype, reference  # noqa: F401 (fixture)
 
@@ -72,6 +72,10 @@ def test_helpers_check_their_shapes():
         quantize_q4_k(np.zeros((2, 128)))
     with pytest.raises(ValueError, match="2 x 256 weights are 288 bytes, got 144"):
         dequantize_q4_k(np.zeros(144, np.uint8), 2, 256)
+    with pytest.raises(ValueError, match="q4_0 needs K a multiple of 32"):
+        q4_0_planes(np.zeros((4, 54), np.uint8), 4, 100)
+    with pytest.raises(ValueError, match="q4_0: 5 x 96 weights are 270 bytes, got 216"):
+        q4_0_planes(np.zeros((4, 54), np.uint8), 5, 96)
 
 
 CASES = [  # format, (BM, BN, BK, invocations, unroll, specialize), clamp, weights_first, M, N, K

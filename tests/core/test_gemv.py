@@ -146,7 +146,26 @@ def test_device_arrays_in_device_arrays_out(gguf):
     np.testing.assert_array_equal(y.numpy(), y2.numpy())
 
 
+@pytest.mark.parametrize("fmt,M,K,N", [("q4_k", 128, 256, 1), ("q8_0", 33, 64, 2),
+                                       ("f16", 128, 64, 2), ("q8_0", 33, 64, 1)])
+def test_any_float_x(gguf, fmt, M, K, N):
+    """X of any float dtype: an f16 pc.Array on every kernel (the plain gemv reads f32: it is
+    widened on the device first), and NumPy f64 (read as f32) for a matrix and one vector."""
+    W = make_weights(gguf, fmt, M, K, seed=3)
+    X = np.random.default_rng(3).standard_normal((N, K))
+    X16 = X.astype(np.float16)
+    y = matmul_q(W, pc.asarray(X16, backend="emulator"), fmt)
+    np.testing.assert_array_equal(y.numpy(), matmul_q(W, X16, fmt, backend="emulator"))
+    check(y.numpy(), reference(gguf, fmt, W, X16.astype(np.float32)))
+    for x in (X, X[0]):
+        check(matmul_q(W, x, fmt, backend="emulator"),
+              reference(gguf, fmt, W, x.astype(np.float32)))
+
+
 @pytest.mark.parametrize("call,message", [
+    (lambda: matmul_q(np.zeros((4, 16), np.float16),
+                      pc.asarray(np.zeros((2, 16), np.int32), backend="emulator")),
+     "a pc.Array X is float32 or float16, got int32"),
     (lambda: gemv("q5_k"), "unknown weight format 'q5_k'"),
     (lambda: gemv("q4_0", rows=0), "rows must be an int >= 1"),
     (lambda: gemv("q4_0", rows=8, nt=16), "at most 64"),

@@ -212,8 +212,7 @@ def q4_k_planes_proj(raws, activations=None):
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
 @pytest.mark.parametrize("T", [1, 5, 12, 70])
-def test_block_against_reference(gguf, fmt, T):
-    H, I = 256, 512
+def test_block_against_reference(gguf, fmt, T, H=256, I=512):
     Wg, Wu, Wd = make(gguf, fmt, I, H, 1), make(gguf, fmt, I, H, 2), make(gguf, fmt, H, I, 3)
     deq = [gguf.quants.dequantize(w, qtype(gguf, fmt)).astype(np.float64) for w in (Wg, Wu, Wd)]
     rng = np.random.default_rng(T)
@@ -234,6 +233,13 @@ def test_block_against_reference(gguf, fmt, T):
     err = np.abs(y.numpy() - ref)
     assert (err <= bound).all(), (err / bound).max()
     assert np.abs(ref - x).max() > 10 * err.max()             # the test is not vacuous
+
+
+def test_block_prefill_gemms_off_the_64_grid(gguf):
+    """H = 64, I = 96 (the docs' example): the prefill GEMMs take 32 x 32 x 32 tiles (down's
+    K = 96 is no multiple of 64)."""
+    assert mlp._tile(192, 64, 64, 96) == (32, 32, 32, 1, 1)
+    test_block_against_reference(gguf, "q4_0", 70, H=64, I=96)
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
@@ -267,6 +273,8 @@ def test_block_one_vector_and_errors(gguf):
         blk(x)
     with pytest.raises(ValueError, match="T x 64"):
         blk(arr(np.zeros((2, 32), np.float32)))
+    with pytest.raises(ValueError, match="no tokens"):
+        blk(arr(np.zeros((0, 64), np.float32)))
     with pytest.raises(ValueError, match="I x H"):
         MLPBlock(W[0], W[1], W[0], nw, "q4_0", backend=EMU)
     with pytest.raises(ValueError, match="norm_weight"):

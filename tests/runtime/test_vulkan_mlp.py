@@ -1,0 +1,61 @@
+"""pycoop.kernels.MLPBlock through the real Vulkan path (lavapipe in CI: subgroups of 8, no
+cooperative matrices): the token path against the emulator, and a prefill-sized call that the
+device cannot run refused before anything is queued."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pycoop as pc
+from pycoop.kernels import MLPBlock
+
+pytestmark = pytest.mark.vulkan
+H, I = 64, 96
+
+
+@pytest.fixture(scope="module")
+def caps():
+    try:
+        from pycoop.runtime.vulkan import get_runtime
+        return get_runtime().capabilities
+    except Exception as e:
+        pytest.skip(f"no Vulkan device: {e}")
+
+
+def q4_0(rng, M: int, K: int) -> np.ndarray:
+    """Random Q4_0 blocks with a scale of 0.01."""
+    b = rng.integers(0, 256, (M, K // 32, 18), dtype=np.uint8)
+    b[..., :2] = np.full((M, K // 32, 1), 0.01, np.float16).view(np.uint8)
+    return b.reshape(M, -1)
+
+
+def blocks(caps):
+    rng = np.random.default_rng(0)
+    W = [q4_0(rng, I, H), q4_0(rng, I, H), q4_0(rng, H, I)]
+    nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
+    return [MLPBlock(*W, nw, "q4_0", backend=be, subgroup_size=caps.subgroup_size)
+            for be in ("vulkan", "emulator")]
+
+
+def test_tokens_match_the_emulator(caps):
+    if "shuffle" not in caps.subgroup_operations:
+        pytest.skip("the device has no subgroup shuffles")
+    vk, emu = blocks(caps)
+    x = np.random.default_rng(1).standard_normal((3, H)).astype(np.float32)
+    y = vk(pc.asarray(x, backend="vulkan")).numpy()
+    ref = emu(pc.asarray(x, backend="emulator")).numpy()
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_prefill_the_device_cannot_run_is_refused_before_any_work(caps):
+    if caps.has("cooperativeMatrix"):
+        pytest.skip("the device has cooperative matrices")
+    vk, _ = blocks(caps)
+    rt = pc.get_runtime("vulkan")
+    pc.synchronize()
+    x = pc.asarray(np.zeros((70, H), np.float32), backend="vulkan")
+    pending = rt.stats()["pending_launches"]
+    with pytest.raises(pc.BackendUnavailable, match=r"MLPBlock with T = 70 > small_t = 64 "
+                                                    r"tokens \(its GEMMs\).*lacks"):
+        vk(x)
+    assert vk.launches == [] and rt.stats()["pending_launches"] == pending
