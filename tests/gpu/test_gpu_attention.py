@@ -116,13 +116,15 @@ def test_attention_options_on_gpu(kwargs):
     (1, 8, 8, 1, 1000, 256, np.float16),
     (1, 8, 2, 1, 777, 128, "bfloat16"),
 ])
-@pytest.mark.parametrize("merge", ["workgroup", "launch"])
-def test_vector_decode_on_gpu(B, H, Hkv, Sq, Skv, D, dtype, merge):
+@pytest.mark.parametrize("merge,width", [("workgroup", 4), ("launch", 4), ("phase", 4),
+                                         ("launch", 8), ("phase", 8)])
+def test_vector_decode_on_gpu(B, H, Hkv, Sq, Skv, D, dtype, merge, width):
     """The vector decode (the default for these shapes) against the f64 reference: f32
     probabilities, so well inside torch's f16 kernel's error; the chunks merged by the last
     workgroup of each head (device-scope barrier and acquire-release counter: a stale
-    partial would show as a wrong row) or by a second launch. The merged kernel runs 3 times
-    on the same arrays (its counters must be back at zero after each)."""
+    partial would show as a wrong row), by a second launch or by a second dispatch of the
+    same kernel; K and V read 8 or 16 bytes at a time. The merged kernel runs 3 times on the
+    same arrays (its counters must be back at zero after each)."""
     import ml_dtypes
     dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
     rng = np.random.default_rng(10)
@@ -131,7 +133,7 @@ def test_vector_decode_on_gpu(B, H, Hkv, Sq, Skv, D, dtype, merge):
     V = rng.standard_normal((B, Hkv, Skv, D)).astype(dt)
     ref, lse = attention_reference(Q, K, V)
     r = attention(Q, K, V, out="f32", backend="vulkan", decode_kernel="vector",
-                  decode_merge=merge, repeat=3)
+                  decode_merge=merge, decode_width=width, repeat=3)
     assert r.backend == "vulkan" and len(r.kernel_ms) == (1 if merge == "workgroup" else 2)
     err = float(np.abs(r.out - ref).max())
     assert err < 1e-4, err
@@ -140,3 +142,39 @@ def test_vector_decode_on_gpu(B, H, Hkv, Sq, Skv, D, dtype, merge):
         terr = _torch_error(Q, K, V, None, False, ref)
         if terr is not None:
             assert err <= terr, (err, terr)
+
+
+@pytest.mark.parametrize("B,H,Hkv,Sq,Skv,D,causal,masked,dtype,tile", [
+    (2, 8, 8, 1000, 1000, 128, True, False, np.float16, (128, 64)),
+    (1, 8, 2, 300, 777, 64, False, True, np.float16, (64, 64)),
+    (1, 4, 4, 200, 200, 256, True, False, np.float16, (64, 32)),
+    (1, 8, 2, 333, 500, 80, True, True, np.float16, (128, 32)),
+    (1, 8, 2, 333, 500, 128, False, False, "bfloat16", (128, 64)),
+])
+def test_staged_prefill_on_gpu(B, H, Hkv, Sq, Skv, D, causal, masked, dtype, tile):
+    """scope="staged" (16 x 16 subgroup-scope pieces, K and V staged in shared memory)
+    against the reference and torch: ragged, GQA, causal, masked, head dims 64 to 256, bf16.
+    Its matrices are KHR subgroup-scope 16 x 16 ones, so head dim 80 and bf16 run where the
+    device lists those types (the H100 lacks the workgroup-scope ones)."""
+    import ml_dtypes
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    rng = np.random.default_rng(11)
+    Q = rng.standard_normal((B, H, Sq, D)).astype(dt)
+    K = rng.standard_normal((B, Hkv, Skv, D)).astype(dt)
+    V = rng.standard_normal((B, Hkv, Skv, D)).astype(dt)
+    mask = (rng.standard_normal((Sq, Skv)) * 2).astype(np.float16) if masked else None
+    Br, Bc = tile
+    try:
+        r = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="vulkan",
+                      decode=False, scope="staged", Br=Br, Bc=Bc, invocations=2 * Br)
+    except pc.BackendUnavailable as e:
+        assert "lacks" in str(e), e
+        pytest.skip(f"the device lacks the matrix types of this configuration: {e}")
+    ref, lse = attention_reference(Q, K, V, mask=mask, causal=causal)
+    err = float(np.abs(r.out - ref).max())
+    assert err < (2e-2 if dtype == "bfloat16" else 2e-3), err
+    if dtype == np.float16:
+        np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-3)
+        terr = _torch_error(Q, K, V, mask, causal, ref)
+        if terr is not None:
+            assert err <= max(2 * terr, 1e-3), (err, terr)
