@@ -43,6 +43,7 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 from pycoop.runtime import capturing
+from pycoop.runtime.backend import vulkan_missing
 
 from .attention_decode import (DECODE_MERGES, HEAD_DIMS, MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig,
                                attention_decode_vector, attention_merge, chunk_of, default_lanes,
@@ -51,7 +52,7 @@ from .attention_parts import (ELEMENT, LOG2E, NEG_BIG, causal_score, divide, exp
                               exp_minus, in_sequence, larger, log2_sum_exp2, log_sum_exp,
                               rows_layout, smear)
 from .attention_staged import attention_prefill_staged
-from .limits import SMS
+from .limits import SHARED_BYTES, SMS
 
 SCOPES = ("workgroup", "subgroup", "staged")
 # subgroup-scope kernels are compiled for subgroups of 32 invocations (NVIDIA's size)
@@ -588,8 +589,29 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if scope == "staged":           # K and V read as uvec4 (8 halves)
         K, V = K.view(np.uint32), V.view(np.uint32)
     args = [Q, K, V] + ([mask] if mask is not None else [])
-    r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
+    try:
+        r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
+    except pc.BackendUnavailable as e:
+        staged = _staged_for(D, causal, mask is not None, el, out, fp)
+        if scope == "staged" or staged is None:
+            raise
+        raise pc.BackendUnavailable(   # the H100 lists no 80-wide nor bf16 ones at 256
+            f"{e}\n  hint: this device runs scope='staged', the same attention from 16 x 16 "
+            f"subgroup-scope matrices: {staged}") from None
     return _result(O, LSE, r)
+
+
+def _staged_for(D: int, causal: bool, mask: bool, el: str, out: str, fp: str) -> str | None:
+    """The staged configuration (its keyword arguments, as text) for this problem if the
+    Vulkan device can run it, else None."""
+    Bc = min(64, SHARED_BYTES // (4 * D) // 16 * 16)
+    try:
+        k = attention_prefill_staged(D, Bc, 8, causal, mask, el, out, fp)
+        if vulkan_missing(k.compile()):
+            return None
+    except pc.BackendUnavailable:
+        return None
+    return f"Br=128, Bc={Bc}, invocations=256, scope='staged'"
 
 
 def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale, splits,

@@ -54,3 +54,21 @@ def test_vector_decode_on_device_arrays(subgroup_size):
     assert isinstance(r.out, pc.Array)
     ref, _ = attention_reference(Q, K, V)
     np.testing.assert_allclose(r.out.numpy().astype(np.float64), ref, rtol=0, atol=2e-3)
+
+
+def test_a_prefill_the_device_cannot_run_names_the_staged_kernel_where_it_runs(
+        subgroup_size, monkeypatch):
+    """The workgroup-scope prefill's BackendUnavailable (lavapipe has no cooperative
+    matrices) names the staged configuration when the device runs that one (here: as if it
+    did), and only then."""
+    import sys
+    attn = sys.modules["pycoop.kernels.attention"]     # the module (the package's name for
+                                                         # it is the function)
+    Q = np.zeros((1, 2, 40, 128), np.float16)
+    with pytest.raises(pc.BackendUnavailable) as plain:
+        attention(Q, Q, Q, backend="vulkan", decode=False)
+    assert "staged" not in str(plain.value)
+    monkeypatch.setattr(attn, "vulkan_missing", lambda ck: [])
+    with pytest.raises(pc.BackendUnavailable, match=r"lacks .*\n  hint: this device runs "
+                       r"scope='staged'.*Br=128, Bc=64, invocations=256, scope='staged'"):
+        attention(Q, Q, Q, backend="vulkan", decode=False)
