@@ -12,14 +12,9 @@ pytestmark = pytest.mark.vulkan
 
 
 @pytest.fixture(scope="module")
-def subgroup_size():
+def subgroup_size(vulkan_caps):
     """The device's subgroup size, which the kernel is built for (8 on lavapipe)."""
-    try:
-        from pycoop.runtime.vulkan import get_runtime
-        rt = get_runtime()
-        caps = rt.capabilities
-    except Exception as e:
-        pytest.skip(f"no Vulkan device: {e}")
+    caps = vulkan_caps
     if "shuffle" not in caps.subgroup_operations:
         pytest.skip("the device has no subgroup shuffles")
     return caps.subgroup_size

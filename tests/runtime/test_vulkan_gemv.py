@@ -17,13 +17,9 @@ pytestmark = pytest.mark.vulkan
 
 
 @pytest.fixture(scope="module")
-def subgroup_size():
+def subgroup_size(vulkan_caps):
     """The device's subgroup size, which the kernels are built for (8 on lavapipe)."""
-    try:
-        from pycoop.runtime.vulkan import get_runtime
-        caps = get_runtime().capabilities
-    except Exception as e:
-        pytest.skip(f"no Vulkan device: {e}")
+    caps = vulkan_caps
     size = caps.subgroup_size
     if "arithmetic" not in caps.subgroup_operations:
         pytest.skip("the device has no subgroup arithmetic")

@@ -13,15 +13,6 @@ pytestmark = pytest.mark.vulkan
 H, I = 64, 96
 
 
-@pytest.fixture(scope="module")
-def caps():
-    try:
-        from pycoop.runtime.vulkan import get_runtime
-        return get_runtime().capabilities
-    except Exception as e:
-        pytest.skip(f"no Vulkan device: {e}")
-
-
 def q4_0(rng, M: int, K: int) -> np.ndarray:
     """Random Q4_0 blocks with a scale of 0.01."""
     b = rng.integers(0, 256, (M, K // 32, 18), dtype=np.uint8)
@@ -37,7 +28,8 @@ def blocks(caps):
             for be in ("vulkan", "emulator")]
 
 
-def test_tokens_match_the_emulator(caps):
+def test_tokens_match_the_emulator(vulkan_caps):
+    caps = vulkan_caps
     if "shuffle" not in caps.subgroup_operations:
         pytest.skip("the device has no subgroup shuffles")
     vk, emu = blocks(caps)
@@ -47,7 +39,8 @@ def test_tokens_match_the_emulator(caps):
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_prefill_the_device_cannot_run_is_refused_before_any_work(caps):
+def test_prefill_the_device_cannot_run_is_refused_before_any_work(vulkan_caps):
+    caps = vulkan_caps
     if caps.has("cooperativeMatrix"):
         pytest.skip("the device has cooperative matrices")
     vk, _ = blocks(caps)

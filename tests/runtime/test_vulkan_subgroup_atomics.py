@@ -16,12 +16,8 @@ pytestmark = pytest.mark.vulkan
 
 
 @pytest.fixture(scope="module")
-def caps():
-    try:
-        from pycoop.runtime.vulkan import get_runtime
-        return get_runtime().capabilities
-    except Exception as e:
-        pytest.skip(f"no Vulkan device: {e}")
+def caps(vulkan_caps):
+    return vulkan_caps
 
 
 @pytest.fixture(scope="module")
