@@ -942,6 +942,9 @@ class VulkanRuntime:
         for s in subs:
             for pending in s.launches:
                 pending.error = error
+            # the dead context drops them: it must not keep the error, whose traceback holds
+            # the frames (and arrays) of whoever synchronised, alive as long as it exists
+            s.launches.clear()
         self._abandon()
         raise error
 
