@@ -474,7 +474,27 @@ def _as_array(name: str, value, t: BufferType):
     if not isinstance(arr, Array) and not arr.flags.c_contiguous:
         raise ArgumentError(f"argument '{name}' ({t}) must be C-contiguous; "
                             f"{interop.contiguity_hint(value, name)}")
+    if isinstance(t.elem, VectorType) and isinstance(arr, Array) and \
+            arr._byte_offset % t.elem.size:
+        raise ArgumentError(f"argument '{name}' ({t}) is a view {arr._byte_offset} bytes into "
+                            f"its buffer: its {t.elem.size}-byte elements are loaded and "
+                            f"stored {t.elem.size}-byte aligned, so a view must start at a "
+                            f"multiple of {t.elem.size} bytes")
+    count = arr.size // (t.elem.count if isinstance(t.elem, VectorType) else 1)
+    if count > MAX_ELEMENTS:
+        _too_long(name, t, count)
     return arr
+
+
+# Buffers are indexed with 32-bit integers, which SPIR-V's access chains read as signed: an
+# element at 2^31 or past it would be addressed 2 GiB before the buffer
+MAX_ELEMENTS = 2 ** 31 - 1
+
+
+def _too_long(name: str, t: BufferType, count: int):
+    raise ArgumentError(f"argument '{name}' ({t}) has {count} elements: buffers are indexed "
+                        f"with 32-bit integers, so at most {MAX_ELEMENTS} elements of the "
+                        f"declared type (view the array with a wider element type, or split it)")
 
 
 def _byte_view(arr):
@@ -709,6 +729,8 @@ class CompiledKernel:
         for (name, t, buffer, written, dtype), v in zip(self._arg_specs, args):
             if buffer:
                 if type(v) is Array and v.dtype == dtype:
+                    if v.size > MAX_ELEMENTS:
+                        _too_long(name, t, v.size)
                     out.append(v)
                     continue
                 arr = _as_array(name, v, t)
@@ -735,6 +757,9 @@ class CompiledKernel:
 
         `checked` (default: $PYCOOP_CHECKED, on): on Vulkan, run the bounds-checked variant,
         which raises pycoop.KernelFault for an out-of-bounds access (docs/gpu.md)."""
+        if len(args) != len(self._arg_specs):
+            raise ArgumentError(f"{self.name} takes {len(self._arg_specs)} runtime arguments "
+                                f"({', '.join(s[0] for s in self._arg_specs)}), got {len(args)}")
         return self._launch(_grid(grid), args, backend, check_repeat(repeat), site, spec=spec,
                             checked=checked)
 

@@ -217,3 +217,44 @@ def test_vector_buffers_check_their_arguments_and_uses():
 
     with pytest.raises(pc.EmulatorError, match="more than once with different values"):
         all_write_one[1](np.zeros((4, 4), np.uint32), backend="emulator")
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_vec(X: pycoop.Buffer[pycoop.vec(u32, 4)], i: u32):
+    if pycoop.global_invocation_id.x == 0:
+        X[i + 1] = X[i]
+
+
+def test_vector_views_must_start_at_an_element_boundary():
+    """The elements of a vector buffer are loaded and stored aligned to their size: a view
+    that starts inside an element is refused (it would be undefined on a GPU)."""
+    base = pycoop.zeros(64, pycoop.u32, backend="emulator")
+    with pytest.raises(pycoop.ArgumentError, match=r"'X' \(Buffer\[vec4<u32>\]\) is a view 4 "
+                       r"bytes into its buffer: .* a multiple of 16 bytes"):
+        k_vec[1](base[1:17], 0)
+    k_vec[1](base[4:20], 0)
+
+
+def test_buffers_past_the_32_bit_index_range_are_refused(monkeypatch):
+    """Buffers are indexed with 32-bit integers that SPIR-V reads as signed: an element at 2^31
+    would be addressed 2 GiB before the buffer, so longer buffers are refused (the limit is
+    lowered here to keep the arrays small)."""
+    from pycoop.frontend import kernel
+    monkeypatch.setattr(kernel, "MAX_ELEMENTS", 40)
+    x, y, a, n = args_ok(41)
+    for X in (x, pycoop.asarray(x, backend="emulator")):
+        with pytest.raises(pycoop.ArgumentError, match="'X' .* has 41 elements: buffers are "
+                           "indexed with 32-bit integers, so at most 40"):
+            k_scale[2](X, y, a, n, backend="emulator")
+    with pytest.raises(pycoop.ArgumentError, match="'X' .* has 41 elements"):
+        k_vec[1](pycoop.zeros(4 * 41, pycoop.u32, backend="emulator"), 0)    # 41 vec4
+    k_scale[2](*args_ok(40), backend="emulator")
+
+
+def test_a_compiled_kernel_checks_its_argument_count():
+    ck = k_scale.compile()
+    x, y, a, n = args_ok()
+    for args in ([x, y, a], [x, y, a, n, 5]):
+        with pytest.raises(pycoop.ArgumentError, match=r"k_scale takes 4 runtime arguments "
+                           r"\(X, Y, a, n\), got"):
+            ck.launch((2, 1, 1), args, backend="emulator")
