@@ -423,3 +423,49 @@ def test_vulkan_arrays_refuse_dlpack_without_cuda():
         pytest.skip("this machine shares Vulkan arrays with CUDA")
     with pytest.raises(BufferError, match="use .numpy"):
         np.from_dlpack(a)
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+def test_uploads_and_temporaries_without_launches_stay_bounded(monkeypatch):
+    """With no launch to submit it, the open batch is submitted once the buffers waiting for
+    it (upload staging, arrays freed while queued) reach MAX_BATCH_HELD_BYTES (lowered here
+    to 1 MiB): before, every copy_from's staging buffer lived until the next synchronisation
+    (50 uploads into one 16 MiB array held 816 MiB)."""
+    from pycoop.runtime.vulkan import runtime as module
+    monkeypatch.setattr(module, "MAX_BATCH_HELD_BYTES", 1 << 20)
+    rt = pc.get_runtime("vulkan")
+    n = 1 << 16                                            # 256 KiB of f32
+    x = pc.zeros(n, backend="vulkan")
+    host = np.arange(n, dtype=np.float32)
+    pc.synchronize()
+    in_use = lambda: rt.stats()["live_allocations"] - rt.stats()["pooled_count"]  # noqa: E731
+    start = in_use()
+    for i in range(200):
+        x.copy_from(host + i)
+        t = pc.zeros(n, backend="vulkan")                  # noqa: F841  (dropped at once)
+        assert in_use() - start <= 2 * (module.MAX_IN_FLIGHT + 1) * 5, i
+    np.testing.assert_array_equal(x.numpy(), host + 199)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_copies_between_overlapping_views_of_one_buffer(backend):
+    """a[1:].copy_from(a[:-1]) copies the source as it was, as NumPy does (vkCmdCopyBuffer
+    forbids overlapping regions: Vulkan copies through a temporary buffer), directly and in a
+    launch graph."""
+    ref = np.arange(10, dtype=np.float32)
+    a = pc.asarray(ref, backend=backend)
+    a[1:].copy_from(a[:-1])
+    a[:-2].copy_from(a[2:])
+    want = ref.copy()
+    want[1:] = want[:-1].copy()
+    want[:-2] = want[2:].copy()
+    np.testing.assert_array_equal(a.numpy(), want)
+    b = pc.asarray(ref, backend=backend)
+    with pc.capture(backend=backend) as g:
+        b[3:].copy_from(b[:-3])
+    want = ref.copy()
+    for _ in range(2):                      # each replay shifts the values by 3 once more
+        g.launch()
+        want[3:] = want[:-3].copy()
+    np.testing.assert_array_equal(b.numpy(), want)

@@ -257,6 +257,7 @@ class Submission(DescriptorSets):
         self.signals: list[tuple[Any, int]] = []      # (timeline semaphore, value) to signal
         self.after: list[Callable[[], None]] = []     # host work once the GPU is done
         self.releases: list[Any] = []                 # allocations to give back to the pool
+        self.held = 0                                 # their bytes
         self.bound_pipeline = None
         self.fault_slab = None                        # fault records of checked launches
         self.fault_slots = 0                          # records of the slab handed out

@@ -48,6 +48,10 @@ from .pipeline import Pipelines
 
 TRANSFER_MODES = ("auto", "direct", "staged")
 MAX_BATCH_DISPATCHES = 256      # a batch this large is submitted without waiting
+# ... and one holding this many bytes of buffers that wait for it (staging copies of uploads,
+# arrays freed while it may use them): without launches nothing else would submit it, and 50
+# uploads into one 16 MiB array kept 816 MiB alive
+MAX_BATCH_HELD_BYTES = 256 << 20
 MAX_IN_FLIGHT = 8               # submissions queued on the GPU before the oldest is waited for
 EAGER_MS = 0.05                 # launches this long on the device are submitted eagerly
 LAZY_BATCH = 32                 # shorter ones are submitted in batches of this many
@@ -441,9 +445,15 @@ class VulkanRuntime:
         if nbytes:
             with self._lock:
                 ctx = self._graph_context(graph)
-                self._copy(ctx, graph, src, src_offset, dst, dst_offset, nbytes)
                 graph.note(((id(src), src_offset, src_offset + nbytes, False),
                             (id(dst), dst_offset, dst_offset + nbytes, True)))
+                if _overlap(src, src_offset, dst, dst_offset, nbytes):    # as `copy`
+                    between = ctx.memory.acquire("device", nbytes)
+                    graph.allocations.append(between)
+                    self._copy(ctx, graph, src, src_offset, between, 0, nbytes)
+                    src, src_offset = between, 0
+                    graph.dispatches += 1
+                self._copy(ctx, graph, src, src_offset, dst, dst_offset, nbytes)
                 graph.dispatches += 1
 
     def end_graph(self, graph: GraphRecording) -> None:
@@ -548,7 +558,7 @@ class VulkanRuntime:
         either the last finished launch took long on the device (each submission then pays
         for itself) or the batch has grown to LAZY_BATCH launches."""
         dispatches = ctx.recording.dispatches
-        if dispatches >= MAX_BATCH_DISPATCHES:
+        if dispatches >= MAX_BATCH_DISPATCHES or ctx.recording.held >= MAX_BATCH_HELD_BYTES:
             return True
         if self._held:
             return False
@@ -558,6 +568,16 @@ class VulkanRuntime:
         while in_flight and lib.vkGetFenceStatus(dev, in_flight[0].fences[0]) == 0:
             self._retire(ctx, in_flight[0], self.timeout_s)
         return len(in_flight) < 2
+
+    def _limit_held(self, ctx: _Context) -> None:
+        """Submit the open batch once the buffers waiting for it reach MAX_BATCH_HELD_BYTES
+        (even inside `batch()`), and give back those of finished batches."""
+        if ctx.recording is None or ctx.recording.held < MAX_BATCH_HELD_BYTES:
+            return
+        self._flush(ctx)
+        in_flight, dev = ctx.in_flight, ctx.device.handle
+        while in_flight and lib.vkGetFenceStatus(dev, in_flight[0].fences[0]) == 0:
+            self._retire(ctx, in_flight[0], self.timeout_s)
 
     def _open(self, ctx: _Context, queries: int = 0) -> Submission:
         """The recording submission, begun if needed, with room for `queries` timestamps."""
@@ -780,6 +800,7 @@ class VulkanRuntime:
                 sub = self._open(ctx)
                 self._touch(ctx, sub, ((id(allocation), 0, allocation.size, True),))
                 lib.vkCmdFillBuffer(sub.cmd, allocation.buffer, 0, allocation.size, 0)
+            self._limit_held(ctx)
             return allocation, ctx
 
     def free(self, allocation: Allocation, ctx: _Context) -> None:
@@ -791,7 +812,8 @@ class VulkanRuntime:
             ctx.array_bytes -= allocation.size
             if ctx.recording is not None:
                 ctx.recording.releases.append(allocation)
-            elif ctx.in_flight:
+                ctx.recording.held += allocation.size    # (submitted at the next call: this
+            elif ctx.in_flight:                          # one may come from a __del__ mid-launch)
                 ctx.in_flight[-1].releases.append(allocation)
             else:
                 ctx.memory.release(allocation)
@@ -807,16 +829,27 @@ class VulkanRuntime:
             sub = self._open(ctx)
             staging = ctx.memory.acquire("host", nbytes)
             sub.releases.append(staging)
+            sub.held += staging.size
             hostcopy.to_mapped(staging.mapped, data)
             self._copy(ctx, sub, staging, 0, allocation, offset, nbytes)
+            self._limit_held(ctx)
 
     def copy(self, src: Allocation, src_offset: int, dst: Allocation, dst_offset: int,
              nbytes: int) -> None:
-        """Queue a device-to-device copy."""
+        """Queue a device-to-device copy. Overlapping ranges of one buffer (which
+        vkCmdCopyBuffer does not allow) go through a temporary buffer: the result is that of
+        a copy of the source as it was."""
         if nbytes:
             with self._lock:
                 ctx = self._context()
-                self._copy(ctx, self._open(ctx), src, src_offset, dst, dst_offset, nbytes)
+                sub = self._open(ctx)
+                if _overlap(src, src_offset, dst, dst_offset, nbytes):
+                    between = ctx.memory.acquire("device", nbytes)
+                    sub.releases.append(between)
+                    sub.held += between.size
+                    self._copy(ctx, sub, src, src_offset, between, 0, nbytes)
+                    src, src_offset = between, 0
+                self._copy(ctx, sub, src, src_offset, dst, dst_offset, nbytes)
 
     def read(self, allocation: Allocation, offset: int, out: np.ndarray,
              timeout_s: float | None = None) -> None:
@@ -931,6 +964,7 @@ class VulkanRuntime:
             for allocation in sub.releases:
                 ctx.memory.release(allocation)
             sub.releases.clear()
+            sub.held = 0
             sub.after.clear()
             sub.launches.clear()
             ctx.idle.append(sub)
@@ -987,6 +1021,12 @@ class VulkanRuntime:
             ctx.alive = False
             if ctx.all_done():
                 ctx.destroy()
+
+
+def _overlap(src: Allocation, src_offset: int, dst: Allocation, dst_offset: int,
+             nbytes: int) -> bool:
+    """Whether a copy's source and destination ranges share bytes of one buffer."""
+    return src is dst and src_offset < dst_offset + nbytes and dst_offset < src_offset + nbytes
 
 
 def _names(pendings: list[PendingTimes]) -> str:
