@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import knobs
 from ..errors import ArgumentError, BackendUnavailable, entry_point
-from ..types import ScalarType
+from ..types import SCALARS, ScalarType, scalar_of_dtype
 from . import capturing, interop
 from .backend import BACKENDS, _local
 from .vulkan import VulkanUnavailable
@@ -37,16 +37,21 @@ def _error(message: str, hint: str) -> ArgumentError:
 
 
 def _dtype(dtype: Any) -> np.dtype:
-    """A NumPy dtype from a NumPy dtype/name or a pycoop scalar type (pc.f32, pc.bf16...)."""
+    """A NumPy dtype from a NumPy dtype/name, a pycoop scalar type (pc.f32, pc.bf16...) or
+    its name ("f16": never NumPy's 16-byte float code), one kernels can hold."""
+    if isinstance(dtype, str) and dtype in SCALARS:
+        dtype = SCALARS[dtype]
     if isinstance(dtype, ScalarType):
         dtype = dtype.dtype
-    if isinstance(dtype, str):
-        return numpy_dtype(dtype)
     try:
-        return np.dtype(dtype)
-    except TypeError:
+        dt = numpy_dtype(dtype) if isinstance(dtype, str) else np.dtype(dtype)
+    except (TypeError, ArgumentError):
         raise _error(f"{dtype!r} is not a dtype",
                      "pass a NumPy dtype (np.float32) or a pycoop type (pc.f32)") from None
+    if scalar_of_dtype(dt) is None and not (dt.kind == "V" and dt.fields):
+        raise _error(f"{dt} is no type a kernel can hold",
+                     f"use one of {', '.join(SCALARS)} (or a structured dtype of blocks)")
+    return dt
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
@@ -407,7 +412,9 @@ def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
     data = interop.host_array(obj, "obj")
     if dtype is not None and data.dtype != _dtype(dtype):
         data = data.astype(_dtype(dtype))
-    data = np.ascontiguousarray(data)
+    _dtype(data.dtype)                      # one a kernel can hold
+    if not data.flags.c_contiguous:         # (ascontiguousarray would make a 0-d array 1-d)
+        data = np.ascontiguousarray(data)
     if be == "emulator":
         out = Array(_HostStorage(data.nbytes), 0, data.shape, data.dtype)
         out._host_view()[...] = data

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -469,3 +470,19 @@ def test_copies_between_overlapping_views_of_one_buffer(backend):
         g.launch()
         want[3:] = want[:-3].copy()
     np.testing.assert_array_equal(b.numpy(), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dtypes_by_pycoop_name_and_types_no_kernel_holds(backend):
+    """pycoop's own type names are its types ("f16" is never NumPy's 16-byte float code), and
+    dtypes no kernel can hold are refused; 0-d values keep their shape."""
+    for name, want in (("f16", np.float16), ("u8", np.uint8), ("i8", np.int8),
+                       ("f32", np.float32), ("bf16", ml_dtypes.bfloat16)):
+        assert pc.zeros(2, name, backend=backend).dtype == want
+    for bad in (np.longdouble, np.complex64, "U5", object):
+        with pytest.raises(pc.ArgumentError, match="is no type a kernel can hold"):
+            pc.zeros(2, bad, backend=backend)
+    with pytest.raises(pc.ArgumentError, match="complex64 is no type a kernel can hold"):
+        pc.asarray(np.zeros(2, np.complex64), backend=backend)
+    a = pc.asarray(np.float32(3), backend=backend)
+    assert a.shape == () and a.numpy() == 3
