@@ -6,6 +6,7 @@ import ast
 import functools
 import inspect
 import json
+import math
 import sys
 import textwrap
 import time
@@ -13,6 +14,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from .. import knobs
@@ -32,8 +34,8 @@ from ..runtime import capturing, graphs
 from ..runtime.results import LaunchResult
 from ..runtime.backend import _local, choose, vulkan_missing
 from ..runtime.vulkan.abi import Binder, check_repeat
-from ..types import (BufferType, CoopMatType, ScalarType, SpecType, StructType, Type, VectorType,
-                     memory_element)
+from ..types import (SCALARS, BufferType, CoopMatType, ScalarType, SpecType, StructType, Type,
+                     VectorType, memory_element)
 from . import functions
 from .transform import transform
 
@@ -389,7 +391,8 @@ def _grid(grid) -> tuple[int, int, int]:
     except TypeError:
         raise ArgumentError(f"grid must be 1 to 3 positive ints (workgroups per dimension), "
                             f"got {grid!r}") from None
-    if not 1 <= len(g) <= 3 or not all(isinstance(x, (int, np.integer)) and x >= 1 for x in g):
+    if not 1 <= len(g) <= 3 or not all(isinstance(x, (int, np.integer)) and x >= 1
+                                       and not isinstance(x, (bool, np.bool_)) for x in g):
         raise ArgumentError(f"grid must be 1 to 3 positive ints (workgroups per dimension), got {grid!r}")
     return tuple(int(x) for x in g) + (1,) * (3 - len(g))
 
@@ -502,9 +505,16 @@ def _byte_view(arr):
     return Array(arr._storage, arr._byte_offset, (arr.nbytes,), np.dtype(np.uint8))
 
 
+@functools.cache
+def _finite_max(name: str) -> float:
+    """The largest finite value of a float type (every value up to it stays finite)."""
+    t = SCALARS[name]
+    return float(ml_dtypes.finfo(t.dtype).max) if t.bits < 64 else math.inf
+
+
 def _as_scalar(name: str, value, t: ScalarType):
     kind = type(value)
-    if kind is float and not t.is_int:
+    if kind is float and not t.is_int and -_finite_max(t.name) <= value <= _finite_max(t.name):
         return value
     if kind is int and t.is_int:
         lo, hi = t.min_max()
@@ -519,7 +529,11 @@ def _as_scalar(name: str, value, t: ScalarType):
         if not lo <= int(value) <= hi:
             raise ArgumentError(f"argument '{name}' ({t}) = {int(value)} is out of range {lo}..{hi}")
         return int(value)
-    return float(value)
+    value = float(value)
+    with np.errstate(over="ignore"):    # the rule of the Vulkan ABI: a finite value must stay
+        if math.isfinite(value) and not math.isfinite(float(np.array(value, t.dtype))):
+            raise ArgumentError(f"argument '{name}' ({t}) = {value} is out of range for {t}")
+    return value
 
 
 def _spec_value(p: Param, v):

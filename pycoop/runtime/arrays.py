@@ -113,9 +113,10 @@ class _HostStorage:
             _emulator_stats["array_bytes"] += nbytes
 
     def __del__(self):
-        with _lock:
-            _emulator_stats["array_count"] -= 1
-            _emulator_stats["array_bytes"] -= self.nbytes
+        if hasattr(self, "data"):           # counted only once allocated
+            with _lock:
+                _emulator_stats["array_count"] -= 1
+                _emulator_stats["array_bytes"] -= self.nbytes
 
 
 class _VulkanStorage:
@@ -235,6 +236,9 @@ class Array:
             raise IndexError("a 0-d array cannot be indexed")
         n = self.shape[0]
         row = self.nbytes // n if n else 0
+        if isinstance(index, (bool, np.bool_)):
+            raise _error(f"an Array is indexed by an int or a slice along its first axis, "
+                         f"got {index!r}", "use .numpy() for boolean indexing")
         if isinstance(index, (int, np.integer)):
             i = int(index) + (n if index < 0 else 0)
             if not 0 <= i < n:

@@ -128,7 +128,7 @@ def test_read_only_array_written_by_the_kernel():
 
 
 @pytest.mark.parametrize("grid", [0, -1, (1, 0), (1, 2, 3, 4), (), (2.0,), "2", (8, -1),
-                                  1.5])
+                                  1.5, True, (2, True)])
 def test_bad_grid(grid):
     with pytest.raises(pycoop.ArgumentError, match="grid must be 1 to 3 positive ints"):
         k_scale[grid]
@@ -258,3 +258,15 @@ def test_a_compiled_kernel_checks_its_argument_count():
         with pytest.raises(pycoop.ArgumentError, match=r"k_scale takes 4 runtime arguments "
                            r"\(X, Y, a, n\), got"):
             ck.launch((2, 1, 1), args, backend="emulator")
+
+
+@pytest.mark.parametrize("value,arg", [(1e300, "a"), (-3.5e38, "a")])
+def test_float_scalars_out_of_their_types_range(value, arg):
+    """A finite value that its float type cannot hold is refused, as the Vulkan ABI does
+    (infinities and NaN are passed as they are)."""
+    x, y, a, n = args_ok()
+    with pytest.raises(pycoop.ArgumentError, match=rf"argument '{arg}' \(f32\) = .* is out of "
+                       r"range for f32"):
+        k_scale[2](x, y, value, n, backend="emulator")
+    for special in (float("inf"), float("nan")):
+        k_scale[2](x, y, special, n, backend="emulator")

@@ -87,6 +87,8 @@ def test_views_have_offsets_and_kernels_see_only_them(backend):
     np.testing.assert_array_equal(rows[3].numpy(), np.full(32, 6.0, np.float32))
     with pytest.raises(pc.ArgumentError, match="only contiguous slices"):
         base[::2]
+    with pytest.raises(pc.ArgumentError, match="indexed by an int or a slice .* got True"):
+        base[True]
     with pytest.raises(pc.ArgumentError, match="cannot reshape an array of size 256"):
         base.reshape(5, -1)
 
@@ -486,3 +488,24 @@ def test_dtypes_by_pycoop_name_and_types_no_kernel_holds(backend):
         pc.asarray(np.zeros(2, np.complex64), backend=backend)
     a = pc.asarray(np.float32(3), backend=backend)
     assert a.shape == () and a.numpy() == 3
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+def test_work_queued_before_a_reset_runs_and_reports():
+    """reset_runtime() runs what is queued first: a launch queued before it has its time,
+    not a result that never resolves."""
+    from pycoop.runtime.vulkan import reset_runtime
+    x, y = pc.full(64, 1.0, backend="vulkan"), pc.zeros(64, backend="vulkan")
+    r = axpy[1](x, y, 2.0, 64)
+    reset_runtime()
+    assert len(r.times_ms) == 1 and r.time_ms >= 0 and "launch on vulkan" in repr(r)
+    with pytest.raises(pc.BackendUnavailable, match="device was lost or closed"):
+        y.numpy()
+
+
+def test_a_failed_emulator_allocation_leaves_the_counts_alone():
+    before = pc.get_runtime("emulator").stats()["array_count"]
+    with pytest.raises((MemoryError, ValueError)):
+        pc.zeros(2 ** 50, pc.u8, backend="emulator")
+    assert pc.get_runtime("emulator").stats()["array_count"] == before

@@ -92,6 +92,8 @@ class Memory:
         return sum(self._pooled_bytes.values())
 
     def acquire(self, kind: str, size: int) -> Allocation:
+        if size >= 1 << 63:          # past VkDeviceSize (and past any device's memory)
+            raise OutOfDeviceMemory(f"{size} bytes are more than a Vulkan buffer can hold")
         capacity = size_class(size)
         free = self._free.get((kind, capacity))
         if free:

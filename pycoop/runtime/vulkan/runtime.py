@@ -237,11 +237,16 @@ class VulkanRuntime:
                     "heap_usage": ctx.device.heap_usage()}
 
     def close(self) -> None:
+        """Run what is queued (its launches report as at any synchronisation: nothing is
+        dropped), then destroy the device's objects."""
         with self._lock:
-            if self._ctx is not None:
-                ctx, self._ctx = self._ctx, None
-                lib.vkDeviceWaitIdle(ctx.device.handle)
-                ctx.destroy(healthy=True)
+            try:
+                self._synchronize()
+            finally:
+                if self._ctx is not None:
+                    ctx, self._ctx = self._ctx, None
+                    lib.vkDeviceWaitIdle(ctx.device.handle)
+                    ctx.destroy(healthy=True)
 
     # ------------------------------------------------------------------ launches
     def launch(self, spv: bytes, entry: str, grid: tuple[int, int, int], abi: dict,
