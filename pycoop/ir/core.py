@@ -48,6 +48,27 @@ class Value:
             hint="for a loop with a runtime bound write `for i in range(n):` directly in the "
                  "kernel (not inside a loop containing break/continue)", rule_id="frontend.runtime-int")
 
+    def __round__(self, ndigits=None):
+        raise CompileError("round() of a runtime value: Python's round needs a plain number",
+                           current_loc(), rule="Python's rounding functions run at trace time",
+                           hint="pycoop.floor(x + 0.5), pycoop.trunc(x) or pycoop.cast(x, i32) "
+                                "round on the device", rule_id="frontend.runtime-round")
+
+    def __trunc__(self):
+        raise CompileError("math.trunc() of a runtime value: Python's trunc needs a plain number",
+                           current_loc(), rule="Python's rounding functions run at trace time",
+                           hint="pycoop.trunc(x) truncates on the device",
+                           rule_id="frontend.runtime-round")
+
+    def __matmul__(self, other):
+        raise CompileError(f"the @ operator on a runtime value of type {self.type}",
+                           current_loc(), rule="pycoop has no @ on runtime values",
+                           hint="pycoop.mul_add(a, b, c) multiplies cooperative matrices; a "
+                                "dot product of vectors is the sum of their components' products",
+                           rule_id="frontend.runtime-matmul")
+
+    __rmatmul__ = __matmul__
+
     def __iter__(self):
         raise CompileError(f"cannot iterate over a runtime value of type {self.type}",
                            current_loc(),

@@ -613,11 +613,23 @@ def via_f32(ctx, t: Type, compute, *args: int) -> int:
     return ctx.emit("OpFConvert", t, compute(wt, *wide))
 
 
+# Python numbers given to the float functions are computed as the GPU would, in IEEE
+# arithmetic: sqrt(-4) is NaN, exp(1000) inf, log(0) -inf (Python's math raises there)
+_PYTHON_FLOAT = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
+                 "sqrt": np.sqrt, "rsqrt": lambda v: 1.0 / np.sqrt(v), "sin": np.sin,
+                 "cos": np.cos, "tanh": np.tanh}
+
+
 def unary(kind: str, x) -> Value:
     if not isinstance(x, Value):
-        return {"neg": lambda: -x, "abs": lambda: abs(x), "exp": lambda: math.exp(x),
-                "log": lambda: math.log(x), "sqrt": lambda: math.sqrt(x)}.get(
-            kind, lambda: getattr(math, kind)(x))()
+        if kind == "neg":
+            return -x
+        if kind == "abs":
+            return abs(x)
+        if kind in _PYTHON_FLOAT:
+            with np.errstate(all="ignore"):
+                return float(_PYTHON_FLOAT[kind](np.float64(x)))
+        return getattr(math, kind)(x)
     return emit1("unary", [x], {"kind": kind})
 
 

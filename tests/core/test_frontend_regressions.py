@@ -308,3 +308,13 @@ def test_captures_a_function_cannot_receive_are_compile_errors(kernel, text, rul
     assert rule in e.value.rule and e.value.hint
     assert e.value.rule_id == ("nv.callback-captures-memory" if kernel is per_element_reads_buffer
                                else "nv.callback-parameters")
+
+
+def test_float_functions_of_python_numbers_follow_the_gpu():
+    """Given Python numbers, pycoop's float functions compute in Python as the GPU would (IEEE:
+    NaN and infinities, no exception), rsqrt included."""
+    import math
+    import pycoop as pc
+    assert pc.rsqrt(4.0) == 0.5 and pc.exp2(3) == 8.0 and pc.sqrt(2) == math.sqrt(2)
+    assert math.isnan(pc.sqrt(-4.0)) and pc.log(0.0) == -math.inf and pc.exp(1000.0) == math.inf
+    assert pc.floor(2.5) == 2 and pc.abs(-3) == 3

@@ -269,6 +269,14 @@ def k_runtime_int(A: pc.Buffer[u32]):
     A[0] = u32([1, 2, 3][A[1] > u32(0)])  # HERE
 
 
+def k_runtime_round(A: pc.Buffer[f32]):
+    A[0] = round(A[1])  # HERE
+
+
+def k_runtime_matmul(A: pc.Buffer[f32]):
+    A[0] = A[1] @ A[2]  # HERE
+
+
 RULES = [
     ("core.bool-constant", k_bool_constant, "is not a bool"),
     ("core.integer-constant", k_integer_constant, "is not an integer"),
@@ -316,6 +324,8 @@ RULES = [
     ("control.func-return-in-control-flow", k_return_in_loop, "from inside a runtime loop",
      "# HERE return-in-loop"),
     ("frontend.runtime-int", k_runtime_int, "where Python needs a plain int"),
+    ("frontend.runtime-round", k_runtime_round, "round() of a runtime value"),
+    ("frontend.runtime-matmul", k_runtime_matmul, "the @ operator on a runtime value"),
 ]
 
 
