@@ -558,6 +558,14 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
             _single_exit(fdef)
         except _Unsupported:
             pass                    # a return inside e.g. `with`: traced as written
+    for node in list(ast.walk(fdef)):   # helpers defined inside return from branches as well
+        if node is not fdef and isinstance(node, ast.FunctionDef) and \
+                _nested_return(node.body) and any(
+                    isinstance(r, ast.Return) and r.value is not None for r in ast.walk(node)):
+            try:
+                _single_exit(node)
+            except _Unsupported:
+                pass
     fdef = _Rewriter(fn.__code__.co_freevars).visit(fdef)
     # Wrap in a factory whose parameters are the closure's free variables (plus the control
     # module), so the rewritten function gets the original cells and globals. A helper defined

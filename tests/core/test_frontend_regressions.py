@@ -314,7 +314,34 @@ def test_float_functions_of_python_numbers_follow_the_gpu():
     """Given Python numbers, pycoop's float functions compute in Python as the GPU would (IEEE:
     NaN and infinities, no exception), rsqrt included."""
     import math
-    import pycoop as pc
     assert pc.rsqrt(4.0) == 0.5 and pc.exp2(3) == 8.0 and pc.sqrt(2) == math.sqrt(2)
     assert math.isnan(pc.sqrt(-4.0)) and pc.log(0.0) == -math.inf and pc.exp(1000.0) == math.inf
     assert pc.floor(2.5) == 2 and pc.abs(-3) == 3
+
+
+
+def test_a_helper_defined_in_a_kernel_returns_from_runtime_branches():
+    """A plain `def` inside a kernel is rewritten like a @pycoop.func: it may `return` a
+    value from inside a runtime `if` or loop."""
+    u = np.arange(64, dtype=np.uint32)
+    nested_returns[1](u, backend="emulator")
+    want = np.arange(64, dtype=np.uint32)
+    want = np.where(want > 3, want, 0) + np.where(want > 3, 3, 0)
+    np.testing.assert_array_equal(u, want)
+
+
+@pc.kernel(workgroup_size=64)
+def nested_returns(U: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+
+    def first_three(n):
+        for k in range(u32(0), n):
+            if k == u32(3):
+                return k
+        return u32(0)
+
+    def above_three(n):
+        if n > u32(3):
+            return n
+        return u32(0)
+    U[i] = above_three(U[i]) + first_three(U[i])
