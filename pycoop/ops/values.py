@@ -47,6 +47,9 @@ def _scalar_call(self: ScalarType, x):
 ScalarType.__call__ = _scalar_call
 
 
+_COMPONENTS = {"x": 0, "y": 1, "z": 2, "w": 3}
+
+
 def _install_operators():
     def bin_(kind, swap=False):
         if swap:
@@ -107,7 +110,10 @@ def _install_operators():
         if isinstance(self.type, (BufferType, SharedArrayType)):
             return store(self, idx, val)
         raise CompileError(f"cannot assign into a value of type {self.type}", current_loc(),
-                           rule="pycoop: buffers, shared arrays, arrays and vectors are assigned into",
+                           rule="pycoop: buffers and shared arrays are assigned into; arrays and "
+                                "vectors are values",
+                           hint="build a new one with pycoop.make_array([...]) / "
+                                "pycoop.make_vector([...])",
                            rule_id="core.assignable")
 
     def getattr_(self, name):
@@ -116,6 +122,9 @@ def _install_operators():
         method = TYPE_METHODS.get(type(self.type), {}).get(name)
         if method is not None:
             return lambda *a, **k: method(self, *a, **k)
+        if isinstance(self.type, VectorType) and name in _COMPONENTS and \
+                _COMPONENTS[name] < self.type.count:
+            return extract(self, _COMPONENTS[name])       # v.x, v.y, ... as in GLSL
         if not isinstance(self.type, PointerType):
             raise AttributeError(f"a value of type {self.type} has no attribute {name!r}")
         return member(self, name)

@@ -345,3 +345,18 @@ def nested_returns(U: pc.Buffer[u32]):
             return n
         return u32(0)
     U[i] = above_three(U[i]) + first_three(U[i])
+
+
+@pc.kernel(workgroup_size=64)
+def vector_components(X: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    v = pc.make_vector([i, i + 1, i + 2, i + 3])
+    X[i] = v.x + v.w * u32(10) + v.y * u32(100) + v.z * u32(1000)
+
+
+def test_vector_components_by_name():
+    """v.x, v.y, v.z, v.w read a vector's components, as in GLSL."""
+    x = np.zeros(64, np.uint32)
+    vector_components[1](x, backend="emulator")
+    i = np.arange(64, dtype=np.uint32)
+    np.testing.assert_array_equal(x, i + (i + 3) * 10 + (i + 1) * 100 + (i + 2) * 1000)
