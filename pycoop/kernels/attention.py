@@ -496,9 +496,10 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     `merge_unroll`), the keys split into `splits` chunks
     (by default about 4 workgroups per SM of a 132-SM GPU, rounded up to whole workgroups at
     subgroup scope); otherwise the prefill kernel with Br x Bc tiles, `invocations` and
-    `scope` ("workgroup", "subgroup" or "staged": see `attention_prefill`). `softmax` (a `Softmax`) and `fp` (the kernels' floating-point mode) apply to both
-    paths. `decode` True or False chooses the
-    path instead. The configuration is checked before anything runs.
+    `scope` ("workgroup", "subgroup" or "staged": see `attention_prefill`). `softmax` (a
+    `Softmax`) and `fp` (the kernels' floating-point mode) apply to both paths. `decode`
+    True or False chooses the path instead. The configuration is checked before anything
+    runs.
 
     `decode_kernel`: "vector" decodes with `attention_decode_vector` + `attention_merge` (no
     cooperative matrices; K and V read once by vector loads; `decode_subgroups`

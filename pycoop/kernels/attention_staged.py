@@ -23,8 +23,9 @@ Per key block of Bc keys, in a loop the whole workgroup runs:
   Σ_j P_j · V_jd.
 The row state (m, l, α) is 16 x 16 accumulators that hold each row's value in every column,
 the layout of the scores, so it needs no smearing between widths. The scores are scaled in
-f32 (Q is used as loaded). The key blocks that need no per-element masking (all keys inside the sequence and,
-causal, at or before the workgroup's first query) run in a loop of their own.
+f32 (Q is used as loaded). The key blocks that need no per-element masking (all keys inside
+the sequence and, causal, at or before the workgroup's first query) run in a loop of their
+own.
 """
 from __future__ import annotations
 
