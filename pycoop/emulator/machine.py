@@ -12,7 +12,7 @@ from math import prod
 
 import numpy as np
 
-from ..errors import EmulatorError
+from ..errors import ArgumentError, EmulatorError
 from ..ir.core import Block, Module, Op, Value
 from ..ir.registry import get
 from ..types import BufferType, CoopMatType, Scope
@@ -407,10 +407,20 @@ class EmuCtx:
                                      else self.mask.any(1))
 
 
+# invocations per launch: each holds every value of the kernel in NumPy arrays as wide as the
+# dispatch, so 2^30 of them take at least 4 GiB per 32-bit value
+MAX_INVOCATIONS = 1 << 30
+
+
 def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size: int | None = None):
     """Execute `module` over `grid` workgroups; buffer arguments (NumPy arrays) are updated in
     place."""
     d = Dispatch(grid, module.workgroup_size, subgroup_size or module.subgroup_size)
+    if d.nwg * d.wgs > MAX_INVOCATIONS:
+        raise ArgumentError(f"{module.kernel.name}: the grid {tuple(grid)} of {d.wgs}-invocation "
+                            f"workgroups is {d.nwg * d.wgs} invocations; the emulator holds "
+                            f"every invocation's values at once, at most {MAX_INVOCATIONS} of "
+                            "them per launch (split the launch, or run it on a GPU)")
     if d.wgs % d.sgs and any(isinstance(r.type, CoopMatType) and r.type.scope == Scope.Subgroup
                              for op in module.walk() for r in op.results):
         raise EmulatorError(f"the workgroup size {d.wgs} is not a multiple of the subgroup size "

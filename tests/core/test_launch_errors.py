@@ -270,3 +270,12 @@ def test_float_scalars_out_of_their_types_range(value, arg):
         k_scale[2](x, y, value, n, backend="emulator")
     for special in (float("inf"), float("nan")):
         k_scale[2](x, y, special, n, backend="emulator")
+
+
+def test_the_emulator_refuses_grids_past_its_invocation_limit():
+    """The emulator holds every invocation's values at once: a grid past MAX_INVOCATIONS is
+    an ArgumentError naming the count, not a MemoryError from NumPy."""
+    x, y, a, n = args_ok()
+    with pytest.raises(pycoop.ArgumentError, match=r"k_scale: the grid \(67108864, 1, 1\) of "
+                       r"32-invocation workgroups is 2147483648 invocations"):
+        k_scale[2 ** 26](x, y, a, n, backend="emulator")
