@@ -33,7 +33,7 @@ from ..runtime.arrays import Array, asarray, vulkan_runtime
 from ..runtime import capturing, graphs
 from ..runtime.results import LaunchResult
 from ..runtime.backend import _local, choose, vulkan_missing
-from ..runtime.vulkan.abi import Binder, check_repeat
+from ..runtime.vulkan.abi import Binder, check_repeat, float_as
 from ..types import (SCALARS, BufferType, CoopMatType, ScalarType, SpecType, StructType, Type,
                      VectorType, memory_element)
 from . import functions
@@ -514,7 +514,7 @@ def _finite_max(name: str) -> float:
 
 def _as_scalar(name: str, value, t: ScalarType):
     kind = type(value)
-    if kind is float and not t.is_int and -_finite_max(t.name) <= value <= _finite_max(t.name):
+    if kind is float and not t.is_int and abs(value) <= _finite_max(t.name):
         return value
     if kind is int and t.is_int:
         lo, hi = t.min_max()
@@ -530,9 +530,8 @@ def _as_scalar(name: str, value, t: ScalarType):
             raise ArgumentError(f"argument '{name}' ({t}) = {int(value)} is out of range {lo}..{hi}")
         return int(value)
     value = float(value)
-    with np.errstate(over="ignore"):    # the rule of the Vulkan ABI: a finite value must stay
-        if math.isfinite(value) and not math.isfinite(float(np.array(value, t.dtype))):
-            raise ArgumentError(f"argument '{name}' ({t}) = {value} is out of range for {t}")
+    if float_as(value, t.dtype) is None:
+        raise ArgumentError(f"argument '{name}' ({t}) = {value} is out of range for {t}")
     return value
 
 

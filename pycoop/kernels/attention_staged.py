@@ -34,12 +34,12 @@ import functools
 import pycoop as pc
 from pycoop import f16, f32, u32
 
+from .attention_decode import HEAD_DIMS
 from .attention_parts import (ELEMENT, NEG_BIG, OUT, causal_score, divide, exp_minus,
                               in_sequence, larger, log_sum_exp, rows_layout)
 from .limits import SHARED_BYTES
 
 U4 = pc.vec(u32, 4)
-HEAD_DIMS = (64, 80, 96, 112, 128, 256)
 
 
 def shared_bytes(head_dim: int, Bc: int) -> int:

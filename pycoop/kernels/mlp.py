@@ -455,7 +455,7 @@ class MLPBlock:
         return out
 
     def _gemm_kernel(self, W: GGMLWeights, ld: int):
-        """(kernel, grid, split) of W @ X for X of ld columns. Where the tiles leave SMs idle
+        """(kernel, grid, split, specialised) of W @ X for X of ld columns. Where the tiles leave SMs idle
         K is split in two (down at T = 512: 208 against 277 µs). Otherwise the shape is
         specialised where K is at most `SPECIALIZE_MAX_K` (gate/up at T = 512: 405 against
         472 µs); with K = 14336 the specialised, unsplit down GEMM took 814 µs against 257,
@@ -465,13 +465,13 @@ class MLPBlock:
         gemm = gemm_q4_0_planes if self.fmt == "q4_0" else gemm_q4_k_planes
         if split > 1:
             return (gemm(BM, BN, BK, SGM, SGN, split_k=split, split_k_mode="atomic"),
-                    (W.M // BM, ld // BN, split), split)
-        return (gemm(BM, BN, BK, SGM, SGN, specialize=W.K <= SPECIALIZE_MAX_K),
-                (W.M // BM, ld // BN), 1)
+                    (W.M // BM, ld // BN, split), split, False)
+        special = W.K <= SPECIALIZE_MAX_K
+        return gemm(BM, BN, BK, SGM, SGN, specialize=special), (W.M // BM, ld // BN), 1, special
 
     def _gemm(self, W: GGMLWeights, X, ld: int):
         """W @ X as a new W.M x ld f32 array, X (W.K x ld f16 as uvec4)."""
-        k, grid, split = self._gemm_kernel(W, ld)
+        k, grid, split, _ = self._gemm_kernel(W, ld)
         q, d = weight_planes(W, self.backend)       # made once, shared with the token GEMVs
         Y = (pc.zeros if split > 1 else pc.empty)((W.M, ld), pc.f32, backend=self.backend)
         self.launches.append(k[grid](q, d, X, Y, W.M, ld, W.K))   # splits add into zeros
@@ -482,9 +482,8 @@ class MLPBlock:
         ld = -(-T // self.tile[1]) * self.tile[1]
         if bk == "vulkan":       # the GEMMs' device needs, checked before anything is queued
             for W in (self.gate_up, self.down):
-                k, _, split = self._gemm_kernel(W, ld)
-                consts = {} if split > 1 or W.K > SPECIALIZE_MAX_K else \
-                    {"M": W.M, "N": ld, "K": W.K}
+                k, _, _, special = self._gemm_kernel(W, ld)
+                consts = {"M": W.M, "N": ld, "K": W.K} if special else {}
                 k.compile(subgroup_size=self.sg, **consts).check_vulkan(
                     f"MLPBlock with T = {T} > small_t = {self.small_t} tokens (its GEMMs)")
         r = pc.empty(T, pc.f32, backend=bk)

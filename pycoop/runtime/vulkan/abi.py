@@ -263,11 +263,20 @@ def _scalar_bytes(name: str, value: Any, dtype: np.dtype) -> bytes:
     if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
         raise ArgumentError(f"parameter {name}: expected a number for {dtype.name}, got "
                             f"{type(value).__name__} {value!r}")
+    converted = float_as(value, dtype)
+    if converted is None:
+        raise ArgumentError(f"parameter {name}: {value} is out of range for {dtype.name}")
+    return converted.tobytes()
+
+
+def float_as(value, dtype: np.dtype) -> np.ndarray | None:
+    """`value` as a 0-d array of the float `dtype`, or None where a finite value would not
+    stay finite there (the rule for float scalars on every backend)."""
     with np.errstate(over="ignore"):
         converted = np.array(value, dtype=dtype)
     if math.isfinite(float(value)) and not math.isfinite(float(converted)):
-        raise ArgumentError(f"parameter {name}: {value} is out of range for {dtype.name}")
-    return converted.tobytes()
+        return None
+    return converted
 
 
 def check_repeat(repeat) -> int:

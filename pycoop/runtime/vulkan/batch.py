@@ -294,6 +294,11 @@ class Submission(DescriptorSets):
         if dirty and not self.host_query_reset:
             lib.vkCmdResetQueryPool(self.cmd, self.query_pool, 0, dirty)
 
+    def hold(self, allocation: Any) -> None:
+        """Keep `allocation` until the submission is done, then give it back to the pool."""
+        self.releases.append(allocation)
+        self.held += allocation.size
+
     def barrier(self, barrier: Barrier, hazard: bool = True) -> None:
         """A global memory barrier; `hazard`: one a dependency between commands needed (the
         ones counted), not the one that ends a batch."""

@@ -452,14 +452,9 @@ class VulkanRuntime:
                 ctx = self._graph_context(graph)
                 graph.note(((id(src), src_offset, src_offset + nbytes, False),
                             (id(dst), dst_offset, dst_offset + nbytes, True)))
-                if _overlap(src, src_offset, dst, dst_offset, nbytes):    # as `copy`
-                    between = ctx.memory.acquire("device", nbytes)
-                    graph.allocations.append(between)
-                    self._copy(ctx, graph, src, src_offset, between, 0, nbytes)
-                    src, src_offset = between, 0
-                    graph.dispatches += 1
-                self._copy(ctx, graph, src, src_offset, dst, dst_offset, nbytes)
-                graph.dispatches += 1
+                graph.dispatches += self._copy_apart(ctx, graph, src, src_offset, dst,
+                                                     dst_offset, nbytes,
+                                                     graph.allocations.append)
 
     def end_graph(self, graph: GraphRecording) -> None:
         with self._lock:
@@ -536,7 +531,7 @@ class VulkanRuntime:
             sub.fault_slab = ctx.memory.acquire("unified" if ctx.direct else "host",
                                                 faults.SLAB_RECORDS * faults.FAULT_BYTES)
             sub.fault_slots = 0
-            sub.releases.append(sub.fault_slab)
+            sub.hold(sub.fault_slab)
         at = sub.fault_slots * faults.FAULT_BYTES
         sub.fault_slots += count
         return sub.fault_slab, at
@@ -569,10 +564,14 @@ class VulkanRuntime:
             return False
         if not ctx.eager and dispatches < LAZY_BATCH:
             return False
+        self._retire_finished(ctx)
+        return len(ctx.in_flight) < 2
+
+    def _retire_finished(self, ctx: _Context) -> None:
+        """Retire the submissions the GPU has finished, oldest first, without waiting."""
         in_flight, dev = ctx.in_flight, ctx.device.handle
         while in_flight and lib.vkGetFenceStatus(dev, in_flight[0].fences[0]) == 0:
             self._retire(ctx, in_flight[0], self.timeout_s)
-        return len(in_flight) < 2
 
     def _limit_held(self, ctx: _Context) -> None:
         """Submit the open batch once the buffers waiting for it reach MAX_BATCH_HELD_BYTES
@@ -580,9 +579,7 @@ class VulkanRuntime:
         if ctx.recording is None or ctx.recording.held < MAX_BATCH_HELD_BYTES:
             return
         self._flush(ctx)
-        in_flight, dev = ctx.in_flight, ctx.device.handle
-        while in_flight and lib.vkGetFenceStatus(dev, in_flight[0].fences[0]) == 0:
-            self._retire(ctx, in_flight[0], self.timeout_s)
+        self._retire_finished(ctx)
 
     def _open(self, ctx: _Context, queries: int = 0) -> Submission:
         """The recording submission, begun if needed, with room for `queries` timestamps."""
@@ -626,6 +623,20 @@ class VulkanRuntime:
             hazards.add(key, lo, hi, write)
         hazards.sole = accesses if fresh else None
 
+    def _copy_apart(self, ctx: _Context, target, src: Allocation, src_offset: int,
+                    dst: Allocation, dst_offset: int, size: int, keep) -> int:
+        """`_copy` into a batch or graph `target`, through a temporary buffer (given to `keep`
+        until `target` is done with it) where the ranges overlap in one buffer, which
+        vkCmdCopyBuffer does not allow. Returns the copies recorded."""
+        if not (src is dst and src_offset < dst_offset + size and dst_offset < src_offset + size):
+            self._copy(ctx, target, src, src_offset, dst, dst_offset, size)
+            return 1
+        between = ctx.memory.acquire("device", size)
+        keep(between)
+        self._copy(ctx, target, src, src_offset, between, 0, size)
+        self._copy(ctx, target, between, 0, dst, dst_offset, size)
+        return 2
+
     def _copy(self, ctx: _Context, sub: Submission, src: Allocation, src_offset: int,
               dst: Allocation, dst_offset: int, size: int) -> None:
         self._touch(ctx, sub, ((id(src), src_offset, src_offset + size, False),
@@ -660,17 +671,17 @@ class VulkanRuntime:
             # write must come back as the caller's own values, never as other memory.
             if ctx.direct:
                 target = memory.acquire("unified", nbytes + pad)
-                sub.releases.append(target)
+                sub.hold(target)
                 if nbytes:
                     hostcopy.to_mapped(target.mapped, array)
             elif (target := self._bar_target(memory, array, nbytes + pad)) is not None:
-                sub.releases.append(target)
+                sub.hold(target)
             else:
                 target = memory.acquire("device", nbytes + pad)
-                sub.releases.append(target)
+                sub.hold(target)
                 if nbytes:
                     staging = memory.acquire("host", nbytes)
-                    sub.releases.append(staging)
+                    sub.hold(staging)
                     hostcopy.to_mapped(staging.mapped, array)
                     self._copy(ctx, sub, staging, 0, target, 0, nbytes)
             bound.set_address(b, target.address)
@@ -685,7 +696,7 @@ class VulkanRuntime:
                 self._fill_red_zone(ctx, sub, target, nbytes)
         if mode == "arg_buffer":
             arg_buffer = memory.acquire("unified" if ctx.direct else "host", len(bound.block))
-            sub.releases.append(arg_buffer)
+            sub.hold(arg_buffer)
             ffi.memmove(arg_buffer.mapped, bytes(bound.block), len(bound.block))
             push = arg_buffer.address.to_bytes(8, "little")
         else:
@@ -788,7 +799,7 @@ class VulkanRuntime:
             host, host_offset = source, offset
         else:
             host, host_offset = ctx.memory.acquire("host", nbytes), 0
-            sub.releases.append(host)
+            sub.hold(host)
             self._copy(ctx, sub, source, offset, host, 0, nbytes)
         sub.after.append(lambda: hostcopy.from_mapped(out, host.mapped + host_offset))
 
@@ -815,11 +826,10 @@ class VulkanRuntime:
                 return          # its device is gone (the whole context was destroyed)
             ctx.array_count -= 1
             ctx.array_bytes -= allocation.size
-            if ctx.recording is not None:
-                ctx.recording.releases.append(allocation)
-                ctx.recording.held += allocation.size    # (submitted at the next call: this
-            elif ctx.in_flight:                          # one may come from a __del__ mid-launch)
-                ctx.in_flight[-1].releases.append(allocation)
+            if ctx.recording is not None:   # (submitted at the next call, not here: this one
+                ctx.recording.hold(allocation)   # may come from a __del__ mid-launch)
+            elif ctx.in_flight:
+                ctx.in_flight[-1].hold(allocation)
             else:
                 ctx.memory.release(allocation)
 
@@ -833,8 +843,7 @@ class VulkanRuntime:
             ctx = self._context()
             sub = self._open(ctx)
             staging = ctx.memory.acquire("host", nbytes)
-            sub.releases.append(staging)
-            sub.held += staging.size
+            sub.hold(staging)
             hostcopy.to_mapped(staging.mapped, data)
             self._copy(ctx, sub, staging, 0, allocation, offset, nbytes)
             self._limit_held(ctx)
@@ -848,13 +857,7 @@ class VulkanRuntime:
             with self._lock:
                 ctx = self._context()
                 sub = self._open(ctx)
-                if _overlap(src, src_offset, dst, dst_offset, nbytes):
-                    between = ctx.memory.acquire("device", nbytes)
-                    sub.releases.append(between)
-                    sub.held += between.size
-                    self._copy(ctx, sub, src, src_offset, between, 0, nbytes)
-                    src, src_offset = between, 0
-                self._copy(ctx, sub, src, src_offset, dst, dst_offset, nbytes)
+                self._copy_apart(ctx, sub, src, src_offset, dst, dst_offset, nbytes, sub.hold)
 
     def read(self, allocation: Allocation, offset: int, out: np.ndarray,
              timeout_s: float | None = None) -> None:
@@ -1026,12 +1029,6 @@ class VulkanRuntime:
             ctx.alive = False
             if ctx.all_done():
                 ctx.destroy()
-
-
-def _overlap(src: Allocation, src_offset: int, dst: Allocation, dst_offset: int,
-             nbytes: int) -> bool:
-    """Whether a copy's source and destination ranges share bytes of one buffer."""
-    return src is dst and src_offset < dst_offset + nbytes and dst_offset < src_offset + nbytes
 
 
 def _names(pendings: list[PendingTimes]) -> str:
