@@ -36,7 +36,7 @@ from warmup import warm_gpu
 _ALL = Softmax(exp2=True, lazy_sum=True, prefetch=True)
 
 
-def _wg(Br=128, Bc=64, inv=256, sm=Softmax(), fp="exact"):
+def _wg(Br=128, Bc=64, inv=256, sm=None, fp="exact"):
     return {"Br": Br, "Bc": Bc, "invocations": inv, "scope": "workgroup", "softmax": sm, "fp": fp}
 
 
@@ -50,11 +50,14 @@ def _st(Br, Bc, fp="exact"):
 
 # name -> attention() keyword arguments of the prefill path; "wg" = workgroup scope, "sg" =
 # subgroup scope (BrxBc/invocations; a subgroup of 32 takes Br * 32 / invocations rows);
-# "all" = exp2 + lazy_sum + prefetch, "narrow" = row maxima and sums 32 columns wide; "st" =
+# no option named: the tuned default softmax (exp2, row maxima and sums 32 columns wide), "e" =
+# Softmax() (base e, the row state Bc wide), "all" = exp2 + lazy_sum + prefetch, "narrow" =
+# row maxima and sums 32 columns wide; "st" =
 # the staged kernel (16 x 16 subgroup-scope pieces, K and V in shared memory, 16 rows per
 # subgroup: Br x Bc, 2 Br invocations)
 PREFILL_VARIANTS = {
     "wg 128x64/256": _wg(),
+    "wg 128x64/256 e": _wg(sm=Softmax()),
     "wg 128x64/256 exp2": _wg(sm=Softmax(exp2=True)),
     "wg 128x64/256 lazy": _wg(sm=Softmax(lazy_sum=True)),
     "wg 128x64/256 prefetch": _wg(sm=Softmax(prefetch=True)),
@@ -63,6 +66,12 @@ PREFILL_VARIANTS = {
     "wg 128x64/256 narrow exp2": _wg(sm=Softmax(exp2=True, row_width=32)),
     "wg 128x64/256 narrow prefetch": _wg(sm=Softmax(prefetch=True, row_width=32)),
     "wg 128x64/256 all fast": _wg(sm=_ALL, fp="fast"),
+    "wg 128x32/256": _wg(Bc=32),
+    "wg 128x128/256": _wg(Bc=128),
+    "wg 64x64/128": _wg(64, 64, 128),
+    "wg 128x64/128": _wg(inv=128),
+    "wg 256x64/256": _wg(256),
+    "wg 128x64/256 fast": _wg(fp="fast"),
     "wg 128x32/256 all": _wg(Bc=32, sm=_ALL),
     "wg 128x128/256 all": _wg(Bc=128, sm=_ALL),
     "wg 64x64/128 all": _wg(64, 64, 128, sm=_ALL),
@@ -84,7 +93,7 @@ PREFILL_VARIANTS = {
 QUICK_PREFILL = ["wg 128x64/256", "wg 128x64/256 all", "sg 64x32/128 all"]
 
 
-def _dwg(rows=32, Bc=64, inv=128, splits=None, sm=Softmax(), fp="exact", unroll=4):
+def _dwg(rows=32, Bc=64, inv=128, splits=None, sm=None, fp="exact", unroll=4):
     return {"decode_rows": rows, "decode_Bc": Bc, "decode_invocations": inv,
             "decode_scope": "workgroup", "splits": splits, "softmax": sm, "fp": fp,
             "merge_unroll": unroll, "decode_kernel": "coopmat"}
@@ -179,6 +188,15 @@ DECODE_VARIANTS.update({
     "vec p2 u2 x8": _dvec(prefetch=2, unroll=2, width=8),
     "vec p u2 x8 s64": _dvec(prefetch=True, unroll=2, width=8, splits=64),
     "vec p u2 x8 g4": _dvec(prefetch=True, unroll=2, width=8, subgroups=4),
+    "vec p u2 x8 g8": _dvec(prefetch=True, unroll=2, width=8, subgroups=8),
+    "vec p u2 x8 s24": _dvec(prefetch=True, unroll=2, width=8, splits=24),
+    "vec p u2 x8 s48": _dvec(prefetch=True, unroll=2, width=8, splits=48),
+    "vec p u2 x8 s96": _dvec(prefetch=True, unroll=2, width=8, splits=96),
+    "vec p u2 x8 w": _dvec(prefetch=True, unroll=2, width=8, merge="workgroup"),
+    "vec p u2 x8 w m2": _dvec(prefetch=True, unroll=2, width=8, merge="workgroup",
+                              merge_unroll=2),
+    "vec p u2 x8 ph m2": _dvec(prefetch=True, unroll=2, width=8, merge="phase", merge_unroll=2),
+    "vec p u1 x8 ph": _dvec(prefetch=True, unroll=1, width=8, merge="phase"),
     "vec p u2 ph": _dvec(prefetch=True, unroll=2, merge="phase"),
     "vec p u2 x8 ph": _dvec(prefetch=True, unroll=2, width=8, merge="phase"),
     "vec p u2 ph m2": _dvec(prefetch=True, unroll=2, merge="phase", merge_unroll=2),

@@ -32,6 +32,8 @@ multiply-add per element per block, one row reduction at the end) instead of a p
 matrix of ones on every block; `prefetch` loads the next key block's K and V before the
 current block's softmax; `row_width` holds the row maxima and sums as Br x row_width matrices
 instead of Br x Bc (fewer registers, fewer rescale exponentials, a narrower ones product).
+Without a `Softmax` the kernels use `tuned_softmax`: exp2 and a row state 32 columns wide,
+the fastest on the H100.
 """
 from __future__ import annotations
 
@@ -61,16 +63,31 @@ _NUMPY_OUT = {"f16": np.float16, "f32": np.float32}
 
 
 class Softmax(NamedTuple):
-    """How the online softmax is computed (every choice gives the same result up to f32
-    rounding): see the module docstring."""
+    """How the online softmax is computed (every choice gives the same result up to roundings:
+    P is rounded to f16 after exponentials computed in different ways, so one of its rounding
+    steps can differ): see the module docstring. The kernels' default (`softmax=None`) is
+    `tuned_softmax`."""
     exp2: bool = False
     lazy_sum: bool = False
     prefetch: bool = False
     row_width: int = 0       # columns of the row maxima and sums matrices (0: Bc)
 
 
-def _check_softmax(name: str, sm: Softmax, Bc: int) -> Softmax:
-    sm = Softmax(*sm)
+# The row state of the tuned default is this many columns wide (or Bc, where narrower)
+TUNED_ROW_WIDTH = 32
+
+
+def tuned_softmax(Bc: int, scale: float | None = None) -> Softmax:
+    """The softmax the kernels use when none is given: exponentials in base 2 and the row
+    maxima and sums 32 columns wide. On the H100 (bench/attention_gpu.py, 2026-11-27) it ran
+    the 4 x 32 x 4096 prefill at 193 TFLOP/s at head dim 128 against 134 for `Softmax()` (184
+    against 124 at head dim 64; causal 170 against 147). Base 2 keeps the maxima in raw
+    scores, which needs scale > 0: with a `scale` of 0 or below it is base e."""
+    return Softmax(exp2=scale is None or scale > 0, row_width=min(TUNED_ROW_WIDTH, Bc))
+
+
+def _check_softmax(name: str, sm: Softmax | None, Bc: int) -> Softmax:
+    sm = tuned_softmax(Bc) if sm is None else Softmax(*sm)
     w = sm.row_width
     if not isinstance(w, int) or w < 0 or (w and (w % 16 or w > Bc)):
         raise ValueError(f"{name}: Softmax.row_width must be 0 (= Bc) or a multiple of 16 of "
@@ -150,14 +167,18 @@ def _by_row(x, T: _Types):
     return _widen(x, T.O)
 
 
-def _scores(q, kt, T: _Types, scale, sm: Softmax):
+def _scores(q, kt, T: _Types, scale, sm: Softmax, mask=None):
     """S = Q Kᵀ of the query tile as loaded, times scale in f32 (with exp2 raw: the scale
-    goes into the exponentials' multiply-add). Q is never multiplied by the scale before the
-    product: Q · scale rounded to f16 made the scores' error grow with their size (an output
-    error of 7.7e-3 with inputs of standard deviation 4 at head dim 128, where scaling the
-    f32 scores gives 2.8e-4)."""
-    s = pc.mul_add(q, kt, T.S.fill(0.0))
-    return s if sm.exp2 else s * scale
+    goes into the exponentials' multiply-add), plus the mask block `mask` (f32) if any. Q is
+    never multiplied by the scale before the product: Q · scale rounded to f16 made the
+    scores' error grow with their size (an output error of 7.7e-3 with inputs of standard
+    deviation 4 at head dim 128, where scaling the f32 scores gives 2.8e-4). With exp2 the
+    mask, in raw units (divided by the scale, which is > 0 there), is the product's
+    accumulator: no pass over the scores adds it."""
+    if sm.exp2:
+        return pc.mul_add(q, kt, T.S.fill(0.0) if mask is None else mask * (f32(1.0) / scale))
+    s = pc.mul_add(q, kt, T.S.fill(0.0)) * scale
+    return s if mask is None else s + mask
 
 
 def _attend(T: _Types, sm: Softmax, k, m, l, o, s, v):
@@ -225,16 +246,21 @@ def _blocks_prefetched(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores)
 
 @functools.cache
 def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocations: int = 256,
-                      causal: bool = False, mask: bool = False, dtype: str = "f16",
+                      causal: bool = False, mask: bool | str = False, dtype: str = "f16",
                       out: str = "f16", scope: str = "workgroup",
-                      softmax: Softmax = Softmax(), fp: str = "exact"):
+                      softmax: Softmax | None = None, fp: str = "exact"):
     """The prefill kernel for one configuration. Parameters:
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim) of `dtype`;
     with `mask`, Mask (queries, keys) f16 added to the scaled scores (shared by every batch and
     head; -inf hides a key); O (batch, heads, queries, head_dim) of `out`; LSE (batch, heads,
     queries) f32, the log-sum-exp of each row's scaled scores; then queries, keys, heads,
     kv_heads and scale. `causal`: query i sees keys 0..i (torch's `is_causal`).
-    The grid is (ceil(queries / Br), batch * heads).
+    The grid is (ceil(queries / Br), batch * heads). `mask="words"` (workgroup scope): the
+    mask bound as uvec4 (`Mask.view(np.uint32)`; keys a multiple of 8), each block copied
+    into shared memory by 16-byte loads and read from there: an accumulator loaded from the
+    buffer through a tensor layout made the masked kernel 5 times slower than the unmasked
+    one on the H100 (37 against 192 TFLOP/s at 4096 x 4096, head dim 128; 54 from shared
+    memory, bench/results/2026-11-27-h100-attention-defaults.md).
 
     `scope="workgroup"`: the Br x Bc tiles are workgroup-scope matrices of `invocations`
     invocations. `scope="subgroup"`: each of the invocations / 32 subgroups owns Br /
@@ -242,8 +268,9 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     the subgroups share the key blocks through the caches. `scope="staged"`:
     `attention_prefill_staged` (FlashAttention-2's structure: 16 x 16 subgroup-scope pieces,
     K and V staged in shared memory; K and V bound as uvec4, `K.view(np.uint32)`), with
-    Br = 16 rows per subgroup of the invocations and the default `Softmax()` only. `softmax`:
-    see `Softmax`. `fp`:
+    Br = 16 rows per subgroup of the invocations and its own softmax (`Softmax()`, or None).
+    `softmax`: see `Softmax`; None is `tuned_softmax(Bc)`, in base 2, which needs the
+    launch's scale > 0. `fp`:
     the kernel's floating-point mode (`pc.kernel(fp=...)`; "fast" lets the driver fuse and
     reorder the scalar arithmetic of the per-element functions).
 
@@ -251,14 +278,21 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     tile's first query) run in a loop of their own; only the last blocks pay for the
     per-element masking."""
     _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations)
+    if mask not in (False, True, "words"):
+        raise ValueError(f"attention_prefill: mask must be False, True or 'words', got {mask!r}")
+    words = mask == "words"
+    if words and (scope != "workgroup" or Br * Bc % (8 * invocations)):
+        raise ValueError(f"attention_prefill: mask='words' takes workgroup scope with Br x Bc a "
+                         f"multiple of 8 x invocations (each invocation copies whole uvec4s), "
+                         f"got scope={scope!r}, {Br} x {Bc}, {invocations} invocations")
     if scope == "staged":
         if Br * 2 != invocations:
             raise ValueError(f"attention_prefill: at staged scope each subgroup of 32 "
                              f"invocations takes 16 query rows, so Br must be invocations / 2 = "
                              f"{invocations // 2}, got Br={Br}")
-        if Softmax(*softmax) != Softmax():
+        if softmax is not None and Softmax(*softmax) != Softmax():
             raise ValueError(f"attention_prefill: the staged kernel computes the softmax one "
-                             f"way (Softmax()); got {softmax!r}")
+                             f"way (Softmax(), in base e); got {softmax!r}")
         return attention_prefill_staged(head_dim, Bc, invocations // SUBGROUP, causal, mask,
                                         dtype, out, fp)
     rows = _subgroup_rows("attention_prefill", Br, invocations) if scope == "subgroup" else Br
@@ -268,6 +302,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     Out = pc.coopmat[f16, T.O.scope, rows, D, pc.Accumulator] if out == "f16" else T.O
     OutEl = f16 if out == "f16" else f32
     lse_fn = log2_sum_exp2 if sm.exp2 else log_sum_exp
+    U4, W8 = pc.vec(u32, 4), Bc // 8              # mask="words": a uvec4 holds 8 halves
 
     @pc.func
     def body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale):
@@ -278,7 +313,9 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         bkv = (bh // H) * Hkv + (bh % H) // (H // Hkv)        # the K/V head of query head bh
         lq, lkv = rows_layout(bh * Sq, Sq, D), rows_layout(bkv * Skv, Skv, D)
         kt_view = pc.nv.tensor_view(2, False, _TRANSPOSE)     # a Bc x D block of K as D x Bc
-        if mask:
+        if words:
+            staged = pc.shared(U4, rows * Bc // 8)
+        elif mask:
             lm = (pc.nv.tensor_layout(2, clamp="constant").dimension(Sq, Skv)
                   .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
         q = pc.nv.load_tensor(Q, lq.slice(bh * Sq + q0, rows, 0, D), T.Q)
@@ -292,13 +329,24 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             kv = lkv.slice(bkv * Skv + k0, Bc, 0, D)
             return pc.nv.load_tensor(K, kv, T.Kt, view=kt_view), pc.nv.load_tensor(V, kv, T.V)
 
+        def mask_block(k0):
+            """The Br x Bc block of the mask at (q0, k0) as f32."""
+            if not words:
+                return pc.nv.convert(pc.nv.load_tensor(Mask, lm.slice(q0, rows, k0, Bc),
+                                                       T.Mask), T.S)
+            # rows past the queries and keys past the sequence read the last ones (clamped:
+            # those rows are not stored, those keys are hidden per element at the edge)
+            pc.barrier()                                  # the last block's reads are done
+            t = pc.local_invocation_index()
+            for i in range(rows * Bc // 8 // invocations):
+                u = t + i * invocations
+                r, c = pc.min(q0 + u // W8, Sq - 1), pc.min(k0 // 8 + u % W8, Skv // 8 - 1)
+                staged[u] = Mask[r * (Skv // 8) + c]
+            pc.barrier()
+            return pc.nv.convert(T.Mask.load(staged, 0, W8, "row_major"), T.S)
+
         def scores(k0, kt):
-            s = _scores(q, kt, T, scale, sm)
-            if mask:
-                mb = pc.nv.convert(pc.nv.load_tensor(Mask, lm.slice(q0, rows, k0, Bc), T.Mask),
-                                   T.S)
-                s = s + (mb * (f32(1.0) / scale) if sm.exp2 else mb)   # raw units
-            return s
+            return _scores(q, kt, T, scale, sm, mask_block(k0) if mask else None)
 
         def edge_scores(k0, kt):                             # the edge: mask per element
             s = scores(k0, kt)
@@ -320,7 +368,8 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     if mask:
         @pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
         def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
-                              Mask: pc.ReadBuffer[f16], O: pc.WriteBuffer[OutEl],
+                              Mask: pc.ReadBuffer[U4 if words else f16],
+                              O: pc.WriteBuffer[OutEl],
                               LSE: pc.WriteBuffer[f32], Sq: u32, Skv: u32, H: u32, Hkv: u32,
                               scale: f32):
             body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale)
@@ -338,7 +387,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
 @functools.cache
 def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocations: int = 128,
                      dtype: str = "f16", scope: str = "workgroup",
-                     softmax: Softmax = Softmax(), fp: str = "exact"):
+                     softmax: Softmax | None = None, fp: str = "exact"):
     """The split-KV decode kernel: Q (batch, heads, queries, head_dim), K and V (batch,
     kv_heads, keys, head_dim); each chunk multiplies the G = heads / kv_heads query heads of
     one K/V head (G * queries <= rows, packed as the rows of one matrix: they are consecutive
@@ -474,7 +523,8 @@ def _dtype_name(a: np.ndarray) -> str:
 def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None = None,
               out: str = "f16", backend: str | None = None, repeat: int = 1,
               Br: int = 128, Bc: int = 64, invocations: int = 256, scope: str = "workgroup",
-              softmax: Softmax = Softmax(), splits: int | None = None, decode_rows: int = 32,
+              softmax: Softmax | None = None, splits: int | None = None,
+              decode_rows: int = 32,
               decode_Bc: int = 64, decode_invocations: int = 128,
               decode_scope: str = "workgroup", fp: str = "exact",
               decode: bool | None = None, decode_kernel: str = "auto",
@@ -483,7 +533,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_prefetch: bool | int = DecodeConfig.prefetch,
               decode_merge: str = DecodeConfig.merge,
               decode_width: int = DecodeConfig.width,
-              subgroup_size: int = 32, merge_unroll: int = 4) -> AttentionResult:
+              subgroup_size: int = 32, merge_unroll: int | None = None) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim), float16
@@ -493,11 +543,12 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     causality, queries whose G = heads / kv_heads heads fit the `decode_rows` rows of one
     matrix (G * queries <= decode_rows) go the decode path (`attention_decode` with
     `decode_Bc`, `decode_invocations`, `decode_scope`; `attention_merge` with
-    `merge_unroll`), the keys split into `splits` chunks
+    `merge_unroll`, chunks loaded per step: 4 by default), the keys split into `splits` chunks
     (by default about 4 workgroups per SM of a 132-SM GPU, rounded up to whole workgroups at
     subgroup scope); otherwise the prefill kernel with Br x Bc tiles, `invocations` and
     `scope` ("workgroup", "subgroup" or "staged": see `attention_prefill`). `softmax` (a
-    `Softmax`) and `fp` (the kernels' floating-point mode) apply to both paths. `decode`
+    `Softmax`; None: `tuned_softmax`, base e where scale <= 0) and `fp` (the kernels'
+    floating-point mode) apply to both paths. `decode`
     True or False chooses the path instead. The configuration is checked before anything
     runs.
 
@@ -508,10 +559,10 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     `decode_unroll`, `decode_lanes`, `decode_prefetch` (load the next keys' K and V before
     the current keys' math; an int: that many iterations ahead, True is 1), `decode_merge`
     ("workgroup": the last workgroup of each K/V head merges the chunks, one launch;
-    "launch": `attention_merge` as a second launch; "phase": one kernel for both steps,
-    dispatched twice with one pipeline), `decode_width` (halves per K and V
-    load: 4, or 8 for 16-byte loads),
-    `subgroup_size`, `merge_unroll`; `splits` by default
+    "launch": `attention_merge` as a second launch; "phase", the default: one kernel for
+    both steps, dispatched twice with one pipeline), `decode_width` (halves per K and V
+    load: 4, or 8, the default, for 16-byte loads),
+    `subgroup_size`, `merge_unroll` (default 2); `splits` by default
     about two workgroups per SM of a 132-SM GPU, up to twice that where chunks would be
     longer than 512 keys), "coopmat" with the cooperative-matrix
     kernels above, "auto" (the default) with "vector" where it applies: f16 or bf16, head_dim
@@ -528,7 +579,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     scale = float(1 / np.sqrt(D) if scale is None else scale)
     if not np.isfinite(scale):
         raise ValueError(f"attention: scale must be a finite number, got {scale}")
-    sm = Softmax(*softmax)
+    sm = None if softmax is None else Softmax(*softmax)
     device = isinstance(Q, pc.Array)
     if device:
         be = Q.backend
@@ -559,13 +610,15 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if (fits if decode is None else decode) and vector:
         return _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale,
                               splits, decode_subgroups, decode_unroll, decode_lanes,
-                              subgroup_size, merge_unroll, decode_prefetch, decode_merge,
+                              subgroup_size, merge_unroll or DecodeConfig.merge_unroll,
+                              decode_prefetch, decode_merge,
                               decode_width)
-    if sm.exp2 and scale <= 0:
+    if sm is not None and sm.exp2 and scale <= 0:
         raise ValueError(f"attention: Softmax(exp2=True) keeps the row maxima in raw scores, "
                          f"which needs scale > 0, got {scale}; use Softmax() (the scores "
                          "scaled in f32)")
     if fits if decode is None else decode:
+        sm = tuned_softmax(decode_Bc, scale) if sm is None else sm
         kernel = attention_decode(D, decode_rows, decode_Bc, decode_invocations, el,
                                   decode_scope, sm, fp)
         per_wg = decode_invocations // SUBGROUP if decode_scope == "subgroup" else 1
@@ -580,13 +633,20 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         M, L = new((splits, R), np.float32), new((splits, R), np.float32)
         r1 = kernel[(splits // per_wg, B * Hkv)](
             Q, K, V, Part, M, L, (H // Hkv) * Sq, Skv, chunk, scale, **run)
-        r2 = attention_merge(D, out, unroll=merge_unroll, exp2=bool(sm.exp2))[(R,)](
+        r2 = attention_merge(D, out, unroll=merge_unroll or 4, exp2=bool(sm.exp2))[(R,)](
             Part, M, L, O, LSE, R, splits, **run)
         return _result(O, LSE, r1, r2)
-    k = attention_prefill(D, Br, Bc, invocations, causal, mask is not None, el, out, scope, sm,
-                          fp)
+    if sm is None and scope != "staged":
+        sm = tuned_softmax(Bc, scale)
+    # the mask read by 16-byte loads where its rows are whole uvec4s (`attention_prefill`)
+    words = (mask is not None and scope == "workgroup" and Skv % 8 == 0
+             and Br * Bc % (8 * invocations) == 0 and (not device or mask.offset % 8 == 0))
+    k = attention_prefill(D, Br, Bc, invocations, causal,
+                          "words" if words else mask is not None, el, out, scope, sm, fp)
     if mask is not None and not device:
         mask = np.ascontiguousarray(mask, np.float16)       # a float mask: rounded to f16
+    if words:
+        mask = mask.view(np.uint32)
     if scope == "staged":           # K and V read as uvec4 (8 halves)
         K, V = K.view(np.uint32), V.view(np.uint32)
     args = [Q, K, V] + ([mask] if mask is not None else [])

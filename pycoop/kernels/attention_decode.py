@@ -65,17 +65,23 @@ class DecodeConfig:
     short_chunk = 256
     unroll = 2             # keys per stream and iteration
     prefetch = True        # load the next iteration's K and V before this one's math
-    # the merge as a second launch: merging in the last workgroup of each head (one launch,
-    # "workgroup") was slower on the H200: 35.4 against 30.2 µs at 8192 keys, 97.9 against
-    # 88.2 at 32768 (its kernel alone took 28.2 µs against 20.8 for the chunks' kernel)
-    merge = "launch"
+    # the merge as the second dispatch of one kernel ("phase"), 2 chunks loaded per step: in
+    # three H100 runs it took 21.2-21.6 µs against 22.0-22.2 for a second kernel ("launch")
+    # at 8192 keys, 65.5-66.1 against 67.8-68.1 at 32768 (4 chunks per step: 21.9-22.5 and
+    # 65.8-66.9). Merging in the last workgroup of each head (one launch, "workgroup") was
+    # slower: 33.6 and 91.0 µs (its kernel alone took 28.2 µs at 8192 keys against 14.6 for
+    # the chunks' kernel)
+    merge = "phase"
+    merge_unroll = 2
     waves = 2              # workgroups per SM the default splits aim at
     sms = SMS              # the SMs the splits aim to fill
     # chunks longer than this many keys are split further, up to twice the waves: at 32768
     # keys, 64 chunks of 512 keys took 68-71 µs against 75-77 for 33 of 1008 (H100; 128
     # chunks: 82), while at 8192 keys 33 chunks beat 64 (24.1-24.2 against 25.8-26.0 µs)
     long_chunk = 512
-    width = 4              # halves per K and V load (8: 16-byte loads)
+    # halves per K and V load: 16-byte loads (8) took 21.6-21.9 µs against 22.2-22.6 for
+    # 8-byte ones (4) at 8192 keys, 67.1-67.6 against 68.7-69.4 at 32768 (H100, two runs)
+    width = 8
 
 
 def _check(name: str, head_dim: int, rows: int, subgroups: int, lanes: int, unroll: int,
@@ -130,7 +136,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                             subgroup_size: int = 32, dtype: str = "f16",
                             prefetch: bool | int = DecodeConfig.prefetch, merge: bool = False,
                             out: str = "f16", merge_unroll: int = 4,
-                            width: int = DecodeConfig.width, phases: bool = False):
+                            width: int = 4, phases: bool = False):
     """The chunk kernel. Parameters: Q (batch · kv_heads · rows, head_dim) — for each K/V head
     its `rows` query rows, as (batch, heads, queries, head_dim) lays them out —, K and V
     (batch · kv_heads · keys, head_dim) of `dtype`; Part (splits, batch · kv_heads · rows,
@@ -139,8 +145,9 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     (keys per workgroup) and scale. The grid is (splits, batch · kv_heads); a chunk past the
     keys writes maxima of -2^99 (`NEG_BIG`) and sums and outputs of 0. `lanes` per key
     (default `default_lanes`), `subgroups` per workgroup, `unroll` keys per stream and
-    iteration, `width` halves per K and V load (8: K and V are bound as uvec4,
-    `K.view(np.uint32)`); the kernel needs subgroups of `subgroup_size` lanes.
+    iteration, `width` halves per K and V load (4: K and V bound as vectors of `dtype`; 8: as
+    uvec4, `K.view(np.uint32)`, `attention`'s default, `DecodeConfig.width`); the kernel needs
+    subgroups of `subgroup_size` lanes.
 
     `merge=True`: the last workgroup of each K/V head to finish merges its chunks itself
     (`merge_chunks`, `merge_unroll`), so that no second launch is needed. Parameters: Q, K,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from core_helpers import FEW, SETTINGS
 import pycoop as pc
-from pycoop.kernels import (AttentionResult, Softmax, attention, attention_decode,
+from pycoop.kernels import (AttentionResult, Softmax, tuned_softmax, attention, attention_decode,
                             attention_decode_vector, attention_merge, attention_prefill,
                             attention_reference)
 from pycoop.kernels.attention_decode import default_splits, default_subgroups, fits_shared
@@ -233,6 +233,7 @@ def test_every_output_element_is_written_once():
     attention_merge(96, "f16", unroll=8),
     attention_prefill(128, softmax=Softmax(row_width=32), causal=True),
     attention_decode(128, softmax=Softmax(exp2=True, prefetch=True, row_width=32)),
+    attention_prefill(128, mask="words"), attention_prefill(64, causal=True, mask="words"),
 ], ids=lambda k: "")
 def test_modules_pass_spirv_val(kernel):
     spv = kernel.compile().spv            # validated with spirv-val
@@ -250,7 +251,7 @@ def test_modules_pass_spirv_val(kernel):
     (lambda: attention_prefill(128, 128, 64, 128, scope="staged"),
      "each subgroup of 32 invocations takes 16 query rows, so Br must be invocations / 2 = 64"),
     (lambda: attention_prefill(128, 64, 64, 128, scope="staged", softmax=Softmax(exp2=True)),
-     r"the staged kernel computes the softmax one way \(Softmax\(\)\)"),
+     r"the staged kernel computes the softmax one way \(Softmax\(\), in base e\)"),
     (lambda: attention_prefill(256, 64, 64, 128, scope="staged"),
      r"take 65536 bytes of shared memory .* use Bc <= 32"),
     (lambda: attention_decode(128, 32, 64, 128, scope="staged"),
@@ -263,6 +264,11 @@ def test_modules_pass_spirv_val(kernel):
      "invocations must be a multiple of 32"),
     (lambda: attention_merge(128, exp2=1), "exp2 must be a bool, got 1"),
     (lambda: attention_merge(72), r"head_dim must be one of \(64, 80, 96, 112, 128, 256\)"),
+    (lambda: attention_prefill(128, mask="yes"), "mask must be False, True or 'words'"),
+    (lambda: attention_prefill(128, 64, 32, 128, mask="words", scope="subgroup"),
+     "mask='words' takes workgroup scope"),
+    (lambda: attention_prefill(128, 16, 16, 64, mask="words"),
+     r"Br x Bc a multiple of 8 x invocations .* 16 x 16, 64 invocations"),
     (lambda: attention_prefill(128, softmax=Softmax(row_width=24)),
      "row_width must be 0 .* or a multiple of 16 of at most Bc=64, got 24"),
     (lambda: attention_decode(128, 32, 32, softmax=Softmax(row_width=64)),
@@ -329,6 +335,50 @@ def test_masks_as_lists_and_scales_of_any_sign():
             ref, lse = attention_reference(Q, K, V, scale=scale)
             np.testing.assert_allclose(r.out, ref, rtol=0, atol=OUT_TOL)
             np.testing.assert_allclose(r.lse, lse, rtol=0, atol=LSE_TOL)
+
+
+@pytest.mark.parametrize("Sq,Skv,causal", [(40, 72, False), (33, 64, True), (70, 104, True),
+                                            (1, 8, False), (64, 96, False)])
+def test_masks_read_as_words(Sq, Skv, causal):
+    """A mask whose rows are whole uvec4s (keys a multiple of 8) is copied block by block into
+    shared memory by 16-byte loads (mask="words"): rows past the queries and keys past the
+    sequence read clamped words, which the edge blocks hide. attention() takes that path
+    and gives the result of the tensor-layout loads."""
+    Q, K, V, mask = operands(1, 4, 2, Sq, Skv, 64, seed=Skv, masked=True)
+    scale = 0.125
+    O, LSE = np.zeros((1, 4, Sq, 64), np.float32), np.zeros((1, 4, Sq), np.float32)
+    attention_prefill(64, 32, 32, 128, causal, "words", out="f32")[(-(-Sq // 32), 4)](
+        Q, K, V, mask.view(np.uint32), O, LSE, Sq, Skv, 4, 2, scale, backend="emulator")
+    ref, lse = attention_reference(Q, K, V, mask=mask, causal=causal, scale=scale)
+    np.testing.assert_allclose(O, ref, rtol=0, atol=OUT_TOL)
+    np.testing.assert_allclose(LSE, lse, rtol=0, atol=LSE_TOL)
+    r = attention(Q, K, V, mask=mask, causal=causal, scale=scale, out="f32",
+                  backend="emulator", decode=False, **TILE)
+    np.testing.assert_array_equal(r.out, O)
+    tensor = np.zeros_like(O)
+    attention_prefill(64, 32, 32, 128, causal, True, out="f32")[(-(-Sq // 32), 4)](
+        Q, K, V, mask, tensor, LSE, Sq, Skv, 4, 2, scale, backend="emulator")
+    np.testing.assert_array_equal(tensor, O)
+
+
+def test_the_tuned_softmax_is_the_default():
+    """Without a Softmax the kernels compute in base 2 with a row state 32 columns wide (or Bc
+    where narrower), in base e where the scale is not positive; the result is the one
+    Softmax() gives, up to roundings (P is rounded to f16 after exponentials computed another
+    way, so a rounding step of P can differ)."""
+    assert tuned_softmax(64) == Softmax(exp2=True, row_width=32)
+    assert tuned_softmax(16) == Softmax(exp2=True, row_width=16)
+    assert tuned_softmax(64, scale=-0.5) == Softmax(exp2=False, row_width=32)
+    Q, K, V, mask = operands(1, 2, 1, 40, 70, 64, seed=3, masked=True)
+    for kw in ({"Br": 32, "Bc": 64, "invocations": 128}, TILE, {"Br": 32, "Bc": 16,
+                                                                "invocations": 128}):
+        tuned = attention(Q, K, V, mask=mask, out="f32", backend="emulator", **kw)
+        plain = attention(Q, K, V, mask=mask, out="f32", backend="emulator", softmax=Softmax(),
+                          **kw)
+        check(tuned, Q, K, V, mask)
+        check(plain, Q, K, V, mask)
+        np.testing.assert_allclose(tuned.out, plain.out, rtol=0, atol=5e-4)
+        np.testing.assert_allclose(tuned.lse, plain.lse, rtol=0, atol=2e-4)
 
 
 @pytest.mark.parametrize("sm", [Softmax(), Softmax(exp2=True)], ids=["exp", "exp2"])

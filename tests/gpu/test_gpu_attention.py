@@ -40,7 +40,8 @@ def _torch_error(Q, K, V, mask, causal, ref):
 @pytest.mark.parametrize("B,H,Hkv,Sq,Skv,D,causal,masked", [
     (2, 8, 8, 1000, 1000, 128, True, False),     # ragged against the 64-row tiles
     (1, 8, 2, 300, 777, 64, False, False),
-    (1, 16, 4, 512, 1500, 128, False, True),
+    (1, 16, 4, 512, 1500, 128, False, True),     # the mask through tensor layouts
+    (1, 16, 4, 500, 1504, 128, True, True),      # the mask read as words (keys % 8 == 0)
     (1, 4, 4, 200, 200, 256, True, False),
     (1, 32, 8, 1, 8192, 128, False, False),      # decode: split KV + combine
     (1, 32, 8, 4, 5000, 64, False, False),
@@ -85,6 +86,7 @@ def test_attention_other_head_dims_and_types_on_gpu(D, dtype, out, tol):
 
 
 @pytest.mark.parametrize("kwargs", [
+    {"softmax": Softmax()},
     {"softmax": Softmax(exp2=True)},
     {"softmax": Softmax(lazy_sum=True)},
     {"softmax": Softmax(prefetch=True)},
@@ -94,7 +96,7 @@ def test_attention_other_head_dims_and_types_on_gpu(D, dtype, out, tol):
      "softmax": Softmax(True, True, True)},
     {"decode_rows": 16, "decode_Bc": 32, "decode_invocations": 128, "decode_scope": "subgroup",
      "softmax": Softmax(True, True, True), "decode_kernel": "coopmat"},
-], ids=["exp2", "lazy", "prefetch", "all-fast", "narrow", "subgroup", "decode-subgroup"])
+], ids=["exp", "exp2", "lazy", "prefetch", "all-fast", "narrow", "subgroup", "decode-subgroup"])
 def test_attention_options_on_gpu(kwargs):
     """The Softmax options (the narrow row state too), fp="fast" and the subgroup-scope
     kernels against the reference: a ragged causal GQA prefill, and a decode."""
