@@ -533,7 +533,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_prefetch: bool | int = DecodeConfig.prefetch,
               decode_merge: str = DecodeConfig.merge,
               decode_width: int = DecodeConfig.width,
-              subgroup_size: int = 32, merge_unroll: int | None = None) -> AttentionResult:
+              subgroup_size: int = 32, merge_unroll: int | None = None,
+              mask_loads: str = "layout") -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim), float16
@@ -548,9 +549,11 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     subgroup scope); otherwise the prefill kernel with Br x Bc tiles, `invocations` and
     `scope` ("workgroup", "subgroup" or "staged": see `attention_prefill`). `softmax` (a
     `Softmax`; None: `tuned_softmax`, base e where scale <= 0) and `fp` (the kernels'
-    floating-point mode) apply to both paths. `decode`
-    True or False chooses the path instead. The configuration is checked before anything
-    runs.
+    floating-point mode) apply to both paths. `mask_loads`: how the prefill reads the mask,
+    "layout" (through a tensor layout) or "words" (`attention_prefill(mask="words")`:
+    workgroup scope, keys a multiple of 8, a `pc.Array` mask at a 16-byte aligned offset).
+    `decode` True or False chooses the path instead. The configuration is checked before
+    anything runs.
 
     `decode_kernel`: "vector" decodes with `attention_decode_vector` + `attention_merge` (no
     cooperative matrices; K and V read once by vector loads; `decode_subgroups`
@@ -576,6 +579,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                          f"{V.dtype}")
     if out not in _NUMPY_OUT:
         raise ValueError(f"attention: out must be 'f16' or 'f32', got {out!r}")
+    if mask_loads not in ("layout", "words"):
+        raise ValueError(f"attention: mask_loads must be 'layout' or 'words', got {mask_loads!r}")
     scale = float(1 / np.sqrt(D) if scale is None else scale)
     if not np.isfinite(scale):
         raise ValueError(f"attention: scale must be a finite number, got {scale}")
@@ -638,9 +643,13 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         return _result(O, LSE, r1, r2)
     if sm is None and scope != "staged":
         sm = tuned_softmax(Bc, scale)
-    # the mask read by 16-byte loads where its rows are whole uvec4s (`attention_prefill`)
-    words = (mask is not None and scope == "workgroup" and Skv % 8 == 0
-             and Br * Bc % (8 * invocations) == 0 and (not device or mask.offset % 8 == 0))
+    words = mask is not None and mask_loads == "words"
+    if words and not (scope == "workgroup" and Skv % 8 == 0 and (not device
+                                                                  or mask.offset % 8 == 0)):
+        raise ValueError(f"attention: mask_loads='words' reads the mask rows as uvec4s: it "
+                         f"needs scope='workgroup' (got {scope!r}), keys a multiple of 8 (got "
+                         f"{Skv}) and a mask starting at a 16-byte aligned offset; use "
+                         "mask_loads='layout'")
     k = attention_prefill(D, Br, Bc, invocations, causal,
                           "words" if words else mask is not None, el, out, scope, sm, fp)
     if mask is not None and not device:

@@ -312,6 +312,13 @@ def _dev(a):
     (lambda Q: (_dev(Q), _dev(Q), _dev(Q), {"mask": _dev(np.zeros((8, 8), np.float32))}),
      "a pc.Array mask must be float16, got float32"),
     (lambda Q: (Q, Q, Q, {"scale": float("inf")}), "scale must be a finite number, got inf"),
+    (lambda Q: (Q, Q, Q, {"mask_loads": "bytes"}), "mask_loads must be 'layout' or 'words'"),
+    (lambda Q: (Q, Q[:, :, :6], Q[:, :, :6], {"mask": np.zeros((8, 6), np.float16),
+                                              "mask_loads": "words", "decode": False}),
+     r"mask_loads='words' .* keys a multiple of 8 \(got 6\)"),
+    (lambda Q: (Q, Q, Q, {"mask": np.zeros((8, 8), np.float16), "mask_loads": "words",
+                          "scope": "subgroup", "Br": 32, "Bc": 32, "invocations": 64}),
+     r"mask_loads='words' .* needs scope='workgroup' \(got 'subgroup'\)"),
     (lambda Q: (Q, Q, Q, {"scale": 0.0, "softmax": Softmax(exp2=True), "decode": False}),
      r"Softmax\(exp2=True\) keeps the row maxima in raw scores, which needs scale > 0"),
 ])
@@ -342,8 +349,8 @@ def test_masks_as_lists_and_scales_of_any_sign():
 def test_masks_read_as_words(Sq, Skv, causal):
     """A mask whose rows are whole uvec4s (keys a multiple of 8) is copied block by block into
     shared memory by 16-byte loads (mask="words"): rows past the queries and keys past the
-    sequence read clamped words, which the edge blocks hide. attention() takes that path
-    and gives the result of the tensor-layout loads."""
+    sequence read clamped words, which the edge blocks hide. attention(mask_loads="words")
+    takes that path, and the tensor-layout loads give the same bits."""
     Q, K, V, mask = operands(1, 4, 2, Sq, Skv, 64, seed=Skv, masked=True)
     scale = 0.125
     O, LSE = np.zeros((1, 4, Sq, 64), np.float32), np.zeros((1, 4, Sq), np.float32)
@@ -353,7 +360,7 @@ def test_masks_read_as_words(Sq, Skv, causal):
     np.testing.assert_allclose(O, ref, rtol=0, atol=OUT_TOL)
     np.testing.assert_allclose(LSE, lse, rtol=0, atol=LSE_TOL)
     r = attention(Q, K, V, mask=mask, causal=causal, scale=scale, out="f32",
-                  backend="emulator", decode=False, **TILE)
+                  backend="emulator", decode=False, mask_loads="words", **TILE)
     np.testing.assert_array_equal(r.out, O)
     tensor = np.zeros_like(O)
     attention_prefill(64, 32, 32, 128, causal, True, out="f32")[(-(-Sq // 32), 4)](
