@@ -677,20 +677,18 @@ def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
 def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=None) -> Result:
     loc = _loc(pos)
     c = cond_fn(*vals)
-    if not isinstance(c, Value):
-        while c:
-            out = body_fn(*vals)
-            if isinstance(out, Return):
-                return Result(out.values, True, out.value)
-            vals = out
-            c = cond_fn(*vals)
-            if isinstance(c, Value):
-                raise CompileError("this while condition became a runtime value after some "
-                                   "iterations", loc,
-                                   hint="make it depend on runtime values from the start",
-                                   rule="pycoop: a `while` on a runtime value has a runtime condition in "
-                                        "every iteration", rule_id="control.while-runtime-condition")
-        return Result(vals)
+    # While the condition is a Python value the loop runs at trace time (unrolled). Once it
+    # is a runtime value (from the start, or after iterations that made it one, as
+    # `while True:` with a runtime `break` does) the rest of the loop is a runtime loop on
+    # the values so far: `while c: body` is `if c: body` followed by the same loop.
+    while not isinstance(c, Value):
+        if not c:
+            return Result(vals)
+        out = body_fn(*vals)
+        if isinstance(out, Return):
+            return Result(out.values, True, out.value)
+        vals = out
+        c = cond_fn(*vals)
     _, after = _runtime_loop(vals, loc, lambda e, u: cond_fn(*u), lambda e, u: ([], body_fn(*u)), [],
                              names)
     return Result(after)

@@ -9,6 +9,7 @@ they are runtime values. Line and column numbers of the user's source are preser
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import textwrap
 import types
@@ -315,6 +316,7 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_While(self, node: ast.While):
         flags = self._flags(node)
+        tested = self._test_once(node, flags and flags[1])
         if flags and flags[1]:
             stop = ast.UnaryOp(ast.Not(), ast.Name(flags[1], ast.Load()))
             node.test = ast.copy_location(ast.BoolOp(ast.And(), [stop, node.test]), node.test)
@@ -336,7 +338,29 @@ class _Rewriter(ast.NodeTransformer):
         call = _call("while_", [ast.Name(c, ast.Load()), ast.Name(b, ast.Load()),
                                 _tuple(names, ast.Load), ast.Constant(marked),
                                 self._loc_arg(node)], node)
-        return (flags[0] if flags else []) + [cond, fn] + self._finish(node, call, stored, has_ret)
+        return ((flags[0] if flags else []) + tested + [cond, fn]
+                + self._finish(node, call, stored, has_ret))
+
+    def _test_once(self, node: ast.While, brk: str | None) -> list[ast.stmt]:
+        """A test that binds names (`while (x := f()) < n:`) is evaluated into a variable
+        before the loop and again at the end of each iteration that does not break, so that
+        the loop carries those names and they hold the last test's values after it, as in
+        Python. Returns the statements before the loop (none for other tests, and for loops
+        that stay Python loops, where Python binds them itself)."""
+        if (not any(isinstance(n, ast.NamedExpr) for n in ast.walk(node.test)) or node.orelse
+                or _has(node.body, (ast.Break, ast.Continue), into_loops=False)):
+            return []
+        self.n += 1
+        t = f"_pc_test_{self.n}"
+        first = ast.copy_location(ast.Assign([ast.Name(t, ast.Store())],
+                                             copy.deepcopy(node.test)), node.test)
+        again: ast.stmt = ast.Assign([ast.Name(t, ast.Store())], node.test)
+        if brk:
+            again = ast.If(ast.UnaryOp(ast.Not(), ast.Name(brk, ast.Load())), [again], [])
+        node.body.append(ast.fix_missing_locations(ast.copy_location(again, node.test)))
+        node.test = ast.copy_location(ast.Name(t, ast.Load()), node.test)
+        out = self.visit(ast.fix_missing_locations(first))
+        return out if isinstance(out, list) else [out]
 
     # ---------------------------------------------------------------- expressions
     def visit_BoolOp(self, node: ast.BoolOp):

@@ -113,11 +113,13 @@ def _emu_loop(ctx, op, *inits):
         new = ctx.run_region(body_blk, vals, step_mask)
         if new is None:          # every active invocation returned inside the body
             break
+        # the body's values are computed for every invocation: those that left the loop
+        # (outside step_mask, even where the condition came out uniform over the rest) keep
+        # the values they left with
         if ctx.poison:
             for blk in (cond_blk, body_blk):
-                ctx.merge_poison(blk.args, None if step_mask is active else step_mask,
-                                 ctx.yielded, list(body_blk.args))
-        if step_mask is active:
+                ctx.merge_poison(blk.args, step_mask, ctx.yielded, list(body_blk.args))
+        if step_mask is None:
             vals = new
         else:
             vals = [_merge(ctx, op, step_mask, n, o, r.type)

@@ -783,6 +783,33 @@ def k_while_becomes_runtime(A: pycoop.Buffer[i32]):
     A[i] = x
 
 
+@pycoop.kernel(workgroup_size=WG)
+def k_while_true_breaks(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    x, steps = 0, 0
+    while True:
+        x = x + i + 1
+        steps += 1
+        if x >= n:
+            break
+    A[i] = steps
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_while_walrus(A: pycoop.Buffer[i32], B: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    k = 0
+    while (sq := k * k + i) < n:
+        k += 1
+    A[i] = sq                     # the last test's value, as Python leaves it
+    j = 0
+    while (t := j * 3) < n:       # with a break: no test after it
+        j += 1
+        if j * 3 + i > 40:
+            break
+    B[i] = t * 100 + j
+
+
 def test_func_returns_a_value_from_inside_an_if():
     a = np.linspace(-2, 2, WG).astype(np.float32)
     out = a.copy()
@@ -790,11 +817,86 @@ def test_func_returns_a_value_from_inside_an_if():
     np.testing.assert_array_equal(out, np.maximum(a, 0))
 
 
-def test_documented_limitations_are_clear_compile_errors():
-    with pytest.raises(pycoop.CompileError, match="became a runtime value") as ei:
-        k_while_becomes_runtime.compile()
-    assert ei.value.line == line_of(k_while_becomes_runtime, "while x < 100")
+@pycoop.kernel(workgroup_size=WG)
+def k_while_or(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    x, steps = i, 0
+    while x < n or x < 0:         # `or`: true as a constant where x < n
+        x = x + i + 1
+        steps += 1
+    A[i] = steps * 1000 + x
+
+
+def test_a_loop_keeps_the_values_of_invocations_that_left_it():
+    """Invocations that left a loop keep the values they left with, also in the iterations
+    where the condition comes out uniform over those still in it (here a constant from the
+    short-circuit of `or`): the emulator used to take those iterations' values for every
+    invocation."""
+    a = np.zeros(WG, np.int32)
+    emu(k_while_or, 1, a, 50)
+    want = []
+    for i in range(WG):
+        x, steps = i, 0
+        while x < 50 or x < 0:
+            x, steps = x + i + 1, steps + 1
+        want.append(steps * 1000 + x)
+    np.testing.assert_array_equal(a, want)
+
+
+def python_while(i, n):
+    """k_while_becomes_runtime, k_while_true_breaks and k_while_walrus in plain Python."""
+    x = 0
+    while x < 100:
+        x = x + i + 1
+    y, steps = 0, 0
+    while True:
+        y, steps = y + i + 1, steps + 1
+        if y >= n:
+            break
+    k = 0
+    while (sq := k * k + i) < n:
+        k += 1
+    j = 0
+    while (t := j * 3) < n:
+        j += 1
+        if j * 3 + i > 40:
+            break
+    return x, steps, sq, t * 100 + j
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_while_condition_python_inside(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    x = y = i
+    while x is y and x < n:       # `is`: true on entry, false for the loop's own x
+        x = x + 1
+    A[i] = x
+
+
+def test_a_runtime_loop_whose_condition_is_a_python_value_inside_it():
+    with pytest.raises(pycoop.CompileError, match="does not depend on runtime values") as ei:
+        k_while_condition_python_inside.compile()
     assert ei.value.rule_id == "control.while-runtime-condition"
+    assert ei.value.line == line_of(k_while_condition_python_inside, "while x is y")
+
+
+@pytest.mark.parametrize("n", [0, 1, 30, 77])
+def test_while_loops_whose_condition_becomes_runtime_and_walrus_tests(n):
+    """A `while` whose Python condition becomes a runtime value after some iterations
+    (`while True:` with a runtime `break` too) runs those iterations at trace time and the
+    rest as a runtime loop; names bound by the test (`:=`) hold the last test's values
+    after the loop, and none after a `break`, as in Python."""
+    want = np.array([python_while(i, n) for i in range(WG)], np.int32)
+    x = np.zeros(WG, np.int32)
+    emu(k_while_becomes_runtime, 1, x)
+    steps = np.zeros(WG, np.int32)
+    emu(k_while_true_breaks, 1, steps, n)
+    a, b = np.zeros(WG, np.int32), np.zeros(WG, np.int32)
+    emu(k_while_walrus, 1, a, b, n)
+    np.testing.assert_array_equal(x, want[:, 0])
+    np.testing.assert_array_equal(steps, want[:, 1])
+    np.testing.assert_array_equal(a, want[:, 2])
+    np.testing.assert_array_equal(b, want[:, 3])
 
 
 # --------------------------------------------------------------------------- pycoop.range

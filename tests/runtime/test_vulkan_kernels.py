@@ -275,3 +275,25 @@ def test_shared_arrays_of_vectors_match():
     want = A.reshape(3, 64, 4)[:, ::-1].reshape(-1, 4)
     np.testing.assert_array_equal(emu[1], want)
     np.testing.assert_array_equal(gpu[1], want)
+
+
+@pytest.mark.parametrize("n", [0, 30, 77])
+def test_loops_that_become_runtime_and_walrus_conditions_on_vulkan(n):
+    """The `while` loops of tests/core/test_control_flow.py (a condition that becomes a
+    runtime value, `while True:` with a runtime `break`, names bound by the condition, a
+    short-circuit condition uniform over the invocations still looping) give Python's
+    results on the driver, as on the emulator."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parents[1] / "core"))
+    import test_control_flow as cf
+    want = np.array([cf.python_while(i, n) for i in range(cf.WG)], np.int32)
+    got = [np.zeros(cf.WG, np.int32) for _ in range(5)]
+    cf.k_while_becomes_runtime[(1,)](got[0], backend="vulkan")
+    cf.k_while_true_breaks[(1,)](got[1], n, backend="vulkan")
+    cf.k_while_walrus[(1,)](got[2], got[3], n, backend="vulkan")
+    cf.k_while_or[(1,)](got[4], n, backend="vulkan")
+    np.testing.assert_array_equal(np.stack(got[:4], 1), want)
+    emu = np.zeros(cf.WG, np.int32)
+    cf.k_while_or[(1,)](emu, n, backend="emulator")
+    np.testing.assert_array_equal(got[4], emu)
