@@ -57,6 +57,20 @@ def emulator_memo() -> bool:
     return os.environ.get("PYCOOP_EMULATOR_MEMO", "1").strip() not in ("0", "off", "")
 
 
+def emulator_max_iterations() -> int:
+    """PYCOOP_EMULATOR_MAX_ITERATIONS (default 1048576): the iterations after which the
+    emulator reports a runtime loop that has not ended (a loop that never ends hangs a GPU)."""
+    v = os.environ.get("PYCOOP_EMULATOR_MAX_ITERATIONS", str(1 << 20)).strip()
+    try:
+        n = int(v)
+    except ValueError:
+        raise ValueError(f"PYCOOP_EMULATOR_MAX_ITERATIONS={v!r}: expected a positive integer") \
+            from None
+    if n < 1:
+        raise ValueError(f"PYCOOP_EMULATOR_MAX_ITERATIONS={v!r}: expected a positive integer")
+    return n
+
+
 def subgroup_size() -> int:
     """PYCOOP_SUBGROUP_SIZE: the emulator's subgroup size when a kernel does not fix one."""
     return int(os.environ.get("PYCOOP_SUBGROUP_SIZE", "32"))

@@ -260,6 +260,20 @@ class EmuCtx:
                                 f"scope instance {s}: {message}", op.loc, rule=rule, hint=hint,
                                 rule_id=rule_id or "emulator.undefined-behaviour")
 
+    def endless_loop(self, op: Op, active: np.ndarray | None, limit: int) -> None:
+        """Report a loop still running after `limit` iterations for the `active` invocations."""
+        still = np.ones(self.dispatch.shape, bool) if active is None else \
+            np.broadcast_to(active, self.dispatch.shape)
+        w, i = np.argwhere(still)[0][:2]
+        raise EmulatorError(
+            f"this loop has run {limit} iterations without ending for {int(still.sum())} "
+            f"invocations (the first: invocation {i} of workgroup {self._wg_name(w)})", op.loc,
+            rule="reported by the pycoop emulator: a loop that does not end hangs the device "
+                 "(its queue is lost, VK_ERROR_DEVICE_LOST)",
+            hint="check the loop's condition and what its body changes; a loop meant to run "
+                 "longer can raise PYCOOP_EMULATOR_MAX_ITERATIONS",
+            rule_id="emulator.endless-loop")
+
     def _wg_name(self, w: int) -> str:
         gx, gy, _ = self.dispatch.grid
         return f"({w % gx}, {(w // gx) % gy}, {w // (gx * gy)})"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import knobs
 from ..errors import CompileError
 from ..types import CoopMatType, bool_
 from ..ir.registry import define, emulation, lowering
@@ -96,7 +97,11 @@ def _emu_loop(ctx, op, *inits):
     if ctx.poison:                      # undefined lanes of the carried values follow them
         for blk in (cond_blk, body_blk):
             ctx.merge_poison(blk.args, None, op.operands, [None] * len(vals))
+    limit, steps = knobs.emulator_max_iterations(), 0
     while True:
+        if steps == limit:
+            ctx.endless_loop(op, active, limit)
+        steps += 1
         out = ctx.run_region(cond_blk, vals, active)
         if out is None:
             break

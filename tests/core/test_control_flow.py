@@ -873,6 +873,30 @@ def k_while_condition_python_inside(A: pycoop.Buffer[i32], n: i32):
     A[i] = x
 
 
+@pycoop.kernel(workgroup_size=WG)
+def k_endless_for_some(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    x = i
+    while x < n:
+        x = x + i          # invocation 0 never moves
+    A[i] = x
+
+
+def test_a_loop_that_does_not_end_is_reported(monkeypatch):
+    monkeypatch.setenv("PYCOOP_EMULATOR_MAX_ITERATIONS", "200")
+    with pytest.raises(pycoop.EmulatorError, match="has run 200 iterations without ending for "
+                       r"1 invocations \(the first: invocation 0 of workgroup \(0, 0, 0\)\)") as ei:
+        emu(k_endless_for_some, 1, np.zeros(WG, np.int32), 100)
+    assert ei.value.rule_id == "emulator.endless-loop"
+    assert ei.value.line == line_of(k_endless_for_some, "while x < n")
+    a = np.zeros(WG, np.int32)             # ended in time: no report
+    emu(k_endless_for_some, 1, a, 0)
+    np.testing.assert_array_equal(a, np.arange(WG))
+    monkeypatch.setenv("PYCOOP_EMULATOR_MAX_ITERATIONS", "0")
+    with pytest.raises(ValueError, match="expected a positive integer"):
+        emu(k_endless_for_some, 1, a, 0)
+
+
 def test_a_runtime_loop_whose_condition_is_a_python_value_inside_it():
     with pytest.raises(pycoop.CompileError, match="does not depend on runtime values") as ei:
         k_while_condition_python_inside.compile()
