@@ -587,6 +587,15 @@ def _halves_to_f32(X: pc.ReadBuffer[f16], Y: pc.WriteBuffer[f32], n: u32):
 
 
 @pc.kernel(workgroup_size=256)
+def _floats_to_halves(X: pc.ReadBuffer[f32], Y: pc.WriteBuffer[f16], n: u32):
+    """Y = X rounded to f16 (to nearest even, as NumPy's astype), n values; grid
+    ceil(n / 256)."""
+    i = pc.global_invocation_id.x
+    if i < n:
+        Y[i] = f16(X[i])
+
+
+@pc.kernel(workgroup_size=256)
 def _x_rows_f16(X: pc.ReadBuffer[pc.vec(f16, 2)], Xh: pc.WriteBuffer[U4], n8: u32):
     """f16 X (N x K) copied into the planes GEMMs' f16 rows padded to the tile (f32 X is read
     by the GEMM itself), 8 values (a uvec4) per invocation: n8 = N * K / 8, grid
@@ -652,12 +661,17 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
 def _coopmat(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, tile):
     """N > 64 Q4_0, Q8_0 or Q4_K: the workgroup-scope cooperative-matrix GEMM decoding the
     blocks while loading (NV cooperative matrices 2 on Vulkan). Its activations are f16: a
-    device X is converted through host memory."""
+    device f32 X is rounded to f16 on the device (`_floats_to_halves`)."""
     bm, bn, bk_ = tile
     k = LARGE_N_GEMMS[Wq.fmt](bm, bn, bk_, 256, weights_first=bm < 128)
     grid = (-(-N // bm), -(-Wq.M // bn))
     if device:
-        x = pc.asarray(X.numpy().astype(np.float16), backend=bk)   # f16 activations
+        x = X                       # f16 or f32 (matmul_q checks)
+        if X.dtype == np.float32:
+            n = N * Wq.K
+            x = pc.empty(n, pc.f16, backend=bk)
+            _floats_to_halves[-(-n // 256)](X.reshape(-1), x, n)
+        x = x.reshape(N, Wq.K)
         y = pc.zeros((N, Wq.M), pc.f32, backend=bk)
         if ("blocks", bk) not in Wq._arrays:
             Wq._arrays["blocks", bk] = pc.asarray(Wq.data.reshape(-1), backend=bk)

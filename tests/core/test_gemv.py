@@ -84,6 +84,20 @@ def test_q4_0_large_n_goes_to_the_cooperative_matrix_gemm(gguf):
     np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
 
 
+def test_large_n_gemm_on_device_arrays_rounds_x_on_the_device(gguf):
+    """A device X (f32 or f16) reaches the cooperative-matrix GEMM on its backend: f32 is
+    rounded to f16 by a kernel, as NumPy rounds it, so the results are the NumPy X's bits."""
+    import pycoop as pc
+    M, K, N = 40, 96, 70
+    W = make_weights(gguf, "q4_0", M, K, seed=7)
+    X = np.random.default_rng(7).standard_normal((N, K)).astype(np.float32)
+    want = matmul_q(W, X, "q4_0", backend="emulator")
+    for x in (X, X.astype(np.float16)):
+        y = matmul_q(W, pc.asarray(x, backend="emulator"), "q4_0")
+        assert isinstance(y, pc.Array)
+        np.testing.assert_array_equal(y.numpy(), want)
+
+
 def test_q4_0_small_n_cooperative_matrix_tiles(gguf):
     """The cooperative-matrix GEMM below 128 vectors (weights as the A operand, tiles of 16 or
     32 vectors), chosen with a lower `large_n` or named by the configuration."""
