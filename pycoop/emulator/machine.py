@@ -311,11 +311,15 @@ class EmuCtx:
         """Reduce a per-invocation bool to one per scope instance; it must be uniform there."""
         t = np.broadcast_to(take, self.dispatch.shape)
         t3 = self._scope_split(t, scope)
-        m3 = None if self.mask is None else self._scope_split(self.mask, scope)
-        anyv = t3.any(-1) if m3 is None else (t3 & m3).any(-1)
-        allv = t3.all(-1) if m3 is None else (t3 | ~m3).all(-1)
-        if (anyv != allv).any():
-            w, s = np.argwhere(anyv != allv)[0]
+        if self.mask is None:
+            anyv, allv = t3.any(-1), t3.all(-1)
+            bad = anyv != allv
+        else:        # instances with no active invocation take nothing and are not checked
+            m3 = self._scope_split(self.mask, scope)
+            anyv, allv = (t3 & m3).any(-1), (t3 | ~m3).all(-1)
+            bad = (anyv != allv) & m3.any(-1)
+        if bad.any():
+            w, s = np.argwhere(bad)[0]
             raise EmulatorError(f"{message} (workgroup {self._wg_name(w)}, instance {s})", op.loc,
                                 rule="SPV_KHR_cooperative_matrix: operands must be dynamically "
                                      "uniform within the scope instance",
