@@ -47,12 +47,12 @@ from pycoop import f16, f32, u32
 from pycoop.runtime import capturing
 from pycoop.runtime.backend import vulkan_missing
 
-from .attention_decode import (DECODE_MERGES, HEAD_DIMS, MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig,
+from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig,
                                attention_decode_vector, attention_merge, chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
-from .attention_parts import (ELEMENT, LOG2E, NEG_BIG, causal_score, divide, exp2_scaled,
-                              exp_minus, in_sequence, larger, log2_sum_exp2, log_sum_exp,
-                              rows_layout, smear)
+from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, NEG_BIG, causal_score, check_tile,
+                              divide, exp2_scaled, exp_minus, in_sequence, larger, log2_sum_exp2,
+                              log_sum_exp, rows_layout, smear)
 from .attention_staged import attention_prefill_staged
 from .limits import SHARED_BYTES, SMS
 
@@ -101,15 +101,9 @@ def _check_softmax(name: str, sm: Softmax | None, Bc: int) -> Softmax:
 def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out: str,
                   scope: str = "workgroup", invocations: int = 128) -> None:
     """Errors a wrong configuration gives before anything is traced or launched."""
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"{name}: head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
-    for what, v in (("query block", rows), ("key block Bc", Bc)):
-        if not isinstance(v, int) or v < 16 or v % 16:
-            raise ValueError(f"{name}: the {what} must be a multiple of 16, got {v!r}")
-    if dtype not in ELEMENT:
-        raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
-    if out not in _NUMPY_OUT:
-        raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
+    check_tile(name, head_dim, Bc, dtype, out)
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 16 or rows % 16:
+        raise ValueError(f"{name}: the query block must be a multiple of 16, got {rows!r}")
     if scope not in SCOPES:
         raise ValueError(f"{name}: scope must be one of {SCOPES}, got {scope!r}")
     if scope != "workgroup" and (not isinstance(invocations, int) or invocations < SUBGROUP

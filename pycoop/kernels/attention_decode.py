@@ -40,10 +40,9 @@ import functools
 import pycoop as pc
 from pycoop import f32, u32
 
-from .attention_parts import ELEMENT, LN2, LOG2E, NEG_BIG, OUT
+from .attention_parts import ELEMENT, HEAD_DIMS, LN2, LOG2E, NEG_BIG, OUT
 from .limits import SHARED_BYTES, SMS
 
-HEAD_DIMS = (64, 80, 96, 112, 128, 256)     # the attention kernels' (the merge takes them all)
 VECTOR_HEAD_DIMS = (64, 128, 256)
 MAX_ROWS = 8                      # query rows per K/V head a lane holds in registers
 MERGE_INVOCATIONS = 256

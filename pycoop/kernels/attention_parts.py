@@ -15,6 +15,20 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 ELEMENT = {"f16": f16, "bf16": pc.bf16}      # the input dtypes
 OUT = {"f16": f16, "f32": f32}               # the output dtypes
+HEAD_DIMS = (64, 80, 96, 112, 128, 256)     # the attention kernels' (the merge takes them all)
+
+
+def check_tile(name: str, head_dim: int, Bc: int, dtype: str, out: str) -> None:
+    """The errors every prefill kernel gives for its head dim, key block, input and output
+    types before anything is traced."""
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"{name}: head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
+    if not isinstance(Bc, int) or isinstance(Bc, bool) or Bc < 16 or Bc % 16:
+        raise ValueError(f"{name}: the key block Bc must be a multiple of 16, got {Bc!r}")
+    if dtype not in ELEMENT:
+        raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
+    if out not in OUT:
+        raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
 
 
 def larger(r, c, e, x):

@@ -34,9 +34,8 @@ import functools
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .attention_decode import HEAD_DIMS
-from .attention_parts import (ELEMENT, NEG_BIG, OUT, causal_score, divide, exp_minus,
-                              in_sequence, larger, log_sum_exp, rows_layout)
+from .attention_parts import (ELEMENT, NEG_BIG, OUT, causal_score, check_tile, divide,
+                              exp_minus, in_sequence, larger, log_sum_exp, rows_layout)
 from .limits import SHARED_BYTES
 
 U4 = pc.vec(u32, 4)
@@ -50,10 +49,7 @@ def shared_bytes(head_dim: int, Bc: int) -> int:
 def check_staged(name: str, head_dim: int, Bc: int, subgroups: int, dtype: str,
                  out: str) -> None:
     """The errors a configuration of the staged kernel gives before anything is built."""
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"{name}: head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
-    if not isinstance(Bc, int) or isinstance(Bc, bool) or Bc < 16 or Bc % 16:
-        raise ValueError(f"{name}: the key block Bc must be a multiple of 16, got {Bc!r}")
+    check_tile(name, head_dim, Bc, dtype, out)
     if not isinstance(subgroups, int) or isinstance(subgroups, bool) or not 1 <= subgroups <= 32:
         raise ValueError(f"{name}: subgroups (16 query rows each) must be an int from 1 to 32, "
                          f"got {subgroups!r}")
@@ -61,10 +57,6 @@ def check_staged(name: str, head_dim: int, Bc: int, subgroups: int, dtype: str,
         raise ValueError(f"{name}: a key block's K and V take {shared_bytes(head_dim, Bc)} "
                          f"bytes of shared memory (Bc={Bc}, head_dim={head_dim}), more than "
                          f"{SHARED_BYTES}; use Bc <= {SHARED_BYTES // (4 * head_dim) // 16 * 16}")
-    if dtype not in ELEMENT:
-        raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
-    if out not in OUT:
-        raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
 
 
 @functools.cache
