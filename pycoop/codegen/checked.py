@@ -674,10 +674,11 @@ def _counted_loop(op: Op):
     if c.op is None or c.op.name != "compare" or c.op.attrs.get("kind") != "lt":
         return None
     arg, stop = c.op.operands
-    if arg not in cond.args or not isinstance(arg.type, ScalarType) or not arg.type.is_int \
+    # found by identity: `in` and `.index` would compare Values with ==, which records an op
+    j = next((i for i, a in enumerate(cond.args) if a is arg), None)
+    if j is None or not isinstance(arg.type, ScalarType) or not arg.type.is_int \
             or arg.type.bits != 32:
         return None
-    j = cond.args.index(arg)
     nxt = body.ops[-1].operands[j]
     if nxt.op is None or nxt.op.name != "binary" or nxt.op.attrs.get("kind") != "add" \
             or nxt.op.operands[0] is not body.args[j]:

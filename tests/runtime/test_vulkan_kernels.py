@@ -297,3 +297,23 @@ def test_loops_that_become_runtime_and_walrus_conditions_on_vulkan(n):
     emu = np.zeros(cf.WG, np.int32)
     cf.k_while_or[(1,)](emu, n, backend="emulator")
     np.testing.assert_array_equal(got[4], emu)
+
+
+@pc.kernel(workgroup_size=16)
+def counted_second(A: pc.Buffer[i32], n: i32):
+    i = pc.cast(pc.local_invocation_index(), i32)
+    x = i
+    c = 0
+    while x < n:          # the counter is not the loop's first carried value
+        c += 1
+        x = x + 1
+    A[i] = x * 100 + c
+
+
+def test_a_counted_loop_whose_index_is_not_the_first_carried_value():
+    """The Vulkan lowering looks for counted loops (`while k < n: ... k = k + step`) by the
+    loop's carried values; finding the index compared them with ==, which records an op (an
+    internal error outside tracing) whenever the index was not the first of them."""
+    gpu, emu = both(counted_second, (1,), np.zeros(16, np.int32), 20)
+    np.testing.assert_array_equal(gpu[0], [max(i, 20) * 100 + max(0, 20 - i) for i in range(16)])
+    np.testing.assert_array_equal(gpu[0], emu[0])
