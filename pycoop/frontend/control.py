@@ -676,7 +676,15 @@ def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
 
 def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=None) -> Result:
     loc = _loc(pos)
-    c = cond_fn(*vals)
+
+    def test():
+        """The condition, traced into a block that is dropped: a runtime one is traced again
+        in the loop's own condition region, and its ops (an atomic too) must run once per
+        test, there."""
+        with tracer().region(Block()):
+            return cond_fn(*vals)
+
+    c = test()
     # While the condition is a Python value the loop runs at trace time (unrolled). Once it
     # is a runtime value (from the start, or after iterations that made it one, as
     # `while True:` with a runtime `break` does) the rest of the loop is a runtime loop on
@@ -688,7 +696,7 @@ def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=
         if isinstance(out, Return):
             return Result(out.values, True, out.value)
         vals = out
-        c = cond_fn(*vals)
+        c = test()
     _, after = _runtime_loop(vals, loc, lambda e, u: cond_fn(*u), lambda e, u: ([], body_fn(*u)), [],
                              names)
     return Result(after)

@@ -382,16 +382,27 @@ class _Rewriter(ast.NodeTransformer):
         return _call("ifexp", [node.test, _lambda(node.body), _lambda(node.orelse)], node)
 
     def visit_Compare(self, node: ast.Compare):
+        """`a < b < c < d` -> `a < (t1 := b) and (t1 < (t2 := c) and t2 < d)`, each later link
+        in a lambda inside the one before: every operand is evaluated once, and only while
+        the links before it hold, as in Python. The temporaries (`__pc_cmp_N`) are locals of
+        the function evaluating the link, read by the lambdas nested in it."""
         self.generic_visit(node)
         if len(node.ops) == 1:
             return node
-        parts, left = [], node.left
-        for op, right in zip(node.ops, node.comparators):
-            parts.append(ast.copy_location(ast.Compare(left, [op], [right]), node))
-            left = right
-        expr = parts[0]
-        for p in parts[1:]:
-            expr = _call("and_", [expr, _lambda(p)], node)
+        operands, ops = [node.left, *node.comparators], node.ops
+        temps = [self._fresh("cmp") for _ in ops[1:]]
+
+        def link(k: int) -> ast.expr:
+            left = operands[0] if k == 0 else ast.Name(temps[k - 1], ast.Load())
+            right = operands[k + 1]
+            if k < len(temps):
+                right = ast.NamedExpr(ast.Name(temps[k], ast.Store()), right)
+            return ast.fix_missing_locations(ast.copy_location(
+                ast.Compare(left, [ops[k]], [right]), node))
+
+        expr = link(len(ops) - 1)
+        for k in range(len(ops) - 2, -1, -1):
+            expr = _call("and_", [link(k), _lambda(expr)], node)
         return expr
 
 
@@ -514,6 +525,40 @@ def _check_statements(fdef: ast.FunctionDef, file: str) -> None:
                            rule=rule, hint=hint, rule_id="frontend.unsupported-statement")
 
 
+def _lazy_parts(n: ast.AST) -> list[ast.AST]:
+    """The parts of `n` that the rewrite evaluates later, inside a generated lambda: the right
+    side of `and`/`or`, the arms of `x if c else y`, the links of a chained comparison after
+    the first."""
+    if isinstance(n, ast.BoolOp):
+        return n.values[1:]
+    if isinstance(n, ast.IfExp):
+        return [n.body, n.orelse]
+    if isinstance(n, ast.Compare) and len(n.ops) > 1:
+        return n.comparators[1:]
+    return []
+
+
+def _check_walrus(fdef: ast.FunctionDef, file: str) -> None:
+    """Reject `:=` where the rewrite would evaluate it inside a lambda, which would bind the
+    name in the lambda and leave the kernel's variable unchanged (a silently wrong value).
+    Nested functions, lambdas and comprehensions are rewritten too, so they are checked."""
+    stack: list[tuple[ast.AST, bool]] = [(st, False) for st in fdef.body]
+    while stack:
+        n, lazy = stack.pop()
+        if isinstance(n, ast.NamedExpr) and lazy:
+            raise CompileError(
+                f"`{n.target.id} := ...` inside the right side of `and`/`or`, an arm of `x if c "
+                "else y` or a later link of a chained comparison", Loc(file, n.lineno,
+                                                                        n.col_offset + 1),
+                rule="pycoop evaluates those parts in a function of their own (only when they "
+                     "are needed, as Python does), where `:=` would bind a name of that "
+                     "function, not of the kernel",
+                hint=f"assign {n.target.id} in a statement before, or use := in the first "
+                     "operand", rule_id="frontend.walrus-lazy-operand")
+        later = _lazy_parts(n)
+        stack.extend((c, lazy or any(c is p for p in later)) for c in ast.iter_child_nodes(n))
+
+
 class _DelToUndef(ast.NodeTransformer):
     """`del x` -> `x = UNDEF`: the variable has no value afterwards (a use is a CompileError),
     which branches and loops carry like any other value (a deleted name could not be)."""
@@ -574,6 +619,7 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
                                 "transformed)", rule_id="frontend.plain-def")
     fdef.decorator_list = []
     _check_statements(fdef, fn.__code__.co_filename)
+    _check_walrus(fdef, fn.__code__.co_filename)
     fdef = _DelToUndef().visit(fdef)
     if not returns_value:
         fdef.body = [_KernelReturns().visit(st) for st in fdef.body]

@@ -897,6 +897,76 @@ def test_a_loop_that_does_not_end_is_reported(monkeypatch):
         emu(k_endless_for_some, 1, a, 0)
 
 
+@pycoop.kernel(workgroup_size=WG)
+def k_chain_once(A: pycoop.Buffer[i32], C: pycoop.Buffer[i32], D: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    j = 0
+    # C and D count the evaluations: each operand once per test, D's only while 0 <= C's
+    while 0 <= pycoop.atomic.add(C, i, 1) + j < pycoop.atomic.add(D, i, 1) + i < n + i:
+        j += 1
+    A[i] = j
+
+
+def test_chained_comparisons_and_loop_tests_evaluate_each_operand_once():
+    """`a < b < c < d` evaluates b and c once, c only if a < b holds; a runtime while test
+    runs once per iteration (plus the last), in the loop: operands with side effects (here
+    atomic counters) count as in Python."""
+    for n in (0, 7, 12):
+        a, c, d = (np.zeros(WG, np.int32) for _ in range(3))
+        emu(k_chain_once, 1, a, c, d, n)
+        for i in range(WG):
+            cnt_c = cnt_d = j = 0
+            while True:
+                b = cnt_c + j
+                cnt_c += 1
+                if not 0 <= b:
+                    break
+                e = cnt_d + i
+                cnt_d += 1
+                if not (b < e < n + i):
+                    break
+                j += 1
+            assert (a[i], c[i], d[i]) == (j, cnt_c, cnt_d), (n, i)
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_walrus_in_and(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    t = 0
+    if i < n and (t := i * 2) > 3:
+        A[i] = t
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_walrus_in_ifexp(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    A[i] = (u := i) if i < n else 0
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_walrus_in_chain(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    if 0 < i < (m := n * 2):
+        A[i] = m
+
+
+@pytest.mark.parametrize("k,text", [(k_walrus_in_and, "(t := i * 2)"),
+                                    (k_walrus_in_ifexp, "(u := i)"),
+                                    (k_walrus_in_chain, "(m := n * 2)")])
+def test_walrus_where_it_is_evaluated_lazily_is_refused(k, text):
+    """`:=` in the right side of and/or, an arm of x if c else y or a later link of a chained
+    comparison would bind a name of the function pycoop evaluates that part in: refused at
+    its line and column (it left the kernel's variable unchanged)."""
+    with pytest.raises(pycoop.CompileError, match=":= ...` inside the right side") as ei:
+        k.compile()
+    assert ei.value.rule_id == "frontend.walrus-lazy-operand"
+    assert ei.value.line == line_of(k, text)
+    import inspect
+    src = inspect.getsource(k.fn if hasattr(k, "fn") else k._fn)
+    line = next(ln for ln in src.splitlines() if text in ln)
+    assert ei.value.loc.col == line.index(text) + 2      # the `:=` expression, 1-based
+
+
 def test_a_runtime_loop_whose_condition_is_a_python_value_inside_it():
     with pytest.raises(pycoop.CompileError, match="does not depend on runtime values") as ei:
         k_while_condition_python_inside.compile()
