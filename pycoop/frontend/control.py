@@ -301,14 +301,14 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
         a, b = alive
         if a is _NOT_SET or b is _NOT_SET:            # a zero of the other side's type
             other = b if a is _NOT_SET else a
-            if not _carried(other):
+            if not (_carried(other) or _is_number(other)):
                 results[i] = Undefined(f"the function's return value is not a runtime value (line "
                                     f"{loc.line})")
                 continue
-            merge_idx.append(i)
+            merge_idx.append(i)              # a Python number: a runtime value of its type
             yields[0].append(a)
             yields[1].append(b)
-            mtypes.append(other.type)
+            mtypes.append(other.type if isinstance(other, Value) else default_type(other))
             continue
         if isinstance(a, Undefined) or isinstance(b, Undefined):
             results[i] = Undefined("it is assigned in only one branch of the `if` at line "
@@ -674,6 +674,11 @@ def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
     return args, {"control": control}
 
 
+# iterations a `while` on a Python condition may unroll while tracing (a `while True:` left
+# only by a kernel `return` under a runtime condition would unroll forever)
+MAX_UNROLLED = 1 << 16
+
+
 def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=None) -> Result:
     loc = _loc(pos)
 
@@ -689,9 +694,20 @@ def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=
     # is a runtime value (from the start, or after iterations that made it one, as
     # `while True:` with a runtime `break` does) the rest of the loop is a runtime loop on
     # the values so far: `while c: body` is `if c: body` followed by the same loop.
+    unrolled = 0
     while not isinstance(c, Value):
         if not c:
             return Result(vals)
+        if unrolled == MAX_UNROLLED:
+            raise CompileError(
+                f"this while loop has run {unrolled} iterations while the kernel was traced, "
+                "and its condition is still the Python value True", loc,
+                rule="pycoop: a `while` on a Python condition runs while tracing, unrolled; it "
+                     "becomes a runtime loop only once its condition is a runtime value",
+                hint="leave the loop with `break` under a runtime condition (a `return` inside "
+                     "it does not change the condition), or test a runtime value in the `while`",
+                rule_id="control.while-unrolled-limit")
+        unrolled += 1
         out = body_fn(*vals)
         if isinstance(out, Return):
             return Result(out.values, True, out.value)

@@ -441,31 +441,40 @@ def _single_exit(fdef: ast.FunctionDef) -> None:
     def guard(rest):
         return ast.If(ast.UnaryOp(ast.Not(), ast.Name(rf, ast.Load())), rest, [])
 
+    def at(node, where):
+        """`node` (and its new parts) at the line of the statement it stands for, so that
+        errors inside the rewritten function name the user's lines."""
+        for n in ast.walk(node):
+            if isinstance(n, (ast.stmt, ast.expr)) and not hasattr(n, "lineno"):
+                ast.copy_location(n, where)
+        return node
+
     def block(stmts, in_loop):
         out = []
         for i, st in enumerate(stmts):
             if isinstance(st, ast.Return):
-                out += [assign(rv, st.value or ast.Constant(None)), assign(rf, ast.Constant(True))]
+                out += [at(assign(rv, st.value or ast.Constant(None)), st),
+                        at(assign(rf, ast.Constant(True)), st)]
                 if in_loop:
-                    out.append(ast.Break())
+                    out.append(at(ast.Break(), st))
                 return out
             if not _has([st], (ast.Return,)):
                 out.append(st)
                 continue
             if isinstance(st, ast.If):
-                out.append(ast.If(st.test, block(st.body, in_loop) or [ast.Pass()],
-                                  block(st.orelse, in_loop)))
+                out.append(at(ast.If(st.test, block(st.body, in_loop) or [ast.Pass()],
+                                     block(st.orelse, in_loop)), st))
             elif isinstance(st, (ast.For, ast.While)) and not st.orelse:
                 loop = ast.For(st.target, st.iter, block(st.body, True), []) if isinstance(st, ast.For) \
                     else ast.While(st.test, block(st.body, True), [])
-                out.append(loop)
+                out.append(at(loop, st))
                 if in_loop:            # a return in an inner loop also leaves this one
-                    out.append(ast.If(ast.Name(rf, ast.Load()), [ast.Break()], []))
+                    out.append(at(ast.If(ast.Name(rf, ast.Load()), [ast.Break()], []), st))
             else:
                 raise _Unsupported
             rest = block(stmts[i + 1:], in_loop)
             if rest:
-                out.append(guard(rest))
+                out.append(at(guard(rest), stmts[i + 1]))
             return out
         return out
 

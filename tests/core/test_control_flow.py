@@ -967,6 +967,94 @@ def test_walrus_where_it_is_evaluated_lazily_is_refused(k, text):
     assert ei.value.loc.col == line.index(text) + 2      # the `:=` expression, 1-based
 
 
+@pycoop.kernel(workgroup_size=WG)
+def k_while_true_left_by_return(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    x = 0
+    while True:
+        x += 1
+        A[i] = x
+        if x + i > n:
+            return
+
+
+def test_a_while_true_left_only_by_return_is_refused_not_unrolled_forever(monkeypatch):
+    """A kernel `return` leaves the condition True, so tracing would unroll the loop forever:
+    after MAX_UNROLLED iterations it is a CompileError at the loop, naming `break`."""
+    from pycoop.frontend import control
+    monkeypatch.setattr(control, "MAX_UNROLLED", 40)
+    with pytest.raises(pycoop.CompileError, match="has run 40 iterations while the kernel was "
+                                                  "traced") as ei:
+        k_while_true_left_by_return.compile()
+    assert ei.value.rule_id == "control.while-unrolled-limit"
+    assert ei.value.line == line_of(k_while_true_left_by_return, "while True")
+    assert "break" in ei.value.hint
+
+
+@pycoop.func
+def step_of(i, n):
+    if i > n:
+        return 5                  # Python numbers returned under runtime conditions
+    return -1
+
+
+@pycoop.func
+def first_square_above(i, n):
+    x = 0
+    while x < 100:                # Python at first; the return flag makes it a runtime loop
+        x += 1
+        if x * x > i + n:
+            return x * 10
+    return -x
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_func_python_returns(A: pycoop.Buffer[i32], B: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    A[i] = step_of(i, n)
+    B[i] = first_square_above(i, n)
+
+
+def test_funcs_return_python_numbers_from_runtime_branches_and_loops():
+    """A @pycoop.func may return Python numbers under runtime conditions (they become runtime
+    values of their type), also from a loop whose condition becomes a runtime value."""
+    a, b = np.zeros(WG, np.int32), np.zeros(WG, np.int32)
+    emu(k_func_python_returns, 1, a, b, 6)
+
+    def first(i, n):
+        x = 0
+        while x < 100:
+            x += 1
+            if x * x > i + n:
+                return x * 10
+        return -x
+    np.testing.assert_array_equal(a, [5 if i > 6 else -1 for i in range(WG)])
+    np.testing.assert_array_equal(b, [first(i, 6) for i in range(WG)])
+
+
+@pycoop.func
+def bad_after_return(i, n):
+    x = i * 2
+    if i > n:
+        return i
+    return pycoop.f32(1.0)        # another type: the merge after the if names this line
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_bad_after_return(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    A[i] = bad_after_return(i, n)
+
+
+def test_errors_after_a_rewritten_return_name_the_users_line():
+    """The statements a single-exit rewrite adds stand at the lines of those they replace
+    (they took the function's first line)."""
+    with pytest.raises(pycoop.CompileError) as ei:
+        k_bad_after_return.compile()
+    line = line_of(bad_after_return, "return pycoop.f32(1.0)")
+    assert f"(line {line})" in str(ei.value), str(ei.value)
+
+
 def test_a_runtime_loop_whose_condition_is_a_python_value_inside_it():
     with pytest.raises(pycoop.CompileError, match="does not depend on runtime values") as ei:
         k_while_condition_python_inside.compile()
