@@ -629,6 +629,22 @@ def python_cond(cond, why: str, pos=None):
     return cond
 
 
+def python_if(cond, why: str, pos=None):
+    """The condition of an `if` holding a `break` or `continue` of a loop that runs while
+    tracing: known at trace time."""
+    if isinstance(cond, Value):
+        raise CompileError(f"this `if` holds a `break` or `continue` of {why}: that loop runs "
+                           "while tracing, so the `if` cannot test a runtime value", _loc(pos),
+                           rule="a kernel loop's break and continue must sit in its body or in "
+                                "`if` statements in it; loops with `else` run while tracing "
+                                "only",
+                           hint="set a flag variable and test it after the loop instead of "
+                                "`else`; move break/continue out of a `match` into an `if`; "
+                                "loop over range(...) for a runtime loop",
+                           rule_id="control.break-placement")
+    return cond
+
+
 def kernel_range(*args, unroll: bool | int | None = None):
     """`for i in pycoop.range(start, stop, step, unroll=None)`: a loop of the kernel even when
     its bounds are known at trace time (the built-in range() is then unrolled while tracing),

@@ -141,6 +141,7 @@ class _Rewriter(ast.NodeTransformer):
     def __init__(self, free: tuple[str, ...] = ()):
         self.n = 0
         self.scopes: list[set[str]] = [set(free)]   # names bound by each enclosing function
+        self.loops: list[ast.stmt] = []             # the loops around the node visited
 
     def visit_FunctionDef(self, node):
         """Rewrite the loops and `if`s of a function (the kernel, or a helper defined in it),
@@ -206,7 +207,17 @@ class _Rewriter(ast.NodeTransformer):
     def visit_If(self, node: ast.If):
         self.generic_visit(node)
         if _has(node.body + node.orelse, (ast.Break, ast.Continue), into_loops=False):
-            return node      # break/continue belong to an enclosing trace-time loop
+            # break/continue belong to an enclosing trace-time loop: a Python `if` whose
+            # condition must then be a Python value (the error says which loop and why)
+            loop = self.loops[-1] if self.loops else None
+            why = ("a loop over a Python iterable" if isinstance(loop, ast.For) and
+                   not getattr(loop, "_pc_python_only", None) and not loop.orelse else
+                   f"the loop at line {loop.lineno}, which {self._python_only(loop)}"
+                   if loop is not None else "a loop")
+            node.test = _call("python_if", [node.test, ast.Constant(why),
+                                            self._loc_arg(node)], node.test)
+            ast.fix_missing_locations(node)
+            return node
         names, marked, stored = self._names(node.body + node.orelse, ())
         has_ret = _has(node.body + node.orelse, (ast.Return,))
         t, e = self._fresh("then"), self._fresh("else")
@@ -279,7 +290,7 @@ class _Rewriter(ast.NodeTransformer):
         """Why a loop stays a Python loop (for the error when its bound is a runtime value)."""
         if node.orelse:
             return "has an `else` clause"
-        return node._pc_python_only         # set by _flags
+        return getattr(node, "_pc_python_only", "runs while tracing")   # set by _flags
 
     def visit_For(self, node: ast.For):
         it = node.iter
@@ -291,7 +302,9 @@ class _Rewriter(ast.NodeTransformer):
                          or isinstance(it.func, ast.Name) and it.func.id == "range"
                          and not it.keywords and 1 <= len(it.args) <= 3))
         flags = self._flags(node) if is_range else None
+        self.loops.append(node)
         self.generic_visit(node)
+        self.loops.pop()
         if (not is_range or node.orelse
                 or _has(node.body, (ast.Break, ast.Continue), into_loops=False)):
             if is_range:     # stays a Python loop: its bounds must be known at trace time
@@ -321,7 +334,9 @@ class _Rewriter(ast.NodeTransformer):
             stop = ast.UnaryOp(ast.Not(), ast.Name(flags[1], ast.Load()))
             node.test = ast.copy_location(ast.BoolOp(ast.And(), [stop, node.test]), node.test)
             ast.fix_missing_locations(node)
+        self.loops.append(node)
         self.generic_visit(node)
+        self.loops.pop()
         if node.orelse or _has(node.body, (ast.Break, ast.Continue), into_loops=False):
             node.test = _call("python_cond", [node.test, ast.Constant(self._python_only(node)),
                                               self._loc_arg(node)], node.test)

@@ -1055,6 +1055,41 @@ def test_errors_after_a_rewritten_return_name_the_users_line():
     assert f"(line {line})" in str(ei.value), str(ei.value)
 
 
+@pycoop.kernel(workgroup_size=WG)
+def k_break_in_while_else(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    x = 0
+    while True:
+        x += 1
+        if x > n + i:
+            break
+    else:
+        x = -1
+    A[i] = x
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_break_in_python_for(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    x = 0
+    for step in [1, 2, 3]:
+        x += step
+        if x > n + i:
+            break
+    A[i] = x
+
+
+@pytest.mark.parametrize("k,why,line", [
+    (k_break_in_while_else, "of the loop at line {}, which has an `else` clause", "while True"),
+    (k_break_in_python_for, "of a loop over a Python iterable", "for step in")])
+def test_a_runtime_if_breaking_a_trace_time_loop_says_which_loop(k, why, line):
+    with pytest.raises(pycoop.CompileError, match="this `if` holds a `break` or `continue` "
+                       + why.format(line_of(k, line)).replace("(", r"\(")) as ei:
+        k.compile()
+    assert ei.value.rule_id == "control.break-placement"
+    assert ei.value.line == line_of(k, "if x > n + i")
+
+
 def test_a_runtime_loop_whose_condition_is_a_python_value_inside_it():
     with pytest.raises(pycoop.CompileError, match="does not depend on runtime values") as ei:
         k_while_condition_python_inside.compile()
