@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import CompileError, Loc, current_loc
-from ..ir.builder import emit, tracer
+from ..ir.builder import emit, tracer, tracing
 from ..ir.core import Block, Value
 from ..ops.core import Undefined, as_value, const, default_type
 from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, Type, bool_, u32
@@ -701,7 +701,9 @@ def while_(cond_fn: Callable, body_fn: Callable, vals: tuple, names: tuple, pos=
     def test():
         """The condition, traced into a block that is dropped: a runtime one is traced again
         in the loop's own condition region, and its ops (an atomic too) must run once per
-        test, there."""
+        test, there. (Outside tracing, as a @pycoop.func called from Python, it is Python.)"""
+        if not tracing():
+            return cond_fn(*vals)
         with tracer().region(Block()):
             return cond_fn(*vals)
 

@@ -1294,3 +1294,16 @@ def test_numpy_functions_and_len_on_kernel_values_are_reported(body, match, hint
     assert hint in ei.value.hint
     assert ei.value.rule_id == ("frontend.runtime-iteration" if body is _len_of_buffer
                                 else "frontend.numpy-on-runtime-value")
+
+
+@pycoop.func
+def count_up_by_two(n):
+    k = 0
+    while k < n:
+        k += 2
+    return k
+
+
+def test_a_func_with_a_while_loop_runs_as_python_outside_kernels():
+    """Called from Python (no kernel being traced) a @pycoop.func's loops are Python's."""
+    assert [count_up_by_two(n) for n in (0, 1, 7, 8)] == [0, 2, 8, 8]
