@@ -512,24 +512,30 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     elif not any(isinstance(a, Value) for a in args):
         iterable = range(*args)
     if iterable is not None:
-        i = UNDEF
+        cur = UNDEF                     # the loop variable: the last iteration that ran
         for i in iterable:
             if k is not None and isinstance(vals[k], Value):
-                # broken out of under a runtime condition: the rest runs only where it did not
-                def step(*v, i=i):
-                    return body_fn(i, *v)
-                out = if_(~vals[k], step, lambda *v: v, vals, names, pos)
+                # broken out of under a runtime condition: the rest runs only where it did
+                # not, and there the loop variable moves on (it keeps its value at the break
+                # elsewhere, as in Python)
+                def step(_, *v, i=i):
+                    out = body_fn(i, *v)
+                    return Return(out.value, (i, *out.values)) if isinstance(out, Return) \
+                        else (i, *out)
+                out = if_(~vals[k], step, lambda *v: v, (cur, *vals), ("the loop variable",
+                                                                       *names), pos)
                 if out.returned:
-                    return Result((i, *out.values), True, out.value)
-                vals = out.values
+                    return Result(tuple(out.values), True, out.value)
+                cur, vals = out.values[0], tuple(out.values[1:])
                 continue
             if k is not None and vals[k]:
                 break
+            cur = i
             out = body_fn(i, *vals)
             if isinstance(out, Return):
                 return Result((i, *out.values), True, out.value)
             vals = out
-        return Result((i, *vals))
+        return Result((cur, *vals))
     lo, hi, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], 1) if len(args) == 2 else args
     types_ = {a.type for a in (lo, hi, step) if isinstance(a, Value)}
     if len(types_) != 1:

@@ -1307,3 +1307,31 @@ def count_up_by_two(n):
 def test_a_func_with_a_while_loop_runs_as_python_outside_kernels():
     """Called from Python (no kernel being traced) a @pycoop.func's loops are Python's."""
     assert [count_up_by_two(n) for n in (0, 1, 7, 8)] == [0, 2, 8, 8]
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_loop_variable_after_runtime_break(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    s = 0
+    for j in range(5):            # unrolled while tracing; left at run time
+        s += j
+        if s + i > n:
+            break
+    A[i] = j * 100 + s
+
+
+@pytest.mark.parametrize("n", [-1, 3, 6, 20])
+def test_the_loop_variable_keeps_its_value_at_a_runtime_break(n):
+    """After a trace-time loop broken out of under a runtime condition, its variable holds
+    the iteration that broke, as in Python (it held the last iteration's)."""
+    a = np.zeros(WG, np.int32)
+    emu(k_loop_variable_after_runtime_break, 1, a, n)
+
+    def py(i):
+        s = 0
+        for j in range(5):
+            s += j
+            if s + i > n:
+                break
+        return j * 100 + s
+    np.testing.assert_array_equal(a, [py(i) for i in range(WG)])
