@@ -301,10 +301,23 @@ class _Rewriter(ast.NodeTransformer):
                     and (method and all(kw.arg for kw in it.keywords)
                          or isinstance(it.func, ast.Name) and it.func.id == "range"
                          and not it.keywords and 1 <= len(it.args) <= 3))
-        flags = self._flags(node) if is_range else None
+        # a loop over a Python iterable runs while tracing; its break/continue become flags
+        # too (for_range iterates it), so an `if` on a runtime value may leave it
+        over_python = not is_range and isinstance(node.target, ast.Name) and not node.orelse
+        flags = self._flags(node) if is_range or over_python else None
         self.loops.append(node)
         self.generic_visit(node)
         self.loops.pop()
+        if over_python and flags is not None:
+            names, marked, stored = self._names(node.body, (node.target.id,))
+            b = self._fresh("body")
+            fn = self._fn(b, [node.target.id, *names], node.body, names, node)
+            call = _call("for_range", [ast.Tuple([], ast.Load()), ast.Name(b, ast.Load()),
+                                       _tuple(names, ast.Load), ast.Constant(marked),
+                                       self._loc_arg(node), ast.Constant(flags[1]),
+                                       _lambda(it), ast.Dict([], [])], node)
+            return flags[0] + [fn] + self._finish(node, call, [node.target.id, *stored],
+                                                  _has(node.body, (ast.Return,)))
         if (not is_range or node.orelse
                 or _has(node.body, (ast.Break, ast.Continue), into_loops=False)):
             if is_range:     # stays a Python loop: its bounds must be known at trace time

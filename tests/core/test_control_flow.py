@@ -1072,16 +1072,52 @@ def k_break_in_while_else(A: pycoop.Buffer[i32], n: i32):
 def k_break_in_python_for(A: pycoop.Buffer[i32], n: i32):
     i = pycoop.cast(pycoop.local_invocation_index(), i32)
     x = 0
-    for step in [1, 2, 3]:
-        x += step
+    for step, w in [(1, 2), (2, 3)]:       # a tuple target: the loop stays Python's
+        x += step * w
         if x > n + i:
             break
     A[i] = x
 
 
+@pycoop.kernel(workgroup_size=WG)
+def k_runtime_break_over_a_list(A: pycoop.Buffer[i32], n: i32):
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    x = 0
+    last = 0
+    for step in [1, 2, 3, 5, 8]:
+        if step == 2:
+            continue
+        x += step
+        last = step
+        if x > n + i:
+            break
+    A[i] = x * 100 + step * 10 + last
+
+
+@pytest.mark.parametrize("n", [-1, 4, 9, 30])
+def test_break_under_a_runtime_condition_in_a_loop_over_a_python_list(n):
+    """A loop over a Python list runs while tracing; its break (and continue) become flags,
+    so an `if` on a runtime value may leave it, and the loop variable keeps the value it
+    broke at."""
+    a = np.zeros(WG, np.int32)
+    emu(k_runtime_break_over_a_list, 1, a, n)
+
+    def py(i):
+        x = last = 0
+        for step in [1, 2, 3, 5, 8]:
+            if step == 2:
+                continue
+            x += step
+            last = step
+            if x > n + i:
+                break
+        return x * 100 + step * 10 + last
+    np.testing.assert_array_equal(a, [py(i) for i in range(WG)])
+
+
 @pytest.mark.parametrize("k,why,line", [
     (k_break_in_while_else, "of the loop at line {}, which has an `else` clause", "while True"),
-    (k_break_in_python_for, "of a loop over a Python iterable", "for step in")])
+    (k_break_in_python_for, "of a loop over a Python iterable", "for step, w in")])
 def test_a_runtime_if_breaking_a_trace_time_loop_says_which_loop(k, why, line):
     with pytest.raises(pycoop.CompileError, match="this `if` holds a `break` or `continue` "
                        + why.format(line_of(k, line)).replace("(", r"\(")) as ei:
