@@ -75,6 +75,10 @@ class Softmax(NamedTuple):
 
 # The row state of the tuned default is this many columns wide (or Bc, where narrower)
 TUNED_ROW_WIDTH = 32
+# The scales base 2 takes (and the vector decode, which is always base 2): beyond them the
+# products with scale · log2(e) (the starting maximum -2^99, the queries, the mask / scale)
+# overflow f32 and rows come out NaN; base e keeps the scaled scores and takes any scale
+EXP2_SCALES = (2.0 ** -24, 2.0 ** 24)
 
 
 def tuned_softmax(Bc: int, scale: float | None = None) -> Softmax:
@@ -82,8 +86,10 @@ def tuned_softmax(Bc: int, scale: float | None = None) -> Softmax:
     maxima and sums 32 columns wide. On the H100 (bench/attention_gpu.py, 2026-11-27) it ran
     the 4 x 32 x 4096 prefill at 193 TFLOP/s at head dim 128 against 134 for `Softmax()` (184
     against 124 at head dim 64; causal 170 against 147). Base 2 keeps the maxima in raw
-    scores, which needs scale > 0: with a `scale` of 0 or below it is base e."""
-    return Softmax(exp2=scale is None or scale > 0, row_width=min(TUNED_ROW_WIDTH, Bc))
+    scores, which needs scale > 0: with a `scale` of 0 or below, or outside `EXP2_SCALES`,
+    it is base e."""
+    base2 = scale is None or EXP2_SCALES[0] <= scale <= EXP2_SCALES[1]
+    return Softmax(exp2=base2, row_width=min(TUNED_ROW_WIDTH, Bc))
 
 
 def _check_softmax(name: str, sm: Softmax | None, Bc: int) -> Softmax:
@@ -576,8 +582,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if mask_loads not in ("layout", "words"):
         raise ValueError(f"attention: mask_loads must be 'layout' or 'words', got {mask_loads!r}")
     scale = float(1 / np.sqrt(D) if scale is None else scale)
-    if not np.isfinite(scale):
-        raise ValueError(f"attention: scale must be a finite number, got {scale}")
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
+        raise ValueError(f"attention: scale must be a finite number that f32 holds, got {scale}")
     sm = None if softmax is None else Softmax(*softmax)
     device = isinstance(Q, pc.Array)
     if device:
@@ -600,7 +606,12 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         raise ValueError(f"attention: the vector decode takes head_dim {VECTOR_HEAD_DIMS} and "
                          f"at most {MAX_ROWS} query rows per K/V head (heads / kv_heads * "
                          f"queries = {n}, head_dim {D})")
-    vector = vector and decode_kernel != "coopmat"
+    if decode_kernel == "vector" and not abs(scale) <= EXP2_SCALES[1]:
+        raise ValueError(f"attention: the vector decode multiplies the queries by scale · "
+                         f"log2(e) in f32, which needs |scale| <= 2^24, got {scale}; use "
+                         "decode_kernel='coopmat'")
+    # (where the scale is out of its range, "auto" decodes with the cooperative matrices)
+    vector = vector and decode_kernel != "coopmat" and abs(scale) <= EXP2_SCALES[1]
     fits = mask is None and not causal and (n <= MAX_ROWS if vector else n <= decode_rows)
     if decode and not fits:
         raise ValueError(f"attention: the decode path takes neither mask nor causal, and at most "
@@ -612,10 +623,10 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                               subgroup_size, merge_unroll or DecodeConfig.merge_unroll,
                               decode_prefetch, decode_merge,
                               decode_width)
-    if sm is not None and sm.exp2 and scale <= 0:
+    if sm is not None and sm.exp2 and not EXP2_SCALES[0] <= scale <= EXP2_SCALES[1]:
         raise ValueError(f"attention: Softmax(exp2=True) keeps the row maxima in raw scores, "
-                         f"which needs scale > 0, got {scale}; use Softmax() (the scores "
-                         "scaled in f32)")
+                         f"which needs 2^-24 <= scale <= 2^24 (beyond, f32 products "
+                         f"overflow), got {scale}; use Softmax() (the scores scaled in f32)")
     if fits if decode is None else decode:
         sm = tuned_softmax(decode_Bc, scale) if sm is None else sm
         kernel = attention_decode(D, decode_rows, decode_Bc, decode_invocations, el,

@@ -311,7 +311,7 @@ def _dev(a):
      "the mask must be floating point .* got int32"),
     (lambda Q: (_dev(Q), _dev(Q), _dev(Q), {"mask": _dev(np.zeros((8, 8), np.float32))}),
      "a pc.Array mask must be float16, got float32"),
-    (lambda Q: (Q, Q, Q, {"scale": float("inf")}), "scale must be a finite number, got inf"),
+    (lambda Q: (Q, Q, Q, {"scale": float("inf")}), "scale must be a finite number .* got inf"),
     (lambda Q: (Q, Q, Q, {"mask_loads": "bytes"}), "mask_loads must be 'layout' or 'words'"),
     (lambda Q: (Q, Q[:, :, :6], Q[:, :, :6], {"mask": np.zeros((8, 6), np.float16),
                                               "mask_loads": "words", "decode": False}),
@@ -320,7 +320,8 @@ def _dev(a):
                           "scope": "subgroup", "Br": 32, "Bc": 32, "invocations": 64}),
      r"mask_loads='words' .* needs scope='workgroup' \(got 'subgroup'\)"),
     (lambda Q: (Q, Q, Q, {"scale": 0.0, "softmax": Softmax(exp2=True), "decode": False}),
-     r"Softmax\(exp2=True\) keeps the row maxima in raw scores, which needs scale > 0"),
+     r"Softmax\(exp2=True\) keeps the row maxima in raw scores, which needs 2\^-24 <= "
+     r"scale <= 2\^24"),
 ])
 def test_argument_errors_before_any_work(make, message):
     Q, K, V, kw = make(np.zeros((1, 2, 8, 64), np.float16))
@@ -366,6 +367,32 @@ def test_masks_read_as_words(Sq, Skv, causal):
     attention_prefill(64, 32, 32, 128, causal, True, out="f32")[(-(-Sq // 32), 4)](
         Q, K, V, mask, tensor, LSE, Sq, Skv, 4, 2, scale, backend="emulator")
     np.testing.assert_array_equal(tensor, O)
+
+
+def test_extreme_scales_stay_finite():
+    """Base 2 overflows f32 beyond 2^-24 <= scale <= 2^24 (the starting maximum, the mask
+    divided by the scale, the queries times scale · log2(e)): the tuned softmax computes in
+    base e there, "auto" decodes with the cooperative matrices, and asking for base 2 or the
+    vector decode is refused."""
+    Q, K, V, mask = operands(1, 2, 1, 32, 40, 64, seed=11, masked=True)
+    for scale, m in ((1e8, None), (1e30, None), (1e-39, mask), (1e-36, mask)):
+        r = attention(Q, K, V, mask=m, scale=scale, out="f32", backend="emulator",
+                      decode=False, **TILE)
+        ref, _ = attention_reference(Q, K, V, mask=m, scale=scale)
+        assert not np.isnan(r.out).any(), scale
+        np.testing.assert_allclose(r.out, ref, rtol=0, atol=OUT_TOL)
+    q = Q[:, :, :1]
+    for scale in (1e8, 1e37):
+        r = attention(q, K, V, scale=scale, out="f32", backend="emulator")
+        np.testing.assert_allclose(r.out, attention_reference(q, K, V, scale=scale)[0],
+                                   rtol=0, atol=OUT_TOL)
+    with pytest.raises(ValueError, match=r"needs 2\^-24 <= scale <= 2\^24 .* got 100000000.0"):
+        attention(Q, K, V, scale=1e8, softmax=Softmax(exp2=True), backend="emulator",
+                  decode=False, **TILE)
+    with pytest.raises(ValueError, match=r"vector decode .* needs \|scale\| <= 2\^24"):
+        attention(q, K, V, scale=1e30, decode_kernel="vector", backend="emulator")
+    with pytest.raises(ValueError, match="scale must be a finite number that f32 holds"):
+        attention(Q, K, V, scale=1e39, backend="emulator")
 
 
 def test_the_tuned_softmax_is_the_default():
