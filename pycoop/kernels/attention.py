@@ -92,8 +92,20 @@ def tuned_softmax(Bc: int, scale: float | None = None) -> Softmax:
     return Softmax(exp2=base2, row_width=min(TUNED_ROW_WIDTH, Bc))
 
 
+def _as_softmax(name: str, sm) -> Softmax | None:
+    """`sm` as a Softmax (a tuple of its fields is read as one), or None; anything else (a
+    dict, a string, a bool) is refused rather than read field by field."""
+    if sm is None or isinstance(sm, Softmax):
+        return sm
+    if isinstance(sm, tuple) and len(sm) <= len(Softmax._fields):
+        return Softmax(*sm)
+    raise ValueError(f"{name}: softmax must be a pycoop.kernels.Softmax or None, got {sm!r} "
+                     "(e.g. Softmax(exp2=True, row_width=32))")
+
+
 def _check_softmax(name: str, sm: Softmax | None, Bc: int) -> Softmax:
-    sm = tuned_softmax(Bc) if sm is None else Softmax(*sm)
+    sm = _as_softmax(name, sm)
+    sm = tuned_softmax(Bc) if sm is None else sm
     w = sm.row_width
     if not isinstance(w, int) or w < 0 or (w and (w % 16 or w > Bc)):
         raise ValueError(f"{name}: Softmax.row_width must be 0 (= Bc) or a multiple of 16 of "
@@ -290,7 +302,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             raise ValueError(f"attention_prefill: at staged scope each subgroup of 32 "
                              f"invocations takes 16 query rows, so Br must be invocations / 2 = "
                              f"{invocations // 2}, got Br={Br}")
-        if softmax is not None and Softmax(*softmax) != Softmax():
+        if _as_softmax("attention_prefill", softmax) not in (None, Softmax()):
             raise ValueError(f"attention_prefill: the staged kernel computes the softmax one "
                              f"way (Softmax(), in base e); got {softmax!r}")
         return attention_prefill_staged(head_dim, Bc, invocations // SUBGROUP, causal, mask,
@@ -584,7 +596,11 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     scale = float(1 / np.sqrt(D) if scale is None else scale)
     if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
         raise ValueError(f"attention: scale must be a finite number that f32 holds, got {scale}")
-    sm = None if softmax is None else Softmax(*softmax)
+    sm = _as_softmax("attention", softmax)
+    if merge_unroll is not None and (not isinstance(merge_unroll, int)
+                                     or isinstance(merge_unroll, bool) or merge_unroll < 1):
+        raise ValueError(f"attention: merge_unroll must be an int >= 1 (or None: the default), "
+                         f"got {merge_unroll!r}")
     device = isinstance(Q, pc.Array)
     if device:
         be = Q.backend
