@@ -665,12 +665,15 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if sm is None and scope != "staged":
         sm = tuned_softmax(Bc, scale)
     words = mask is not None and mask_loads == "words"
-    if words and not (scope == "workgroup" and Skv % 8 == 0 and (not device
-                                                                  or mask.offset % 8 == 0)):
+    unmet = [] if not words else [what for ok, what in (
+        (scope == "workgroup", f"scope='workgroup' (got {scope!r})"),
+        (Skv % 8 == 0, f"keys a multiple of 8 (got {Skv})"),
+        (not device or mask.offset % 8 == 0, f"a mask starting at a 16-byte aligned offset "
+                                             f"(it starts {2 * mask.offset if device else 0} "
+                                             "bytes into its buffer)")) if not ok]
+    if unmet:
         raise ValueError(f"attention: mask_loads='words' reads the mask rows as uvec4s: it "
-                         f"needs scope='workgroup' (got {scope!r}), keys a multiple of 8 (got "
-                         f"{Skv}) and a mask starting at a 16-byte aligned offset; use "
-                         "mask_loads='layout'")
+                         f"needs {' and '.join(unmet)}; use mask_loads='layout'")
     k = attention_prefill(D, Br, Bc, invocations, causal,
                           "words" if words else mask is not None, el, out, scope, sm, fp)
     if mask is not None and not device:

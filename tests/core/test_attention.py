@@ -400,6 +400,17 @@ def test_extreme_scales_stay_finite():
         attention(Q, K, V, scale=1e39, backend="emulator")
 
 
+def test_words_refusals_name_what_is_missing():
+    Q, K, V, mask = operands(1, 2, 1, 8, 16, 64, seed=1, masked=True)
+    q, k, v = (_dev(a) for a in (Q, K, V))
+    flat = _dev(np.zeros(4 + mask.size, np.float16))
+    m = flat[4:].reshape(mask.shape)               # 8 bytes into its buffer
+    with pytest.raises(ValueError, match=r"needs a mask starting at a 16-byte aligned offset "
+                                         r"\(it starts 8 bytes into its buffer\); use") as ei:
+        attention(q, k, v, mask=m, mask_loads="words", decode=False, **TILE)
+    assert "scope=" not in str(ei.value) and "multiple of 8" not in str(ei.value)
+
+
 def test_the_tuned_softmax_is_the_default():
     """Without a Softmax the kernels compute in base 2 with a row state 32 columns wide (or Bc
     where narrower), in base e where the scale is not positive; the result is the one
