@@ -606,32 +606,32 @@ def kernel_return(value, pos=None):
     return None
 
 
+def _trace_time_loop(message: str, pos, extra_hint: str = "") -> CompileError:
+    """The error of a runtime value where a loop that runs while tracing needs a Python one
+    (its bound, its condition, or an `if` holding its break)."""
+    return CompileError(message, _loc(pos),
+                        rule="a kernel loop's break and continue must sit in its body or in "
+                             "`if` statements in it; loops with `else` run while tracing only",
+                        hint="set a flag variable and test it after the loop instead of `else`; "
+                             "move break/continue out of a `match` into an `if`" + extra_hint,
+                        rule_id="control.break-placement")
+
+
 def python_range(callee: Callable, args: tuple, kwargs: dict, why: str, pos=None):
     """The iterable of a `for ... in range(...)` loop that stays a Python loop (`why` says
     why): its bounds must be known at trace time."""
     if callee is kernel_range or (callee is range and any(isinstance(a, Value) for a in args)):
         what = "it cannot be a pycoop.range() loop" if callee is kernel_range \
             else "its bounds must be known at trace time"
-        raise CompileError(f"this loop {why}, so {what}",
-                           _loc(pos), rule="a kernel loop's break and continue must sit in its body "
-                                           "or in `if` statements in it; loops with `else` run while "
-                                           "tracing only",
-                           hint="set a flag variable and test it after the loop instead of `else`; "
-                                "move break/continue out of the `match` into an `if`",
-                           rule_id="control.break-placement")
+        raise _trace_time_loop(f"this loop {why}, so {what}", pos)
     return callee(*args, **kwargs)
 
 
 def python_cond(cond, why: str, pos=None):
     """The condition of a `while` loop that stays a Python loop: known at trace time."""
     if isinstance(cond, Value):
-        raise CompileError(f"this while loop {why}, so its condition cannot be a runtime value",
-                           _loc(pos), rule="a kernel loop's break and continue must sit in its body "
-                                           "or in `if` statements in it; loops with `else` run while "
-                                           "tracing only",
-                           hint="set a flag variable and test it after the loop instead of `else`; "
-                                "move break/continue out of the `match` into an `if`",
-                           rule_id="control.break-placement")
+        raise _trace_time_loop(f"this while loop {why}, so its condition cannot be a runtime "
+                               "value", pos)
     return cond
 
 
@@ -639,15 +639,9 @@ def python_if(cond, why: str, pos=None):
     """The condition of an `if` holding a `break` or `continue` of a loop that runs while
     tracing: known at trace time."""
     if isinstance(cond, Value):
-        raise CompileError(f"this `if` holds a `break` or `continue` of {why}: that loop runs "
-                           "while tracing, so the `if` cannot test a runtime value", _loc(pos),
-                           rule="a kernel loop's break and continue must sit in its body or in "
-                                "`if` statements in it; loops with `else` run while tracing "
-                                "only",
-                           hint="set a flag variable and test it after the loop instead of "
-                                "`else`; move break/continue out of a `match` into an `if`; "
-                                "loop over range(...) for a runtime loop",
-                           rule_id="control.break-placement")
+        raise _trace_time_loop(f"this `if` holds a `break` or `continue` of {why}: that loop "
+                               "runs while tracing, so the `if` cannot test a runtime value",
+                               pos, "; loop over range(...) for a runtime loop")
     return cond
 
 
