@@ -51,15 +51,16 @@ def _st(Br, Bc, fp="exact"):
 # name -> attention() keyword arguments of the prefill path; "wg" = workgroup scope, "sg" =
 # subgroup scope (BrxBc/invocations; a subgroup of 32 takes Br * 32 / invocations rows);
 # no option named: the tuned default softmax (exp2, row maxima and sums 32 columns wide), "e" =
-# Softmax() (base e, the row state Bc wide), "words" = the mask read as uvec4 words through
-# shared memory (masked cases), "all" = exp2 + lazy_sum + prefetch, "narrow" =
+# Softmax() (base e, the row state Bc wide), "layout" = the mask loaded as an accumulator
+# through a tensor layout (masked cases; the default reads it as uvec4 words through shared
+# memory), "all" = exp2 + lazy_sum + prefetch, "narrow" =
 # row maxima and sums 32 columns wide; "st" =
 # the staged kernel (16 x 16 subgroup-scope pieces, K and V in shared memory, 16 rows per
 # subgroup: Br x Bc, 2 Br invocations)
 PREFILL_VARIANTS = {
     "wg 128x64/256": _wg(),
     "wg 128x64/256 e": _wg(sm=Softmax()),
-    "wg 128x64/256 words": dict(_wg(), mask_loads="words"),
+    "wg 128x64/256 layout": dict(_wg(), mask_loads="layout"),
     "wg 128x64/256 exp2": _wg(sm=Softmax(exp2=True)),
     "wg 128x64/256 lazy": _wg(sm=Softmax(lazy_sum=True)),
     "wg 128x64/256 prefetch": _wg(sm=Softmax(prefetch=True)),

@@ -546,7 +546,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_merge: str = DecodeConfig.merge,
               decode_width: int = DecodeConfig.width,
               subgroup_size: int = 32, merge_unroll: int | None = None,
-              mask_loads: str = "layout") -> AttentionResult:
+              mask_loads: str = "auto") -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim), float16
@@ -562,8 +562,11 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     `scope` ("workgroup", "subgroup" or "staged": see `attention_prefill`). `softmax` (a
     `Softmax`; None: `tuned_softmax`, base e where scale <= 0) and `fp` (the kernels'
     floating-point mode) apply to both paths. `mask_loads`: how the prefill reads the mask,
-    "layout" (through a tensor layout) or "words" (`attention_prefill(mask="words")`:
-    workgroup scope, keys a multiple of 8, a `pc.Array` mask at a 16-byte aligned offset).
+    "words" (`attention_prefill(mask="words")`, 16-byte loads staged in shared memory:
+    workgroup scope, Br x Bc a multiple of 8 x invocations, keys a multiple of 8, a
+    `pc.Array` mask at a 16-byte aligned offset), "layout" (an accumulator loaded through a
+    tensor layout; any shape, 1.45x slower on the H100) or "auto" (the default): "words"
+    where it applies, else "layout".
     `decode` True or False chooses the path instead. The configuration is checked before
     anything runs.
 
@@ -591,8 +594,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                          f"{V.dtype}")
     if out not in _NUMPY_OUT:
         raise ValueError(f"attention: out must be 'f16' or 'f32', got {out!r}")
-    if mask_loads not in ("layout", "words"):
-        raise ValueError(f"attention: mask_loads must be 'layout' or 'words', got {mask_loads!r}")
+    if mask_loads not in ("auto", "layout", "words"):
+        raise ValueError(f"attention: mask_loads must be 'auto', 'layout' or 'words', got "
+                         f"{mask_loads!r}")
     scale = float(1 / np.sqrt(D) if scale is None else scale)
     if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
         raise ValueError(f"attention: scale must be a finite number that f32 holds, got {scale}")
@@ -664,16 +668,18 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         return _result(O, LSE, r1, r2)
     if sm is None and scope != "staged":
         sm = tuned_softmax(Bc, scale)
-    words = mask is not None and mask_loads == "words"
-    unmet = [] if not words else [what for ok, what in (
+    unmet = [] if mask is None or mask_loads == "layout" else [what for ok, what in (
         (scope == "workgroup", f"scope='workgroup' (got {scope!r})"),
+        (Br * Bc % (8 * invocations) == 0, f"Br x Bc a multiple of 8 x invocations (got "
+                                           f"{Br} x {Bc}, {invocations} invocations)"),
         (Skv % 8 == 0, f"keys a multiple of 8 (got {Skv})"),
         (not device or mask.offset % 8 == 0, f"a mask starting at a 16-byte aligned offset "
                                              f"(it starts {2 * mask.offset if device else 0} "
                                              "bytes into its buffer)")) if not ok]
-    if unmet:
+    if unmet and mask_loads == "words":
         raise ValueError(f"attention: mask_loads='words' reads the mask rows as uvec4s: it "
                          f"needs {' and '.join(unmet)}; use mask_loads='layout'")
+    words = mask is not None and mask_loads != "layout" and not unmet
     k = attention_prefill(D, Br, Bc, invocations, causal,
                           "words" if words else mask is not None, el, out, scope, sm, fp)
     if mask is not None and not device:

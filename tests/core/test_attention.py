@@ -4,6 +4,8 @@ accesses, conflicting stores and non-uniform matrix operands are reported as err
 on every module, and the configuration errors."""
 from __future__ import annotations
 
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -312,7 +314,7 @@ def _dev(a):
     (lambda Q: (_dev(Q), _dev(Q), _dev(Q), {"mask": _dev(np.zeros((8, 8), np.float32))}),
      "a pc.Array mask must be float16, got float32"),
     (lambda Q: (Q, Q, Q, {"scale": float("inf")}), "scale must be a finite number .* got inf"),
-    (lambda Q: (Q, Q, Q, {"mask_loads": "bytes"}), "mask_loads must be 'layout' or 'words'"),
+    (lambda Q: (Q, Q, Q, {"mask_loads": "bytes"}), "mask_loads must be 'auto', 'layout' or 'words'"),
     (lambda Q: (Q, Q, Q, {"softmax": {"lazy_sum": True}}),
      r"softmax must be a pycoop.kernels.Softmax or None, got \{'lazy_sum': True\}"),
     (lambda Q: (Q, Q, Q, {"softmax": "exp2"}), "softmax must be a pycoop.kernels.Softmax"),
@@ -365,9 +367,10 @@ def test_masks_read_as_words(Sq, Skv, causal):
     ref, lse = attention_reference(Q, K, V, mask=mask, causal=causal, scale=scale)
     np.testing.assert_allclose(O, ref, rtol=0, atol=OUT_TOL)
     np.testing.assert_allclose(LSE, lse, rtol=0, atol=LSE_TOL)
-    r = attention(Q, K, V, mask=mask, causal=causal, scale=scale, out="f32",
-                  backend="emulator", decode=False, mask_loads="words", **TILE)
-    np.testing.assert_array_equal(r.out, O)
+    for loads in ("words", "auto"):
+        r = attention(Q, K, V, mask=mask, causal=causal, scale=scale, out="f32",
+                      backend="emulator", decode=False, mask_loads=loads, **TILE)
+        np.testing.assert_array_equal(r.out, O)
     tensor = np.zeros_like(O)
     attention_prefill(64, 32, 32, 128, causal, True, out="f32")[(-(-Sq // 32), 4)](
         Q, K, V, mask, tensor, LSE, Sq, Skv, 4, 2, scale, backend="emulator")
@@ -398,6 +401,32 @@ def test_extreme_scales_stay_finite():
         attention(q, K, V, scale=1e30, decode_kernel="vector", backend="emulator")
     with pytest.raises(ValueError, match="scale must be a finite number that f32 holds"):
         attention(Q, K, V, scale=1e39, backend="emulator")
+
+
+@pytest.mark.parametrize("Skv,kw,offset,loads", [
+    (16, {}, 0, "words"),
+    (12, {}, 0, True),                                    # keys not a multiple of 8
+    (16, {}, 4, True),                                    # a mask 8 bytes into its buffer
+    (16, {"scope": "subgroup", "invocations": 64}, 0, True),
+    (16, {"Br": 16, "Bc": 16}, 0, True),                  # 16 x 16 < 8 x 128 invocations
+])
+def test_the_default_mask_loads_are_words_where_they_apply(monkeypatch, Skv, kw, offset, loads):
+    """mask_loads="auto" (the default) reads the mask as words where the words path applies
+    and through tensor layouts elsewhere, never refusing a mask the layout path takes."""
+    module = sys.modules["pycoop.kernels.attention"]      # the function shadows the name
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(args[5])
+        return prefill(*args, **kwargs)
+    prefill = module.attention_prefill
+    monkeypatch.setattr(module, "attention_prefill", recording)
+    Q, K, V, mask = operands(1, 2, 1, 8, Skv, 64, seed=Skv, masked=True)
+    m = _dev(np.concatenate([np.zeros(offset, np.float16), mask.ravel()]))[offset:]
+    r = attention(*(_dev(a) for a in (Q, K, V)), mask=m.reshape(mask.shape), out="f32",
+                  decode=False, **{**TILE, **kw})
+    assert seen == [loads]
+    check(AttentionResult(r.out.numpy(), r.lse.numpy(), 0, ""), Q, K, V, mask)
 
 
 def test_words_refusals_name_what_is_missing():
