@@ -491,10 +491,12 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
 
 def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=None,
               stop: str | None = None, callee: Callable | None = None,
-              kwargs: dict | None = None) -> Result:
+              kwargs: dict | None = None, prior: Any = UNDEF) -> Result:
     """`stop` names the flag a rewritten `break` sets: the loop ends once it is true.
     `callee` is the function of a `for x in something.range(...)` header (None: the built-in
-    range): pycoop.range always makes a kernel loop; any other is iterated in Python."""
+    range): pycoop.range always makes a kernel loop; any other is iterated in Python. `prior`
+    is the loop variable's value before the loop: as in Python, it keeps it where the loop
+    runs zero times."""
     loc = _loc(pos)
     k = names.index(stop) if stop is not None else None
     attrs, iterable = {}, None          # iterable: a loop unrolled while tracing
@@ -512,7 +514,7 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     elif not any(isinstance(a, Value) for a in args):
         iterable = range(*args)
     if iterable is not None:
-        cur = UNDEF                     # the loop variable: the last iteration that ran
+        cur = prior                     # the loop variable: the last iteration that ran
         for i in iterable:
             if k is not None and isinstance(vals[k], Value):
                 # broken out of under a runtime condition: the rest runs only where it did
@@ -554,17 +556,18 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     lo, hi, step = (as_value(a, it_t) if not isinstance(a, Value) else a for a in (lo, hi, step))
     bounds = _constant_bounds((lo, hi, step))
     if bounds is not None and not len(range(*bounds)):       # never runs: dead code
-        return Result((UNDEF, *vals))
+        return Result((prior, *vals))
     neg = step.op is not None and step.op.name == "const" and step.op.attrs["value"] < 0
 
-    def cond(extra, user):
-        i = extra[0]
+    def in_range(i):
         if neg:
-            c = i > hi
-        elif step.op is not None and step.op.name == "const" or not it_t.signed:
-            c = i < hi
-        else:
-            c = select(step > 0, i < hi, i > hi)
+            return i > hi
+        if step.op is not None and step.op.name == "const" or not it_t.signed:
+            return i < hi
+        return select(step > 0, i < hi, i > hi)
+
+    def cond(extra, user):
+        c = in_range(extra[0])
         if k is not None and isinstance(user[k], Value):
             c = c & ~user[k]
         return c
@@ -573,8 +576,30 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
         out = body_fn(extra[0], *user)
         return [extra[0] + step], out
 
-    _, after = _runtime_loop(vals, loc, cond, body, [lo], names, attrs)
-    return Result((Undefined("the loop variable of a runtime loop is not defined after it"), *after))
+    before = _prior_as(prior, it_t, loc)
+    (end,), after = _runtime_loop(vals, loc, cond, body, [lo], names, attrs)
+    # the last index that ran is one step before the final one (a break ends the loop after
+    # its iteration's step too); where no iteration ran, the value from before the loop
+    last = end - step
+    return Result((select(in_range(lo), last, before) if isinstance(before, Value) else before,
+                   *after))
+
+
+def _prior_as(prior: Any, t: ScalarType, loc: Loc) -> Value | Undefined:
+    """A runtime loop's variable before the loop as a value of the loop's type `t` (it holds
+    that value after the loop where no iteration ran), or Undefined saying why it cannot."""
+    if isinstance(prior, Value) and prior.type == t:
+        return prior
+    if isinstance(prior, numbers.Integral) and not isinstance(prior, bool) \
+            and t.min_max()[0] <= int(prior) <= t.min_max()[1]:
+        return const(int(prior), t, loc)
+    if isinstance(prior, Undefined):
+        return Undefined("the loop variable of a runtime loop has no value after it where the "
+                         "loop may run zero times and the variable was not assigned before")
+    what = prior.type if isinstance(prior, Value) else repr(prior)
+    return Undefined(f"after a runtime loop its variable holds the last index ({t}) or, where "
+                     f"no iteration ran, its value from before the loop ({what}): one type "
+                     f"cannot hold both")
 
 
 def _constant_bounds(args: tuple) -> tuple[int, ...] | None:

@@ -116,9 +116,9 @@ def _has(stmts: list[ast.stmt], kinds: tuple, *, into_loops: bool = True) -> boo
     return False
 
 
-def _call(fn: str, args: list[ast.expr], node: ast.AST) -> ast.Call:
+def _call(fn: str, args: list[ast.expr], node: ast.AST, **keywords: ast.expr) -> ast.Call:
     c = ast.Call(func=ast.Attribute(value=ast.Name(_PC, ast.Load()), attr=fn, ctx=ast.Load()),
-                 args=args, keywords=[])
+                 args=args, keywords=[ast.keyword(k, v) for k, v in keywords.items()])
     return ast.copy_location(c, node)
 
 
@@ -315,7 +315,8 @@ class _Rewriter(ast.NodeTransformer):
             call = _call("for_range", [ast.Tuple([], ast.Load()), ast.Name(b, ast.Load()),
                                        _tuple(names, ast.Load), ast.Constant(marked),
                                        self._loc_arg(node), ast.Constant(flags[1]),
-                                       _lambda(it), ast.Dict([], [])], node)
+                                       _lambda(it), ast.Dict([], [])], node,
+                         prior=ast.Name(node.target.id, ast.Load()))
             return flags[0] + [fn] + self._finish(node, call, [node.target.id, *stored],
                                                   _has(node.body, (ast.Return,)))
         if (not is_range or node.orelse
@@ -336,7 +337,7 @@ class _Rewriter(ast.NodeTransformer):
         call = _call("for_range", [ast.Tuple(it.args, ast.Load()), ast.Name(b, ast.Load()),
                                    _tuple(names, ast.Load), ast.Constant(marked),
                                    self._loc_arg(node), ast.Constant(flags and flags[1]),
-                                   *extra], node)
+                                   *extra], node, prior=ast.Name(node.target.id, ast.Load()))
         return (flags[0] if flags else []) + [fn] + self._finish(node, call, [node.target.id, *stored],
                                                                  has_ret)
 

@@ -1371,3 +1371,88 @@ def test_the_loop_variable_keeps_its_value_at_a_runtime_break(n):
                 break
         return j * 100 + s
     np.testing.assert_array_equal(a, [py(i) for i in range(WG)])
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_loop_variables_after_loops(A: pycoop.Buffer[i32], lo: i32, hi: i32, step: i32):
+    """Each loop's variable read after it: runtime bounds, a runtime break, a negative
+    constant step, pycoop.range, ranges that never run and an empty Python list."""
+    i = pycoop.cast(pycoop.local_invocation_index(), i32)
+    a = -7
+    for a in range(lo, hi + i, step):
+        pass
+    b = i
+    for b in range(lo, hi):
+        if b * b > i * 3:
+            break
+    c = 100
+    for c in range(hi, lo, -2):
+        pass
+    d = i + 1000
+    for d in pycoop.range(lo, hi + 2):
+        pass
+    e = 5
+    for e in range(3, 3):
+        pass
+    f = i
+    for f in []:
+        pass
+    A[i * 6 + 0] = a
+    A[i * 6 + 1] = b
+    A[i * 6 + 2] = c
+    A[i * 6 + 3] = d
+    A[i * 6 + 4] = e
+    A[i * 6 + 5] = f
+
+
+def python_loop_variables(i, lo, hi, step):
+    """k_loop_variables_after_loops in plain Python (the reference)."""
+    a = -7
+    for a in range(lo, hi + i, step):
+        pass
+    b = i
+    for b in range(lo, hi):
+        if b * b > i * 3:
+            break
+    c = 100
+    for c in range(hi, lo, -2):
+        pass
+    d = i + 1000
+    for d in range(lo, hi + 2):
+        pass
+    e = 5
+    for e in range(3, 3):
+        pass
+    f = i
+    for f in []:
+        pass
+    return [a, b, c, d, e, f]
+
+
+@SETTINGS
+@given(st.integers(-6, 6), st.integers(-6, 12), st.sampled_from([-3, -1, 1, 2, 5]))
+def test_a_loop_variable_keeps_its_value_where_the_loop_runs_zero_times(lo, hi, step):
+    """After a loop (runtime or unrolled while tracing) its variable holds the last index
+    that ran, or its value from before the loop where no iteration ran, as in Python."""
+    a = np.zeros(WG * 6, np.int32)
+    emu(k_loop_variables_after_loops, 1, a, lo, hi, step)
+    want = [python_loop_variables(i, lo, hi, step) for i in range(WG)]
+    np.testing.assert_array_equal(a.reshape(WG, 6), want)
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_loop_variable_of_another_type(A: pycoop.Buffer[f32], n: u32):
+    j = 0.5
+    for j in range(n):
+        pass
+    A[0] = j
+
+
+def test_a_loop_variable_whose_value_before_has_another_type():
+    """A runtime loop's variable after it is the last index or the value from before; where
+    one type cannot hold both, reading it is refused at the read, naming both types."""
+    with pytest.raises(pycoop.CompileError, match=r"holds the last index \(u32\) or, where no "
+                                                  r"iteration ran, its value from before the "
+                                                  r"loop \(0.5\)") as ei:
+        k_loop_variable_of_another_type.compile()
+    assert ei.value.line == line_of(k_loop_variable_of_another_type, "A[0] = j")

@@ -317,3 +317,18 @@ def test_a_counted_loop_whose_index_is_not_the_first_carried_value():
     gpu, emu = both(counted_second, (1,), np.zeros(16, np.int32), 20)
     np.testing.assert_array_equal(gpu[0], [max(i, 20) * 100 + max(0, 20 - i) for i in range(16)])
     np.testing.assert_array_equal(gpu[0], emu[0])
+
+
+@pytest.mark.parametrize("lo,hi,step", [(0, 5, 1), (3, 1, 2), (4, -2, -3), (-2, 9, 5)])
+def test_loop_variables_after_loops_on_vulkan(lo, hi, step):
+    """A loop's variable after it (the last index, or the value from before where no
+    iteration ran; runtime and unrolled loops) on the driver, as in Python."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parents[1] / "core"))
+    import test_control_flow as cf
+    gpu, emu = both(cf.k_loop_variables_after_loops, (1,), np.zeros(cf.WG * 6, np.int32),
+                    lo, hi, step)
+    want = [cf.python_loop_variables(i, lo, hi, step) for i in range(cf.WG)]
+    np.testing.assert_array_equal(gpu[0].reshape(cf.WG, 6), want)
+    np.testing.assert_array_equal(emu[0], gpu[0])
