@@ -38,6 +38,7 @@ the fastest on the H100.
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import NamedTuple
 
 import numpy as np
@@ -47,7 +48,7 @@ from pycoop import f16, f32, u32
 from pycoop.runtime import capturing
 from pycoop.runtime.backend import vulkan_missing
 
-from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, DecodeConfig,
+from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, WIDTHS, DecodeConfig,
                                attention_decode_vector, attention_merge, chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
 from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, NEG_BIG, causal_score, check_tile,
@@ -544,7 +545,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_unroll: int = DecodeConfig.unroll, decode_lanes: int | None = None,
               decode_prefetch: bool | int = DecodeConfig.prefetch,
               decode_merge: str = DecodeConfig.merge,
-              decode_width: int = DecodeConfig.width,
+              decode_width: int | None = None,
               subgroup_size: int = 32, merge_unroll: int | None = None,
               mask_loads: str = "auto") -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
@@ -579,7 +580,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     ("workgroup": the last workgroup of each K/V head merges the chunks, one launch;
     "launch": `attention_merge` as a second launch; "phase", the default: one kernel for
     both steps, dispatched twice with one pipeline), `decode_width` (halves per K and V
-    load: 4, or 8, the default, for 16-byte loads),
+    load: 4, or 8 for 16-byte loads, which needs `pc.Array` K and V starting 16 bytes
+    aligned; None, the default: 8 where it applies, else 4),
     `subgroup_size`, `merge_unroll` (default 2); `splits` by default
     about two workgroups per SM of a 132-SM GPU, up to twice that where chunks would be
     longer than 512 keys), "coopmat" with the cooperative-matrix
@@ -601,6 +603,18 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
         raise ValueError(f"attention: scale must be a finite number that f32 holds, got {scale}")
     sm = _as_softmax("attention", softmax)
+    if isinstance(splits, numbers.Integral) and not isinstance(splits, bool):
+        splits = int(splits)                       # a NumPy integer is an int here
+    if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool)
+                               or splits < 1):
+        raise ValueError(f"attention: splits must be a positive int, got {splits!r}")
+    if decode_merge not in DECODE_MERGES:
+        raise ValueError(f"attention: decode_merge must be one of {DECODE_MERGES}, got "
+                         f"{decode_merge!r}")
+    if decode_width is not None and (decode_width not in WIDTHS or isinstance(decode_width,
+                                                                              bool)):
+        raise ValueError(f"attention: decode_width (halves per K and V load) must be one of "
+                         f"{WIDTHS} or None, got {decode_width!r}")
     if merge_unroll is not None and (not isinstance(merge_unroll, int)
                                      or isinstance(merge_unroll, bool) or merge_unroll < 1):
         raise ValueError(f"attention: merge_unroll must be an int >= 1 (or None: the default), "
@@ -655,8 +669,6 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         R, Bd = B * H * Sq, decode_Bc
         if splits is None:
             splits = max(1, min(-(-Skv // Bd), -(-4 * SMS * per_wg // (B * Hkv))))
-        if not isinstance(splits, int) or splits < 1:
-            raise ValueError(f"attention: splits must be a positive int, got {splits!r}")
         chunk = -(-Skv // (splits * Bd)) * Bd
         splits = -(-(-(-Skv // chunk)) // per_wg) * per_wg     # whole workgroups
         Part = new((splits, R, D), np.float32)
@@ -718,9 +730,15 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
                    subgroups, unroll, lanes, subgroup_size, merge_unroll,
                    prefetch, merge, width) -> AttentionResult:
     """The vector decode: chunks of keys per K/V head, merged by the last workgroup of each
-    head (merge="workgroup") or by a second launch (merge="launch")."""
-    if merge not in DECODE_MERGES:
-        raise ValueError(f"attention: decode_merge must be one of {DECODE_MERGES}, got {merge!r}")
+    head (merge="workgroup"), by a second launch (merge="launch") or by a second dispatch of
+    the same kernel (merge="phase"); width None: 8 where K and V start 16 bytes aligned."""
+    aligned = [f"{name} starts {2 * a.offset} bytes into its buffer" for name, a in
+               (("K", K), ("V", V)) if isinstance(a, pc.Array) and a.offset % 8]
+    if width == 8 and aligned:
+        raise ValueError(f"attention: decode_width=8 loads K and V 16 bytes at a time from "
+                         f"16-byte aligned views, but {' and '.join(aligned)}; use "
+                         f"decode_width=4 (or None: chosen by the alignment)")
+    width = width or (4 if aligned else DecodeConfig.width)
     n = (H // Hkv) * Sq
     if subgroups is None:           # the default, halved until the merge fits shared memory
         subgroups = default_subgroups(Skv, B * Hkv)
@@ -734,8 +752,6 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
     T = streams_of(subgroups, subgroup_size, lanes or default_lanes(D, subgroup_size))
     if splits is None:
         splits = default_splits(Skv, B * Hkv, T, unroll)
-    if not isinstance(splits, int) or isinstance(splits, bool) or splits < 1:
-        raise ValueError(f"attention: splits must be a positive int, got {splits!r}")
     chunk, splits = chunk_of(Skv, splits, T, unroll)
     R = B * H * Sq
     Part = new((splits, R, D), np.float32)

@@ -320,6 +320,13 @@ def _dev(a):
     (lambda Q: (Q, Q, Q, {"softmax": "exp2"}), "softmax must be a pycoop.kernels.Softmax"),
     (lambda Q: (Q, Q, Q, {"softmax": True}), "softmax must be a pycoop.kernels.Softmax"),
     (lambda Q: (Q, Q, Q, {"merge_unroll": 0}), "merge_unroll must be an int >= 1"),
+    # the vector decode's options are checked whichever path runs
+    (lambda Q: (Q[:, :, :1], Q, Q, {"decode_kernel": "coopmat", "decode_width": 6}),
+     r"decode_width \(halves per K and V load\) must be one of \(4, 8\) or None, got 6"),
+    (lambda Q: (Q, Q, Q, {"decode_merge": "kernel", "decode": False}),
+     "decode_merge must be one of .* got 'kernel'"),
+    (lambda Q: (Q, Q, Q, {"splits": 0}), "splits must be a positive int, got 0"),
+    (lambda Q: (Q, Q, Q, {"splits": 2.0}), "splits must be a positive int, got 2.0"),
     (lambda Q: (Q, Q[:, :, :6], Q[:, :, :6], {"mask": np.zeros((8, 6), np.float16),
                                               "mask_loads": "words", "decode": False}),
      r"mask_loads='words' .* keys a multiple of 8 \(got 6\)"),
@@ -716,3 +723,18 @@ def test_attention_inside_a_launch_graph(kind):
     g.launch()
     pc.synchronize()
     np.testing.assert_array_equal(captured.out.numpy(), direct.out.numpy())
+
+
+def test_the_decode_width_follows_the_alignment_of_k_and_v():
+    """16-byte loads (decode_width 8) need K and V views starting 16 bytes aligned: by
+    default a misaligned view decodes with 8-byte loads, asking for 8 is refused naming the
+    view, and NumPy integers count as ints for `splits`."""
+    Q, K, V, _ = operands(1, 8, 2, 1, 72, 64, seed=3)
+    q, v = _dev(Q), _dev(V)
+    k = _dev(np.concatenate([np.zeros(4, np.float16), K.ravel()]))[4:].reshape(K.shape)
+    r = attention(q, k, v, out="f32", splits=np.int64(3))
+    check(AttentionResult(r.out.numpy(), r.lse.numpy(), 0, ""), Q, K, V)
+    with pytest.raises(ValueError, match=r"decode_width=8 loads K and V 16 bytes at a time "
+                                         r"from 16-byte aligned views, but K starts 8 bytes "
+                                         r"into its buffer; use decode_width=4"):
+        attention(q, k, v, decode_width=8)
