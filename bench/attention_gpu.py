@@ -53,7 +53,8 @@ def _st(Br, Bc, fp="exact"):
 # no option named: the tuned default softmax (exp2, row maxima and sums 32 columns wide), "e" =
 # Softmax() (base e, the row state Bc wide), "layout" = the mask loaded as an accumulator
 # through a tensor layout (masked cases; the default reads it as uvec4 words through shared
-# memory), "all" = exp2 + lazy_sum + prefetch, "narrow" =
+# memory), "every" = every mask block loaded (the default skips the blocks of only -inf and
+# leaves out those of only zeros), "all" = exp2 + lazy_sum + prefetch, "narrow" =
 # row maxima and sums 32 columns wide; "st" =
 # the staged kernel (16 x 16 subgroup-scope pieces, K and V in shared memory, 16 rows per
 # subgroup: Br x Bc, 2 Br invocations)
@@ -61,6 +62,8 @@ PREFILL_VARIANTS = {
     "wg 128x64/256": _wg(),
     "wg 128x64/256 e": _wg(sm=Softmax()),
     "wg 128x64/256 layout": dict(_wg(), mask_loads="layout"),
+    "wg 128x64/256 every": dict(_wg(), mask_blocks=False),
+    "wg 128x64/256 layout every": dict(_wg(), mask_loads="layout", mask_blocks=False),
     "wg 128x64/256 exp2": _wg(sm=Softmax(exp2=True)),
     "wg 128x64/256 lazy": _wg(sm=Softmax(lazy_sum=True)),
     "wg 128x64/256 prefetch": _wg(sm=Softmax(prefetch=True)),
@@ -336,6 +339,8 @@ def prefill_case(name, B, H, Hkv, Sq, Skv, D, causal, masked, variants, repeat, 
         tf = flop / r.time_ms / 1e9
         best = max(best, (tf, label))
         extra = f"(torch unmasked {t_unmasked:.1f})" if t_unmasked else ""
+        if len(r.kernel_ms) == 2:       # the mask's pre-pass, then the prefill
+            extra += f" mask pre-pass {r.kernel_ms[0] * 1e3:.1f} µs"
         row(name, f"{label} TFLOP/s", tf, ref,
             reference_error(first_heads(r.out), Q, K, V, mask, causal), terr, extra)
     return best, ref

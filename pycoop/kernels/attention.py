@@ -51,15 +51,17 @@ from pycoop.runtime.backend import vulkan_missing
 from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, WIDTHS, DecodeConfig,
                                attention_decode_vector, attention_merge, chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
+from .attention_mask import MASKED, NEEDED, blocks_shape, mask_block_kinds
 from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, NEG_BIG, causal_score, check_tile,
-                              divide, exp2_scaled, exp_minus, in_sequence, larger, log2_sum_exp2,
-                              log_sum_exp, rows_layout, smear)
+                              divide, exp2_rescale, exp2_scaled, exp_minus, in_sequence, larger,
+                              log2_sum_exp2, log_sum_exp, rows_layout, smear)
 from .attention_staged import attention_prefill_staged
 from .limits import SHARED_BYTES, SMS
 
 SCOPES = ("workgroup", "subgroup", "staged")
 # subgroup-scope kernels are compiled for subgroups of 32 invocations (NVIDIA's size)
 SUBGROUP = 32
+PREPASS = 256           # invocations of the mask's pre-pass (attention_mask)
 _NUMPY_OUT = {"f16": np.float16, "f32": np.float32}
 
 
@@ -202,7 +204,7 @@ def _attend(T: _Types, sm: Softmax, k, m, l, o, s, v):
     m_s = _widen(m_new, T.S)                  # as wide as the scores (a narrow row state)
     if sm.exp2:
         pf = pc.nv.per_element(s, exp2_scaled, m_s, k)
-        alpha = pc.nv.per_element(m, exp2_scaled, m_new, k)     # rescales what came before
+        alpha = pc.nv.per_element(m, exp2_rescale, m_new, k)    # rescales what came before
     else:
         pf = pc.nv.per_element(s, exp_minus, m_s)
         alpha = pc.nv.per_element(m, exp_minus, m_new)
@@ -227,20 +229,24 @@ def _finish(m, l, sm: Softmax, k):
 _TRANSPOSE = (1, 0)
 
 
-def _key_blocks(T: _Types, sm: Softmax, k, m, l, o, k_begin, k_end, Bc: int, load, scores):
+def _key_blocks(T: _Types, sm: Softmax, k, m, l, o, k_begin, k_end, Bc: int, load, scores,
+                live=None):
     """The online softmax over the key blocks k_begin, k_begin + Bc, ... < k_end: load(k0)
     gives (Kᵀ, V) of a block, scores(k0, kt) its scaled, masked scores. With `prefetch` the
     next block's K and V are loaded before this block's softmax (the last prefetch reads one
-    block past k_end, which the layouts clamp)."""
-    loop = _blocks_prefetched if sm.prefetch else _blocks
-    return loop(T, sm, k, m, l, o, k_begin, k_end, Bc, load, scores)
+    block past k_end, which the layouts clamp). `live(k0)` (a uniform bool; None: always
+    true) says whether a block adds anything: without prefetch the others are skipped."""
+    if sm.prefetch:
+        return _blocks_prefetched(T, sm, k, m, l, o, k_begin, k_end, Bc, load, scores)
+    return _blocks(T, sm, k, m, l, o, k_begin, k_end, Bc, load, scores, live)
 
 
 @pc.func
-def _blocks(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores):
+def _blocks(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores, live=None):
     for k0 in pc.range(k_begin, k_end, Bc):
-        kt, v = load(k0)
-        m, l, o = _attend(T, sm, k, m, l, o, scores(k0, kt), v)
+        if live is None or live(k0):        # live(k0) false: the block adds nothing
+            kt, v = load(k0)
+            m, l, o = _attend(T, sm, k, m, l, o, scores(k0, kt), v)
     return m, l, o
 
 
@@ -261,7 +267,8 @@ def _blocks_prefetched(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores)
 def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocations: int = 256,
                       causal: bool = False, mask: bool | str = False, dtype: str = "f16",
                       out: str = "f16", scope: str = "workgroup",
-                      softmax: Softmax | None = None, fp: str = "exact"):
+                      softmax: Softmax | None = None, fp: str = "exact",
+                      blocks: bool = False):
     """The prefill kernel for one configuration. Parameters:
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim) of `dtype`;
     with `mask`, Mask (queries, keys) f16 added to the scaled scores (shared by every batch and
@@ -273,7 +280,13 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     into shared memory by 16-byte loads and read from there: an accumulator loaded from the
     buffer through a tensor layout made the masked kernel 5 times slower than the unmasked
     one on the H100 (37 against 192 TFLOP/s at 4096 x 4096, head dim 128; 54 from shared
-    memory, bench/results/2026-11-27-h100-attention-defaults.md).
+    memory, bench/results/2026-11-27-h100-attention-defaults.md). With `blocks` (a mask, scope
+    "workgroup" or "subgroup") the kernel takes Blocks after Mask, the kinds of the mask's
+    blocks that `attention_mask.mask_block_kinds(rows, Bc)` wrote (rows: Br, or at subgroup scope
+    each subgroup's rows; ceil(queries / Br) · Br / rows tiles of ceil(keys / Bc) blocks):
+    blocks of only -inf are skipped, blocks of only zeros computed without the mask, the
+    others loaded (the last blocks of the sequence, and causal, the diagonal ones, always
+    are).
 
     `scope="workgroup"`: the Br x Bc tiles are workgroup-scope matrices of `invocations`
     invocations. `scope="subgroup"`: each of the invocations / 32 subgroups owns Br /
@@ -294,6 +307,10 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     if mask not in (False, True, "words"):
         raise ValueError(f"attention_prefill: mask must be False, True or 'words', got {mask!r}")
     words = mask == "words"
+    if blocks and (not mask or scope == "staged"):
+        raise ValueError(f"attention_prefill: blocks (the kinds of the mask's blocks) take a "
+                         f"mask and scope 'workgroup' or 'subgroup', got mask={mask!r}, "
+                         f"scope={scope!r}")
     if words and (scope != "workgroup" or Br * Bc % (8 * invocations)):
         raise ValueError(f"attention_prefill: mask='words' takes workgroup scope with Br x Bc a "
                          f"multiple of 8 x invocations (each invocation copies whole uvec4s), "
@@ -318,7 +335,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     U4, W8 = pc.vec(u32, 4), Bc // 8              # mask="words": a uvec4 holds 8 halves
 
     @pc.func
-    def body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale):
+    def body(Q, K, V, Mask, Blocks, O, LSE, Sq, Skv, H, Hkv, scale):
         bh = pc.workgroup_id.y
         q0 = pc.workgroup_id.x * Br
         if scope == "subgroup":
@@ -358,15 +375,31 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             pc.barrier()
             return pc.nv.convert(T.Mask.load(staged, 0, W8, "row_major"), T.S)
 
+        def kind(k0):
+            """The bits of the mask block at (q0, k0) (attention_mask)."""
+            return Blocks[q0 // rows * ((Skv + (Bc - 1)) // Bc) + k0 // Bc]
+
+        def live(k0):
+            return kind(k0) & NEEDED != 0
+
         def scores(k0, kt):
-            return _scores(q, kt, T, scale, sm, mask_block(k0) if mask else None)
+            if not mask:
+                return _scores(q, kt, T, scale, sm)
+            if not blocks:
+                return _scores(q, kt, T, scale, sm, mask_block(k0))
+            if kind(k0) & MASKED != 0:
+                s = _scores(q, kt, T, scale, sm, mask_block(k0))
+            else:
+                s = _scores(q, kt, T, scale, sm)
+            return s
 
         def edge_scores(k0, kt):                             # the edge: mask per element
             s = scores(k0, kt)
             return (pc.nv.per_element(s, causal_score, k0, kend, q0) if causal else
                     pc.nv.per_element(s, in_sequence, k0, kend))
 
-        m, l, o = _key_blocks(T, sm, k, m, l, o, u32(0), kfull, Bc, load, scores)
+        m, l, o = _key_blocks(T, sm, k, m, l, o, u32(0), kfull, Bc, load, scores,
+                              live if blocks else None)
         m, l, o = _key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
         m, l = _finish(m, l, sm, k)
         o = pc.nv.per_element(o, divide, _by_row(l, T))
@@ -378,20 +411,28 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
                            pc.nv.per_element(m, lse_fn, l))
 
     sgs = SUBGROUP if scope == "subgroup" else None
-    if mask:
+    if blocks:
+        @pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
+        def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
+                              Mask: pc.ReadBuffer[U4 if words else f16],
+                              Blocks: pc.ReadBuffer[u32], O: pc.WriteBuffer[OutEl],
+                              LSE: pc.WriteBuffer[f32], Sq: u32, Skv: u32, H: u32, Hkv: u32,
+                              scale: f32):
+            body(Q, K, V, Mask, Blocks, O, LSE, Sq, Skv, H, Hkv, scale)
+    elif mask:
         @pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
         def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
                               Mask: pc.ReadBuffer[U4 if words else f16],
                               O: pc.WriteBuffer[OutEl],
                               LSE: pc.WriteBuffer[f32], Sq: u32, Skv: u32, H: u32, Hkv: u32,
                               scale: f32):
-            body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale)
+            body(Q, K, V, Mask, None, O, LSE, Sq, Skv, H, Hkv, scale)
     else:
         @pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
         def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
                               O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], Sq: u32,
                               Skv: u32, H: u32, Hkv: u32, scale: f32):
-            body(Q, K, V, None, O, LSE, Sq, Skv, H, Hkv, scale)
+            body(Q, K, V, None, None, O, LSE, Sq, Skv, H, Hkv, scale)
     return attention_prefill
 
 
@@ -547,7 +588,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_merge: str = DecodeConfig.merge,
               decode_width: int | None = None,
               subgroup_size: int = 32, merge_unroll: int | None = None,
-              mask_loads: str = "auto") -> AttentionResult:
+              mask_loads: str = "auto", mask_blocks: bool = True) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim), float16
@@ -567,7 +608,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     workgroup scope, Br x Bc a multiple of 8 x invocations, keys a multiple of 8, a
     `pc.Array` mask at a 16-byte aligned offset), "layout" (an accumulator loaded through a
     tensor layout; any shape, 1.45x slower on the H100) or "auto" (the default): "words"
-    where it applies, else "layout".
+    where it applies, else "layout". `mask_blocks` (workgroup and subgroup scope): a
+    pre-pass kernel first finds the kinds of the mask's blocks (`attention_mask`), and the
+    prefill skips the blocks of only -inf and adds no mask to those of only zeros.
     `decode` True or False chooses the path instead. The configuration is checked before
     anything runs.
 
@@ -625,9 +668,12 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
 
         def new(shape, dtype):
             return pc.empty(shape, dtype, backend=be)
+
+        def zeros(shape, dtype):
+            return pc.zeros(shape, dtype, backend=be)
     else:
         Q, K, V = (np.ascontiguousarray(a) for a in (Q, K, V))
-        new = np.zeros
+        new = zeros = np.zeros
     O = new((B, H, Sq, D), _NUMPY_OUT[out])
     LSE = new((B, H, Sq), np.float32)
     run = {"backend": backend, "repeat": repeat}
@@ -692,15 +738,24 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         raise ValueError(f"attention: mask_loads='words' reads the mask rows as uvec4s: it "
                          f"needs {' and '.join(unmet)}; use mask_loads='layout'")
     words = mask is not None and mask_loads != "layout" and not unmet
+    blocks = mask is not None and bool(mask_blocks) and scope != "staged"
     k = attention_prefill(D, Br, Bc, invocations, causal,
-                          "words" if words else mask is not None, el, out, scope, sm, fp)
+                          "words" if words else mask is not None, el, out, scope, sm, fp,
+                          blocks)
     if mask is not None and not device:
         mask = np.ascontiguousarray(mask, np.float16)       # a float mask: rounded to f16
+    kinds = []
+    if blocks:                      # the kinds of the mask's blocks, before the prefill
+        rows = _subgroup_rows("attention", Br, invocations) if scope == "subgroup" else Br
+        _, nkb = blocks_shape(Sq, Skv, rows, Bc)
+        tiles = -(-Sq // Br) * (Br // rows)    # every subgroup's, those past the queries too
+        kinds = [zeros((tiles, nkb), np.uint32)]
+        pre = mask_block_kinds(rows, Bc, PREPASS)[(nkb, tiles)](mask, kinds[0], Sq, Skv, **run)
     if words:
         mask = mask.view(np.uint32)
     if scope == "staged":           # K and V read as uvec4 (8 halves)
         K, V = K.view(np.uint32), V.view(np.uint32)
-    args = [Q, K, V] + ([mask] if mask is not None else [])
+    args = [Q, K, V] + ([mask] if mask is not None else []) + kinds
     try:
         r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
     except pc.BackendUnavailable as e:
@@ -710,7 +765,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         raise pc.BackendUnavailable(   # the H100 lists no 80-wide nor bf16 ones at 256
             f"{e}\n  hint: this device runs scope='staged', the same attention from 16 x 16 "
             f"subgroup-scope matrices: {staged}") from None
-    return _result(O, LSE, r)
+    return _result(O, LSE, pre, r) if blocks else _result(O, LSE, r)
 
 
 def _staged_for(D: int, causal: bool, mask: bool, el: str, out: str, fp: str) -> str | None:

@@ -18,6 +18,7 @@ from pycoop.kernels import (AttentionResult, Softmax, tuned_softmax, attention, 
                             attention_decode_vector, attention_merge, attention_prefill,
                             attention_reference)
 from pycoop.kernels.attention_decode import default_splits, default_subgroups, fits_shared
+from pycoop.kernels.attention_mask import mask_block_kinds, mask_block_kinds_reference
 
 # small tiles keep the emulator fast; the GPU defaults are checked by spirv-val below
 TILE = {"Br": 32, "Bc": 32, "invocations": 128}
@@ -738,3 +739,76 @@ def test_the_decode_width_follows_the_alignment_of_k_and_v():
                                          r"from 16-byte aligned views, but K starts 8 bytes "
                                          r"into its buffer; use decode_width=4"):
         attention(q, k, v, decode_width=8)
+
+
+def _banded_mask(rng, Sq, Skv, kinds):
+    """A mask of 16 x 16 pieces, each of one kind: zeros (+0 or -0), -inf, values, values with
+    -inf, or a NaN somewhere."""
+    m = np.zeros((Sq, Skv), np.float16)
+    for i in range(0, Sq, 16):
+        for j in range(0, Skv, 16):
+            piece = m[i:i + 16, j:j + 16]
+            kind = kinds[(i // 16 * 7 + j // 16) % len(kinds)]
+            if kind == "-0":
+                piece[...] = -0.0
+            elif kind == "-inf":
+                piece[...] = -np.inf
+            elif kind == "values":
+                piece[...] = rng.standard_normal(piece.shape)
+            elif kind == "some -inf":
+                piece[...] = np.where(rng.random(piece.shape) < 0.5, -np.inf, 0.0)
+            elif kind == "nan":
+                piece.flat[rng.integers(piece.size)] = np.nan
+    return m
+
+
+@FEW
+@given(Sq=st.integers(1, 80), Skv=st.integers(1, 90), tile=st.sampled_from([(16, 16), (32, 32),
+                                                                             (64, 16)]),
+       kinds=st.lists(st.sampled_from(["0", "-0", "-inf", "values", "some -inf", "nan"]),
+                      min_size=1, max_size=6), seed=st.integers(0, 2 ** 16))
+def test_mask_block_kinds_match_numpy(Sq, Skv, tile, kinds, seed):
+    """The pre-pass marks each rows x Bc block of the mask: some entry not ±0 (MASKED), some
+    entry not -inf (NEEDED); entries past the queries and keys do not count."""
+    rows, Bc = tile
+    mask = _banded_mask(np.random.default_rng(seed), Sq, Skv, kinds)
+    want = mask_block_kinds_reference(mask, rows, Bc)
+    got = np.zeros_like(want)
+    mask_block_kinds(rows, Bc)[(want.shape[1], want.shape[0])](mask, got, Sq, Skv,
+                                                               backend="emulator")
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("Sq,Skv,causal,kw", [
+    (70, 136, False, {}),                                       # words
+    (70, 130, True, {}),                                        # layout: keys % 8 != 0
+    (64, 96, False, {"scope": "subgroup", "invocations": 64}),
+    (50, 104, True, {"softmax": Softmax(prefetch=True)}),     # prefetch: nothing skipped
+    (40, 120, False, {"softmax": Softmax()}),
+])
+def test_mask_blocks_skip_without_changing_a_bit(Sq, Skv, causal, kw):
+    """With the kinds of the mask's blocks (`mask_blocks=True`, the default) the prefill skips
+    blocks of only -inf and adds no mask to blocks of only zeros: the same bits as loading
+    every block, and NumPy's attention."""
+    rng = np.random.default_rng(Skv)
+    Q, K, V, _ = operands(1, 4, 2, Sq, Skv, 64, seed=Sq)
+    band = np.where(np.arange(Skv)[None, :] <= Skv - Sq + np.arange(Sq)[:, None], 0.0, -np.inf)
+    mask = band.astype(np.float16)
+    mask[:, 16:24] = rng.standard_normal((Sq, 8))               # one block of values
+    mask[:8, 32:64] = -0.0
+    tile = {**TILE, **{k: v for k, v in kw.items() if k == "invocations"}}
+    rest = {k: v for k, v in kw.items() if k != "invocations"}
+    a = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="emulator",
+                  decode=False, **tile, **rest)
+    b = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="emulator",
+                  decode=False, mask_blocks=False, **tile, **rest)
+    np.testing.assert_array_equal(a.out, b.out)
+    np.testing.assert_array_equal(a.lse, b.lse)
+    assert len(a.kernel_ms) == 2 and len(b.kernel_ms) == 1          # the pre-pass ran
+    check(a, Q, K, V, mask, causal)
+
+
+def test_block_kinds_need_a_mask():
+    with pytest.raises(ValueError, match="blocks .* take a mask and scope 'workgroup' or "
+                                         "'subgroup', got mask=False"):
+        attention_prefill(64, 32, 32, 128, blocks=True)

@@ -63,6 +63,31 @@ def test_attention_matches_reference_on_gpu(B, H, Hkv, Sq, Skv, D, causal, maske
         assert err <= max(2 * terr, 1e-3), (err, terr)
 
 
+@pytest.mark.parametrize("Sq,Skv,causal", [(512, 4096, False), (300, 1000, True),
+                                            (333, 1501, False)])
+def test_masks_of_zeros_and_minus_infinity_skip_blocks_on_gpu(Sq, Skv, causal):
+    """llama.cpp's kind of mask (a causal band at the end of the keys, padding keys of -inf, a
+    few columns of values): the pre-pass marks its blocks, the prefill skips those of -inf
+    and leaves out the mask where it is 0, and gives the result of loading every block."""
+    rng = np.random.default_rng(Skv)
+    Q = rng.standard_normal((1, 16, Sq, 128)).astype(np.float16)
+    K = rng.standard_normal((1, 4, Skv, 128)).astype(np.float16)
+    V = rng.standard_normal((1, 4, Skv, 128)).astype(np.float16)
+    mask = np.where(np.arange(Skv)[None, :] <= Skv - Sq + np.arange(Sq)[:, None], 0.0,
+                    -np.inf).astype(np.float16)
+    mask[:, 200:264] = -np.inf                                  # padding
+    mask[:, 70:75] = rng.standard_normal((Sq, 5))
+    r = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="vulkan")
+    every = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="vulkan",
+                      mask_blocks=False)
+    assert len(r.kernel_ms) == 2
+    np.testing.assert_array_equal(r.out, every.out)
+    ref, lse = attention_reference(Q, K, V, mask=mask, causal=causal)
+    err = float(np.abs(r.out - ref).max())
+    assert err < 2e-3, err
+    np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-3)
+
+
 @pytest.mark.parametrize("D,dtype,out,tol", [(80, np.float16, "f16", 4e-3),
                                             (128, "bfloat16", "f32", 2e-2)])
 def test_attention_other_head_dims_and_types_on_gpu(D, dtype, out, tol):

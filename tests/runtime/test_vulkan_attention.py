@@ -67,3 +67,24 @@ def test_a_prefill_the_device_cannot_run_names_the_staged_kernel_where_it_runs(
     with pytest.raises(pc.BackendUnavailable, match=r"lacks .*\n  hint: this device runs "
                        r"scope='staged'.*Br=128, Bc=64, invocations=256, scope='staged'"):
         attention(Q, Q, Q, backend="vulkan", decode=False)
+
+
+@pytest.mark.parametrize("Sq,Skv,rows,Bc", [(70, 136, 32, 32), (300, 1001, 128, 64),
+                                            (16, 16, 16, 16)])
+def test_mask_block_kinds_on_vulkan(vulkan_caps, Sq, Skv, rows, Bc):
+    """The attention prefill's mask pre-pass (vector code, a subgroup OR and an atomic OR per
+    subgroup) marks the same blocks on the driver as NumPy."""
+    from pycoop.kernels.attention_mask import mask_block_kinds, mask_block_kinds_reference
+    if "arithmetic" not in vulkan_caps.subgroup_operations:
+        pytest.skip("the device has no subgroup arithmetic")
+    rng = np.random.default_rng(Skv)
+    mask = np.where(np.arange(Skv)[None, :] <= Skv - Sq + np.arange(Sq)[:, None], 0.0,
+                    -np.inf).astype(np.float16)
+    c = Skv // 3
+    mask[:, c:c + 4] = rng.standard_normal((Sq, 4))
+    mask[: Sq // 2, Skv // 2:] = -0.0
+    want = mask_block_kinds_reference(mask, rows, Bc)
+    got = np.zeros_like(want)
+    mask_block_kinds(rows, Bc)[(want.shape[1], want.shape[0])](
+        mask, got, Sq, Skv, backend="vulkan", subgroup_size=vulkan_caps.subgroup_size)
+    np.testing.assert_array_equal(got, want)
