@@ -53,7 +53,7 @@ from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, WIDTHS
                                default_splits, default_subgroups, fits_shared, streams_of)
 from .attention_mask import MASKED, NEEDED, blocks_shape, mask_block_kinds
 from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, NEG_BIG, causal_score, check_tile,
-                              divide, exp2_rescale, exp2_scaled, exp_minus, in_sequence, larger,
+                              divide, exp2_scaled, exp_minus, in_sequence, larger,
                               log2_sum_exp2, log_sum_exp, rows_layout, smear)
 from .attention_staged import attention_prefill_staged
 from .limits import SHARED_BYTES, SMS
@@ -204,7 +204,7 @@ def _attend(T: _Types, sm: Softmax, k, m, l, o, s, v):
     m_s = _widen(m_new, T.S)                  # as wide as the scores (a narrow row state)
     if sm.exp2:
         pf = pc.nv.per_element(s, exp2_scaled, m_s, k)
-        alpha = pc.nv.per_element(m, exp2_rescale, m_new, k)    # rescales what came before
+        alpha = pc.nv.per_element(m, exp2_scaled, m_new, k)     # rescales what came before
     else:
         pf = pc.nv.per_element(s, exp_minus, m_s)
         alpha = pc.nv.per_element(m, exp_minus, m_new)

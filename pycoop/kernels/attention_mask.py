@@ -7,9 +7,10 @@ prefill loads a mask block as an accumulator matrix, which costs more than the b
 product on the H100 (bench/results/2026-11-27-h100-attention-defaults.md), so
 `mask_block_kinds` marks each (query tile, key block) first and the prefill skips what it can:
 
-- no bit `NEEDED` (only -inf): the block is skipped, its K and V not even loaded. The result
-  is the one the masked block gives: a block of -inf adds 0 to every sum and output, and
-  leaves the row maxima as they were (so the rescaling factor is exactly 1);
+- no bit `NEEDED` (only -inf): the block is skipped, its K and V not even loaded. A block of
+  -inf adds 0 to every sum and output and leaves the row maxima as they were, so loading it
+  would only rescale what came before by 2^(k·m − k·m), which is 1 up to the rounding of
+  k·m in base 2's multiply-add (a few units in the last place of f32; exactly 1 in base e);
 - no bit `MASKED` (only zeros, +0 or -0): the block's scores are computed without the mask;
 - both bits: the mask block is loaded and added.
 

@@ -45,14 +45,6 @@ def exp2_scaled(r, c, e, m, k):
     return pc.exp2(pc.fma(e, k, -(m * k)))
 
 
-def exp2_rescale(r, c, m_old, m_new, k):
-    """2^(k·(m_old - m_new)), the factor that rescales what came before a block: exactly 1
-    where the row maximum did not change (the multiply-add form of `exp2_scaled` leaves the
-    rounding error of m·k there), so a block that changes nothing, such as one masked to
-    -inf, changes no bit."""
-    return pc.exp2((m_old - m_new) * k)
-
-
 def divide(r, c, e, d):
     return e / d
 

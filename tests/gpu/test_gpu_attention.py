@@ -68,7 +68,9 @@ def test_attention_matches_reference_on_gpu(B, H, Hkv, Sq, Skv, D, causal, maske
 def test_masks_of_zeros_and_minus_infinity_skip_blocks_on_gpu(Sq, Skv, causal):
     """llama.cpp's kind of mask (a causal band at the end of the keys, padding keys of -inf, a
     few columns of values): the pre-pass marks its blocks, the prefill skips those of -inf
-    and leaves out the mask where it is 0, and gives the result of loading every block."""
+    and leaves out the mask where it is 0, and gives the result of loading every block (up to
+    the rounding of the rescaling a block of -inf would apply, a factor of 1 in exact
+    arithmetic)."""
     rng = np.random.default_rng(Skv)
     Q = rng.standard_normal((1, 16, Sq, 128)).astype(np.float16)
     K = rng.standard_normal((1, 4, Skv, 128)).astype(np.float16)
@@ -81,7 +83,7 @@ def test_masks_of_zeros_and_minus_infinity_skip_blocks_on_gpu(Sq, Skv, causal):
     every = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="vulkan",
                       mask_blocks=False)
     assert len(r.kernel_ms) == 2
-    np.testing.assert_array_equal(r.out, every.out)
+    np.testing.assert_allclose(r.out, every.out, rtol=1e-5, atol=1e-6)
     ref, lse = attention_reference(Q, K, V, mask=mask, causal=causal)
     err = float(np.abs(r.out - ref).max())
     assert err < 2e-3, err
