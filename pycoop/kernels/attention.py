@@ -285,8 +285,8 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     blocks that `attention_mask.mask_block_kinds(rows, Bc)` wrote (rows: Br, or at subgroup scope
     each subgroup's rows; ceil(queries / Br) · Br / rows tiles of ceil(keys / Bc) blocks):
     blocks of only -inf are skipped, blocks of only zeros computed without the mask, the
-    others loaded (the last blocks of the sequence, and causal, the diagonal ones, always
-    are).
+    others loaded (the last blocks of the sequence, and causal, the diagonal ones, are never
+    skipped: their keys are hidden per element).
 
     `scope="workgroup"`: the Br x Bc tiles are workgroup-scope matrices of `invocations`
     invocations. `scope="subgroup"`: each of the invocations / 32 subgroups owns Br /
