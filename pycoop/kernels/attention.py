@@ -51,7 +51,7 @@ from pycoop.runtime.backend import vulkan_missing
 from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, WIDTHS, DecodeConfig,
                                attention_decode_vector, attention_merge, chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
-from .attention_mask import MASKED, NEEDED, blocks_shape, mask_block_kinds
+from .attention_mask import MASKED, NEEDED, mask_block_kinds
 from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, NEG_BIG, causal_score, check_tile,
                               divide, exp2_scaled, exp_minus, in_sequence, larger,
                               log2_sum_exp2, log_sum_exp, rows_layout, smear)
@@ -61,7 +61,6 @@ from .limits import SHARED_BYTES, SMS
 SCOPES = ("workgroup", "subgroup", "staged")
 # subgroup-scope kernels are compiled for subgroups of 32 invocations (NVIDIA's size)
 SUBGROUP = 32
-PREPASS = 256           # invocations of the mask's pre-pass (attention_mask)
 _NUMPY_OUT = {"f16": np.float16, "f32": np.float32}
 
 
@@ -131,6 +130,14 @@ def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out:
                                  or invocations % SUBGROUP):
         raise ValueError(f"{name}: at {scope} scope the invocations must be a multiple of "
                          f"{SUBGROUP} (whole subgroups), got {invocations!r}")
+
+
+def _words_unmet(scope: str, Br: int, Bc: int, invocations: int) -> list[str]:
+    """What a workgroup's tile lacks for the mask read as words (`mask="words"`), as text."""
+    return [what for ok, what in (
+        (scope == "workgroup", f"scope='workgroup' (got {scope!r})"),
+        (Br * Bc % (8 * invocations) == 0, f"Br x Bc a multiple of 8 x invocations (got "
+                                           f"{Br} x {Bc}, {invocations} invocations)")) if not ok]
 
 
 def _subgroup_rows(name: str, Br: int, invocations: int) -> int:
@@ -311,10 +318,11 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         raise ValueError(f"attention_prefill: blocks (the kinds of the mask's blocks) take a "
                          f"mask and scope 'workgroup' or 'subgroup', got mask={mask!r}, "
                          f"scope={scope!r}")
-    if words and (scope != "workgroup" or Br * Bc % (8 * invocations)):
+    unmet = _words_unmet(scope, Br, Bc, invocations) if words else []
+    if unmet:
         raise ValueError(f"attention_prefill: mask='words' takes workgroup scope with Br x Bc a "
-                         f"multiple of 8 x invocations (each invocation copies whole uvec4s), "
-                         f"got scope={scope!r}, {Br} x {Bc}, {invocations} invocations")
+                         f"multiple of 8 x invocations (each invocation copies whole uvec4s): "
+                         f"it needs {' and '.join(unmet)}")
     if scope == "staged":
         if Br * 2 != invocations:
             raise ValueError(f"attention_prefill: at staged scope each subgroup of 32 "
@@ -375,9 +383,12 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             pc.barrier()
             return pc.nv.convert(T.Mask.load(staged, 0, W8, "row_major"), T.S)
 
+        if blocks:                  # this tile's row of the mask's block kinds
+            tile_kinds = q0 // rows * ((Skv + (Bc - 1)) // Bc)
+
         def kind(k0):
             """The bits of the mask block at (q0, k0) (attention_mask)."""
-            return Blocks[q0 // rows * ((Skv + (Bc - 1)) // Bc) + k0 // Bc]
+            return Blocks[tile_kinds + k0 // Bc]
 
         def live(k0):
             return kind(k0) & NEEDED != 0
@@ -726,10 +737,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         return _result(O, LSE, r1, r2)
     if sm is None and scope != "staged":
         sm = tuned_softmax(Bc, scale)
-    unmet = [] if mask is None or mask_loads == "layout" else [what for ok, what in (
-        (scope == "workgroup", f"scope='workgroup' (got {scope!r})"),
-        (Br * Bc % (8 * invocations) == 0, f"Br x Bc a multiple of 8 x invocations (got "
-                                           f"{Br} x {Bc}, {invocations} invocations)"),
+    unmet = [] if mask is None or mask_loads == "layout" else _words_unmet(
+        scope, Br, Bc, invocations) + [what for ok, what in (
         (Skv % 8 == 0, f"keys a multiple of 8 (got {Skv})"),
         (not device or mask.offset % 8 == 0, f"a mask starting at a 16-byte aligned offset "
                                              f"(it starts {2 * mask.offset if device else 0} "
@@ -744,13 +753,14 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                           blocks)
     if mask is not None and not device:
         mask = np.ascontiguousarray(mask, np.float16)       # a float mask: rounded to f16
-    kinds = []
+    kinds, launches = [], []
     if blocks:                      # the kinds of the mask's blocks, before the prefill
         rows = _subgroup_rows("attention", Br, invocations) if scope == "subgroup" else Br
-        _, nkb = blocks_shape(Sq, Skv, rows, Bc)
+        nkb = -(-Skv // Bc)
         tiles = -(-Sq // Br) * (Br // rows)    # every subgroup's, those past the queries too
         kinds = [zeros((tiles, nkb), np.uint32)]
-        pre = mask_block_kinds(rows, Bc, PREPASS)[(nkb, tiles)](mask, kinds[0], Sq, Skv, **run)
+        launches.append(mask_block_kinds(rows, Bc)[(nkb, tiles)](mask, kinds[0], Sq, Skv,
+                                                                 **run))
     if words:
         mask = mask.view(np.uint32)
     if scope == "staged":           # K and V read as uvec4 (8 halves)
@@ -765,7 +775,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         raise pc.BackendUnavailable(   # the H100 lists no 80-wide nor bf16 ones at 256
             f"{e}\n  hint: this device runs scope='staged', the same attention from 16 x 16 "
             f"subgroup-scope matrices: {staged}") from None
-    return _result(O, LSE, pre, r) if blocks else _result(O, LSE, r)
+    return _result(O, LSE, *launches, r)
 
 
 def _staged_for(D: int, causal: bool, mask: bool, el: str, out: str, fp: str) -> str | None:

@@ -59,16 +59,11 @@ def mask_block_kinds(rows: int, Bc: int, invocations: int = 256):
     return mask_block_kinds
 
 
-def blocks_shape(Sq: int, Skv: int, rows: int, Bc: int) -> tuple[int, int]:
-    """The (query tiles, key blocks) of a Sq x Skv mask in rows x Bc blocks."""
-    return -(-Sq // rows), -(-Skv // Bc)
-
-
 def mask_block_kinds_reference(mask: np.ndarray, rows: int, Bc: int) -> np.ndarray:
     """What `mask_block_kinds` writes, from NumPy (the test reference)."""
     m = np.asarray(mask, np.float16)
     Sq, Skv = m.shape
-    out = np.zeros(blocks_shape(Sq, Skv, rows, Bc), np.uint32)
+    out = np.zeros((-(-Sq // rows), -(-Skv // Bc)), np.uint32)
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
             b = m[i * rows:(i + 1) * rows, j * Bc:(j + 1) * Bc]

@@ -237,6 +237,9 @@ def test_every_output_element_is_written_once():
     attention_prefill(128, softmax=Softmax(row_width=32), causal=True),
     attention_decode(128, softmax=Softmax(exp2=True, prefetch=True, row_width=32)),
     attention_prefill(128, mask="words"), attention_prefill(64, causal=True, mask="words"),
+    attention_prefill(128, mask="words", blocks=True),
+    attention_prefill(128, 64, 32, 128, causal=True, mask=True, scope="subgroup", blocks=True),
+    mask_block_kinds(128, 64), mask_block_kinds(16, 16),
 ], ids=lambda k: "")
 def test_modules_pass_spirv_val(kernel):
     spv = kernel.compile().spv            # validated with spirv-val
@@ -819,3 +822,8 @@ def test_block_kinds_need_a_mask():
     with pytest.raises(ValueError, match="blocks .* take a mask and scope 'workgroup' or "
                                          "'subgroup', got mask=False"):
         attention_prefill(64, 32, 32, 128, blocks=True)
+    with pytest.raises(ValueError, match="blocks .* got mask=True, scope='staged'"):
+        attention_prefill(64, 64, 32, 128, mask=True, scope="staged", blocks=True)
+    with pytest.raises(ValueError, match=r"a 16 x 16 block is read by 512 invocations, so it "
+                                         r"must hold a multiple of 512 entries"):
+        mask_block_kinds(16, 16, 512)
