@@ -48,7 +48,8 @@ def _st(Br, Bc, fp="exact"):
     return {"Br": Br, "Bc": Bc, "invocations": 2 * Br, "scope": "staged", "fp": fp}
 
 
-# name -> attention() keyword arguments of the prefill path; "wg" = workgroup scope, "sg" =
+# name -> attention() keyword arguments of the prefill path ("default": attention's own,
+# whose tile depends on the head dim: `prefill_invocations`); "wg" = workgroup scope, "sg" =
 # subgroup scope (BrxBc/invocations; a subgroup of 32 takes Br * 32 / invocations rows);
 # no option named: the tuned default softmax (exp2, row maxima and sums 32 columns wide), "e" =
 # Softmax() (base e, the row state Bc wide), "layout" = the mask loaded as an accumulator
@@ -59,6 +60,7 @@ def _st(Br, Bc, fp="exact"):
 # the staged kernel (16 x 16 subgroup-scope pieces, K and V in shared memory, 16 rows per
 # subgroup: Br x Bc, 2 Br invocations)
 PREFILL_VARIANTS = {
+    "default": {},
     "wg 128x64/256": _wg(),
     "wg 128x64/256 e": _wg(sm=Softmax()),
     "wg 128x64/256 layout": dict(_wg(), mask_loads="layout"),

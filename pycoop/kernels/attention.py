@@ -94,6 +94,18 @@ def tuned_softmax(Bc: int, scale: float | None = None) -> Softmax:
     return Softmax(exp2=base2, row_width=min(TUNED_ROW_WIDTH, Bc))
 
 
+def prefill_invocations(head_dim: int, causal: bool, scope: str, Br: int) -> int:
+    """The invocations of a prefill workgroup where `attention` is given none: 2 Br at staged
+    scope (16 query rows per subgroup), 128 for Br = 128 at workgroup scope, head dim 64 and
+    no causality, else 256. On the H100 (bench/prefill_parts.py, 2026-11-27) 128 x 64 tiles
+    of 128 invocations ran the head-dim-64 prefill at 209-212 TFLOP/s against 180-183 with
+    256; causal they ran at 104 against 144, and at head dim 128 they spill (49 against
+    192)."""
+    if scope == "staged":
+        return 2 * Br
+    return 128 if scope == "workgroup" and head_dim == 64 and not causal and Br == 128 else 256
+
+
 def _as_softmax(name: str, sm) -> Softmax | None:
     """`sm` as a Softmax (a tuple of its fields is read as one), or None; anything else (a
     dict, a string, a bool) is refused rather than read field by field."""
@@ -587,8 +599,8 @@ def _dtype_name(a: np.ndarray) -> str:
 
 def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None = None,
               out: str = "f16", backend: str | None = None, repeat: int = 1,
-              Br: int = 128, Bc: int = 64, invocations: int = 256, scope: str = "workgroup",
-              softmax: Softmax | None = None, splits: int | None = None,
+              Br: int = 128, Bc: int = 64, invocations: int | None = None,
+              scope: str = "workgroup", softmax: Softmax | None = None, splits: int | None = None,
               decode_rows: int = 32,
               decode_Bc: int = 64, decode_invocations: int = 128,
               decode_scope: str = "workgroup", fp: str = "exact",
@@ -611,8 +623,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     `decode_Bc`, `decode_invocations`, `decode_scope`; `attention_merge` with
     `merge_unroll`, chunks loaded per step: 4 by default), the keys split into `splits` chunks
     (by default about 4 workgroups per SM of a 132-SM GPU, rounded up to whole workgroups at
-    subgroup scope); otherwise the prefill kernel with Br x Bc tiles, `invocations` and
-    `scope` ("workgroup", "subgroup" or "staged": see `attention_prefill`). `softmax` (a
+    subgroup scope); otherwise the prefill kernel with Br x Bc tiles, `invocations` (None:
+    `prefill_invocations`) and `scope` ("workgroup", "subgroup" or "staged": see
+    `attention_prefill`). `softmax` (a
     `Softmax`; None: `tuned_softmax`, base e where scale <= 0) and `fp` (the kernels'
     floating-point mode) apply to both paths. `mask_loads`: how the prefill reads the mask,
     "words" (`attention_prefill(mask="words")`, 16-byte loads staged in shared memory:
@@ -737,6 +750,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         return _result(O, LSE, r1, r2)
     if sm is None and scope != "staged":
         sm = tuned_softmax(Bc, scale)
+    if invocations is None:
+        invocations = prefill_invocations(D, causal, scope, Br)
     unmet = [] if mask is None or mask_loads == "layout" else _words_unmet(
         scope, Br, Bc, invocations) + [what for ok, what in (
         (Skv % 8 == 0, f"keys a multiple of 8 (got {Skv})"),

@@ -16,7 +16,7 @@ from core_helpers import FEW, SETTINGS
 import pycoop as pc
 from pycoop.kernels import (AttentionResult, Softmax, tuned_softmax, attention, attention_decode,
                             attention_decode_vector, attention_merge, attention_prefill,
-                            attention_reference)
+                            attention_reference, prefill_invocations)
 from pycoop.kernels.attention_decode import default_splits, default_subgroups, fits_shared
 from pycoop.kernels.attention_mask import mask_block_kinds, mask_block_kinds_reference
 
@@ -219,6 +219,29 @@ def test_every_output_element_is_written_once():
     np.testing.assert_allclose(LSE, lse, rtol=0, atol=LSE_TOL)
 
 
+@pytest.mark.parametrize("D,causal,scope,Br,expected", [
+    (64, False, "workgroup", 128, 128), (64, True, "workgroup", 128, 256),
+    (128, False, "workgroup", 128, 256), (64, False, "workgroup", 256, 256),
+    (64, False, "subgroup", 128, 256), (64, False, "staged", 64, 128),
+    (128, True, "staged", 128, 256)])
+def test_prefill_invocations(D, causal, scope, Br, expected):
+    """The invocations attention() takes where none are given: 128 for the head-dim-64 tiles
+    without causality (the fastest on the H100), 2 Br at staged scope, else 256."""
+    assert prefill_invocations(D, causal, scope, Br) == expected
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_default_tile_at_head_dim_64(masked):
+    """attention()'s own tile at head dim 64 (128 x 64, 128 invocations; with a mask, each
+    invocation copies 8 uvec4s of it per block) and a staged call without invocations."""
+    Q, K, V, mask = operands(1, 2, 1, 40, 136, 64, seed=5, masked=masked)
+    check(attention(Q, K, V, mask=mask, out="f32", backend="emulator", decode=False),
+          Q, K, V, mask)
+    if not masked:
+        check(attention(Q, K, V, out="f32", backend="emulator", scope="staged", Br=32,
+                        Bc=32, decode=False), Q, K, V)
+
+
 @pytest.mark.parametrize("kernel", [
     attention_prefill(), attention_prefill(128, causal=True, mask=True, out="f32"),
     attention_prefill(64, 64, 64, 128, causal=True), attention_prefill(256, 64, 64, 256),
@@ -238,6 +261,7 @@ def test_every_output_element_is_written_once():
     attention_decode(128, softmax=Softmax(exp2=True, prefetch=True, row_width=32)),
     attention_prefill(128, mask="words"), attention_prefill(64, causal=True, mask="words"),
     attention_prefill(128, mask="words", blocks=True),
+    attention_prefill(64, 128, 64, 128), attention_prefill(64, 128, 64, 128, mask="words", blocks=True),
     attention_prefill(128, 64, 32, 128, causal=True, mask=True, scope="subgroup", blocks=True),
     mask_block_kinds(128, 64), mask_block_kinds(16, 16),
 ], ids=lambda k: "")

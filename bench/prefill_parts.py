@@ -1,0 +1,124 @@
+"""Where the attention prefill's time goes: the prefill kernel timed with parts of its online
+softmax taken out, and its tiles at each head dim.
+
+Each key block of the prefill computes S = Q Kᵀ, the row maxima, the exponentials, the
+rescaling of the earlier output and O += P V (`attention._attend`). This script builds the
+kernel again with that step replaced:
+
+- "full": the kernel as shipped;
+- "gemms": P = S rounded to f16, O += P V (the two products and the loads, no softmax);
+- "no_exp": the maxima and the rescaling kept, P = S (no exponentials);
+- "no_rescale": the whole softmax, the earlier output not rescaled;
+- "no_max": the exponentials against the maxima before the block (no row reduction).
+
+Only "full" is attention; the others are timing probes (their results are not checked). The
+"gemms" row bounds what any softmax could reach with that tile on this device. Times are the
+device's (best of 3 x `--repeat` launches), after a first untimed launch of every kernel (the
+driver compiles on first use) and with the GPU kept busy before each one (`warmup.warm_gpu`).
+
+    python3 bench/prefill_parts.py [--head-dims 128 64] [--tiles 128x64/256 128x64/128]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import numpy as np
+
+import pycoop as pc
+from pycoop.kernels import attention_prefill
+from warmup import vulkan_or_skip, warm_gpu
+
+A = importlib.import_module("pycoop.kernels.attention")    # the module, not the function
+FULL = A._attend
+
+
+def gemms(T, sm, k, m, l, o, s, v):
+    return m, l, pc.mul_add(pc.nv.convert(s, T.P), v, o)
+
+
+def no_exp(T, sm, k, m, l, o, s, v):
+    m_new = pc.nv.per_element(m, A.larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
+    return m_new, l, pc.mul_add(pc.nv.convert(s, T.P), v, o * A._by_row(m_new, T))
+
+
+def no_rescale(T, sm, k, m, l, o, s, v):
+    m_new = pc.nv.per_element(m, A.larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
+    pf = pc.nv.per_element(s, A.exp2_scaled, A._widen(m_new, T.S), k)
+    alpha = pc.nv.per_element(m, A.exp2_scaled, m_new, k)
+    return m_new, l * alpha + pf if sm.lazy_sum else pc.mul_add(
+        pc.nv.convert(pf, T.P), T.Ones.fill(1.0), l * alpha), pc.mul_add(
+        pc.nv.convert(pf, T.P), v, o)
+
+
+def no_max(T, sm, k, m, l, o, s, v):
+    pf = pc.nv.per_element(s, A.exp2_scaled, A._widen(m, T.S), k)
+    p = pc.nv.convert(pf, T.P)
+    return m, l + pf if sm.lazy_sum else pc.mul_add(p, T.Ones.fill(1.0), l), pc.mul_add(p, v, o)
+
+
+STEPS = {"full": FULL, "gemms": gemms, "no_exp": no_exp, "no_rescale": no_rescale,
+         "no_max": no_max}
+
+
+def build(D: int, Br: int, Bc: int, inv: int, causal: bool, step: str):
+    A._attend = STEPS[step]
+    attention_prefill.cache_clear()
+    try:
+        kernel = attention_prefill(D, Br, Bc, inv, causal)
+        kernel.compile()                # traced now, while the step is replaced
+        return kernel
+    finally:
+        A._attend = FULL
+        attention_prefill.cache_clear()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[128, 64])
+    ap.add_argument("--tiles", nargs="+", default=["128x64/256", "128x64/128", "256x64/256"],
+                    help="Br x Bc / invocations")
+    ap.add_argument("--steps", nargs="+", default=list(STEPS), choices=list(STEPS))
+    ap.add_argument("--causal", action="store_true", help="also the causal kernels (full only)")
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--repeat", type=int, default=10)
+    a = ap.parse_args()
+    if vulkan_or_skip() is None:
+        return
+    H, Hkv, S = a.heads, a.heads // 4, a.seq
+    rng = np.random.default_rng(0)
+    tiles = [tuple(int(x) for x in t.replace("/", "x").split("x")) for t in a.tiles]
+    cases = [(D, t, step, False) for D in a.head_dims for t in tiles for step in a.steps]
+    cases += [(D, t, "full", True) for D in a.head_dims for t in tiles] if a.causal else []
+    data = {D: [pc.asarray(rng.standard_normal((1, h, S, D)).astype(np.float16),
+                           backend="vulkan") for h in (H, Hkv, Hkv)]
+            + [pc.empty((1, H, S, D), np.float16, backend="vulkan"),
+               pc.empty((1, H, S), np.float32, backend="vulkan")] for D in a.head_dims}
+    kernels = {c: build(c[0], *c[1], c[3], c[2]) for c in cases}
+
+    def launch(c, repeat):
+        D, (Br, _, _), _, _ = c
+        return kernels[c][(-(-S // Br), H)](*data[D], S, S, H, Hkv, 1 / D ** 0.5,
+                                             backend="vulkan", repeat=repeat)
+    for c in list(kernels):                 # the driver compiles each pipeline on first use
+        try:
+            launch(c, 1)
+        except pc.BackendUnavailable as e:
+            print(f"d{c[0]} {'x'.join(map(str, c[1][:2]))}/{c[1][2]}: {str(e)[:160]}")
+            del kernels[c]
+    warm_gpu()
+    print(f"device: {pc.get_runtime('vulkan').capabilities.device_name}; 1 x {H} heads over "
+          f"{Hkv}, {S} queries and keys, f16")
+    print(f"{'head dim':>8} {'tile':>12} {'causal':>6} {'step':<11} {'µs':>9} {'TFLOP/s':>8}")
+    for c in kernels:
+        D, (Br, Bc, inv), step, causal = c
+        warm_gpu(0.3)
+        best = min(launch(c, a.repeat).time_ms for _ in range(3))
+        flop = 4 * H * S * S * D * (0.5 if causal else 1.0)
+        print(f"{D:>8} {f'{Br}x{Bc}/{inv}':>12} {'yes' if causal else '':>6} {step:<11} "
+              f"{best * 1e3:9.1f} {flop / best / 1e9:8.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
