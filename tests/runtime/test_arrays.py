@@ -324,6 +324,70 @@ def test_device_errors_surface_at_synchronisation_naming_the_launch(monkeypatch,
     np.testing.assert_array_equal(z.numpy(), np.full(4, 3.0, np.float32))
 
 
+class _TimedWaits(_FailingWaits):
+    """As _FailingWaits, recording the timeout of each blocking fence wait (seconds)."""
+
+    def __init__(self, lib, result: int):
+        super().__init__(lib, result)
+        self.timeouts = []
+
+    def vkWaitForFences(self, *args):
+        self.timeouts.append(args[-1] / 1e9)
+        return super().vkWaitForFences(*args)
+
+
+def _new_kernel(value: float):
+    """A kernel whose module (so whose pipeline) no other test launches."""
+    @pc.kernel(workgroup_size=64)
+    def add_constant(Y: pc.Buffer[f32]):
+        i = pc.global_invocation_id.x
+        Y[i] = Y[i] + f32(value)
+    return add_constant
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_first_launch_on_a_cpu_device_waits_for_its_compile(monkeypatch, graph):
+    """lavapipe compiles a kernel at its first dispatch, inside the fence wait: by default a
+    submission holding a pipeline's first dispatch (or a graph's first replay) waits
+    CPU_COMPILE_TIMEOUT_S on a CPU device, and a timeout there names the compile; the next
+    launch of that kernel waits the runtime's timeout_s. GPUs wait timeout_s throughout."""
+    from pycoop.runtime.vulkan import errors
+    from pycoop.runtime.vulkan import runtime as module
+    rt = pc.get_runtime("vulkan")
+    cpu = rt.capabilities.device_type == "cpu"
+    y = pc.zeros(64, pc.f32, backend="vulkan")
+    pc.synchronize()
+
+    def timed_out_wait(kernel):
+        """The timeout of the one fence wait of a launch of `kernel`, made to time out."""
+        with monkeypatch.context() as m:
+            waits = _TimedWaits(module.lib, 2)
+            m.setattr(module, "lib", waits)
+            if graph:
+                with pc.capture(backend="vulkan") as g:
+                    kernel[1](y)
+                g.launch()
+            else:
+                kernel[1](y)
+            with pytest.raises(errors.VulkanTimeout) as info:
+                pc.synchronize()
+        assert len(waits.timeouts) == 1
+        return waits.timeouts[0], str(info.value)
+
+    first, message = timed_out_wait(_new_kernel(1000.5 + graph))
+    assert first == pytest.approx(max(rt.timeout_s, module.CPU_COMPILE_TIMEOUT_S) if cpu
+                                  else rt.timeout_s)
+    assert ("the wait included compiling kernel add_constant launched at" in message) == cpu
+    y = pc.zeros(64, pc.f32, backend="vulkan")         # the device was recreated
+    ran = _new_kernel(2000.5 + graph)
+    ran[1](y)
+    pc.synchronize()                                    # compiled by this first launch
+    again, message = timed_out_wait(ran)
+    assert again == pytest.approx(rt.timeout_s) and "compiling" not in message
+
+
 # ---------------------------------------------------------------- no stale memory
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_unwritten_elements_of_a_numpy_array_keep_the_callers_values(backend):

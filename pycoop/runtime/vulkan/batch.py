@@ -251,6 +251,7 @@ class Submission(DescriptorSets):
         self.queries_used = 0
         self.dispatches = 0
         self.launches: list[PendingTimes] = []
+        self.first_dispatches: list[str] = []        # launches of pipelines never run before
         self.times = BatchTimes(self.period_ns, self.mask)      # shared by the launches
         self.last_push = None                         # push constants as last recorded
         self.waits: list[tuple[Any, int]] = []        # (timeline semaphore, value) to wait for

@@ -43,6 +43,8 @@ class Pipeline:
     push_size: int
     set_layout: Any = None      # descriptor ABI: set 0's layout (None: device-address ABI)
     bindings: int = 0           # storage-buffer bindings of set 0
+    dispatched: bool = False    # recorded into a command buffer before (a CPU device such as
+                                # lavapipe compiles the shader at its first dispatch)
 
 
 def inspect_spirv(spv: bytes, entry: str) -> tuple[int, int, int] | None:

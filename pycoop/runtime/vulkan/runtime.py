@@ -58,6 +58,9 @@ LAZY_BATCH = 32                 # shorter ones are submitted in batches of this 
 SPIN_S = 200e-6                 # a synchronisation polls the fence this long before blocking
 TIMEOUT_S = 10.0                # how long a synchronisation waits for one submission
 CPU_TIMEOUT_S = 120.0           # the same on a CPU device, which compiles at first dispatch
+# ... and by default for a submission there that holds a pipeline's first dispatch: lavapipe
+# compiles the shader then, inside the wait, and a large kernel's cold compile took over 120 s
+CPU_COMPILE_TIMEOUT_S = 900.0
 
 
 @dataclass
@@ -419,6 +422,9 @@ class VulkanRuntime:
             accesses = prepared.accesses
             self._touch(ctx, graph, accesses)
             pipeline, cmd = prepared.pipeline, graph.cmd
+            if not pipeline.dispatched:
+                graph.first_dispatches.append(label)
+                pipeline.dispatched = True
             if graph.bound_pipeline is not pipeline:
                 lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
                 graph.bound_pipeline = pipeline
@@ -476,6 +482,8 @@ class VulkanRuntime:
             lib.vkCmdWriteTimestamp(cmd, TOP, pool, first)
             lib.vkCmdExecuteCommands(cmd, 1, graph.command_buffers)
             lib.vkCmdWriteTimestamp(cmd, BOTTOM, pool, first + 1)
+            sub.first_dispatches += graph.first_dispatches     # compiled by its first replay
+            graph.first_dispatches = []
             sub.bound_pipeline = sub.last_push = None   # a secondary leaves the state undefined
             sub.queries_used += 2
             sub.dispatches += max(1, graph.dispatches)
@@ -571,7 +579,7 @@ class VulkanRuntime:
         """Retire the submissions the GPU has finished, oldest first, without waiting."""
         in_flight, dev = ctx.in_flight, ctx.device.handle
         while in_flight and lib.vkGetFenceStatus(dev, in_flight[0].fences[0]) == 0:
-            self._retire(ctx, in_flight[0], self.timeout_s)
+            self._retire(ctx, in_flight[0])
 
     def _limit_held(self, ctx: _Context) -> None:
         """Submit the open batch once the buffers waiting for it reach MAX_BATCH_HELD_BYTES
@@ -589,7 +597,7 @@ class VulkanRuntime:
             sub = None
         if sub is None:
             if not ctx.idle and len(ctx.in_flight) >= MAX_IN_FLIGHT:
-                self._retire(ctx, ctx.in_flight[0], self.timeout_s)
+                self._retire(ctx, ctx.in_flight[0])
             sub = ctx.submission()
             sub.reserve_queries(queries)
             sub.begin(ctx.begin_info)
@@ -742,6 +750,9 @@ class VulkanRuntime:
         (descriptor ABI), the push constants, and `repeat` timed dispatches."""
         self._touch(ctx, sub, accesses)
         cmd = sub.cmd
+        if not pipeline.dispatched:
+            sub.first_dispatches.append(pending.label)
+            pipeline.dispatched = True
         if sub.bound_pipeline is not pipeline:
             lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
             sub.bound_pipeline = pipeline
@@ -928,22 +939,26 @@ class VulkanRuntime:
         self._synchronize(timeout_s)
 
     def _synchronize(self, timeout_s: float | None = None) -> None:
-        timeout = self.timeout_s if timeout_s is None else timeout_s
         with self._lock:
             ctx = self._ctx
             if ctx is None:
                 return
             self._flush(ctx)
             while ctx.in_flight:
-                self._retire(ctx, ctx.in_flight[0], timeout)
+                self._retire(ctx, ctx.in_flight[0], timeout_s)
             if ctx.faults:          # checked launches that faulted: the first one is raised
                 fault = ctx.faults[0]
                 ctx.faults.clear()
                 raise fault
 
-    def _retire(self, ctx: _Context, sub: Submission, timeout_s: float) -> None:
-        """Wait for the oldest submission, hand out its timestamps, run its host copies and
-        release its buffers."""
+    def _retire(self, ctx: _Context, sub: Submission, timeout_s: float | None = None) -> None:
+        """Wait for the oldest submission (at most `timeout_s`; None: the runtime's
+        `timeout_s`, or on a CPU device CPU_COMPILE_TIMEOUT_S where the submission holds a
+        pipeline's first dispatch, which compiles it), hand out its timestamps, run its host
+        copies and release its buffers."""
+        compiles = ctx.device.info.device_type == "cpu" and sub.first_dispatches
+        if timeout_s is None:
+            timeout_s = max(self.timeout_s, CPU_COMPILE_TIMEOUT_S) if compiles else self.timeout_s
         dev = ctx.device.handle
         # Poll briefly first: a blocking wait wakes up tens of microseconds late, which is
         # most of a short launch's round trip.
@@ -955,10 +970,13 @@ class VulkanRuntime:
             result = lib.vkWaitForFences(dev, 1, sub.fences, 1, max(0, int(timeout_s * 1e9)))
         if result == 2:
             culprit = self._unfinished(ctx, sub)
+            compiling = (f" (the wait included compiling {', '.join(sub.first_dispatches)}: "
+                         "this CPU device compiles a kernel at its first launch)"
+                         if compiles else "")
             self._fail(ctx, VulkanTimeout,
-                       f"{culprit} did not finish within {timeout_s} s; the GPU may have hung "
-                       "(a loop that never ends?). The device will be recreated on the next "
-                       "launch.", sub)
+                       f"{culprit} did not finish within {timeout_s} s{compiling}; the GPU may "
+                       "have hung (a loop that never ends?). The device will be recreated on "
+                       "the next launch.", sub)
         if result:
             self._fail(ctx, DeviceLost if result == -4 else VulkanError,
                        f"the device failed ({result}) while running "
