@@ -94,16 +94,18 @@ def tuned_softmax(Bc: int, scale: float | None = None) -> Softmax:
     return Softmax(exp2=base2, row_width=min(TUNED_ROW_WIDTH, Bc))
 
 
-def prefill_invocations(head_dim: int, causal: bool, scope: str, Br: int) -> int:
+def prefill_invocations(head_dim: int, causal: bool, scope: str, Br: int, Bc: int) -> int:
     """The invocations of a prefill workgroup where `attention` is given none: 2 Br at staged
-    scope (16 query rows per subgroup), 128 for Br = 128 at workgroup scope, head dim 64 and
-    no causality, else 256. On the H100 (bench/prefill_parts.py, 2026-11-27) 128 x 64 tiles
-    of 128 invocations ran the head-dim-64 prefill at 209-212 TFLOP/s against 180-183 with
-    256; causal they ran at 104 against 144, and at head dim 128 they spill (49 against
-    192)."""
+    scope (16 query rows per subgroup); 128 at workgroup scope for Br = 128, Bc <= 64, head
+    dim 64 and no causality; else 256. On the H100 (bench/prefill_parts.py, 2026-11-27) the
+    head-dim-64 prefill ran at 208-212 TFLOP/s with 128 x 64 tiles of 128 invocations against
+    180-183 with 256 (128 x 32: 182 against 159); with 128 invocations 128 x 128 tiles ran
+    at 55 against 193, causal 128 x 64 tiles at 104 against 144, and at head dim 128 they
+    spill (49 against 192)."""
     if scope == "staged":
         return 2 * Br
-    return 128 if scope == "workgroup" and head_dim == 64 and not causal and Br == 128 else 256
+    fewer = scope == "workgroup" and head_dim == 64 and not causal and Br == 128 and Bc <= 64
+    return 128 if fewer else 256
 
 
 def _as_softmax(name: str, sm) -> Softmax | None:
@@ -751,7 +753,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if sm is None and scope != "staged":
         sm = tuned_softmax(Bc, scale)
     if invocations is None:
-        invocations = prefill_invocations(D, causal, scope, Br)
+        invocations = prefill_invocations(D, causal, scope, Br, Bc)
     unmet = [] if mask is None or mask_loads == "layout" else _words_unmet(
         scope, Br, Bc, invocations) + [what for ok, what in (
         (Skv % 8 == 0, f"keys a multiple of 8 (got {Skv})"),
