@@ -1,20 +1,23 @@
 """Where the attention prefill's time goes: the prefill kernel timed with parts of its online
-softmax taken out, and its tiles at each head dim.
+softmax (or its loads) taken out, and its tiles at each head dim.
 
-Each key block of the prefill computes S = Q Kᵀ, the row maxima, the exponentials, the
-rescaling of the earlier output and O += P V (`attention._attend`). This script builds the
-kernel again with that step replaced:
+Each key block of the prefill loads Kᵀ and V, computes S = Q Kᵀ, the row maxima, the
+exponentials, the rescaling of the earlier output and O += P V (`attention._attend`, in the
+loop of `attention._key_blocks`). This script builds the kernel again with those replaced:
 
 - "full": the kernel as shipped;
 - "gemms": P = S rounded to f16, O += P V (the two products and the loads, no softmax);
 - "no_exp": the maxima and the rescaling kept, P = S (no exponentials);
 - "no_rescale": the whole softmax, the earlier output not rescaled;
-- "no_max": the exponentials against the maxima before the block (no row reduction).
+- "no_max": the exponentials against the maxima before the block (no row reduction);
+- "loaded_once" / "gemms_loaded_once": as "full" / "gemms" with Kᵀ and V of the first block
+  loaded once before the loop and used for every block (no loads in the loop).
 
 Only "full" is attention; the others are timing probes (their results are not checked). The
-"gemms" row bounds what any softmax could reach with that tile on this device. Times are the
-device's (best of 3 x `--repeat` launches), after a first untimed launch of every kernel (the
-driver compiles on first use) and with the GPU kept busy before each one (`warmup.warm_gpu`).
+"gemms" row bounds what any softmax could reach with that tile and its loads on this device,
+"gemms_loaded_once" what the products alone reach. Times are the device's (best of 3 x
+`--repeat` launches), after a first untimed launch of every kernel (the driver compiles on
+first use) and with the GPU kept busy before each one (`warmup.warm_gpu`).
 
     python3 bench/prefill_parts.py [--head-dims 128 64] [--tiles 128x64/256 128x64/128]
 """
@@ -30,7 +33,7 @@ from pycoop.kernels import attention_prefill
 from warmup import vulkan_or_skip, warm_gpu
 
 A = importlib.import_module("pycoop.kernels.attention")    # the module, not the function
-FULL = A._attend
+FULL, KEY_BLOCKS = A._attend, A._key_blocks
 
 
 def gemms(T, sm, k, m, l, o, s, v):
@@ -46,9 +49,9 @@ def no_rescale(T, sm, k, m, l, o, s, v):
     m_new = pc.nv.per_element(m, A.larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
     pf = pc.nv.per_element(s, A.exp2_scaled, A._widen(m_new, T.S), k)
     alpha = pc.nv.per_element(m, A.exp2_scaled, m_new, k)
-    return m_new, l * alpha + pf if sm.lazy_sum else pc.mul_add(
-        pc.nv.convert(pf, T.P), T.Ones.fill(1.0), l * alpha), pc.mul_add(
-        pc.nv.convert(pf, T.P), v, o)
+    p = pc.nv.convert(pf, T.P)
+    l = l * alpha + pf if sm.lazy_sum else pc.mul_add(p, T.Ones.fill(1.0), l * alpha)
+    return m_new, l, pc.mul_add(p, v, o)
 
 
 def no_max(T, sm, k, m, l, o, s, v):
@@ -57,19 +60,32 @@ def no_max(T, sm, k, m, l, o, s, v):
     return m, l + pf if sm.lazy_sum else pc.mul_add(p, T.Ones.fill(1.0), l), pc.mul_add(p, v, o)
 
 
-STEPS = {"full": FULL, "gemms": gemms, "no_exp": no_exp, "no_rescale": no_rescale,
-         "no_max": no_max}
+@pc.func
+def loaded_once(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores, live=None):
+    """`attention._key_blocks` with the first block's Kᵀ and V loaded before the loop and
+    used for every block."""
+    kt, v = load(k_begin)
+    for k0 in pc.range(k_begin, k_end, Bc):
+        m, l, o = A._attend(T, sm, k, m, l, o, scores(k0, kt), v)
+    return m, l, o
+
+
+# step -> (the per-block step, the loop over the key blocks)
+STEPS = {"full": (FULL, KEY_BLOCKS), "gemms": (gemms, KEY_BLOCKS),
+         "no_exp": (no_exp, KEY_BLOCKS), "no_rescale": (no_rescale, KEY_BLOCKS),
+         "no_max": (no_max, KEY_BLOCKS), "loaded_once": (FULL, loaded_once),
+         "gemms_loaded_once": (gemms, loaded_once)}
 
 
 def build(D: int, Br: int, Bc: int, inv: int, causal: bool, step: str):
-    A._attend = STEPS[step]
+    A._attend, A._key_blocks = STEPS[step]
     attention_prefill.cache_clear()
     try:
         kernel = attention_prefill(D, Br, Bc, inv, causal)
         kernel.compile()                # traced now, while the step is replaced
         return kernel
     finally:
-        A._attend = FULL
+        A._attend, A._key_blocks = FULL, KEY_BLOCKS
         attention_prefill.cache_clear()
 
 

@@ -27,7 +27,7 @@ def test_every_bench_script_imports():
 
 
 def test_prefill_parts_steps_build_modules_of_their_own():
-    """Each step replaces the prefill's per-block step while the kernel is traced (a kernel
+    """Each step replaces the prefill's per-block step (or its loop) while the kernel is traced (a kernel
     traced after the replacement was undone timed the full kernel five times), and the
     module's step is the real one again afterwards."""
     sys.path.insert(0, str(BENCH))
@@ -39,5 +39,6 @@ def test_prefill_parts_steps_build_modules_of_their_own():
            for step in prefill_parts.STEPS}
     assert len(set(spv.values())) == len(spv)
     assert prefill_parts.A._attend is prefill_parts.FULL
+    assert prefill_parts.A._key_blocks is prefill_parts.KEY_BLOCKS
     from pycoop.kernels import attention_prefill
     assert attention_prefill(64, 32, 32, 64).compile().spv == spv["full"]
