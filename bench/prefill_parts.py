@@ -10,6 +10,9 @@ loop of `attention._key_blocks`). This script builds the kernel again with those
 - "no_exp": the maxima and the rescaling kept, P = S (no exponentials);
 - "no_rescale": the whole softmax, the earlier output not rescaled;
 - "no_max": the exponentials against the maxima before the block (no row reduction);
+- "no_sums": the softmax without the row sums (the default sums them by P · ones(Bc x 32),
+  on the tensor cores: at head dim 64 a fifth of the block's products);
+- "sums_by_reduce": the row sums by a row reduction of the f32 probabilities instead;
 - "loaded_once" / "gemms_loaded_once": as "full" / "gemms" with Kᵀ and V of the first block
   loaded once before the loop and used for every block (no loads in the loop).
 
@@ -46,10 +49,7 @@ def no_exp(T, sm, k, m, l, o, s, v):
 
 
 def no_rescale(T, sm, k, m, l, o, s, v):
-    m_new = pc.nv.per_element(m, A.larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
-    pf = pc.nv.per_element(s, A.exp2_scaled, A._widen(m_new, T.S), k)
-    alpha = pc.nv.per_element(m, A.exp2_scaled, m_new, k)
-    p = pc.nv.convert(pf, T.P)
+    m_new, pf, p, alpha = _softmax(T, sm, k, m, s)
     l = l * alpha + pf if sm.lazy_sum else pc.mul_add(p, T.Ones.fill(1.0), l * alpha)
     return m_new, l, pc.mul_add(p, v, o)
 
@@ -58,6 +58,25 @@ def no_max(T, sm, k, m, l, o, s, v):
     pf = pc.nv.per_element(s, A.exp2_scaled, A._widen(m, T.S), k)
     p = pc.nv.convert(pf, T.P)
     return m, l + pf if sm.lazy_sum else pc.mul_add(p, T.Ones.fill(1.0), l), pc.mul_add(p, v, o)
+
+
+def _softmax(T, sm, k, m, s):
+    """The block's maxima, probabilities (f32 and as P) and rescale factors, as `_attend`
+    computes them with exp2."""
+    m_new = pc.nv.per_element(m, A.larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
+    pf = pc.nv.per_element(s, A.exp2_scaled, A._widen(m_new, T.S), k)
+    return m_new, pf, pc.nv.convert(pf, T.P), pc.nv.per_element(m, A.exp2_scaled, m_new, k)
+
+
+def no_sums(T, sm, k, m, l, o, s, v):
+    m_new, _, p, alpha = _softmax(T, sm, k, m, s)
+    return m_new, l, pc.mul_add(p, v, o * A._by_row(alpha, T))
+
+
+def sums_by_reduce(T, sm, k, m, l, o, s, v):
+    m_new, pf, p, alpha = _softmax(T, sm, k, m, s)
+    l = l * alpha + pc.nv.reduce(pf, "row", "add", result_type=T.Row)
+    return m_new, l, pc.mul_add(p, v, o * A._by_row(alpha, T))
 
 
 @pc.func
@@ -73,7 +92,8 @@ def loaded_once(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores, live=N
 # step -> (the per-block step, the loop over the key blocks)
 STEPS = {"full": (FULL, KEY_BLOCKS), "gemms": (gemms, KEY_BLOCKS),
          "no_exp": (no_exp, KEY_BLOCKS), "no_rescale": (no_rescale, KEY_BLOCKS),
-         "no_max": (no_max, KEY_BLOCKS), "loaded_once": (FULL, loaded_once),
+         "no_max": (no_max, KEY_BLOCKS), "no_sums": (no_sums, KEY_BLOCKS),
+         "sums_by_reduce": (sums_by_reduce, KEY_BLOCKS), "loaded_once": (FULL, loaded_once),
          "gemms_loaded_once": (gemms, loaded_once)}
 
 
