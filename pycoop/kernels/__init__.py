@@ -13,8 +13,8 @@ from .gemvq import (gemv_q8_1, gemv_q8_1_reference, q8_1_error_bound, quantize_g
                     quantize_q8_1, quantize_q8_1_reference)
 from .mlp import MLPBlock, mlp_reference
 
-__all__ = ["AttentionResult", "Softmax", "tuned_softmax", "prefill_invocations", "attention", "attention_decode",
-           "attention_prefill", "attention_reference", "attention_decode_vector",
+__all__ = ["AttentionResult", "Softmax", "tuned_softmax", "prefill_invocations", "attention",
+           "attention_decode", "attention_prefill", "attention_reference", "attention_decode_vector",
            "attention_prefill_staged",
            "attention_merge", "Q4_0", "gemm_khr", "gemm_khr_staged",
            "gemm_nv", "gemm_q4_0", "gemm_q4_0_planes", "gemm_q4_0_staged", "gemm_reference",

@@ -58,7 +58,7 @@ class GraphRecording(DescriptorSets):
         self.bound_pipeline = None
         self.last_push = None
         self.dispatches = 0               # dispatches and copies recorded
-        self.first_dispatches: list[str] = []   # its pipelines never run before (to its first replay)
+        self.first_dispatches: list[str] = []   # pipelines never run before (to the 1st replay)
         self.ranges: dict[tuple[int, int, int], bool] = {}   # (key, lo, hi) -> written
         self.allocations: list[Any] = []  # argument buffers and fault slabs (pooled memory)
         self.slab = None                  # the fault slab being filled, and its records used
