@@ -98,7 +98,7 @@ PREFILL_VARIANTS = {
     "st 256x64": _st(256, 64),
     "st 128x64 fast": _st(128, 64, fp="fast"),
 }
-QUICK_PREFILL = ["wg 128x64/256", "wg 128x64/256 all", "sg 64x32/128 all"]
+QUICK_PREFILL = ["default", "wg 128x64/256 all", "sg 64x32/128 all"]
 
 
 def _dwg(rows=32, Bc=64, inv=128, splits=None, sm=None, fp="exact", unroll=4):
