@@ -62,6 +62,7 @@ SCOPES = ("workgroup", "subgroup", "staged")
 # subgroup-scope kernels are compiled for subgroups of 32 invocations (NVIDIA's size)
 SUBGROUP = 32
 _NUMPY_OUT = {"f16": np.float16, "f32": np.float32}
+F16_MAX = float(np.finfo(np.float16).max)
 
 
 class Softmax(NamedTuple):
@@ -539,56 +540,71 @@ class AttentionResult(NamedTuple):
     kernel_ms: tuple = ()    # each kernel's time (decode: the split-KV kernel, the combine)
 
 
-def _check_shapes(Q, K, V, mask, causal: bool) -> tuple[int, ...]:
+def _check_shapes(name: str, Q, K, V, mask, causal: bool,
+                  head_dims: tuple | None = HEAD_DIMS) -> tuple[int, ...]:
+    """The shapes' rules (`head_dims` None: any head dim), as (B, H, Hkv, Sq, Skv, D)."""
     if Q.ndim != 4 or K.ndim != 4 or V.ndim != 4:
-        raise ValueError("attention: Q, K and V must be (batch, heads, sequence, head_dim) arrays, "
+        raise ValueError(f"{name}: Q, K and V must be (batch, heads, sequence, head_dim) arrays, "
                          f"got {Q.shape}, {K.shape}, {V.shape}")
     B, H, Sq, D = Q.shape
     Hkv, Skv = K.shape[1], K.shape[2]
     if K.shape != V.shape or K.shape[0] != B or K.shape[3] != D:
-        raise ValueError(f"attention: K and V must be (batch={B}, kv_heads, keys, head_dim={D}) "
+        raise ValueError(f"{name}: K and V must be (batch={B}, kv_heads, keys, head_dim={D}) "
                          f"of one shape, got {K.shape} and {V.shape}")
     if min(B, H) < 1:
-        raise ValueError(f"attention: empty batch or heads (batch={B}, heads={H})")
+        raise ValueError(f"{name}: empty batch or heads (batch={B}, heads={H})")
     if Hkv < 1 or H % Hkv:
-        raise ValueError(f"attention: the kv_heads ({Hkv}) must divide the heads ({H}) "
+        raise ValueError(f"{name}: the kv_heads ({Hkv}) must divide the heads ({H}) "
                          "(grouped-query attention)")
-    if D not in HEAD_DIMS:
-        raise ValueError(f"attention: head_dim must be one of {HEAD_DIMS}, got {D}")
+    if head_dims is not None and D not in head_dims:
+        raise ValueError(f"{name}: head_dim must be one of {head_dims}, got {D}")
     if min(Sq, Skv) < 1:
-        raise ValueError(f"attention: empty sequence (queries={Sq}, keys={Skv})")
+        raise ValueError(f"{name}: empty sequence (queries={Sq}, keys={Skv})")
     if mask is not None and mask.shape != (Sq, Skv):
-        raise ValueError(f"attention: the mask must be (queries, keys) = {(Sq, Skv)}, "
+        raise ValueError(f"{name}: the mask must be (queries, keys) = {(Sq, Skv)}, "
                          f"got {mask.shape}")
     if causal and Skv < Sq:
-        raise ValueError(f"attention: causal needs at least as many keys as queries "
+        raise ValueError(f"{name}: causal needs at least as many keys as queries "
                          f"(queries={Sq}, keys={Skv}): query i sees keys 0..i")
     return B, H, Hkv, Sq, Skv, D
 
 
-def _check_kinds(Q, K, V, mask):
-    """Q, K, V and the mask all pc.Arrays or all host arrays, and a floating-point mask (the
-    mask as a NumPy array unless it is a pc.Array)."""
+def _check_kinds(name: str, Q, K, V, mask):
+    """Q, K, V and the mask all pc.Arrays or all host arrays, and a floating-point mask; the
+    host ones (array-likes) returned as NumPy arrays."""
     arrays = [isinstance(a, pc.Array) for a in (Q, K, V)]
+    Q, K, V = (a if isinstance(a, pc.Array) else np.asarray(a) for a in (Q, K, V))
     if mask is not None:
         if not isinstance(mask, pc.Array):
             mask = np.asarray(mask)
         arrays.append(isinstance(mask, pc.Array))
     if any(arrays) and not all(arrays):
-        raise ValueError("attention: Q, K, V (and the mask) must all be pc.Arrays or all NumPy "
+        raise ValueError(f"{name}: Q, K, V (and the mask) must all be pc.Arrays or all NumPy "
                          "arrays (move them with pc.asarray(a, backend=...) or a.numpy())")
     if mask is not None and mask.dtype == np.bool_:
-        raise ValueError("attention: the mask is added to the scores (-inf hides a key); a "
+        raise ValueError(f"{name}: the mask is added to the scores (-inf hides a key); a "
                          "boolean mask is ambiguous: pass np.where(keep, 0, -np.inf)"
                          ".astype(np.float16) for a mask that is True where a key is seen")
     if mask is not None and not (np.issubdtype(mask.dtype, np.floating)
                                  or mask.dtype.name == "bfloat16"):
-        raise ValueError(f"attention: the mask must be floating point (added to the scores as "
+        raise ValueError(f"{name}: the mask must be floating point (added to the scores as "
                          f"float16), got {mask.dtype}")
     if mask is not None and isinstance(mask, pc.Array) and mask.dtype != np.float16:
-        raise ValueError(f"attention: a pc.Array mask must be float16, got {mask.dtype} "
+        raise ValueError(f"{name}: a pc.Array mask must be float16, got {mask.dtype} "
                          "(pc.asarray(mask.numpy().astype(np.float16), backend=...))")
-    return mask
+    return Q, K, V, mask
+
+
+def mask_as_f16(mask) -> np.ndarray:
+    """A host mask as `attention` adds it: float16, with finite values beyond float16's range
+    saturated to ±65504, so that a large finite value such as -1e9 (a common way to hide a
+    key) stays finite rather than becoming -inf: a row of only -inf is NaN, a row of only
+    -65504 weighs its keys as if unmasked. -inf, +inf and NaN are kept."""
+    m = np.asarray(mask)
+    if m.dtype != np.float16:
+        m = np.asarray(m, np.float32)
+        m = np.where(np.isfinite(m), np.clip(m, -F16_MAX, F16_MAX), m).astype(np.float16)
+    return np.ascontiguousarray(m)
 
 
 def _dtype_name(a: np.ndarray) -> str:
@@ -657,8 +673,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     kernels above, "auto" (the default) with "vector" where it applies: f16 or bf16, head_dim
     64, 128 or 256, at most 8 query rows per K/V head (heads / kv_heads * queries). On the
     vector path `softmax` and `fp` do not apply (it computes in f32 throughout, in base 2)."""
-    mask = _check_kinds(Q, K, V, mask)
-    B, H, Hkv, Sq, Skv, D = _check_shapes(Q, K, V, mask, causal)
+    Q, K, V, mask = _check_kinds("attention", Q, K, V, mask)
+    B, H, Hkv, Sq, Skv, D = _check_shapes("attention", Q, K, V, mask, causal)
     el = _dtype_name(Q)
     if _dtype_name(K) != el or _dtype_name(V) != el:
         raise ValueError(f"attention: Q, K and V must have one dtype, got {Q.dtype}, {K.dtype}, "
@@ -707,11 +723,23 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         raise ValueError(f"attention: decode_kernel must be 'auto', 'vector' or 'coopmat', got "
                          f"{decode_kernel!r}")
     n = (H // Hkv) * Sq                      # query rows per K/V head
-    vector = D in VECTOR_HEAD_DIMS and n <= MAX_ROWS
+    # K and V views starting `halves` halves into their buffers: the vector decode loads 4
+    # halves at a time (8 bytes) and the staged prefill 8 (16 bytes)
+    offsets = [(name, a.offset) for name, a in (("K", K), ("V", V)) if isinstance(a, pc.Array)]
+
+    def misaligned(halves: int) -> list[str]:
+        return [f"{name} starts {2 * o} bytes into its buffer" for name, o in offsets
+                if o % halves]
+    vector = D in VECTOR_HEAD_DIMS and n <= MAX_ROWS and not misaligned(4)
     if decode_kernel == "vector" and not vector:
-        raise ValueError(f"attention: the vector decode takes head_dim {VECTOR_HEAD_DIMS} and "
-                         f"at most {MAX_ROWS} query rows per K/V head (heads / kv_heads * "
-                         f"queries = {n}, head_dim {D})")
+        raise ValueError(f"attention: the vector decode takes head_dim {VECTOR_HEAD_DIMS}, at "
+                         f"most {MAX_ROWS} query rows per K/V head and K and V views starting "
+                         f"8-byte aligned (heads / kv_heads * queries = {n}, head_dim {D}"
+                         + "".join(f", {m}" for m in misaligned(4)) + ")")
+    if scope == "staged" and misaligned(8):
+        raise ValueError(f"attention: scope='staged' reads K and V 16 bytes at a time, so their "
+                         f"views must start 16-byte aligned, but {' and '.join(misaligned(8))}; "
+                         f"use scope='workgroup' or an aligned copy")
     if decode_kernel == "vector" and not abs(scale) <= EXP2_SCALES[1]:
         raise ValueError(f"attention: the vector decode multiplies the queries by scale · "
                          f"log2(e) in f32, which needs |scale| <= 2^24, got {scale}; use "
@@ -769,7 +797,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                           "words" if words else mask is not None, el, out, scope, sm, fp,
                           blocks)
     if mask is not None and not device:
-        mask = np.ascontiguousarray(mask, np.float16)       # a float mask: rounded to f16
+        mask = mask_as_f16(mask)
     kinds, launches = [], []
     if blocks:                      # the kinds of the mask's blocks, before the prefill
         rows = _subgroup_rows("attention", Br, invocations) if scope == "subgroup" else Br
@@ -866,14 +894,17 @@ def _result(O, LSE, *launches) -> AttentionResult:
 def attention_reference(Q, K, V, *, mask=None, causal: bool = False,
                         scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(output, log-sum-exp) in f64 from the f32 values of the inputs, as `attention` defines
-    them (GQA: query head h uses K/V head h // (heads / kv_heads))."""
+    them (GQA: query head h uses K/V head h // (heads / kv_heads); the mask as
+    `mask_as_f16` makes it), with attention's checks of the arguments (any head dim)."""
+    Q, K, V, mask = _check_kinds("attention_reference", Q, K, V, mask)
+    _check_shapes("attention_reference", Q, K, V, mask, causal, head_dims=None)
     Q, K, V = (np.asarray(a, np.float32).astype(np.float64) for a in (Q, K, V))
     G = Q.shape[1] // K.shape[1]
     K, V = np.repeat(K, G, axis=1), np.repeat(V, G, axis=1)
     scale = 1 / np.sqrt(Q.shape[-1]) if scale is None else scale
     s = Q @ np.swapaxes(K, -1, -2) * scale
     if mask is not None:
-        s = s + np.asarray(mask, np.float64)
+        s = s + mask_as_f16(mask).astype(np.float64)
     if causal:
         s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
     m = s.max(-1, keepdims=True)

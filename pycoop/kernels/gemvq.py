@@ -13,7 +13,10 @@ What it computes, exactly:
    - amax < 2^-96 (including an all-zero block): d = 0 and every q = 0;
    - s = the sum of the block's 32 q (an exact i32, for Q4_0's offset).
    Outputs: Q, the q as int8 packed four to a u32 (value 4w + i in byte i of word w, N x K/4
-   words), D (f32, N x K/32) and S (i32, N x K/32). NaN or infinite x are not defined.
+   words), D (f32, N x K/32) and S (i32, N x K/32).
+   - A block holding a NaN or an infinity gets d = NaN, every q = 0 and s = 0, so that every
+     product with it is NaN, as the f32 products are for a NaN (an infinity gives NaN here
+     where f32 products may give ±inf).
 2. **Products** (`gemv_q8_1`). For weight row m, vector n and block b, with the weight block's
    f16 scale dw and its integers w (Q8_0: the signed bytes; Q4_0: the nibbles 0 ... 15):
    - the `parts` lanes sharing the block each take some of its payload words and form an exact
@@ -45,6 +48,8 @@ from pycoop import f16, f32, i32, u32
 
 QK = 32                                   # values per activation block
 TINY = 2.0 ** -96                         # blocks with a smaller amax quantise to zeros
+F32_MAX = float(np.finfo(np.float32).max)
+INF, NAN = float("inf"), float("nan")
 FORMATS_Q8_1 = ("q8_0", "q4_0")           # weight formats of the integer path
 U4 = pc.vec(u32, 4)
 F4 = pc.vec(f32, 4)
@@ -98,14 +103,19 @@ def q8_1_lanes(xs: list):
     """The q8_1 quantisation of a 32-value block held as 4 values by each of 8 consecutive
     lanes (aligned to 8): this lane's packed word, the block's d and its sum s (as
     `quantize_q8_1`, through a butterfly of shuffles)."""
-    amax = pc.max(pc.max(pc.abs(xs[0]), pc.abs(xs[1])), pc.max(pc.abs(xs[2]), pc.abs(xs[3])))
+    # |x|, or +inf for a NaN or an infinity (not finite: not <= the largest f32), so that the
+    # block's amax is +inf exactly where it holds one
+    mags = [pc.select(pc.abs(x) <= F32_MAX, pc.abs(x), f32(INF)) for x in xs]
+    amax = pc.max(pc.max(mags[0], mags[1]), pc.max(mags[2], mags[3]))
     for m in (1, 2, 4):
         amax = pc.max(amax, pc.subgroup.shuffle_xor(amax, m))
     ok = amax >= TINY
+    bad = amax > F32_MAX
     den = pc.select(ok, amax, f32(1.0))
     inv = pc.select(ok, f32(127.0) / den, f32(0.0))
-    d = pc.select(ok, den / f32(127.0), f32(0.0))
-    qs = [pc.max(pc.min(_round_away(x * inv), i32(127)), i32(-127)) for x in xs]
+    d = pc.select(bad, f32(NAN), pc.select(ok, den / f32(127.0), f32(0.0)))
+    qs = [pc.max(pc.min(_round_away(pc.select(bad, f32(0.0), x * inv)), i32(127)), i32(-127))
+          for x in xs]
     word = u32(0)
     for c, q in enumerate(qs):
         word = word | ((pc.bitcast(q, u32) & 0xFF) << (8 * c))
@@ -160,11 +170,14 @@ def quantize_q8_1_reference(X) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if K % QK:
         raise ValueError(f"quantize_q8_1_reference: K must be a multiple of {QK}, got {K}")
     b = X2.reshape(N, K // QK, QK)
+    bad = ~np.isfinite(b).all(-1)                 # a NaN or an infinity: d = NaN, q = 0
+    b = np.where(bad[..., None], np.float32(0.0), b)
     amax = np.abs(b).max(-1)
     ok = amax >= np.float32(TINY)
     den = np.where(ok, amax, np.float32(1.0)).astype(np.float32)
     inv = np.where(ok, np.float32(127.0) / den, np.float32(0.0)).astype(np.float32)
-    d = np.where(ok, den / np.float32(127.0), np.float32(0.0)).astype(np.float32)
+    d = np.where(bad, np.float32(np.nan),
+                 np.where(ok, den / np.float32(127.0), np.float32(0.0))).astype(np.float32)
     t = (b * inv[..., None]).astype(np.float32)
     a = np.abs(t)
     f = np.floor(a)

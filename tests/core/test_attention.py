@@ -16,7 +16,7 @@ from core_helpers import FEW, SETTINGS
 import pycoop as pc
 from pycoop.kernels import (AttentionResult, Softmax, tuned_softmax, attention, attention_decode,
                             attention_decode_vector, attention_merge, attention_prefill,
-                            attention_reference, prefill_invocations)
+                            attention_reference, mask_as_f16, prefill_invocations)
 from pycoop.kernels.attention_decode import default_splits, default_subgroups, fits_shared
 from pycoop.kernels.attention_mask import mask_block_kinds, mask_block_kinds_reference
 
@@ -732,6 +732,72 @@ def test_vector_decode_path_errors():
     with pytest.raises(ValueError,
                        match=r"decode_merge must be one of \('workgroup', 'launch', 'phase'\)"):
         attention(Q[:, :, :1], K, K, decode_merge="atomic", backend="emulator")
+
+
+def test_views_of_k_and_v_that_start_between_words():
+    """A K view 2 bytes into its buffer: the vector decode (4 halves per load) cannot bind
+    it, so "auto" decodes with the cooperative matrices; asking for the vector decode, or the
+    staged prefill (16-byte loads), is refused naming the view's offset."""
+    rng = np.random.default_rng(2)
+    Q = rng.standard_normal((1, 2, 1, 64)).astype(np.float16)
+    K = rng.standard_normal((1, 1, 30, 64)).astype(np.float16)
+    buf = pc.asarray(np.concatenate([np.zeros(1, np.float16), K.ravel()]), backend="emulator")
+    k, q, v = buf[1:].reshape(K.shape), _dev(Q), _dev(K)
+    ref, _ = attention_reference(Q, K, K)
+    for kw in ({}, {"decode_width": 4}, {"decode": False}):
+        np.testing.assert_allclose(attention(q, k, v, out="f32", **kw).out.numpy(), ref,
+                                   rtol=0, atol=OUT_TOL)
+    with pytest.raises(ValueError, match="vector decode .* K and V views starting 8-byte "
+                                         "aligned .* K starts 2 bytes into its buffer"):
+        attention(q, k, v, decode_kernel="vector")
+    with pytest.raises(ValueError, match=r"scope='staged' reads K and V 16 bytes at a time"
+                                         r".* K starts 2 bytes into its buffer"):
+        attention(q, k, v, decode=False, scope="staged", Br=32, Bc=32)
+
+
+def test_masks_beyond_the_range_of_float16_saturate():
+    """A float mask is rounded to f16 with finite values beyond ±65504 saturated: -1e9 hides
+    keys as -inf does, a row of it weighs the keys as without it (the same value added to
+    every score of the row; not NaN), a large bias still dominates; -inf and NaN are kept; attention_reference adds the same mask."""
+    m = np.array([[-1e9, 1e5, -np.inf, np.nan, 0.1, 70000.0]], np.float32)
+    np.testing.assert_array_equal(
+        mask_as_f16(m), np.array([[-65504, 65504, -np.inf, np.nan, 0.1, 65504]], np.float16))
+    Q, K, V, _ = operands(1, 2, 1, 4, 8, 64, seed=6)
+    mask = np.zeros((4, 8), np.float32)
+    mask[0, 2:] = -1e9                  # keys 2.. hidden
+    mask[1, :] = -1e9                   # every key: as if unmasked
+    mask[2, 3] = 1e5                    # key 3 takes all the weight
+    r = attention(Q, K, V, mask=mask, out="f32", backend="emulator", decode=False, **TILE)
+    ref, lse = attention_reference(Q, K, V, mask=mask)
+    assert np.isfinite(r.out).all() and np.isfinite(ref).all()
+    np.testing.assert_allclose(r.out, ref, rtol=0, atol=OUT_TOL)
+    hidden = mask.copy()
+    hidden[0, 2:] = -np.inf
+    np.testing.assert_allclose(r.out[:, :, 0], attention_reference(Q, K, V, mask=hidden)[0][:, :, 0],
+                               rtol=0, atol=OUT_TOL)
+    np.testing.assert_allclose(r.out[:, :, 1], attention_reference(Q, K, V)[0][:, :, 1],
+                               rtol=0, atol=OUT_TOL)
+    np.testing.assert_allclose(r.out[:, :, 2], np.broadcast_to(
+        V[:, :, 3].astype(np.float64), r.out[:, :, 2].shape), rtol=0, atol=OUT_TOL)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda Q: (Q, Q, Q, {"mask": np.ones((8, 8), bool)}), "a boolean mask is ambiguous"),
+    (lambda Q: (Q, Q[:, :, :4], Q[:, :, :4], {"causal": True}),
+     "causal needs at least as many keys as queries"),
+    (lambda Q: (np.zeros((1, 3, 8, 64), np.float16), Q, Q, {}),
+     r"kv_heads \(2\) must divide the heads \(3\)"),
+    (lambda Q: (Q, Q[:, :, :0], Q[:, :, :0], {}), "empty sequence"),
+    (lambda Q: (Q, Q, Q, {"mask": np.zeros((8, 7), np.float32)}),
+     r"mask must be \(queries, keys\) = \(8, 8\)"),
+])
+def test_the_reference_checks_its_arguments_as_attention_does(make, message):
+    Q, K, V, kw = make(np.zeros((1, 2, 8, 64), np.float16))
+    with pytest.raises(ValueError, match="attention_reference: .*" + message):
+        attention_reference(Q, K, V, **kw)
+    # any head dim is fine there, and nested lists are arrays
+    attention_reference(np.zeros((1, 1, 2, 16)).tolist(), np.zeros((1, 1, 2, 16)),
+                        np.zeros((1, 1, 2, 16)))
 
 
 @pytest.mark.parametrize("kind", ["prefill", "decode_coopmat", "decode_vector", "decode_phases"])

@@ -73,6 +73,38 @@ def test_quantize_rounds_halves_away_from_zero():
     assert not q[1:].any() and d[1, 0] == 0 and d[2, 0] == 0 and s[1:].sum() == 0
 
 
+@pytest.mark.parametrize("backend", ["emulator", pytest.param("vulkan", marks=pytest.mark.vulkan)])
+def test_a_block_with_nan_or_inf_quantises_to_a_nan_scale(backend, gguf):
+    """A NaN or an infinity makes its block's d NaN with zero q and s (the kernel bit for bit
+    as the reference; before, the emulator reported an undefined float-to-int conversion and
+    a GPU gave finite garbage), so every product with that block is NaN, as on the f32 path;
+    the other blocks are as before."""
+    if backend == "vulkan":
+        try:
+            pc.get_runtime("vulkan")
+        except pc.BackendUnavailable as e:
+            pytest.skip(f"no Vulkan device: {e}")
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((2, 128)).astype(np.float32)
+    X[0, 5], X[0, 70], X[1, 127] = np.nan, np.inf, -np.inf
+    for src in (np.float32, np.float16):
+        q, d, s = run_quantize(X.astype(src), backend=backend)
+        rq, rd, rs = quantize_q8_1_reference(X.astype(src))
+        np.testing.assert_array_equal(q, rq)
+        np.testing.assert_array_equal(d.view(np.uint32), rd.view(np.uint32))
+        np.testing.assert_array_equal(s, rs)
+        assert np.isnan(d).tolist() == [[True, False, True, False], [False, False, False, True]]
+        assert not q[0, :32].any() and s[0, 0] == 0
+        good = quantize_q8_1_reference(np.where(np.isfinite(X), X, 0).astype(src))
+        np.testing.assert_array_equal(q[:, 32:64], good[0][:, 32:64])
+    W = make_weights(gguf, "q4_0", 16, 128, seed=1)
+    Y = matmul_q(W, X, "q4_0", activations="q8_1", backend=backend, subgroup_size=8)
+    assert np.isnan(Y).all()
+    Y = matmul_q(W, np.where(np.isfinite(X), X, 0), "q4_0", activations="q8_1",
+                 backend=backend, subgroup_size=8)
+    assert np.isfinite(Y).all()
+
+
 @FEW
 @given(n=st.integers(1, 5), blocks=st.integers(1, 5), src=st.sampled_from(["f32", "f16"]),
        scale=st.sampled_from([1e-3, 1.0, 7.5, 3e4]), seed=st.integers(0, 2**16),
