@@ -427,12 +427,16 @@ def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
     - the raw bytes of a quantised matrix (uint8, M x row bytes) with `fmt`, K from the row
       size (or given)."""
     if isinstance(W, GGMLWeights):
+        if fmt is not None and fmt != W.fmt:
+            raise ValueError(f"weights: these weights are {W.fmt}, not fmt={fmt!r}")
         return W
     if hasattr(W, "tensor_type") and hasattr(W, "data"):          # gguf.ReaderTensor
         name = W.tensor_type.name.lower()
         if name not in BLOCKS:
             raise ValueError(f"GGUF tensor {W.name!r} is {W.tensor_type.name}; pycoop's GEMV "
                              f"kernels take {', '.join(f.upper() for f in FORMATS)}")
+        if fmt is not None and fmt != name:
+            raise ValueError(f"weights: GGUF tensor {W.name!r} is {name}, not fmt={fmt!r}")
         shape = [int(s) for s in W.shape]                        # GGML order: K first
         if len(shape) != 2 and not (len(shape) > 2 and all(s == 1 for s in shape[2:])):
             raise ValueError(f"GGUF tensor {W.name!r} has shape {shape}: a matrix is 2-D")
@@ -467,7 +471,7 @@ def _make(fmt: str, M: int, K: int, data) -> GGMLWeights:
     qk, size = BLOCKS[fmt]
     if K % qk:
         raise ValueError(f"{fmt} weights need K a multiple of {qk} (its block), got K={K}")
-    data = np.asarray(data)
+    data = np.ascontiguousarray(data)         # the kernels read rows as laid out in memory
     want = M * K // qk * size
     if data.nbytes != want:
         raise ValueError(f"{fmt} weights of {M} x {K} are {want} bytes, got {data.nbytes}")
@@ -511,8 +515,7 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
         raise ValueError(f"matmul_q: a pc.Array X is float32 or float16, got {X.dtype}")
     if not device:              # NumPy (or anything it reads): f16 kept, the rest as f32
         X = np.asarray(X)
-        if X.dtype != np.float16:
-            X = np.asarray(X, np.float32)
+        X = np.ascontiguousarray(X if X.dtype == np.float16 else np.asarray(X, np.float32))
     bk = X.backend if device else backend
     shape = tuple(X.shape)
     vector = len(shape) == 1

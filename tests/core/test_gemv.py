@@ -84,6 +84,25 @@ def test_q4_0_large_n_goes_to_the_cooperative_matrix_gemm(gguf):
     np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
 
 
+def test_views_of_x_and_w_on_every_path(gguf):
+    """Transposed X and row-reversed raw weights (NumPy views that are not C-contiguous)
+    give the contiguous copies' results on the matrix-vector and the cooperative-matrix
+    paths (the GEMM used to refuse them with its internal argument names)."""
+    M, K = 40, 96
+    W = make_weights(gguf, "q4_0", M, K, seed=9)
+    X = np.random.default_rng(9).standard_normal((70, K)).astype(np.float16)
+    Xt = np.asfortranarray(X)
+    for n in (3, 70):
+        want = matmul_q(W, X[:n], "q4_0", backend="emulator")
+        np.testing.assert_array_equal(matmul_q(W, Xt[:n], "q4_0", backend="emulator"), want)
+        np.testing.assert_array_equal(
+            matmul_q(W, Xt[:n].astype(np.float32), "q4_0", backend="emulator"),
+            matmul_q(W, X[:n].astype(np.float32), "q4_0", backend="emulator"))
+        np.testing.assert_array_equal(
+            matmul_q(W[::-1], X[:n], "q4_0", backend="emulator"),
+            matmul_q(np.ascontiguousarray(W[::-1]), X[:n], "q4_0", backend="emulator"))
+
+
 def test_large_n_gemm_on_device_arrays_rounds_x_on_the_device(gguf):
     """A device X (f32 or f16) reaches the cooperative-matrix GEMM on its backend: f32 is
     rounded to f16 by a kernel, as NumPy rounds it, so the results are the NumPy X's bits."""
@@ -194,6 +213,10 @@ def test_any_float_x(gguf, fmt, M, K, N):
     (lambda: weights(np.zeros((4, 36), np.uint8), "q4_0", K=32), "hold K = 64"),
     (lambda: weights(np.zeros((4, 8), np.float32), "f16"), "float16"),
     (lambda: weights(np.zeros(8, np.float16)), "2-D"),
+    (lambda: weights(weights(np.zeros((4, 36), np.uint8), "q4_0"), "q8_0"),
+     "these weights are q4_0, not fmt='q8_0'"),
+    (lambda: matmul_q(weights(np.zeros((4, 36), np.uint8), "q4_0"), np.zeros(64, np.float32),
+                      "q8_0"), "these weights are q4_0, not fmt='q8_0'"),
     (lambda: matmul_q(np.zeros((4, 16), np.float16), np.zeros((2, 8), np.float32)),
      "K = 16"),
     (lambda: matmul_q(np.zeros((4, 16), np.float16), np.zeros((70, 16), np.float32),
@@ -210,3 +233,13 @@ def test_unsupported_gguf_tensor_type_is_named(gguf):
         shape, data = np.array([256, 4]), np.zeros((4, 176), np.uint8)
     with pytest.raises(ValueError, match="blk.0.ffn_down.weight.*Q5_K.*F16, Q8_0, Q4_0, Q4_K"):
         weights(T())
+
+
+def test_a_gguf_tensor_with_another_fmt_is_refused(gguf):
+    class T:                                          # the fields of a gguf.ReaderTensor
+        name, tensor_type = "blk.0.ffn_up.weight", gguf.GGMLQuantizationType.Q4_0
+        shape, data = np.array([64, 4]), np.zeros((4, 36), np.uint8)
+    assert weights(T()).fmt == weights(T(), "q4_0").fmt == "q4_0"
+    with pytest.raises(ValueError, match="GGUF tensor 'blk.0.ffn_up.weight' is q4_0, not "
+                                         "fmt='q8_0'"):
+        weights(T(), "q8_0")
