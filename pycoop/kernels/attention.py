@@ -45,6 +45,7 @@ import numpy as np
 
 import pycoop as pc
 from pycoop import f16, f32, u32
+from pycoop.codegen.float_modes import FP_MODES
 from pycoop.runtime import capturing
 from pycoop.runtime.backend import vulkan_missing
 
@@ -134,9 +135,9 @@ def _check_softmax(name: str, sm: Softmax | None, Bc: int) -> Softmax:
 
 
 def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out: str,
-                  scope: str = "workgroup", invocations: int = 128) -> None:
+                  scope: str = "workgroup", invocations: int = 128, fp: str = "exact") -> None:
     """Errors a wrong configuration gives before anything is traced or launched."""
-    check_tile(name, head_dim, Bc, dtype, out)
+    check_tile(name, head_dim, Bc, dtype, out, fp)
     if not isinstance(rows, int) or isinstance(rows, bool) or rows < 16 or rows % 16:
         raise ValueError(f"{name}: the query block must be a multiple of 16, got {rows!r}")
     if scope not in SCOPES:
@@ -145,6 +146,28 @@ def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out:
                                  or invocations % SUBGROUP):
         raise ValueError(f"{name}: at {scope} scope the invocations must be a multiple of "
                          f"{SUBGROUP} (whole subgroups), got {invocations!r}")
+
+
+def _int_arg(name: str, v, optional: bool = False) -> int | None:
+    """An int option of `attention` (a NumPy integer read as one) >= 1, or None where
+    `optional`; anything else (a bool, a string, a float) is refused naming the option."""
+    if v is None and optional:
+        return None
+    if isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) and v >= 1:
+        return int(v)
+    raise ValueError(f"attention: {name} must be an int >= 1{' or None' if optional else ''}, "
+                     f"got {v!r}")
+
+
+def _bool_arg(name: str, v, optional: bool = False) -> bool | None:
+    """A True/False option of `attention` (or None where `optional`): a string such as 'no'
+    would otherwise be taken as true."""
+    if v is None and optional:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise ValueError(f"attention: {name} must be True or False{' or None' if optional else ''},"
+                     f" got {v!r}")
 
 
 def _words_unmet(scope: str, Br: int, Bc: int, invocations: int) -> list[str]:
@@ -325,7 +348,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     The key blocks that need no masking (all keys in the sequence and, causal, before the
     tile's first query) run in a loop of their own; only the last blocks pay for the
     per-element masking."""
-    _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations)
+    _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations, fp)
     if mask not in (False, True, "words"):
         raise ValueError(f"attention_prefill: mask must be False, True or 'words', got {mask!r}")
     words = mask == "words"
@@ -483,7 +506,7 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
     of the subgroups. Chunks past the keys write maxima of -2^99 (`NEG_BIG`) and sums of 0.
     `softmax` and `fp` as in `attention_prefill`.
     `attention_merge(..., exp2=softmax.exp2)` merges the splits."""
-    _check_config("attention_decode", head_dim, rows, Bc, dtype, "f32", scope, invocations)
+    _check_config("attention_decode", head_dim, rows, Bc, dtype, "f32", scope, invocations, fp)
     if scope == "staged":
         raise ValueError("attention_decode: scope must be 'workgroup' or 'subgroup' (the staged "
                          "kernel is a prefill kernel)")
@@ -673,6 +696,23 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     kernels above, "auto" (the default) with "vector" where it applies: f16 or bf16, head_dim
     64, 128 or 256, at most 8 query rows per K/V head (heads / kv_heads * queries). On the
     vector path `softmax` and `fp` do not apply (it computes in f32 throughout, in base 2)."""
+    Br, Bc, decode_rows, decode_Bc, decode_invocations, subgroup_size, decode_unroll = (
+        _int_arg(n, v) for n, v in (("Br", Br), ("Bc", Bc), ("decode_rows", decode_rows),
+                                    ("decode_Bc", decode_Bc),
+                                    ("decode_invocations", decode_invocations),
+                                    ("subgroup_size", subgroup_size),
+                                    ("decode_unroll", decode_unroll)))
+    invocations, decode_subgroups, decode_lanes, merge_unroll = (
+        _int_arg(n, v, optional=True) for n, v in (
+            ("invocations", invocations), ("decode_subgroups", decode_subgroups),
+            ("decode_lanes", decode_lanes), ("merge_unroll", merge_unroll)))
+    causal, mask_blocks = _bool_arg("causal", causal), _bool_arg("mask_blocks", mask_blocks)
+    decode = _bool_arg("decode", decode, optional=True)
+    if fp not in FP_MODES:
+        raise ValueError(f"attention: fp must be one of {FP_MODES}, got {fp!r}")
+    if scale is not None and (not isinstance(scale, numbers.Real)
+                              or isinstance(scale, (bool, np.bool_))):
+        raise ValueError(f"attention: scale must be a number or None, got {scale!r}")
     Q, K, V, mask = _check_kinds("attention", Q, K, V, mask)
     B, H, Hkv, Sq, Skv, D = _check_shapes("attention", Q, K, V, mask, causal)
     el = _dtype_name(Q)
@@ -700,10 +740,6 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                                                                               bool)):
         raise ValueError(f"attention: decode_width (halves per K and V load) must be one of "
                          f"{WIDTHS} or None, got {decode_width!r}")
-    if merge_unroll is not None and (not isinstance(merge_unroll, int)
-                                     or isinstance(merge_unroll, bool) or merge_unroll < 1):
-        raise ValueError(f"attention: merge_unroll must be an int >= 1 (or None: the default), "
-                         f"got {merge_unroll!r}")
     device = isinstance(Q, pc.Array)
     if device:
         be = Q.backend

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pycoop as pc
 from pycoop import f16, f32
+from pycoop.codegen.float_modes import FP_MODES
 
 # "minus infinity" for the running maxima: finite, so exp(m_old - m_new) stays 0 or 1 rather
 # than NaN when a whole block of a row is masked to -inf; a power of two, so that its product
@@ -18,9 +19,12 @@ OUT = {"f16": f16, "f32": f32}               # the output dtypes
 HEAD_DIMS = (64, 80, 96, 112, 128, 256)     # the attention kernels' (the merge takes them all)
 
 
-def check_tile(name: str, head_dim: int, Bc: int, dtype: str, out: str) -> None:
+def check_tile(name: str, head_dim: int, Bc: int, dtype: str, out: str,
+               fp: str = "exact") -> None:
     """The errors every prefill kernel gives for its head dim, key block, input and output
-    types before anything is traced."""
+    types and floating-point mode before anything is traced."""
+    if fp not in FP_MODES:
+        raise ValueError(f"{name}: fp must be one of {FP_MODES}, got {fp!r}")
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"{name}: head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
     if not isinstance(Bc, int) or isinstance(Bc, bool) or Bc < 16 or Bc % 16:

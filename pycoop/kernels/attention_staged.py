@@ -47,9 +47,9 @@ def shared_bytes(head_dim: int, Bc: int) -> int:
 
 
 def check_staged(name: str, head_dim: int, Bc: int, subgroups: int, dtype: str,
-                 out: str) -> None:
+                 out: str, fp: str = "exact") -> None:
     """The errors a configuration of the staged kernel gives before anything is built."""
-    check_tile(name, head_dim, Bc, dtype, out)
+    check_tile(name, head_dim, Bc, dtype, out, fp)
     if not isinstance(subgroups, int) or isinstance(subgroups, bool) or not 1 <= subgroups <= 32:
         raise ValueError(f"{name}: subgroups (16 query rows each) must be an int from 1 to 32, "
                          f"got {subgroups!r}")
@@ -70,7 +70,7 @@ def attention_prefill_staged(head_dim: int = 128, Bc: int = 64, subgroups: int =
     as uvec4 (`K.view(np.uint32)`), with `mask` Mask (queries, keys) f16, O (batch, heads,
     queries, head_dim) of `out`, LSE (batch, heads, queries) f32, then queries, keys, heads,
     kv_heads and scale; the grid is (ceil(queries / Br), batch · heads)."""
-    check_staged("attention_prefill_staged", head_dim, Bc, subgroups, dtype, out)
+    check_staged("attention_prefill_staged", head_dim, Bc, subgroups, dtype, out, fp)
     D, el = head_dim, ELEMENT[dtype]
     Br, WG = 16 * subgroups, 32 * subgroups
     nd, nj = D // 16, Bc // 16

@@ -189,9 +189,9 @@ def quantize_q8_0(w: np.ndarray) -> np.ndarray:
     """llama.cpp's Q8_0 quantisation of the rows of `w` (M x K, K a multiple of 32): the raw
     bytes, M x (K / 32 * 34) uint8. Per block d = max |w| / 127 and q = round(w / d)."""
     w = np.asarray(w, np.float32)
-    if w.ndim != 2 or w.shape[1] % 32:
-        raise ValueError(f"quantize_q8_0 takes an M x K matrix with K a multiple of 32, got "
-                         f"shape {w.shape}")
+    if w.ndim != 2 or w.shape[1] % 32 or w.size == 0:
+        raise ValueError(f"quantize_q8_0 takes a non-empty M x K matrix with K a multiple of "
+                         f"32, got shape {w.shape}")
     M, K = w.shape
     blocks = w.reshape(M, K // 32, 32)
     d = np.abs(blocks).max(axis=-1, keepdims=True) / 127
@@ -264,9 +264,9 @@ def quantize_q4_k(w: np.ndarray) -> np.ndarray:
     step and offset. (llama.cpp's own quantiser searches each sub-block's step and offset for
     the least squared error instead; the layout is the same.)"""
     w = np.asarray(w, np.float32)
-    if w.ndim != 2 or w.shape[1] % 256:
-        raise ValueError(f"quantize_q4_k takes an M x K matrix with K a multiple of 256, got "
-                         f"shape {w.shape}")
+    if w.ndim != 2 or w.shape[1] % 256 or w.size == 0:
+        raise ValueError(f"quantize_q4_k takes a non-empty M x K matrix with K a multiple of "
+                         f"256, got shape {w.shape}")
     M, K = w.shape
     x = w.reshape(M, K // 256, 8, 32)
     lo = np.minimum(x.min(axis=-1), 0)                       # ... x 8: offsets (<= 0)

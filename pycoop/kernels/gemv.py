@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 
 import numpy as np
 
@@ -469,6 +470,8 @@ def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
 
 def _make(fmt: str, M: int, K: int, data) -> GGMLWeights:
     qk, size = BLOCKS[fmt]
+    if M < 1 or K < 1:
+        raise ValueError(f"weights: an empty matrix ({M} x {K} {fmt} weights)")
     if K % qk:
         raise ValueError(f"{fmt} weights need K a multiple of {qk} (its block), got K={K}")
     data = np.ascontiguousarray(data)         # the kernels read rows as laid out in memory
@@ -507,6 +510,13 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     change from run to run (results may differ in the last bits): `deterministic=True` sums
     the splits in a second kernel instead (one more launch). `launches`: a list that receives
     the planes path's launch results (device times: `.times_ms`)."""
+    if config is not None and not isinstance(config, GemvConfig):
+        raise ValueError(f"matmul_q: config is a GemvConfig (or None), got {config!r}")
+    if not isinstance(large_n, numbers.Integral) or isinstance(large_n, bool) or large_n < 1:
+        raise ValueError(f"matmul_q: large_n must be an int >= 1, got {large_n!r}")
+    if launches is not None and not isinstance(launches, list):
+        raise ValueError(f"matmul_q: launches is a list the launches are appended to (or "
+                         f"None), got {launches!r}")
     Wq = weights(W, fmt)
     device = isinstance(X, pc.Array)
     if device and backend is not None and backend != X.backend:
@@ -614,10 +624,15 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
     rounded to f16 by the GEMM as it stages it (`x_f32`; f16 X copied into rows padded to whole
     tiles of vectors first), split-K summed by f32 atomics into a zeroed Y (or,
     `deterministic`, by `sum_splits`). The weights' planes are made once."""
+    if Wq.fmt not in PLANES_GEMMS:
+        raise ValueError(f"matmul_q: the planes GEMMs take {', '.join(PLANES_GEMMS)} weights, "
+                         f"not {Wq.fmt}")
     BM, BN, BK = cfg.tile
     split, sgn = cfg.split_k, max(1, BN // 64)
     gemm = PLANES_GEMMS[Wq.fmt]
-    if Wq.M % BM or Wq.K % (BK * split) or BN % 16 or split < 1:
+    if not isinstance(split, int) or split < 1:
+        raise ValueError(f"matmul_q: split_k must be an int >= 1, got {split!r}")
+    if Wq.M % BM or Wq.K % (BK * split) or BN % 16:
         raise ValueError(f"matmul_q: the planes GEMM's tile {cfg.tile} with split_k={split} "
                          f"does not fit M={Wq.M}, K={Wq.K} (M a multiple of the tile's rows, K of "
                          f"its depth x split_k)")

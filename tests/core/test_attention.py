@@ -351,6 +351,17 @@ def _dev(a):
     (lambda Q: (Q, Q, Q, {"softmax": "exp2"}), "softmax must be a pycoop.kernels.Softmax"),
     (lambda Q: (Q, Q, Q, {"softmax": True}), "softmax must be a pycoop.kernels.Softmax"),
     (lambda Q: (Q, Q, Q, {"merge_unroll": 0}), "merge_unroll must be an int >= 1"),
+    (lambda Q: (Q, Q, Q, {"Br": "128"}), "Br must be an int >= 1, got '128'"),
+    (lambda Q: (Q, Q, Q, {"Bc": None}), "Bc must be an int >= 1, got None"),
+    (lambda Q: (Q, Q, Q, {"invocations": 256.0}), "invocations must be an int >= 1 or None"),
+    (lambda Q: (Q, Q, Q, {"decode_rows": "32"}), "decode_rows must be an int >= 1"),
+    (lambda Q: (Q, Q, Q, {"subgroup_size": True}), "subgroup_size must be an int >= 1"),
+    (lambda Q: (Q, Q, Q, {"causal": "yes"}), "causal must be True or False, got 'yes'"),
+    (lambda Q: (Q, Q, Q, {"decode": "no"}), "decode must be True or False or None"),
+    (lambda Q: (Q, Q, Q, {"mask_blocks": 1}), "mask_blocks must be True or False"),
+    (lambda Q: (Q, Q, Q, {"fp": "bogus"}), r"fp must be one of \('exact', 'strict', 'fast'\)"),
+    (lambda Q: (Q, Q, Q, {"scale": "0.1"}), "scale must be a number or None, got '0.1'"),
+    (lambda Q: (Q.tolist(), Q, Q, {}), "must be float16 or bfloat16, got float64"),
     # the vector decode's options are checked whichever path runs
     (lambda Q: (Q[:, :, :1], Q, Q, {"decode_kernel": "coopmat", "decode_width": 6}),
      r"decode_width \(halves per K and V load\) must be one of \(4, 8\) or None, got 6"),
@@ -372,6 +383,26 @@ def test_argument_errors_before_any_work(make, message):
     Q, K, V, kw = make(np.zeros((1, 2, 8, 64), np.float16))
     with pytest.raises(ValueError, match=message):
         attention(Q, K, V, backend="emulator", **kw)
+
+
+def test_numpy_integers_and_bools_as_options():
+    """NumPy integers and bools are read as ints and bools (Br=np.int64(64) was refused as
+    "not a multiple of 16"), with the same result as Python's."""
+    Q, K, V, _ = operands(1, 2, 1, 20, 30, 64, seed=8)
+    want = attention(Q, K, V, out="f32", backend="emulator", decode=False, causal=True, **TILE)
+    got = attention(Q, K, V, out="f32", backend="emulator", decode=np.bool_(False),
+                    causal=np.bool_(True), Br=np.int64(32), Bc=np.int32(32),
+                    invocations=np.uint16(128))
+    np.testing.assert_array_equal(got.out, want.out)
+
+
+@pytest.mark.parametrize("build", [
+    lambda: attention_prefill(64, fp="bogus"), lambda: attention_decode(64, fp="bogus"),
+    lambda: attention_prefill(64, 32, 32, 64, scope="staged", fp="bogus")])
+def test_kernel_builders_refuse_an_unknown_fp_mode(build):
+    with pytest.raises(ValueError, match=r"fp must be one of \('exact', 'strict', 'fast'\), "
+                                         r"got 'bogus'"):
+        build()
 
 
 def test_masks_as_lists_and_scales_of_any_sign():

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pycoop as pc
-from pycoop.kernels import GemvConfig, choose_kernel, gemv, gemv_grid, matmul_q, weights
+from pycoop.kernels import (GemvConfig, choose_kernel, gemv, gemv_grid, matmul_q, quantize_q4_k,
+                            quantize_q8_0, weights)
 
 from core_helpers import FEW
 from gemv_cases import QK, qtype, check, gguf, make_weights, reference  # noqa: F401 (fixture)
@@ -213,6 +214,22 @@ def test_any_float_x(gguf, fmt, M, K, N):
     (lambda: weights(np.zeros((4, 36), np.uint8), "q4_0", K=32), "hold K = 64"),
     (lambda: weights(np.zeros((4, 8), np.float32), "f16"), "float16"),
     (lambda: weights(np.zeros(8, np.float16)), "2-D"),
+    (lambda: weights(np.zeros((0, 16), np.float16)), r"an empty matrix \(0 x 16 f16 weights\)"),
+    (lambda: weights(np.zeros((0, 36), np.uint8), "q4_0"), "an empty matrix"),
+    (lambda: quantize_q8_0(np.zeros((0, 64))), "a non-empty M x K matrix"),
+    (lambda: quantize_q4_k(np.zeros((3, 0))), "a non-empty M x K matrix"),
+    (lambda: matmul_q(np.zeros((4, 16), np.float16), np.zeros(16), config={"kind": "gemv"}),
+     "config is a GemvConfig"),
+    (lambda: matmul_q(np.zeros((4, 16), np.float16), np.zeros(16), large_n="64"),
+     "large_n must be an int >= 1, got '64'"),
+    (lambda: matmul_q(np.zeros((4, 16), np.float16), np.zeros(16), launches=()),
+     "launches is a list"),
+    (lambda: matmul_q(np.zeros((64, 64), np.float16), np.zeros((4, 64)),
+                      config=GemvConfig("planes", tile=(64, 16, 64))),
+     "the planes GEMMs take q4_0, q8_0, q4_k weights, not f16"),
+    (lambda: matmul_q(np.zeros((64, 36), np.uint8), np.zeros((4, 64)), "q4_0",
+                      config=GemvConfig("planes", tile=(64, 16, 64), split_k=0)),
+     "split_k must be an int >= 1, got 0"),
     (lambda: weights(weights(np.zeros((4, 36), np.uint8), "q4_0"), "q8_0"),
      "these weights are q4_0, not fmt='q8_0'"),
     (lambda: matmul_q(weights(np.zeros((4, 36), np.uint8), "q4_0"), np.zeros(64, np.float32),
