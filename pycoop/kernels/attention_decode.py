@@ -444,8 +444,10 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
             vals = [[x * a for x in col] for col in acc[j]]
             for u in range(U):
                 t = pc.fma(ws[u], ls[j][u], t)
-                vals = [[pc.fma(ws[u], ps[j][u][k][e], vals[k][e]) for e in range(4)]
-                        for k in range(len(cs))]
+                # a clamped step past the last chunk adds nothing: selected out rather than
+                # weighted by 0, which would make an infinite output (an inf in V) NaN
+                vals = [[pc.select(ok[u], pc.fma(ws[u], ps[j][u][k][e], vals[k][e]),
+                                   vals[k][e]) for e in range(4)] for k in range(len(cs))]
             tot[j], acc[j], big[j] = t, vals, b
     first = inv % D4 == 0 if D4 <= WG else inv == 0   # one invocation per group
     top = groups_max(sh_m, big, active and first, g, G)

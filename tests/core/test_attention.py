@@ -951,3 +951,17 @@ def test_block_kinds_need_a_mask():
     with pytest.raises(ValueError, match=r"a 16 x 16 block is read by 512 invocations, so it "
                                          r"must hold a multiple of 512 entries"):
         mask_block_kinds(16, 16, 512)
+
+
+@pytest.mark.parametrize("kw", [{"splits": 1}, {"splits": 3}, {"decode_kernel": "coopmat"},
+                                {"decode": False}])
+def test_an_infinite_value_stays_infinite(kw):
+    """An inf in V gives inf in its output column on every path, as the f64 reference does
+    (the vector decode's merge used to weigh a clamped step past the last chunk by 0: NaN)."""
+    Q, K, V, _ = operands(1, 2, 1, 1, 70, 64, seed=12)
+    V[0, 0, 7, 5] = np.inf
+    with np.errstate(invalid="ignore"):
+        ref, _ = attention_reference(Q, K, V)
+    r = attention(Q, K, V, out="f32", backend="emulator", **kw)
+    assert np.isposinf(ref[..., 5]).all() and np.isposinf(r.out[..., 5]).all()
+    np.testing.assert_allclose(r.out[..., :5], ref[..., :5], rtol=0, atol=OUT_TOL)
