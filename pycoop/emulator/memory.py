@@ -145,6 +145,11 @@ class Memory:
             self._check_unordered_read(ctx, op, flat)
         return self.data[flat]
 
+    def checks_races(self) -> bool:
+        """Whether loads of this buffer are checked against other invocations' stores (its
+        kernel also writes it): checks made per invocation of the dispatch."""
+        return self._writer is not None or self._plain is not None
+
     def track_writers(self, sync) -> None:
         """Record which invocation stored each element, and when (`sync`: the dispatch's
         emulator.sync.DeviceSync), so that loads by other workgroups are checked."""

@@ -94,6 +94,8 @@ def _names_passed(stmts: list[ast.stmt], local: set[str]) -> list[str]:
         if isinstance(n.func, ast.Attribute) and n.func.attr in _MUTATORS:
             args.append(n.func.value)
         for a in args:
+            while isinstance(a, (ast.Subscript, ast.Attribute)):  # M[0].reverse(): M changes
+                a = a.value
             if isinstance(a, ast.Name) and a.id in local and not a.id.startswith(_PC):
                 out[a.id] = None
     return list(out)
@@ -308,6 +310,18 @@ class _Rewriter(ast.NodeTransformer):
         self.loops.append(node)
         self.generic_visit(node)
         self.loops.pop()
+        prior = ast.Name(node.target.id, ast.Load()) if is_range or over_python else None
+        if (is_range or over_python) and node.target.id in _names_stored(node.body, bases=False):
+            # the body assigns the loop variable: as in Python it holds the body's last value
+            # after the loop, so it becomes a variable the loop carries, set from a fresh
+            # loop variable at the top of each iteration
+            fresh = self._fresh("iv")
+            node.body.insert(0, ast.copy_location(ast.Assign(
+                [ast.Name(node.target.id, ast.Store())], ast.Name(fresh, ast.Load())),
+                node.body[0]))
+            node.target = ast.copy_location(ast.Name(fresh, ast.Store()), node.target)
+            prior = ast.Attribute(ast.Name(_PC, ast.Load()), "UNDEF", ast.Load())
+            ast.fix_missing_locations(node)
         if over_python and flags is not None:
             names, marked, stored = self._names(node.body, (node.target.id,))
             b = self._fresh("body")
@@ -316,7 +330,7 @@ class _Rewriter(ast.NodeTransformer):
                                        _tuple(names, ast.Load), ast.Constant(marked),
                                        self._loc_arg(node), ast.Constant(flags[1]),
                                        _lambda(it), ast.Dict([], [])], node,
-                         prior=ast.Name(node.target.id, ast.Load()))
+                         prior=prior)
             return flags[0] + [fn] + self._finish(node, call, [node.target.id, *stored],
                                                   _has(node.body, (ast.Return,)))
         if (not is_range or node.orelse
@@ -337,7 +351,7 @@ class _Rewriter(ast.NodeTransformer):
         call = _call("for_range", [ast.Tuple(it.args, ast.Load()), ast.Name(b, ast.Load()),
                                    _tuple(names, ast.Load), ast.Constant(marked),
                                    self._loc_arg(node), ast.Constant(flags and flags[1]),
-                                   *extra], node, prior=ast.Name(node.target.id, ast.Load()))
+                                   *extra], node, prior=prior)
         return (flags[0] if flags else []) + [fn] + self._finish(node, call, [node.target.id, *stored],
                                                                  has_ret)
 
@@ -666,10 +680,10 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
             _single_exit(fdef)
         except _Unsupported:
             pass                    # a return inside e.g. `with`: traced as written
-    for node in list(ast.walk(fdef)):   # helpers defined inside return from branches as well
-        if node is not fdef and isinstance(node, ast.FunctionDef) and \
-                _nested_return(node.body) and any(
-                    isinstance(r, ast.Return) and r.value is not None for r in ast.walk(node)):
+    # helpers defined inside return from branches as well (a bare `return` too: it leaves the
+    # helper, not the kernel)
+    for node in list(ast.walk(fdef)):
+        if node is not fdef and isinstance(node, ast.FunctionDef) and _nested_return(node.body):
             try:
                 _single_exit(node)
             except _Unsupported:

@@ -360,3 +360,105 @@ def test_vector_components_by_name():
     vector_components[1](x, backend="emulator")
     i = np.arange(64, dtype=np.uint32)
     np.testing.assert_array_equal(x, i + (i + 3) * 10 + (i + 1) * 100 + (i + 2) * 1000)
+
+
+# --------------------------------------------------------------------------- found by a probe
+# of random kernels against Python twins (2026-11-28): each gave a wrong result silently
+
+@pc.kernel(workgroup_size=8)
+def loop_variable_reassigned(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    v = x[g]
+    i = u32(7)
+    for i in range(v):                  # runtime loop
+        i = i * u32(10)
+    j = u32(5)
+    for j in range(3):                  # unrolled
+        j = j + u32(100)
+    k = u32(9)
+    for k in (v, v + u32(1)):           # over a Python tuple
+        if k > u32(3):
+            k = k * u32(2)
+    m = u32(1)
+    for m in pc.range(v):               # with continue
+        if m == u32(1):
+            m = u32(50)
+            continue
+        m = m + u32(1)
+    x[g] = i * u32(1000000) + j * u32(10000) + k * u32(100) + m
+
+
+def _loop_variable_twin(v):
+    i = 7
+    for i in range(v):
+        i = i * 10
+    j = 5
+    for j in range(3):
+        j = j + 100
+    k = 9
+    for k in (v, v + 1):
+        if k > 3:
+            k = k * 2
+    m = 1
+    for m in range(v):
+        if m == 1:
+            m = 50
+            continue
+        m = m + 1
+    return i * 1000000 + j * 10000 + k * 100 + m
+
+
+def test_a_loop_variable_the_body_assigns_keeps_the_last_value_assigned():
+    """As in Python, after the loop it holds what the body's last iteration assigned (it
+    used to hold the last index), and where the loop runs zero times its value from before."""
+    n = np.array([0, 1, 2, 3, 4, 5, 0, 2], np.uint32)
+    check_both(loop_variable_reassigned, 1, [n], 0,
+               np.array([_loop_variable_twin(int(v)) for v in n], np.uint32))
+
+
+@pc.kernel(workgroup_size=4)
+def helper_bare_return(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+
+    def put(v):
+        if v > u32(2):
+            x[g] = v
+            return                      # leaves put, not the kernel
+        x[g] = u32(50)
+    put(x[g])
+    x[g] = x[g] + u32(1000)
+
+
+@pc.kernel(workgroup_size=4)
+def nested_container_method(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    M = [[x[g], u32(100)]]
+    if x[g] > u32(2):
+        M[0].reverse()                  # changes M on that path only
+    x[g] = M[0][0]
+
+
+def test_a_bare_return_in_a_branch_of_a_helper_leaves_the_helper():
+    check_both(helper_bare_return, 1, [np.array([1, 2, 3, 4], np.uint32)], 0,
+               np.array([1050, 1050, 1003, 1004], np.uint32))
+
+
+def test_a_method_of_a_nested_container_changes_it_only_where_it_runs():
+    check_both(nested_container_method, 1, [np.array([1, 2, 3, 4], np.uint32)], 0,
+               np.array([1, 2, 100, 100], np.uint32))
+
+
+@pc.kernel(workgroup_size=4)
+def loads_in_a_loop_of_a_written_buffer(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    x[g] = u32(0)
+    for i in pc.range(3):
+        v = x[g]                        # noqa: F841 (the loop only loads)
+    x[g] = x[g] + u32(3)
+
+
+def test_a_loop_loading_a_buffer_the_kernel_writes_runs_on_the_emulator():
+    """The emulator's fused-loop fast path (for loops of matrix products) took a loop with no
+    products and crashed in the race checks of its loads; such loops run step by step."""
+    check_both(loads_in_a_loop_of_a_written_buffer, 2, [np.zeros(8, np.uint32)], 0,
+               np.full(8, 3, np.uint32))

@@ -125,6 +125,8 @@ def _analyse(op: Op) -> _Plan | None:
             return None
         chains.append(chain[::-1])
         chained.update(chain)
+    if not chains:                  # no accumulators: not the pattern this path is for
+        return None
     # the values that depend on the accumulators are exactly the chain results
     tainted = set(body.args[1:])
     others = []
@@ -324,6 +326,8 @@ def _run_chunk(ctx, p: _Plan, body: Block, iv: np.ndarray, accs: list, compresse
     sub.env[body.args[0]] = iv
     inv = {body.args[0]} if key is not None else set()
     for o in p.body_ops[:-1]:
+        if o.name in _LOADS and ctx.memory_of(o.operands[0]).checks_races():
+            raise _Abort        # its race checks see one invocation per element: not T copies
         addr = o.operands[1:] if o in p.factored else o.operands    # a load: not its buffer
         k = (key, o) if inv and all(v in inv or v in ctx.invariant for v in addr) else None
         if o in p.factored:
