@@ -218,6 +218,33 @@ def _merge_local(v):
     return v
 
 
+def _check_aliases(vals: tuple, names: tuple, loc: Loc) -> None:
+    """Refuse one list or dict held by two of the variables a runtime loop or `if` carries:
+    it carries each variable's elements apart, so a write through one name would not reach
+    the other (Python's aliasing cannot be kept)."""
+    owner: dict[int, str] = {}
+
+    def walk(x, name: str) -> None:
+        if isinstance(x, (list, dict)):
+            other = owner.setdefault(id(x), name)
+            if other != name:
+                kind = "list" if isinstance(x, list) else "dict"
+                raise CompileError(
+                    f"`{other}` and `{name}` hold the same {kind} across a loop or `if` on a "
+                    "runtime value", loc,
+                    rule="pycoop: a runtime loop or branch carries each variable's elements "
+                         "apart, so a change through one name would not reach the other",
+                    hint=f"use one name for the {kind} (or copy it: {name} = list({other}))",
+                    rule_id="control.aliased-container")
+            for c in (x.values() if isinstance(x, dict) else x):
+                walk(c, name)
+        elif isinstance(x, tuple):
+            for c in x:
+                walk(c, name)
+    for v, n in zip(vals, names):
+        walk(v, n.removesuffix(PASSED))
+
+
 def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, pos=None) -> Result:
     loc = _loc(pos)
     c = _runtime_bool(cond, loc)
@@ -226,6 +253,7 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
         if isinstance(out, Return):
             return Result(out.values, True, out.value)
         return Result(out)
+    _check_aliases(vals, names, loc)
     t = tracer()
     leaves: list = []
     trees = [_flatten(v, leaves) for v in vals]
@@ -360,6 +388,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
     """Record a loop op. `extra` are leading carried values (e.g. the induction variable);
     `make_cond(extra_args, user_vals) -> bool Value`; `run_body(extra_args, user_vals) ->
     (new_extra, user_out | Return)`. Returns (extra results, user values after the loop)."""
+    _check_aliases(vals, names, loc)
     t = tracer()
     leaves: list = []
     trees, spans = [], []                # spans: the leaves of each variable

@@ -587,20 +587,89 @@ def _lazy_parts(n: ast.AST) -> list[ast.AST]:
         return [n.body, n.orelse]
     if isinstance(n, ast.Compare) and len(n.ops) > 1:
         return n.comparators[1:]
+    if isinstance(n, ast.For) and not (isinstance(n.iter, ast.Call) and (
+            isinstance(n.iter.func, ast.Name) and n.iter.func.id == "range"
+            or isinstance(n.iter.func, ast.Attribute) and n.iter.func.attr == "range")) \
+            and _has(n.body, (ast.Break, ast.Continue), into_loops=False):
+        return [n.iter]     # iterated by the rewrite, from a lambda
     return []
+
+
+def _own_nodes(stmts: list[ast.stmt]):
+    """The nodes of `stmts`, not those inside functions or lambdas they define."""
+    stack = list(stmts)
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(n))
+
+
+def _check_closures(fdef: ast.FunctionDef, file: str) -> None:
+    """Refuse a call, inside a loop or `if`, of a function defined in the kernel that reads a
+    variable of the kernel the loop or `if` assigns. The loop's or branch's body becomes a
+    function of its own whose carried variables are its parameters, so the helper, reading
+    the kernel's variable, would see its value from before the loop or `if`."""
+    helpers: dict[str, set[str]] = {}            # helper -> the kernel variables it reads
+    for n in ast.walk(fdef):
+        if n is fdef or not isinstance(n, ast.FunctionDef):
+            continue
+        a = n.args
+        bound = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
+                 if p} | set(_names_stored(n.body, bases=False))
+        helpers[n.name] = {m.id for m in ast.walk(n) if isinstance(m, ast.Name)
+                           and isinstance(m.ctx, ast.Load) and m.id not in bound}
+    if not helpers:
+        return
+    for node in _own_nodes(fdef.body):
+        if not isinstance(node, (ast.For, ast.While, ast.If)):
+            continue
+        body = node.body + node.orelse
+        assigned = set(_names_stored(body, bases=False))
+        if isinstance(node, ast.For):
+            assigned |= set(_names_stored([ast.Assign([node.target], ast.Constant(0))],
+                                          bases=False))
+        inside = {n.name for st in body for n in ast.walk(st) if isinstance(n, ast.FunctionDef)}
+        for call in _own_nodes(body):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) \
+                    and call.func.id in helpers and call.func.id not in inside:
+                stale = sorted(helpers[call.func.id] & assigned)
+                if stale:
+                    raise CompileError(
+                        f"{call.func.id}() reads {', '.join(stale)}, which this "
+                        f"{'loop' if not isinstance(node, ast.If) else '`if`'} assigns",
+                        Loc(file, call.lineno, call.col_offset + 1),
+                        rule="pycoop runs the body of a loop or `if` as a function of its own "
+                             "whose variables are its parameters, so a function defined "
+                             "outside it would read their values from before it",
+                        hint=f"pass {', '.join(stale)} to {call.func.id}() as arguments",
+                        rule_id="frontend.stale-closure")
 
 
 def _check_walrus(fdef: ast.FunctionDef, file: str) -> None:
     """Reject `:=` where the rewrite would evaluate it inside a lambda, which would bind the
     name in the lambda and leave the kernel's variable unchanged (a silently wrong value).
     Nested functions, lambdas and comprehensions are rewritten too, so they are checked."""
-    stack: list[tuple[ast.AST, bool]] = [(st, False) for st in fdef.body]
+    # (node, inside a lazily evaluated part, inside the body of a loop or `if`)
+    stack: list[tuple[ast.AST, bool, bool]] = [(st, False, False) for st in fdef.body]
     while stack:
-        n, lazy = stack.pop()
+        n, lazy, block = stack.pop()
+        if block and isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            named = next((m for m in ast.walk(n) if isinstance(m, ast.NamedExpr)), None)
+            if named is not None:
+                raise CompileError(
+                    f"`{named.target.id} := ...` inside a comprehension in a loop or `if`",
+                    Loc(file, named.lineno, named.col_offset + 1),
+                    rule="a comprehension binds `:=` in the function around it, and pycoop "
+                         "may run that part of the kernel as a function of its own (the body "
+                         "of a loop or `if`), where the name would not reach the kernel",
+                    hint=f"build the list in a for loop and assign {named.target.id} there",
+                    rule_id="frontend.walrus-comprehension")
         if isinstance(n, ast.NamedExpr) and lazy:
             raise CompileError(
                 f"`{n.target.id} := ...` inside the right side of `and`/`or`, an arm of `x if c "
-                "else y` or a later link of a chained comparison", Loc(file, n.lineno,
+                "else y`, a later link of a chained comparison or the iterable of a `for` "
+                "with `break` or `continue`", Loc(file, n.lineno,
                                                                         n.col_offset + 1),
                 rule="pycoop evaluates those parts in a function of their own (only when they "
                      "are needed, as Python does), where `:=` would bind a name of that "
@@ -608,7 +677,9 @@ def _check_walrus(fdef: ast.FunctionDef, file: str) -> None:
                 hint=f"assign {n.target.id} in a statement before, or use := in the first "
                      "operand", rule_id="frontend.walrus-lazy-operand")
         later = _lazy_parts(n)
-        stack.extend((c, lazy or any(c is p for p in later)) for c in ast.iter_child_nodes(n))
+        bodies = n.body + n.orelse if isinstance(n, (ast.For, ast.While, ast.If)) else []
+        stack.extend((c, lazy or any(c is p for p in later), block or any(c is b for b in bodies))
+                     for c in ast.iter_child_nodes(n))
 
 
 class _DelToUndef(ast.NodeTransformer):
@@ -672,6 +743,7 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
     fdef.decorator_list = []
     _check_statements(fdef, fn.__code__.co_filename)
     _check_walrus(fdef, fn.__code__.co_filename)
+    _check_closures(fdef, fn.__code__.co_filename)
     fdef = _DelToUndef().visit(fdef)
     if not returns_value:
         fdef.body = [_KernelReturns().visit(st) for st in fdef.body]

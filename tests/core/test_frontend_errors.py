@@ -387,3 +387,102 @@ def test_a_list_shortened_in_one_branch_of_a_runtime_if_is_reported_at_the_pop()
     at_line(e.value, k_branch_grows_list, "# HERE")
     assert f"line {line_of(k_branch_grows_list, 'if A[i] > u32(3)')}" in e.value.message
     assert e.value.rule_id == "control.if-container-shape"
+
+
+# --------------------------------------------------------------------------- code the rewrite
+# of loops and branches cannot keep the meaning of (each once gave a wrong result silently)
+
+@pc.kernel(workgroup_size=4)
+def k_stale_closure(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    s = u32(1)
+
+    def get():
+        return s
+    t = u32(0)
+    for j in range(2):
+        s = s + x[g]
+        t = t + get()                          # HERE
+    x[g] = t
+
+
+@pc.kernel(workgroup_size=4)
+def k_aliased_list(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    L = [u32(0), u32(0)]
+    A = L
+    for i in range(x[g]):                      # HERE
+        A[0] = A[0] + u32(1)
+        L[1] = L[1] + u32(1)
+    x[g] = L[0] * u32(10) + L[1]
+
+
+@pc.kernel(workgroup_size=4)
+def k_walrus_in_iterable(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    t = u32(0)
+    for e in (x[g], (t := x[g] + u32(1))):     # HERE
+        if e > u32(100):
+            break
+    x[g] = t
+
+
+@pc.kernel(workgroup_size=4)
+def k_walrus_in_comprehension(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    t = u32(0)
+    if x[g] > u32(2):
+        ys = [(t := x[g] + u32(i)) for i in range(2)]   # HERE # noqa: F841
+    x[g] = t
+
+
+@pytest.mark.parametrize("kernel,message,rule", [
+    (k_stale_closure, r"get\(\) reads s, which this loop assigns", "frontend.stale-closure"),
+    (k_aliased_list, "`A` and `L` hold the same list across a loop or `if` on a runtime value",
+     "control.aliased-container"),
+    (k_walrus_in_iterable, "`t := ...` inside .* the iterable of a `for` with `break`",
+     "frontend.walrus-lazy-operand"),
+    (k_walrus_in_comprehension, "`t := ...` inside a comprehension in a loop or `if`",
+     "frontend.walrus-comprehension"),
+])
+def test_what_the_rewrite_cannot_keep_is_refused(kernel, message, rule):
+    with pytest.raises(pc.CompileError, match=message) as info:
+        emu(kernel, 1, np.array([1, 2, 3, 4], np.uint32))
+    at_line(info.value, kernel, "# HERE")
+    assert info.value.rule_id == rule
+
+
+@pc.kernel(workgroup_size=4)
+def k_closures_that_work(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    s = u32(1)
+    t = u32(0)
+    for j in range(x[g]):
+        s = s + x[g]
+
+        def get():                             # defined inside the loop: sees its s
+            return s
+        t = t + get()
+    c = u32(3)
+
+    def scaled(v):                             # reads c, which no loop assigns
+        return v * c
+    for j in range(2):
+        t = t + scaled(s)
+    ys = [(w := t + u32(i)) for i in range(2)]     # a comprehension outside loops and ifs
+    x[g] = w + ys[0]
+
+
+def test_closures_and_comprehensions_that_keep_their_meaning_still_work():
+    x = np.array([1, 2, 3, 4], np.uint32)
+    emu(k_closures_that_work, 1, x)
+
+    def twin(v):
+        s, t = 1, 0
+        for j in range(v):
+            s = s + v
+            t = t + s
+        for j in range(2):
+            t = t + s * 3
+        return (t + 1) + t
+    assert x.tolist() == [twin(v) for v in (1, 2, 3, 4)]
