@@ -614,9 +614,10 @@ def _check_closures(fdef: ast.FunctionDef, file: str) -> None:
     for n in ast.walk(fdef):
         if n is fdef or not isinstance(n, ast.FunctionDef):
             continue
-        a = n.args
-        bound = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
-                 if p} | set(_names_stored(n.body, bases=False))
+        # names bound anywhere in it (its parameters and those of what it defines, its
+        # variables, comprehension variables): the others it reads are the kernel's
+        bound = {m.arg for m in ast.walk(n) if isinstance(m, ast.arg)} | {
+            m.id for m in ast.walk(n) if isinstance(m, ast.Name) and isinstance(m.ctx, ast.Store)}
         helpers[n.name] = {m.id for m in ast.walk(n) if isinstance(m, ast.Name)
                            and isinstance(m.ctx, ast.Load) and m.id not in bound}
     if not helpers:
