@@ -582,7 +582,11 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     if not isinstance(step, Value) and step == 0:
         raise CompileError("range() step must not be zero", loc,
                            rule="Python: range() arg 3 must not be zero", rule_id="control.range-step-zero")
-    lo, hi, step = (as_value(a, it_t) if not isinstance(a, Value) else a for a in (lo, hi, step))
+    # Python numbers as constants of the loop's type, at the loop's line (a number the type
+    # cannot hold, such as a step of -1 with u32 bounds, is reported there)
+    lo, hi, step = (a if isinstance(a, Value) else
+                    const(a.item() if isinstance(a, np.generic) else a, it_t, loc)
+                    for a in (lo, hi, step))
     bounds = _constant_bounds((lo, hi, step))
     if bounds is not None and not len(range(*bounds)):       # never runs: dead code
         return Result((prior, *vals))

@@ -486,3 +486,20 @@ def test_closures_and_comprehensions_that_keep_their_meaning_still_work():
             t = t + s * 3
         return (t + 1) + t
     assert x.tolist() == [twin(v) for v in (1, 2, 3, 4)]
+
+
+@pc.kernel(workgroup_size=4)
+def k_range_step_out_of_type(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    s = u32(0)
+    for i in range(x[g], 0, -1):               # HERE
+        s = s + i
+        s = s * u32(3)
+    x[g] = s
+
+
+def test_a_range_bound_the_loop_type_cannot_hold_is_reported_at_the_loop():
+    """A step of -1 with u32 bounds: reported at the `for`, not at the body's last line."""
+    with pytest.raises(pc.CompileError, match="does not fit") as info:
+        emu(k_range_step_out_of_type, 1, np.array([1, 2, 3, 4], np.uint32))
+    at_line(info.value, k_range_step_out_of_type, "# HERE")

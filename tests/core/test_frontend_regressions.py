@@ -458,7 +458,8 @@ def loads_in_a_loop_of_a_written_buffer(x: pc.Buffer[u32]):
 
 
 def test_a_loop_loading_a_buffer_the_kernel_writes_runs_on_the_emulator():
-    """The emulator's fused-loop fast path (for loops of matrix products) took a loop with no
-    products and crashed in the race checks of its loads; such loops run step by step."""
+    """The emulator's fused-loop fast path (the loop's iterations as one extra axis) crashed in
+    the race checks of a load of a buffer the kernel also writes, which are made per
+    invocation; such loops run step by step."""
     check_both(loads_in_a_loop_of_a_written_buffer, 2, [np.zeros(8, np.uint32)], 0,
                np.full(8, 3, np.uint32))

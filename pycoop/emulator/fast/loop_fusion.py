@@ -125,8 +125,6 @@ def _analyse(op: Op) -> _Plan | None:
             return None
         chains.append(chain[::-1])
         chained.update(chain)
-    if not chains:                  # no accumulators: not the pattern this path is for
-        return None
     # the values that depend on the accumulators are exactly the chain results
     tainted = set(body.args[1:])
     others = []
