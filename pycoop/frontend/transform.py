@@ -670,8 +670,7 @@ def _check_walrus(fdef: ast.FunctionDef, file: str) -> None:
             raise CompileError(
                 f"`{n.target.id} := ...` inside the right side of `and`/`or`, an arm of `x if c "
                 "else y`, a later link of a chained comparison or the iterable of a `for` "
-                "with `break` or `continue`", Loc(file, n.lineno,
-                                                                        n.col_offset + 1),
+                "with `break` or `continue`", Loc(file, n.lineno, n.col_offset + 1),
                 rule="pycoop evaluates those parts in a function of their own (only when they "
                      "are needed, as Python does), where `:=` would bind a name of that "
                      "function, not of the kernel",
