@@ -469,8 +469,11 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             if i in carried or _same_static(a, b) or isinstance(a, Undefined):
                 continue
             if _is_number(a):
+                # the type it takes in the body: a runtime value's, or of the numbers it holds
+                # before and after (0 then 0.5: f32)
                 changed[i] = b.type if isinstance(b, Value) and isinstance(b.type, ScalarType) \
-                    else default_type(a)
+                    else default_type(a) if not _is_number(b) or type(a) is type(b) \
+                    else default_type(a + b)
             elif i in placeholders and isinstance(b, Value):
                 changed[i] = b.type
             else:

@@ -463,3 +463,20 @@ def test_a_loop_loading_a_buffer_the_kernel_writes_runs_on_the_emulator():
     invocation; such loops run step by step."""
     check_both(loads_in_a_loop_of_a_written_buffer, 2, [np.zeros(8, np.uint32)], 0,
                np.full(8, 3, np.uint32))
+
+
+@pc.kernel(workgroup_size=4)
+def python_number_becomes_float(n: pc.ReadBuffer[u32], y: pc.Buffer[f32]):
+    g = pc.global_invocation_id.x
+    s = 0
+    c = 0
+    for i in range(n[g]):
+        s = s + 0.5                     # an int before the loop, a float in it: f32
+        c = c + 2                       # an int throughout: i32
+    y[g] = s + f32(c)
+
+
+def test_a_python_number_takes_the_type_it_takes_in_the_loop():
+    n = np.array([0, 1, 2, 3], np.uint32)
+    check_both(python_number_becomes_float, 1, [n, np.zeros(4, np.float32)], 1,
+               np.array([0.5 * v + 2 * v for v in n], np.float32))
