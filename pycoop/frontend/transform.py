@@ -504,6 +504,18 @@ def _single_exit(fdef: ast.FunctionDef) -> None:
             if not _has([st], (ast.Return,)):
                 out.append(st)
                 continue
+            ends = [bool(b) and isinstance(b[-1], ast.Return) for b in (st.body, st.orelse)] \
+                if isinstance(st, ast.If) else [False, False]
+            if any(ends):
+                # a branch that ends in `return`: what follows the `if` runs in the other
+                # branch only, so the variables it reads are those of that branch (a guard
+                # after the `if` would merge them with the returning branch, where they may
+                # have no value)
+                then, other = (b if end else b + stmts[i + 1:]
+                               for b, end in zip((st.body, st.orelse), ends))
+                out.append(at(ast.If(st.test, block(then, in_loop) or [ast.Pass()],
+                                     block(other, in_loop)), st))
+                return out
             if isinstance(st, ast.If):
                 out.append(at(ast.If(st.test, block(st.body, in_loop) or [ast.Pass()],
                                      block(st.orelse, in_loop)), st))

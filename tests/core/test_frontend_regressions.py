@@ -480,3 +480,37 @@ def test_a_python_number_takes_the_type_it_takes_in_the_loop():
     n = np.array([0, 1, 2, 3], np.uint32)
     check_both(python_number_becomes_float, 1, [n, np.zeros(4, np.float32)], 1,
                np.array([0.5 * v + 2 * v for v in n], np.float32))
+
+
+@pc.func
+def _returns_early_with_a_branch_variable(v):
+    if v > u32(2):
+        return v
+    else:
+        y = v * u32(2)
+    return y + u32(1)
+
+
+@pc.func
+def _returns_a_python_number_in_a_branch(v):
+    if v > u32(2):
+        return 7
+    return v
+
+
+@pc.kernel(workgroup_size=4)
+def early_returns_of_helpers(x: pc.Buffer[u32], y: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    v = x[g]
+    x[g] = _returns_early_with_a_branch_variable(v)
+    y[g] = _returns_a_python_number_in_a_branch(v)
+
+
+def test_what_follows_a_returning_branch_runs_in_the_other_branch():
+    """A helper's code after `if c: return a` reads the variables of the branch that did not
+    return (it was "assigned in only one branch"), and a Python number returned in one
+    branch takes the other's type (it was "u32 in one branch and i32 in the other")."""
+    x = np.array([1, 2, 3, 4], np.uint32)
+    emu_x, vk = run_both(early_returns_of_helpers, 1, x, np.zeros(4, np.uint32))
+    for got in (emu_x, vk) if vk is not None else (emu_x,):
+        assert got[0].tolist() == [3, 5, 3, 4] and got[1].tolist() == [1, 2, 7, 7]
