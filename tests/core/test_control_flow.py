@@ -1035,9 +1035,9 @@ def test_funcs_return_python_numbers_from_runtime_branches_and_loops():
 @pycoop.func
 def bad_after_return(i, n):
     x = i * 2
-    if i > n:
+    if i > n:                     # the merge of the two returns names this line
         return i
-    return pycoop.f32(1.0)        # another type: the merge after the if names this line
+    return pycoop.f32(1.0)        # another type
 
 
 @pycoop.kernel(workgroup_size=WG)
@@ -1048,10 +1048,11 @@ def k_bad_after_return(A: pycoop.Buffer[i32], n: i32):
 
 def test_errors_after_a_rewritten_return_name_the_users_line():
     """The statements a single-exit rewrite adds stand at the lines of those they replace
-    (they took the function's first line)."""
+    (they took the function's first line): the code after `if c: return a` runs in the
+    if's other branch, so the two returns merge at the `if`."""
     with pytest.raises(pycoop.CompileError) as ei:
         k_bad_after_return.compile()
-    line = line_of(bad_after_return, "return pycoop.f32(1.0)")
+    line = line_of(bad_after_return, "if i > n:")
     assert f"(line {line})" in str(ei.value), str(ei.value)
 
 

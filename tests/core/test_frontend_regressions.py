@@ -514,3 +514,25 @@ def test_what_follows_a_returning_branch_runs_in_the_other_branch():
     emu_x, vk = run_both(early_returns_of_helpers, 1, x, np.zeros(4, np.uint32))
     for got in (emu_x, vk) if vk is not None else (emu_x,):
         assert got[0].tolist() == [3, 5, 3, 4] and got[1].tolist() == [1, 2, 7, 7]
+
+
+@pc.func
+def _returns_a_tuple_in_a_branch(v):
+    if v > u32(2):
+        return v, u32(1)
+    return v, u32(2)
+
+
+@pc.kernel(workgroup_size=4)
+def tuple_returns_of_a_helper(x: pc.Buffer[u32]):
+    g = pc.global_invocation_id.x
+    a, b = _returns_a_tuple_in_a_branch(x[g])
+    x[g] = a * u32(10) + b
+
+
+def test_a_helper_returns_a_tuple_from_a_branch():
+    """It was refused as "containers of different shapes" (the guarded rest merged with a
+    branch where the return value had no value yet)."""
+    check_both(tuple_returns_of_a_helper, 1, [np.array([1, 2, 3, 4], np.uint32)], 0,
+               np.array([12, 22, 31, 41], np.uint32))
+
