@@ -234,7 +234,7 @@ def _check_aliases(vals: tuple, names: tuple, loc: Loc) -> None:
                     "runtime value", loc,
                     rule="pycoop: a runtime loop or branch carries each variable's elements "
                          "apart, so a change through one name would not reach the other",
-                    hint=f"use one name for the {kind} (or copy it: {name} = list({other}))",
+                    hint=f"use one name for the {kind} (or copy it: {name} = {kind}({other}))",
                     rule_id="control.aliased-container")
             for c in (x.values() if isinstance(x, dict) else x):
                 walk(c, name)
