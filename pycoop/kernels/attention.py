@@ -791,8 +791,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         return _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale,
                               splits, decode_subgroups, decode_unroll, decode_lanes,
                               subgroup_size, merge_unroll or DecodeConfig.merge_unroll,
-                              decode_prefetch, decode_merge,
-                              decode_width)
+                              decode_prefetch, decode_merge, decode_width,
+                              misaligned(8))
     if sm is not None and sm.exp2 and not EXP2_SCALES[0] <= scale <= EXP2_SCALES[1]:
         raise ValueError(f"attention: Softmax(exp2=True) keeps the row maxima in raw scores, "
                          f"which needs 2^-24 <= scale <= 2^24 (beyond, f32 products "
@@ -874,17 +874,16 @@ def _staged_for(D: int, causal: bool, mask: bool, el: str, out: str, fp: str) ->
 
 def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale, splits,
                    subgroups, unroll, lanes, subgroup_size, merge_unroll,
-                   prefetch, merge, width) -> AttentionResult:
+                   prefetch, merge, width, misaligned: list[str]) -> AttentionResult:
     """The vector decode: chunks of keys per K/V head, merged by the last workgroup of each
     head (merge="workgroup"), by a second launch (merge="launch") or by a second dispatch of
-    the same kernel (merge="phase"); width None: 8 where K and V start 16 bytes aligned."""
-    aligned = [f"{name} starts {2 * a.offset} bytes into its buffer" for name, a in
-               (("K", K), ("V", V)) if isinstance(a, pc.Array) and a.offset % 8]
-    if width == 8 and aligned:
+    the same kernel (merge="phase"); width None: 8 where K and V start 16 bytes aligned
+    (`misaligned`: the views that do not, as text)."""
+    if width == 8 and misaligned:
         raise ValueError(f"attention: decode_width=8 loads K and V 16 bytes at a time from "
-                         f"16-byte aligned views, but {' and '.join(aligned)}; use "
+                         f"16-byte aligned views, but {' and '.join(misaligned)}; use "
                          f"decode_width=4 (or None: chosen by the alignment)")
-    width = width or (4 if aligned else DecodeConfig.width)
+    width = width or (4 if misaligned else DecodeConfig.width)
     n = (H // Hkv) * Sq
     if subgroups is None:           # the default, halved until the merge fits shared memory
         subgroups = default_subgroups(Skv, B * Hkv)

@@ -105,7 +105,7 @@ def q8_1_lanes(xs: list):
     `quantize_q8_1`, through a butterfly of shuffles)."""
     # |x|, or +inf for a NaN or an infinity (not finite: not <= the largest f32), so that the
     # block's amax is +inf exactly where it holds one
-    mags = [pc.select(pc.abs(x) <= F32_MAX, pc.abs(x), f32(INF)) for x in xs]
+    mags = [pc.select(a <= F32_MAX, a, f32(INF)) for a in (pc.abs(x) for x in xs)]
     amax = pc.max(pc.max(mags[0], mags[1]), pc.max(mags[2], mags[3]))
     for m in (1, 2, 4):
         amax = pc.max(amax, pc.subgroup.shuffle_xor(amax, m))
