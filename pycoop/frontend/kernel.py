@@ -489,6 +489,20 @@ def _as_array(name: str, value, t: BufferType):
     return arr
 
 
+def _misaligned_view(name: str, offset: int, align: int, op: str):
+    rule = ("SPV_NV_cooperative_matrix2: the Pointer of a tensor load or store must be a "
+            "multiple of 16 bytes" if op.startswith("nv.") else
+            "VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986: a matrix load's or store's "
+            "Pointer is aligned to the lesser of 16 bytes and a row (column) of the matrix")
+    what = ("tensor " if op.startswith("nv.") else "") + ("stores" if "store" in op else "loads")
+    raise ArgumentError(f"argument '{name}' is a view {offset} bytes into its buffer, but the "
+                        f"kernel's cooperative-matrix {what} need it to start at a multiple of "
+                        f"{align} bytes ({rule}; "
+                        "a GPU reads or writes the wrong elements otherwise); pass a view "
+                        f"starting at a multiple of {align} bytes or an aligned copy "
+                        "(b = pycoop.empty(a.shape, a.dtype); b.copy_from(a))")
+
+
 # Buffers are indexed with 32-bit integers, which SPIR-V's access chains read as signed: an
 # element at 2^31 or past it would be addressed 2 GiB before the buffer
 MAX_ELEMENTS = 2 ** 31 - 1
@@ -599,6 +613,15 @@ class CompiledKernel:
         written = (op.operands[get(op.name).writes] for op in module.walk()
                    if get(op.name).writes is not None)
         self._written = {v for v in written if isinstance(v.type, BufferType)}
+        # per buffer: the alignment its cooperative-matrix loads and stores need of its start
+        self._base_alignment: dict[Value, tuple[int, str]] = {}
+        for op in module.walk():
+            rule = get(op.name).base_alignment
+            mem = op.operands[0] if rule is not None else None
+            if mem is not None and isinstance(mem.type, BufferType):
+                align = rule(op)
+                if align > self._base_alignment.get(mem, (1, ""))[0]:
+                    self._base_alignment[mem] = (align, op.name)
 
     @property
     def name(self) -> str:
@@ -728,25 +751,29 @@ class CompiledKernel:
     @functools.cached_property
     def _arg_specs(self) -> list[tuple]:
         """Per runtime parameter: (name, type, is buffer, written, the dtype a device array
-        must have to be taken as it is (None: check in full))."""
+        must have to be taken as it is (None: check in full), the byte alignment a view of
+        it must start at and the op that needs it)."""
         specs = []
         for p, name in zip(self.module.kernel.params, self.module.param_names):
             buffer = isinstance(p.type, BufferType)
             plain = (buffer and isinstance(p.type.elem, ScalarType)) or None
             specs.append((name, p.type, buffer, p in self._written,
-                          p.type.elem.dtype if plain else None))
+                          p.type.elem.dtype if plain else None,
+                          *self._base_alignment.get(p, (1, ""))))
         return specs
 
     def check_args(self, args: list) -> list:
         out = []
-        for (name, t, buffer, written, dtype), v in zip(self._arg_specs, args):
+        for (name, t, buffer, written, dtype, align, needs), v in zip(self._arg_specs, args):
             if buffer:
-                if type(v) is Array and v.dtype == dtype:
+                if type(v) is Array and v.dtype == dtype and not v._byte_offset % align:
                     if v.size > MAX_ELEMENTS:
                         _too_long(name, t, v.size)
                     out.append(v)
                     continue
                 arr = _as_array(name, v, t)
+                if isinstance(arr, Array) and arr._byte_offset % align:
+                    _misaligned_view(name, arr._byte_offset, align, needs)
                 if written and isinstance(arr, np.ndarray) and not arr.flags.writeable:
                     raise ArgumentError(f"argument '{name}' is written by the kernel but the array is "
                                         "read-only")
@@ -858,7 +885,7 @@ class CompiledKernel:
                 f"{self.name}[...](..., repeat={repeat})", "repeat= times the runs of one "
                 "launch, and a graph is timed as a whole: launch the kernel several times "
                 "inside the capture, or replay the graph several times", graph)
-        for (name, _, buffer, _, _), v in zip(self._arg_specs, args):
+        for (name, _, buffer, *_), v in zip(self._arg_specs, args):
             if buffer and not isinstance(v, Array):
                 kind = "a torch tensor" if interop.is_torch_tensor(v) else \
                     f"a {type(v).__module__.split('.')[0]}.{type(v).__name__}"

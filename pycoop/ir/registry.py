@@ -52,6 +52,9 @@ class OpDef:
     tangled: bool = False
     # checked lowering: op -> the memory extent the access reaches (codegen.checked.Reach)
     bounds: Callable[["Op"], Any] | None = None
+    # op -> the bytes the start of its memory (operand 0) must be a multiple of, so a launch
+    # refuses a view of a buffer that starts between two such boundaries
+    base_alignment: Callable[["Op"], int] | None = None
     doc: str = ""
 
 
@@ -61,7 +64,8 @@ _REGISTRY: dict[str, OpDef] = {}
 def define(name: str, infer: Callable, *, capabilities: tuple[str, ...] = (), pure: bool = False,
            writes: int | None = None, atomic: bool = False,
            environment: Environment | None = None, poison_aware: bool = False,
-           tangled: bool = False, bounds: Callable | None = None, doc: str = "") -> OpDef:
+           tangled: bool = False, bounds: Callable | None = None,
+           base_alignment: Callable | None = None, doc: str = "") -> OpDef:
     """Register op `name`. Keyword-only effects: a misspelt one is a TypeError at import."""
     if name in _REGISTRY:
         raise RuntimeError(f"op {name} defined twice")
@@ -71,7 +75,7 @@ def define(name: str, infer: Callable, *, capabilities: tuple[str, ...] = (), pu
         raise ValueError(f"op {name}: an atomic op names the memory it writes")
     d = OpDef(name, infer, capabilities=tuple(capabilities), pure=pure, writes=writes,
               atomic=atomic, environment=environment, poison_aware=poison_aware,
-              tangled=tangled, bounds=bounds, doc=doc)
+              tangled=tangled, bounds=bounds, base_alignment=base_alignment, doc=doc)
     _REGISTRY[name] = d
     return d
 

@@ -274,6 +274,18 @@ def _finish(m, l, sm: Softmax, k):
 _TRANSPOSE = (1, 0)
 
 
+def _load_kv(T: _Types, K, V, layout, kt_view, row, Bc: int, D: int, strided: bool = False):
+    """Kᵀ (D x Bc) and V (Bc x D) of the key block starting at `row` of K and V, read
+    through `layout` (rows past the keys clamped), or with `strided` by strided loads
+    (OpCooperativeMatrixLoadKHR: no clamping, so only for blocks wholly inside K and V, and
+    K and V must start 16-byte aligned). On the H100 the strided loads made the prefill 20 %
+    faster (d64: 252 against 210 TFLOP/s; bench/results/2026-11-28-h100-strided-loads.md)."""
+    if strided:
+        return T.Kt.load(K, row * D, D, "col_major"), T.V.load(V, row * D, D, "row_major")
+    kv = layout.slice(row, Bc, 0, D)
+    return pc.nv.load_tensor(K, kv, T.Kt, view=kt_view), pc.nv.load_tensor(V, kv, T.V)
+
+
 def _key_blocks(T: _Types, sm: Softmax, k, m, l, o, k_begin, k_end, Bc: int, load, scores,
                 live=None):
     """The online softmax over the key blocks k_begin, k_begin + Bc, ... < k_end: load(k0)
@@ -347,7 +359,9 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
 
     The key blocks that need no masking (all keys in the sequence and, causal, before the
     tile's first query) run in a loop of their own; only the last blocks pay for the
-    per-element masking."""
+    per-element masking; that loop reads K and V by strided loads (without `softmax.prefetch`,
+    which reads one block past the loop's end and so keeps the tensor layouts' clamping).
+    Every buffer must start 16-byte aligned (a view elsewhere is refused at the launch)."""
     _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations, fp)
     if mask not in (False, True, "words"):
         raise ValueError(f"attention_prefill: mask must be False, True or 'words', got {mask!r}")
@@ -374,6 +388,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     rows = _subgroup_rows("attention_prefill", Br, invocations) if scope == "subgroup" else Br
     D, el = head_dim, ELEMENT[dtype]
     sm = _check_softmax("attention_prefill", softmax, Bc)
+    strided = not sm.prefetch
     T = _types(el, rows, D, Bc, scope, sm.row_width)
     Out = pc.coopmat[f16, T.O.scope, rows, D, pc.Accumulator] if out == "f16" else T.O
     OutEl = f16 if out == "f16" else f32
@@ -402,8 +417,10 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         kfull = (pc.min(Skv, q0 + 1) if causal else Skv) // Bc * Bc
 
         def load(k0):
-            kv = lkv.slice(bkv * Skv + k0, Bc, 0, D)
-            return pc.nv.load_tensor(K, kv, T.Kt, view=kt_view), pc.nv.load_tensor(V, kv, T.V)
+            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
+
+        def load_inside(k0):                              # a block wholly inside K and V
+            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, strided)
 
         def mask_block(k0):
             """The Br x Bc block of the mask at (q0, k0) as f32."""
@@ -447,7 +464,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             return (pc.nv.per_element(s, causal_score, k0, kend, q0) if causal else
                     pc.nv.per_element(s, in_sequence, k0, kend))
 
-        m, l, o = _key_blocks(T, sm, k, m, l, o, u32(0), kfull, Bc, load, scores,
+        m, l, o = _key_blocks(T, sm, k, m, l, o, u32(0), kfull, Bc, load_inside, scores,
                               live if blocks else None)
         m, l, o = _key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
         m, l = _finish(m, l, sm, k)
@@ -534,8 +551,7 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
         kfull = kb + (kend - kb) // Bc * Bc               # whole blocks: no masking
 
         def load(k0):
-            kv = lkv.slice(bkv * Skv + k0, Bc, 0, D)
-            return pc.nv.load_tensor(K, kv, T.Kt, view=kt_view), pc.nv.load_tensor(V, kv, T.V)
+            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
 
         def scores(k0, kt):
             return _scores(q, kt, T, scale, sm)
@@ -670,13 +686,14 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     `Softmax`; None: `tuned_softmax`, base e where scale <= 0) and `fp` (the kernels'
     floating-point mode) apply to both paths. `mask_loads`: how the prefill reads the mask,
     "words" (`attention_prefill(mask="words")`, 16-byte loads staged in shared memory:
-    workgroup scope, Br x Bc a multiple of 8 x invocations, keys a multiple of 8, a
-    `pc.Array` mask at a 16-byte aligned offset), "layout" (an accumulator loaded through a
-    tensor layout; any shape, 1.45x slower on the H100) or "auto" (the default): "words"
-    where it applies, else "layout". `mask_blocks` (workgroup and subgroup scope): a
+    workgroup scope, Br x Bc a multiple of 8 x invocations, keys a multiple of 8), "layout"
+    (an accumulator loaded through a tensor layout; any shape, 1.45x slower on the H100) or
+    "auto" (the default): "words" where it applies, else "layout". `mask_blocks` (workgroup and subgroup scope): a
     pre-pass kernel first finds the kinds of the mask's blocks (`attention_mask`), and the
     prefill skips the blocks of only -inf and adds no mask to those of only zeros.
-    `decode` True or False chooses the path instead. The configuration is checked before
+    `decode` True or False chooses the path instead. `pc.Array` views of Q, K, V and the mask
+    must start 16-byte aligned in their buffers (the cooperative-matrix loads need it; the
+    vector decode takes K and V 8-byte aligned). The configuration is checked before
     anything runs.
 
     `decode_kernel`: "vector" decodes with `attention_decode_vector` + `attention_merge` (no
@@ -759,23 +776,21 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         raise ValueError(f"attention: decode_kernel must be 'auto', 'vector' or 'coopmat', got "
                          f"{decode_kernel!r}")
     n = (H // Hkv) * Sq                      # query rows per K/V head
-    # K and V views starting `halves` halves into their buffers: the vector decode loads 4
-    # halves at a time (8 bytes) and the staged prefill 8 (16 bytes)
-    offsets = [(name, a.offset) for name, a in (("K", K), ("V", V)) if isinstance(a, pc.Array)]
+    # views starting `halves` halves into their buffers: the vector decode loads K and V 4
+    # or 8 halves at a time (8 or 16 bytes); the cooperative-matrix kernels need every
+    # operand at 16 bytes (their tensor loads' pointers)
+    offsets = [(name, a.offset) for name, a in (("Q", Q), ("K", K), ("V", V), ("the mask", mask))
+               if isinstance(a, pc.Array)]
 
-    def misaligned(halves: int) -> list[str]:
+    def misaligned(halves: int, names=("K", "V")) -> list[str]:
         return [f"{name} starts {2 * o} bytes into its buffer" for name, o in offsets
-                if o % halves]
+                if o % halves and name in names]
     vector = D in VECTOR_HEAD_DIMS and n <= MAX_ROWS and not misaligned(4)
     if decode_kernel == "vector" and not vector:
         raise ValueError(f"attention: the vector decode takes head_dim {VECTOR_HEAD_DIMS}, at "
                          f"most {MAX_ROWS} query rows per K/V head and K and V views starting "
                          f"8-byte aligned (heads / kv_heads * queries = {n}, head_dim {D}"
                          + "".join(f", {m}" for m in misaligned(4)) + ")")
-    if scope == "staged" and misaligned(8):
-        raise ValueError(f"attention: scope='staged' reads K and V 16 bytes at a time, so their "
-                         f"views must start 16-byte aligned, but {' and '.join(misaligned(8))}; "
-                         f"use scope='workgroup' or an aligned copy")
     if decode_kernel == "vector" and not abs(scale) <= EXP2_SCALES[1]:
         raise ValueError(f"attention: the vector decode multiplies the queries by scale · "
                          f"log2(e) in f32, which needs |scale| <= 2^24, got {scale}; use "
@@ -793,6 +808,13 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                               subgroup_size, merge_unroll or DecodeConfig.merge_unroll,
                               decode_prefetch, decode_merge, decode_width,
                               misaligned(8))
+    off16 = misaligned(8, ("Q", "K", "V", "the mask"))
+    if off16:
+        raise ValueError(f"attention: the cooperative-matrix kernels need Q, K, V and the mask "
+                         f"to start 16-byte aligned (SPV_NV_cooperative_matrix2: the Pointer of "
+                         f"a tensor load is a multiple of 16 bytes), but {' and '.join(off16)}; "
+                         f"pass aligned copies (b = pycoop.empty(a.shape, a.dtype); "
+                         f"b.copy_from(a))")
     if sm is not None and sm.exp2 and not EXP2_SCALES[0] <= scale <= EXP2_SCALES[1]:
         raise ValueError(f"attention: Softmax(exp2=True) keeps the row maxima in raw scores, "
                          f"which needs 2^-24 <= scale <= 2^24 (beyond, f32 products "
@@ -819,11 +841,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if invocations is None:
         invocations = prefill_invocations(D, causal, scope, Br, Bc)
     unmet = [] if mask is None or mask_loads == "layout" else _words_unmet(
-        scope, Br, Bc, invocations) + [what for ok, what in (
-        (Skv % 8 == 0, f"keys a multiple of 8 (got {Skv})"),
-        (not device or mask.offset % 8 == 0, f"a mask starting at a 16-byte aligned offset "
-                                             f"(it starts {2 * mask.offset if device else 0} "
-                                             "bytes into its buffer)")) if not ok]
+        scope, Br, Bc, invocations) + ([] if Skv % 8 == 0 else
+                                       [f"keys a multiple of 8 (got {Skv})"])
     if unmet and mask_loads == "words":
         raise ValueError(f"attention: mask_loads='words' reads the mask rows as uvec4s: it "
                          f"needs {' and '.join(unmet)}; use mask_loads='layout'")

@@ -295,10 +295,12 @@ def _infer_store(operands, attrs, regions, loc):
 
 define("khr.load", _infer_load, capabilities=KHR_CAPS,
        bounds=lambda op: _reach(op, "cooperative matrix load", op.result.type, 2),
+       base_alignment=lambda op: row_alignment(op.result.type, op.attrs["layout"]),
        doc="OpCooperativeMatrixLoadKHR: element (r, c) from offset + r*stride + c (row major) "
            "or offset + c*stride + r (column major), in units of the array's element type.")
 define("khr.store", _infer_store, capabilities=KHR_CAPS, writes=0,
        bounds=lambda op: _reach(op, "cooperative matrix store", op.operands[2].type, 3),
+       base_alignment=lambda op: row_alignment(op.operands[2].type, op.attrs["layout"]),
        doc="OpCooperativeMatrixStoreKHR: the inverse of khr.load.")
 
 

@@ -475,7 +475,6 @@ def test_extreme_scales_stay_finite():
 @pytest.mark.parametrize("Skv,kw,offset,loads", [
     (16, {}, 0, "words"),
     (12, {}, 0, True),                                    # keys not a multiple of 8
-    (16, {}, 4, True),                                    # a mask 8 bytes into its buffer
     (16, {"scope": "subgroup", "invocations": 64}, 0, True),
     (16, {"Br": 16, "Bc": 16}, 0, True),                  # 16 x 16 < 8 x 128 invocations
 ])
@@ -499,14 +498,27 @@ def test_the_default_mask_loads_are_words_where_they_apply(monkeypatch, Skv, kw,
 
 
 def test_words_refusals_name_what_is_missing():
+    Q, K, V, mask = operands(1, 2, 1, 8, 12, 64, seed=1, masked=True)
+    with pytest.raises(ValueError, match=r"mask_loads='words' .* needs keys a multiple of 8 "
+                                         r"\(got 12\); use mask_loads='layout'") as ei:
+        attention(*(_dev(a) for a in (Q, K, V)), mask=_dev(mask), mask_loads="words",
+                  decode=False, **TILE)
+    assert "scope=" not in str(ei.value) and "invocations" not in str(ei.value)
+
+
+@pytest.mark.parametrize("name,halves", [("Q", 4), ("K", 2), ("V", 1), ("the mask", 4)])
+def test_views_off_16_byte_alignment_are_refused_by_the_cooperative_matrix_kernels(name, halves):
+    """A tensor load's Pointer is a multiple of 16 bytes (SPV_NV_cooperative_matrix2), so a
+    view of Q, K, V or the mask that starts elsewhere in its buffer is refused before any
+    launch, naming the view and its offset (a GPU would read the wrong elements)."""
     Q, K, V, mask = operands(1, 2, 1, 8, 16, 64, seed=1, masked=True)
-    q, k, v = (_dev(a) for a in (Q, K, V))
-    flat = _dev(np.zeros(4 + mask.size, np.float16))
-    m = flat[4:].reshape(mask.shape)               # 8 bytes into its buffer
-    with pytest.raises(ValueError, match=r"needs a mask starting at a 16-byte aligned offset "
-                                         r"\(it starts 8 bytes into its buffer\); use") as ei:
-        attention(q, k, v, mask=m, mask_loads="words", decode=False, **TILE)
-    assert "scope=" not in str(ei.value) and "multiple of 8" not in str(ei.value)
+    args = {"Q": Q, "K": K, "V": V, "the mask": mask}
+    flat = _dev(np.concatenate([np.zeros(halves, np.float16), args[name].ravel()]))
+    args = {n: flat[halves:].reshape(a.shape) if n == name else _dev(a) for n, a in args.items()}
+    with pytest.raises(ValueError, match=rf"need Q, K, V and the mask to start 16-byte aligned "
+                                         rf".* but {name} starts {2 * halves} bytes into its "
+                                         rf"buffer; pass aligned copies"):
+        attention(args["Q"], args["K"], args["V"], mask=args["the mask"], decode=False, **TILE)
 
 
 def test_the_tuned_softmax_is_the_default():
@@ -766,24 +778,33 @@ def test_vector_decode_path_errors():
 
 
 def test_views_of_k_and_v_that_start_between_words():
-    """A K view 2 bytes into its buffer: the vector decode (4 halves per load) cannot bind
-    it, so "auto" decodes with the cooperative matrices; asking for the vector decode, or the
-    staged prefill (16-byte loads), is refused naming the view's offset."""
+    """A K view 2 bytes into its buffer: the vector decode loads 4 halves at a time and the
+    cooperative-matrix kernels need 16-byte aligned pointers, so every path refuses it before
+    any launch, naming the view's offset; 8 bytes in, "auto" decodes with the vector kernel
+    and only the cooperative-matrix paths refuse it."""
     rng = np.random.default_rng(2)
     Q = rng.standard_normal((1, 2, 1, 64)).astype(np.float16)
     K = rng.standard_normal((1, 1, 30, 64)).astype(np.float16)
-    buf = pc.asarray(np.concatenate([np.zeros(1, np.float16), K.ravel()]), backend="emulator")
-    k, q, v = buf[1:].reshape(K.shape), _dev(Q), _dev(K)
-    ref, _ = attention_reference(Q, K, K)
-    for kw in ({}, {"decode_width": 4}, {"decode": False}):
-        np.testing.assert_allclose(attention(q, k, v, out="f32", **kw).out.numpy(), ref,
-                                   rtol=0, atol=OUT_TOL)
+    q, v = _dev(Q), _dev(K)
+
+    def view(halves):
+        buf = pc.asarray(np.concatenate([np.zeros(halves, np.float16), K.ravel()]),
+                         backend="emulator")
+        return buf[halves:].reshape(K.shape)
+    k2, k8 = view(1), view(4)
+    coopmat = r"need Q, K, V and the mask to start 16-byte aligned .* but K starts {} bytes"
+    for kw in ({}, {"decode_kernel": "coopmat"}, {"decode": False},
+               {"decode": False, "scope": "staged", "Br": 32, "Bc": 32}):
+        with pytest.raises(ValueError, match=coopmat.format(2)):
+            attention(q, k2, v, **kw)
     with pytest.raises(ValueError, match="vector decode .* K and V views starting 8-byte "
                                          "aligned .* K starts 2 bytes into its buffer"):
-        attention(q, k, v, decode_kernel="vector")
-    with pytest.raises(ValueError, match=r"scope='staged' reads K and V 16 bytes at a time"
-                                         r".* K starts 2 bytes into its buffer"):
-        attention(q, k, v, decode=False, scope="staged", Br=32, Bc=32)
+        attention(q, k2, v, decode_kernel="vector")
+    ref, _ = attention_reference(Q, K, K)
+    np.testing.assert_allclose(attention(q, k8, v, out="f32").out.numpy(), ref, rtol=0,
+                               atol=OUT_TOL)
+    with pytest.raises(ValueError, match=coopmat.format(8)):
+        attention(q, k8, v, decode=False)
 
 
 def test_masks_beyond_the_range_of_float16_saturate():

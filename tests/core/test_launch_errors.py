@@ -235,6 +235,41 @@ def test_vector_views_must_start_at_an_element_boundary():
     k_vec[1](base[4:20], 0)
 
 
+M16C = pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.Accumulator]
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_matrix_copy(A: pycoop.ReadBuffer[f16], T: pycoop.ReadBuffer[f16],
+                  B: pycoop.WriteBuffer[f16]):
+    """Copies A (a KHR load and store) and reads T through a tensor layout."""
+    m = M16C.load(A, 0, 16)
+    t = pycoop.nv.load_tensor(T, pycoop.nv.tensor_layout(2).dimension(16, 16), M16C)
+    pycoop.store(B, 0, m + t, 16)
+
+
+@pytest.mark.parametrize("arg,halves,ok", [
+    ("A", 1, False), ("A", 4, False), ("A", 8, True), ("A", 24, True),
+    ("T", 2, False), ("T", 8, True), ("B", 4, False), ("B", 16, True)])
+def test_matrix_buffers_take_views_at_their_pointer_alignment(arg, halves, ok):
+    """A cooperative-matrix load or store needs its pointer aligned (16 bytes for these
+    matrices, VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986; 16 bytes for every tensor
+    load, SPV_NV_cooperative_matrix2): a view of such a buffer that starts elsewhere is
+    refused at the launch, naming the argument, its offset and the rule (a GPU would read or
+    write the wrong elements, and the emulator takes every buffer to start aligned)."""
+    base = pycoop.zeros(halves + 256, f16, backend="emulator")
+    args = {n: pycoop.zeros(256, f16, backend="emulator") for n in "ATB"}
+    args[arg] = base[halves:]
+    if ok:
+        k_matrix_copy[1](*args.values())
+        return
+    op = "tensor loads" if arg == "T" else "stores" if arg == "B" else "loads"
+    rule = "SPV_NV_cooperative_matrix2" if arg == "T" else "VUID-RuntimeSpirv-OpCooperative"
+    with pytest.raises(pycoop.ArgumentError, match=rf"argument '{arg}' is a view {2 * halves} "
+                       rf"bytes into its buffer, but the kernel's cooperative-matrix {op} need "
+                       rf"it to start at a multiple of 16 bytes \({rule}.*aligned copy"):
+        k_matrix_copy[1](*args.values())
+
+
 def test_buffers_past_the_32_bit_index_range_are_refused(monkeypatch):
     """Buffers are indexed with 32-bit integers that SPIR-V reads as signed: an element at 2^31
     would be addressed 2 GiB before the buffer, so longer buffers are refused (the limit is

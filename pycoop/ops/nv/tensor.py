@@ -516,15 +516,18 @@ def _infer_store_tensor(operands, attrs, regions, loc):
     return []
 
 
+# SPV_NV_cooperative_matrix2: "The 'Pointer' must be a multiple of 16B" (the elements a span
+# selects need not be aligned)
+POINTER_ALIGNMENT = 16
 define("nv.load_tensor", _infer_load_tensor, environment="vulkan",
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
-       bounds=tensor_access("tensor load", False),
+       bounds=tensor_access("tensor load", False), base_alignment=lambda op: POINTER_ALIGNMENT,
        doc="OpCooperativeMatrixLoadTensorNV: elements addressed through a tensor layout (and "
            "view); clipped elements keep Object's value; Constant clamp reads the clamp value; "
            "with a decode function each element is decoded from its block.")
 define("nv.store_tensor", _infer_store_tensor, writes=0, environment="vulkan",
        capabilities=("CooperativeMatrixTensorAddressingNV", "TensorAddressingNV"),
-       bounds=tensor_access("tensor store", True),
+       bounds=tensor_access("tensor store", True), base_alignment=lambda op: POINTER_ALIGNMENT,
        doc="OpCooperativeMatrixStoreTensorNV: clipped and (unless Undefined) out-of-bounds "
            "elements are not written.")
 
