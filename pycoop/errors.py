@@ -152,6 +152,11 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _KERNEL_LIBRARY = os.path.join(_PACKAGE, "kernels") + os.sep   # kernel code, shown like a user's
 
 
+def in_package(filename: str) -> bool:
+    """Whether `filename` is one of pycoop's files, the bundled kernels included."""
+    return os.path.abspath(filename).startswith(_PACKAGE)
+
+
 def is_internal(filename: str) -> bool:
     """Whether a frame of `filename` is pycoop's own code (not the bundled kernels)."""
     path = os.path.abspath(filename)

@@ -20,8 +20,8 @@ import numpy as np
 from .. import knobs
 from ..cache import lower_cached
 from ..codegen import extensions
-from ..errors import (ArgumentError, BackendUnavailable, CompileError, Loc, entry_point, is_internal,
-                     without_internal_frames)
+from ..errors import (ArgumentError, BackendUnavailable, CompileError, Loc, PycoopError,
+                     entry_point, in_package, is_internal, without_internal_frames)
 from ..ir.builder import RequiresSubgroupSize, Tracer, emit1, trace_scope
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
@@ -309,17 +309,13 @@ class Kernel:
                         for p in self.params]
                 try:
                     ret = self._traced(*args)
-                except KeyError as e:
-                    if not (e.args and isinstance(e.args[0], Value)):
-                        raise
-                    raise CompileError(
-                        f"a Python container was indexed with a runtime value ({e.args[0].type})",
-                        _user_frame_loc(e.__traceback__),
-                        rule="dicts and other Python containers are indexed while tracing: "
-                             "their keys must be known at trace time",
-                        hint="index with a Python value (a Const, a trace-time loop variable), "
-                             "keep the data in a buffer or shared array, or choose with "
-                             "pycoop.select", rule_id="frontend.runtime-container-index") from None
+                except (PycoopError, RequiresSubgroupSize):
+                    raise
+                except Exception as e:
+                    error = _kernel_code_error(e)
+                    if error is None:
+                        raise                   # raised inside pycoop: kept as it is
+                    raise error from (e if knobs.show_internal_frames() else None)
             if ret is not None:
                 raise CompileError(f"kernel {self.name} returned {ret!r}; kernels return nothing",
                                    _def_loc(self.fn), rule="a kernel's entry point returns void",
@@ -372,6 +368,33 @@ def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, stri
     make = entry_point(lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes,
                                         fp))
     return make if fn is None else make(fn)
+
+
+def _kernel_code_error(e: Exception) -> CompileError | None:
+    """A Python exception that the kernel's own code raised while it was traced (a misspelt
+    name, a call with the wrong arguments, an `assert`) as a CompileError at that line, or None
+    when the innermost frame is pycoop's (its implementation, or a bundled kernel's
+    configuration check, whose ValueError is the documented error)."""
+    if isinstance(e, KeyError) and e.args and isinstance(e.args[0], Value):
+        return CompileError(
+            f"a Python container was indexed with a runtime value ({e.args[0].type})",
+            _user_frame_loc(e.__traceback__),
+            rule="dicts and other Python containers are indexed while tracing: their keys must "
+                 "be known at trace time",
+            hint="index with a Python value (a Const, a trace-time loop variable), keep the "
+                 "data in a buffer or shared array, or choose with pycoop.select",
+            rule_id="frontend.runtime-container-index")
+    tb = e.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if in_package(tb.tb_frame.f_code.co_filename):
+        return None
+    return CompileError(
+        f"{type(e).__name__}: {e}", Loc(tb.tb_frame.f_code.co_filename, tb.tb_lineno),
+        rule="a kernel's Python code runs while pycoop traces it; an exception it raises stops "
+             "the compilation", hint="the exception is Python's own, raised by this line while "
+                                     "it was traced (PYCOOP_TRACEBACK=1 shows the whole traceback)",
+        rule_id="frontend.python-exception")
 
 
 def _user_frame_loc(tb) -> Loc | None:

@@ -349,6 +349,58 @@ def test_a_dict_indexed_by_a_runtime_value():
     assert e.value.rule_id == "frontend.runtime-container-index"
 
 
+def _helper_that_divides(x):
+    return x / 0                               # HELPER
+
+
+@pc.kernel(workgroup_size=8)
+def k_python_attribute(A: pc.Buffer[f32]):
+    m = C32.fill(0.0)
+    C32.store(A, 0, m, 16)                     # ATTRIBUTE
+
+
+@pc.kernel(workgroup_size=8)
+def k_python_call(A: pc.Buffer[f32]):
+    m = C32.load(A, 0)                         # CALL
+    pc.store(A, 0, m, 16)
+
+
+@pc.kernel(workgroup_size=8)
+def k_python_assert(A: pc.Buffer[f32], n: pc.Const = 3):
+    assert n % 2 == 0, "n must be even"        # ASSERT
+    A[0] = f32(n)
+
+
+@pc.kernel(workgroup_size=8)
+def k_python_helper(A: pc.Buffer[f32]):
+    A[0] = f32(_helper_that_divides(4))
+
+
+@pytest.mark.parametrize("kernel,marker,what", [
+    (k_python_attribute, "# ATTRIBUTE", "AttributeError: 'CoopMatType' object has no attribute "
+                                        "'store'"),
+    (k_python_call, "# CALL", "TypeError: load() missing 1 required positional argument: "
+                              "'stride'"),
+    (k_python_assert, "# ASSERT", "AssertionError: n must be even"),
+    (k_python_helper, "# HELPER", "ZeroDivisionError: division by zero"),
+])
+def test_python_exceptions_of_kernel_code_are_compile_errors_at_their_line(kernel, marker, what):
+    """A Python exception that the kernel's code raises while traced (a misspelt method, a
+    call missing an argument, an assert, a helper's error) is a CompileError at the line that
+    raised it, with Python's message and no frame of pycoop's."""
+    with pytest.raises(pc.CompileError) as e:
+        kernel.compile()
+    assert what in e.value.message and e.value.rule_id == "frontend.python-exception"
+    fn = _helper_that_divides if marker == "# HELPER" else kernel
+    assert e.value.loc.file == __file__ and e.value.line == line_of(fn, marker)
+    tb, shown = e.value.__traceback__, []      # the frames a traceback printer shows
+    while tb is not None:
+        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
+            shown.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    assert not any(pc.errors.is_internal(f) for f in shown) and e.value.__cause__ is None
+
+
 @pc.func
 def _grow(xs, v):
     xs.append(v)                               # HERE
