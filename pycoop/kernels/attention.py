@@ -521,7 +521,8 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
     `scope="subgroup"`: each of the invocations / 32 subgroups of a workgroup takes a chunk of
     its own, the grid is (splits / subgroups, batch * kv_heads) and splits must be a multiple
     of the subgroups. Chunks past the keys write maxima of -2^99 (`NEG_BIG`) and sums of 0.
-    `softmax` and `fp` as in `attention_prefill`.
+    As in the prefill, the whole key blocks of a chunk are read by strided loads and its last
+    block through the tensor layout. `softmax` and `fp` as in `attention_prefill`.
     `attention_merge(..., exp2=softmax.exp2)` merges the splits."""
     _check_config("attention_decode", head_dim, rows, Bc, dtype, "f32", scope, invocations, fp)
     if scope == "staged":
@@ -553,13 +554,16 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
         def load(k0):
             return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
 
+        def load_inside(k0):                              # a block wholly inside K and V
+            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, not sm.prefetch)
+
         def scores(k0, kt):
             return _scores(q, kt, T, scale, sm)
 
         def edge_scores(k0, kt):
             return pc.nv.per_element(scores(k0, kt), in_sequence, k0, kend)
 
-        m, l, o = _key_blocks(T, sm, k, m, l, o, kb, kfull, Bc, load, scores)
+        m, l, o = _key_blocks(T, sm, k, m, l, o, kb, kfull, Bc, load_inside, scores)
         m, l, o = _key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
         m, l = _finish(m, l, sm, k)
         first = (split * nkv + bkv) * n          # this chunk's rows: (split, bkv, row)
