@@ -34,6 +34,7 @@ from pycoop.kernels import Softmax, attention
 from warmup import warm_gpu
 
 _ALL = Softmax(exp2=True, lazy_sum=True, prefetch=True)
+_TUNED_PREFETCH = Softmax(exp2=True, row_width=32, prefetch=True)   # the default, prefetching
 
 
 def _wg(Br=128, Bc=64, inv=256, sm=None, fp="exact"):
@@ -56,7 +57,8 @@ def _st(Br, Bc, fp="exact"):
 # through a tensor layout (masked cases; the default reads it as uvec4 words through shared
 # memory), "every" = every mask block loaded (the default skips the blocks of only -inf and
 # leaves out those of only zeros), "all" = exp2 + lazy_sum + prefetch, "narrow" =
-# row maxima and sums 32 columns wide; "st" =
+# row maxima and sums 32 columns wide, "tuned prefetch" = the default softmax loading the next
+# block's K and V before this block's softmax; "st" =
 # the staged kernel (16 x 16 subgroup-scope pieces, K and V in shared memory, 16 rows per
 # subgroup: Br x Bc, 2 Br invocations)
 PREFILL_VARIANTS = {
@@ -73,6 +75,8 @@ PREFILL_VARIANTS = {
     "wg 128x64/256 narrow": _wg(sm=Softmax(row_width=32)),
     "wg 128x64/256 narrow exp2": _wg(sm=Softmax(exp2=True, row_width=32)),
     "wg 128x64/256 narrow prefetch": _wg(sm=Softmax(prefetch=True, row_width=32)),
+    "wg 128x64/256 tuned prefetch": _wg(sm=_TUNED_PREFETCH),
+    "wg 128x64/128 tuned prefetch": _wg(inv=128, sm=_TUNED_PREFETCH),
     "wg 128x64/256 all fast": _wg(sm=_ALL, fp="fast"),
     "wg 128x32/256": _wg(Bc=32),
     "wg 128x128/256": _wg(Bc=128),

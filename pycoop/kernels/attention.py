@@ -290,8 +290,8 @@ def _key_blocks(T: _Types, sm: Softmax, k, m, l, o, k_begin, k_end, Bc: int, loa
                 live=None):
     """The online softmax over the key blocks k_begin, k_begin + Bc, ... < k_end: load(k0)
     gives (Kᵀ, V) of a block, scores(k0, kt) its scaled, masked scores. With `prefetch` the
-    next block's K and V are loaded before this block's softmax (the last prefetch reads one
-    block past k_end, which the layouts clamp). `live(k0)` (a uniform bool; None: always
+    next block's K and V are loaded before this block's softmax (the last iteration loads its
+    own block again, so no load leaves the loop's blocks). `live(k0)` (a uniform bool; None: always
     true) says whether a block adds anything: without prefetch the others are skipped."""
     if sm.prefetch:
         return _blocks_prefetched(T, sm, k, m, l, o, k_begin, k_end, Bc, load, scores)
@@ -309,12 +309,14 @@ def _blocks(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores, live=None)
 
 @pc.func
 def _blocks_prefetched(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores):
-    kt, v = load(k_begin)
-    for k0 in pc.range(k_begin, k_end, Bc):
-        s = scores(k0, kt)
-        v_now = v
-        kt, v = load(k0 + Bc)
-        m, l, o = _attend(T, sm, k, m, l, o, s, v_now)
+    if k_begin < k_end:                 # (an empty loop loads nothing)
+        last = k_begin + (k_end - k_begin - 1) // Bc * Bc
+        kt, v = load(k_begin)
+        for k0 in pc.range(k_begin, k_end, Bc):
+            s = scores(k0, kt)
+            v_now = v
+            kt, v = load(pc.min(k0 + Bc, last))
+            m, l, o = _attend(T, sm, k, m, l, o, s, v_now)
     return m, l, o
 
 
@@ -359,8 +361,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
 
     The key blocks that need no masking (all keys in the sequence and, causal, before the
     tile's first query) run in a loop of their own; only the last blocks pay for the
-    per-element masking; that loop reads K and V by strided loads (without `softmax.prefetch`,
-    which reads one block past the loop's end and so keeps the tensor layouts' clamping).
+    per-element masking; that loop reads K and V by strided loads.
     Every buffer must start 16-byte aligned (a view elsewhere is refused at the launch)."""
     _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations, fp)
     if mask not in (False, True, "words"):
@@ -388,7 +389,6 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     rows = _subgroup_rows("attention_prefill", Br, invocations) if scope == "subgroup" else Br
     D, el = head_dim, ELEMENT[dtype]
     sm = _check_softmax("attention_prefill", softmax, Bc)
-    strided = not sm.prefetch
     T = _types(el, rows, D, Bc, scope, sm.row_width)
     Out = pc.coopmat[f16, T.O.scope, rows, D, pc.Accumulator] if out == "f16" else T.O
     OutEl = f16 if out == "f16" else f32
@@ -420,7 +420,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
 
         def load_inside(k0):                              # a block wholly inside K and V
-            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, strided)
+            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, True)
 
         def mask_block(k0):
             """The Br x Bc block of the mask at (q0, k0) as f32."""
@@ -555,7 +555,7 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
             return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
 
         def load_inside(k0):                              # a block wholly inside K and V
-            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, not sm.prefetch)
+            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, True)
 
         def scores(k0, kt):
             return _scores(q, kt, T, scale, sm)
