@@ -18,7 +18,11 @@ loop of `attention._key_blocks`). This script builds the kernel again with those
   "k_loaded_once" / "v_loaded_once": only Kᵀ / only V loaded once;
 - "tensor_loads" / "gemms_tensor_loads": every block's Kᵀ and V through tensor layouts
   (the kernel reads the blocks inside the sequence by strided loads, 20 % faster on the
-  H100).
+  H100);
+- "prefetch": the default softmax with `prefetch` (the next block's Kᵀ and V loaded before
+  this block's softmax); "q_shared": the query tile kept in shared memory and loaded from
+  there for every block's product instead of held in registers through the loop (which may
+  leave the registers a prefetch needs); "q_shared_prefetch": both.
 
 Only "full" is attention; the others are timing probes (their results are not checked). The
 "gemms" row bounds what any softmax could reach with that tile and its loads on this device,
@@ -36,11 +40,12 @@ import importlib
 import numpy as np
 
 import pycoop as pc
-from pycoop.kernels import attention_prefill
+from pycoop.kernels import Softmax, attention_prefill
 from warmup import vulkan_or_skip, warm_gpu
 
 A = importlib.import_module("pycoop.kernels.attention")    # the module, not the function
 FULL, KEY_BLOCKS, LOAD_KV = A._attend, A._key_blocks, A._load_kv
+LOAD_Q, SCORES = A._load_q, A._scores
 
 
 def gemms(T, sm, k, m, l, o, s, v):
@@ -113,7 +118,23 @@ def tensor_loads(T, K, V, layout, kt_view, row, Bc: int, D: int, strided: bool =
     return LOAD_KV(T, K, V, layout, kt_view, row, Bc, D)
 
 
-# step -> (the per-block step, the loop over the key blocks, the block loads)
+def q_to_shared(T, Q, tile):
+    """The query tile copied into shared memory once; `scores_from_shared` loads it from there
+    for every block's product, so no register holds it through the softmax."""
+    qs = pc.shared(T.Q.component, T.Q.rows * T.Q.cols)
+    pc.store(qs, 0, LOAD_Q(T, Q, tile), T.Q.cols)
+    pc.barrier()
+    return qs
+
+
+def scores_from_shared(qs, kt, T, scale, sm, mask=None):
+    return SCORES(T.Q.load(qs, 0, T.Q.cols), kt, T, scale, sm, mask)
+
+
+# the default softmax, prefetching the next block's K and V
+PREFETCH = Softmax(exp2=True, row_width=32, prefetch=True)
+# step -> (the per-block step, the loop over the key blocks, the block loads); STEP_EXTRAS:
+# the query hooks (load, scores) and the softmax of the steps that change them
 STEPS = {"full": (FULL, KEY_BLOCKS, LOAD_KV), "gemms": (gemms, KEY_BLOCKS, LOAD_KV),
          "no_exp": (no_exp, KEY_BLOCKS, LOAD_KV), "no_rescale": (no_rescale, KEY_BLOCKS, LOAD_KV),
          "no_max": (no_max, KEY_BLOCKS, LOAD_KV), "no_sums": (no_sums, KEY_BLOCKS, LOAD_KV),
@@ -122,18 +143,25 @@ STEPS = {"full": (FULL, KEY_BLOCKS, LOAD_KV), "gemms": (gemms, KEY_BLOCKS, LOAD_
          "gemms_loaded_once": (gemms, loaded_once, LOAD_KV),
          "k_loaded_once": (FULL, _once(0), LOAD_KV), "v_loaded_once": (FULL, _once(1), LOAD_KV),
          "tensor_loads": (FULL, KEY_BLOCKS, tensor_loads),
-         "gemms_tensor_loads": (gemms, KEY_BLOCKS, tensor_loads)}
+         "gemms_tensor_loads": (gemms, KEY_BLOCKS, tensor_loads),
+         "prefetch": (FULL, KEY_BLOCKS, LOAD_KV), "q_shared": (FULL, KEY_BLOCKS, LOAD_KV),
+         "q_shared_prefetch": (FULL, KEY_BLOCKS, LOAD_KV)}
+STEP_EXTRAS = {"prefetch": (LOAD_Q, SCORES, PREFETCH),
+               "q_shared": (q_to_shared, scores_from_shared, None),
+               "q_shared_prefetch": (q_to_shared, scores_from_shared, PREFETCH)}
 
 
 def build(D: int, Br: int, Bc: int, inv: int, causal: bool, step: str):
     A._attend, A._key_blocks, A._load_kv = STEPS[step]
+    A._load_q, A._scores, softmax = STEP_EXTRAS.get(step, (LOAD_Q, SCORES, None))
     attention_prefill.cache_clear()
     try:
-        kernel = attention_prefill(D, Br, Bc, inv, causal)
+        kernel = attention_prefill(D, Br, Bc, inv, causal, softmax=softmax)
         kernel.compile()                # traced now, while the step is replaced
         return kernel
     finally:
         A._attend, A._key_blocks, A._load_kv = FULL, KEY_BLOCKS, LOAD_KV
+        A._load_q, A._scores = LOAD_Q, SCORES
         attention_prefill.cache_clear()
 
 

@@ -227,6 +227,12 @@ def _by_row(x, T: _Types):
     return _widen(x, T.O)
 
 
+def _load_q(T: _Types, Q, tile):
+    """The prefill's query tile, loaded once and held for the whole loop (a function of its
+    own so that bench/prefill_parts.py can time other ways)."""
+    return pc.nv.load_tensor(Q, tile, T.Q)
+
+
 def _scores(q, kt, T: _Types, scale, sm: Softmax, mask=None):
     """S = Q Kᵀ of the query tile as loaded, times scale in f32 (with exp2 raw: the scale
     goes into the exponentials' multiply-add), plus the mask block `mask` (f32) if any. Q is
@@ -409,7 +415,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         elif mask:
             lm = (pc.nv.tensor_layout(2, clamp="constant").dimension(Sq, Skv)
                   .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
-        q = pc.nv.load_tensor(Q, lq.slice(bh * Sq + q0, rows, 0, D), T.Q)
+        q = _load_q(T, Q, lq.slice(bh * Sq + q0, rows, 0, D))
         k = scale * f32(LOG2E)                            # used with exp2 only
         m, l, o = T.Row.fill(NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
         kend = pc.min(Skv, q0 + rows) if causal else Skv   # later keys are hidden from the tile
