@@ -2,8 +2,9 @@
 softmax (or its loads) taken out, and its tiles at each head dim.
 
 Each key block of the prefill loads Kᵀ and V, computes S = Q Kᵀ, the row maxima, the
-exponentials, the rescaling of the earlier output and O += P V (`attention._attend`, in the
-loop of `attention._key_blocks`). This script builds the kernel again with those replaced:
+exponentials, the rescaling of the earlier output and O += P V (`attention_blocks.attend`, in
+the loop of `attention_blocks.key_blocks`). This script builds the kernel again with those
+replaced:
 
 - "full": the kernel as shipped;
 - "gemms": P = S rounded to f16, O += P V (the two products and the loads, no softmax);
@@ -35,17 +36,16 @@ first use) and with the GPU kept busy before each one (`warmup.warm_gpu`).
 from __future__ import annotations
 
 import argparse
-import importlib
 
 import numpy as np
 
 import pycoop as pc
 from pycoop.kernels import Softmax, attention_prefill
+from pycoop.kernels import attention_blocks as A    # the online softmax's parts
 from warmup import vulkan_or_skip, warm_gpu
 
-A = importlib.import_module("pycoop.kernels.attention")    # the module, not the function
-FULL, KEY_BLOCKS, LOAD_KV = A._attend, A._key_blocks, A._load_kv
-LOAD_Q, SCORES = A._load_q, A._scores
+FULL, KEY_BLOCKS, LOAD_KV = A.attend, A.key_blocks, A.load_kv
+LOAD_Q, SCORES = A.load_q, A.block_scores
 
 
 def gemms(T, sm, k, m, l, o, s, v):
@@ -54,7 +54,7 @@ def gemms(T, sm, k, m, l, o, s, v):
 
 def no_exp(T, sm, k, m, l, o, s, v):
     m_new = pc.nv.per_element(m, A.larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
-    return m_new, l, pc.mul_add(pc.nv.convert(s, T.P), v, o * A._by_row(m_new, T))
+    return m_new, l, pc.mul_add(pc.nv.convert(s, T.P), v, o * A.by_row(m_new, T))
 
 
 def no_rescale(T, sm, k, m, l, o, s, v):
@@ -64,7 +64,7 @@ def no_rescale(T, sm, k, m, l, o, s, v):
 
 
 def no_max(T, sm, k, m, l, o, s, v):
-    pf = pc.nv.per_element(s, A.exp2_scaled, A._widen(m, T.S), k)
+    pf = pc.nv.per_element(s, A.exp2_scaled, A.widen(m, T.S), k)
     p = pc.nv.convert(pf, T.P)
     return m, l + pf if sm.lazy_sum else pc.mul_add(p, T.Ones.fill(1.0), l), pc.mul_add(p, v, o)
 
@@ -73,28 +73,28 @@ def _softmax(T, sm, k, m, s):
     """The block's maxima, probabilities (f32 and as P) and rescale factors, as `_attend`
     computes them with exp2."""
     m_new = pc.nv.per_element(m, A.larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
-    pf = pc.nv.per_element(s, A.exp2_scaled, A._widen(m_new, T.S), k)
+    pf = pc.nv.per_element(s, A.exp2_scaled, A.widen(m_new, T.S), k)
     return m_new, pf, pc.nv.convert(pf, T.P), pc.nv.per_element(m, A.exp2_scaled, m_new, k)
 
 
 def no_sums(T, sm, k, m, l, o, s, v):
     m_new, _, p, alpha = _softmax(T, sm, k, m, s)
-    return m_new, l, pc.mul_add(p, v, o * A._by_row(alpha, T))
+    return m_new, l, pc.mul_add(p, v, o * A.by_row(alpha, T))
 
 
 def sums_by_reduce(T, sm, k, m, l, o, s, v):
     m_new, pf, p, alpha = _softmax(T, sm, k, m, s)
     l = l * alpha + pc.nv.reduce(pf, "row", "add", result_type=T.Row)
-    return m_new, l, pc.mul_add(p, v, o * A._by_row(alpha, T))
+    return m_new, l, pc.mul_add(p, v, o * A.by_row(alpha, T))
 
 
 @pc.func
 def loaded_once(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores, live=None):
-    """`attention._key_blocks` with the first block's Kᵀ and V loaded before the loop and
+    """`attention_blocks.key_blocks` with the first block's Kᵀ and V loaded before the loop and
     used for every block."""
     kt, v = load(k_begin)
     for k0 in pc.range(k_begin, k_end, Bc):
-        m, l, o = A._attend(T, sm, k, m, l, o, scores(k0, kt), v)
+        m, l, o = A.attend(T, sm, k, m, l, o, scores(k0, kt), v)
     return m, l, o
 
 
@@ -107,7 +107,7 @@ def _once(which: int):
         for k0 in pc.range(k_begin, k_end, Bc):
             kt, v = load(k0)
             kt, v = (first, v) if which == 0 else (kt, first)
-            m, l, o = A._attend(T, sm, k, m, l, o, scores(k0, kt), v)
+            m, l, o = A.attend(T, sm, k, m, l, o, scores(k0, kt), v)
         return m, l, o
     return blocks
 
@@ -152,16 +152,16 @@ STEP_EXTRAS = {"prefetch": (LOAD_Q, SCORES, PREFETCH),
 
 
 def build(D: int, Br: int, Bc: int, inv: int, causal: bool, step: str):
-    A._attend, A._key_blocks, A._load_kv = STEPS[step]
-    A._load_q, A._scores, softmax = STEP_EXTRAS.get(step, (LOAD_Q, SCORES, None))
+    A.attend, A.key_blocks, A.load_kv = STEPS[step]
+    A.load_q, A.block_scores, softmax = STEP_EXTRAS.get(step, (LOAD_Q, SCORES, None))
     attention_prefill.cache_clear()
     try:
         kernel = attention_prefill(D, Br, Bc, inv, causal, softmax=softmax)
         kernel.compile()                # traced now, while the step is replaced
         return kernel
     finally:
-        A._attend, A._key_blocks, A._load_kv = FULL, KEY_BLOCKS, LOAD_KV
-        A._load_q, A._scores = LOAD_Q, SCORES
+        A.attend, A.key_blocks, A.load_kv = FULL, KEY_BLOCKS, LOAD_KV
+        A.load_q, A.block_scores = LOAD_Q, SCORES
         attention_prefill.cache_clear()
 
 

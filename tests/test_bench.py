@@ -38,10 +38,10 @@ def test_prefill_parts_steps_build_modules_of_their_own():
     spv = {step: prefill_parts.build(64, 32, 32, 64, False, step).compile().spv
            for step in prefill_parts.STEPS}
     assert len(set(spv.values())) == len(spv)
-    assert prefill_parts.A._attend is prefill_parts.FULL
-    assert prefill_parts.A._key_blocks is prefill_parts.KEY_BLOCKS
-    assert prefill_parts.A._load_kv is prefill_parts.LOAD_KV
-    assert (prefill_parts.A._load_q, prefill_parts.A._scores) == (prefill_parts.LOAD_Q,
+    assert prefill_parts.A.attend is prefill_parts.FULL
+    assert prefill_parts.A.key_blocks is prefill_parts.KEY_BLOCKS
+    assert prefill_parts.A.load_kv is prefill_parts.LOAD_KV
+    assert (prefill_parts.A.load_q, prefill_parts.A.block_scores) == (prefill_parts.LOAD_Q,
                                                                   prefill_parts.SCORES)
     from pycoop.kernels import attention_prefill
     assert attention_prefill(64, 32, 32, 64).compile().spv == spv["full"]

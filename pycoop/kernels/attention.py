@@ -4,13 +4,11 @@ softmax(Q Kᵀ · scale + mask) V for Q of shape (batch, heads, queries, head_di
 shape (batch, kv_heads, keys, head_dim): f16 or bf16 inputs, f32 accumulation, grouped-query
 attention (each K/V head serves heads / kv_heads consecutive query heads).
 
-Both kernels walk the keys in blocks of Bc with the online softmax: for each block the scores
-S = Q·Kᵀ (Kᵀ read through a transposing tensor view), the running row maxima m
-(`pc.nv.reduce`) and sums l, P = exp(S - m) (`pc.nv.per_element`), and O = O·exp(m_old - m)
-+ P·V with P converted from the f32 accumulator to an f16 operand (`pc.nv.convert`). A 2-D
-tensor layout per head addresses its rows and ends at its last row: the Constant clamp reads
-zeros past the end of a sequence (and -inf from the mask), and the stores discard the rows
-past it, so any sequence length works without padding.
+Both kernels walk the keys in blocks of Bc with the online softmax of `attention_blocks`
+(`Softmax` chooses how). A 2-D tensor layout per head addresses its rows and ends at its last
+row: the Constant clamp reads zeros past the end of a sequence (and -inf from the mask), and
+the stores discard the rows past it, so any sequence length works without padding; the blocks
+wholly inside the sequence are read by strided loads instead.
 
 - `attention_prefill(...)`: one workgroup per Br queries of one head; the grid is
   (ceil(queries / Br), batch · heads). At workgroup scope the whole workgroup holds one Br-row
@@ -24,16 +22,6 @@ past it, so any sequence length works without padding.
   spreads a memory-bound decode over the whole GPU.
 - `attention(...)`: checks the shapes and launches either path; `attention_reference(...)`:
   the NumPy result.
-
-Options of both kernels (`Softmax`): `exp2` computes the exponentials as 2^(s·k - m·k), one
-multiply-add and an exp2, with k = scale · log2(e) (Q is used as loaded, the maxima kept in raw
-scores); `lazy_sum` keeps the row sums as a Br x Bc matrix of per-column partial sums (one
-multiply-add per element per block, one row reduction at the end) instead of a product with a
-matrix of ones on every block; `prefetch` loads the next key block's K and V before the
-current block's softmax; `row_width` holds the row maxima and sums as Br x row_width matrices
-instead of Br x Bc (fewer registers, fewer rescale exponentials, a narrower ones product).
-Without a `Softmax` the kernels use `tuned_softmax`: exp2 and a row state 32 columns wide,
-the fastest on the H100.
 """
 from __future__ import annotations
 
@@ -49,13 +37,14 @@ from pycoop.codegen.float_modes import FP_MODES
 from pycoop.runtime import capturing
 from pycoop.runtime.backend import vulkan_missing
 
+from . import attention_blocks as online
+from .attention_blocks import EXP2_SCALES, Softmax, tuned_softmax
 from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, WIDTHS, DecodeConfig,
                                attention_decode_vector, attention_merge, chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
 from .attention_mask import MASKED, NEEDED, mask_block_kinds
 from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, NEG_BIG, causal_score, check_tile,
-                              divide, exp2_scaled, exp_minus, in_sequence, larger,
-                              log2_sum_exp2, log_sum_exp, rows_layout, smear)
+                              divide, in_sequence, log2_sum_exp2, log_sum_exp, rows_layout)
 from .attention_staged import attention_prefill_staged
 from .limits import SHARED_BYTES, SMS
 
@@ -64,36 +53,6 @@ SCOPES = ("workgroup", "subgroup", "staged")
 SUBGROUP = 32
 _NUMPY_OUT = {"f16": np.float16, "f32": np.float32}
 F16_MAX = float(np.finfo(np.float16).max)
-
-
-class Softmax(NamedTuple):
-    """How the online softmax is computed (every choice gives the same result up to roundings:
-    P is rounded to f16 after exponentials computed in different ways, so one of its rounding
-    steps can differ): see the module docstring. The kernels' default (`softmax=None`) is
-    `tuned_softmax`."""
-    exp2: bool = False
-    lazy_sum: bool = False
-    prefetch: bool = False
-    row_width: int = 0       # columns of the row maxima and sums matrices (0: Bc)
-
-
-# The row state of the tuned default is this many columns wide (or Bc, where narrower)
-TUNED_ROW_WIDTH = 32
-# The scales base 2 takes (and the vector decode, which is always base 2): beyond them the
-# products with scale · log2(e) (the starting maximum -2^99, the queries, the mask / scale)
-# overflow f32 and rows come out NaN; base e keeps the scaled scores and takes any scale
-EXP2_SCALES = (2.0 ** -24, 2.0 ** 24)
-
-
-def tuned_softmax(Bc: int, scale: float | None = None) -> Softmax:
-    """The softmax the kernels use when none is given: exponentials in base 2 and the row
-    maxima and sums 32 columns wide. On the H100 (bench/attention_gpu.py, 2026-11-27) it ran
-    the 4 x 32 x 4096 prefill at 193 TFLOP/s at head dim 128 against 134 for `Softmax()` (184
-    against 124 at head dim 64; causal 170 against 147). Base 2 keeps the maxima in raw
-    scores, which needs scale > 0: with a `scale` of 0 or below, or outside `EXP2_SCALES`,
-    it is base e."""
-    base2 = scale is None or EXP2_SCALES[0] <= scale <= EXP2_SCALES[1]
-    return Softmax(exp2=base2, row_width=min(TUNED_ROW_WIDTH, Bc))
 
 
 def prefill_invocations(head_dim: int, causal: bool, scope: str, Br: int, Bc: int) -> int:
@@ -108,30 +67,6 @@ def prefill_invocations(head_dim: int, causal: bool, scope: str, Br: int, Bc: in
         return 2 * Br
     fewer = scope == "workgroup" and head_dim == 64 and not causal and Br <= 128 and Bc <= 64
     return 128 if fewer else 256
-
-
-def _as_softmax(name: str, sm) -> Softmax | None:
-    """`sm` as a Softmax (a tuple of its fields is read as one), or None; anything else (a
-    dict, a string, a bool) is refused rather than read field by field."""
-    if sm is None or isinstance(sm, Softmax):
-        return sm
-    if isinstance(sm, tuple) and len(sm) <= len(Softmax._fields):
-        return Softmax(*sm)
-    raise ValueError(f"{name}: softmax must be a pycoop.kernels.Softmax or None, got {sm!r} "
-                     "(e.g. Softmax(exp2=True, row_width=32))")
-
-
-def _check_softmax(name: str, sm: Softmax | None, Bc: int) -> Softmax:
-    sm = _as_softmax(name, sm)
-    sm = tuned_softmax(Bc) if sm is None else sm
-    w = sm.row_width
-    if not isinstance(w, int) or w < 0 or (w and (w % 16 or w > Bc)):
-        raise ValueError(f"{name}: Softmax.row_width must be 0 (= Bc) or a multiple of 16 of "
-                         f"at most Bc={Bc}, got {w!r}")
-    if sm.lazy_sum and w not in (0, Bc):
-        raise ValueError(f"{name}: Softmax.lazy_sum keeps per-column sums of the Bc={Bc} "
-                         f"columns, so it needs row_width 0 or Bc, got {w}")
-    return sm._replace(row_width=w or Bc)
 
 
 def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out: str,
@@ -186,144 +121,6 @@ def _subgroup_rows(name: str, Br: int, invocations: int) -> int:
                          f"invocations each take Br / {nsg} rows, which must be a multiple of "
                          f"16 (Br={Br})")
     return Br // nsg
-
-
-# --- the shared inner loop ---------------------------------------------------------------
-
-class _Types(NamedTuple):
-    """The matrix types of an Br-row attention tile (W: the row-state width)."""
-    Q: object      # Br x D operand A (the queries as loaded)
-    Kt: object     # D x Bc operand B
-    V: object      # Bc x D operand B
-    P: object      # Br x Bc operand A
-    S: object      # Br x Bc f32 accumulator: scores, probabilities
-    O: object      # Br x D f32 accumulator
-    Ones: object   # Bc x W operand B (all ones: P @ Ones = the row sums of P in each column)
-    Mask: object   # Br x Bc f16 accumulator (a block of the mask)
-    Row: object    # Br x W f32 accumulator: row maxima and sums (each row's value in every column)
-
-
-@functools.cache
-def _types(el, rows: int, D: int, Bc: int, scope: str = "workgroup", W: int = 0) -> _Types:
-    sc = pc.Workgroup if scope == "workgroup" else pc.Subgroup
-    W = W or Bc
-
-    def mat(t, r, c, use):
-        return pc.coopmat[t, sc, r, c, use]
-    return _Types(mat(el, rows, D, pc.UseA), mat(el, D, Bc, pc.UseB), mat(el, Bc, D, pc.UseB),
-                  mat(el, rows, Bc, pc.UseA), mat(f32, rows, Bc, pc.Accumulator),
-                  mat(f32, rows, D, pc.Accumulator), mat(el, Bc, W, pc.UseB),
-                  mat(f16, rows, Bc, pc.Accumulator),
-                  mat(f32, rows, W, pc.Accumulator))
-
-
-def _widen(x, To):
-    """A per-row value held in every column of a Br x W matrix as a Br x N matrix `To`."""
-    return x if x.type == To else pc.nv.reduce(x, "row", smear, result_type=To)
-
-
-def _by_row(x, T: _Types):
-    """A per-row value of the row state as a Br x D matrix."""
-    return _widen(x, T.O)
-
-
-def _load_q(T: _Types, Q, tile):
-    """The prefill's query tile, loaded once and held for the whole loop (a function of its
-    own so that bench/prefill_parts.py can time other ways)."""
-    return pc.nv.load_tensor(Q, tile, T.Q)
-
-
-def _scores(q, kt, T: _Types, scale, sm: Softmax, mask=None):
-    """S = Q Kᵀ of the query tile as loaded, times scale in f32 (with exp2 raw: the scale
-    goes into the exponentials' multiply-add), plus the mask block `mask` (f32) if any. Q is
-    never multiplied by the scale before the product: Q · scale rounded to f16 made the
-    scores' error grow with their size (an output error of 7.7e-3 with inputs of standard
-    deviation 4 at head dim 128, where scaling the f32 scores gives 2.8e-4). With exp2 the
-    mask, in raw units (divided by the scale, which is > 0 there), is the product's
-    accumulator: no pass over the scores adds it."""
-    if sm.exp2:
-        return pc.mul_add(q, kt, T.S.fill(0.0) if mask is None else mask * (f32(1.0) / scale))
-    s = pc.mul_add(q, kt, T.S.fill(0.0)) * scale
-    return s if mask is None else s + mask
-
-
-def _attend(T: _Types, sm: Softmax, k, m, l, o, s, v):
-    """One key block of the online softmax: scores s (masked; scaled, or raw with exp2 and
-    k = scale · log2(e)) and values v update the row maxima m, sums l and unnormalised
-    output o."""
-    m_new = pc.nv.per_element(m, larger, pc.nv.reduce(s, "row", "max", result_type=T.Row))
-    m_s = _widen(m_new, T.S)                  # as wide as the scores (a narrow row state)
-    if sm.exp2:
-        pf = pc.nv.per_element(s, exp2_scaled, m_s, k)
-        alpha = pc.nv.per_element(m, exp2_scaled, m_new, k)     # rescales what came before
-    else:
-        pf = pc.nv.per_element(s, exp_minus, m_s)
-        alpha = pc.nv.per_element(m, exp_minus, m_new)
-    p = pc.nv.convert(pf, T.P)
-    if sm.lazy_sum:
-        # per-column partial sums, reduced once at the end (`_finish`)
-        l = l * alpha + pf
-    else:
-        # the row sums by a product with ones, on the tensor cores, of the rounded P that
-        # multiplies V (as llama.cpp does)
-        l = pc.mul_add(p, T.Ones.fill(1.0), l * alpha)
-    o = pc.mul_add(p, v, o * _by_row(alpha, T))
-    return m_new, l, o
-
-
-def _finish(m, l, sm: Softmax, k):
-    """(maxima, row sums) in every column at the end of the loop: the lazy partial sums
-    reduced; with exp2 the maxima in base 2 (raw maxima times k = scale · log2(e))."""
-    return (m * k if sm.exp2 else m), (pc.nv.reduce(l, "row", "add") if sm.lazy_sum else l)
-
-
-_TRANSPOSE = (1, 0)
-
-
-def _load_kv(T: _Types, K, V, layout, kt_view, row, Bc: int, D: int, strided: bool = False):
-    """Kᵀ (D x Bc) and V (Bc x D) of the key block starting at `row` of K and V, read
-    through `layout` (rows past the keys clamped), or with `strided` by strided loads
-    (OpCooperativeMatrixLoadKHR: no clamping, so only for blocks wholly inside K and V, and
-    K and V must start 16-byte aligned). On the H100 the strided loads made the prefill 20 %
-    faster (d64: 252 against 210 TFLOP/s; bench/results/2026-11-28-h100-strided-loads.md)."""
-    if strided:
-        return T.Kt.load(K, row * D, D, "col_major"), T.V.load(V, row * D, D, "row_major")
-    kv = layout.slice(row, Bc, 0, D)
-    return pc.nv.load_tensor(K, kv, T.Kt, view=kt_view), pc.nv.load_tensor(V, kv, T.V)
-
-
-def _key_blocks(T: _Types, sm: Softmax, k, m, l, o, k_begin, k_end, Bc: int, load, scores,
-                live=None):
-    """The online softmax over the key blocks k_begin, k_begin + Bc, ... < k_end: load(k0)
-    gives (Kᵀ, V) of a block, scores(k0, kt) its scaled, masked scores. With `prefetch` the
-    next block's K and V are loaded before this block's softmax (the last iteration loads its
-    own block again, so no load leaves the loop's blocks). `live(k0)` (a uniform bool; None: always
-    true) says whether a block adds anything: without prefetch the others are skipped."""
-    if sm.prefetch:
-        return _blocks_prefetched(T, sm, k, m, l, o, k_begin, k_end, Bc, load, scores)
-    return _blocks(T, sm, k, m, l, o, k_begin, k_end, Bc, load, scores, live)
-
-
-@pc.func
-def _blocks(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores, live=None):
-    for k0 in pc.range(k_begin, k_end, Bc):
-        if live is None or live(k0):        # live(k0) false: the block adds nothing
-            kt, v = load(k0)
-            m, l, o = _attend(T, sm, k, m, l, o, scores(k0, kt), v)
-    return m, l, o
-
-
-@pc.func
-def _blocks_prefetched(T, sm, k, m, l, o, k_begin, k_end, Bc: int, load, scores):
-    if k_begin < k_end:                 # (an empty loop loads nothing)
-        last = k_begin + (k_end - k_begin - 1) // Bc * Bc
-        kt, v = load(k_begin)
-        for k0 in pc.range(k_begin, k_end, Bc):
-            s = scores(k0, kt)
-            v_now = v
-            kt, v = load(pc.min(k0 + Bc, last))
-            m, l, o = _attend(T, sm, k, m, l, o, s, v_now)
-    return m, l, o
 
 
 # --- prefill -------------------------------------------------------------------------------
@@ -387,15 +184,15 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             raise ValueError(f"attention_prefill: at staged scope each subgroup of 32 "
                              f"invocations takes 16 query rows, so Br must be invocations / 2 = "
                              f"{invocations // 2}, got Br={Br}")
-        if _as_softmax("attention_prefill", softmax) not in (None, Softmax()):
+        if online.as_softmax("attention_prefill", softmax) not in (None, Softmax()):
             raise ValueError(f"attention_prefill: the staged kernel computes the softmax one "
                              f"way (Softmax(), in base e); got {softmax!r}")
         return attention_prefill_staged(head_dim, Bc, invocations // SUBGROUP, causal, mask,
                                         dtype, out, fp)
     rows = _subgroup_rows("attention_prefill", Br, invocations) if scope == "subgroup" else Br
     D, el = head_dim, ELEMENT[dtype]
-    sm = _check_softmax("attention_prefill", softmax, Bc)
-    T = _types(el, rows, D, Bc, scope, sm.row_width)
+    sm = online.check_softmax("attention_prefill", softmax, Bc)
+    T = online.block_types(el, rows, D, Bc, scope, sm.row_width)
     Out = pc.coopmat[f16, T.O.scope, rows, D, pc.Accumulator] if out == "f16" else T.O
     OutEl = f16 if out == "f16" else f32
     lse_fn = log2_sum_exp2 if sm.exp2 else log_sum_exp
@@ -409,13 +206,13 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             q0 = q0 + pc.subgroup_id() * rows
         bkv = (bh // H) * Hkv + (bh % H) // (H // Hkv)        # the K/V head of query head bh
         lq, lkv = rows_layout(bh * Sq, Sq, D), rows_layout(bkv * Skv, Skv, D)
-        kt_view = pc.nv.tensor_view(2, False, _TRANSPOSE)     # a Bc x D block of K as D x Bc
+        kt_view = pc.nv.tensor_view(2, False, online.TRANSPOSE)   # a Bc x D block of K as D x Bc
         if words:
             staged = pc.shared(U4, rows * Bc // 8)
         elif mask:
             lm = (pc.nv.tensor_layout(2, clamp="constant").dimension(Sq, Skv)
                   .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
-        q = _load_q(T, Q, lq.slice(bh * Sq + q0, rows, 0, D))
+        q = online.load_q(T, Q, lq.slice(bh * Sq + q0, rows, 0, D))
         k = scale * f32(LOG2E)                            # used with exp2 only
         m, l, o = T.Row.fill(NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
         kend = pc.min(Skv, q0 + rows) if causal else Skv   # later keys are hidden from the tile
@@ -423,10 +220,10 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         kfull = (pc.min(Skv, q0 + 1) if causal else Skv) // Bc * Bc
 
         def load(k0):
-            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
+            return online.load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
 
         def load_inside(k0):                              # a block wholly inside K and V
-            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, True)
+            return online.load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, True)
 
         def mask_block(k0):
             """The Br x Bc block of the mask at (q0, k0) as f32."""
@@ -456,13 +253,13 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
 
         def scores(k0, kt):
             if not mask:
-                return _scores(q, kt, T, scale, sm)
+                return online.block_scores(q, kt, T, scale, sm)
             if not blocks:
-                return _scores(q, kt, T, scale, sm, mask_block(k0))
+                return online.block_scores(q, kt, T, scale, sm, mask_block(k0))
             if kind(k0) & MASKED != 0:
-                s = _scores(q, kt, T, scale, sm, mask_block(k0))
+                s = online.block_scores(q, kt, T, scale, sm, mask_block(k0))
             else:
-                s = _scores(q, kt, T, scale, sm)
+                s = online.block_scores(q, kt, T, scale, sm)
             return s
 
         def edge_scores(k0, kt):                             # the edge: mask per element
@@ -470,11 +267,11 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             return (pc.nv.per_element(s, causal_score, k0, kend, q0) if causal else
                     pc.nv.per_element(s, in_sequence, k0, kend))
 
-        m, l, o = _key_blocks(T, sm, k, m, l, o, u32(0), kfull, Bc, load_inside, scores,
-                              live if blocks else None)
-        m, l, o = _key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
-        m, l = _finish(m, l, sm, k)
-        o = pc.nv.per_element(o, divide, _by_row(l, T))
+        m, l, o = online.key_blocks(T, sm, k, m, l, o, u32(0), kfull, Bc, load_inside, scores,
+                                    live if blocks else None)
+        m, l, o = online.key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
+        m, l = online.finish(m, l, sm, k)
+        o = pc.nv.per_element(o, divide, online.by_row(l, T))
         pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, rows, 0, D),
                            o if Out == T.O else pc.nv.convert(o, Out))
         # one column of the row-wise log-sum-exp: the others fall outside a width of 1
@@ -535,8 +332,8 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
         raise ValueError("attention_decode: scope must be 'workgroup' or 'subgroup' (the staged "
                          "kernel is a prefill kernel)")
     D, el = head_dim, ELEMENT[dtype]
-    sm = _check_softmax("attention_decode", softmax, Bc)
-    T = _types(el, rows, D, Bc, scope, sm.row_width)
+    sm = online.check_softmax("attention_decode", softmax, Bc)
+    T = online.block_types(el, rows, D, Bc, scope, sm.row_width)
     nsg = invocations // SUBGROUP if scope == "subgroup" else 1
 
     @pc.kernel(workgroup_size=invocations, subgroup_size=SUBGROUP if nsg > 1 else None, fp=fp)
@@ -549,7 +346,7 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
             split = split * nsg + pc.subgroup_id()
         nkv = pc.num_workgroups.y
         lkv = rows_layout(bkv * Skv, Skv, D)
-        kt_view = pc.nv.tensor_view(2, False, _TRANSPOSE)
+        kt_view = pc.nv.tensor_view(2, False, online.TRANSPOSE)
         q = pc.nv.load_tensor(Q, rows_layout(bkv * n, n, D).slice(bkv * n, rows, 0, D), T.Q)
         k = scale * f32(LOG2E)                            # used with exp2 only
         m, l, o = T.Row.fill(NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
@@ -558,20 +355,20 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
         kfull = kb + (kend - kb) // Bc * Bc               # whole blocks: no masking
 
         def load(k0):
-            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
+            return online.load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
 
         def load_inside(k0):                              # a block wholly inside K and V
-            return _load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, True)
+            return online.load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, True)
 
         def scores(k0, kt):
-            return _scores(q, kt, T, scale, sm)
+            return online.block_scores(q, kt, T, scale, sm)
 
         def edge_scores(k0, kt):
             return pc.nv.per_element(scores(k0, kt), in_sequence, k0, kend)
 
-        m, l, o = _key_blocks(T, sm, k, m, l, o, kb, kfull, Bc, load_inside, scores)
-        m, l, o = _key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
-        m, l = _finish(m, l, sm, k)
+        m, l, o = online.key_blocks(T, sm, k, m, l, o, kb, kfull, Bc, load_inside, scores)
+        m, l, o = online.key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
+        m, l = online.finish(m, l, sm, k)
         first = (split * nkv + bkv) * n          # this chunk's rows: (split, bkv, row)
         pc.nv.store_tensor(Part, rows_layout(first, n, D).slice(first, rows, 0, D), o)
         pc.nv.store_tensor(M, rows_layout(first, n, 1).slice(first, rows, 0, sm.row_width), m)
@@ -698,9 +495,10 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     "words" (`attention_prefill(mask="words")`, 16-byte loads staged in shared memory:
     workgroup scope, Br x Bc a multiple of 8 x invocations, keys a multiple of 8), "layout"
     (an accumulator loaded through a tensor layout; any shape, 1.45x slower on the H100) or
-    "auto" (the default): "words" where it applies, else "layout". `mask_blocks` (workgroup and subgroup scope): a
-    pre-pass kernel first finds the kinds of the mask's blocks (`attention_mask`), and the
-    prefill skips the blocks of only -inf and adds no mask to those of only zeros.
+    "auto" (the default): "words" where it applies, else "layout". `mask_blocks` (workgroup
+    and subgroup scope): a pre-pass kernel first finds the kinds of the mask's blocks
+    (`attention_mask`), and the prefill skips the blocks of only -inf and adds no mask to those
+    of only zeros.
     `decode` True or False chooses the path instead. `pc.Array` views of Q, K, V and the mask
     must start 16-byte aligned in their buffers (the cooperative-matrix loads need it; the
     vector decode takes K and V 8-byte aligned). The configuration is checked before
@@ -754,7 +552,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     scale = float(1 / np.sqrt(D) if scale is None else scale)
     if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
         raise ValueError(f"attention: scale must be a finite number that f32 holds, got {scale}")
-    sm = _as_softmax("attention", softmax)
+    sm = online.as_softmax("attention", softmax)
     if isinstance(splits, numbers.Integral) and not isinstance(splits, bool):
         splits = int(splits)                       # a NumPy integer is an int here
     if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool)
