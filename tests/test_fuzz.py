@@ -161,10 +161,27 @@ def test_outcome_classes():
                            "    A[pc.local_invocation_index()] = nope\n")
     o = run_program(undefined, backend="emulator")          # Python's error, at its line
     assert o.cls == "compile-error" and "NameError: name 'nope' is not defined" in o.detail
+    o = run_program(bad_rule.replace("u32(1)", "f32(1)"), backend="emulator")
+    assert o.cls == "ok"
     out_of_bounds = _HEADER + ("@pc.kernel(workgroup_size=8)\ndef kern(A: pc.Buffer[f32]):\n"
                                "    A[pc.local_invocation_index() + u32(4)] = f32(1.0)\n")
     o = run_program(out_of_bounds, backend="emulator")
     assert o.cls == "emulator-ub" and "out of bounds" in o.detail, o.detail
+
+
+def test_an_exception_inside_pycoop_is_a_crash(monkeypatch):
+    """An exception that pycoop's own code raises (here its IR verifier, made to fail) is a
+    crash, located at pycoop's innermost frame: a defect of pycoop, not of the kernel."""
+    from pycoop.frontend import kernel
+
+    def failing_verify(module):
+        raise RuntimeError("verifier defect")
+    monkeypatch.setattr(kernel, "verify", failing_verify)
+    ok = _HEADER + ("@pc.kernel(workgroup_size=8)\ndef kern(A: pc.Buffer[f32]):\n"
+                    "    A[pc.local_invocation_index()] = A[0] * f32(3)\n")
+    o = run_program(ok, backend="emulator")
+    assert o.cls == "crash" and o.stage == "trace"
+    assert o.signature.startswith("crash: trace: RuntimeError at pycoop/frontend/kernel.py")
 
 
 def test_a_differing_element_is_a_mismatch(monkeypatch):
