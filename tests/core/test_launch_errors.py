@@ -270,6 +270,26 @@ def test_matrix_buffers_take_views_at_their_pointer_alignment(arg, halves, ok):
         k_matrix_copy[1](*args.values())
 
 
+M16x4 = pycoop.coopmat[f16, pycoop.Subgroup, 16, 4, pycoop.Accumulator]
+
+
+@pycoop.kernel(workgroup_size=WG)
+def k_narrow_rows(A: pycoop.ReadBuffer[f16], B: pycoop.WriteBuffer[f16]):
+    """Rows of 4 halves: the KHR rule asks for the lesser of 16 bytes and a row, 8 bytes."""
+    pycoop.store(B, 0, M16x4.load(A, 0, 4), 4)
+
+
+def test_a_matrix_of_narrow_rows_takes_views_at_a_row():
+    base = pycoop.zeros(80, f16, backend="emulator")
+    out = pycoop.zeros(64, f16, backend="emulator")
+    base[4:68].copy_from(np.arange(64, dtype=np.float16))
+    k_narrow_rows[1](base[4:68], out)                       # 8 bytes in
+    np.testing.assert_array_equal(out.numpy(), np.arange(64, dtype=np.float16))
+    with pytest.raises(pycoop.ArgumentError, match=r"'A' is a view 4 bytes into its buffer, "
+                                                   r"but .* a multiple of 8 bytes"):
+        k_narrow_rows[1](base[2:66], out)
+
+
 def test_buffers_past_the_32_bit_index_range_are_refused(monkeypatch):
     """Buffers are indexed with 32-bit integers that SPIR-V reads as signed: an element at 2^31
     would be addressed 2 GiB before the buffer, so longer buffers are refused (the limit is
