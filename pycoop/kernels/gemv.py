@@ -523,6 +523,11 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
         raise ValueError(f"matmul_q: X is on {X.backend}, not {backend}")
     if device and X.dtype not in (np.float32, np.float16):
         raise ValueError(f"matmul_q: a pc.Array X is float32 or float16, got {X.dtype}")
+    if device and X.offset * X.dtype.itemsize % 16:
+        raise ValueError(f"matmul_q: X is a view {X.offset * X.dtype.itemsize} bytes into its "
+                         f"buffer; the kernels read X 16 bytes at a time, so a view of X must "
+                         f"start 16-byte aligned: pass an aligned copy "
+                         f"(x = pycoop.empty(X.shape, X.dtype); x.copy_from(X))")
     if not device:              # NumPy (or anything it reads): f16 kept, the rest as f32
         X = np.asarray(X)
         X = np.ascontiguousarray(X if X.dtype == np.float16 else np.asarray(X, np.float32))

@@ -104,6 +104,23 @@ def test_views_of_x_and_w_on_every_path(gguf):
             matmul_q(np.ascontiguousarray(W[::-1]), X[:n], "q4_0", backend="emulator"))
 
 
+@pytest.mark.parametrize("n", [1, 3, 70])
+def test_device_views_of_x_start_16_byte_aligned(gguf, n):
+    """A pc.Array X that is a view 16 bytes into its buffer gives the NumPy X's results; one
+    4 bytes in is refused before any launch, naming the offset (the kernels read X in 16-byte
+    pieces, which a GPU would read misaligned)."""
+    import pycoop as pc
+    M, K = 40, 96
+    W = make_weights(gguf, "q4_0", M, K, seed=5)
+    X = np.random.default_rng(5).standard_normal((n, K)).astype(np.float32)
+    buf = pc.asarray(np.concatenate([np.zeros(4, np.float32), X.ravel()]), backend="emulator")
+    np.testing.assert_array_equal(matmul_q(W, buf[4:].reshape(X.shape), "q4_0").numpy(),
+                                  matmul_q(W, X, "q4_0", backend="emulator"))
+    with pytest.raises(ValueError, match=r"matmul_q: X is a view 12 bytes into its buffer; "
+                                         r".* 16-byte aligned"):
+        matmul_q(W, buf[3:3 + X.size].reshape(X.shape), "q4_0")
+
+
 def test_large_n_gemm_on_device_arrays_rounds_x_on_the_device(gguf):
     """A device X (f32 or f16) reaches the cooperative-matrix GEMM on its backend: f32 is
     rounded to f16 by a kernel, as NumPy rounds it, so the results are the NumPy X's bits."""
