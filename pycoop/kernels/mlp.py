@@ -370,6 +370,11 @@ class MLPBlock:
         T = 1 if x.ndim == 1 else x.shape[0]
         if T < 1:
             raise ValueError(f"MLPBlock: x has no tokens (shape {x.shape})")
+        if x.offset % 4:
+            raise ValueError(f"MLPBlock: x is a view {4 * x.offset} bytes into its buffer; the "
+                             f"kernels read x 16 bytes at a time, so a view of x must start "
+                             f"16-byte aligned: pass an aligned copy "
+                             f"(y = pycoop.empty(x.shape, x.dtype); y.copy_from(x))")
         x2 = x.reshape(T, self.H)
         self.launches = []
         out = self._small(x2, T) if T <= self.small_t else self._large(x2, T)

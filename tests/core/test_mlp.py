@@ -275,6 +275,11 @@ def test_block_one_vector_and_errors(gguf):
         blk(arr(np.zeros((2, 32), np.float32)))
     with pytest.raises(ValueError, match="no tokens"):
         blk(arr(np.zeros((0, 64), np.float32)))
+    buf = arr(np.concatenate([np.zeros(4, np.float32), x]))      # views 16 and 4 bytes in
+    np.testing.assert_array_equal(blk(buf[4:]).numpy(), y1.numpy())
+    with pytest.raises(ValueError, match="x is a view 4 bytes into its buffer; .* 16-byte "
+                                         "aligned"):
+        blk(buf[1:1 + H])
     with pytest.raises(ValueError, match="I x H"):
         MLPBlock(W[0], W[1], W[0], nw, "q4_0", backend=EMU)
     with pytest.raises(ValueError, match="norm_weight"):
