@@ -48,8 +48,9 @@ from pycoop import f16, f32, i32, u32
 
 QK = 32                                   # values per activation block
 TINY = 2.0 ** -96                         # blocks with a smaller amax quantise to zeros
-F32_MAX = float(np.finfo(np.float32).max)
-INF, NAN = float("inf"), float("nan")
+ABS_BITS = 0x7FFFFFFF                      # an f32's bits without the sign
+F32_MAX_BITS = 0x7F7FFFFF                  # the largest finite f32's bits
+NAN = float("nan")
 FORMATS_Q8_1 = ("q8_0", "q4_0")           # weight formats of the integer path
 U4 = pc.vec(u32, 4)
 F4 = pc.vec(f32, 4)
@@ -103,14 +104,16 @@ def q8_1_lanes(xs: list):
     """The q8_1 quantisation of a 32-value block held as 4 values by each of 8 consecutive
     lanes (aligned to 8): this lane's packed word, the block's d and its sum s (as
     `quantize_q8_1`, through a butterfly of shuffles)."""
-    # |x|, or +inf for a NaN or an infinity (not finite: not <= the largest f32), so that the
-    # block's amax is +inf exactly where it holds one
-    mags = [pc.select(a <= F32_MAX, a, f32(INF)) for a in (pc.abs(x) for x in xs)]
-    amax = pc.max(pc.max(mags[0], mags[1]), pc.max(mags[2], mags[3]))
+    # the block's amax over the bits of |x|: non-negative floats order as their bit patterns,
+    # and an infinity or a NaN lies above every finite value there, so the amax is one exactly
+    # where the block holds one (an f32 max may drop a NaN; this takes no select per value)
+    mags = [pc.bitcast(x, u32) & ABS_BITS for x in xs]
+    top = pc.max(pc.max(mags[0], mags[1]), pc.max(mags[2], mags[3]))
     for m in (1, 2, 4):
-        amax = pc.max(amax, pc.subgroup.shuffle_xor(amax, m))
-    ok = amax >= TINY
-    bad = amax > F32_MAX
+        top = pc.max(top, pc.subgroup.shuffle_xor(top, m))
+    amax = pc.bitcast(top, f32)
+    ok = amax >= TINY                               # (false for a NaN)
+    bad = top > F32_MAX_BITS
     den = pc.select(ok, amax, f32(1.0))
     inv = pc.select(ok, f32(127.0) / den, f32(0.0))
     d = pc.select(bad, f32(NAN), pc.select(ok, den / f32(127.0), f32(0.0)))
