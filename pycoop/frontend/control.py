@@ -544,7 +544,7 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     elif callee is not None:
         iterable = callee(*args, **(kwargs or {}))
     elif not any(isinstance(a, Value) for a in args):
-        iterable = range(*args)
+        iterable = _python_range(args, loc)
     if iterable is not None:
         cur = prior                     # the loop variable: the last iteration that ran
         for i in iterable:
@@ -717,6 +717,25 @@ def kernel_range(*args, unroll: bool | int | None = None):
                        current_loc(), hint="write `for i in pycoop.range(...):`",
                        rule="pycoop: pycoop.range() is the iterable of a `for` statement in a kernel or "
                             "@pycoop.func", rule_id="control.range-in-for")
+
+
+def _python_range(args: tuple, loc) -> range:
+    """range(*args) of Python bounds, unrolled while tracing; what Python refuses is a
+    CompileError at the loop."""
+    if not 1 <= len(args) <= 3:
+        raise CompileError(f"range() takes 1 to 3 bounds, got {len(args)}", loc,
+                           rule="Python: range() takes 1 to 3 arguments",
+                           rule_id="control.range-arity")
+    try:
+        return range(*args)
+    except TypeError as e:
+        raise CompileError(f"range() needs integer bounds: {e}", loc,
+                           rule="Python: range() takes integer bounds",
+                           rule_id="control.range-integer-bounds") from None
+    except ValueError:
+        raise CompileError("range() step must not be zero", loc,
+                           rule="Python: range() arg 3 must not be zero",
+                           rule_id="control.range-step-zero") from None
 
 
 def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:

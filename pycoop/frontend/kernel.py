@@ -372,9 +372,10 @@ def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, stri
 
 def _kernel_code_error(e: Exception) -> CompileError | None:
     """A Python exception that the kernel's own code raised while it was traced (a misspelt
-    name, a call with the wrong arguments, an `assert`) as a CompileError at that line, or None
-    when the innermost frame is pycoop's (its implementation, or a bundled kernel's
-    configuration check, whose ValueError is the documented error)."""
+    name, a call with the wrong arguments, an `assert`, a pycoop function refusing the
+    arguments it was called with) as a CompileError at that line, or None when it comes from
+    deeper inside pycoop (its implementation, or a bundled kernel's configuration check,
+    whose ValueError is the documented error)."""
     if isinstance(e, KeyError) and e.args and isinstance(e.args[0], Value):
         return CompileError(
             f"a Python container was indexed with a runtime value ({e.args[0].type})",
@@ -384,11 +385,16 @@ def _kernel_code_error(e: Exception) -> CompileError | None:
             hint="index with a Python value (a Const, a trace-time loop variable), keep the "
                  "data in a buffer or shared array, or choose with pycoop.select",
             rule_id="frontend.runtime-container-index")
-    tb = e.__traceback__
+    caller, tb = None, e.__traceback__
     while tb.tb_next is not None:
-        tb = tb.tb_next
+        caller, tb = tb, tb.tb_next
     if in_package(tb.tb_frame.f_code.co_filename):
-        return None
+        # a pycoop function that kernel code called refusing its arguments itself
+        # (`pc.vec(f32, 9)`): reported at the call; anything deeper is pycoop's own
+        if (caller is None or in_package(caller.tb_frame.f_code.co_filename)
+                or not isinstance(e, (TypeError, ValueError))):
+            return None
+        tb = caller
     return CompileError(
         f"{type(e).__name__}: {e}", Loc(tb.tb_frame.f_code.co_filename, tb.tb_lineno),
         rule="a kernel's Python code runs while pycoop traces it; an exception it raises stops "

@@ -349,6 +349,27 @@ def test_a_dict_indexed_by_a_runtime_value():
     assert e.value.rule_id == "frontend.runtime-container-index"
 
 
+@pc.kernel(workgroup_size=8)
+def k_float_range(A: pc.Buffer[f32]):
+    for i in range(2.5):                       # FLOAT RANGE
+        A[0] = f32(1.0)
+
+
+@pc.kernel(workgroup_size=8)
+def k_zero_step(A: pc.Buffer[f32]):
+    for i in range(0, 4, 0):                   # ZERO STEP
+        A[0] = f32(1.0)
+
+
+@pytest.mark.parametrize("kernel,marker,rule_id", [
+    (k_float_range, "# FLOAT RANGE", "control.range-integer-bounds"),
+    (k_zero_step, "# ZERO STEP", "control.range-step-zero")])
+def test_python_ranges_python_refuses_are_compile_errors(kernel, marker, rule_id):
+    with pytest.raises(pc.CompileError) as e:
+        kernel.compile()
+    assert e.value.rule_id == rule_id and e.value.line == line_of(kernel, marker)
+
+
 def _helper_that_divides(x):
     return x / 0                               # HELPER
 
@@ -376,6 +397,12 @@ def k_python_helper(A: pc.Buffer[f32]):
     A[0] = f32(_helper_that_divides(4))
 
 
+@pc.kernel(workgroup_size=8)
+def k_python_api(A: pc.Buffer[f32]):
+    V9 = pc.vec(f32, 9)                        # API
+    A[0] = f32(1.0)
+
+
 @pytest.mark.parametrize("kernel,marker,what", [
     (k_python_attribute, "# ATTRIBUTE", "AttributeError: 'CoopMatType' object has no attribute "
                                         "'store'"),
@@ -383,11 +410,13 @@ def k_python_helper(A: pc.Buffer[f32]):
                               "'stride'"),
     (k_python_assert, "# ASSERT", "AssertionError: n must be even"),
     (k_python_helper, "# HELPER", "ZeroDivisionError: division by zero"),
+    (k_python_api, "# API", "TypeError: vector size must be 2, 3, 4, 8 or 16, got 9"),
 ])
 def test_python_exceptions_of_kernel_code_are_compile_errors_at_their_line(kernel, marker, what):
     """A Python exception that the kernel's code raises while traced (a misspelt method, a
-    call missing an argument, an assert, a helper's error) is a CompileError at the line that
-    raised it, with Python's message and no frame of pycoop's."""
+    call missing an argument, an assert, a helper's error, a pycoop function refusing its
+    arguments) is a CompileError at the line that raised it (or called the pycoop function),
+    with Python's message and no frame of pycoop's."""
     with pytest.raises(pc.CompileError) as e:
         kernel.compile()
     assert what in e.value.message and e.value.rule_id == "frontend.python-exception"
