@@ -361,8 +361,11 @@ class _SpecFactory:
 Spec = _SpecFactory()
 
 
+VECTOR_SIZES = (2, 3, 4, 8, 16)       # components a vector may have
+
+
 def vec(elem: ScalarType, count: int) -> VectorType:
-    if count not in (2, 3, 4, 8, 16):
+    if count not in VECTOR_SIZES:
         raise TypeError(f"vector size must be 2, 3, 4, 8 or 16, got {count}")
     return VectorType(elem, count)
 

@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import CompileError, current_loc
 from ..ir.builder import emit1
 from ..ir.core import Value
-from ..types import ArrayType, ScalarType, VectorType
+from ..types import VECTOR_SIZES, ArrayType, ScalarType, VectorType
 from .core import as_value
 from ..ir.registry import define, emulation, lowering
 
@@ -67,6 +67,11 @@ def make_array(values, elem: ScalarType | None = None) -> Value:
 def make_vector(values, elem: ScalarType | None = None) -> Value:
     loc = current_loc()
     values = list(values)
+    if len(values) not in VECTOR_SIZES:
+        raise CompileError(f"a vector has 2, 3, 4, 8 or 16 components, got {len(values)}", loc,
+                           rule="SPIR-V: OpTypeVector Component Count is 2, 3 or 4 (8 and 16 "
+                                "with the Vector16 capability)",
+                           rule_id="composite.vector-size")
     like = elem or next((v.type for v in values if isinstance(v, Value)), None)
     vals = [as_value(v, like) for v in values]
     return emit1("composite.construct", vals, {"type": VectorType(vals[0].type, len(vals))}, loc)

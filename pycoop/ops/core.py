@@ -1346,8 +1346,9 @@ def shared(elem: ScalarType | VectorType, length: int) -> Value:
                            rule="pycoop: shared arrays hold numeric scalars or 2/4-component numeric "
                                 "vectors", rule_id="core.shared-element")
     check_not_spec(length, "a shared array length", loc)
-    if isinstance(length, Value) or int(length) <= 0:
-        raise CompileError("shared array length must be a positive compile-time int", loc,
+    if not isinstance(length, numbers.Integral) or isinstance(length, bool) or length <= 0:
+        raise CompileError(f"shared array length must be a positive compile-time int, got "
+                           f"{length!r}", loc,
                            rule="SPIR-V: OpTypeArray Length must be at least 1 (a constant)",
                            rule_id="core.shared-length")
     t = tracer()
