@@ -97,7 +97,7 @@ def test_return_vector_of_the_component_type():
         _compile_load(decode_vector=wrong)
 
 
-@pytest.mark.parametrize("v", [3, 5, 16])
+@pytest.mark.parametrize("v", [3, 16])
 def test_vector_size_must_be_2_4_or_8(v):
     def wrong(p, bc, cib):
         return pc.make_vector([f16(p[cib[1]])] * v)
@@ -105,6 +105,16 @@ def test_vector_size_must_be_2_4_or_8(v):
         _compile_load(decode_vector=wrong, block=(1, 240))
     at_user_line(e.value, "# LOAD")
     assert e.value.rule_id == "nv.decode-vector-length"
+
+
+def test_a_vector_spirv_has_no_type_for_is_refused_where_it_is_made():
+    def five(p, bc, cib):
+        return pc.make_vector([f16(p[cib[1]])] * 5)     # FIVE
+    with pytest.raises(CompileError, match="a vector has 2, 3, 4, 8 or 16 components, "
+                                           "got 5") as e:
+        _compile_load(decode_vector=five, block=(1, 240))
+    assert e.value.rule_id == "composite.vector-size"
+    assert "# FIVE" in e.value.loc.source_line()
 
 
 def test_parameter_count():
