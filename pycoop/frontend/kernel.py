@@ -333,10 +333,11 @@ class Kernel:
     # ---------------------------------------------------------------- launch
     @entry_point
     def __getitem__(self, grid) -> "_Launcher":
-        try:
-            launcher = self._launchers.get(grid)
-        except TypeError:                # an unhashable grid: checked (and refused) below
-            return _Launcher(self, grid)
+        # only grids of plain ints are kept: 2.0 or True would find the launcher of an equal
+        # int grid and skip the launch's check of their type
+        if not (type(grid) is int or type(grid) is tuple and all(type(g) is int for g in grid)):
+            return _Launcher(self, grid)           # checked (and refused) at the launch
+        launcher = self._launchers.get(grid)
         if launcher is None:
             launcher = _Launcher(self, grid)
             if len(self._launchers) < 256:

@@ -134,6 +134,17 @@ def test_bad_grid(grid):
         k_scale[grid]
 
 
+@pytest.mark.parametrize("grid", [2.0, True, (2.0, 1), (2, True)])
+def test_a_grid_equal_to_a_launched_one_is_still_checked(grid):
+    """Launchers are kept per grid, and 2.0 == 2, True == 1: a float or bool grid used to
+    find the launcher of the equal int grid and run."""
+    x, y, a, n = args_ok()
+    for g in (1, 2, (2, 1)):
+        k_scale[g](x, y, a, n, backend="emulator")
+    with pytest.raises(pycoop.ArgumentError, match="grid must be 1 to 3 positive ints"):
+        k_scale[grid](x, y, a, n, backend="emulator")
+
+
 def test_const_parameters_at_launch():
     y = np.zeros(WG, np.float32)
     k_tiled[1](y, backend="emulator")
