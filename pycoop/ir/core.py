@@ -48,6 +48,12 @@ class Value:
             hint="for a loop with a runtime bound write `for i in range(n):` directly in the "
                  "kernel (not inside a loop containing break/continue)", rule_id="frontend.runtime-int")
 
+    def __float__(self):
+        raise CompileError("float() of a runtime value: Python's float() needs a plain number",
+                           current_loc(), rule="Python's conversions run at trace time",
+                           hint="pycoop.cast(x, f32) converts on the device",
+                           rule_id="frontend.runtime-float")
+
     def __round__(self, ndigits=None):
         raise CompileError("round() of a runtime value: Python's round needs a plain number",
                            current_loc(), rule="Python's rounding functions run at trace time",

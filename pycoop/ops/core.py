@@ -622,6 +622,8 @@ _PYTHON_FLOAT = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
 
 def unary(kind: str, x) -> Value:
     if not isinstance(x, Value):
+        if not isinstance(x, (numbers.Real, np.number, np.bool_)):
+            default_type(x)             # a CompileError naming what it is
         if kind == "neg":
             return -x
         if kind == "abs":

@@ -74,6 +74,10 @@ def k_traceable_value(A: pc.Buffer[u32]):
     A[0] = A[1] + "one"  # HERE
 
 
+def k_traceable_function_argument(A: pc.Buffer[u32]):
+    A[0] = pc.abs("one")  # HERE
+
+
 def k_integer_true_division(A: pc.Buffer[u32]):
     A[0] = A[1] / A[2]  # HERE
 
@@ -274,6 +278,10 @@ def k_runtime_int(A: pc.Buffer[u32]):
     A[0] = u32([1, 2, 3][A[1] > u32(0)])  # HERE
 
 
+def k_runtime_float(A: pc.Buffer[f32]):
+    A[0] = f32(float(A[1]))  # HERE
+
+
 def k_runtime_round(A: pc.Buffer[f32]):
     A[0] = round(A[1])  # HERE
 
@@ -290,6 +298,8 @@ RULES = [
     ("core.bool-arithmetic", k_bool_negation, "not defined on bool"),
     ("core.arithmetic-type", k_arithmetic_type, "is not defined on f32"),
     ("core.traceable-value", k_traceable_value, "cannot use a Python str ('one') as a kernel value"),
+    ("core.traceable-value", k_traceable_function_argument,
+     "cannot use a Python str ('one') as a kernel value"),
     ("core.integer-true-division", k_integer_true_division, "`/` on integers is ambiguous"),
     ("core.glsl-float-type", k_glsl_float_type, "is not available for bf16"),
     ("core.compare-types", k_compare_types, "cannot compare u32 with f32"),
@@ -331,6 +341,7 @@ RULES = [
      "# HERE return-in-loop"),
     ("frontend.runtime-int", k_runtime_int, "where Python needs a plain int"),
     ("frontend.runtime-round", k_runtime_round, "round() of a runtime value"),
+    ("frontend.runtime-float", k_runtime_float, "float() of a runtime value"),
     ("frontend.runtime-matmul", k_runtime_matmul, "the @ operator on a runtime value"),
 ]
 
