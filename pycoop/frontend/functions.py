@@ -62,7 +62,7 @@ def _callable_for_trace(fn):
     helpers (pycoop.max, ...) and lambdas without source are called as they are."""
     if isinstance(fn, func):
         return fn
-    if isinstance(fn, pytypes.FunctionType) and not fn.__module__.startswith("pycoop") \
+    if isinstance(fn, pytypes.FunctionType) and not (fn.__module__ or "").startswith("pycoop") \
             and fn.__name__ != "<lambda>":
         try:
             return transform(fn)

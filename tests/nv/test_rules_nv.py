@@ -162,6 +162,10 @@ def k_reduce_mode(X: pc.Buffer[f16]):
     pc.nv.reduce(Acc.fill(0.0), "diagonal", "add")  # HERE
 
 
+def k_reduce_result_type(X: pc.Buffer[f16]):
+    pc.nv.reduce(Acc.fill(0.0), "row", "max", result_type=5)  # HERE
+
+
 def k_combine_function(X: pc.Buffer[f16]):
     pc.nv.reduce(Acc.fill(0.0), "row", "avg")  # HERE
 
@@ -291,6 +295,7 @@ RULES = [
     ("nv.view-dim-without-dimensions", k_view_dim_without_dimensions, "without dimensions"),
     ("nv.matrix-operand", k_matrix_operand, "must be a cooperative matrix"),
     ("nv.reduce-mode", k_reduce_mode, "unknown reduction"),
+    ("nv.reduce-result-type", k_reduce_result_type, "result_type must be a coopmat type, got 5"),
     ("nv.combine-function", k_combine_function, "unknown combine function"),
     ("nv.reduce-accumulator", k_reduce_accumulator, "accumulator"),
     ("nv.reduce-type", k_reduce_type, "must keep the component type"),

@@ -86,6 +86,12 @@ def reduce(mat: Value, mode: str, combine, result_type: CoopMatType | None = Non
                            rule_id="nv.reduce-mode")
     if result_type is None:
         result_type = t.with_(rows=t.rows // 2, cols=t.cols // 2) if mode == "2x2" else t
+    elif not isinstance(result_type, CoopMatType):
+        raise CompileError(f"reduce's result_type must be a coopmat type, got {result_type!r}",
+                           loc, rule="SPV_NV_cooperative_matrix2: Result Type of "
+                                     "OpCooperativeMatrixReduceNV is a cooperative matrix type",
+                           hint="e.g. result_type=pycoop.coopmat[f32, pycoop.Workgroup, 128, 32, "
+                                "pycoop.Accumulator]", rule_id="nv.reduce-result-type")
     fn = _BUILTIN_COMBINE.get(combine, combine) if isinstance(combine, str) else combine
     if isinstance(combine, str) and combine not in _BUILTIN_COMBINE:
         raise CompileError(f"unknown combine function {combine!r}", loc,
