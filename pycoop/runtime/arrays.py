@@ -55,9 +55,15 @@ def _dtype(dtype: Any) -> np.dtype:
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if not all(isinstance(n, (int, np.integer)) and n >= 0 for n in shape):
-        raise ArgumentError(f"an array shape is a tuple of non-negative ints, got {shape!r}")
+    try:
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    except TypeError:                            # 2.5, None: not a length nor a sequence
+        raise ArgumentError(f"an array shape is an int or a tuple of non-negative ints, got "
+                            f"{shape!r}") from None
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
+               for n in shape):
+        raise ArgumentError(f"an array shape is an int or a tuple of non-negative ints, got "
+                            f"{shape!r}")
     return tuple(int(n) for n in shape)
 
 

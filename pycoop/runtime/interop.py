@@ -167,7 +167,11 @@ def _mapping(a) -> CudaMapping:
 
 def to_torch(a):
     """The torch tensor on an Array's memory (see the module docstring)."""
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise BackendUnavailable("Array.torch() needs torch\n  hint: pip install torch (or "
+                                 "pycoop[torch] for CUDA sharing)") from None
     if a.backend == "emulator":
         if a.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
             bits, _ = BIT_VIEWS[a.dtype.name]

@@ -554,6 +554,26 @@ def test_dtypes_by_pycoop_name_and_types_no_kernel_holds(backend):
     assert a.shape == () and a.numpy() == 3
 
 
+@pytest.mark.parametrize("shape", [2.5, None, (2, 1.5), (True, 2), (-1,)])
+def test_shapes_that_are_not_ints_are_refused(shape):
+    with pytest.raises(pc.ArgumentError, match="an array shape is an int or a tuple of "
+                                               "non-negative ints"):
+        pc.zeros(shape, np.float32, backend="emulator")
+
+
+def test_torch_views_without_torch_say_what_to_install(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_torch(name, *a, **k):
+        if name == "torch":
+            raise ImportError("no torch here")
+        return real_import(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    with pytest.raises(pc.BackendUnavailable, match="Array.torch\\(\\) needs torch"):
+        pc.zeros(4, np.float32, backend="emulator").torch()
+
+
 @pytest.mark.vulkan
 @pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
 def test_work_queued_before_a_reset_runs_and_reports():
