@@ -11,6 +11,7 @@ Every constructor returns zero-filled memory unless it writes every byte itself 
 """
 from __future__ import annotations
 
+import math
 import threading
 from contextlib import contextmanager
 from typing import Any
@@ -441,6 +442,10 @@ def synchronize(timeout_s: float | None = None) -> None:
     when only the emulator was used. Not allowed inside a launch-graph capture."""
     if capturing.active:
         capturing.refuse_sync("pycoop.synchronize()")
+    if timeout_s is not None and (not isinstance(timeout_s, (int, float, np.integer, np.floating))
+                                  or isinstance(timeout_s, bool) or not 0 < timeout_s < math.inf):
+        raise ArgumentError(f"synchronize: timeout_s is a positive number of seconds or None "
+                            f"(the default), got {timeout_s!r}")
     wait_all(timeout_s)
 
 

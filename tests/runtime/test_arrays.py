@@ -561,6 +561,13 @@ def test_shapes_that_are_not_ints_are_refused(shape):
         pc.zeros(shape, np.float32, backend="emulator")
 
 
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), "10", True])
+def test_synchronize_takes_a_positive_timeout(timeout):
+    with pytest.raises(pc.ArgumentError, match="timeout_s is a positive number of seconds"):
+        pc.synchronize(timeout_s=timeout)
+    pc.synchronize(timeout_s=5)
+
+
 def test_torch_views_without_torch_say_what_to_install(monkeypatch):
     import builtins
     real_import = builtins.__import__
