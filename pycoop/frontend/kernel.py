@@ -7,6 +7,7 @@ import functools
 import inspect
 import json
 import math
+import re
 import sys
 import textwrap
 import time
@@ -21,8 +22,9 @@ from .. import knobs
 from ..cache import lower_cached
 from ..codegen import extensions
 from ..errors import (ArgumentError, BackendUnavailable, CompileError, Loc, PycoopError,
-                     entry_point, in_package, is_internal, without_internal_frames)
-from ..ir.builder import RequiresSubgroupSize, Tracer, emit1, trace_scope
+                     current_loc, entry_point, in_package, is_internal,
+                     without_internal_frames)
+from ..ir.builder import RequiresSubgroupSize, Tracer, emit1, trace_scope, tracing
 from ..ir.core import Block, Function, Module, Value
 from ..ir.printer import print_module
 from ..ir.verifier import verify
@@ -345,6 +347,8 @@ class Kernel:
         return launcher
 
     def __call__(self, *a, **k):
+        if tracing():
+            raise _kernel_in_kernel(self.name)
         raise TypeError(f"launch a kernel with {self.name}[grid](...), e.g. {self.name}[(8, 8)](...)")
 
     def __repr__(self) -> str:
@@ -369,6 +373,15 @@ def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, stri
     make = entry_point(lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes,
                                         fp))
     return make if fn is None else make(fn)
+
+
+def _kernel_in_kernel(name: str) -> CompileError:
+    """A kernel called or launched from the code of a kernel being traced."""
+    return CompileError(f"kernel {name} is called inside a kernel", current_loc(),
+                        rule="pycoop: a kernel is an entry point, launched from the host; kernel "
+                             "code calls @pycoop.func helpers (inlined)",
+                        hint="move the shared code into a @pycoop.func and call it from both "
+                             "kernels", rule_id="frontend.kernel-in-kernel")
 
 
 def _kernel_code_error(e: Exception) -> CompileError | None:
@@ -396,8 +409,10 @@ def _kernel_code_error(e: Exception) -> CompileError | None:
                 or not isinstance(e, (TypeError, ValueError))):
             return None
         tb = caller
+    # (the names of the functions the front end wraps kernel code in are left out)
+    message = re.sub(r"(?:__pc\w*\.<locals>\.)+", "", f"{type(e).__name__}: {e}")
     return CompileError(
-        f"{type(e).__name__}: {e}", Loc(tb.tb_frame.f_code.co_filename, tb.tb_lineno),
+        message, Loc(tb.tb_frame.f_code.co_filename, tb.tb_lineno),
         rule="a kernel's Python code runs while pycoop traces it; an exception it raises stops "
              "the compilation", hint="the exception is Python's own, raised by this line while "
                                      "it was traced (PYCOOP_TRACEBACK=1 shows the whole traceback)",
@@ -801,6 +816,8 @@ class CompiledKernel:
                         _too_long(name, t, v.size)
                     out.append(v)
                     continue
+                if isinstance(v, Value):
+                    raise _kernel_in_kernel(self.name)
                 arr = _as_array(name, v, t)
                 if isinstance(arr, Array) and arr._byte_offset % align:
                     _misaligned_view(name, arr._byte_offset, align, needs)
@@ -809,7 +826,12 @@ class CompiledKernel:
                                         "read-only")
                 out.append(arr)
             else:
-                out.append(_as_scalar(name, v, t))
+                try:
+                    out.append(_as_scalar(name, v, t))
+                except ArgumentError:
+                    if isinstance(v, Value):
+                        raise _kernel_in_kernel(self.name) from None
+                    raise
         return out
 
     @entry_point

@@ -397,6 +397,16 @@ def k_python_helper(A: pc.Buffer[f32]):
     A[0] = f32(_helper_that_divides(4))
 
 
+@pc.func
+def _two_args(a, b):
+    return a + b
+
+
+@pc.kernel(workgroup_size=8)
+def k_python_helper_arity(A: pc.Buffer[f32]):
+    A[0] = _two_args(A[1])                     # ARITY
+
+
 @pc.kernel(workgroup_size=8)
 def k_python_api(A: pc.Buffer[f32]):
     V9 = pc.vec(f32, 9)                        # API
@@ -411,6 +421,8 @@ def k_python_api(A: pc.Buffer[f32]):
     (k_python_assert, "# ASSERT", "AssertionError: n must be even"),
     (k_python_helper, "# HELPER", "ZeroDivisionError: division by zero"),
     (k_python_api, "# API", "TypeError: vector size must be 2, 3, 4, 8 or 16, got 9"),
+    (k_python_helper_arity, "# ARITY",
+     "TypeError: _two_args() missing 1 required positional argument: 'b'"),
 ])
 def test_python_exceptions_of_kernel_code_are_compile_errors_at_their_line(kernel, marker, what):
     """A Python exception that the kernel's code raises while traced (a misspelt method, a
@@ -584,3 +596,30 @@ def test_a_range_bound_the_loop_type_cannot_hold_is_reported_at_the_loop():
     with pytest.raises(pc.CompileError, match="does not fit") as info:
         emu(k_range_step_out_of_type, 1, np.array([1, 2, 3, 4], np.uint32))
     at_line(info.value, k_range_step_out_of_type, "# HERE")
+
+
+@pc.kernel(workgroup_size=8)
+def k_callee(A: pc.Buffer[f32], n: u32):
+    A[0] = f32(1.0)
+
+
+@pc.kernel(workgroup_size=8)
+def k_calls_a_kernel(A: pc.Buffer[f32], n: u32):
+    k_callee(A, n)                             # CALLS
+
+
+@pc.kernel(workgroup_size=8)
+def k_launches_a_kernel(A: pc.Buffer[f32], n: u32):
+    k_callee[1](A, n)                          # LAUNCHES
+
+
+@pytest.mark.parametrize("kernel,marker", [(k_calls_a_kernel, "# CALLS"),
+                                           (k_launches_a_kernel, "# LAUNCHES")])
+def test_a_kernel_called_inside_a_kernel_is_a_compile_error(kernel, marker):
+    """Kernels are entry points: calling or launching one from kernel code is refused at the
+    call, pointing at @pycoop.func (it used to say "launch a kernel with k[grid](...)" or
+    "'A' must be an array, got Value")."""
+    with pytest.raises(pc.CompileError, match="kernel k_callee is called inside a kernel") as e:
+        kernel.compile()
+    assert e.value.rule_id == "frontend.kernel-in-kernel" and "@pycoop.func" in e.value.hint
+    assert e.value.line == line_of(kernel, marker)
