@@ -52,6 +52,12 @@ def autotune(configs: Sequence, run: Callable[[Any, int], Any], *, repeat: int =
     reprs = [repr(c) for c in configs]
     if len(set(reprs)) != len(reprs):
         raise ValueError("autotune configurations must have distinct reprs")
+    for c in configs:               # they key times_ms and failures
+        try:
+            hash(c)
+        except TypeError:
+            raise ValueError(f"autotune configurations must be hashable (tuples, NamedTuples, "
+                             f"frozen dataclasses), got a {type(c).__name__}: {c!r}") from None
     if key is not None:
         hit = _load(key, reprs)
         if hit is not None:

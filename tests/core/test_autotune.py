@@ -68,6 +68,8 @@ def test_nothing_to_choose_from():
         pc.autotune([], lambda c, r: None)
     with pytest.raises(ValueError, match="distinct reprs"):
         pc.autotune([1, 1], lambda c, r: None)
+    with pytest.raises(ValueError, match="must be hashable .* got a dict: {'t': 1}"):
+        pc.autotune([{"t": 1}, {"t": 2}], lambda c, r: None)
     with pytest.raises(pc.PycoopError, match="no configuration ran") as e:
         pc.autotune([-1, -2], run_on_emulator([]))
     assert "-2: CompileError: no such configuration" in str(e.value)
