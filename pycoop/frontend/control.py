@@ -579,12 +579,11 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
                            rule_id="control.range-bound-types")
     it_t = types_.pop()
     if not (isinstance(it_t, ScalarType) and it_t.is_int):
-        raise CompileError(f"range() needs integer bounds, got {it_t}", loc,
-                           rule="Python: range() takes integer bounds",
+        raise _range_error(f"range() needs integer bounds, got {it_t}", loc,
                            rule_id="control.range-integer-bounds")
     if not isinstance(step, Value) and step == 0:
-        raise CompileError("range() step must not be zero", loc,
-                           rule="Python: range() arg 3 must not be zero", rule_id="control.range-step-zero")
+        raise _range_error("range() step must not be zero", loc,
+                           rule_id="control.range-step-zero")
     # Python numbers as constants of the loop's type, at the loop's line (a number the type
     # cannot hold, such as a step of -1 with u32 bounds, is reported there)
     lo, hi, step = (a if isinstance(a, Value) else
@@ -719,22 +718,29 @@ def kernel_range(*args, unroll: bool | int | None = None):
                             "@pycoop.func", rule_id="control.range-in-for")
 
 
+# Python's rules for range() that kernel loops keep, by rule id
+_RANGE_RULES = {"control.range-arity": "Python: range() takes 1 to 3 arguments",
+                "control.range-integer-bounds": "Python: range() takes integer bounds",
+                "control.range-step-zero": "Python: range() arg 3 must not be zero"}
+
+
+def _range_error(message: str, loc, rule_id: str) -> CompileError:
+    return CompileError(message, loc, rule=_RANGE_RULES[rule_id], rule_id=rule_id)
+
+
 def _python_range(args: tuple, loc) -> range:
     """range(*args) of Python bounds, unrolled while tracing; what Python refuses is a
     CompileError at the loop."""
     if not 1 <= len(args) <= 3:
-        raise CompileError(f"range() takes 1 to 3 bounds, got {len(args)}", loc,
-                           rule="Python: range() takes 1 to 3 arguments",
+        raise _range_error(f"range() takes 1 to 3 bounds, got {len(args)}", loc,
                            rule_id="control.range-arity")
     try:
         return range(*args)
     except TypeError as e:
-        raise CompileError(f"range() needs integer bounds: {e}", loc,
-                           rule="Python: range() takes integer bounds",
+        raise _range_error(f"range() needs integer bounds: {e}", loc,
                            rule_id="control.range-integer-bounds") from None
     except ValueError:
-        raise CompileError("range() step must not be zero", loc,
-                           rule="Python: range() arg 3 must not be zero",
+        raise _range_error("range() step must not be zero", loc,
                            rule_id="control.range-step-zero") from None
 
 
@@ -747,8 +753,8 @@ def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
                            rule="pycoop: pycoop.range(start, stop, step, unroll=...) takes only the unroll "
                                 "keyword", rule_id="control.range-keywords")
     if not 1 <= len(args) <= 3:
-        raise CompileError(f"pycoop.range() takes 1 to 3 bounds, got {len(args)}", loc,
-                           rule="Python: range() takes 1 to 3 arguments", rule_id="control.range-arity")
+        raise _range_error(f"pycoop.range() takes 1 to 3 bounds, got {len(args)}", loc,
+                           rule_id="control.range-arity")
     unroll = kwargs.get("unroll")
     if isinstance(unroll, bool) or unroll is None:
         control = {None: "None", True: "Unroll", False: "DontUnroll"}[unroll]
@@ -762,8 +768,7 @@ def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
     if not any(isinstance(a, Value) for a in args):
         for a in args:
             if not isinstance(a, numbers.Integral) or isinstance(a, bool):
-                raise CompileError(f"range() needs integer bounds, got {a!r}", loc,
-                                   rule="Python: range() takes integer bounds",
+                raise _range_error(f"range() needs integer bounds, got {a!r}", loc,
                                    rule_id="control.range-integer-bounds")
         t = default_type(-1) if any(a < 0 for a in args) else u32
         args = tuple(as_value(a, t) for a in args)

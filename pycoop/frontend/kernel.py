@@ -654,19 +654,18 @@ class CompiledKernel:
         self._binders: dict = {}        # the Vulkan ABI's argument packer per Spec values
         self._memo: _LaunchMemo | None = None   # the last device-array launch on Vulkan
         self._memo_spec: dict = {}              # ... and its Spec values
-        # the memories ops write (each op's registry entry names its memory operand)
-        written = (op.operands[get(op.name).writes] for op in module.walk()
-                   if get(op.name).writes is not None)
-        self._written = {v for v in written if isinstance(v.type, BufferType)}
-        # per buffer: the alignment its cooperative-matrix loads and stores need of its start
+        # per buffer, from each op's registry entry: whether an op writes it, and the
+        # alignment its cooperative-matrix loads and stores need of its start (and which op)
+        self._written: set[Value] = set()
         self._base_alignment: dict[Value, tuple[int, str]] = {}
         for op in module.walk():
-            rule = get(op.name).base_alignment
-            mem = op.operands[0] if rule is not None else None
-            if mem is not None and isinstance(mem.type, BufferType):
-                align = rule(op)
-                if align > self._base_alignment.get(mem, (1, ""))[0]:
-                    self._base_alignment[mem] = (align, op.name)
+            d = get(op.name)
+            if d.writes is not None and isinstance(op.operands[d.writes].type, BufferType):
+                self._written.add(op.operands[d.writes])
+            if d.base_alignment is not None and isinstance(op.operands[0].type, BufferType):
+                align = d.base_alignment(op)
+                if align > self._base_alignment.get(op.operands[0], (1, ""))[0]:
+                    self._base_alignment[op.operands[0]] = (align, op.name)
 
     @property
     def name(self) -> str:

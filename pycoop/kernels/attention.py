@@ -206,7 +206,6 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             q0 = q0 + pc.subgroup_id() * rows
         bkv = (bh // H) * Hkv + (bh % H) // (H // Hkv)        # the K/V head of query head bh
         lq, lkv = rows_layout(bh * Sq, Sq, D), rows_layout(bkv * Skv, Skv, D)
-        kt_view = pc.nv.tensor_view(2, False, online.TRANSPOSE)   # a Bc x D block of K as D x Bc
         if words:
             staged = pc.shared(U4, rows * Bc // 8)
         elif mask:
@@ -219,11 +218,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         # blocks wholly inside the sequence (and, causal, at or before the first query)
         kfull = (pc.min(Skv, q0 + 1) if causal else Skv) // Bc * Bc
 
-        def load(k0):
-            return online.load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
-
-        def load_inside(k0):                              # a block wholly inside K and V
-            return online.load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, True)
+        load, load_inside = online.kv_loaders(T, K, V, lkv, bkv * Skv, Bc, D)
 
         def mask_block(k0):
             """The Br x Bc block of the mask at (q0, k0) as f32."""
@@ -346,7 +341,6 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
             split = split * nsg + pc.subgroup_id()
         nkv = pc.num_workgroups.y
         lkv = rows_layout(bkv * Skv, Skv, D)
-        kt_view = pc.nv.tensor_view(2, False, online.TRANSPOSE)
         q = pc.nv.load_tensor(Q, rows_layout(bkv * n, n, D).slice(bkv * n, rows, 0, D), T.Q)
         k = scale * f32(LOG2E)                            # used with exp2 only
         m, l, o = T.Row.fill(NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
@@ -354,11 +348,7 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
         kend = pc.min(kb + chunk, Skv)
         kfull = kb + (kend - kb) // Bc * Bc               # whole blocks: no masking
 
-        def load(k0):
-            return online.load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D)
-
-        def load_inside(k0):                              # a block wholly inside K and V
-            return online.load_kv(T, K, V, lkv, kt_view, bkv * Skv + k0, Bc, D, True)
+        load, load_inside = online.kv_loaders(T, K, V, lkv, bkv * Skv, Bc, D)
 
         def scores(k0, kt):
             return online.block_scores(q, kt, T, scale, sm)

@@ -185,6 +185,15 @@ def load_kv(T: Types, K, V, layout, kt_view, row, Bc: int, D: int, strided: bool
     return pc.nv.load_tensor(K, kv, T.Kt, view=kt_view), pc.nv.load_tensor(V, kv, T.V)
 
 
+def kv_loaders(T: Types, K, V, layout, row0, Bc: int, D: int):
+    """(load, load_inside): k0 -> (Kᵀ, V) of the key block at row row0 + k0 of K and V (rows
+    of `layout`), through the layout (any block) or by strided loads (a block wholly inside
+    K and V): see `load_kv`."""
+    view = pc.nv.tensor_view(2, False, TRANSPOSE)          # a Bc x D block of K as D x Bc
+    return (lambda k0: load_kv(T, K, V, layout, view, row0 + k0, Bc, D),
+            lambda k0: load_kv(T, K, V, layout, view, row0 + k0, Bc, D, True))
+
+
 def key_blocks(T: Types, sm: Softmax, k, m, l, o, k_begin, k_end, Bc: int, load, scores,
                 live=None):
     """The online softmax over the key blocks k_begin, k_begin + Bc, ... < k_end: load(k0)
