@@ -12,7 +12,7 @@ from .errors import (ArgumentError, BackendFallbackWarning, BackendUnavailable, 
                      EmulatorError, KernelFault, PycoopError)
 from .frontend.control import kernel_range as range  # noqa: A001  (pycoop.range)
 from .frontend.functions import func
-from .frontend.kernel import CompiledKernel, Const, Kernel, LaunchResult, kernel
+from .frontend.kernel import CompiledKernel, Const, Kernel, KernelStatistics, LaunchResult, kernel
 from .version import __version__
 from .ops.core import (abs_ as abs, barrier, bitcast, ceil, cos, exp, exp2, floor, fma, global_invocation_id,
                        local_invocation_id, local_invocation_index, log, log2, maximum as max,
@@ -42,7 +42,7 @@ __all__ = [
     "ArgumentError", "BackendFallbackWarning", "BackendUnavailable", "CompileError", "EmulatorError", "KernelFault",
     "PycoopError",
     "TuneResult", "autotune",
-    "CompiledKernel", "Const", "Kernel", "LaunchResult", "__version__", "func", "kernel", "range",
+    "CompiledKernel", "Const", "Kernel", "KernelStatistics", "LaunchResult", "__version__", "func", "kernel", "range",
     "abs", "barrier", "bitcast", "cast", "ceil", "cos", "exp", "exp2", "floor", "fma", "global_invocation_id",
     "local_invocation_id", "local_invocation_index", "log", "log2", "max", "min", "num_subgroups",
     "num_workgroups", "rsqrt", "select", "shared", "sin", "sqrt", "subgroup_id", "subgroup_local_id",

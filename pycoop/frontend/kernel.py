@@ -33,7 +33,7 @@ from ..codegen.float_modes import DEFAULT_FP, FP_MODES
 from ..runtime import interop
 from ..runtime.arrays import Array, asarray, vulkan_runtime
 from ..runtime import capturing, graphs
-from ..runtime.results import LaunchResult
+from ..runtime.results import KernelStatistics, LaunchResult
 from ..runtime.backend import _local, choose, vulkan_missing
 from ..runtime.vulkan.abi import Binder, check_repeat, float_as
 from ..types import (SCALARS, BufferType, CoopMatType, ScalarType, SpecType, StructType, Type,
@@ -913,6 +913,40 @@ class CompiledKernel:
         for tensor, array in writebacks:
             tensor.copy_(array.torch())
         return LaunchResult("vulkan", pending=pending)
+
+    @entry_point
+    def gpu_statistics(self, *, checked: bool | None = None,
+                       spec: dict | None = None) -> KernelStatistics:
+        """What the Vulkan driver reports of this kernel compiled for its device (registers
+        per invocation, code size; the names are the driver's): the pipeline a launch with
+        these options would use (`checked` as a launch takes it, PYCOOP_CHECKED by default;
+        `spec`: Spec values), compiled again with statistics captured. No GPU work. Raises
+        BackendUnavailable where the kernel cannot run on the device, PipelineError where the
+        driver reports no statistics (VK_KHR_pipeline_executable_properties)."""
+        if checked is not None and not isinstance(checked, bool):
+            raise ArgumentError(f"{self.name}.gpu_statistics: checked must be True, False or "
+                                f"None, got {checked!r}")
+        if self.abi_kind == "descriptors":
+            if checked:
+                raise ArgumentError(f"{self.name}: checked=True uses the device-address ABI; "
+                                    "this kernel was compiled with abi='descriptors'")
+            checked = False
+        elif checked is None:
+            checked = knobs.checked()
+        ck = self.variant(self.debug_info, self.abi_kind, checked)
+        runtime = vulkan_runtime()
+        missing = ["its OpenCL environment (pycoop.intel ops)"] if self.target == "opencl" \
+            else vulkan_missing(self.variant(self.debug_info, self.abi_kind, False))
+        if missing:
+            raise BackendUnavailable(f"{self.name}: no statistics: the Vulkan device "
+                                     f"({runtime.capabilities.device_name}) cannot run it; it "
+                                     f"lacks {', '.join(missing)}")
+        [first, *_] = runtime.pipeline_statistics(ck.spv, "main",
+                                                  ck._binder(ck._spec_values(spec)))
+        stats = first["statistics"]
+        return KernelStatistics(self.name, runtime.capabilities.device_name, first["name"],
+                                first["subgroup_size"], {n: v for n, (v, _) in stats.items()},
+                                {n: d for n, (_, d) in stats.items()})
 
     def _binder(self, spec: dict) -> Binder:
         """The Vulkan argument packer of this kernel for these Spec values (made once)."""

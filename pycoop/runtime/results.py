@@ -1,6 +1,8 @@
 """What a launch (or a launch-graph replay) returns: the backend and its times."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..jupyter import launch_result_html
 from .arrays import wait_all
 
@@ -48,3 +50,27 @@ class LaunchResult:
 
     def _repr_html_(self) -> str:
         return launch_result_html(self)
+
+
+@dataclass(frozen=True)
+class KernelStatistics:
+    """What the Vulkan driver reports of a kernel compiled for its device
+    (`CompiledKernel.gpu_statistics`, VK_KHR_pipeline_executable_properties): `values` by
+    statistic name, with their `descriptions`. The names and their meaning are the driver's
+    own: NVIDIA's include the registers each invocation takes, which bound how many
+    workgroups an SM holds at once."""
+    kernel: str
+    device: str
+    executable: str
+    subgroup_size: int
+    values: dict
+    descriptions: dict
+
+    def __getitem__(self, name: str):
+        return self.values[name]
+
+    def __str__(self) -> str:
+        width = max((len(n) for n in self.values), default=0)
+        rows = [f"  {n:<{width}}  {v}" for n, v in self.values.items()]
+        return "\n".join([f"{self.kernel} on {self.device} ({self.executable}, subgroup size "
+                          f"{self.subgroup_size}):"] + rows)

@@ -17,6 +17,8 @@ import pycoop as pc
 from pycoop.kernels import (AttentionResult, Softmax, tuned_softmax, attention, attention_decode,
                             attention_decode_vector, attention_merge, attention_prefill,
                             attention_reference, mask_as_f16, prefill_invocations)
+from pycoop import u32
+from pycoop.kernels.attention import HEAVY_FIRST_HEADS, heavy_first
 from pycoop.kernels.attention_decode import default_splits, default_subgroups, fits_shared
 from pycoop.kernels.attention_mask import mask_block_kinds, mask_block_kinds_reference
 
@@ -99,6 +101,37 @@ def test_staged_prefill_matches_numpy(B, Hkv, G, Sq, extra, causal, masked, D, t
     r = attention(Q, K, V, mask=mask, causal=causal, out=out, backend="emulator", decode=False,
                   scope="staged", Br=inv // 2, Bc=Bc, invocations=inv)
     check(r, Q, K, V, mask, causal, tol=OUT_TOL if out == "f32" else 4e-3)
+
+
+@pc.kernel(workgroup_size=1)
+def heavy_first_order(Out: pc.Buffer[u32]):
+    tile, bh = heavy_first(pc.workgroup_id.x, pc.workgroup_id.y, pc.num_workgroups.x,
+                           pc.num_workgroups.y)
+    i = pc.workgroup_id.y * pc.num_workgroups.x + pc.workgroup_id.x
+    Out[2 * i] = tile
+    Out[2 * i + 1] = bh
+
+
+@pytest.mark.parametrize("tiles, heads", [(1, 1), (3, 12), (5, 8), (4, 17), (2, 3)])
+def test_causal_tiles_run_heaviest_first_in_groups_of_heads(tiles, heads):
+    """Every (tile, head) once; within each group of HEAVY_FIRST_HEADS heads (the last one
+    smaller) the workgroups in linear order take the last tile of each head first."""
+    out = np.zeros(2 * tiles * heads, np.uint32)
+    heavy_first_order[(tiles, heads)](out, backend="emulator")
+    order = [tuple(p) for p in out.reshape(-1, 2)]
+    assert sorted(order) == [(t, h) for t in range(tiles) for h in range(heads)]
+    want = []
+    for first in range(0, heads, HEAVY_FIRST_HEADS):
+        group = range(first, min(heads, first + HEAVY_FIRST_HEADS))
+        want += [(t, h) for t in reversed(range(tiles)) for h in group]
+    assert order == want
+
+
+def test_causal_prefill_over_a_partial_group_of_heads():
+    """12 heads: a group of 8 and one of 4, each with its tiles heaviest first."""
+    Q, K, V, _ = operands(3, 4, 2, 70, 75, 64, seed=9)
+    r = attention(Q, K, V, causal=True, out="f32", backend="emulator", decode=False, **TILE)
+    check(r, Q, K, V, causal=True)
 
 
 def test_staged_prefill_bf16_and_device_arrays():

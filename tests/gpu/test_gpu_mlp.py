@@ -1,4 +1,6 @@
 """The MLP block on a GPU against torch with the same (dequantised) weights in f32."""
+import os
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,9 @@ def test_mlp_block_against_torch(fmt, T, monkeypatch):
     import importlib.util, pathlib
     bench = pathlib.Path(__file__).parents[2] / "bench"
     monkeypatch.syspath_prepend(str(bench))         # the script's own helper modules
+    # the script sets PYCOOP_CHECKED=0 when imported (it times production launches): the
+    # setenv makes the test's teardown restore the variable for the tests after it
+    monkeypatch.setenv("PYCOOP_CHECKED", os.environ.get("PYCOOP_CHECKED", "1"))
     spec = importlib.util.spec_from_file_location("bench_mlp", bench / "mlp_block.py")
     b = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(b)

@@ -24,6 +24,7 @@ API_VERSION_1_3 = (1 << 22) | (3 << 12)                    # SPEC: VK_MAKE_API_V
 BUFFER_USAGE_SHADER_DEVICE_ADDRESS = 0x00020000             # SPEC: VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT
 MEMORY_ALLOCATE_DEVICE_ADDRESS = 0x2                       # SPEC: VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT
 SHADER_STAGE_REQUIRE_FULL_SUBGROUPS = 0x2                  # SPEC: VkPipelineShaderStageCreateFlagBits
+PIPELINE_CREATE_CAPTURE_STATISTICS = 0x40                  # SPEC: VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR
 
 # sTypes of structs pyvulkan lacks (REF table; 1000000000 + (extension_number - 1) * 1000 + offset)
 STYPE_BFLOAT16_FEATURES = 1000141000          # REF: VK_KHR_shader_bfloat16 (142)
@@ -58,6 +59,7 @@ EXTENSIONS = {
     "external_semaphore_fd": "VK_KHR_external_semaphore_fd",   # ordering with CUDA streams
     "atomic_float": "VK_EXT_shader_atomic_float",
     "atomic_float2": "VK_EXT_shader_atomic_float2",
+    "executable_properties": "VK_KHR_pipeline_executable_properties",   # register counts
 }
 
 # --- struct layouts pyvulkan lacks (REF members, in order) -----------------------------------
@@ -233,3 +235,53 @@ def flexible_dimensions_properties(instance: Any, physical_device: Any) -> list[
     return _enumerate(fn, physical_device, "VkCooperativeMatrixFlexibleDimensionsPropertiesNV",
                       STYPE_FLEXIBLE_DIMENSIONS_PROPERTIES,
                       "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV")
+
+
+def _device_function(device: Any, name: str, extension: str) -> Any:
+    pointer = lib.vkGetDeviceProcAddr(device, name.encode())
+    if pointer == ffi.NULL:
+        raise VulkanError(f"{name} is not available ({extension})")
+    return ffi.cast(f"PFN_{name}", pointer)
+
+
+def _statistic_value(stat: Any) -> bool | int | float:
+    """A VkPipelineExecutableStatisticKHR's value, by its `format` (SPEC: BOOL32 0, INT64 1,
+    UINT64 2, FLOAT64 3)."""
+    return {0: lambda v: bool(v.b32), 1: lambda v: int(v.i64), 2: lambda v: int(v.u64),
+            3: lambda v: float(v.f64)}[stat.format](stat.value)
+
+
+def pipeline_statistics(device: Any, pipeline: Any) -> list[dict[str, Any]]:
+    """What the driver reports of each executable of `pipeline` (created with
+    PIPELINE_CREATE_CAPTURE_STATISTICS; VK_KHR_pipeline_executable_properties): per
+    executable {"name", "description", "subgroup_size", "statistics": {name: (value,
+    description)}}. The statistics' names are the driver's own (e.g. a register count)."""
+    extension = EXTENSIONS["executable_properties"]
+    get_props = _device_function(device, "vkGetPipelineExecutablePropertiesKHR", extension)
+    get_stats = _device_function(device, "vkGetPipelineExecutableStatisticsKHR", extension)
+    info = ffi.new("VkPipelineInfoKHR*", {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR,
+                                          "pipeline": pipeline})
+    count = ffi.new("uint32_t*")
+    check(get_props(device, info, count, ffi.NULL), "vkGetPipelineExecutablePropertiesKHR")
+    props = struct_array("VkPipelineExecutablePropertiesKHR",
+                         vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR, count[0])
+    check(get_props(device, info, count, props), "vkGetPipelineExecutablePropertiesKHR")
+    out = []
+    for index in range(count[0]):
+        p = props[index]
+        executable = ffi.new("VkPipelineExecutableInfoKHR*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, "pipeline": pipeline,
+            "executableIndex": index})
+        n = ffi.new("uint32_t*")
+        check(get_stats(device, executable, n, ffi.NULL), "vkGetPipelineExecutableStatisticsKHR")
+        stats = struct_array("VkPipelineExecutableStatisticKHR",
+                             vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR, n[0])
+        check(get_stats(device, executable, n, stats), "vkGetPipelineExecutableStatisticsKHR")
+        out.append({
+            "name": ffi.string(p.name).decode(errors="replace"),
+            "description": ffi.string(p.description).decode(errors="replace"),
+            "subgroup_size": p.subgroupSize,
+            "statistics": {ffi.string(s.name).decode(errors="replace"):
+                           (_statistic_value(s), ffi.string(s.description).decode(errors="replace"))
+                           for s in stats[:n[0]]}})
+    return out

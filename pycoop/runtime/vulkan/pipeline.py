@@ -16,7 +16,8 @@ from typing import Any
 from .capabilities import Capabilities
 from .device import Device
 from .errors import PipelineError, VulkanError, check
-from .ext import SHADER_STAGE_REQUIRE_FULL_SUBGROUPS, ffi, lib, vk
+from .ext import (EXTENSIONS, PIPELINE_CREATE_CAPTURE_STATISTICS,
+                  SHADER_STAGE_REQUIRE_FULL_SUBGROUPS, ffi, lib, pipeline_statistics, vk)
 
 SPIRV_MAGIC = 0x07230203
 OP_ENTRY_POINT, OP_EXECUTION_MODE, OP_FUNCTION = 15, 16, 54
@@ -128,9 +129,28 @@ class Pipelines:
         self._cache[key] = pipeline
         return pipeline
 
+    def statistics(self, spv: bytes, entry: str, required_subgroup_size: int | None,
+                   push_size: int, spec: tuple = (), bindings: int | None = None) -> list[dict]:
+        """What the driver reports of the pipeline `get` would make (registers, code size:
+        ext.pipeline_statistics). Compiled again, with statistics captured, into a pipeline of
+        its own that is destroyed after the query: launches never use a pipeline built that
+        way, as some drivers leave such pipelines out of their caches."""
+        caps = self.device.capabilities
+        if not caps.has("pipelineExecutableInfo"):
+            raise PipelineError(f"{caps.device_name} does not report pipeline statistics "
+                                f"({EXTENSIONS['executable_properties']} with the "
+                                "pipelineExecutableInfo feature)")
+        local_size = inspect_spirv(spv, entry)
+        pipeline = self._create(spv, entry, required_subgroup_size, push_size, local_size, spec,
+                                bindings, PIPELINE_CREATE_CAPTURE_STATISTICS)
+        try:
+            return pipeline_statistics(self.device.handle, pipeline.handle)
+        finally:
+            _destroy(self.device.handle, pipeline)
+
     def _create(self, spv: bytes, entry: str, required_subgroup_size: int | None,
                 push_size: int, local_size: tuple[int, int, int] | None,
-                spec: tuple = (), bindings: int | None = None) -> Pipeline:
+                spec: tuple = (), bindings: int | None = None, flags: int = 0) -> Pipeline:
         dev, caps = self.device.handle, self.device.capabilities
         code = ffi.new("uint32_t[]", len(spv) // 4)
         ffi.memmove(code, spv, len(spv))
@@ -188,7 +208,8 @@ class Pipelines:
             "flags": stage_flags, "stage": vk.VK_SHADER_STAGE_COMPUTE_BIT, "module": module[0],
             "pName": name, "pSpecializationInfo": spec_info})
         info = ffi.new("VkComputePipelineCreateInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, "stage": stage[0],
+            "sType": vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, "flags": flags,
+            "stage": stage[0],
             "layout": layout[0], "basePipelineIndex": -1})
         handle = ffi.new("VkPipeline*")
         try:
@@ -205,14 +226,18 @@ class Pipelines:
     def destroy(self) -> None:
         dev = self.device.handle
         for p in self._cache.values():
-            lib.vkDestroyPipeline(dev, p.handle, ffi.NULL)
-            lib.vkDestroyPipelineLayout(dev, p.layout, ffi.NULL)
-            if p.set_layout:
-                lib.vkDestroyDescriptorSetLayout(dev, p.set_layout, ffi.NULL)
-            lib.vkDestroyShaderModule(dev, p.module, ffi.NULL)
+            _destroy(dev, p)
         self._cache.clear()
         self._by_object.clear()
         lib.vkDestroyPipelineCache(dev, self.vk_cache, ffi.NULL)
+
+
+def _destroy(dev: Any, p: Pipeline) -> None:
+    lib.vkDestroyPipeline(dev, p.handle, ffi.NULL)
+    lib.vkDestroyPipelineLayout(dev, p.layout, ffi.NULL)
+    if p.set_layout:
+        lib.vkDestroyDescriptorSetLayout(dev, p.set_layout, ffi.NULL)
+    lib.vkDestroyShaderModule(dev, p.module, ffi.NULL)
 
 
 def _set_layout(dev: Any, bindings: int) -> Any:

@@ -61,6 +61,9 @@ FEATURES: list[tuple[str, int, str | None, tuple[str, ...]]] = [
     ("VkPhysicalDeviceCooperativeMatrixConversionFeaturesQCOM",
      ext.STYPE_QCOM_CONVERSION_FEATURES, ext.EXTENSIONS["qcom_conversion"],
      ("cooperativeMatrixConversion",)),
+    ("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
+     vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+     ext.EXTENSIONS["executable_properties"], ("pipelineExecutableInfo",)),
 ]
 CORE_FEATURES = ("shaderFloat64", "shaderInt64", "shaderInt16")   # in VkPhysicalDeviceFeatures
 STAGES = {0x1: "vertex", 0x2: "tessellation_control", 0x4: "tessellation_evaluation",

@@ -239,6 +239,18 @@ class VulkanRuntime:
                     "torch_sync": ctx.torch_sync.describe() if ctx.torch_sync else None,
                     "heap_usage": ctx.device.heap_usage()}
 
+    def pipeline_statistics(self, spv: bytes, entry: str, abi: dict | Binder) -> list[dict]:
+        """The driver's statistics of the pipeline a launch of `spv` with this ABI would use
+        (Pipelines.statistics); no GPU work."""
+        binder = abi if isinstance(abi, Binder) else Binder(abi)
+        abi = binder.abi
+        with self._lock:
+            ctx = self._context()
+            return ctx.pipelines.statistics(
+                bytes(spv), entry, abi.get("required_subgroup_size"),
+                8 if abi["mode"] == "arg_buffer" else abi["size"], abi.get("specialization", ()),
+                binder.bindings if binder.descriptors else None)
+
     def close(self) -> None:
         """Run what is queued (its launches report as at any synchronisation: nothing is
         dropped), then destroy the device's objects."""

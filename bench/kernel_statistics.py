@@ -1,0 +1,83 @@
+"""What the Vulkan driver reports of the bundled kernels (`CompiledKernel.gpu_statistics`):
+registers per invocation and the other statistics of VK_KHR_pipeline_executable_properties,
+for the attention prefill and decode tiles, the N = 1 GEMVs and the GEMMs in the
+configurations the other benchmarks time. No timing: registers bound how many workgroups an
+SM holds at once (the H100 has 65,536 32-bit registers per SM; a workgroup of 256
+invocations at 255 registers takes all of them), and a kernel that needs more than 255 spills
+to local memory, which the driver may report as well.
+
+    python3 bench/kernel_statistics.py [--only attention gemv gemm]
+"""
+from __future__ import annotations
+
+import argparse
+
+from pycoop.kernels import Softmax, attention_decode, attention_prefill, gemm_nv, gemm_q4_0
+from pycoop.kernels.attention_blocks import tuned_softmax
+from pycoop.kernels.gemv_planes import planes_gemv_config
+from warmup import vulkan_or_skip
+
+PREFILL_TILES = [(128, 64, 128), (128, 64, 256), (128, 128, 256), (64, 64, 128)]
+
+
+def attention_kernels():
+    for d in (64, 128):
+        for causal in (False, True):
+            for br, bc, inv in PREFILL_TILES:
+                yield (f"prefill d{d}{' causal' if causal else ''} {br}x{bc}/{inv}",
+                       attention_prefill(d, br, bc, inv, causal))
+        for br, bc, inv in PREFILL_TILES[:2]:
+            prefetch = tuned_softmax(bc)._replace(prefetch=True)
+            yield (f"prefill d{d} {br}x{bc}/{inv} prefetch",
+                   attention_prefill(d, br, bc, inv, softmax=prefetch))
+    yield "decode d128 32x64/128", attention_decode(128, 32, 64, 128)
+    yield "decode d128 32x64/128 Softmax()", attention_decode(128, 32, 64, 128, softmax=Softmax())
+
+
+def gemv_kernels():
+    for fmt in ("q4_0", "q4_k", "q8_0"):
+        for K in (4096, 14336):
+            cfg = planes_gemv_config(fmt, 1, "q8_1_shared", K=K)
+            yield f"gemv {fmt} K={K} {cfg}", cfg.kernel(fmt, 32, K, "f32")
+
+
+def gemm_kernels():
+    yield "gemm_nv 128x128x32/256", gemm_nv(128, 128, 32, 256)
+    yield "gemm_q4_0 (defaults)", gemm_q4_0()
+
+
+GROUPS = {"attention": attention_kernels, "gemv": gemv_kernels, "gemm": gemm_kernels}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", choices=list(GROUPS), default=list(GROUPS))
+    args = ap.parse_args()
+    runtime = vulkan_or_skip()
+    if runtime is None:
+        return
+    caps = runtime.capabilities
+    print(f"device: {caps.device_name}, {caps.driver_version}")
+    rows, names, descriptions = [], [], {}
+    for group in args.only:
+        for label, kernel in GROUPS[group]():
+            try:
+                s = kernel.compile().gpu_statistics(checked=False)
+            except Exception as e:          # one kernel the driver refuses: say so, go on
+                rows.append((label, None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"))
+                continue
+            names += [n for n in s.values if n not in names]
+            descriptions.update(s.descriptions)
+            rows.append((label, s, None))
+    print("| kernel | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for label, s, error in rows:
+        cells = [error] if s is None else [str(s.values.get(n, "")) for n in names]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    print()
+    for n in names:
+        print(f"- {n}: {descriptions[n]}")
+
+
+if __name__ == "__main__":
+    main()

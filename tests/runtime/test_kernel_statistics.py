@@ -1,0 +1,55 @@
+"""CompiledKernel.gpu_statistics: what the Vulkan driver reports of a compiled kernel
+(VK_KHR_pipeline_executable_properties), or a clear error where it reports nothing."""
+from __future__ import annotations
+
+import pytest
+
+import pycoop as pc
+from pycoop import f32
+from pycoop.runtime.vulkan import PipelineError
+
+EXTENSION = "VK_KHR_pipeline_executable_properties"
+
+
+@pc.kernel(workgroup_size=64)
+def fill(y: pc.Buffer[f32], n: pc.Spec[pc.u32] = 1):
+    i = pc.global_invocation_id.x
+    y[i] = f32(i * n)
+
+
+@pytest.mark.parametrize("checked", [None, False, True])
+def test_statistics_or_a_clear_error(vulkan_caps, checked):
+    ck = fill.compile()
+    if not vulkan_caps.has("pipelineExecutableInfo"):
+        with pytest.raises(PipelineError, match=f"does not report pipeline statistics "
+                                                f"\\({EXTENSION}"):
+            ck.gpu_statistics(checked=checked)
+        return
+    s = ck.gpu_statistics(checked=checked, spec={"n": 3})
+    assert s.kernel == "fill" and s.device == vulkan_caps.device_name and s.values
+    assert set(s.descriptions) == set(s.values)
+    name = next(iter(s.values))
+    assert s[name] == s.values[name] and name in str(s)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(checked="yes"), "checked must be True, False or None, got 'yes'"),
+    (dict(spec={"m": 1}), "fill has no Spec parameter 'm'"),
+])
+def test_bad_options_are_argument_errors(vulkan_caps, kwargs, message):
+    with pytest.raises(pc.ArgumentError, match=message):
+        fill.compile().gpu_statistics(**kwargs)
+
+
+def test_descriptor_abi_kernels_have_no_checked_variant(vulkan_caps):
+    with pytest.raises(pc.ArgumentError, match="abi='descriptors'"):
+        fill.compile(abi="descriptors").gpu_statistics(checked=True)
+
+
+def test_a_kernel_the_device_cannot_run_names_what_it_lacks(vulkan_caps):
+    from pycoop.kernels import gemm_nv
+    if vulkan_caps.has("cooperativeMatrixWorkgroupScope"):
+        pytest.skip("the device runs workgroup-scope matrices")
+    with pytest.raises(pc.BackendUnavailable, match="gemm_nv: no statistics: the Vulkan device "
+                                                    ".* lacks .*cooperativeMatrixWorkgroupScope"):
+        gemm_nv(128, 128, 32, 256).compile().gpu_statistics()
