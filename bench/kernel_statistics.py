@@ -57,7 +57,7 @@ def main() -> None:
     if runtime is None:
         return
     caps = runtime.capabilities
-    print(f"device: {caps.device_name}, {caps.driver_version}")
+    print(f"device: {caps.device_name}, {caps.driver_version}", flush=True)
     rows, names, descriptions = [], [], {}
     for group in args.only:
         for label, kernel in GROUPS[group]():
@@ -69,6 +69,10 @@ def main() -> None:
             names += [n for n in s.values if n not in names]
             descriptions.update(s.descriptions)
             rows.append((label, s, None))
+            # as it comes (the driver compiles each kernel: minutes for all of them)
+            print(f"{label}: " + ", ".join(f"{n} = {v}" for n, v in s.values.items()),
+                  flush=True)
+    print()
     print("| kernel | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")
     for label, s, error in rows:

@@ -53,3 +53,22 @@ def test_a_kernel_the_device_cannot_run_names_what_it_lacks(vulkan_caps):
     with pytest.raises(pc.BackendUnavailable, match="gemm_nv: no statistics: the Vulkan device "
                                                     ".* lacks .*cooperativeMatrixWorkgroupScope"):
         gemm_nv(128, 128, 32, 256).compile().gpu_statistics()
+
+
+def test_the_drivers_statistics_are_read_by_their_format():
+    """The four VkPipelineExecutableStatisticFormatKHR of a statistics array as a driver
+    fills it (the query itself needs a device with the extension: tests/gpu)."""
+    from pycoop.runtime.vulkan import ext
+    want = {"Register Count": (1, 2, 168), "Spills": (0, 0, True), "Offset": (2, 1, -4),
+            "Ratio": (3, 3, 0.5)}
+    stats = ext.struct_array("VkPipelineExecutableStatisticKHR",
+                             ext.vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR, 5)
+    member = {0: "b32", 1: "i64", 2: "u64", 3: "f64"}
+    for s, (name, (_, fmt, value)) in zip(stats, want.items()):
+        s.name = name.encode()
+        s.description = f"the {name.lower()}".encode()
+        s.format = fmt
+        setattr(s.value, member[fmt], value)
+    got = ext.statistics_of(stats, 4)
+    assert got == {n: (v, f"the {n.lower()}") for n, (_, _, v) in want.items()}
+    assert [type(v) for v, _ in got.values()] == [int, bool, int, float]

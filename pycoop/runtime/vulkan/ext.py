@@ -277,11 +277,18 @@ def pipeline_statistics(device: Any, pipeline: Any) -> list[dict[str, Any]]:
         stats = struct_array("VkPipelineExecutableStatisticKHR",
                              vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR, n[0])
         check(get_stats(device, executable, n, stats), "vkGetPipelineExecutableStatisticsKHR")
-        out.append({
-            "name": ffi.string(p.name).decode(errors="replace"),
-            "description": ffi.string(p.description).decode(errors="replace"),
-            "subgroup_size": p.subgroupSize,
-            "statistics": {ffi.string(s.name).decode(errors="replace"):
-                           (_statistic_value(s), ffi.string(s.description).decode(errors="replace"))
-                           for s in stats[:n[0]]}})
+        out.append({"name": _text(p.name), "description": _text(p.description),
+                    "subgroup_size": p.subgroupSize,
+                    "statistics": statistics_of(stats, n[0])})
     return out
+
+
+def _text(chars: Any) -> str:
+    return ffi.string(chars).decode(errors="replace")
+
+
+def statistics_of(stats: Any, count: int) -> dict[str, tuple[bool | int | float, str]]:
+    """{name: (value, description)} of the first `count` VkPipelineExecutableStatisticKHR
+    of the cffi array `stats`."""
+    return {_text(stats[i].name): (_statistic_value(stats[i]), _text(stats[i].description))
+            for i in range(count)}
