@@ -57,16 +57,18 @@ F16_MAX = float(np.finfo(np.float16).max)
 
 def prefill_invocations(head_dim: int, causal: bool, scope: str, Br: int, Bc: int) -> int:
     """The invocations of a prefill workgroup where `attention` is given none: 2 Br at staged
-    scope (16 query rows per subgroup); 128 at workgroup scope for Br <= 128, Bc <= 64, head
-    dim 64 and no causality; else 256. On the H100 (bench/prefill_parts.py, 2026-11-27) the
-    head-dim-64 prefill ran at 208-212 TFLOP/s with 128 x 64 tiles of 128 invocations against
-    180-183 with 256 (128 x 32: 182 against 159; 64 x 64: 171 against 71); with 128
-    invocations 128 x 128 tiles ran at 55 against 193, causal 128 x 64 tiles at 104 against
-    144, and at head dim 128 they spill (49 against 192)."""
+    scope (16 query rows per subgroup); 128 at workgroup scope for Br <= 128, Bc <= 64 and
+    head dim 64; else 256. On the H100 (bench/prefill_parts.py, 2026-11-27) the head-dim-64
+    prefill ran at 208-212 TFLOP/s with 128 x 64 tiles of 128 invocations against 180-183
+    with 256 (128 x 32: 182 against 159; 64 x 64: 171 against 71); with 128 invocations
+    128 x 128 tiles ran at 55 against 193, and at head dim 128 they spill (49 against 192).
+    Causal tiles took 256 until they ran heaviest first (`heavy_first`): in grid order the
+    128-invocation kernel, two workgroups to an SM, ended on its long tiles (2026-11-28,
+    1 x 32 heads over 8 of 4096: 151 against 154 TFLOP/s with 256; heaviest first 214).
+    `causal` is kept for callers: the choice no longer depends on it."""
     if scope == "staged":
         return 2 * Br
-    fewer = scope == "workgroup" and head_dim == 64 and not causal and Br <= 128 and Bc <= 64
-    return 128 if fewer else 256
+    return 128 if scope == "workgroup" and head_dim == 64 and Br <= 128 and Bc <= 64 else 256
 
 
 # Causal prefill tiles are dispatched in groups of this many heads (see heavy_first)

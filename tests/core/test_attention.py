@@ -254,14 +254,14 @@ def test_every_output_element_is_written_once():
 
 @pytest.mark.parametrize("D,causal,scope,Br,Bc,expected", [
     (64, False, "workgroup", 128, 64, 128), (64, False, "workgroup", 128, 32, 128),
-    (64, False, "workgroup", 128, 128, 256), (64, True, "workgroup", 128, 64, 256),
+    (64, False, "workgroup", 128, 128, 256), (64, True, "workgroup", 128, 64, 128),
     (128, False, "workgroup", 128, 64, 256), (64, False, "workgroup", 256, 64, 256),
     (64, False, "workgroup", 64, 64, 128),
     (64, False, "subgroup", 128, 64, 256), (64, False, "staged", 64, 64, 128),
     (128, True, "staged", 128, 32, 256)])
 def test_prefill_invocations(D, causal, scope, Br, Bc, expected):
     """The invocations attention() takes where none are given: 128 for the head-dim-64 tiles
-    of at most 128 rows and 64 keys without causality (the fastest on the H100), 2 Br at
+    of at most 128 rows and 64 keys, causal or not (the fastest on the H100), 2 Br at
     staged scope, else 256."""
     assert prefill_invocations(D, causal, scope, Br, Bc) == expected
 
