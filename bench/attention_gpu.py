@@ -120,6 +120,7 @@ def _dsg(Bc=32, inv=128, splits=None, sm=_ALL, fp="exact", rows=16):
 # name -> attention() keyword arguments of the decode path (splits None: the default; "sN": N
 # splits; the chunks merged by attention_merge, 4 loaded ahead, "u8": 8)
 DECODE_VARIANTS = {
+    "default": {},                  # attention()'s own choice (the vector decode)
     "wg r32 Bc64/128": _dwg(),
     "wg r32 Bc64/128 all": _dwg(sm=_ALL),
     "wg r32 Bc64/128 narrow": _dwg(sm=Softmax(row_width=32)),
