@@ -8,7 +8,7 @@ semantics and reports undefined behaviour.
 from __future__ import annotations
 
 from . import ops as _ops  # noqa: F401  (registers every op)
-from .errors import (ArgumentError, BackendFallbackWarning, BackendUnavailable, CompileError,
+from .errors import (ArgumentError, ArgumentValueError, BackendFallbackWarning, BackendUnavailable, CompileError,
                      EmulatorError, KernelFault, PycoopError)
 from .frontend.control import kernel_range as range  # noqa: A001  (pycoop.range)
 from .frontend.functions import func
@@ -39,7 +39,7 @@ UseB = Use.B
 Accumulator = Use.Accumulator
 
 __all__ = [
-    "ArgumentError", "BackendFallbackWarning", "BackendUnavailable", "CompileError", "EmulatorError", "KernelFault",
+    "ArgumentError", "ArgumentValueError", "BackendFallbackWarning", "BackendUnavailable", "CompileError", "EmulatorError", "KernelFault",
     "PycoopError",
     "TuneResult", "autotune",
     "CompiledKernel", "Const", "Kernel", "KernelStatistics", "LaunchResult", "__version__", "func", "kernel", "range",

@@ -100,6 +100,11 @@ class ArgumentError(PycoopError, TypeError):
     """A launch argument does not match the kernel's signature (raised before any work)."""
 
 
+class ArgumentValueError(ArgumentError, ValueError):
+    """An argument of the right type with a value pycoop does not take (a backend name that
+    is none of them): an ArgumentError that `except ValueError` also catches."""
+
+
 class EmulatorError(RuleError):
     """The emulator caught undefined behaviour or an invalid access at run time."""
 

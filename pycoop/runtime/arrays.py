@@ -22,7 +22,7 @@ from .. import knobs
 from ..errors import ArgumentError, BackendUnavailable, entry_point
 from ..types import SCALARS, ScalarType, scalar_of_dtype
 from . import capturing, interop
-from .backend import BACKENDS, _local
+from .backend import _local, check_backend
 from .vulkan import VulkanUnavailable
 from .vulkan import get_runtime as get_vulkan_runtime
 from .vulkan.abi import DeviceView, numpy_dtype
@@ -72,8 +72,7 @@ def resolve_backend(backend: str | None = None) -> str:
     """Where a new array goes: `backend`, else `pycoop.use_backend(...)`, else
     $PYCOOP_BACKEND; "auto" means Vulkan if a device is usable, else the emulator."""
     name = backend or getattr(_local, "backend", None) or knobs.backend()
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    check_backend(name)
     if name == "auto":
         global _vulkan_ok
         if _vulkan_ok is None:
@@ -383,12 +382,14 @@ def _new(shape, dtype, backend, zero: bool) -> Array:
     return Array(storage, 0, shape, dtype)
 
 
+@entry_point
 def empty(shape, dtype=np.float32, *, backend: str | None = None) -> Array:
     """A new array. Unlike `numpy.empty` its memory is zero-filled on every backend (pycoop
     never shows an earlier buffer's bytes); use it where the values do not matter."""
     return _new(shape, dtype, backend, True)
 
 
+@entry_point
 def zeros(shape, dtype=np.float32, *, backend: str | None = None) -> Array:
     """A new zero-filled array. Inside a launch-graph capture on its backend the zeroing is
     also recorded, so that each replay starts it from zeros again, as the captured code did
@@ -400,12 +401,14 @@ def zeros(shape, dtype=np.float32, *, backend: str | None = None) -> Array:
     return out
 
 
+@entry_point
 def full(shape, fill_value, dtype=np.float32, *, backend: str | None = None) -> Array:
     """A new array with every element `fill_value`."""
     dtype = _dtype(dtype)
     return asarray(np.full(_shape(shape), fill_value, dtype), backend=backend)
 
 
+@entry_point
 def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
     """An Array with the contents of `obj` (NumPy array, torch tensor, anything NumPy or DLPack
     can read, or an Array). Always a copy, except an Array already on `backend` with this

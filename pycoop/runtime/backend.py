@@ -10,7 +10,8 @@ import warnings
 from contextlib import contextmanager
 
 from .. import knobs
-from ..errors import BackendFallbackWarning, BackendUnavailable, user_stacklevel
+from ..errors import (ArgumentValueError, BackendFallbackWarning, BackendUnavailable,
+                      user_stacklevel)
 from .vulkan import VulkanUnavailable, get_runtime
 
 _log = logging.getLogger(__name__)        # every choice, at DEBUG level
@@ -19,11 +20,18 @@ _noticed: set[tuple[str, str]] = set()      # (kernel, reason) pairs already war
 BACKENDS = ("auto", "vulkan", "emulator")
 
 
+def check_backend(name) -> None:
+    """ArgumentValueError unless `name` is one of BACKENDS."""
+    if name not in BACKENDS:
+        hint = (" (pycoop runs on Vulkan or its emulator; torch CUDA tensors are taken as "
+                "arguments of Vulkan launches)") if name == "cuda" else ""
+        raise ArgumentValueError(f"backend must be one of {BACKENDS}, got {name!r}{hint}")
+
+
 @contextmanager
 def use_backend(name: str):
     """`with pycoop.use_backend("emulator"): ...` sets the default backend of launches inside."""
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    check_backend(name)
     prev = getattr(_local, "backend", None)
     _local.backend = name
     try:
@@ -51,8 +59,7 @@ def vulkan_missing(ck) -> list[str]:
 
 def choose(requested: str | None, ck) -> str:
     name = requested or getattr(_local, "backend", None) or knobs.backend()
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    check_backend(name)
     if name == "emulator":
         return "emulator"
     try:

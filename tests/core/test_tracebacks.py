@@ -87,6 +87,9 @@ def test_launch_argument_errors():
     _raises(pc.ArgumentError, lambda: oob[1](np.zeros(64, np.float64), backend="emulator"))
     _raises(pc.ArgumentError, lambda: oob[0])
     _raises(pc.ArgumentError, lambda: oob.compile(TILE=4))
+    e = _raises(ValueError, lambda: oob[1](np.zeros(64, np.float32), backend="cuda"))
+    assert isinstance(e, pc.ArgumentError) and "torch CUDA tensors are taken" in str(e)
+    _raises(pc.ArgumentError, lambda: pc.zeros(4, backend="metal"))
 
 
 Acc = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
