@@ -44,7 +44,8 @@ from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, WIDTHS
                                default_splits, default_subgroups, fits_shared, streams_of)
 from .attention_mask import MASKED, NEEDED, mask_block_kinds
 from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, NEG_BIG, causal_score, check_tile,
-                              divide, in_sequence, log2_sum_exp2, log_sum_exp, rows_layout)
+                              divide, in_sequence, log2_sum_exp2, log_sum_exp, rows_layout,
+                              tile_and_head)
 from .attention_staged import attention_prefill_staged
 from .limits import SHARED_BYTES, SMS
 
@@ -69,29 +70,6 @@ def prefill_invocations(head_dim: int, causal: bool, scope: str, Br: int, Bc: in
     if scope == "staged":
         return 2 * Br
     return 128 if scope == "workgroup" and head_dim == 64 and Br <= 128 and Bc <= 64 else 256
-
-
-# Causal prefill tiles are dispatched in groups of this many heads (see heavy_first)
-HEAVY_FIRST_HEADS = 8
-
-
-@pc.func
-def heavy_first(x, y, tiles, heads):
-    """The (query tile, head) a causal prefill workgroup takes, from its workgroup id (x, y)
-    in a grid of (tiles, heads): the tiles of each group of HEAVY_FIRST_HEADS heads in the
-    order of their work, the last tile (which sees every key) first. Workgroups start in the
-    order of their linear id, so the short tiles fill the GPU's last wave instead of the
-    long ones running alone at the end (FlashAttention-2's order); grouping the heads keeps
-    the K/V blocks the running workgroups read few enough for the L2 cache. A simulation of
-    list scheduling (4 x 32 heads of 32 tiles, 132 or 264 workgroups at once) puts the
-    causal run at 0.515-0.53 of the non-causal one's time in this order, 0.53-0.56 in grid
-    order; for 1 x 32 heads, 0.51-0.53 against 0.59-0.69."""
-    i = y * tiles + x                                     # the linear workgroup id
-    group = i // (HEAVY_FIRST_HEADS * tiles)
-    first = group * HEAVY_FIRST_HEADS
-    n = pc.min(u32(HEAVY_FIRST_HEADS), heads - first)     # the last group may be smaller
-    r = i - first * tiles
-    return tiles - 1 - r // n, first + r % n
 
 
 def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out: str,
@@ -225,11 +203,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
 
     @pc.func
     def body(Q, K, V, Mask, Blocks, O, LSE, Sq, Skv, H, Hkv, scale):
-        if causal:
-            tile, bh = heavy_first(pc.workgroup_id.x, pc.workgroup_id.y, pc.num_workgroups.x,
-                                   pc.num_workgroups.y)
-        else:
-            tile, bh = pc.workgroup_id.x, pc.workgroup_id.y
+        tile, bh = tile_and_head(causal)
         q0 = tile * Br
         if scope == "subgroup":
             q0 = q0 + pc.subgroup_id() * rows

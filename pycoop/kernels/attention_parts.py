@@ -4,7 +4,7 @@ and column c), and the row layout of one head."""
 from __future__ import annotations
 
 import pycoop as pc
-from pycoop import f16, f32
+from pycoop import f16, f32, u32
 from pycoop.codegen.float_modes import FP_MODES
 
 # "minus infinity" for the running maxima: finite, so exp(m_old - m_new) stays 0 or 1 rather
@@ -33,6 +33,38 @@ def check_tile(name: str, head_dim: int, Bc: int, dtype: str, out: str,
         raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
     if out not in OUT:
         raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
+
+
+# Causal prefill tiles are dispatched in groups of this many heads (see heavy_first)
+HEAVY_FIRST_HEADS = 8
+
+
+@pc.func
+def heavy_first(x, y, tiles, heads):
+    """The (query tile, head) a causal prefill workgroup takes, from its workgroup id (x, y)
+    in a grid of (tiles, heads): the tiles of each group of HEAVY_FIRST_HEADS heads in the
+    order of their work, the last tile (which sees every key) first. Workgroups start in the
+    order of their linear id, so the short tiles fill the GPU's last wave instead of the
+    long ones running alone at the end (FlashAttention-2's order); grouping the heads keeps
+    the K/V blocks the running workgroups read few enough for the L2 cache. A simulation of
+    list scheduling (4 x 32 heads of 32 tiles, 132 or 264 workgroups at once) puts the
+    causal run at 0.515-0.53 of the non-causal one's time in this order, 0.53-0.56 in grid
+    order; for 1 x 32 heads, 0.51-0.53 against 0.59-0.69."""
+    i = y * tiles + x                                     # the linear workgroup id
+    group = i // (HEAVY_FIRST_HEADS * tiles)
+    first = group * HEAVY_FIRST_HEADS
+    n = pc.min(u32(HEAVY_FIRST_HEADS), heads - first)     # the last group may be smaller
+    r = i - first * tiles
+    return tiles - 1 - r // n, first + r % n
+
+
+def tile_and_head(causal: bool):
+    """(query tile, head) of this prefill workgroup in a grid of (tiles, heads): causal
+    heaviest first, else the grid's own."""
+    if causal:
+        return heavy_first(pc.workgroup_id.x, pc.workgroup_id.y, pc.num_workgroups.x,
+                           pc.num_workgroups.y)
+    return pc.workgroup_id.x, pc.workgroup_id.y
 
 
 def larger(r, c, e, x):

@@ -35,7 +35,8 @@ import pycoop as pc
 from pycoop import f16, f32, u32
 
 from .attention_parts import (ELEMENT, NEG_BIG, OUT, causal_score, check_tile, divide,
-                              exp_minus, in_sequence, larger, log_sum_exp, rows_layout)
+                              exp_minus, in_sequence, larger, log_sum_exp, rows_layout,
+                              tile_and_head)
 from .limits import SHARED_BYTES
 
 U4 = pc.vec(u32, 4)
@@ -90,8 +91,8 @@ def attention_prefill_staged(head_dim: int = 128, Bc: int = 64, subgroups: int =
     @pc.func
     def body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale):
         sk, sv = pc.shared(U4, total), pc.shared(U4, total)
-        bh = pc.workgroup_id.y
-        w0 = pc.workgroup_id.x * Br                           # the workgroup's first query
+        tile, bh = tile_and_head(causal)                      # causal: heaviest first
+        w0 = tile * Br                                        # the workgroup's first query
         q0 = w0 + pc.subgroup_id() * 16                       # this subgroup's
         bkv = (bh // H) * Hkv + (bh % H) // (H // Hkv)        # the K/V head of query head bh
         lq = rows_layout(bh * Sq, Sq, D)

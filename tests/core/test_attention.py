@@ -18,7 +18,7 @@ from pycoop.kernels import (AttentionResult, Softmax, tuned_softmax, attention, 
                             attention_decode_vector, attention_merge, attention_prefill,
                             attention_reference, mask_as_f16, prefill_invocations)
 from pycoop import u32
-from pycoop.kernels.attention import HEAVY_FIRST_HEADS, heavy_first
+from pycoop.kernels.attention_parts import HEAVY_FIRST_HEADS, heavy_first
 from pycoop.kernels.attention_decode import default_splits, default_subgroups, fits_shared
 from pycoop.kernels.attention_mask import mask_block_kinds, mask_block_kinds_reference
 
