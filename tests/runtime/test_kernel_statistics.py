@@ -72,3 +72,35 @@ def test_the_drivers_statistics_are_read_by_their_format():
     got = ext.statistics_of(stats, 4)
     assert got == {n: (v, f"the {n.lower()}") for n, (_, _, v) in want.items()}
     assert [type(v) for v, _ in got.values()] == [int, bool, int, float]
+
+
+def test_the_query_reads_every_executable_and_statistic(monkeypatch):
+    """pipeline_statistics against a stand-in driver that answers the count-then-fill calls
+    as the spec says (the real one needs the extension: tests/gpu)."""
+    from pycoop.runtime.vulkan import ext
+    executables = [("Compute", 32, {"Register Count": 96, "Binary Size": 4096}),
+                   ("Second", 16, {"Spills": 0})]
+
+    def get_props(device, info, count, items):
+        count[0] = len(executables)
+        if items != ext.ffi.NULL:
+            for item, (name, size, _) in zip(items, executables):
+                item.name, item.description, item.subgroupSize = name.encode(), b"d", size
+        return 0
+
+    def get_stats(device, executable, count, items):
+        stats = executables[executable.executableIndex][2]
+        count[0] = len(stats)
+        if items != ext.ffi.NULL:
+            for item, (name, value) in zip(items, stats.items()):
+                item.name, item.description, item.format = name.encode(), b"", 2
+                item.value.u64 = value
+        return 0
+
+    fns = {"vkGetPipelineExecutablePropertiesKHR": get_props,
+           "vkGetPipelineExecutableStatisticsKHR": get_stats}
+    monkeypatch.setattr(ext, "_device_function", lambda device, name, extension: fns[name])
+    got = ext.pipeline_statistics(None, ext.ffi.NULL)
+    assert [(e["name"], e["subgroup_size"]) for e in got] == [("Compute", 32), ("Second", 16)]
+    assert got[0]["statistics"] == {"Register Count": (96, ""), "Binary Size": (4096, "")}
+    assert got[1]["statistics"] == {"Spills": (0, "")}

@@ -261,26 +261,33 @@ def pipeline_statistics(device: Any, pipeline: Any) -> list[dict[str, Any]]:
     get_stats = _device_function(device, "vkGetPipelineExecutableStatisticsKHR", extension)
     info = ffi.new("VkPipelineInfoKHR*", {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR,
                                           "pipeline": pipeline})
-    count = ffi.new("uint32_t*")
-    check(get_props(device, info, count, ffi.NULL), "vkGetPipelineExecutablePropertiesKHR")
-    props = struct_array("VkPipelineExecutablePropertiesKHR",
-                         vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR, count[0])
-    check(get_props(device, info, count, props), "vkGetPipelineExecutablePropertiesKHR")
+    props, count = _filled(lambda n, items: get_props(device, info, n, items),
+                           "VkPipelineExecutablePropertiesKHR",
+                           vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR,
+                           "vkGetPipelineExecutablePropertiesKHR")
     out = []
-    for index in range(count[0]):
+    for index in range(count):
         p = props[index]
         executable = ffi.new("VkPipelineExecutableInfoKHR*", {
             "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, "pipeline": pipeline,
             "executableIndex": index})
-        n = ffi.new("uint32_t*")
-        check(get_stats(device, executable, n, ffi.NULL), "vkGetPipelineExecutableStatisticsKHR")
-        stats = struct_array("VkPipelineExecutableStatisticKHR",
-                             vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR, n[0])
-        check(get_stats(device, executable, n, stats), "vkGetPipelineExecutableStatisticsKHR")
+        stats, n = _filled(lambda n, items: get_stats(device, executable, n, items),
+                           "VkPipelineExecutableStatisticKHR",
+                           vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR,
+                           "vkGetPipelineExecutableStatisticsKHR")
         out.append({"name": _text(p.name), "description": _text(p.description),
-                    "subgroup_size": p.subgroupSize,
-                    "statistics": statistics_of(stats, n[0])})
+                    "subgroup_size": p.subgroupSize, "statistics": statistics_of(stats, n)})
     return out
+
+
+def _filled(call: Any, type_name: str, stype: int, what: str) -> tuple[Any, int]:
+    """A count-then-fill query: `call(count pointer, array or NULL)` twice; returns the
+    array and its count."""
+    count = ffi.new("uint32_t*")
+    check(call(count, ffi.NULL), what)
+    items = struct_array(type_name, stype, count[0])
+    check(call(count, items), what)
+    return items, count[0]
 
 
 def _text(chars: Any) -> str:
