@@ -142,8 +142,9 @@ DECODE_VARIANTS = {
 
 
 def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4, prefetch=False,
-          merge="launch", width=4):
-    return {"decode_kernel": "vector", "decode_subgroups": subgroups, "decode_unroll": unroll,
+          merge="launch", width=4, columns=1):
+    return {"decode_kernel": "vector", "decode_merge_columns": columns,
+            "decode_subgroups": subgroups, "decode_unroll": unroll,
             "splits": splits, "decode_lanes": lanes, "merge_unroll": merge_unroll,
             "decode_prefetch": prefetch, "decode_merge": merge, "decode_width": width}
 
@@ -153,8 +154,9 @@ def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4, pre
 # second launch); "gN" N subgroups, "uN" N keys per iteration, "sN" N splits, "lN" N lanes per
 # key, "mN" merge unroll, "p" the next keys' K and V loaded before the current keys' math
 # ("pN": N iterations ahead), "w" the chunks merged by the last workgroup of each head (one
-# launch), "ph" both steps in one kernel dispatched twice (one pipeline), "x8" 16-byte K and V
-# loads (8 halves). "vec p u2" are the defaults.
+# launch), "ph" both steps in one kernel dispatched twice (one pipeline), "cN" its merge
+# dispatch with each row's dimensions over N workgroups, "x8" 16-byte K and V loads (8
+# halves). "vec p u2 x8 ph m2" are the defaults.
 DECODE_VARIANTS.update({
     "vec": _dvec(),
     "vec s16": _dvec(splits=16),
@@ -209,6 +211,8 @@ DECODE_VARIANTS.update({
     "vec p u2 x8 w m2": _dvec(prefetch=True, unroll=2, width=8, merge="workgroup",
                               merge_unroll=2),
     "vec p u2 x8 ph m2": _dvec(prefetch=True, unroll=2, width=8, merge="phase", merge_unroll=2),
+    **{f"vec p u2 x8 ph m2 c{c}": _dvec(prefetch=True, unroll=2, width=8, merge="phase",
+                                         merge_unroll=2, columns=c) for c in (2, 4, 8)},
     "vec p u1 x8 ph": _dvec(prefetch=True, unroll=1, width=8, merge="phase"),
     "vec p u2 ph": _dvec(prefetch=True, unroll=2, merge="phase"),
     "vec p u2 x8 ph": _dvec(prefetch=True, unroll=2, width=8, merge="phase"),

@@ -40,7 +40,8 @@ from pycoop.runtime.backend import vulkan_missing
 from . import attention_blocks as online
 from .attention_blocks import EXP2_SCALES, Softmax, tuned_softmax
 from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, WIDTHS, DecodeConfig,
-                               attention_decode_vector, attention_merge, chunk_of, default_lanes,
+                               attention_decode_vector, attention_merge, check_merge_columns,
+                               chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
 from .attention_mask import MASKED, NEEDED, mask_block_kinds
 from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, NEG_BIG, causal_score, check_tile,
@@ -467,6 +468,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_prefetch: bool | int = DecodeConfig.prefetch,
               decode_merge: str = DecodeConfig.merge,
               decode_width: int | None = None,
+              decode_merge_columns: int = DecodeConfig.merge_columns,
               subgroup_size: int = 32, merge_unroll: int | None = None,
               mask_loads: str = "auto", mask_blocks: bool = True) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
@@ -507,7 +509,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     "launch": `attention_merge` as a second launch; "phase", the default: one kernel for
     both steps, dispatched twice with one pipeline), `decode_width` (halves per K and V
     load: 4, or 8 for 16-byte loads, which needs `pc.Array` K and V starting 16 bytes
-    aligned; None, the default: 8 where it applies, else 4),
+    aligned; None, the default: 8 where it applies, else 4), `decode_merge_columns` (with
+    decode_merge="phase": the merge dispatch splits each row's dimensions over that many
+    workgroups, a power of two dividing head_dim / 4; 1 by default),
     `subgroup_size`, `merge_unroll` (default 2); `splits` by default
     about two workgroups per SM of a 132-SM GPU, up to twice that where chunks would be
     longer than 512 keys), "coopmat" with the cooperative-matrix
@@ -554,6 +558,11 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if decode_merge not in DECODE_MERGES:
         raise ValueError(f"attention: decode_merge must be one of {DECODE_MERGES}, got "
                          f"{decode_merge!r}")
+    check_merge_columns("attention", D, decode_merge_columns)
+    if decode_merge_columns != 1 and decode_merge != "phase":
+        raise ValueError(f"attention: decode_merge_columns splits the rows of the merge "
+                         f"dispatch (decode_merge='phase'); got {decode_merge_columns} with "
+                         f"decode_merge={decode_merge!r}")
     if decode_width is not None and (decode_width not in WIDTHS or isinstance(decode_width,
                                                                               bool)):
         raise ValueError(f"attention: decode_width (halves per K and V load) must be one of "
@@ -608,7 +617,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                               splits, decode_subgroups, decode_unroll, decode_lanes,
                               subgroup_size, merge_unroll or DecodeConfig.merge_unroll,
                               decode_prefetch, decode_merge, decode_width,
-                              misaligned(8))
+                              decode_merge_columns, misaligned(8))
     off16 = misaligned(8, ("Q", "K", "V", "the mask"))
     if off16:
         raise ValueError(f"attention: the cooperative-matrix kernels need Q, K, V and the mask "
@@ -694,7 +703,8 @@ def _staged_for(D: int, causal: bool, mask: bool, el: str, out: str, fp: str) ->
 
 def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale, splits,
                    subgroups, unroll, lanes, subgroup_size, merge_unroll,
-                   prefetch, merge, width, misaligned: list[str]) -> AttentionResult:
+                   prefetch, merge, width, merge_columns: int,
+                   misaligned: list[str]) -> AttentionResult:
     """The vector decode: chunks of keys per K/V head, merged by the last workgroup of each
     head (merge="workgroup"), by a second launch (merge="launch") or by a second dispatch of
     the same kernel (merge="phase"); width None: 8 where K and V start 16 bytes aligned
@@ -711,7 +721,8 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
             subgroups //= 2
     fused = merge == "workgroup"
     kernel = attention_decode_vector(D, n, subgroups, lanes, unroll, subgroup_size, el, prefetch,
-                                     fused, out, merge_unroll, width, merge == "phase")
+                                     fused, out, merge_unroll, width, merge == "phase",
+                                     merge_columns)
     if width == 8:                  # 16-byte loads: K and V bound as uvec4
         K, V = K.view(np.uint32), V.view(np.uint32)
     T = streams_of(subgroups, subgroup_size, lanes or default_lanes(D, subgroup_size))
@@ -729,7 +740,8 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
     if merge == "phase":            # one pipeline: the chunks, then their merge
         r1 = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, O, LSE, Skv, chunk, scale, R, splits,
                                        0, **run)
-        r2 = kernel[(R,)](Q, K, V, Part, M, L, O, LSE, Skv, chunk, scale, R, splits, 1, **run)
+        r2 = kernel[(R, merge_columns)](Q, K, V, Part, M, L, O, LSE, Skv, chunk, scale, R,
+                                        splits, 1, **run)
         return _result(O, LSE, r1, r2)
     r1 = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, Skv, chunk, scale, **run)
     r2 = attention_merge(D, out, unroll=merge_unroll)[(R,)](Part, M, L, O, LSE, R, splits, **run)

@@ -72,6 +72,9 @@ class DecodeConfig:
     # the chunks' kernel)
     merge = "phase"
     merge_unroll = 2
+    # the merge dispatch's workgroups per row, each merging head_dim / merge_columns of its
+    # dimensions (not yet timed above 1)
+    merge_columns = 1
     waves = 2              # workgroups per SM the default splits aim at
     sms = SMS              # the SMs the splits aim to fill
     # chunks longer than this many keys are split further, up to twice the waves: at 32768
@@ -135,7 +138,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                             subgroup_size: int = 32, dtype: str = "f16",
                             prefetch: bool | int = DecodeConfig.prefetch, merge: bool = False,
                             out: str = "f16", merge_unroll: int = 4,
-                            width: int = 4, phases: bool = False):
+                            width: int = 4, phases: bool = False, merge_columns: int = 1):
     """The chunk kernel. Parameters: Q (batch · kv_heads · rows, head_dim) — for each K/V head
     its `rows` query rows, as (batch, heads, queries, head_dim) lays them out —, K and V
     (batch · kv_heads · keys, head_dim) of `dtype`; Part (splits, batch · kv_heads · rows,
@@ -163,7 +166,10 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     scale, then R (the rows: batch · kv_heads · rows), splits and phase: phase 0 on the grid
     (splits, batch · kv_heads) writes the chunks as above, phase 1 on the grid (R,) merges
     them, one workgroup per row, as `attention_merge` does (`merge_chunks`, `merge_unroll`).
-    Each phase leaves the other's outputs unwritten."""
+    Each phase leaves the other's outputs unwritten. `merge_columns` (phases): phase 1 runs on
+    the grid (R, merge_columns), each workgroup merging head_dim / merge_columns dimensions of
+    its row with more groups of invocations sharing the chunks (a power of two up to
+    head_dim / 4): with few rows one workgroup per row leaves most SMs idle."""
     lanes = default_lanes(head_dim, subgroup_size) if lanes is None else lanes
     _check("attention_decode_vector", head_dim, rows, subgroups, lanes, unroll, subgroup_size,
            dtype, width)
@@ -179,6 +185,10 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                          "a second dispatch) are two ways of merging: choose one")
     if merge or phases:
         _check_merge("attention_decode_vector", head_dim, out, merge_unroll)
+    check_merge_columns("attention_decode_vector", head_dim, merge_columns)
+    if merge_columns != 1 and not phases:
+        raise ValueError(f"attention_decode_vector: merge_columns splits the rows of phase 1 "
+                         f"(phases=True) over workgroups; got {merge_columns} without phases")
     D, n, LK, U, S = head_dim, rows, lanes, unroll, subgroup_size
     ahead = int(prefetch)
     el = ELEMENT[dtype]
@@ -211,19 +221,21 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
 
     F4 = pc.vec(f32, 4)
     G = max(1, min(WG // D4, subgroups))               # merge groups (the shared arrays' rows)
-    G1 = max(1, WG // D4)                  # phase 1: one row per workgroup, every group
-    if phases and max(subgroups * n, G1) * (D + 2) * 4 > SHARED_BYTES:
+    C4 = D4 // merge_columns               # phase 1: the column groups of one workgroup
+    G1 = max(1, WG // C4)                  # ... of one row, every group
+    rows_sh = max(subgroups * n, G1 if phases else 0)     # the merge arrays' rows (m and l)
+    o_sh = max(subgroups * n * D, G1 * 4 * C4 if phases else 0)
+    if (2 * rows_sh + o_sh) * 4 > SHARED_BYTES:
         raise ValueError(f"attention_decode_vector: the merge of phase 1 ({G1} groups x "
-                         f"{D} f32) needs more than {SHARED_BYTES} bytes of shared memory; use "
-                         "fewer subgroups")
+                         f"{4 * C4} f32) needs more than {SHARED_BYTES} bytes of shared memory; "
+                         "use fewer subgroups")
 
     OutEl = OUT[out]
 
     def shared_arrays():
         """The streams' merge arrays (maxima, sums, outputs), large enough for phase 1's
         merge too."""
-        rows = max(subgroups * n, G1 if phases else 0)
-        return pc.shared(f32, rows), pc.shared(f32, rows), pc.shared(f32, rows * D)
+        return pc.shared(f32, rows_sh), pc.shared(f32, rows_sh), pc.shared(f32, o_sh)
 
     @pc.func
     def body(Q, K, V, Part, M, L, Count, O, LSE, Skv, chunk, scale, sh_m, sh_l, sh_o):
@@ -367,7 +379,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
             else:
                 merge_chunks(Part, M, L, O, LSE, [pc.workgroup_id.x], R, splits,
                              pc.local_invocation_index(), WG, G1, D, merge_unroll, OutEl, sh_m,
-                             sh_l, sh_o)
+                             sh_l, sh_o, cols=C4, col0=pc.workgroup_id.y * C4)
         return attention_decode_phases
 
     if merge:
@@ -409,7 +421,8 @@ def groups_max(sh, vals: list, write, slot, count: int) -> list:
 
 @pc.func
 def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int,
-                 head_dim: int, unroll: int, OutEl, sh_m, sh_l, sh_o, exp2: bool = True) -> None:
+                 head_dim: int, unroll: int, OutEl, sh_m, sh_l, sh_o, exp2: bool = True,
+                 cols: int | None = None, col0=0) -> None:
     """The merge of the chunks of `rows` (row indices of O) by a workgroup of WG invocations:
     invocation inv takes the 4-dimension column groups c, c + WG, ... (c = inv % (head_dim /
     4); more than one only where WG < head_dim / 4) of every row, and where WG >= G · head_dim
@@ -419,11 +432,13 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
     online rescaling, and the G groups merge through shared memory (sh_m, sh_l: G * rows,
     sh_o: G * rows * head_dim f32). O = output / sum, LSE = (maximum + log2 sum) · ln 2 —
     the maxima and sums in base 2; with exp2=False in base e: weights exp(m - M), LSE =
-    maximum + log sum."""
+    maximum + log sum. `cols`, `col0`: the workgroup merges only the `cols` 4-dimension
+    column groups from `col0` (all of them by default); LSE is written where col0 is 0."""
     D4, n, U = head_dim // 4, len(rows), unroll
+    C4 = D4 if cols is None else cols                 # the column groups merged here
     ex = pc.exp2 if exp2 else pc.exp
-    cs = [inv % D4 + k * WG for k in range(max(1, D4 // WG))]     # this invocation's columns
-    g = inv // D4
+    cs = [inv % C4 + k * WG for k in range(max(1, C4 // WG))]     # this invocation's columns
+    g = inv // C4
     active = g < G
     start = pc.select(active, g, splits)              # the groups past G take no chunk
     big, tot = [f32(NEG_BIG)] * n, [f32(0.0)] * n
@@ -433,7 +448,7 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
         ok = [s0 + u * G < splits for u in range(U)]
         ms = [[pc.select(ok[u], M[ss[u] * R + r], f32(NEG_BIG)) for u in range(U)] for r in rows]
         ls = [[L[s * R + r] for s in ss] for r in rows]
-        ps = [[[Part[(s * R + r) * D4 + c] for c in cs] for s in ss] for r in rows]
+        ps = [[[Part[(s * R + r) * D4 + col0 + c] for c in cs] for s in ss] for r in rows]
         for j in range(n):
             b = big[j]
             for x in ms[j]:
@@ -449,7 +464,7 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
                 vals = [[pc.select(ok[u], pc.fma(ws[u], ps[j][u][k][e], vals[k][e]),
                                    vals[k][e]) for e in range(4)] for k in range(len(cs))]
             tot[j], acc[j], big[j] = t, vals, b
-    first = inv % D4 == 0 if D4 <= WG else inv == 0   # one invocation per group
+    first = inv % C4 == 0 if C4 <= WG else inv == 0   # one invocation per group
     top = groups_max(sh_m, big, active and first, g, G)
     if active:
         for j in range(n):
@@ -458,7 +473,7 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
                 sh_l[g * n + j] = tot[j] * w
             for k, c in enumerate(cs):
                 for e in range(4):
-                    sh_o[(g * n + j) * head_dim + c * 4 + e] = acc[j][k][e] * w
+                    sh_o[(g * n + j) * 4 * C4 + c * 4 + e] = acc[j][k][e] * w
     pc.barrier()
     if g == 0:
         for j in range(n):
@@ -467,13 +482,22 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
                 total = total + sh_l[g2 * n + j]
             for c in cs:
                 for e in range(4):
-                    x = sh_o[j * head_dim + c * 4 + e]
+                    x = sh_o[j * 4 * C4 + c * 4 + e]
                     for g2 in range(1, G):
-                        x = x + sh_o[(g2 * n + j) * head_dim + c * 4 + e]
-                    O[rows[j] * head_dim + c * 4 + e] = OutEl(x / total)
+                        x = x + sh_o[(g2 * n + j) * 4 * C4 + c * 4 + e]
+                    O[rows[j] * head_dim + (col0 + c) * 4 + e] = OutEl(x / total)
             if first:
-                LSE[rows[j]] = (top[j] + pc.log2(total)) * f32(LN2) if exp2 else \
-                    top[j] + pc.log(total)
+                if col0 == 0:
+                    LSE[rows[j]] = (top[j] + pc.log2(total)) * f32(LN2) if exp2 else \
+                        top[j] + pc.log(total)
+
+
+def check_merge_columns(name: str, head_dim: int, columns) -> None:
+    D4 = head_dim // 4
+    if not isinstance(columns, int) or isinstance(columns, bool) or columns < 1 or \
+            columns & (columns - 1) or D4 % columns:
+        raise ValueError(f"{name}: merge_columns must be a power of two dividing head_dim / 4 "
+                         f"= {D4}, got {columns!r}")
 
 
 def _check_merge(name: str, head_dim: int, out: str, unroll: int) -> None:

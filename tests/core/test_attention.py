@@ -629,8 +629,8 @@ def test_dtype_errors():
        config=st.sampled_from([(32, 4, 4, None), (32, 2, 1, None), (8, 2, 3, None),
                                (32, 1, 2, 8), (16, 2, 2, 16), (8, 4, 1, 4)]),
        prefetch=st.sampled_from([False, True, 2, 3]),
-       merge=st.sampled_from(["workgroup", "launch", "phase"]), width=st.sampled_from([4, 8]),
-       seed=st.integers(0, 2 ** 16))
+       merge=st.sampled_from(["workgroup", "launch", "phase", "phase2", "phase8"]),
+       width=st.sampled_from([4, 8]), seed=st.integers(0, 2 ** 16))
 def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch, merge, width,
                                      seed):
     """GQA ratios, one or two queries, key counts that are no multiple of a chunk (the last
@@ -638,9 +638,11 @@ def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch,
     lanes (workgroups of fewer invocations than head_dim / 4 too: the merge then takes
     several column groups per invocation), lanes per key, streams and unrolling, 8- and
     16-byte loads of K and V, the chunks merged by the last workgroup of each head, by a
-    second launch or by a second dispatch of the same kernel; f32 scores and
-    probabilities: far tighter than the f16-P kernels."""
+    second launch or by a second dispatch of the same kernel ("phaseN": its rows' dimensions
+    split over N workgroups); f32 scores and probabilities: far tighter than the f16-P
+    kernels."""
     S, subgroups, unroll, lanes = config
+    merge, columns = ("phase", int(merge[5:])) if merge[5:].isdigit() else (merge, 1)
     while not fits_shared(D, G * min(Sq, 8 // G), subgroups):   # as the default does
         subgroups //= 2
     if lanes is not None and (lanes > S or (D // width) % lanes):
@@ -652,11 +654,22 @@ def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch,
     r = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
                   decode_kernel="vector", decode_subgroups=subgroups, decode_unroll=unroll,
                   decode_lanes=lanes, subgroup_size=S, decode_prefetch=prefetch,
-                  decode_merge=merge, decode_width=width)
+                  decode_merge=merge, decode_width=width, decode_merge_columns=columns)
     check(r, Q, K, V, tol=2e-5)
     ref, lse = attention_reference(Q, K, V)
     np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-5)
     assert len(r.kernel_ms) == (1 if merge == "workgroup" else 2)
+
+
+@pytest.mark.parametrize("columns", [2, 4, 8, 32])
+def test_the_merge_dispatch_splits_rows_over_workgroups(columns):
+    """decode_merge_columns: each row's dimensions merged by `columns` workgroups, each with
+    more groups of invocations over the chunks (32: one column group each)."""
+    Q, K, V, _ = operands(2, 8, 2, 1, 1000, 128, seed=columns)
+    r = attention(Q, K, V, out="f32", backend="emulator", splits=13, decode_kernel="vector",
+                  subgroup_size=8, decode_merge="phase", decode_merge_columns=columns)
+    check(r, Q, K, V, tol=2e-5)
+    np.testing.assert_allclose(r.lse, attention_reference(Q, K, V)[1], rtol=0, atol=2e-5)
 
 
 def test_prefetching_changes_no_bit():
@@ -760,6 +773,8 @@ def test_vector_decode_chunks_past_the_keys(Skv, splits):
                                                                       width=8),
     attention_decode_vector(128, 4, 8, phases=True), attention_decode_vector(
         64, 1, 2, None, 2, 32, width=8, phases=True, out="f32"),     # phase 1: more groups
+    attention_decode_vector(128, 4, 8, phases=True, merge_columns=8),
+    attention_decode_vector(64, 1, 1, None, 1, 8, phases=True, merge_columns=16),
 ], ids=lambda k: "")
 def test_vector_decode_modules_pass_spirv_val(kernel):
     assert len(kernel.compile().spv) > 1000
@@ -790,6 +805,14 @@ def test_vector_decode_modules_pass_spirv_val(kernel):
     (lambda: attention_decode_vector(128, 4, merge=True, out="f64"), "out must be 'f16' or"),
     (lambda: attention_decode_vector(128, 4, merge=True, merge_unroll=0),
      "merge unroll must be an int >= 1"),
+    (lambda: attention_decode_vector(128, 4, phases=True, merge_columns=3),
+     r"merge_columns must be a power of two dividing head_dim / 4 = 32, got 3"),
+    (lambda: attention_decode_vector(64, 4, phases=True, merge_columns=32),
+     r"dividing head_dim / 4 = 16, got 32"),
+    (lambda: attention_decode_vector(128, 4, phases=True, merge_columns=True), "got True"),
+    (lambda: attention_decode_vector(128, 4, merge_columns=2), "without phases"),
+    (lambda: attention(*[np.zeros((1, 4, 1, 64), np.float16)] * 3, decode_merge="launch",
+                       decode_merge_columns=2), "decode_merge='launch'"),
 ])
 def test_vector_decode_configuration_errors(call, message):
     with pytest.raises(ValueError, match=message):
