@@ -36,6 +36,7 @@ first use) and with the GPU kept busy before each one (`warmup.warm_gpu`).
 from __future__ import annotations
 
 import argparse
+import time
 
 import numpy as np
 
@@ -194,10 +195,14 @@ def main() -> None:
         return kernels[c][(-(-S // Br), H)](*data[D], S, S, H, Hkv, 1 / D ** 0.5,
                                              backend="vulkan", repeat=repeat)
     for c in list(kernels):                 # the driver compiles each pipeline on first use
+        t0 = time.perf_counter()
+        name = f"d{c[0]} {'x'.join(map(str, c[1][:2]))}/{c[1][2]} {c[2]}{' causal' * c[3]}"
         try:
             launch(c, 1)
+            pc.synchronize()
+            print(f"compiled and ran {name} in {time.perf_counter() - t0:.1f} s", flush=True)
         except pc.BackendUnavailable as e:
-            print(f"d{c[0]} {'x'.join(map(str, c[1][:2]))}/{c[1][2]}: {str(e)[:160]}")
+            print(f"{name}: {str(e)[:160]}", flush=True)
             del kernels[c]
     warm_gpu()
     print(f"device: {pc.get_runtime('vulkan').capabilities.device_name}; 1 x {H} heads over "
