@@ -36,6 +36,7 @@ from ..runtime import capturing, graphs
 from ..runtime.results import KernelStatistics, LaunchResult
 from ..runtime.backend import _local, choose, vulkan_missing
 from ..runtime.vulkan.abi import Binder, check_repeat, float_as
+from ..runtime.vulkan.errors import PipelineError
 from ..types import (SCALARS, BufferType, CoopMatType, ScalarType, SpecType, StructType, Type,
                      VectorType, memory_element)
 from . import functions
@@ -941,8 +942,12 @@ class CompiledKernel:
             raise BackendUnavailable(f"{self.name}: no statistics: the Vulkan device "
                                      f"({runtime.capabilities.device_name}) cannot run it; it "
                                      f"lacks {', '.join(missing)}")
-        [first, *_] = runtime.pipeline_statistics(ck.spv, "main",
+        executables = runtime.pipeline_statistics(ck.spv, "main",
                                                   ck._binder(ck._spec_values(spec)))
+        if not executables:
+            raise PipelineError(f"{self.name}: the driver reported no executable of the "
+                                "pipeline (VK_KHR_pipeline_executable_properties)")
+        first = executables[0]                  # a compute pipeline has one
         stats = first["statistics"]
         return KernelStatistics(self.name, runtime.capabilities.device_name, first["name"],
                                 first["subgroup_size"], {n: v for n, (v, _) in stats.items()},
