@@ -208,6 +208,14 @@ def launch_result_html(r) -> str:
     return f"<div><b>pycoop launch</b>{_table(rows)}</div>"
 
 
+def statistics_html(s) -> str:
+    """A KernelStatistics: each statistic's value, its description as the cell's tooltip."""
+    rows = [(html.escape(n), f'<span title="{html.escape(s.descriptions.get(n, ""))}">'
+                              f'{_code(str(v))}</span>') for n, v in s.values.items()]
+    return (f"<div><b>{html.escape(s.kernel)}</b> on {html.escape(s.device)} "
+            f"({html.escape(s.executable)}, subgroup size {s.subgroup_size}){_table(rows)}</div>")
+
+
 def coopmat_type_html(t) -> str:
     rows = [("component", _code(str(t.component))), ("scope", _code(t.scope.name)),
             ("shape", f"{t.rows} rows x {t.cols} columns"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..jupyter import launch_result_html
+from ..jupyter import launch_result_html, statistics_html
 from .arrays import wait_all
 
 
@@ -74,3 +74,6 @@ class KernelStatistics:
         rows = [f"  {n:<{width}}  {v}" for n, v in self.values.items()]
         return "\n".join([f"{self.kernel} on {self.device} ({self.executable}, subgroup size "
                           f"{self.subgroup_size}):"] + rows)
+
+    def _repr_html_(self) -> str:
+        return statistics_html(self)

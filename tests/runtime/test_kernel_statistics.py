@@ -104,3 +104,14 @@ def test_the_query_reads_every_executable_and_statistic(monkeypatch):
     assert [(e["name"], e["subgroup_size"]) for e in got] == [("Compute", 32), ("Second", 16)]
     assert got[0]["statistics"] == {"Register Count": (96, ""), "Binary Size": (4096, "")}
     assert got[1]["statistics"] == {"Spills": (0, "")}
+
+
+def test_statistics_print_and_display_in_jupyter():
+    s = pc.KernelStatistics("gemm", "GPU <0>", "Compute", 32, {"Register Count": 168,
+                            "Spilled": False}, {"Register Count": "registers <per> thread",
+                                                "Spilled": ""})
+    assert s["Register Count"] == 168
+    assert str(s).splitlines() == ["gemm on GPU <0> (Compute, subgroup size 32):",
+                                   "  Register Count  168", "  Spilled         False"]
+    h = s._repr_html_()
+    assert "GPU &lt;0&gt;" in h and "registers &lt;per&gt; thread" in h and "168" in h
