@@ -1,4 +1,4 @@
-"""Command line: `pycoop compile | disasm | info | demo`.
+"""Command line: `pycoop compile | disasm | stats | info | demo`.
 
 Every failure a user can cause (a missing file, a bad option value, a kernel that breaks a
 rule) ends in one `pycoop: ...` message on stderr and a non-zero exit status, never in a
@@ -143,6 +143,19 @@ def cmd_disasm(a) -> int:
     return 0
 
 
+def cmd_stats(a) -> int:
+    k = _load_kernel(a.kernel)
+    ck = k.compile(subgroup_size=a.subgroup_size, **_consts(k, a.const))
+    s = ck.gpu_statistics(checked=a.checked)
+    if a.json:
+        print(json.dumps({"kernel": s.kernel, "device": s.device, "executable": s.executable,
+                          "subgroup_size": s.subgroup_size, "statistics": s.values,
+                          "descriptions": s.descriptions}, indent=2))
+    else:
+        print(s)
+    return 0
+
+
 def info() -> dict:
     """What `pycoop info` reports, as JSON-ready data: the backends, every Vulkan device, the
     selected device's capabilities, and why Vulkan is unavailable when it is."""
@@ -224,6 +237,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("target", metavar="FILE.spv|FILE.py:KERNEL", help="a SPIR-V binary or a kernel")
     d.add_argument("-D", "--const", **define)
     d.set_defaults(fn=cmd_disasm)
+    t = sub.add_parser("stats", help="what the Vulkan driver reports of FILE.py:KERNEL "
+                                     "(registers, code size)",
+                       description="Compile a kernel for the Vulkan device and print the "
+                                   "driver's statistics of its pipeline "
+                                   "(VK_KHR_pipeline_executable_properties), such as the "
+                                   "registers each invocation takes. No GPU work.")
+    t.add_argument("kernel", metavar="FILE.py:KERNEL",
+                   help="the kernel: a file and a name in it (or module:KERNEL)")
+    t.add_argument("-D", "--const", **define)
+    t.add_argument("--subgroup-size", type=_subgroup_size, default=None, metavar="N",
+                   help="subgroup size to trace with (as for compile)")
+    t.add_argument("--checked", action=argparse.BooleanOptionalAction, default=None,
+                   help="the bounds-checked pipeline (--checked) or the production one "
+                        "(--no-checked); default: what a launch uses (PYCOOP_CHECKED)")
+    t.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    t.set_defaults(fn=cmd_stats)
     i = sub.add_parser("info", help="backends, devices and their cooperative-matrix capabilities",
                        description="Report the backends, every Vulkan device, the selected "
                                    "device's cooperative-matrix support and the cache.")

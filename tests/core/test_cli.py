@@ -162,3 +162,19 @@ def test_warnings_are_lines_of_the_command(monkeypatch, capsys):
     assert err.strip().splitlines() == [
         "pycoop demo: gemm_khr runs on the pycoop emulator: the Vulkan device lacks extension "
         "VK_KHR_cooperative_matrix (details: the warning's .reason, `pycoop info`)"]
+
+
+def test_stats_prints_the_drivers_statistics_or_says_why_not(tmp_path, capsys):
+    src = tmp_path / "fillmod.py"
+    src.write_text("import pycoop as pc\n\n@pc.kernel(workgroup_size=64)\n"
+                   "def fill(y: pc.Buffer[pc.f32]):\n    y[pc.global_invocation_id.x] = 1.0\n")
+    rc = cli.main(["stats", f"{src}:fill", "--no-checked", "--json"])
+    out, err = capsys.readouterr()
+    if rc == 0:                      # a driver with VK_KHR_pipeline_executable_properties
+        data = json.loads(out)
+        assert data["kernel"] == "fill" and data["statistics"]
+    else:                            # lavapipe reports none; no Vulkan at all: says so
+        assert rc == 1 and err.startswith("pycoop stats: ") and "Traceback" not in err
+        assert "statistics" in err or "Vulkan" in err
+    assert cli.main(["stats", "pycoop.kernels.gemm:gemm_khr", "-D", "TX=1"]) == 2
+    assert "gemm_khr has no Const parameter 'TX'" in capsys.readouterr().err
