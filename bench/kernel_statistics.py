@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from pycoop.kernels import Softmax, attention_decode, attention_prefill, gemm_nv, gemm_q4_0
+from pycoop.kernels import (Softmax, attention_decode, attention_decode_vector, attention_merge,
+                            attention_prefill, gemm_nv, gemm_q4_0)
 from pycoop.kernels.attention_blocks import tuned_softmax
 from pycoop.kernels.gemv_planes import planes_gemv_config
 from warmup import vulkan_or_skip
@@ -32,6 +33,17 @@ def attention_kernels():
                    attention_prefill(d, br, bc, inv, softmax=prefetch))
     yield "decode d128 32x64/128", attention_decode(128, 32, 64, 128)
     yield "decode d128 32x64/128 Softmax()", attention_decode(128, 32, 64, 128, softmax=Softmax())
+    # the vector decode at the goal's shape (4 query rows per K/V head, 8 subgroups, 2 keys
+    # per iteration, 16-byte loads): the chunks alone, with the merge as a second dispatch
+    # (the default) and merged by the last workgroup, whose kernel ran twice as long
+    vec = dict(head_dim=128, rows=4, subgroups=8, unroll=2, prefetch=True, width=8,
+               merge_unroll=2)
+    yield "vector decode d128 r4 g8 (chunks)", attention_decode_vector(**vec)
+    yield "vector decode d128 r4 g8 phases", attention_decode_vector(**vec, phases=True)
+    yield ("vector decode d128 r4 g8 phases, merge_columns 4",
+           attention_decode_vector(**vec, phases=True, merge_columns=4))
+    yield "vector decode d128 r4 g8 merged", attention_decode_vector(**vec, merge=True)
+    yield "attention_merge d128 (unroll 2)", attention_merge(128, unroll=2)
 
 
 def gemv_kernels():
