@@ -468,7 +468,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_prefetch: bool | int = DecodeConfig.prefetch,
               decode_merge: str = DecodeConfig.merge,
               decode_width: int | None = None,
-              decode_merge_columns: int = DecodeConfig.merge_columns,
+              decode_merge_columns: int | None = None,
               subgroup_size: int = 32, merge_unroll: int | None = None,
               mask_loads: str = "auto", mask_blocks: bool = True) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
@@ -511,7 +511,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     load: 4, or 8 for 16-byte loads, which needs `pc.Array` K and V starting 16 bytes
     aligned; None, the default: 8 where it applies, else 4), `decode_merge_columns` (with
     decode_merge="phase": the merge dispatch splits each row's dimensions over that many
-    workgroups, a power of two dividing head_dim / 4; 1 by default),
+    workgroups, a power of two dividing head_dim / 4; None, the default, is 1),
     `subgroup_size`, `merge_unroll` (default 2); `splits` by default
     about two workgroups per SM of a 132-SM GPU, up to twice that where chunks would be
     longer than 512 keys), "coopmat" with the cooperative-matrix
@@ -524,10 +524,11 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                                     ("decode_invocations", decode_invocations),
                                     ("subgroup_size", subgroup_size),
                                     ("decode_unroll", decode_unroll)))
-    invocations, decode_subgroups, decode_lanes, merge_unroll = (
+    invocations, decode_subgroups, decode_lanes, merge_unroll, decode_merge_columns = (
         _int_arg(n, v, optional=True) for n, v in (
             ("invocations", invocations), ("decode_subgroups", decode_subgroups),
-            ("decode_lanes", decode_lanes), ("merge_unroll", merge_unroll)))
+            ("decode_lanes", decode_lanes), ("merge_unroll", merge_unroll),
+            ("decode_merge_columns", decode_merge_columns)))
     causal, mask_blocks = _bool_arg("causal", causal), _bool_arg("mask_blocks", mask_blocks)
     decode = _bool_arg("decode", decode, optional=True)
     if fp not in FP_MODES:
@@ -558,7 +559,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if decode_merge not in DECODE_MERGES:
         raise ValueError(f"attention: decode_merge must be one of {DECODE_MERGES}, got "
                          f"{decode_merge!r}")
-    check_merge_columns("attention", D, decode_merge_columns)
+    if decode_merge_columns is None:
+        decode_merge_columns = DecodeConfig.merge_columns
+    check_merge_columns("attention", D, decode_merge_columns, "decode_merge_columns")
     if decode_merge_columns != 1 and decode_merge != "phase":
         raise ValueError(f"attention: decode_merge_columns splits the rows of the merge "
                          f"dispatch (decode_merge='phase'); got {decode_merge_columns} with "

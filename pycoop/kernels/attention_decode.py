@@ -492,11 +492,12 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
                         top[j] + pc.log(total)
 
 
-def check_merge_columns(name: str, head_dim: int, columns) -> None:
+def check_merge_columns(name: str, head_dim: int, columns,
+                        option: str = "merge_columns") -> None:
     D4 = head_dim // 4
     if not isinstance(columns, int) or isinstance(columns, bool) or columns < 1 or \
             columns & (columns - 1) or D4 % columns:
-        raise ValueError(f"{name}: merge_columns must be a power of two dividing head_dim / 4 "
+        raise ValueError(f"{name}: {option} must be a power of two dividing head_dim / 4 "
                          f"= {D4}, got {columns!r}")
 
 

@@ -813,6 +813,10 @@ def test_vector_decode_modules_pass_spirv_val(kernel):
     (lambda: attention_decode_vector(128, 4, merge_columns=2), "without phases"),
     (lambda: attention(*[np.zeros((1, 4, 1, 64), np.float16)] * 3, decode_merge="launch",
                        decode_merge_columns=2), "decode_merge='launch'"),
+    (lambda: attention(*[np.zeros((1, 4, 1, 64), np.float16)] * 3, decode_merge_columns=3),
+     "decode_merge_columns must be a power of two dividing head_dim / 4 = 16, got 3"),
+    (lambda: attention(*[np.zeros((1, 4, 1, 64), np.float16)] * 3, decode_merge_columns=2.0),
+     "decode_merge_columns must be an int >= 1 or None, got 2.0"),
 ])
 def test_vector_decode_configuration_errors(call, message):
     with pytest.raises(ValueError, match=message):
