@@ -4,7 +4,9 @@ for the attention prefill and decode tiles, the N = 1 GEMVs and the GEMMs in the
 configurations the other benchmarks time. No timing: registers bound how many workgroups an
 SM holds at once (the H100 has 65,536 32-bit registers per SM; a workgroup of 256
 invocations at 255 registers takes all of them), and a kernel that needs more than 255 spills
-to local memory, which the driver may report as well.
+to local memory, which the driver may report as well. Where the driver reports a register
+count, the table adds how many workgroups an SM of the H100 / H200 holds at once and which
+limit binds (registers, invocations, shared memory), as an estimate from Hopper's limits.
 
     python3 bench/kernel_statistics.py [--only attention gemv gemm]
 """
@@ -60,6 +62,31 @@ def gemm_kernels():
 
 GROUPS = {"attention": attention_kernels, "gemv": gemv_kernels, "gemm": gemm_kernels}
 
+# An SM of the H100 / H200 (Hopper): 32-bit registers, invocations, shared memory (bytes a
+# workgroup may use of 228 KiB; each workgroup also costs 1 KiB of the driver's) and
+# workgroups it holds at once; registers are given to a subgroup in units of 256 (8 per lane)
+SM = dict(registers=65536, invocations=2048, shared=233472, workgroups=32)
+
+
+def per_sm(registers: int, invocations: int, shared: int, reserved: int) -> tuple[int, str]:
+    """(workgroups an SM holds at once, the limit that binds) for a kernel taking `registers`
+    per invocation, `invocations` per workgroup and `shared` + `reserved` bytes of shared
+    memory (`reserved`: what the driver keeps for workgroup-scope matrices)."""
+    regs = -(-registers // 8) * 8 * invocations
+    limits = {"registers": SM["registers"] // regs if regs else SM["workgroups"],
+              "invocations": SM["invocations"] // invocations,
+              "shared memory": SM["shared"] // (shared + reserved + 1024),
+              "workgroups": SM["workgroups"]}
+    which = min(limits, key=limits.get)
+    return limits[which], which
+
+
+def register_count(values: dict) -> int | None:
+    """The registers per invocation among the driver's statistics (a name with "register"
+    in it and an integer value), or None."""
+    return next((v for n, v in values.items() if "register" in n.lower() and type(v) is int),
+                None)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -74,21 +101,29 @@ def main() -> None:
     for group in args.only:
         for label, kernel in GROUPS[group]():
             try:
-                s = kernel.compile().gpu_statistics(checked=False)
+                ck = kernel.compile()
+                s = ck.gpu_statistics(checked=False)
             except Exception as e:          # one kernel the driver refuses: say so, go on
                 rows.append((label, None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"))
                 continue
             names += [n for n in s.values if n not in names]
             descriptions.update(s.descriptions)
-            rows.append((label, s, None))
+            req, regs = ck.requirements, register_count(s.values)
+            held = "" if regs is None else "{} ({})".format(*per_sm(
+                regs, req["workgroup_invocations"], req["shared_memory"],
+                (caps.coopmat2_reserved_shared_memory or 0)
+                if "cooperativeMatrixWorkgroupScope" in req["features"] else 0))
+            rows.append((label, s, None, req["workgroup_invocations"], req["shared_memory"], held))
             # as it comes (the driver compiles each kernel: minutes for all of them)
-            print(f"{label}: " + ", ".join(f"{n} = {v}" for n, v in s.values.items()),
-                  flush=True)
+            print(f"{label}: " + ", ".join(f"{n} = {v}" for n, v in s.values.items())
+                  + (f"; {held} workgroups per SM" if held else ""), flush=True)
     print()
-    print("| kernel | " + " | ".join(names) + " |")
-    print("|---" * (len(names) + 1) + "|")
-    for label, s, error in rows:
-        cells = [error] if s is None else [str(s.values.get(n, "")) for n in names]
+    print("| kernel | invocations | shared bytes | " + " | ".join(names)
+          + " | workgroups per SM (Hopper's limits; what binds) |")
+    print("|---" * (len(names) + 4) + "|")
+    for label, s, error, *sizes in rows:
+        cells = [error] if s is None else [str(x) for x in sizes[:2]] + [
+            str(s.values.get(n, "")) for n in names] + [sizes[2]]
         print(f"| {label} | " + " | ".join(cells) + " |")
     print()
     for n in names:
