@@ -45,11 +45,12 @@ def heavy_first(x, y, tiles, heads):
     in a grid of (tiles, heads): the tiles of each group of HEAVY_FIRST_HEADS heads in the
     order of their work, the last tile (which sees every key) first. Workgroups start in the
     order of their linear id, so the short tiles fill the GPU's last wave instead of the
-    long ones running alone at the end (FlashAttention-2's order); grouping the heads keeps
-    the K/V blocks the running workgroups read few enough for the L2 cache. A simulation of
-    list scheduling (4 x 32 heads of 32 tiles, 132 or 264 workgroups at once) puts the
-    causal run at 0.515-0.53 of the non-causal one's time in this order, 0.53-0.56 in grid
-    order; for 1 x 32 heads, 0.51-0.53 against 0.59-0.69."""
+    long ones running alone at the end (list scheduling's longest-first order); grouping the
+    heads keeps the K/V blocks the running workgroups read few enough for the L2 cache. A
+    simulation of list scheduling (4 x 32 heads of 32 tiles, 132 or 264 workgroups at once)
+    puts the causal run at 0.515-0.53 of the non-causal one's time in this order, 0.53-0.56
+    in grid order; for 1 x 32 heads, 0.51-0.53 against 0.59-0.69 (the H100: 1.41x faster at
+    head dim 64 with 128 invocations, 1.11x at 128; docs/kernels.md)."""
     i = y * tiles + x                                     # the linear workgroup id
     group = i // (HEAVY_FIRST_HEADS * tiles)
     first = group * HEAVY_FIRST_HEADS
