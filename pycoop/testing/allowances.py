@@ -158,7 +158,8 @@ def _known_constant(v):
     """The value the driver's compiler knows `v` to have at compile time (None: a runtime
     value), as far as these rules follow it: literals; conversions, negation, `abs` and
     rounding of known values; comparisons, `select` and `min`/`max` of known values; integer
-    `+ - * // % & | ^` of known values, `x - x`, `x ^ x`, `x * 0`, `x & 0` and `x >> 0`; float
+    `+ - * // % & | ^` of known values, `x - x` and `x ^ x` (also of two truncations of one
+    value to the same width, `u16(i16(x)) - u16(x)`), `x * 0`, `x & 0` and `x >> 0`; float
     `* + -` folded as `_fold_zero_operands` says. Other constant expressions are not tracked:
     a difference through one is reported, not allowed."""
     op = getattr(v, "op", None)
@@ -199,7 +200,7 @@ def _known_constant(v):
         if b is not None and kind == "sub":
             b = -b
         return b if a == 0 else a if b == 0 else (None if a is None or b is None else a + b)
-    if x is y and kind in ("sub", "xor"):
+    if kind in ("sub", "xor") and _low_bits_root(x, v.type) is _low_bits_root(y, v.type):
         return dtype.type(0)
     if kind in ("mul", "and") and (a == 0 or b == 0):
         return dtype.type(0)
@@ -212,6 +213,38 @@ def _known_constant(v):
         with np.errstate(all="ignore"):
             return _INT_FOLDS[kind](np.asarray(a), np.asarray(b)).astype(dtype)[()]
     return None
+
+
+def _low_bits_root(v, t):
+    """The value whose low bits `v` holds as type `t`: through integer conversions that keep
+    at least t's width on both sides (truncations and same-width reinterpretations: the
+    driver's compiler sees `u16(i16(x))` and `u16(x)` as the same truncation of x)."""
+    width = np.dtype(t.dtype).itemsize
+    while True:
+        op = getattr(v, "op", None)
+        if op is None or op.name != "cast":
+            return v
+        src = op.operands[0]
+        if not (getattr(v.type, "is_int", False) and getattr(src.type, "is_int", False)
+                and np.dtype(v.type.dtype).itemsize >= width
+                and np.dtype(src.type.dtype).itemsize >= width):
+            return v
+        v = src
+
+
+def _abs_of_nonnegative_select(op, r, x):
+    # Mesa 22.3.6's NIR drops `fabs(a)` where its range analysis finds `a` never negative,
+    # which it does for a select of two constants that are not below zero: -0.0 counts (it is
+    # equal to zero), so `abs(select(c, -0.0, 0.0))` is -0.0 where c holds.
+    if op.attrs["kind"] != "abs" or np.asarray(r).dtype.kind != "f":
+        return r
+    sel = getattr(op.operands[0], "op", None)
+    if sel is None or sel.name != "select":
+        return r
+    known = [_known_constant(v) for v in sel.operands[1:]]
+    if any(c is None or not c >= 0 for c in known):
+        return r
+    return np.broadcast_to(x, np.shape(r)).astype(np.asarray(r).dtype)
 
 
 def _fold_zero_operands(op, r, a, b):
@@ -251,6 +284,9 @@ ALLOWANCES: tuple[Allowance, ...] = (
     Allowance("lavapipe_zero_operand_folding", r"llvmpipe .*Mesa 22\.3\.6", "binary",
               "x * 0.0 is that 0.0 (sign, inf and NaN lost); x + 0.0 and 0.0 + x are x; "
               "0.0 - x is -x", _NUMERICS, _fold_zero_operands),
+    Allowance("lavapipe_abs_of_nonnegative_select", r"llvmpipe .*Mesa 22\.3\.6", "unary",
+              "abs of a select of two constants not below zero is the select (-0.0 kept)",
+              _NUMERICS, _abs_of_nonnegative_select),
     Allowance("nvidia_f32_denormals_flushed", r"^NVIDIA .*\| NVIDIA \d+\.", _FTZ_OPS,
               "f32 subnormal operands and results of float arithmetic, comparisons and "
               "conversions are flushed to a zero of their sign (the driver has no "
