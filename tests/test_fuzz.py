@@ -366,8 +366,9 @@ def test_lavapipe_deviations_are_allowed_there_and_nowhere_else(monkeypatch):
         "emulator np.float32(0.0), vulkan np.float32(-0.0)"), o              # max(+0, -0)
 
 
-# The reduced kernels of seeds 7400636 and 7401200 (exact mode, lavapipe, 2026-11-28): an abs
-# the driver drops, and a difference of two truncations of one value that it folds to zero
+# The reduced kernels of seeds 7400636, 7401200 and 7503406 (exact mode, lavapipe,
+# 2026-11-28): an abs the driver drops, and zeros it computes at compile time (a difference
+# of two truncations of one value; a complement) that make `0.0 - x` into `-x`
 _ABS_OF_SELECT = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}") + (
     '@pc.kernel(workgroup_size=8, fp="exact")\n'
     "def kern(A: pc.ReadBuffer[f32], O: pc.Buffer[f32]):\n"
@@ -380,26 +381,35 @@ _TRUNCATIONS = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}").replace(
     "    i = pc.local_invocation_index()\n"
     "    x = A[i]\n"
     "    O[i] = pc.cast(pc.cast(i16(x), u16) - pc.cast(x, u16), f64) - f64(x)\n")
+# seed 7503406: a zero the driver computes from `~` (255 % 3)
+_COMPLEMENT = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}").replace(
+    "from pycoop import u32, f32", "from pycoop import u32, u8, f32") + (
+    '@pc.kernel(workgroup_size=8, fp="exact")\n'
+    "def kern(A: pc.ReadBuffer[u32], O: pc.Buffer[f32]):\n"
+    "    i = pc.local_invocation_index()\n"
+    "    O[i] = f32((~u8(0)) % u8(3)) - pc.cast(A[i], f32)\n")
 
 
-@pytest.mark.parametrize("program, name, values", [
-    (_ABS_OF_SELECT, "lavapipe_abs_of_nonnegative_select", [0.5, 2.0] * 4),
-    (_TRUNCATIONS, "lavapipe_zero_operand_folding", [0, 7] * 4)])
-def test_lavapipe_folds_found_by_the_exact_campaign(program, name, values):
-    """The model gives -0.0 exactly where lavapipe does (the IEEE result: +0.0), and on
-    lavapipe the runner allows the difference through that allowance only."""
+@pytest.mark.parametrize("program, name, values, dtypes, hit", [
+    (_ABS_OF_SELECT, "lavapipe_abs_of_nonnegative_select", [0.5, 2.0] * 4,
+     (np.float32, np.float32), 0.5),
+    (_TRUNCATIONS, "lavapipe_zero_operand_folding", [0, 7] * 4, (np.uint64, np.float64), 0),
+    (_COMPLEMENT, "lavapipe_zero_operand_folding", [0, 5] * 4, (np.uint32, np.float32), 0)],
+    ids=["abs", "truncations", "complement"])
+def test_lavapipe_folds_found_by_the_exact_campaign(program, name, values, dtypes, hit):
+    """The model gives -0.0 exactly where lavapipe does (inputs equal to `hit`; the IEEE
+    result: +0.0), and on lavapipe the runner allows the difference through that allowance
+    only."""
     from pycoop.testing.runner import load
     module = load(program)
-    floats = program is _ABS_OF_SELECT
     model = [a for a in _LAVAPIPE_ALL if a.name == name]
     outs = []
     for m in ((), model):
-        o = np.full(8, np.nan, np.float32 if floats else np.float64)
+        o = np.full(8, np.nan, dtypes[1])
         with device_model(m):
-            module.kern[1](np.array(values, np.float32 if floats else np.uint64), o,
-                           backend="emulator")
+            module.kern[1](np.array(values, dtypes[0]), o, backend="emulator")
         outs.append(o)
-    zero = np.array(values) == (0.5 if floats else 0)
+    zero = np.array(values) == hit
     assert (outs[0][zero] == 0).all() and not np.signbit(outs[0][zero]).any()
     assert np.signbit(outs[1][zero]).all()
     assert outs[0][~zero].tobytes() == outs[1][~zero].tobytes()

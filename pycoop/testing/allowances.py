@@ -150,8 +150,8 @@ _INT_FOLDS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.b
               "or": np.bitwise_or, "xor": np.bitwise_xor}
 
 
-_UNARY_FOLDS = {"neg": np.negative, "abs": np.abs, "floor": np.floor, "ceil": np.ceil,
-                "trunc": np.trunc}
+_UNARY_FOLDS = {"neg": np.negative, "not": np.invert, "abs": np.abs, "floor": np.floor,
+                "ceil": np.ceil, "trunc": np.trunc}
 
 
 def _known_constant(v):
@@ -159,7 +159,8 @@ def _known_constant(v):
     value), as far as these rules follow it: literals; conversions, negation, `abs` and
     rounding of known values; comparisons, `select` and `min`/`max` of known values; integer
     `+ - * // % & | ^` of known values, `x - x` and `x ^ x` (also of two truncations of one
-    value to the same width, `u16(i16(x)) - u16(x)`), `x * 0`, `x & 0` and `x >> 0`; float
+    value to the same width, `u16(i16(x)) - u16(x)`), `~` of a known value, `x * 0`, `x & 0`
+    and `x >> 0`; float
     `* + -` folded as `_fold_zero_operands` says. Other constant expressions are not tracked:
     a difference through one is reported, not allowed."""
     op = getattr(v, "op", None)
