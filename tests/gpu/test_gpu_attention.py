@@ -44,6 +44,7 @@ def _torch_error(Q, K, V, mask, causal, ref):
     (1, 16, 4, 512, 1500, 128, False, True),     # the mask through tensor layouts
     (1, 16, 4, 500, 1504, 128, True, True),      # the mask read as words (keys % 8 == 0)
     (1, 4, 4, 200, 200, 256, True, False),
+    (3, 4, 2, 700, 700, 64, True, False),        # causal heaviest first: groups of 8 and 4
     (1, 32, 8, 1, 8192, 128, False, False),      # decode: split KV + combine
     (1, 32, 8, 4, 5000, 64, False, False),
 ])
