@@ -936,8 +936,10 @@ class CompiledKernel:
             checked = knobs.checked()
         ck = self.variant(self.debug_info, self.abi_kind, checked)
         runtime = vulkan_runtime()
-        missing = ["its OpenCL environment (pycoop.intel ops)"] if self.target == "opencl" \
-            else vulkan_missing(self.variant(self.debug_info, self.abi_kind, False))
+        if self.target == "opencl":
+            raise BackendUnavailable(f"{self.name}: no statistics: it is an OpenCL-environment "
+                                     "kernel (pycoop.intel ops), which Vulkan does not run")
+        missing = vulkan_missing(self.variant(self.debug_info, self.abi_kind, False))
         if missing:
             raise BackendUnavailable(f"{self.name}: no statistics: the Vulkan device "
                                      f"({runtime.capabilities.device_name}) cannot run it; it "

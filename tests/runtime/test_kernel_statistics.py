@@ -115,3 +115,15 @@ def test_statistics_print_and_display_in_jupyter():
                                    "  Register Count  168", "  Spilled         False"]
     h = s._repr_html_()
     assert "GPU &lt;0&gt;" in h and "registers &lt;per&gt; thread" in h and "168" in h
+
+
+@pc.kernel(workgroup_size=16)
+def prefetch(src: pc.ReadBuffer[pc.u16], w: pc.i32, h: pc.i32):
+    pc.intel.block_prefetch(src, width=16, height=8, memory_width=w * 2, memory_height=h,
+                            pitch=w * 2, coord=pc.make_vector([pc.i32(0), pc.i32(0)]))
+
+
+def test_an_opencl_kernel_has_no_vulkan_statistics(vulkan_caps):
+    with pytest.raises(pc.BackendUnavailable,
+                       match="prefetch: no statistics: it is an OpenCL-environment kernel"):
+        prefetch.compile().gpu_statistics()
