@@ -262,7 +262,7 @@ _TRUNC = "lavapipe_f64_trunc_zero"
 
 def test_allowances_are_keyed_by_driver_and_cite_the_numerics_page():
     lavapipe = {a.name for a in ALLOWANCES if a.name.startswith("lavapipe_")}
-    assert len(lavapipe) == 5
+    assert len(lavapipe) == 6
     assert {a.name for a in _LAVAPIPE_ALL} == lavapipe
     assert {a.name for a in allowances_for(_LAVAPIPE, _AVX512)} == lavapipe - {_TRUNC}
     assert {a.name for a in allowances_for(_H100)} == {"nvidia_f32_denormals_flushed"}
@@ -358,8 +358,9 @@ def test_lavapipe_deviations_are_allowed_there_and_nowhere_else(monkeypatch):
     ieee_d = _deviation_outputs()[2]
     assert (args[2].tobytes() == ieee_d.tobytes()) == (_TRUNC not in names)
     o = run_program(_DEVIATIONS, backend="vulkan", signed_zero=True)
-    # (the dropped abs has a kernel of its own: test_lavapipe_folds_found_by_the_exact_campaign)
-    assert o.cls == "ok" and set(o.allowed) == names - {"lavapipe_abs_of_nonnegative_select"}, o
+    # (the dropped abs and the comparisons have kernels of their own below)
+    assert o.cls == "ok" and set(o.allowed) == names - {"lavapipe_abs_of_nonnegative_select",
+                                                         "lavapipe_sext_compare"}, o
     monkeypatch.setattr(runner, "vulkan_device", lambda: _H100)
     o = run_program(_DEVIATIONS, backend="vulkan", signed_zero=True)
     assert o.cls == "mismatch" and o.detail.startswith("O[") and o.detail.endswith(
@@ -420,6 +421,48 @@ def test_lavapipe_folds_found_by_the_exact_campaign(program, name, values, dtype
     if allowances_for(device):                        # lavapipe 22.3.6
         o = run_program(program, backend="vulkan", signed_zero=True)
         assert o.cls == "ok" and o.allowed == (name,), o
+
+
+# Seed 7800720 (exact mode, lavapipe, 2026-11-28), reduced by hand: comparisons of an i32
+# sign-extended to i64 with constants
+_SEXT_COMPARE = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 64}").replace(
+    "from pycoop import u32, f32", "from pycoop import u32, i32, i64") + (
+    '@pc.kernel(workgroup_size=8, fp="exact")\n'
+    "def kern(A: pc.ReadBuffer[i32], O: pc.Buffer[i32]):\n"
+    "    i = pc.local_invocation_index()\n"
+    "    w = i64(A[i])\n"
+    "    tests = [w < i64(8), w <= i64(8), w > i64(8), w >= i64(8), i64(0) < w,\n"
+    "             i64(-3) >= w, w == i64(8), w < i64(5000000000)]\n"
+    "    for j in range(8):\n"
+    "        O[u32(8) * i + u32(j)] = pc.select(tests[j], i32(1), i32(0))\n")
+
+
+def test_lavapipe_compares_a_sign_extended_i32_with_a_constant_as_the_greater():
+    """The model: <, <= false and >, >= true with the extended value on the left, the other
+    way round on the right; == and constants beyond i32 as IEEE. On lavapipe the runner allows
+    exactly that."""
+    from pycoop.testing.runner import load
+    module = load(_SEXT_COMPARE)
+    a = np.array([7, 0, -1, 8, 9, 100, -100, -3], np.int32)
+    model = [x for x in _LAVAPIPE_ALL if x.name == "lavapipe_sext_compare"]
+    outs = []
+    for m in ((), model):
+        o = np.zeros(64, np.int32)
+        with device_model(m):
+            module.kern[1](a, o, backend="emulator")
+        outs.append(o.reshape(8, 8).T)
+    w = a.astype(np.int64)
+    ieee = [w < 8, w <= 8, w > 8, w >= 8, 0 < w, -3 >= w, w == 8, w < 5000000000]
+    assert outs[0].tolist() == np.array(ieee, np.int32).tolist()
+    assert outs[1].tolist() == [[0] * 8, [0] * 8, [1] * 8, [1] * 8, [1] * 8, [0] * 8,
+                                ieee[6].astype(int).tolist(), [1] * 8]
+    try:
+        device = vulkan_device()
+    except Exception:                                 # noqa: BLE001  (no Vulkan device)
+        return
+    if allowances_for(device):                        # lavapipe 22.3.6
+        o = run_program(_SEXT_COMPARE, backend="vulkan", signed_zero=True)
+        assert o.cls == "ok" and o.allowed == ("lavapipe_sext_compare",), o
 
 
 # The reduced kernel of seeds 300422 and 300561 (exact mode, H200, driver 580.159.04): a

@@ -248,6 +248,30 @@ def _abs_of_nonnegative_select(op, r, x):
     return np.broadcast_to(x, np.shape(r)).astype(np.asarray(r).dtype)
 
 
+def _sign_extended_i32(v) -> bool:
+    """Whether `v` is an i32 value converted to i64 (OpSConvert)."""
+    op = getattr(v, "op", None)
+    return (op is not None and op.name == "cast" and str(v.type) == "i64"
+            and str(op.operands[0].type) == "i32")
+
+
+def _sext_compare_as_greater(op, r, a, b):
+    # Mesa 22.3.6 evaluates a signed ordered comparison of an i32 value sign-extended to i64
+    # with a constant that i32 holds as if the extended value were the greater: `w < 8` and
+    # `w <= 8` false, `w > 8` and `w >= 8` true for every w (== and != are right, and so are
+    # constants beyond i32, narrower sources and unsigned comparisons).
+    kind = op.attrs["kind"]
+    if kind not in ("lt", "le", "gt", "ge") or str(op.operands[0].type) != "i64":
+        return r
+    x, y = op.operands
+    for ext, const, ext_left in ((x, y, True), (y, x, False)):
+        c = _known_constant(const)
+        if _sign_extended_i32(ext) and c is not None and -2 ** 31 <= int(c) < 2 ** 31:
+            greater = kind in ("gt", "ge")          # `ext kind const` true where ext is greater
+            return np.full(np.shape(r), greater if ext_left else not greater, dtype=bool)
+    return r
+
+
 def _fold_zero_operands(op, r, a, b):
     # Mesa 22.3.6's NIR folds `x * 0.0` to that 0.0 (the product's sign, and the NaN of an
     # infinite or NaN x, are lost) and `x + 0.0`, `0.0 + x` to `x` (wrong for x = -0.0) while
@@ -288,6 +312,9 @@ ALLOWANCES: tuple[Allowance, ...] = (
     Allowance("lavapipe_abs_of_nonnegative_select", r"llvmpipe .*Mesa 22\.3\.6", "unary",
               "abs of a select of two constants not below zero is the select (-0.0 kept)",
               _NUMERICS, _abs_of_nonnegative_select),
+    Allowance("lavapipe_sext_compare", r"llvmpipe .*Mesa 22\.3\.6", "compare",
+              "a signed <, <=, >, >= of an i32 sign-extended to i64 and a constant i32 holds "
+              "takes the extended value as the greater", _NUMERICS, _sext_compare_as_greater),
     Allowance("nvidia_f32_denormals_flushed", r"^NVIDIA .*\| NVIDIA \d+\.", _FTZ_OPS,
               "f32 subnormal operands and results of float arithmetic, comparisons and "
               "conversions are flushed to a zero of their sign (the driver has no "
