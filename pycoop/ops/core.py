@@ -816,6 +816,30 @@ def _emu_compare(ctx, op, a, b):
     return COMPARE[op.attrs["kind"]][3](a, b)
 
 
+def _narrowed_i64_compare(ctx, op) -> list[int] | None:
+    """The ids of an i32 comparison with the result of this signed ordered i64 comparison, or
+    None: where one side is an i32 sign-extended to i64 and the other a constant that i32
+    holds, the comparison of the i32 value with that constant is the same (and cheaper).
+    Emitted so because Mesa 22.3.6 (lavapipe) evaluates the i64 form as if the extended value
+    were the greater (docs/numerics.md, Driver workarounds)."""
+    if op.attrs["kind"] not in ("lt", "le", "gt", "ge") or str(op.operands[0].type) != "i64":
+        return None
+    ids = []
+    for v in op.operands:
+        src = v.op
+        if src is None:
+            return None
+        if src.name == "cast" and str(src.operands[0].type) == "i32":
+            ids.append(ctx.id(src.operands[0]))
+        elif src.name == "const" and -2 ** 31 <= int(src.attrs["value"]) < 2 ** 31:
+            ids.append(ctx.const(i32, int(src.attrs["value"])))
+        else:
+            return None
+    if not any(v.op.name == "cast" for v in op.operands):
+        return None
+    return ids
+
+
 @lowering("compare")
 def _lower_compare(ctx, op):
     t = op.operands[0].type
@@ -824,7 +848,8 @@ def _lower_compare(ctx, op):
         opname = "OpLogicalEqual" if kind == "eq" else "OpLogicalNotEqual"
     else:
         opname = COMPARE[kind][0 if t.is_float else (1 if t.signed else 2)]
-    ctx.set(op.result, ctx.emit(opname, bool_, *(ctx.id(v) for v in op.operands)))
+    narrow = _narrowed_i64_compare(ctx, op) if not t.is_bool else None
+    ctx.set(op.result, ctx.emit(opname, bool_, *(narrow or (ctx.id(v) for v in op.operands))))
 
 
 def compare(kind: str, a, b) -> Value:

@@ -816,3 +816,23 @@ def test_bf16_to_64_bit_integers_are_widened_then_built_from_two_conversions():
     _bf16_to_int64[1](a, -a, o, p, backend="emulator")
     assert o.tolist() == [int(float(x)) for x in a]
     assert p.tolist() == [-int(float(x)) for x in a]
+
+
+def test_i64_comparisons_of_extended_i32_with_literals_are_emitted_in_i32():
+    """`i64(x) < i64(8)` is emitted as an i32 comparison (the same result; Mesa 22.3.6
+    computes the i64 form wrongly: docs/numerics.md); other i64 comparisons stay i64."""
+    import pycoop as pc
+    from pycoop import i32, i64
+
+    @pc.kernel(workgroup_size=8)
+    def k(A: pc.ReadBuffer[i32], B: pc.ReadBuffer[i64], O: pc.Buffer[i32]):
+        i = pc.local_invocation_index()
+        O[i] = pc.select(i64(A[i]) < i64(8), i32(1), i32(0))
+        O[i + 8] = pc.select(B[i] < i64(8), i32(1), i32(0))
+        O[i + 16] = pc.select(i64(A[i]) < i64(5000000000), i32(1), i32(0))
+    lines = [ln.split("=", 1)[1].split() for ln in k.compile().spvasm.splitlines()
+             if "OpSLessThan" in ln]
+    types = {ln.split("=")[0].strip(): ln.split()[-1] for ln in k.compile().spvasm.splitlines()
+             if "OpConstant" in ln and "=" in ln}
+    assert [types.get(ln[3]) for ln in lines] == ["8", "8", "5000000000"]
+    assert [ln[3].startswith("%int") for ln in lines] == [True, False, False]
