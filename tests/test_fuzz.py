@@ -465,7 +465,7 @@ def test_lavapipe_compares_a_sign_extended_i32_with_a_constant_as_the_greater():
     assert outs[1].tolist() == [[0] * 8, [0] * 8, [1] * 8, [1] * 8] + [
         ieee[j].astype(int).tolist() for j in (4, 5, 6, 7)]
     if _on_lavapipe():
-        # pycoop emits these comparisons in i32 (ops.core._narrowed_i64_compare), which the
+        # pycoop emits these comparisons in i32 (ops.core.narrowable_i64_compare), which the
         # driver gets right: no allowance is needed; one the emitter cannot narrow still is
         o = run_program(_SEXT_COMPARE, backend="vulkan", signed_zero=True)
         assert o.cls == "ok" and o.allowed == (), o

@@ -859,15 +859,7 @@ class CompiledKernel:
                 site: str | None, *, spec: dict | None = None,
                 checked: bool | None = None) -> LaunchResult:
         """`launch` with `grid` and `repeat` already checked (the launcher's hot path)."""
-        if self.abi_kind == "descriptors":      # bounds checking needs buffer addresses
-            if checked:
-                raise ArgumentError(f"{self.name}: checked=True runs the bounds-checked "
-                                    "variant, which uses the device-address ABI; this kernel "
-                                    "was compiled with abi='descriptors' (pass checked=False "
-                                    "or compile without abi=)")
-            checked = False
-        elif checked is None:
-            checked = knobs.checked()
+        checked = self._checked(checked)
         if checked is not self.checked:
             return self.variant(self.debug_info, self.abi_kind, bool(checked))._launch(
                 grid, args, backend, repeat, site, spec=spec, checked=bool(checked))
@@ -927,14 +919,7 @@ class CompiledKernel:
         if checked is not None and not isinstance(checked, bool):
             raise ArgumentError(f"{self.name}.gpu_statistics: checked must be True, False or "
                                 f"None, got {checked!r}")
-        if self.abi_kind == "descriptors":
-            if checked:
-                raise ArgumentError(f"{self.name}: checked=True uses the device-address ABI; "
-                                    "this kernel was compiled with abi='descriptors'")
-            checked = False
-        elif checked is None:
-            checked = knobs.checked()
-        ck = self.variant(self.debug_info, self.abi_kind, checked)
+        ck = self.variant(self.debug_info, self.abi_kind, self._checked(checked))
         runtime = vulkan_runtime()
         if self.target == "opencl":
             raise BackendUnavailable(f"{self.name}: no statistics: it is an OpenCL-environment "
@@ -954,6 +939,18 @@ class CompiledKernel:
         return KernelStatistics(self.name, runtime.capabilities.device_name, first["name"],
                                 first["subgroup_size"], {n: v for n, (v, _) in stats.items()},
                                 {n: d for n, (_, d) in stats.items()})
+
+    def _checked(self, checked: bool | None) -> bool:
+        """Whether a launch with `checked=` runs the bounds-checked variant: as asked, else
+        PYCOOP_CHECKED; never for the descriptor ABI, which has no such variant."""
+        if self.abi_kind == "descriptors":      # bounds checking needs buffer addresses
+            if checked:
+                raise ArgumentError(f"{self.name}: checked=True runs the bounds-checked "
+                                    "variant, which uses the device-address ABI; this kernel "
+                                    "was compiled with abi='descriptors' (pass checked=False "
+                                    "or compile without abi=)")
+            return False
+        return knobs.checked() if checked is None else bool(checked)
 
     def _binder(self, spec: dict) -> Binder:
         """The Vulkan argument packer of this kernel for these Spec values (made once)."""

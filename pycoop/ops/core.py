@@ -816,28 +816,32 @@ def _emu_compare(ctx, op, a, b):
     return COMPARE[op.attrs["kind"]][3](a, b)
 
 
-def _narrowed_i64_compare(ctx, op) -> list[int] | None:
-    """The ids of an i32 comparison with the result of this signed ordered i64 comparison, or
-    None: where one side is an i32 sign-extended to i64 and the other a constant that i32
-    holds, the comparison of the i32 value with that constant is the same (and cheaper).
-    Emitted so because Mesa 22.3.6 (lavapipe) evaluates the i64 form as if the extended value
-    were the greater (docs/numerics.md, Driver workarounds)."""
+def narrowable_i64_compare(op) -> bool:
+    """Whether compare op `op` is a signed ordered i64 comparison whose sides are each an i32
+    sign-extended to i64 or a literal constant that i32 holds, at least one of them extended:
+    the lowering emits it as the equal i32 comparison (cheaper; Mesa 22.3.6, lavapipe,
+    evaluates the i64 form as if the extended value were the greater: docs/numerics.md,
+    Driver workarounds). The fuzzer's allowance for that driver asks the same question."""
     if op.attrs["kind"] not in ("lt", "le", "gt", "ge") or str(op.operands[0].type) != "i64":
-        return None
-    ids = []
+        return False
+    kinds = []
     for v in op.operands:
         src = v.op
-        if src is None:
-            return None
-        if src.name == "cast" and str(src.operands[0].type) == "i32":
-            ids.append(ctx.id(src.operands[0]))
-        elif src.name == "const" and -2 ** 31 <= int(src.attrs["value"]) < 2 ** 31:
-            ids.append(ctx.const(i32, int(src.attrs["value"])))
+        if src is not None and src.name == "cast" and str(src.operands[0].type) == "i32":
+            kinds.append("extended")
+        elif src is not None and src.name == "const" and \
+                -2 ** 31 <= int(src.attrs["value"]) < 2 ** 31:
+            kinds.append("constant")
         else:
-            return None
-    if not any(v.op.name == "cast" for v in op.operands):
-        return None
-    return ids
+            return False
+    return "extended" in kinds
+
+
+def _narrowed_operands(ctx, op) -> list[int]:
+    """The i32 operands of a `narrowable_i64_compare`: the extended values' sources and the
+    constants as i32."""
+    return [ctx.id(v.op.operands[0]) if v.op.name == "cast" else
+            ctx.const(i32, int(v.op.attrs["value"])) for v in op.operands]
 
 
 @lowering("compare")
@@ -848,8 +852,9 @@ def _lower_compare(ctx, op):
         opname = "OpLogicalEqual" if kind == "eq" else "OpLogicalNotEqual"
     else:
         opname = COMPARE[kind][0 if t.is_float else (1 if t.signed else 2)]
-    narrow = _narrowed_i64_compare(ctx, op) if not t.is_bool else None
-    ctx.set(op.result, ctx.emit(opname, bool_, *(narrow or (ctx.id(v) for v in op.operands))))
+    ids = _narrowed_operands(ctx, op) if not t.is_bool and narrowable_i64_compare(op) else \
+        [ctx.id(v) for v in op.operands]
+    ctx.set(op.result, ctx.emit(opname, bool_, *ids))
 
 
 def compare(kind: str, a, b) -> Value:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pycoop.ops.core import COMPARE
+from pycoop.ops.core import COMPARE, narrowable_i64_compare
 from pycoop.ir.registry import get
 from pycoop.runtime.vulkan import get_runtime
 
@@ -260,16 +260,14 @@ def _sext_compare_as_greater(op, r, a, b):
     # with a constant that i32 holds as if the extended value were the greater: `w < 8` and
     # `w <= 8` false, `w > 8` and `w >= 8` true for every w (== and != are right, and so are
     # constants beyond i32, narrower sources and unsigned comparisons). Against a literal
-    # constant pycoop emits the comparison in i32 (ops.core._narrowed_i64_compare): only a
+    # constant pycoop emits the comparison in i32 (ops.core.narrowable_i64_compare): only a
     # constant the driver computes itself, such as `i64(3) + i64(5)`, meets the defect.
     kind = op.attrs["kind"]
     if kind not in ("lt", "le", "gt", "ge") or str(op.operands[0].type) != "i64":
         return r
-    x, y = op.operands
-    other = [getattr(v, "op", None) for v in (x, y)]
-    if all(o is not None and (o.name == "const" or _sign_extended_i32(v))
-           for o, v in zip(other, (x, y))):
+    if narrowable_i64_compare(op):
         return r        # pycoop emits these as an i32 comparison, which the driver gets right
+    x, y = op.operands
     for ext, const, ext_left in ((x, y, True), (y, x, False)):
         c = _known_constant(const)
         if _sign_extended_i32(ext) and c is not None and -2 ** 31 <= int(c) < 2 ** 31:

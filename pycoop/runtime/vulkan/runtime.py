@@ -171,6 +171,12 @@ class _Context:
         self.instance.destroy()
 
 
+def push_size(abi: dict) -> int:
+    """Bytes of push constants a launch with this ABI takes: the argument block, or in
+    arg_buffer mode the 8-byte address of the buffer holding it."""
+    return 8 if abi["mode"] == "arg_buffer" else abi["size"]
+
+
 class VulkanRuntime:
     """Runs compiled kernels on one Vulkan device (chosen by `device` or $PYCOOP_DEVICE).
 
@@ -248,7 +254,7 @@ class VulkanRuntime:
             ctx = self._context()
             return ctx.pipelines.statistics(
                 bytes(spv), entry, abi.get("required_subgroup_size"),
-                8 if abi["mode"] == "arg_buffer" else abi["size"], abi.get("specialization", ()),
+                push_size(abi), abi.get("specialization", ()),
                 binder.bindings if binder.descriptors else None)
 
     def close(self) -> None:
@@ -304,10 +310,10 @@ class VulkanRuntime:
                         raise ArgumentError(f"grid[{axis}] = {n} exceeds the device limit {limit}")
                 if len(ctx.grids_ok) < 1024:
                     ctx.grids_ok.add(grid)
-            push_size = 8 if abi["mode"] == "arg_buffer" else abi["size"]
-            if push_size > caps.max_push_constants_size:
+            push = push_size(abi)
+            if push > caps.max_push_constants_size:
                 raise ArgumentError(
-                    f"kernel needs {push_size} bytes of push constants; {caps.device_name} "
+                    f"kernel needs {push} bytes of push constants; {caps.device_name} "
                     f"allows {caps.max_push_constants_size} (compile with arg_buffer mode)")
             device_only = abi["mode"] == "push_constants"
             accesses = []
@@ -335,7 +341,7 @@ class VulkanRuntime:
                                      b.readback))
             try:
                 pipeline = ctx.pipelines.get(bytes(spv), entry, abi.get("required_subgroup_size"),
-                                             push_size, abi.get("specialization", ()),
+                                             push, abi.get("specialization", ()),
                                              binder.bindings if binder.descriptors else None)
             except (DeviceLost, VulkanTimeout):
                 self._abandon()
