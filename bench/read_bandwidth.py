@@ -69,9 +69,13 @@ def main() -> None:
     for mb in a.mb:
         n = int(mb * 2 ** 20) // 16
         copies = max(1, math.ceil(a.rotate_mb / mb))
-        first = np.random.default_rng(0).integers(0, 2 ** 32, (n, 4), np.uint32)
+        # every copy random: a GPU may compress memory of one repeated value and read it
+        # faster than its DRAM moves
+        rng = np.random.default_rng(0)
+        first = rng.integers(0, 2 ** 32, (n, 4), np.uint32)
         xs = [pc.asarray(first, backend="vulkan")] + [
-            pc.asarray(np.full((n, 4), c, np.uint32), backend="vulkan") for c in range(1, copies)]
+            pc.asarray(rng.integers(0, 2 ** 32, (n, 4), np.uint32), backend="vulkan")
+            for _ in range(1, copies)]
         want = np.bitwise_xor.reduce(first.reshape(-1))
         for waves in a.waves:
             grid = SMS * waves

@@ -460,15 +460,16 @@ def planes_gemv_config(fmt: str, N: int, x: str = "f32", K: int | None = None) -
     each x value, two blocks per lane and step (f16 weights: one row per subgroup).
     x="q8_1_shared" (H100 sweep, 2026-11-27): 16 rows per workgroup (2 per subgroup, 16
     subgroups, 2 sharing each row group); above K = `KGROUPS_ABOVE_K`, 4 workgroups share K
-    with 64 (Q4_0), 32 (Q4_K) or 32 (Q8_0) rows each. Both prefetch the weights (H100: 4-12 %
-    faster at 4096 x 4096, 14336 x 4096 and 4096 x 14336)."""
+    with 64 (Q4_0 and Q4_K) or 32 (Q8_0) rows each (Q4_K: 17.3 against 18.7 µs with 32 rows,
+    H100 sweep of 2026-11-28). Both prefetch the weights (H100: 4-12 % faster at
+    4096 x 4096, 14336 x 4096 and 4096 x 14336)."""
     if not isinstance(N, (int, np.integer)) or not 1 <= N <= MAX_N:
         raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N!r}")
     nt = 1 if N == 1 else 2 if N == 2 else 4 if N <= 4 else 8
     C = PlanesGemvConfig
     if x == "q8_1_shared":      # 16 rows per workgroup: each quantises X for all of them;
         if K is not None and K > KGROUPS_ABOVE_K and K % (K_MULTIPLE[fmt] * KGROUPS) == 0:
-            r, sg = {"q4_0": (4, 16), "q4_k": (4, 8), "q8_0": (2, 16)}[fmt]
+            r, sg = {"q4_0": (4, 16), "q4_k": (4, 16), "q8_0": (2, 16)}[fmt]
             return C(x, r, nt, sg, 1, split=1, kgroups=KGROUPS, prefetch=True)  # a stretch each
         return C(x, 2, nt, 16, 1, split=2, prefetch=True)
     if x == "q8_1":
