@@ -6,6 +6,9 @@ scaled_dot_product_attention measured in the same run.
   Softmax options exp2 / lazy_sum / prefetch, fp mode);
 - llama.cpp's shape: 512 queries x 4096 and 16384 keys, 32 heads over 8 K/V heads, head dim
   128, an f16 mask (torch with the same mask, and unmasked);
+- long: few query tiles over long keys (256 queries x 32768 keys, 8 heads over 2, head dim
+  128: 16 workgroups unsplit), where `attention` splits the keys by default
+  (`prefill_splits`; variant "default s1" keeps them whole);
 - decode: 1 query, 32 heads over 8 K/V heads, 8192 and 32768 keys, head dim 128 (split-KV
   kernel + merge kernel, shown apart; the time compared is both recorded as one launch graph
   and replayed, first start to last end), over several variants ("vec ...": the vector decode
@@ -18,7 +21,7 @@ to back on the device after unmeasured warm-up runs and reports its fastest run;
 the same way with CUDA events. The error column is the largest absolute difference from an
 f32 reference on the first two heads (torch's own f16 kernel's error beside it).
 
-    python3 bench/attention_gpu.py [--repeat 10] [--quick] [--cases prefill,llama,decode]
+    python3 bench/attention_gpu.py [--repeat 10] [--quick] [--cases prefill,llama,long,decode]
                                    [--variants NAME ...] [--decode-variants NAME ...]
                                    [--head-dims 128 64] [--list]
 """
@@ -60,9 +63,16 @@ def _st(Br, Bc, fp="exact"):
 # row maxima and sums 32 columns wide, "tuned prefetch" = the default softmax loading the next
 # block's K and V before this block's softmax; "st" =
 # the staged kernel (16 x 16 subgroup-scope pieces, K and V in shared memory, 16 rows per
-# subgroup: Br x Bc, 2 Br invocations)
+# subgroup: Br x Bc, 2 Br invocations); "sN" = the keys split into N chunks over grid z,
+# merged by attention_merge (split-KV prefill)
 PREFILL_VARIANTS = {
     "default": {},
+    "default s1": {"splits": 1},
+    "default s2": {"splits": 2},
+    "default s4": {"splits": 4},
+    "wg 128x32/256 s2": _wg(Bc=32) | {"splits": 2},
+    "wg 128x32/256 s4": _wg(Bc=32) | {"splits": 4},
+    "wg 64x64/128 s2": _wg(64, 64, 128) | {"splits": 2},
     "wg 128x64/256": _wg(),
     "wg 128x64/256 e": _wg(sm=Softmax()),
     "wg 128x64/256 layout": dict(_wg(), mask_loads="layout"),
@@ -350,8 +360,8 @@ def prefill_case(name, B, H, Hkv, Sq, Skv, D, causal, masked, variants, repeat, 
         tf = flop / r.time_ms / 1e9
         best = max(best, (tf, label))
         extra = f"(torch unmasked {t_unmasked:.1f})" if t_unmasked else ""
-        if len(r.kernel_ms) == 2:       # the mask's pre-pass, then the prefill
-            extra += f" mask pre-pass {r.kernel_ms[0] * 1e3:.1f} µs"
+        if len(r.kernel_ms) > 1:        # the mask's pre-pass, the prefill, the splits' merge
+            extra += " kernels " + " + ".join(f"{t * 1e3:.1f}" for t in r.kernel_ms) + " µs"
         row(name, f"{label} TFLOP/s", tf, ref,
             reference_error(first_heads(r.out), Q, K, V, mask, causal), terr, extra)
     return best, ref
@@ -409,8 +419,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="batch 1 and fewer variants")
-    ap.add_argument("--cases", default="prefill,llama,decode",
-                    help="comma-separated subset of prefill, llama, decode")
+    ap.add_argument("--cases", default="prefill,llama,long,decode",
+                    help="comma-separated subset of prefill, llama, long, decode")
     ap.add_argument("--variants", nargs="*", help="prefill variants to time (names as --list)")
     ap.add_argument("--decode-variants", nargs="*", help="decode variants to time")
     ap.add_argument("--llama-variants", nargs="*", help="variants for llama.cpp's shape "
@@ -450,6 +460,9 @@ def main() -> None:
     for Skv in (4096, 16384) if "llama" in cases else []:
         name = f"llama 512q x {Skv}k 32/8 heads mask"
         prefill_case(name, 1, 32, 8, 512, Skv, 128, False, True, lv, a.repeat, a.warmup)
+    if "long" in cases:
+        prefill_case("long 256q x 32768k 8/2 heads", 1, 8, 2, 256, 32768, 128, False, False,
+                     a.llama_variants or ["default", "default s1"], a.repeat, a.warmup)
     for Skv in (8192, 32768) if "decode" in cases else []:
         name = f"decode 1q x {Skv}k 32/8 heads"
         (best, label), ref = decode_case(name, Skv, dv, a.repeat, a.warmup)

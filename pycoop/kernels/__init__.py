@@ -1,7 +1,7 @@
 """Ready-made kernels written in pycoop (used by `pycoop demo` and the benchmarks)."""
 from .attention import (AttentionResult, Softmax, attention, attention_decode, attention_prefill,
                         attention_reference, mask_as_f16, prefill_invocations,
-                        tuned_softmax)
+                        prefill_splits, tuned_softmax)
 from .attention_decode import attention_decode_vector, attention_merge
 from .attention_staged import attention_prefill_staged
 from .gemm import (Q4_0, gemm_khr, gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes,
@@ -14,7 +14,7 @@ from .gemvq import (gemv_q8_1, gemv_q8_1_reference, q8_1_error_bound, quantize_g
                     quantize_q8_1, quantize_q8_1_reference)
 from .mlp import MLPBlock, mlp_reference
 
-__all__ = ["AttentionResult", "Softmax", "tuned_softmax", "prefill_invocations", "mask_as_f16", "attention",
+__all__ = ["AttentionResult", "Softmax", "tuned_softmax", "prefill_invocations", "prefill_splits", "mask_as_f16", "attention",
            "attention_decode", "attention_prefill", "attention_reference", "attention_decode_vector",
            "attention_prefill_staged",
            "attention_merge", "Q4_0", "gemm_khr", "gemm_khr_staged",

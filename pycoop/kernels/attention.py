@@ -39,7 +39,8 @@ from pycoop.runtime.backend import vulkan_missing
 
 from . import attention_blocks as online
 from .attention_blocks import EXP2_SCALES, Softmax, tuned_softmax
-from .attention_decode import (DECODE_MERGES, MAX_ROWS, VECTOR_HEAD_DIMS, WIDTHS, DecodeConfig,
+from .attention_decode import (DECODE_MERGES, MAX_ROWS, MERGE_INVOCATIONS, VECTOR_HEAD_DIMS,
+                               WIDTHS, DecodeConfig,
                                attention_decode_vector, attention_merge, check_merge_columns,
                                chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
@@ -51,6 +52,7 @@ from .attention_staged import attention_prefill_staged
 from .limits import SHARED_BYTES, SMS
 
 SCOPES = ("workgroup", "subgroup", "staged")
+PREFILL_MIN_CHUNK = 512         # keys: the shortest chunk the default prefill splits give
 # subgroup-scope kernels are compiled for subgroups of 32 invocations (NVIDIA's size)
 SUBGROUP = 32
 _NUMPY_OUT = {"f16": np.float16, "f32": np.float32}
@@ -71,6 +73,17 @@ def prefill_invocations(head_dim: int, causal: bool, scope: str, Br: int, Bc: in
     if scope == "staged":
         return 2 * Br
     return 128 if scope == "workgroup" and head_dim == 64 and Br <= 128 and Bc <= 64 else 256
+
+
+def prefill_splits(workgroups: int, keys: int, sms: int = SMS,
+                   min_chunk: int = PREFILL_MIN_CHUNK) -> int:
+    """The chunks `attention` splits a prefill's keys into where it is given no `splits`:
+    where its `workgroups` (query tiles x batch x heads) leave SMs idle, as many as one wave
+    of workgroups holds (sms // workgroups), with chunks of at least `min_chunk` keys. At
+    llama.cpp's 512 queries over 32 heads (128 workgroups) the H100 ran no faster split
+    (2026-11-28: 365 µs of prefill with 2 or 4 splits as with 1, at one workgroup per SM
+    by registers, plus the merge), so a grid that fills the SMs once stays whole."""
+    return max(1, min(sms // max(workgroups, 1), keys // min_chunk))
 
 
 def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out: str,
@@ -134,7 +147,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
                       causal: bool = False, mask: bool | str = False, dtype: str = "f16",
                       out: str = "f16", scope: str = "workgroup",
                       softmax: Softmax | None = None, fp: str = "exact",
-                      blocks: bool = False):
+                      blocks: bool = False, split: bool = False):
     """The prefill kernel for one configuration. Parameters:
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim) of `dtype`;
     with `mask`, Mask (queries, keys) f16 added to the scaled scores (shared by every batch and
@@ -169,8 +182,20 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     The key blocks that need no masking (all keys in the sequence and, causal, before the
     tile's first query) run in a loop of their own; only the last blocks pay for the
     per-element masking; that loop reads K and V by strided loads.
-    Every buffer must start 16-byte aligned (a view elsewhere is refused at the launch)."""
+    Every buffer must start 16-byte aligned (a view elsewhere is refused at the launch).
+
+    `split` (split-KV prefill, workgroup and subgroup scope): the keys are split into chunks
+    of `chunk` keys (a multiple of Bc), one per grid z, so that few query tiles over many keys
+    still fill the GPU (llama.cpp's 512 queries: 4 tiles x 32 heads, 128 workgroups). In
+    place of O and LSE the kernel writes each chunk's unnormalised output to Part (splits,
+    batch · heads · queries, head_dim) f32 and its row maxima and sums to M and L (splits,
+    batch · heads · queries) f32, then takes `chunk` after scale; `attention_merge(...,
+    exp2=softmax.exp2)` merges them (a chunk that sees no key of a row leaves it a maximum
+    of -2^99 and a sum of 0, which the merge weighs as nothing)."""
     _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations, fp)
+    if split and scope == "staged":
+        raise ValueError("attention_prefill: split (split-KV) takes scope 'workgroup' or "
+                         "'subgroup', got 'staged'")
     if mask not in (False, True, "words"):
         raise ValueError(f"attention_prefill: mask must be False, True or 'words', got {mask!r}")
     words = mask == "words"
@@ -203,7 +228,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     U4, W8 = pc.vec(u32, 4), Bc // 8              # mask="words": a uvec4 holds 8 halves
 
     @pc.func
-    def body(Q, K, V, Mask, Blocks, O, LSE, Sq, Skv, H, Hkv, scale):
+    def body(Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv, scale, chunk):
         tile, bh = tile_and_head(causal)
         q0 = tile * Br
         if scope == "subgroup":
@@ -221,6 +246,11 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         kend = pc.min(Skv, q0 + rows) if causal else Skv   # later keys are hidden from the tile
         # blocks wholly inside the sequence (and, causal, at or before the first query)
         kfull = (pc.min(Skv, q0 + 1) if causal else Skv) // Bc * Bc
+        kb = u32(0)
+        if split:                   # this chunk's keys: [kb, kend)
+            kb = pc.min(pc.workgroup_id.z * chunk, kend)
+            kend = pc.min(kb + chunk, kend)
+            kfull = pc.max(kb, pc.min(kfull, kend))
 
         load, load_inside = online.kv_loaders(T, K, V, lkv, bkv * Skv, Bc, D)
 
@@ -266,41 +296,71 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             return (pc.nv.per_element(s, causal_score, k0, kend, q0) if causal else
                     pc.nv.per_element(s, in_sequence, k0, kend))
 
-        m, l, o = online.key_blocks(T, sm, k, m, l, o, u32(0), kfull, Bc, load_inside, scores,
+        m, l, o = online.key_blocks(T, sm, k, m, l, o, kb, kfull, Bc, load_inside, scores,
                                     live if blocks else None)
         m, l, o = online.key_blocks(T, sm, k, m, l, o, kfull, kend, Bc, load, edge_scores)
         m, l = online.finish(m, l, sm, k)
-        o = pc.nv.per_element(o, divide, online.by_row(l, T))
-        pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, rows, 0, D),
-                           o if Out == T.O else pc.nv.convert(o, Out))
-        # one column of the row-wise log-sum-exp: the others fall outside a width of 1
-        pc.nv.store_tensor(LSE, rows_layout(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows, 0,
-                                                            sm.row_width),
-                           pc.nv.per_element(m, lse_fn, l))
+        if split:                   # this chunk's rows: (split, bh, query)
+            first = (pc.workgroup_id.z * pc.num_workgroups.y + bh) * Sq
+            pc.nv.store_tensor(Part, rows_layout(first, Sq, D).slice(first + q0, rows, 0, D), o)
+            for buf, x in ((M, m), (L, l)):
+                pc.nv.store_tensor(buf, rows_layout(first, Sq, 1).slice(first + q0, rows, 0,
+                                                                        sm.row_width), x)
+        else:
+            o = pc.nv.per_element(o, divide, online.by_row(l, T))
+            pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, rows, 0, D),
+                               o if Out == T.O else pc.nv.convert(o, Out))
+            # one column of the row-wise log-sum-exp: the others fall outside a width of 1
+            pc.nv.store_tensor(LSE, rows_layout(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows, 0,
+                                                                sm.row_width),
+                               pc.nv.per_element(m, lse_fn, l))
 
     sgs = SUBGROUP if scope == "subgroup" else None
-    if blocks:
-        @pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
+    kernel = pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
+    # one kernel per set of buffers: with or without the mask and its block kinds, the
+    # finished output (O, LSE) or a chunk's partial one (Part, M, L, chunk)
+    if split and blocks:
+        @kernel
         def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
-                              Mask: pc.ReadBuffer[U4 if words else f16],
-                              Blocks: pc.ReadBuffer[u32], O: pc.WriteBuffer[OutEl],
-                              LSE: pc.WriteBuffer[f32], Sq: u32, Skv: u32, H: u32, Hkv: u32,
-                              scale: f32):
-            body(Q, K, V, Mask, Blocks, O, LSE, Sq, Skv, H, Hkv, scale)
+                              Mask: pc.ReadBuffer[U4 if words else f16], Blocks: pc.ReadBuffer[u32],
+                              Part: pc.WriteBuffer[f32], M: pc.WriteBuffer[f32],
+                              L: pc.WriteBuffer[f32], Sq: u32, Skv: u32, H: u32, Hkv: u32,
+                              scale: f32, chunk: u32):
+            body(Q, K, V, Mask, Blocks, None, None, Part, M, L, Sq, Skv, H, Hkv, scale, chunk)
+    elif split and mask:
+        @kernel
+        def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
+                              Mask: pc.ReadBuffer[U4 if words else f16], Part: pc.WriteBuffer[f32],
+                              M: pc.WriteBuffer[f32], L: pc.WriteBuffer[f32], Sq: u32, Skv: u32,
+                              H: u32, Hkv: u32, scale: f32, chunk: u32):
+            body(Q, K, V, Mask, None, None, None, Part, M, L, Sq, Skv, H, Hkv, scale, chunk)
+    elif split:
+        @kernel
+        def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
+                              Part: pc.WriteBuffer[f32], M: pc.WriteBuffer[f32],
+                              L: pc.WriteBuffer[f32], Sq: u32, Skv: u32, H: u32, Hkv: u32,
+                              scale: f32, chunk: u32):
+            body(Q, K, V, None, None, None, None, Part, M, L, Sq, Skv, H, Hkv, scale, chunk)
+    elif blocks:
+        @kernel
+        def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
+                              Mask: pc.ReadBuffer[U4 if words else f16], Blocks: pc.ReadBuffer[u32],
+                              O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], Sq: u32,
+                              Skv: u32, H: u32, Hkv: u32, scale: f32):
+            body(Q, K, V, Mask, Blocks, O, LSE, None, None, None, Sq, Skv, H, Hkv, scale, None)
     elif mask:
-        @pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
+        @kernel
         def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
-                              Mask: pc.ReadBuffer[U4 if words else f16],
-                              O: pc.WriteBuffer[OutEl],
+                              Mask: pc.ReadBuffer[U4 if words else f16], O: pc.WriteBuffer[OutEl],
                               LSE: pc.WriteBuffer[f32], Sq: u32, Skv: u32, H: u32, Hkv: u32,
                               scale: f32):
-            body(Q, K, V, Mask, None, O, LSE, Sq, Skv, H, Hkv, scale)
+            body(Q, K, V, Mask, None, O, LSE, None, None, None, Sq, Skv, H, Hkv, scale, None)
     else:
-        @pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
+        @kernel
         def attention_prefill(Q: pc.ReadBuffer[el], K: pc.ReadBuffer[el], V: pc.ReadBuffer[el],
                               O: pc.WriteBuffer[OutEl], LSE: pc.WriteBuffer[f32], Sq: u32,
                               Skv: u32, H: u32, Hkv: u32, scale: f32):
-            body(Q, K, V, None, None, O, LSE, Sq, Skv, H, Hkv, scale)
+            body(Q, K, V, None, None, O, LSE, None, None, None, Sq, Skv, H, Hkv, scale, None)
     return attention_prefill
 
 
@@ -484,7 +544,8 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     (by default about 4 workgroups per SM of a 132-SM GPU, rounded up to whole workgroups at
     subgroup scope); otherwise the prefill kernel with Br x Bc tiles, `invocations` (None:
     `prefill_invocations`) and `scope` ("workgroup", "subgroup" or "staged": see
-    `attention_prefill`). `softmax` (a
+    `attention_prefill`), its keys split into `splits` chunks merged by `attention_merge`
+    (None: `prefill_splits`, where the grid leaves SMs idle; not at staged scope). `softmax` (a
     `Softmax`; None: `tuned_softmax`, base e where scale <= 0) and `fp` (the kernels'
     floating-point mode) apply to both paths. `mask_loads`: how the prefill reads the mask,
     "words" (`attention_prefill(mask="words")`, 16-byte loads staged in shared memory:
@@ -661,9 +722,16 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                          f"needs {' and '.join(unmet)}; use mask_loads='layout'")
     words = mask is not None and mask_loads != "layout" and not unmet
     blocks = mask is not None and bool(mask_blocks) and scope != "staged"
+    if splits not in (None, 1) and scope == "staged":
+        raise ValueError(f"attention: the prefill splits its keys (splits={splits}) at scope "
+                         f"'workgroup' or 'subgroup', not 'staged'")
+    if splits is None:
+        splits = 1 if scope == "staged" else prefill_splits(-(-Sq // Br) * B * H, Skv)
+    chunk = -(-Skv // (splits * Bc)) * Bc               # keys per split, whole key blocks
+    splits = -(-Skv // chunk)
     k = attention_prefill(D, Br, Bc, invocations, causal,
                           "words" if words else mask is not None, el, out, scope, sm, fp,
-                          blocks)
+                          blocks, splits > 1)
     if mask is not None and not device:
         mask = mask_as_f16(mask)
     kinds, launches = [], []
@@ -680,7 +748,19 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         K, V = K.view(np.uint32), V.view(np.uint32)
     args = [Q, K, V] + ([mask] if mask is not None else []) + kinds
     try:
-        r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
+        if splits > 1:              # each split's partial rows, then their merge
+            R = B * H * Sq
+            Part = new((splits, R, D), np.float32)
+            M, L = new((splits, R), np.float32), new((splits, R), np.float32)
+            launches.append(k[(-(-Sq // Br), B * H, splits)](*args, Part, M, L, Sq, Skv, H, Hkv,
+                                                            scale, chunk, **run))
+            # a row's few chunks shared by as few groups of head_dim / 4 invocations: one
+            # workgroup per row, and the prefill has many rows
+            groups = min(1 << (splits.bit_length() - 1), MERGE_INVOCATIONS // (D // 4))
+            r = attention_merge(D, out, groups * (D // 4), merge_unroll or 4,
+                                bool(sm.exp2))[(R,)](Part, M, L, O, LSE, R, splits, **run)
+        else:
+            r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
     except pc.BackendUnavailable as e:
         staged = _staged_for(D, causal, mask is not None, el, out, fp)
         if scope == "staged" or staged is None:

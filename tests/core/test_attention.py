@@ -16,7 +16,8 @@ from core_helpers import FEW, SETTINGS
 import pycoop as pc
 from pycoop.kernels import (AttentionResult, Softmax, tuned_softmax, attention, attention_decode,
                             attention_decode_vector, attention_merge, attention_prefill,
-                            attention_reference, mask_as_f16, prefill_invocations)
+                            attention_reference, mask_as_f16, prefill_invocations,
+                            prefill_splits)
 from pycoop import u32
 from pycoop.kernels.attention_parts import HEAVY_FIRST_HEADS, heavy_first
 from pycoop.kernels.attention_decode import default_splits, default_subgroups, fits_shared
@@ -101,6 +102,63 @@ def test_staged_prefill_matches_numpy(B, Hkv, G, Sq, extra, causal, masked, D, t
     r = attention(Q, K, V, mask=mask, causal=causal, out=out, backend="emulator", decode=False,
                   scope="staged", Br=inv // 2, Bc=Bc, invocations=inv)
     check(r, Q, K, V, mask, causal, tol=OUT_TOL if out == "f32" else 4e-3)
+
+
+@SETTINGS
+@given(Hkv=st.integers(1, 2), G=st.sampled_from([1, 2]), Sq=st.integers(1, 70),
+       Skv=st.integers(1, 200), splits=st.integers(2, 9), causal=st.booleans(),
+       masked=st.booleans(), blocks=st.booleans(), sm=st.sampled_from(SOFTMAX),
+       subgroup=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_split_prefill_matches_numpy(Hkv, G, Sq, Skv, splits, causal, masked, blocks, sm,
+                                     subgroup, seed):
+    """The prefill with its keys split over grid z and merged (`splits`): chunks of whole
+    key blocks, the last one ragged, chunks past the keys or (causal) past a tile's queries
+    that see nothing, masks with and without their block kinds, every Softmax (the merge in
+    base 2 or e as the partial maxima are kept), workgroup and subgroup scope."""
+    Skv = max(Skv, Sq) if causal else Skv
+    Q, K, V, mask = operands(1, G * Hkv, Hkv, Sq, Skv, 64, seed, masked)
+    tile = ({"Br": 32, "Bc": 32, "invocations": 64, "scope": "subgroup"} if subgroup
+            else TILE)
+    r = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="emulator",
+                  decode=False, softmax=sm, splits=splits, mask_blocks=blocks, **tile)
+    check(r, Q, K, V, mask, causal)
+    chunk = -(-Skv // (splits * 32)) * 32
+    assert len(r.kernel_ms) == (-(-Skv // chunk) > 1) + 1 + (masked and blocks)
+
+
+def test_split_prefill_is_the_unsplit_one_merged():
+    """Each split sees its own keys only: two splits of a 64-key sequence give the unsplit
+    outputs up to the merge's rounding, f16 output and device arrays included."""
+    Q, K, V, mask = operands(2, 4, 2, 40, 64, 128, seed=3, masked=True)
+    one = attention(Q, K, V, mask=mask, backend="emulator", decode=False, **TILE)
+    two = attention(Q, K, V, mask=mask, backend="emulator", decode=False, splits=2, **TILE)
+    assert len(two.kernel_ms) == len(one.kernel_ms) + 1
+    np.testing.assert_allclose(two.out.astype(np.float32), one.out.astype(np.float32),
+                               atol=2e-3)
+    np.testing.assert_allclose(two.lse, one.lse, atol=LSE_TOL)
+    dev = [pc.asarray(a, backend="emulator") for a in (Q, K, V, mask)]
+    r = attention(*dev[:3], mask=dev[3], backend="emulator", decode=False, splits=2, **TILE)
+    np.testing.assert_array_equal(r.out.numpy(), two.out)
+
+
+@pytest.mark.parametrize("workgroups,keys,expected", [
+    (128, 4096, 1), (4096, 32768, 1), (66, 65536, 2), (16, 32768, 8), (1, 1100, 2),
+    (1, 511, 1), (2, 100000, 66), (200, 100000, 1)])
+def test_prefill_splits_fill_one_wave_with_long_enough_chunks(workgroups, keys, expected):
+    assert prefill_splits(workgroups, keys) == expected
+
+
+def test_the_prefill_splits_by_default_where_its_grid_leaves_sms_idle():
+    """One query tile of one head over 1100 keys: two chunks of 544 and 556 keys (whole
+    blocks of 32), merged; the staged kernel stays whole."""
+    Q, K, V, _ = operands(1, 1, 1, 20, 1100, 64, seed=5)
+    r = attention(Q, K, V, out="f32", backend="emulator", decode=False, **TILE)
+    assert len(r.kernel_ms) == 2
+    check(r, Q, K, V)
+    r = attention(Q, K, V, out="f32", backend="emulator", decode=False, scope="staged",
+                  Br=32, Bc=32, invocations=64)
+    assert len(r.kernel_ms) == 1
+    check(r, Q, K, V)
 
 
 @pc.kernel(workgroup_size=1)
@@ -299,6 +357,9 @@ def test_default_tile_at_head_dim_64(masked):
     attention_prefill(128, mask="words", blocks=True),
     attention_prefill(64, 128, 64, 128), attention_prefill(64, 128, 64, 128, mask="words", blocks=True),
     attention_prefill(128, 64, 32, 128, causal=True, mask=True, scope="subgroup", blocks=True),
+    attention_prefill(128, 128, 32, 256, split=True),
+    attention_prefill(128, 128, 32, 256, mask="words", blocks=True, split=True),
+    attention_prefill(64, 64, 64, 128, causal=True, mask=True, scope="subgroup", split=True),
     mask_block_kinds(128, 64), mask_block_kinds(16, 16),
 ], ids=lambda k: "")
 def test_modules_pass_spirv_val(kernel):
@@ -331,6 +392,8 @@ def test_modules_pass_spirv_val(kernel):
     (lambda: attention_merge(128, exp2=1), "exp2 must be a bool, got 1"),
     (lambda: attention_merge(72), r"head_dim must be one of \(64, 80, 96, 112, 128, 256\)"),
     (lambda: attention_prefill(128, mask="yes"), "mask must be False, True or 'words'"),
+    (lambda: attention_prefill(128, 128, 64, 256, scope="staged", split=True),
+     "split .split-KV. takes scope 'workgroup' or 'subgroup', got 'staged'"),
     (lambda: attention_prefill(128, 64, 32, 128, mask="words", scope="subgroup"),
      "mask='words' takes workgroup scope"),
     (lambda: attention_prefill(128, 16, 16, 64, mask="words"),
@@ -402,6 +465,9 @@ def _dev(a):
      "decode_merge must be one of .* got 'kernel'"),
     (lambda Q: (Q, Q, Q, {"splits": 0}), "splits must be a positive int, got 0"),
     (lambda Q: (Q, Q, Q, {"splits": 2.0}), "splits must be a positive int, got 2.0"),
+    (lambda Q: (Q, Q, Q, {"splits": 2, "decode": False, "scope": "staged", "Br": 128,
+                          "invocations": 256}),
+     "the prefill splits its keys .splits=2. at scope 'workgroup' or 'subgroup', not 'staged'"),
     (lambda Q: (Q, Q[:, :, :6], Q[:, :, :6], {"mask": np.zeros((8, 6), np.float16),
                                               "mask_loads": "words", "decode": False}),
      r"mask_loads='words' .* keys a multiple of 8 \(got 6\)"),

@@ -45,6 +45,8 @@ def _torch_error(Q, K, V, mask, causal, ref):
     (1, 16, 4, 500, 1504, 128, True, True),      # the mask read as words (keys % 8 == 0)
     (1, 4, 4, 200, 200, 256, True, False),
     (3, 4, 2, 700, 700, 64, True, False),        # causal heaviest first: groups of 8 and 4
+    (1, 2, 1, 256, 8192, 128, False, False),     # 4 workgroups: keys split in 16, merged
+    (1, 4, 2, 300, 4100, 64, False, True),       # 12 workgroups, a mask: 8 splits
     (1, 32, 8, 1, 8192, 128, False, False),      # decode: split KV + combine
     (1, 32, 8, 4, 5000, 64, False, False),
 ])
