@@ -50,7 +50,7 @@ from pycoop.kernels import (GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv,
 from pycoop.kernels.gemv import BLOCKS, PARTS, q8_1_config
 from pycoop.kernels.gemvq import FORMATS_Q8_1
 from warmup import warm_gpu
-from pycoop.kernels.gemv_planes import (PLANES, PlanesGemvConfig, fits_shared,
+from pycoop.kernels.gemv_planes import (PlanesGemvConfig, fits_shared, gemv_operands,
                                         planes_gemv_config, planes_gemv_reference,
                                         planes_weights)
 
@@ -524,14 +524,10 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
     """Rows of `gemv_planes` (N <= 8): every candidate configuration timed with the planes
     rotated through >= --rotate-mb of copies (the q8_1 rows add the quantiser's median time),
     the fastest per x kind in the table, each checked against gguf (q8_1: within the
-    quantisation bound; Q4_K: the planes' rounded scales allowed for)."""
+    quantisation bound)."""
     for fmt in args.formats:
         W = random_weights(fmt, M, K)
-        if fmt == "f16":
-            planes = (np.ascontiguousarray(W).reshape(-1).view(np.uint32).reshape(-1, 4),
-                      np.zeros(1, np.float16))
-        else:
-            planes = PLANES[fmt](W, M, K)
+        planes = gemv_operands(weights(W, None if fmt == "f16" else fmt))   # (Q, D) on the host
         pbytes = sum(a.nbytes for a in planes)
         copies = max(1, -(-args.rotate_mb * 2**20 // pbytes))
         ws = [tuple(pc.asarray(a, backend="vulkan") for a in planes) for _ in range(copies)]
@@ -584,7 +580,7 @@ def bench_gemv_planes(M: int, K: int, args, lines: list) -> None:
                 elif xk != "q8_1":
                     k[grid](ws[0][0], ws[0][1], x if xk == "f32" else x16, y, M, N, K)
                     status = check(fmt, W, X if xk == "f32" else X16.astype(np.float32),
-                                   y.numpy(), 1e-4 if fmt != "q4_k" else 2e-3)
+                                   y.numpy(), 1e-4)
                 else:
                     quant[qgrid](x, xq.reshape(-1), xd, xs, nb)
                     k[grid](ws[0][0], ws[0][1], xq, xd, xs, y, M, N, K)

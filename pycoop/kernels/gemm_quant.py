@@ -316,6 +316,20 @@ def q4_k_planes(raw, rows: int, K: int) -> tuple[np.ndarray, np.ndarray]:
             np.stack([scale.reshape(-1), mins.reshape(-1)], axis=-1))
 
 
+def q4_k_scale_words(raw, rows: int, K: int) -> np.ndarray:
+    """The scales of llama.cpp Q4_K super-blocks (raw bytes of a rows x K matrix) as the
+    matrix-vector kernels read them (`gemv_planes`): 5 u32 per super-block, 20 bytes for
+    its 256 weights where `q4_k_planes`' D takes 32: word 0 the bits of d (low half) and dmin
+    (high half) as stored, word 1 + j sub-blocks 2j and 2j + 1 as 4 bytes, sc(2j), m(2j),
+    sc(2j + 1), m(2j + 1) (the 6-bit factors). Nothing is rounded: a kernel computes
+    llama.cpp's d * sc and dmin * m, each exact in f32."""
+    b = rows_of_blocks(raw, rows, K, 256, 144, "q4_k")
+    sc, mn = _q4_k_unpack_scales(b[..., 4:16])
+    pairs = np.stack([sc, mn], -1).reshape(rows, K // 256, 16)          # sc0 m0 sc1 m1 ...
+    words = np.concatenate([np.ascontiguousarray(b[..., :4]), pairs], -1)
+    return np.ascontiguousarray(words).view(np.uint32).reshape(-1)
+
+
 def dequantize_q4_k_planes(Q: np.ndarray, D: np.ndarray, rows: int, K: int) -> np.ndarray:
     """The rows x K f16 weights the planes of `q4_k_planes` stand for, as `gemm_q4_k_planes`
     computes them: f16(f16(q * scale) - min) per weight, each operation rounded to f16."""

@@ -5,8 +5,10 @@ vectors, with the weights in the planes layout the small-N GEMMs already use (`q
 Why planes: llama.cpp's blocks are 18 (Q4_0), 34 (Q8_0) or 144 (Q4_K) bytes, so a kernel
 reading them straight from the GGUF bytes loads unaligned words that straddle blocks. The
 planes hold each 32-weight block's payload as aligned uvec4 (Q4_0 and Q4_K: one, 32 nibbles;
-Q8_0: two, 32 bytes) and its scale in a separate contiguous stream (Q4_0, Q8_0: an f16; Q4_K:
-an f16 pair, scale and min, per 32-weight sub-block). Lane l of a subgroup reads block l,
+Q8_0: two, 32 bytes) and its scale in a separate contiguous stream (Q4_0, Q8_0: an f16;
+Q4_K: `q4_k_scale_words`, d and dmin and the 6-bit factors of each super-block in 20 bytes,
+so that the kernel reads 18.5 bytes per 32 weights, where `q4_k_planes`' f16 scale and min
+per sub-block would make it 20). Lane l of a subgroup reads block l,
 l + S, ... of a row: every load is a 16-byte aligned vector and a subgroup's loads of one
 step are one contiguous run of memory.
 
@@ -25,7 +27,8 @@ Activations, two kinds:
 - `x="f32"`: X as f32 (vec4). A block's weights are dequantised in registers without integer
   conversions (a nibble OR-ed into the mantissa of 2^23 reads as 2^23 + q; one subtraction
   gives q minus the format's offset exactly), multiplied by x in f32 and scaled once per
-  block: Q4_0 d * sum((q - 8) x); Q8_0 d * sum(q x); Q4_K scale * sum(q x) - min * sum(x).
+  block: Q4_0 d * sum((q - 8) x); Q8_0 d * sum(q x); Q4_K scale * sum(q x) - min * sum(x)
+  with scale = d * sc and min = dmin * m, each exact in f32 (llama.cpp's).
 - `x="q8_1"`: X quantised to 8 bits per 32-block by `quantize_q8_1` (Q: uvec4, two per block;
   D: f32 scale, S: i32 sum of the block's q). Integer dot products of packed 8-bit lanes
   (`pc.dot4x8`) give each block's exact integer sum isum = sum(q_w q_x), then
@@ -52,7 +55,7 @@ import pycoop as pc
 from pycoop import f16, f32, i32, u32
 
 from .gemm import q4_0_planes
-from .gemm_quant import q4_k_planes, q8_0_planes
+from .gemm_quant import dequantize_q4_k, q4_k_planes, q4_k_scale_words, q8_0_planes
 from .dequant import dot, fields_as_f32
 from .gemvq import put_sum, q8_1_lanes, quantize_grid, quantize_q8_1, store_row_sums
 from .limits import SHARED_BYTES
@@ -147,8 +150,8 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
     Operands, in order:
     - Q (uvec4): `fmt`'s planes Q (Q4_0/Q4_K: M * K / 32 uvec4, Q8_0: M * K / 16), or for f16
       the weights as uvec4 (M * K / 8);
-    - D: the planes' scales (f16 per block; Q4_K an f16 pair per sub-block); for f16 weights
-      any f16 array (not read);
+    - D: the planes' scales (f16 per block); Q4_K `q4_k_scale_words` (u32, 5 per
+      super-block); for f16 weights any f16 array (not read);
     - x="f32": X (N x K f32 as vec4: `X.reshape(-1, 4)`); x="f16": X (N x K f16 as uvec4,
       8 halves each); x="q8_1": XQ (uvec4, N * K / 16),
       XD (f32, N * K / 32), XS (i32, N * K / 32), `quantize_q8_1`'s outputs;
@@ -181,15 +184,26 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
         if src not in X_DTYPES:
             raise ValueError(f"gemv_planes: src (X's dtype) is 'f32' or 'f16', got {src!r}")
     S, R, T, SP = subgroup_size, rows, nt, span
-    DT = H2 if fmt == "q4_k" else f16
+    DT = u32 if fmt == "q4_k" else f16
     bk = 8 if fmt == "f16" else 32                         # weights per unit (block, uvec4)
     nw = WORDS.get(fmt, 1)
 
     def load_w(Q, D, row, u, nb):
-        """(payload uvec4s, scale) of unit u of a row."""
+        """(payload uvec4s, scale) of unit u of a row; Q4_K's scale as the uvec3 (d and dmin
+        word, its sub-block pair's word, the pair's shift): loaded words only, decoded where
+        they are used (`scale_min`), so that a prefetch does not wait for its loads."""
         g = row * nb + u
         qs = [Q[g * nw + i] for i in range(nw)]
+        if fmt == "q4_k":
+            w0 = (g >> 3) * 5                               # 8 sub-blocks per super-block
+            return qs, pc.make_vector([D[w0], D[w0 + 1 + ((g >> 1) & 3)], (g & 1) * 16])
         return qs, (None if fmt == "f16" else D[g])
+
+    def scale_min(d):
+        """Q4_K: (d · sc, dmin · m) of a sub-block from its uvec3 (`load_w`), exact in f32
+        as llama.cpp computes them."""
+        dm, pair = pc.bitcast(d[0], H2), d[1] >> d[2]
+        return f32(dm[0]) * f32(pair & 0xFF), f32(dm[1]) * f32((pair >> 8) & 0xFF)
 
     def term_f32(qs, d, xs):
         """A unit's product with one vector's x values (f32 list, in order)."""
@@ -206,7 +220,8 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
              [w for c in range(4) for w in fields_as_f32(v[c], off, 4, 4)]
         if fmt == "q4_0":
             return f32(d) * dot(ws, xs)
-        return f32(d[0]) * dot(ws, xs) - f32(d[1]) * _sum(xs)
+        scale, mn = scale_min(d)
+        return scale * dot(ws, xs) - mn * _sum(xs)
 
     def term_q8_1(qs, d, xa, xb, dx, s):
         """A block's product with one vector's quantised block (xa, xb: its 8 words)."""
@@ -225,7 +240,8 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
             isum = lo + hi if isum is None else isum + lo + hi
         if fmt == "q4_0":
             return f32(isum - s * 8) * (f32(d) * dx)
-        return dx * (f32(d[0]) * f32(isum) - f32(d[1]) * f32(s))
+        scale, mn = scale_min(d)
+        return dx * (scale * f32(isum) - mn * f32(s))
 
     def setup(M, N):
         """The lane, its rows and vectors, its first unit and the stride between its steps."""
@@ -485,8 +501,9 @@ def planes_gemv_config(fmt: str, N: int, x: str = "f32", K: int | None = None) -
 
 def weight_planes(Wq, backend=None):
     """The planes of GGMLWeights `Wq` (Q, D), made once and kept in `Wq._arrays` under the key
-    the planes GEMMs of `matmul_q` use, so that both paths share them; f16 weights as uvec4
-    (Q) and a one-element f16 D. `backend`: device arrays on it, else NumPy arrays."""
+    the planes GEMMs of `matmul_q` use; f16 weights as uvec4 (Q) and a one-element f16 D.
+    Q4_K's Q is the one `gemv_operands` made, where it did. `backend`: device arrays on it,
+    else NumPy arrays."""
     key = ("planes", backend)
     if key not in Wq._arrays:
         if Wq.fmt == "f16":
@@ -494,8 +511,28 @@ def weight_planes(Wq, backend=None):
             planes = (raw, np.zeros(1, np.float16))
         else:
             planes = PLANES[Wq.fmt](Wq.data, Wq.M, Wq.K)
-        Wq._arrays[key] = planes if backend is None else \
-            tuple(pc.asarray(a, backend=backend) for a in planes)
+        shared = Wq._arrays.get(("gemv", backend)) if Wq.fmt == "q4_k" else None
+        arrays = planes if backend is None else tuple(pc.asarray(a, backend=backend)
+                                                      for a in planes[shared is not None:])
+        Wq._arrays[key] = arrays if shared is None else (shared[0],) + arrays[-1:]
+    return Wq._arrays[key]
+
+
+def gemv_operands(Wq, backend=None):
+    """(Q, D) as `gemv_planes` reads GGMLWeights `Wq`: `weight_planes`, but for Q4_K the
+    scales as `q4_k_scale_words` (with the planes' Q, one copy shared with the GEMMs' planes
+    where both are made), kept in `Wq._arrays`."""
+    if Wq.fmt != "q4_k":
+        return weight_planes(Wq, backend)
+    key = ("gemv", backend)
+    if key not in Wq._arrays:
+        planes = Wq._arrays.get(("planes", backend))
+        Q = planes[0] if planes is not None else q4_k_planes(Wq.data, Wq.M, Wq.K)[0]
+        D = q4_k_scale_words(Wq.data, Wq.M, Wq.K)
+        if backend is not None:
+            Q = Q if planes is not None else pc.asarray(Q, backend=backend)
+            D = pc.asarray(D, backend=backend)
+        Wq._arrays[key] = (Q, D)
     return Wq._arrays[key]
 
 
@@ -540,7 +577,7 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
         cfg = dataclasses.replace(cfg, x=kind)
     launches = [] if launches is None else launches
     be = X.backend if device else backend
-    Q, D = weight_planes(Wq, be if device else None)
+    Q, D = gemv_operands(Wq, be if device else None)
     src = "f16" if X.dtype == np.float16 else "f32"
     k, grid = cfg.kernel(fmt, subgroup_size, K, src), cfg.grid(M, N)
     kw = {} if device else {"backend": be}
@@ -569,11 +606,12 @@ def matmul_planes_gemv(Wq, X, cfg: PlanesGemvConfig | None = None, *, backend=No
 
 def planes_weights(Wq) -> np.ndarray:
     """The M x K weights (f64) that `gemv_planes` multiplies for GGMLWeights `Wq`: Q4_0
-    d (q - 8), Q8_0 d q, Q4_K scale q - min with the planes' f16 scale and min (each within
-    2^-11 of llama.cpp's d * sc and dmin * m), f16 as is."""
+    d (q - 8), Q8_0 d q, Q4_K (d sc) q - dmin m (llama.cpp's weights), f16 as is."""
     M, K = Wq.M, Wq.K
     if Wq.fmt == "f16":
         return np.asarray(Wq.data, np.float64)
+    if Wq.fmt == "q4_k":
+        return dequantize_q4_k(Wq.data, M, K).astype(np.float64)
     Q, D = weight_planes(Wq)
     b = np.ascontiguousarray(Q).view(np.uint8).reshape(M * K // 32, -1)
     if Wq.fmt == "q8_0":
@@ -581,12 +619,7 @@ def planes_weights(Wq) -> np.ndarray:
     else:
         w = np.concatenate([b & 15, b >> 4], axis=1).astype(np.float64)
     d = np.asarray(D, np.float16).astype(np.float64).reshape(M * K // 32, -1)
-    if Wq.fmt == "q4_0":
-        w = (w - 8.0) * d[:, :1]
-    elif Wq.fmt == "q8_0":
-        w = w * d[:, :1]
-    else:
-        w = w * d[:, :1] - d[:, 1:]
+    w = (w - 8.0) * d[:, :1] if Wq.fmt == "q4_0" else w * d[:, :1]
     return w.reshape(M, K)
 
 

@@ -50,7 +50,7 @@ from .gemm import gemm_q4_0_planes, pack_f16
 from .gemm_quant import gemm_q4_k_planes
 from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, weights
 from .gemv_planes import MAX_N as PLANES_MAX_N
-from .gemv_planes import planes_gemv_config, weight_planes
+from .gemv_planes import gemv_operands, planes_gemv_config, weight_planes
 from .gemvq import gemv_q8_1, q8_1_lanes
 from .limits import SMS
 
@@ -407,7 +407,7 @@ class MLPBlock:
 
     def _gemv_planes(self, W: GGMLWeights, T: int, xq: tuple, Y) -> None:
         cfg = planes_gemv_config(W.fmt, T, "q8_1")
-        Q, D = weight_planes(W, self.backend)
+        Q, D = gemv_operands(W, self.backend)
         self.launches.append(cfg.kernel(W.fmt, self.sg)[cfg.grid(W.M, T)](Q, D, *xq, Y, W.M, T,
                                                                            W.K))
 
@@ -477,7 +477,7 @@ class MLPBlock:
     def _gemm(self, W: GGMLWeights, X, ld: int):
         """W @ X as a new W.M x ld f32 array, X (W.K x ld f16 as uvec4)."""
         k, grid, split, _ = self._gemm_kernel(W, ld)
-        q, d = weight_planes(W, self.backend)       # made once, shared with the token GEMVs
+        q, d = weight_planes(W, self.backend)       # made once, Q shared with the token GEMVs
         Y = (pc.zeros if split > 1 else pc.empty)((W.M, ld), pc.f32, backend=self.backend)
         self.launches.append(k[grid](q, d, X, Y, W.M, ld, W.K))   # splits add into zeros
         return Y

@@ -13,21 +13,12 @@ from hypothesis import strategies as st
 import pycoop as pc
 from pycoop.kernels import matmul_q, q8_1_error_bound, quantize_q8_1_reference, weights
 from pycoop.kernels.gemv_planes import (PlanesGemvConfig, gemv_planes, matmul_planes_gemv,
-                                        planes_gemv_config, planes_gemv_reference, planes_weights,
-                                        weight_planes)
+                                        gemv_operands, planes_gemv_config, planes_gemv_reference,
+                                        planes_weights, weight_planes)
 
 from gemv_cases import check, gguf, make_weights, reference  # noqa: F401 (fixture)
 
 FMTS = ["q4_0", "q8_0", "q4_k", "f16"]
-
-
-def planes_bound(gguf, fmt, W, Wf):
-    """|planes weights - gguf's| allowed: Q4_K's scale and min are rounded once to f16 (2^-11
-    of d * sc * q and dmin * m); the other formats' planes are lossless."""
-    if fmt != "q4_k":
-        return 0.0
-    ref = gguf.quants.dequantize(W, gguf.GGMLQuantizationType.Q4_K).astype(np.float64)
-    return np.abs(Wf - ref).max(), 2.0 ** -11 * 2 * (np.abs(ref).max() + 1.0) * 0.06
 
 
 def check_against_twin(y, twin, X_abs_dot):
@@ -77,21 +68,16 @@ def test_gemv_planes_against_gguf_and_twin(gguf, fmt, x, m, blocks, n, rows, nt,
             check_against_twin(yk, two, absdot)
     if not x.startswith("q8_1"):
         check_against_twin(y, planes_gemv_reference(Wq, X), absdot)
-        if fmt != "q4_k":                               # the planes are lossless: gguf's Y
-            check(y, reference(gguf, fmt, W, X))
+        check(y, reference(gguf, fmt, W, X))            # llama.cpp's weights: gguf's Y
     else:
         q8 = quantize_q8_1_reference(X)
         check_against_twin(y, planes_gemv_reference(Wq, q8=q8), absdot)
         ref = X.astype(np.float64) @ Wf.T                   # within X's quantisation
         bound = q8_1_error_bound(Wf, q8[1]) + 1e-5 * np.abs(ref).max() + 1e-6
         assert (np.abs(y - ref) <= bound).all()
-    if fmt == "q4_k":                                       # planes vs gguf's weights
+    if fmt == "q4_k":               # the scale words keep d, dmin and the 6-bit factors
         ref = gguf.quants.dequantize(W, gguf.GGMLQuantizationType.Q4_K).astype(np.float64)
-        blk = np.ascontiguousarray(W).reshape(m, K // 256, 144)
-        dm = np.ascontiguousarray(blk[..., :4]).view(np.float16).astype(np.float64)
-        # each sub-block's scale and min are rounded once: |dw| <= 2^-11 (d*sc*15 + dmin*m)
-        lim = 2.0 ** -11 * (dm[..., 0] * 63 * 15 + dm[..., 1] * 63)
-        assert (np.abs(Wf - ref).reshape(m, K // 256, 256) <= lim[..., None] * 1.001).all()
+        np.testing.assert_array_equal(Wf, ref)
 
 
 def test_planes_are_shared_with_the_planes_gemms():
@@ -104,6 +90,47 @@ def test_planes_are_shared_with_the_planes_gemms():
     Q, D = weight_planes(Wq)
     assert Wq._arrays[("planes", None)][0] is Q and weight_planes(Wq)[1] is D
     assert Q.shape == (128, 4) and D.dtype == np.float16
+    assert gemv_operands(Wq)[0] is Q and gemv_operands(Wq)[1] is D
+
+
+def q4_k_factors(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 8 six-bit scales and mins of each Q4_K super-block from its 12 scale bytes, one
+    at a time as llama.cpp's get_scale_min_k4 reads them."""
+    sc, mn = np.zeros(q.shape[:-1] + (8,), np.uint8), np.zeros(q.shape[:-1] + (8,), np.uint8)
+    for idx in np.ndindex(q.shape[:-1]):
+        b = [int(v) for v in q[idx]]
+        for j in range(8):
+            if j < 4:
+                sc[idx + (j,)], mn[idx + (j,)] = b[j] & 63, b[j + 4] & 63
+            else:
+                sc[idx + (j,)] = (b[j + 4] & 0xF) | ((b[j - 4] >> 6) << 4)
+                mn[idx + (j,)] = (b[j + 4] >> 4) | ((b[j] >> 6) << 4)
+    return sc, mn
+
+
+@pytest.mark.parametrize("gemv_first", [True, False])
+@pytest.mark.parametrize("backend", [None, "emulator"])
+def test_q4_k_gemv_and_gemm_planes_share_their_nibbles(gemv_first, backend):
+    """Q4_K: the GEMV reads the planes' Q with its own scale words (5 u32 per super-block:
+    d and dmin, then the 6-bit factors in pairs of sub-blocks), the GEMMs Q with f16 scale
+    and min per sub-block; whichever is made first, one Q serves both."""
+    rng = np.random.default_rng(1)
+    W = rng.integers(0, 256, (3, 2, 144), dtype=np.uint8)
+    W[..., 0:4] = np.array([0.5, 0.25], np.float16).view(np.uint8)
+    Wq = weights(W.reshape(3, -1), "q4_k")
+    first, second = (gemv_operands, weight_planes) if gemv_first else (weight_planes,
+                                                                        gemv_operands)
+    a, b = first(Wq, backend), second(Wq, backend)
+    assert a[0] is b[0] and a[1] is not b[1]
+    (Q, S), (_, D) = gemv_operands(Wq, backend), weight_planes(Wq, backend)
+    S = np.asarray(S.numpy() if backend else S)
+    assert Q.shape == (3 * 512 // 32, 4) and S.shape == (3 * 2 * 5,) and S.dtype == np.uint32
+    words = S.reshape(3, 2, 5)
+    np.testing.assert_array_equal(words[..., 0], W[..., 0:4].copy().view(np.uint32)[..., 0])
+    sc, mn = q4_k_factors(W[..., 4:16])
+    np.testing.assert_array_equal(words[..., 1:].view(np.uint8).reshape(3, 2, 8, 2),
+                                  np.stack([sc, mn], -1))
+    assert np.asarray(D.numpy() if backend else D).shape == (3 * 512 // 32, 2)
 
 
 def test_q8_1_block_sums_and_offsets_exact():
@@ -294,7 +321,7 @@ def test_gemv_planes_on_lavapipe(gguf, fmt, x, N, cfg):
     y = matmul_planes_gemv(Wq, X, c, backend="vulkan", subgroup_size=S)
     emu = matmul_planes_gemv(Wq, X, c, backend="emulator", subgroup_size=S)
     np.testing.assert_allclose(y, emu, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(emu).max()))
-    if x == "f32" and fmt != "q4_k":
+    if x == "f32":
         check(y, reference(gguf, fmt, W, X))
 
 
