@@ -141,6 +141,16 @@ def test_split_prefill_is_the_unsplit_one_merged():
     np.testing.assert_array_equal(r.out.numpy(), two.out)
 
 
+def test_split_prefill_bf16_causal_with_heads_in_groups():
+    """bf16 inputs, causal tiles taken heaviest first over 12 heads (groups of 8 and 4)
+    with the keys in 3 chunks: every (tile, head, chunk) once."""
+    Q, K, V, _ = operands(1, 12, 4, 70, 96, 64, seed=9, dtype=ml_dtypes.bfloat16)
+    r = attention(Q, K, V, causal=True, out="f32", backend="emulator", decode=False, splits=3,
+                  **TILE)
+    assert len(r.kernel_ms) == 2
+    check(r, Q, K, V, causal=True, tol=4e-3)
+
+
 @pytest.mark.parametrize("workgroups,keys,expected", [
     (128, 4096, 1), (4096, 32768, 1), (66, 65536, 2), (16, 32768, 8), (1, 1100, 2),
     (1, 511, 1), (2, 100000, 66), (200, 100000, 1)])
