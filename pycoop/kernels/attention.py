@@ -435,9 +435,10 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
 class AttentionResult(NamedTuple):
     out: np.ndarray          # (batch, heads, queries, head_dim)
     lse: np.ndarray          # (batch, heads, queries) f32, natural log
-    time_ms: float           # the kernels' time (decode: both kernels)
+    time_ms: float           # the sum of the kernels' times
     backend: str
-    kernel_ms: tuple = ()    # each kernel's time (decode: the split-KV kernel, the combine)
+    kernel_ms: tuple = ()    # each kernel's time in launch order (the mask's pre-pass, the
+    #                          prefill or split-KV kernel, the merge of the chunks)
 
 
 def _check_shapes(name: str, Q, K, V, mask, causal: bool,
