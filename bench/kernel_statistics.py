@@ -20,7 +20,7 @@ from pycoop.kernels.attention_blocks import tuned_softmax
 from pycoop.kernels.gemv_planes import planes_gemv_config
 from warmup import vulkan_or_skip
 
-PREFILL_TILES = [(128, 64, 128), (128, 64, 256), (128, 128, 256), (64, 64, 128)]
+PREFILL_TILES = [(128, 64, 128), (128, 64, 256), (128, 128, 256), (64, 64, 128), (64, 64, 256)]
 
 
 def attention_kernels():
