@@ -5,9 +5,11 @@ Each invocation reads 16-byte vectors (`uvec4`), `loads` of them issued before a
 with consecutive invocations on consecutive vectors, strides over the buffer by the whole
 grid and folds what it read into one word that it stores (so the loads cannot be dropped).
 Sizes default to llama-8B's weight matrices at N = 1: Q4_0 4096 x 14336 (33.0 MB), Q4_K
-(34.0 MB: the nibbles and `q4_k_scale_words`), Q8_0 (62.4 MB), f16 (117.4 MB). "rotated": each launch reads another copy,
-cycling through at least --rotate-mb (the H100's L2 is 50 MB), as llm_kernels.py times the
-weights; "warm": the same copy every launch. Device time from timestamps, medians.
+(34.0 MB: the nibbles and `q4_k_scale_words`), Q8_0 (62.4 MB), f16 (117.4 MB). "rotated":
+each launch reads another copy of random data (a GPU may read memory of one repeated value
+faster than its DRAM moves), cycling through at least --rotate-mb (the H100's L2 is 50 MB),
+as llm_kernels.py times the weights; "warm": the same copy every launch. Device time from
+timestamps, medians.
 
     python3 bench/read_bandwidth.py [--mb 33.0 117.4] [--waves 1 2 4 8] [--loads 1 2 4 8]
                                     [--workgroup 256 1024]
