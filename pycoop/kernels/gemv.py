@@ -312,7 +312,7 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
                   activations: str = "f32", M: int | None = None,
                   K: int | None = None) -> GemvConfig:
     """The kernel for N vectors of weights in `fmt`: `gemv_planes` over the weight planes at
-    N = 1 (f16, Q4_0, Q8_0; Q4_K with q8_1 activations; one vector of q8_1 activations
+    N = 1 (f16, Q4_0, Q8_0, Q4_K; one vector of q8_1 activations
     quantised in the kernel, above K = `KGROUPS_ABOVE_K` by `KGROUPS` workgroups sharing K,
     where K divides into their stretches) and with q8_1 activations up to 8
     vectors, where K is a multiple of the format's block; for N >= 2 with Q4_0, Q8_0 or Q4_K weights whose shape (`M` x `K`, when given) fits, the
@@ -325,10 +325,10 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
     _check_fmt(fmt)
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be an int >= 1, got {N!r}")
-    # gemv_planes where it wins (H200 sweeps): N = 1, and N <= 8 with q8_1 activations. Q4_K's
-    # planes round its scales to f16, so its float path (exact to gguf's weights) stays on
-    # the GGUF blocks
-    planes = fmt in PLANES_GEMMS and (activations == "q8_1" or (N == 1 and fmt != "q4_k"))
+    # gemv_planes where it wins (H200 sweeps): N = 1, and N <= 8 with q8_1 activations (Q4_K
+    # at N = 1 with f32 X: 26.1 against the GGUF blocks' 34.7 µs at 4096 x 14336; its scale
+    # words give gguf's weights exactly, as the GGUF-block kernel does)
+    planes = fmt in PLANES_GEMMS and (activations == "q8_1" or N == 1)
     if (planes or (fmt == "f16" and N == 1)) and N <= 8 and (
             K is None or K % PLANES_K_MULTIPLE[fmt] == 0):
         x = _check_activations(fmt, activations)

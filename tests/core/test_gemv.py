@@ -154,7 +154,7 @@ def test_choose_kernel_by_shape_and_format():
                                                   split_k=2)                   # planes
     assert choose_kernel("f16", 1) == GemvConfig("gemv_planes", 1, 1, 4, split_k=4)
     assert choose_kernel("f16", 1, K=100) == GemvConfig("gemv", 1, 1)          # K % 8 != 0
-    assert choose_kernel("q4_k", 1).kind == "gemv"     # the float path on the GGUF blocks
+    assert choose_kernel("q4_k", 1).kind == "gemv_planes"   # scale words: gguf's weights
     assert choose_kernel("q4_k", 2).nt == 2 and choose_kernel("q8_0", 3).nt == 4
     assert {choose_kernel("f16", n).nt for n in (5, 16, 64)} == {8}
     assert choose_kernel("f16", 512).kind == "gemv"    # no large-N GEMM: tiles of the GEMV

@@ -138,7 +138,7 @@ def test_gemv_planes_on_gpu(gguf, fmt, x, N):
         assert (np.abs(y - ref) <= bound).all()
         twin = planes_gemv_reference(Wq, q8=q8)        # the driver may round one q differently
         np.testing.assert_allclose(y, twin, rtol=1e-3, atol=1e-3 * np.abs(twin).max())
-    if N == 1 and fmt != "f16":     # (Q4_K with f32 X at N = 1: gemv on the GGUF blocks)
+    if N == 1 and fmt != "f16":     # the dispatcher's choice at N = 1: this kernel
         y1 = matmul_q(Wq, X[0], activations="q8_1" if x != "f32" else x, backend="vulkan")
         np.testing.assert_allclose(y1, y[0], rtol=1e-5, atol=1e-5 * np.abs(y).max())
 
