@@ -7,6 +7,7 @@ flattened so tiles kept in nested lists can be carried through runtime loops.
 """
 from __future__ import annotations
 
+import builtins
 import copy
 import dataclasses
 import numbers
@@ -664,6 +665,26 @@ def kernel_return(value, pos=None):
                            hint="write results into a buffer parameter and `return` without a value",
                            rule_id="frontend.kernel-returns-void")
     return None
+
+
+def printable(callee, x, pos=None):
+    """An argument of `print(...)` in kernel code (or a value an f-string argument formats),
+    returned as it is: print runs once, while the kernel is traced, so a runtime value (a
+    Value, or a list, tuple, dict or record holding one) has no value to show yet and is
+    refused. Another function named print is left alone."""
+    if callee is builtins.print:
+        leaves: list = []
+        _flatten(x, leaves)
+        traced = next((v for v in leaves if isinstance(v, Value)), None)
+        if traced is not None:
+            raise CompileError(
+                f"print() of a runtime value ({traced.type}): kernel code runs once, while "
+                "the kernel is traced, when the value has no value yet", _loc(pos),
+                rule="pycoop: kernel code is traced; print() shows what is known at trace time "
+                     "(sizes, configuration), not the values of a launch",
+                hint="store the value into a buffer parameter and read that after the launch",
+                rule_id="frontend.print-traced")
+    return x
 
 
 def _trace_time_loop(message: str, pos, extra_hint: str = "") -> CompileError:

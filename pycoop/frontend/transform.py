@@ -406,6 +406,26 @@ class _Rewriter(ast.NodeTransformer):
         return out if isinstance(out, list) else [out]
 
     # ---------------------------------------------------------------- expressions
+    def visit_Call(self, node: ast.Call):
+        """`print(...)`: each argument, and each value formatted in an f-string argument,
+        passes `control.printable` first, which refuses a runtime value (print runs once,
+        while tracing, and would show the value's IR name)."""
+        self.generic_visit(node)
+        if not (isinstance(node.func, ast.Name) and node.func.id == "print"):
+            return node
+        pos = self._loc_arg(node)
+
+        def check(e: ast.expr) -> ast.expr:
+            return _call("printable", [ast.Name("print", ast.Load()), e, pos], e)
+
+        for a in node.args:
+            for v in ast.walk(a):
+                if isinstance(v, ast.FormattedValue):
+                    v.value = check(v.value)
+        node.args = [ast.Starred(check(a.value), ast.Load()) if isinstance(a, ast.Starred)
+                     else a if isinstance(a, ast.JoinedStr) else check(a) for a in node.args]
+        return ast.fix_missing_locations(node)
+
     def visit_BoolOp(self, node: ast.BoolOp):
         self.generic_visit(node)
         fn = "and_" if isinstance(node.op, ast.And) else "or_"

@@ -10,6 +10,7 @@ import pytest
 
 import pycoop as pc
 from pycoop import f32, u32
+from pycoop.ir.core import Value
 
 from core_helpers import emu, line_of
 
@@ -290,6 +291,67 @@ def test_a_kernel_returning_a_value_is_reported_at_the_return():
         k_returns.compile()
     at_line(e.value, k_returns, "# HERE")
     assert e.value.rule_id == "frontend.kernel-returns-void"
+
+
+@pc.kernel(workgroup_size=8)
+def k_print_value(A: pc.Buffer[u32], n: u32):
+    i = pc.global_invocation_id.x
+    print("i is", i)                           # HERE
+    A[i] = n
+
+
+@pc.kernel(workgroup_size=8)
+def k_print_fstring(A: pc.Buffer[u32], n: u32):
+    i = pc.global_invocation_id.x
+    print(f"n + 1 = {n + 1}")                  # HERE
+    A[i] = n
+
+
+@pc.kernel(workgroup_size=8)
+def k_print_in_a_list(A: pc.Buffer[u32], n: u32):
+    i = pc.global_invocation_id.x
+    pair = [n, i]
+    if i < n:
+        print(*pair, sep=", ")                 # HERE
+    A[i] = n
+
+
+@pytest.mark.parametrize("kernel,what", [(k_print_value, "u32"), (k_print_fstring, "u32"),
+                                         (k_print_in_a_list, "u32")],
+                         ids=["argument", "f-string", "starred list"])
+def test_print_of_a_runtime_value_is_reported_at_the_print(kernel, what):
+    """print() runs once, while tracing: a runtime value would print as its IR name."""
+    with pytest.raises(pc.CompileError, match=rf"print\(\) of a runtime value \({what}\)") as e:
+        kernel.compile()
+    at_line(e.value, kernel, "# HERE")
+    assert e.value.rule_id == "frontend.print-traced"
+
+
+@pc.kernel(workgroup_size=8)
+def k_print_trace_time(A: pc.Buffer[u32], n: u32, tile: pc.Const[int] = 4):
+    i = pc.global_invocation_id.x
+    print("tile", tile, f"twice {tile * 2}", *[tile, 5], {"k": tile}, sep="|")
+    A[i] = n + tile
+
+
+def test_print_of_trace_time_values_prints_while_tracing(capsys):
+    A = np.zeros(8, np.uint32)
+    emu(k_print_trace_time, (1,), A, 3, tile=6)
+    assert capsys.readouterr().out == "tile|6|twice 12|6|5|{'k': 6}\n"
+    assert (A == 9).all()
+
+
+def test_another_function_named_print_is_left_alone():
+    seen = []
+    print = seen.append                        # noqa: A001 (the kernel's own print)
+
+    @pc.kernel(workgroup_size=8)
+    def k_logs(A: pc.Buffer[u32], n: u32):
+        i = pc.global_invocation_id.x
+        print(i)
+        A[i] = n
+    k_logs.compile()
+    assert len(seen) == 1 and isinstance(seen[0], Value)
 
 
 # --------------------------------------------------------------------------- recursion, dicts
