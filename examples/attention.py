@@ -1,6 +1,7 @@
-"""Flash attention with pycoop.kernels.attention: a causal grouped-query prefill and a
-split-KV decode, checked against NumPy attention (and against torch's
-scaled_dot_product_attention when torch has a CUDA GPU).
+"""Flash attention with pycoop.kernels.attention: a causal grouped-query prefill, a prefill
+of few queries over many keys (its keys split over workgroups and merged) and a split-KV
+decode, checked against NumPy attention (and against torch's scaled_dot_product_attention
+when torch has a CUDA GPU).
 
 The kernels (pycoop/kernels/attention.py) walk the keys in blocks with the online softmax on
 workgroup-scope NV cooperative matrices: Kᵀ read through a transposing tensor view, row maxima
@@ -54,7 +55,8 @@ def run(name, B, H, Hkv, Sq, Skv, D, causal):
     ref, lse = attention_reference(Q, K, V, causal=causal)
     err = np.abs(out - ref).max()
     line = (f"{name}: {B}x{H} heads over {Hkv}, {Sq} queries x {Skv} keys, d{D} on {r.backend}: "
-            f"{r.time_ms:.2f} ms, max abs error {err:.1e}, log-sum-exp error "
+            f"{len(r.kernel_ms)} kernel(s), {r.time_ms:.2f} ms, max abs error {err:.1e}, "
+            f"log-sum-exp error "
             f"{np.abs(lse_got - lse).max():.1e}")
     t = torch_sdpa(Q, K, V, causal)
     if t is not None:
@@ -65,6 +67,9 @@ def run(name, B, H, Hkv, Sq, Skv, D, causal):
 
 def main():
     run("prefill", 1, 4, 2, 75, 75, 64, causal=True)      # 75: not a multiple of the tile
+    # 2 heads of one query tile: 2 workgroups would leave the GPU idle, so the keys are
+    # split in chunks of >= 512 (prefill_splits) and the chunks merged by a second kernel
+    run("long keys", 1, 2, 1, 40, 1200, 64, causal=False)
     run("decode", 1, 8, 2, 1, 300, 128, causal=False)     # 4 query heads per K/V head
 
 
