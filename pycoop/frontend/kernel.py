@@ -919,11 +919,11 @@ class CompiledKernel:
         if checked is not None and not isinstance(checked, bool):
             raise ArgumentError(f"{self.name}.gpu_statistics: checked must be True, False or "
                                 f"None, got {checked!r}")
-        ck = self.variant(self.debug_info, self.abi_kind, self._checked(checked))
-        runtime = vulkan_runtime()
         if self.target == "opencl":
             raise BackendUnavailable(f"{self.name}: no statistics: it is an OpenCL-environment "
                                      "kernel (pycoop.intel ops), which Vulkan does not run")
+        ck = self.variant(self.debug_info, self.abi_kind, self._checked(checked))
+        runtime = vulkan_runtime()
         missing = vulkan_missing(self.variant(self.debug_info, self.abi_kind, False))
         if missing:
             raise BackendUnavailable(f"{self.name}: no statistics: the Vulkan device "

@@ -827,7 +827,7 @@ def narrowable_i64_compare(op) -> bool:
     kinds = []
     for v in op.operands:
         src = v.op
-        if src is not None and src.name == "cast" and str(src.operands[0].type) == "i32":
+        if sign_extended_i32(v):
             kinds.append("extended")
         elif src is not None and src.name == "const" and \
                 -2 ** 31 <= int(src.attrs["value"]) < 2 ** 31:
@@ -835,6 +835,13 @@ def narrowable_i64_compare(op) -> bool:
         else:
             return False
     return "extended" in kinds
+
+
+def sign_extended_i32(v) -> bool:
+    """Whether value `v` is an i32 converted to i64 (a cast, emitted as OpSConvert)."""
+    op = getattr(v, "op", None)
+    return (op is not None and op.name == "cast" and str(v.type) == "i64"
+            and str(op.operands[0].type) == "i32")
 
 
 def _narrowed_operands(ctx, op) -> list[int]:

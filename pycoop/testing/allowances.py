@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pycoop.ops.core import COMPARE, narrowable_i64_compare
+from pycoop.ops.core import COMPARE, narrowable_i64_compare, sign_extended_i32
 from pycoop.ir.registry import get
 from pycoop.runtime.vulkan import get_runtime
 
@@ -248,13 +248,6 @@ def _abs_of_nonnegative_select(op, r, x):
     return np.broadcast_to(x, np.shape(r)).astype(np.asarray(r).dtype)
 
 
-def _sign_extended_i32(v) -> bool:
-    """Whether `v` is an i32 value converted to i64 (OpSConvert)."""
-    op = getattr(v, "op", None)
-    return (op is not None and op.name == "cast" and str(v.type) == "i64"
-            and str(op.operands[0].type) == "i32")
-
-
 def _sext_compare_as_greater(op, r, a, b):
     # Mesa 22.3.6 evaluates a signed ordered comparison of an i32 value sign-extended to i64
     # with a constant that i32 holds as if the extended value were the greater: `w < 8` and
@@ -270,7 +263,7 @@ def _sext_compare_as_greater(op, r, a, b):
     x, y = op.operands
     for ext, const, ext_left in ((x, y, True), (y, x, False)):
         c = _known_constant(const)
-        if _sign_extended_i32(ext) and c is not None and -2 ** 31 <= int(c) < 2 ** 31:
+        if sign_extended_i32(ext) and c is not None and -2 ** 31 <= int(c) < 2 ** 31:
             greater = kind in ("gt", "ge")          # `ext kind const` true where ext is greater
             return np.full(np.shape(r), greater if ext_left else not greater, dtype=bool)
     return r
