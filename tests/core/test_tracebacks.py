@@ -66,6 +66,21 @@ def oob(x: pc.Buffer[f32]):
     x[i + 1] = 1.0                             # OOB
 
 
+@pc.kernel(workgroup_size=64)
+def prints(x: pc.Buffer[f32], n: u32):
+    print("n is", n)                           # PRINT
+    x[0] = 1.0
+
+
+def test_print_of_a_runtime_value_shows_the_kernel_frame_only():
+    e = _raises(pc.CompileError, prints.compile)
+    tb = e.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert (tb.tb_frame.f_code.co_filename, tb.tb_lineno) == (__file__, e.loc.line)
+    assert "# PRINT" in str(e)
+
+
 def test_compile_keeps_the_kernel_frame_only():
     e = _raises(pc.CompileError, mixed.compile)
     frames = []
