@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from pycoop.ops.core import COMPARE, narrowable_i64_compare, sign_extended_i32
+from pycoop.ir.core import walk_block
 from pycoop.ir.registry import get
-from pycoop.runtime.vulkan import get_runtime
+from pycoop.runtime.vulkan import PipelineError, get_runtime
+from pycoop.types import BufferType
 
 _NUMERICS = "docs/numerics.md, Driver workarounds, lavapipe (Mesa 22.3.6)"
 _NUMERICS_NV = "docs/numerics.md, Driver workarounds, NVIDIA 580.159.04"
@@ -319,6 +321,55 @@ ALLOWANCES: tuple[Allowance, ...] = (
               "declare DenormPreserve, which fp='exact' does not)", _NUMERICS_NV, _ftz_result,
               operands=_ftz_operands),
 )
+
+
+# A driver that fails to build some valid modules: (name, device pattern, condition on the IR
+# module, what). The fuzzer counts such a kernel's `PipelineError` as the known defect (under
+# the allowance's name) only where the module meets the condition; any other pipeline failure
+# stays a finding.
+def loop_invariant_buffer_loads(module) -> list:
+    """The buffer loads inside a loop whose buffer and index the loop does not change (their
+    source locations). A value counts as changing in the loop, conservatively, where it is a
+    block argument of the loop or of an op nested in it, the result of a load, of an op with
+    regions or of an op with such an operand."""
+    found = []
+    for op in module.walk():
+        if op.name != "loop":
+            continue
+        variant = {id(a) for r in op.regions for a in r.args}
+        for inner in (o for r in op.regions for o in walk_block(r)):
+            variant.update(id(a) for r in inner.regions for a in r.args)
+            changes = inner.regions or any(id(v) in variant for v in inner.operands)
+            if inner.name == "load" and not changes and isinstance(inner.operands[0].type,
+                                                                   BufferType):
+                found.append(inner.loc)
+            if changes or inner.name == "load":
+                variant.update(id(v) for v in inner.results)
+    return found
+
+
+PIPELINE_DEFECTS = (
+    # vkCreateComputePipelines fails (VK_ERROR_UNKNOWN, "NVVM compilation failed") on some
+    # valid modules with a loop whose body loads from a buffer at an address the loop does not
+    # change; intermittent (docs/numerics.md, Driver workarounds, NVIDIA 580.159.04)
+    ("nvidia_nvvm_loop_invariant_load", r"^NVIDIA .*\| NVIDIA 580\.", loop_invariant_buffer_loads),
+)
+
+
+def pipeline_defects_for(device: str) -> tuple[str, ...]:
+    """The names of the pipeline-build defects of `device` ("name | driver version")."""
+    return tuple(name for name, pattern, _ in PIPELINE_DEFECTS if re.search(pattern, device))
+
+
+def known_pipeline_defect(exc: BaseException, module, device: str) -> str | None:
+    """The name of the documented driver defect that explains `exc`, a Vulkan launch's
+    failure of the IR `module` on `device`, or None."""
+    if not isinstance(exc, PipelineError):
+        return None
+    for name, pattern, meets in PIPELINE_DEFECTS:
+        if re.search(pattern, device) and meets(module):
+            return name
+    return None
 
 
 def allowances_for(device: str, cpu_flags: frozenset | None = None) -> tuple[Allowance, ...]:

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import pycoop as pc
-from pycoop.kernels import Softmax, attention, attention_prefill, attention_reference
+from pycoop.kernels import (Softmax, attention, attention_prefill, attention_reference,
+                            prefill_splits)
 
 pytestmark = pytest.mark.gpu
 
@@ -86,7 +87,10 @@ def test_masks_of_zeros_and_minus_infinity_skip_blocks_on_gpu(Sq, Skv, causal):
     r = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="vulkan")
     every = attention(Q, K, V, mask=mask, causal=causal, out="f32", backend="vulkan",
                       mask_blocks=False)
-    assert len(r.kernel_ms) == 2
+    # the mask's pre-pass and the prefill; where the 48-64 workgroups leave SMs idle (on a
+    # GPU of 132 SMs) the prefill splits the keys and a merge follows
+    split = prefill_splits(-(-Sq // 128) * 16, Skv) > 1
+    assert len(r.kernel_ms) == (3 if split else 2), (r.kernel_ms, split)
     np.testing.assert_allclose(r.out, every.out, rtol=1e-5, atol=1e-6)
     ref, lse = attention_reference(Q, K, V, mask=mask, causal=causal)
     err = float(np.abs(r.out - ref).max())
