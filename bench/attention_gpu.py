@@ -229,6 +229,12 @@ DECODE_VARIANTS.update({
                                          merge_unroll=2, splits=n) for n in (32, 96, 128)},
     **{f"vec p u2 x8 ph m2 g{n}": _dvec(prefetch=True, unroll=2, width=8, merge="phase",
                                          merge_unroll=2, subgroups=n) for n in (2, 8)},
+    # fewer registers per key in flight: one key per iteration loaded 2-4 iterations ahead
+    # (16-byte loads), or 32 lanes per key (8-byte loads: half the q and o registers a lane)
+    **{f"vec p{a} u1 x8 ph m2": _dvec(prefetch=a, unroll=1, width=8, merge="phase",
+                                       merge_unroll=2) for a in (2, 3, 4)},
+    **{f"vec p{a} u{u} ph m2 l32": _dvec(prefetch=a, unroll=u, merge="phase", merge_unroll=2,
+                                          lanes=32) for a in (1, 2) for u in (2, 4)},
     **{f"vec p u{u} x8 ph m2 l{n}": _dvec(prefetch=True, unroll=u, width=8, merge="phase",
                                            merge_unroll=2, lanes=n)
        for n in (4, 8) for u in (1, 2)},
