@@ -323,10 +323,6 @@ ALLOWANCES: tuple[Allowance, ...] = (
 )
 
 
-# A driver that fails to build some valid modules: (name, device pattern, condition on the IR
-# module, what). The fuzzer counts such a kernel's `PipelineError` as the known defect (under
-# the allowance's name) only where the module meets the condition; any other pipeline failure
-# stays a finding.
 def loop_invariant_buffer_loads(module) -> list:
     """The buffer loads inside a loop whose buffer and index the loop does not change (their
     source locations). A value counts as changing in the loop, conservatively, where it is a
@@ -348,6 +344,10 @@ def loop_invariant_buffer_loads(module) -> list:
     return found
 
 
+# Drivers that fail to build some valid modules: (name, device pattern, condition on the IR
+# module). The fuzzer counts such a kernel's `PipelineError` as the known defect (under its
+# name, as an allowance) only where the module meets the condition; any other pipeline
+# failure stays a finding.
 PIPELINE_DEFECTS = (
     # vkCreateComputePipelines fails (VK_ERROR_UNKNOWN, "NVVM compilation failed") on some
     # valid modules with a loop whose body loads from a buffer at an address the loop does not
