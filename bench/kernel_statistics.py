@@ -8,7 +8,7 @@ to local memory, which the driver may report as well. Where the driver reports a
 count, the table adds how many workgroups an SM of the H100 / H200 holds at once and which
 limit binds (registers, invocations, shared memory), as an estimate from Hopper's limits.
 
-    python3 bench/kernel_statistics.py [--only attention gemv gemm]
+    python3 bench/kernel_statistics.py [--only attention decode gemv gemm]
 """
 from __future__ import annotations
 
@@ -35,6 +35,10 @@ def attention_kernels():
                    attention_prefill(d, br, bc, inv, softmax=prefetch))
     yield "decode d128 32x64/128", attention_decode(128, 32, 64, 128)
     yield "decode d128 32x64/128 Softmax()", attention_decode(128, 32, 64, 128, softmax=Softmax())
+    yield from decode_kernels()
+
+
+def decode_kernels():
     # the vector decode at the goal's shape (4 query rows per K/V head, 8 subgroups, 2 keys
     # per iteration, 16-byte loads): the chunks alone, with the merge as a second dispatch
     # (the default) and merged by the last workgroup, whose kernel ran twice as long
@@ -46,6 +50,13 @@ def attention_kernels():
            attention_decode_vector(**vec, phases=True, merge_columns=4))
     yield "vector decode d128 r4 g8 merged", attention_decode_vector(**vec, merge=True)
     yield "attention_merge d128 (unroll 2)", attention_merge(128, unroll=2)
+    # 4 subgroups (the default at 32768 keys), each chunk read by 1, 2 or 4 workgroups holding
+    # 4, 2 or 1 of the query rows, loading 1 or 2 iterations ahead
+    for groups in (1, 2, 4):
+        for ahead in (1, 2):
+            yield (f"vector decode d128 r4 g4 phases, row_groups {groups}, prefetch {ahead}",
+                   attention_decode_vector(**{**vec, "subgroups": 4, "prefetch": ahead},
+                                           phases=True, row_groups=groups))
 
 
 def gemv_kernels():
@@ -60,7 +71,8 @@ def gemm_kernels():
     yield "gemm_q4_0 (defaults)", gemm_q4_0()
 
 
-GROUPS = {"attention": attention_kernels, "gemv": gemv_kernels, "gemm": gemm_kernels}
+GROUPS = {"attention": attention_kernels, "decode": decode_kernels, "gemv": gemv_kernels,
+          "gemm": gemm_kernels}
 
 # An SM of the H100 / H200 (Hopper): 32-bit registers, invocations, shared memory (bytes a
 # workgroup may use of 228 KiB; each workgroup also costs 1 KiB of the driver's) and
