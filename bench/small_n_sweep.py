@@ -7,6 +7,10 @@ Atomic split-K times leave out zeroing Y (one vkCmdFillBuffer of M x N floats).
 
     python3 bench/small_n_sweep.py [--formats q4_0 q4_k] [--ns 8 16 32 64] [--shapes 4096x14336]
 
+`--ahead 1 2 3`: each configuration also loading W and X 2 or 3 k-steps ahead (`ahead`);
+`--around-default`: only the dispatcher's configuration (`planes_config`), 64 and 128 deep,
+with each `--ahead`.
+
 Prints the best configurations per (shape, format, N). Skips (exit 0) without a Vulkan device."""
 import argparse
 import itertools
@@ -18,7 +22,7 @@ import numpy as np
 import pycoop as pc
 from pycoop.kernels import (gemm_q4_0_planes, gemm_q4_k_planes, gemm_q8_0_planes, q4_0_planes,
                             q4_k_planes, q8_0_planes, quantize_q4_k, quantize_q8_0, sum_splits)
-from pycoop.kernels.gemv import BLOCKS
+from pycoop.kernels.gemv import BLOCKS, planes_config
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from llm_kernels import CONFIG_WARMUP_S, torch_times  # noqa: E402
@@ -39,7 +43,22 @@ def weights_raw(fmt, M, K, rng):
     return b.reshape(M, -1)
 
 
-def candidates(N, modes=("stacked", "atomic")):
+def around_default(M, N, K, ahead=(1,)):
+    """The dispatcher's configuration for the shape, 64 and 128 deep, loading `ahead` k-steps
+    ahead (split-K halved where K does not divide)."""
+    cfg = planes_config(M, N, K)
+    BM, BN, _ = cfg.tile
+    out = []
+    for BK in (64, 128):
+        split = cfg.split_k
+        while split > 1 and K % (BK * split):
+            split //= 2
+        out += [(BM, BN, BK, cfg.subgroups, max(1, BN // 64), split,
+                 "atomic" if split > 1 else "stacked", a) for a in ahead]
+    return out
+
+
+def candidates(N, modes=("stacked", "atomic"), ahead=(1,)):
     out = []
     for BN in (16, 32, 64):       # narrower tiles than N too: several along the vectors
         if BN > max(16, 2 * N):
@@ -50,10 +69,10 @@ def candidates(N, modes=("stacked", "atomic")):
             TN = BN // (16 * SGN)
             if TN < 1 or BM % (16 * SGM):
                 continue
-            for split, mode in itertools.product((1, 2, 4, 8, 16), modes):
+            for split, mode, a in itertools.product((1, 2, 4, 8, 16), modes, ahead):
                 if split == 1 and mode == "atomic" and "stacked" in modes:
                     continue
-                out.append((BM, BN, BK, SGM, SGN, split, mode))
+                out.append((BM, BN, BK, SGM, SGN, split, mode, a))
     return out
 
 
@@ -68,6 +87,9 @@ def main():
     ap.add_argument("--modes", nargs="+", default=["stacked", "atomic"],
                     choices=["stacked", "atomic"], help="split-K modes tried")
     ap.add_argument("--backend", default="vulkan", help="emulator: a check of the script at small sizes")
+    ap.add_argument("--ahead", type=int, nargs="+", default=[1], help="k-steps loaded ahead")
+    ap.add_argument("--around-default", action="store_true",
+                    help="only the dispatcher's configuration, 64 and 128 deep, with each --ahead")
     args = ap.parse_args()
     BK_ = args.backend
     try:
@@ -97,13 +119,15 @@ def main():
                 except Exception as e:                        # noqa: BLE001
                     print(f"torch: {e}")
                 res = []
-                for BM, BN, BK, SGM, SGN, split, mode in candidates(N, tuple(args.modes)):
+                configs = (around_default(M, N, K, tuple(args.ahead)) if args.around_default
+                           else candidates(N, tuple(args.modes), tuple(args.ahead)))
+                for BM, BN, BK, SGM, SGN, split, mode, ahead in configs:
                     Np = -(-N // BN) * BN
                     if M % BM or K % (BK * split):
                         continue
                     try:
                         k = gemm(BM, BN, BK, SGM, SGN, split_k=split, split_k_mode=mode, x_rows=True,
-                                 x_f32=True)
+                                 x_f32=True, ahead=ahead)
                         y = pc.zeros((Np, M), pc.f32, backend=BK_)
                         p = pc.zeros((split * Np, M), pc.f32, backend=BK_) if mode == "stacked" and split > 1 else None
                         grid = (M // BM, Np // BN, split) if split > 1 else (M // BM, Np // BN)
@@ -139,9 +163,11 @@ def main():
                             runs = [launch(ws[i % copies]) for i in range(args.repeat)]
                         pc.synchronize()
                         t = statistics.median(sum(r.times_ms[0] for r in run) for run in runs) * 1e3
-                        res.append((t, f"BM{BM} BN{BN} BK{BK} sg{SGM}x{SGN} split{split} {mode}", err))
+                        res.append((t, f"BM{BM} BN{BN} BK{BK} sg{SGM}x{SGN} split{split} {mode} "
+                                       f"ahead{ahead}", err))
                     except Exception as e:                    # noqa: BLE001
-                        res.append((float("inf"), f"BM{BM} BN{BN} BK{BK} sg{SGM}x{SGN} split{split} {mode}: "
+                        res.append((float("inf"), f"BM{BM} BN{BN} BK{BK} sg{SGM}x{SGN} split{split} {mode} "
+                                    f"ahead{ahead}: "
                                     f"{type(e).__name__}: {str(e).splitlines()[0][:80]}", float("nan")))
                 res.sort()
                 for t, name, err in res[:args.top]:

@@ -97,3 +97,40 @@ def test_planes_config_that_does_not_fit_is_refused(gguf):
     with pytest.raises(ValueError, match="tile .* does not fit M=64, K=256"):
         matmul_q(W, X, "q4_0", backend="emulator",
                  config=GemvConfig("planes", subgroups=4, tile=(128, 16, 64), split_k=1))
+
+
+@settings(max_examples=20, deadline=None)
+@given(fmt=st.sampled_from(["q4_0", "q8_0", "q4_k"]), m=st.sampled_from([64, 128]),
+       k=st.sampled_from([256, 512, 768]), n=st.integers(2, 40), ahead=st.integers(2, 4),
+       split=st.sampled_from([1, 2, 4]), seed=st.integers(0, 2**16))
+def test_loading_further_ahead_changes_no_bit(gguf, fmt, m, k, n, ahead, split, seed):
+    """`ahead` (GemvConfig, the planes GEMMs) loads W and X 2-4 k-steps before their products
+    instead of 1; the products and sums are the same in the same order (stacked split-K: one
+    order), also where a split has fewer k-steps than it loads ahead."""
+    if k % (64 * split):
+        split = 1
+    W = make_weights(gguf, fmt, m, k, seed)
+    X = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
+    base = planes_config(m, n, k)
+    cfg = GemvConfig("planes", subgroups=base.subgroups, tile=base.tile, split_k=split)
+    a = matmul_q(W, X, fmt, backend="emulator", config=cfg, deterministic=True)
+    b = matmul_q(W, X, fmt, backend="emulator", deterministic=True,
+                 config=GemvConfig("planes", subgroups=base.subgroups, tile=base.tile,
+                                   split_k=split, ahead=ahead))
+    np.testing.assert_array_equal(a, b)
+    check(b, X, f16_weights(gguf, fmt, W, m, k))
+
+
+def test_planes_gemms_loading_ahead_pass_spirv_val_and_check_ahead():
+    from pycoop.kernels import gemm_q4_k_planes, gemm_q8_0_planes
+    for gemm in (gemm_q4_0_planes, gemm_q8_0_planes, gemm_q4_k_planes):
+        assert gemm(128, 32, 64, 2, 1, split_k=8, split_k_mode="atomic", x_rows=True,
+                    x_f32=True, ahead=2).compile().spv                       # spirv-val
+    for bad in (0, 5, True, 1.5):
+        with pytest.raises(ValueError, match=r"ahead \(k-steps loaded ahead\) must be an int "
+                                             r"from 1 to 4, got"):
+            gemm_q4_0_planes(ahead=bad)
+    with pytest.raises(ValueError, match="ahead .* is a field of 'planes' configs, got ahead=2 "
+                                         "with kind 'gemv'"):
+        matmul_q(np.zeros((4, 18 * 8), np.uint8), np.ones((2, 256), np.float32), "q4_0",
+                 backend="emulator", config=GemvConfig("gemv", ahead=2))
