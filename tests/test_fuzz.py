@@ -446,6 +446,17 @@ _COMPLEMENT = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}").replace(
     "    O[i] = f32((~u8(0)) % u8(3)) - pc.cast(A[i], f32)\n")
 
 
+# seed 8105212 (exact mode, lavapipe, 2026-11-28): a select of one zero both ways is that zero
+# to the driver, whatever its condition, so `select(c, 0.0, 0.0) - x` becomes `-x` (x is +0.0
+# for most of the runner's random inputs here)
+_SELECT_SAME = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}").replace(
+    "from pycoop import u32, f32", "from pycoop import u32, i16, f32") + (
+    '@pc.kernel(workgroup_size=8, fp="exact")\n'
+    "def kern(A: pc.ReadBuffer[i16], O: pc.Buffer[f32]):\n"
+    "    i = pc.local_invocation_index()\n"
+    "    O[i] = pc.select(A[i] > i16(3), f32(0.0), f32(0.0)) - f32(A[i] // i16(30000))\n")
+
+
 def _on_lavapipe() -> bool:
     """Whether the Vulkan device is lavapipe 22.3.6 (the one these allowances are for)."""
     try:
@@ -458,8 +469,9 @@ def _on_lavapipe() -> bool:
     (_ABS_OF_SELECT, "lavapipe_abs_of_nonnegative_select", [0.5, 2.0] * 4,
      (np.float32, np.float32), 0.5),
     (_TRUNCATIONS, "lavapipe_zero_operand_folding", [0, 7] * 4, (np.uint64, np.float64), 0),
-    (_COMPLEMENT, "lavapipe_zero_operand_folding", [0, 5] * 4, (np.uint32, np.float32), 0)],
-    ids=["abs", "truncations", "complement"])
+    (_COMPLEMENT, "lavapipe_zero_operand_folding", [0, 5] * 4, (np.uint32, np.float32), 0),
+    (_SELECT_SAME, "lavapipe_zero_operand_folding", [0, 30001] * 4, (np.int16, np.float32), 0)],
+    ids=["abs", "truncations", "complement", "select-same"])
 def test_lavapipe_folds_found_by_the_exact_campaign(program, name, values, dtypes, hit):
     """The model gives -0.0 exactly where lavapipe does (inputs equal to `hit`; the IEEE
     result: +0.0), and on lavapipe the runner allows the difference through that allowance
@@ -480,6 +492,48 @@ def test_lavapipe_folds_found_by_the_exact_campaign(program, name, values, dtype
     if _on_lavapipe():
         o = run_program(program, backend="vulkan", signed_zero=True)
         assert o.cls == "ok" and o.allowed == (name,), o
+
+
+# Seed 8104857 (exact mode, lavapipe, 2026-11-28): min(0.0, x) of x = -0.0 is +0.0 there,
+# where the allowance said the second operand (-0.0): LLVM moves a constant operand second.
+# Every min/max of a constant zero, either side, and of a runtime pair
+_MIN_MAX_CONSTANT = _HEADER.replace("{'A': 8}", "{'A': 8, 'B': 8, 'O': 80}") + (
+    '@pc.kernel(workgroup_size=8, fp="exact")\n'
+    "def kern(A: pc.ReadBuffer[f32], B: pc.ReadBuffer[f32], O: pc.Buffer[f32]):\n"
+    "    i = pc.local_invocation_index()\n"
+    "    x, z, nz = A[i], f32(0.0), -f32(0.0)\n"
+    "    for j, v in enumerate([pc.min(z, x), pc.min(x, z), pc.min(nz, x), pc.min(x, nz),\n"
+    "                           pc.max(z, x), pc.max(x, z), pc.max(nz, x), pc.max(x, nz),\n"
+    "                           pc.min(x, B[i]), pc.max(x, B[i])]):\n"
+    "        O[j * 8 + i] = v\n")
+
+
+def test_lavapipe_min_max_with_a_constant_zero_give_the_constant():
+    """The allowance's model gives the constant for a +-0 pair with one constant operand and
+    the second operand of a runtime pair; on lavapipe it reproduces the device's bits."""
+    from pycoop.testing.runner import load
+    module = load(_MIN_MAX_CONSTANT)
+    a = np.array([-0.0, 0.0, -0.0, 0.0, 1.0, -2.0, 0.0, -0.0], np.float32)
+    b = np.array([0.0, -0.0, -0.0, 0.0, 1.0, 3.0, -0.0, 0.0], np.float32)
+    model = [m for m in _LAVAPIPE_ALL if m.name == "lavapipe_min_max_of_zeros"]
+    outs, bits = [], []
+    for m in ((), model):
+        o = np.full(80, np.nan, np.float32)
+        with device_model(m):
+            module.kern[1](a, b, o, backend="emulator")
+        outs.append(np.signbit(o.reshape(10, 8)[:, :4]).astype(int).tolist())
+        bits.append(o.tobytes())
+    ieee, lavapipe = outs
+    assert ieee == [[1, 0, 1, 0], [1, 0, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1],
+                    [0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 1, 0], [1, 0, 1, 0],
+                    [1, 1, 1, 0], [0, 0, 1, 0]]
+    assert lavapipe == [[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1],
+                        [0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1],
+                        [0, 1, 1, 0], [0, 1, 1, 0]]
+    if _on_lavapipe():
+        o = np.full(80, np.nan, np.float32)
+        module.kern[1](a, b, o, backend="vulkan")
+        assert o.tobytes() == bits[1]
 
 
 # Seed 7800720 (exact mode, lavapipe, 2026-11-28), reduced by hand: comparisons of an i32

@@ -68,11 +68,39 @@ class Allowance:
 
 
 def _min_max_second_of_zeros(op, r, a, b):
-    # lavapipe's FMin/FMax (LLVM minnum/maxnum) return the second operand of a +-0 pair; the
-    # emulator orders -0 below +0 (IEEE minimumNumber/maximumNumber), as the H100 does.
+    # lavapipe's FMin/FMax (LLVM minnum/maxnum, on x86 MINPS/MAXPS, which return their
+    # second operand for a +-0 pair) give the second operand of a +-0 pair; the emulator
+    # orders -0 below +0 (IEEE minimumNumber/maximumNumber), as the H100 does. Where the
+    # compiler knows one operand is no NaN and not the other, it puts that one second (MINPS
+    # also returns the second operand for a NaN): the pair then gives it (seed 8104857:
+    # min(f32(n), x) of n = 0 and x = -0.0 is +0.0 there, whichever side f32(n) is on).
     if op.attrs["kind"] not in ("min", "max") or r.dtype.kind != "f":
         return r
-    return np.where((a == 0) & (b == 0), b, r).astype(r.dtype, copy=False)
+    na, nb = (_never_nan(x) for x in op.operands)
+    second = a if na and not nb else b
+    return np.where((a == 0) & (b == 0), second, r).astype(r.dtype, copy=False)
+
+
+def _never_nan(v) -> bool:
+    """Whether the driver's compiler knows `v` is no NaN (as LLVM's isKnownNeverNaN, as far as
+    these rules follow it): a literal other than NaN, a conversion from an integer, a float
+    conversion, negation, abs or rounding of such a value, a select of two such values, and a
+    min or max with one."""
+    op = getattr(v, "op", None)
+    if op is None:
+        return False
+    if op.name == "const":
+        return not np.isnan(op.attrs["value"])
+    if op.name == "cast":
+        src = op.operands[0]
+        return not getattr(src.type, "is_float", False) or _never_nan(src)
+    if op.name == "unary" and op.attrs["kind"] in ("neg", "abs", "floor", "ceil", "trunc"):
+        return _never_nan(op.operands[0])
+    if op.name == "select":
+        return _never_nan(op.operands[1]) and _never_nan(op.operands[2])
+    if op.name == "binary" and op.attrs["kind"] in ("min", "max"):
+        return any(_never_nan(x) for x in op.operands)
+    return False
 
 
 def _f64_to_f16_through_f32(op, r, x):
@@ -159,7 +187,8 @@ _UNARY_FOLDS = {"neg": np.negative, "not": np.invert, "abs": np.abs, "floor": np
 def _known_constant(v):
     """The value the driver's compiler knows `v` to have at compile time (None: a runtime
     value), as far as these rules follow it: literals; conversions, negation, `abs` and
-    rounding of known values; comparisons, `select` and `min`/`max` of known values; integer
+    rounding of known values; comparisons, `select` and `min`/`max` of known values (a
+    `select` of one known value both ways, whatever its condition); integer
     `+ - * // % & | ^` of known values, `x - x` and `x ^ x` (also of two truncations of one
     value to the same width, `u16(i16(x)) - u16(x)`), `~` of a known value, `x * 0`, `x & 0`
     and `x >> 0`; float
@@ -173,7 +202,13 @@ def _known_constant(v):
         return None if a is None or b is None else bool(COMPARE[op.attrs["kind"]][3](a, b))
     if op.name == "select":
         c = _known_constant(op.operands[0])
-        return None if c is None else _known_constant(op.operands[1 if c else 2])
+        if c is not None:
+            return _known_constant(op.operands[1 if c else 2])
+        # a select of one known value both ways is that value (seed 8105212:
+        # `select(i8(0) > i8(n), 0.0, 0.0) - x` is `-x` there)
+        a, b = (_known_constant(x) for x in op.operands[1:])
+        same = a is not None and b is not None and np.asarray(a).tobytes() == np.asarray(b).tobytes()
+        return a if same else None
     if v.type.is_bool:
         return None
     dtype = v.type.dtype
@@ -295,7 +330,8 @@ def _fold_zero_operands(op, r, a, b):
 
 ALLOWANCES: tuple[Allowance, ...] = (
     Allowance("lavapipe_min_max_of_zeros", r"llvmpipe .*Mesa 22\.3\.6", "binary",
-              "float min/max of a +0/-0 pair give the second operand", _NUMERICS,
+              "float min/max of a +0/-0 pair give the second operand (an operand known to be "
+              "no NaN, where the other is not, counts as the second)", _NUMERICS,
               _min_max_second_of_zeros),
     Allowance("lavapipe_f64_to_f16", r"llvmpipe .*Mesa 22\.3\.6", "cast",
               "f64 -> f16 conversion rounds twice, through f32", _NUMERICS,
