@@ -496,15 +496,18 @@ def test_lavapipe_folds_found_by_the_exact_campaign(program, name, values, dtype
 
 # Seed 8104857 (exact mode, lavapipe, 2026-11-28): min(0.0, x) of x = -0.0 is +0.0 there,
 # where the allowance said the second operand (-0.0): LLVM moves a constant operand second.
-# Every min/max of a constant zero, either side, and of a runtime pair
-_MIN_MAX_CONSTANT = _HEADER.replace("{'A': 8}", "{'A': 8, 'B': 8, 'O': 80}") + (
+# Every min/max of a constant zero, either side, of a runtime pair, and (seed 8105049) of two
+# values known to be no NaN: a select of zeros and an `if` of a known condition
+_MIN_MAX_CONSTANT = _HEADER.replace("{'A': 8}", "{'A': 8, 'B': 8, 'O': 88}").replace(
+    "from pycoop import u32, f32", "from pycoop import u32, u8, f32") + (
     '@pc.kernel(workgroup_size=8, fp="exact")\n'
     "def kern(A: pc.ReadBuffer[f32], B: pc.ReadBuffer[f32], O: pc.Buffer[f32]):\n"
     "    i = pc.local_invocation_index()\n"
     "    x, z, nz = A[i], f32(0.0), -f32(0.0)\n"
     "    for j, v in enumerate([pc.min(z, x), pc.min(x, z), pc.min(nz, x), pc.min(x, nz),\n"
     "                           pc.max(z, x), pc.max(x, z), pc.max(nz, x), pc.max(x, nz),\n"
-    "                           pc.min(x, B[i]), pc.max(x, B[i])]):\n"
+    "                           pc.min(x, B[i]), pc.max(x, B[i]),\n"
+    "                           pc.min(pc.select(x == x, nz, z), z if u8(1) <= u8(1) else x)]):\n"
     "        O[j * 8 + i] = v\n")
 
 
@@ -518,20 +521,20 @@ def test_lavapipe_min_max_with_a_constant_zero_give_the_constant():
     model = [m for m in _LAVAPIPE_ALL if m.name == "lavapipe_min_max_of_zeros"]
     outs, bits = [], []
     for m in ((), model):
-        o = np.full(80, np.nan, np.float32)
+        o = np.full(88, np.nan, np.float32)
         with device_model(m):
             module.kern[1](a, b, o, backend="emulator")
-        outs.append(np.signbit(o.reshape(10, 8)[:, :4]).astype(int).tolist())
+        outs.append(np.signbit(o.reshape(11, 8)[:, :4]).astype(int).tolist())
         bits.append(o.tobytes())
     ieee, lavapipe = outs
     assert ieee == [[1, 0, 1, 0], [1, 0, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1],
                     [0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 1, 0], [1, 0, 1, 0],
-                    [1, 1, 1, 0], [0, 0, 1, 0]]
+                    [1, 1, 1, 0], [0, 0, 1, 0], [1, 1, 1, 1]]
     assert lavapipe == [[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1],
                         [0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1],
-                        [0, 1, 1, 0], [0, 1, 1, 0]]
+                        [0, 1, 1, 0], [0, 1, 1, 0], [0, 0, 0, 0]]
     if _on_lavapipe():
-        o = np.full(80, np.nan, np.float32)
+        o = np.full(88, np.nan, np.float32)
         module.kern[1](a, b, o, backend="vulkan")
         assert o.tobytes() == bits[1]
 

@@ -83,14 +83,15 @@ def _min_max_second_of_zeros(op, r, a, b):
 
 def _never_nan(v) -> bool:
     """Whether the driver's compiler knows `v` is no NaN (as LLVM's isKnownNeverNaN, as far as
-    these rules follow it): a literal other than NaN, a conversion from an integer, a float
-    conversion, negation, abs or rounding of such a value, a select of two such values, and a
-    min or max with one."""
+    these rules follow it): a value it knows (`_known_constant`) other than NaN, a conversion
+    from an integer, a float conversion, negation, abs or rounding of such a value, a select
+    of two such values or an `if` yielding such values both ways, and a min or max with one."""
     op = getattr(v, "op", None)
     if op is None:
         return False
-    if op.name == "const":
-        return not np.isnan(op.attrs["value"])
+    known = _known_constant(v)
+    if known is not None:
+        return not np.isnan(known)
     if op.name == "cast":
         src = op.operands[0]
         return not getattr(src.type, "is_float", False) or _never_nan(src)
@@ -100,7 +101,17 @@ def _never_nan(v) -> bool:
         return _never_nan(op.operands[1]) and _never_nan(op.operands[2])
     if op.name == "binary" and op.attrs["kind"] in ("min", "max"):
         return any(_never_nan(x) for x in op.operands)
+    if op.name == "if":
+        return all(y is not None and _never_nan(y) for y in _yielded(v))
     return False
+
+
+def _yielded(v) -> list:
+    """The values an `if` result `v` takes from its branches (None for a branch that yields
+    nothing)."""
+    i = next(k for k, r in enumerate(v.op.results) if r is v)
+    ends = [r.ops[-1] if r.ops else None for r in v.op.regions]
+    return [e.operands[i] if e is not None and e.name == "yield" else None for e in ends]
 
 
 def _f64_to_f16_through_f32(op, r, x):
@@ -188,7 +199,8 @@ def _known_constant(v):
     """The value the driver's compiler knows `v` to have at compile time (None: a runtime
     value), as far as these rules follow it: literals; conversions, negation, `abs` and
     rounding of known values; comparisons, `select` and `min`/`max` of known values (a
-    `select` of one known value both ways, whatever its condition); integer
+    `select` of one known value both ways, whatever its condition), and what an `if` of a
+    known condition yields; integer
     `+ - * // % & | ^` of known values, `x - x` and `x ^ x` (also of two truncations of one
     value to the same width, `u16(i16(x)) - u16(x)`), `~` of a known value, `x * 0`, `x & 0`
     and `x >> 0`; float
@@ -209,6 +221,12 @@ def _known_constant(v):
         a, b = (_known_constant(x) for x in op.operands[1:])
         same = a is not None and b is not None and np.asarray(a).tobytes() == np.asarray(b).tobytes()
         return a if same else None
+    if op.name == "if":           # a known condition: the value its branch yields
+        c = _known_constant(op.operands[0])
+        if c is None:
+            return None
+        y = _yielded(v)[0 if c else 1]
+        return None if y is None else _known_constant(y)
     if v.type.is_bool:
         return None
     dtype = v.type.dtype
