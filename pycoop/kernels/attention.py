@@ -578,10 +578,10 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     `decode_row_groups` (not with decode_merge="workgroup"; dividing heads / kv_heads *
     queries): each chunk of keys is read by that many workgroups, each holding that fraction
     of the head's query rows (fewer registers per invocation; the default splits then aim at
-    as many workgroups as without; None, the default, is 1), `subgroup_size`, `merge_unroll` (default 2); `splits` by default
-    about two workgroups per SM of a 132-SM GPU, up to twice that where chunks would be
-    longer than 512 keys), "coopmat" with the cooperative-matrix
-    kernels above, "auto" (the default) with "vector" where it applies: f16 or bf16, head_dim
+    as many workgroups as without; None, the default, is 1), `subgroup_size`, `merge_unroll`
+    (default 2); `splits` by default about two workgroups per SM of a 132-SM GPU, up to
+    twice that where chunks would be longer than 512 keys), "coopmat" with the
+    cooperative-matrix kernels above, "auto" (the default) with "vector" where it applies: f16 or bf16, head_dim
     64, 128 or 256, at most 8 query rows per K/V head (heads / kv_heads * queries). On the
     vector path `softmax` and `fp` do not apply (it computes in f32 throughout, in base 2)."""
     Br, Bc, decode_rows, decode_Bc, decode_invocations, subgroup_size, decode_unroll = (
