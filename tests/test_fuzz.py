@@ -430,6 +430,13 @@ _ABS_OF_SELECT = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}") + (
     "def kern(A: pc.ReadBuffer[f32], O: pc.Buffer[f32]):\n"
     "    i = pc.local_invocation_index()\n"
     "    O[i] = pc.abs(pc.select(A[i] < f32(1.0), -f32(0.0), f32(0.0)))\n")
+# seed 7400636 again (2026-11-28, later code): the other arm a sum of a constant and a
+# conversion from an unsigned integer, which NIR's range analysis also finds not negative
+_ABS_OF_SELECT_SUM = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}") + (
+    '@pc.kernel(workgroup_size=8, fp="exact")\n'
+    "def kern(A: pc.ReadBuffer[f32], O: pc.Buffer[f32]):\n"
+    "    i = pc.local_invocation_index()\n"
+    "    O[i] = pc.abs(pc.select(A[i] < f32(1.0), -f32(0.0), f32(1.0) + f32(i)))\n")
 _TRUNCATIONS = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}").replace(
     "from pycoop import u32, f32", "from pycoop import u32, u16, i16, u64, f64") + (
     '@pc.kernel(workgroup_size=8, fp="exact")\n'
@@ -468,10 +475,12 @@ def _on_lavapipe() -> bool:
 @pytest.mark.parametrize("program, name, values, dtypes, hit", [
     (_ABS_OF_SELECT, "lavapipe_abs_of_nonnegative_select", [0.5, 2.0] * 4,
      (np.float32, np.float32), 0.5),
+    (_ABS_OF_SELECT_SUM, "lavapipe_abs_of_nonnegative_select", [0.5, 2.0] * 4,
+     (np.float32, np.float32), 0.5),
     (_TRUNCATIONS, "lavapipe_zero_operand_folding", [0, 7] * 4, (np.uint64, np.float64), 0),
     (_COMPLEMENT, "lavapipe_zero_operand_folding", [0, 5] * 4, (np.uint32, np.float32), 0),
     (_SELECT_SAME, "lavapipe_zero_operand_folding", [0, 30001] * 4, (np.int16, np.float32), 0)],
-    ids=["abs", "truncations", "complement", "select-same"])
+    ids=["abs", "abs-sum", "truncations", "complement", "select-same"])
 def test_lavapipe_folds_found_by_the_exact_campaign(program, name, values, dtypes, hit):
     """The model gives -0.0 exactly where lavapipe does (inputs equal to `hit`; the IEEE
     result: +0.0), and on lavapipe the runner allows the difference through that allowance

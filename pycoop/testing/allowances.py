@@ -290,17 +290,41 @@ def _low_bits_root(v, t):
 
 def _abs_of_nonnegative_select(op, r, x):
     # Mesa 22.3.6's NIR drops `fabs(a)` where its range analysis finds `a` never negative,
-    # which it does for a select of two constants that are not below zero: -0.0 counts (it is
-    # equal to zero), so `abs(select(c, -0.0, 0.0))` is -0.0 where c holds.
+    # which it does for a select of two values not below zero: -0.0 counts (it is equal to
+    # zero), so `abs(select(c, -0.0, 0.0))` is -0.0 where c holds, and so is
+    # `abs(select(c, -0.0, f32(lid)))` (seed 7400636: a conversion from an unsigned integer).
     if op.attrs["kind"] != "abs" or np.asarray(r).dtype.kind != "f":
         return r
     sel = getattr(op.operands[0], "op", None)
-    if sel is None or sel.name != "select":
-        return r
-    known = [_known_constant(v) for v in sel.operands[1:]]
-    if any(c is None or not c >= 0 for c in known):
+    if sel is None or sel.name != "select" or not all(_not_negative(v)
+                                                       for v in sel.operands[1:]):
         return r
     return np.broadcast_to(x, np.shape(r)).astype(np.asarray(r).dtype)
+
+
+def _not_negative(v) -> bool:
+    """Whether NIR's range analysis finds `v` never below zero (-0.0 counting as zero), as far
+    as these rules follow it: a known value >= 0, a conversion from an unsigned integer, an
+    `abs`, `exp`, `exp2` or `sqrt`, rounding of such a value, a select, sum or product of two
+    such values, a max with one and a min of two."""
+    known = _known_constant(v)
+    if known is not None:
+        return bool(known >= 0)
+    op = getattr(v, "op", None)
+    if op is None:
+        return False
+    if op.name == "cast":
+        return str(op.operands[0].type).startswith("u")
+    if op.name == "unary":
+        kind = op.attrs["kind"]
+        return kind in ("abs", "exp", "exp2", "sqrt") or (
+            kind in ("floor", "ceil", "trunc") and _not_negative(op.operands[0]))
+    if op.name == "select":
+        return _not_negative(op.operands[1]) and _not_negative(op.operands[2])
+    if op.name == "binary" and op.attrs["kind"] in ("min", "max", "add", "mul"):
+        arms = [_not_negative(x) for x in op.operands]
+        return any(arms) if op.attrs["kind"] == "max" else all(arms)
+    return False
 
 
 def _sext_compare_as_greater(op, r, a, b):
