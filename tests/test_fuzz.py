@@ -548,6 +548,49 @@ def test_lavapipe_min_max_with_a_constant_zero_give_the_constant():
         assert o.tobytes() == bits[1]
 
 
+# What lavapipe's compiler computes at compile time, as the allowances model it (the values
+# their reductions of the 2026-11-28 campaign needed: seeds 8203505, 8204009, 8204881)
+_FOLDED = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}").replace(
+    "from pycoop import u32, f32", "from pycoop import u32, u16, f32") + (
+    '@pc.kernel(workgroup_size=8, fp="exact")\n'
+    "def kern(A: pc.ReadBuffer[u32], O: pc.Buffer[u32]):\n"
+    "    i = pc.local_invocation_index()\n"
+    "    a = A[i]\n"
+    "    w = u32(0)\n"
+    "    while w < u32(3):\n"
+    "        w += u32(1)\n"
+    "    O[0] = w\n"
+    "    z = u32(0)\n"
+    "    while z < (u32(0) % u32(4)):\n"
+    "        z += u32(1)\n"
+    "        break\n"
+    "    O[1] = z\n"
+    "    O[2] = u32(0) >> (i & u32(31))\n"
+    "    O[3] = pc.select(u16(a) < u16(0), u32(7), u32(5))\n"
+    "    O[4] = pc.select(pc.cast(a, u16) < u16(a), u32(7), u32(5))\n"
+    "    O[5] = a ^ pc.select(u32(1) < u32(1), A[0], a)\n"
+    "    O[6] = a ^ pc.min(a, a)\n"
+    "    O[7] = u32(f32(0.0) if (u16(1) <= u16(1)) else f32(1.0))\n"
+    "    for j in range(2):\n"
+    "        if a > u32(9):\n"
+    "            O[i] = u32(1) << u32(3)\n")
+
+
+def test_the_model_knows_what_lavapipe_folds():
+    """Loops run on known values (a known trip count; a condition false on entry, with a
+    break), shifts of 0 and by known amounts, unsigned comparisons with 0 and of a value with
+    itself, selects of a known choice, min(x, x), an `if` of a known condition: each store
+    is a value the model knows; a load is not."""
+    from pycoop.testing.allowances import _known_constant
+    from pycoop.testing.runner import load
+    module = load(_FOLDED).kern.compile().module
+    stores = [op for op in module.walk() if op.name == "store"]
+    known = [_known_constant(op.operands[2]) for op in stores]
+    assert [None if k is None else int(k) for k in known] == [3, 0, 0, 5, 5, 0, 0, 0, 8, 8]
+    loads = [op for op in module.walk() if op.name == "load"]
+    assert all(_known_constant(op.results[0]) is None for op in loads)
+
+
 # Seed 7800720 (exact mode, lavapipe, 2026-11-28), reduced by hand: comparisons of an i32
 # sign-extended to i64 with constants
 _SEXT_COMPARE = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 64}").replace(

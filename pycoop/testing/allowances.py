@@ -68,42 +68,30 @@ class Allowance:
 
 
 def _min_max_second_of_zeros(op, r, a, b):
-    # lavapipe's FMin/FMax (LLVM minnum/maxnum, on x86 MINPS/MAXPS, which return their
-    # second operand for a +-0 pair) give the second operand of a +-0 pair; the emulator
-    # orders -0 below +0 (IEEE minimumNumber/maximumNumber), as the H100 does. Where the
-    # compiler knows one operand is no NaN and not the other, it puts that one second (MINPS
-    # also returns the second operand for a NaN): the pair then gives it (seed 8104857:
+    # lavapipe's FMin/FMax return the second operand of a +-0 pair (x86 MINPS/MAXPS return
+    # their second operand for a zero pair); the emulator orders -0 below +0 (IEEE
+    # minimumNumber/maximumNumber), as the H100 does. An operand of `_zero_pair_result`'s
+    # kinds is returned on either side where the other is not of them (seed 8104857:
     # min(f32(n), x) of n = 0 and x = -0.0 is +0.0 there, whichever side f32(n) is on).
     if op.attrs["kind"] not in ("min", "max") or r.dtype.kind != "f":
         return r
-    na, nb = (_never_nan(x) for x in op.operands)
-    second = a if na and not nb else b
+    pa, pb = (_zero_pair_result(x) for x in op.operands)
+    second = a if pa and not pb else b
     return np.where((a == 0) & (b == 0), second, r).astype(r.dtype, copy=False)
 
 
-def _never_nan(v) -> bool:
-    """Whether the driver's compiler knows `v` is no NaN (as LLVM's isKnownNeverNaN, as far as
-    these rules follow it): a value it knows (`_known_constant`) other than NaN, a conversion
-    from an integer, a float conversion, negation, abs or rounding of such a value, a select
-    of two such values or an `if` yielding such values both ways, and a min or max with one."""
+def _zero_pair_result(v) -> bool:
+    """Whether lavapipe's min/max returns `v` for a +-0 pair on either side (where the other
+    operand is not such a value too), as probed there for every pair of operand kinds: a value
+    its compiler knows (a literal, a constant it folds: `_known_constant`), and an f32
+    converted from an integer of any width and signedness. Not f16 or f64 ones, conversions
+    between floats, loads, parameters, negations, products, or selects that guard against
+    NaN."""
+    if _known_constant(v) is not None:
+        return True
     op = getattr(v, "op", None)
-    if op is None:
-        return False
-    known = _known_constant(v)
-    if known is not None:
-        return not np.isnan(known)
-    if op.name == "cast":
-        src = op.operands[0]
-        return not getattr(src.type, "is_float", False) or _never_nan(src)
-    if op.name == "unary" and op.attrs["kind"] in ("neg", "abs", "floor", "ceil", "trunc"):
-        return _never_nan(op.operands[0])
-    if op.name == "select":
-        return _never_nan(op.operands[1]) and _never_nan(op.operands[2])
-    if op.name == "binary" and op.attrs["kind"] in ("min", "max"):
-        return any(_never_nan(x) for x in op.operands)
-    if op.name == "if":
-        return all(y is not None and _never_nan(y) for y in _yielded(v))
-    return False
+    return (op is not None and op.name == "cast" and str(v.type) == "f32"
+            and not getattr(op.operands[0].type, "is_float", True))
 
 
 def _yielded(v) -> list:
@@ -195,58 +183,73 @@ _UNARY_FOLDS = {"neg": np.negative, "not": np.invert, "abs": np.abs, "floor": np
                 "ceil": np.ceil, "trunc": np.trunc}
 
 
-def _known_constant(v):
+def _known_constant(v, env: dict | None = None):
     """The value the driver's compiler knows `v` to have at compile time (None: a runtime
     value), as far as these rules follow it: literals; conversions, negation, `abs` and
     rounding of known values; comparisons, `select` and `min`/`max` of known values (a
     `select` of one known value both ways, whatever its condition), and what an `if` of a
-    known condition yields; integer
-    `+ - * // % & | ^` of known values, `x - x` and `x ^ x` (also of two truncations of one
+    known condition yields or one yields both ways, and a loop's results where it runs on
+    known values (`_loop_of_known_values`); integer
+    `+ - * // % & | ^ << >>` of known values, `x - x` and `x ^ x` (also of two truncations of one
     value to the same width, `u16(i16(x)) - u16(x)`), `~` of a known value, `x * 0`, `x & 0`
     and `x >> 0`; float
     `* + -` folded as `_fold_zero_operands` says. Other constant expressions are not tracked:
     a difference through one is reported, not allowed."""
     op = getattr(v, "op", None)
-    if op is None or not hasattr(v.type, "dtype"):
+    if op is None:                # a block argument: known where `env` (a loop's) says
+        return None if env is None else env.get(id(v))
+    if not hasattr(v.type, "dtype"):
         return None
     if op.name == "compare":
-        a, b = (_known_constant(x) for x in op.operands)
-        return None if a is None or b is None else bool(COMPARE[op.attrs["kind"]][3](a, b))
+        a, b = (_known_constant(x, env) for x in op.operands)
+        x, y = op.operands
+        if getattr(x.type, "is_int", False) and _low_bits_root(x, x.type) is _low_bits_root(
+                y, y.type) and x.type == y.type:
+            return op.attrs["kind"] in ("le", "ge", "eq")      # a value against itself
+        if a is None or b is None:
+            return _unsigned_against_zero(op, a, b)
+        return bool(COMPARE[op.attrs["kind"]][3](a, b))
     if op.name == "select":
-        c = _known_constant(op.operands[0])
+        c = _known_constant(op.operands[0], env)
         if c is not None:
-            return _known_constant(op.operands[1 if c else 2])
+            return _known_constant(op.operands[1 if c else 2], env)
         # a select of one known value both ways is that value (seed 8105212:
         # `select(i8(0) > i8(n), 0.0, 0.0) - x` is `-x` there)
-        a, b = (_known_constant(x) for x in op.operands[1:])
+        a, b = (_known_constant(x, env) for x in op.operands[1:])
         same = a is not None and b is not None and np.asarray(a).tobytes() == np.asarray(b).tobytes()
         return a if same else None
     if op.name == "if":           # a known condition: the value its branch yields
-        c = _known_constant(op.operands[0])
-        if c is None:
-            return None
-        y = _yielded(v)[0 if c else 1]
-        return None if y is None else _known_constant(y)
+        c = _known_constant(op.operands[0], env)
+        ys = [None if y is None else _known_constant(y, env) for y in _yielded(v)]
+        if c is not None:
+            return ys[0 if c else 1]
+        same = None not in ys and np.asarray(ys[0]).tobytes() == np.asarray(ys[1]).tobytes()
+        return ys[0] if same else None          # one value both ways, whatever the condition
+    if op.name == "loop":
+        return _loop_of_known_values(v, env)
     if v.type.is_bool:
-        return None
+        return _known_bool(op, env)
     dtype = v.type.dtype
     if op.name == "const":
         return dtype.type(op.attrs["value"])
     if op.name == "cast":
-        c = _known_constant(op.operands[0])
+        c = _known_constant(op.operands[0], env)
         with np.errstate(all="ignore"):
             return None if c is None else np.asarray(c).astype(dtype)[()]
     if op.name == "unary" and op.attrs["kind"] in _UNARY_FOLDS:
-        c = _known_constant(op.operands[0])
+        c = _known_constant(op.operands[0], env)
         with np.errstate(all="ignore"):
             return None if c is None else dtype.type(_UNARY_FOLDS[op.attrs["kind"]](c))
     if op.name != "binary":
         return None
     kind = op.attrs["kind"]
     x, y = op.operands
-    a, b = _known_constant(x), _known_constant(y)
-    if kind in ("min", "max") and a is not None and b is not None and not (a == 0 and b == 0):
-        return (np.minimum if kind == "min" else np.maximum)(a, b)
+    a, b = _known_constant(x, env), _known_constant(y, env)
+    if kind in ("min", "max") and a is not None and b is not None:
+        if not (a == 0 and b == 0):
+            return (np.minimum if kind == "min" else np.maximum)(a, b)
+        if np.asarray(a).tobytes() == np.asarray(b).tobytes():
+            return a                    # two equal zeros: no question of which one
     if v.type.is_float:
         if kind == "mul":
             zero = a if a == 0 else b if b == 0 else None
@@ -260,8 +263,12 @@ def _known_constant(v):
         return dtype.type(0)
     if kind in ("mul", "and") and (a == 0 or b == 0):
         return dtype.type(0)
-    if kind in ("shl", "shr") and b == 0:
-        return a
+    if kind in ("shl", "shr") and (b == 0 or a == 0):
+        return a                        # by 0, or of 0 (seed 8204009: `0 >> (lid & 31)`)
+    if kind in ("shl", "shr") and a is not None and b is not None \
+            and 0 <= int(b) < 8 * np.dtype(dtype).itemsize:
+        shift = np.left_shift if kind == "shl" else np.right_shift     # >> as the type's sign
+        return shift(np.asarray(a), np.asarray(b).astype(dtype)).astype(dtype)[()]
     if kind in ("div", "rem") and a is not None and b:      # truncating, as OpSDiv / OpUDiv
         q = abs(int(a)) // abs(int(b)) * (1 if (a < 0) == (b < 0) else -1)
         return dtype.type(q if kind == "div" else int(a) - q * int(b))
@@ -271,13 +278,87 @@ def _known_constant(v):
     return None
 
 
+def _known_bool(op, env) -> bool | None:
+    """A bool the driver's compiler knows: a literal, `not` and `and`/`or`/`xor` of known
+    ones (`and` with a known False, `or` with a known True, whatever the other)."""
+    if op.name == "const":
+        return bool(op.attrs["value"])
+    args = [_known_constant(x, env) for x in op.operands]
+    if op.name == "unary" and op.attrs["kind"] == "not":
+        return None if args[0] is None else not args[0]
+    if op.name != "binary" or op.attrs["kind"] not in ("and", "or", "xor"):
+        return None
+    kind = op.attrs["kind"]
+    if kind != "xor" and (not kind == "and") in args:      # False and x, True or x
+        return kind == "or"
+    if None in args:
+        return None
+    a, b = (bool(x) for x in args)
+    return {"and": a and b, "or": a or b, "xor": a != b}[kind]
+
+
+def _unsigned_against_zero(op, a, b) -> bool | None:
+    """An unsigned comparison with a known 0 that holds or fails for every value (seed
+    8203505: `u16(w) < u16(0)` is false there, whatever w), else None."""
+    kind, t = op.attrs["kind"], op.operands[0].type
+    if not (getattr(t, "is_int", False) and not t.signed):
+        return None
+    if b == 0 and kind in ("lt", "ge"):
+        return kind == "ge"
+    if a == 0 and kind in ("gt", "le"):
+        return kind == "le"
+    return None
+
+
+LOOP_FOLD_LIMIT = 64        # iterations of a loop of known values the model follows
+
+
+def _loop_of_known_values(v, env: dict | None):
+    """A loop result the driver's compiler computes: its loop run with known values from the
+    start (`_known_constant` on its condition and body), up to `LOOP_FOLD_LIMIT` iterations
+    (seeds 8203505 and 8204009: `while w < 1: w += 1` is 1 there, and a loop whose condition
+    is false on entry leaves its initial values); None where anything is not known."""
+    op = v.op
+    cond, body = op.regions
+    i = next(k for k, r in enumerate(op.results) if r is v)
+    vals = [_known_constant(x, env) for x in op.operands]
+    cond_end = cond.ops[-1] if cond.ops else None
+    body_end = body.ops[-1] if body.ops else None
+    if cond_end is None or cond_end.name != "condition" or body_end is None \
+            or body_end.name != "yield":
+        return None
+    for _ in range(LOOP_FOLD_LIMIT):
+        if any(x is None for x in vals):
+            return None
+        here = {**(env or {}), **{id(a): x for a, x in zip(cond.args, vals)}}
+        go = _known_constant(cond_end.operands[0], here)
+        if go is None:
+            return None
+        if not go:
+            return vals[i]
+        here = {**(env or {}), **{id(a): x for a, x in zip(body.args, vals)}}
+        vals = [_known_constant(y, here) for y in body_end.operands]
+    return None
+
+
 def _low_bits_root(v, t):
     """The value whose low bits `v` holds as type `t`: through integer conversions that keep
     at least t's width on both sides (truncations and same-width reinterpretations: the
-    driver's compiler sees `u16(i16(x))` and `u16(x)` as the same truncation of x)."""
+    driver's compiler sees `u16(i16(x))` and `u16(x)` as the same truncation of x), `min(x,
+    x)` and `max(x, x)`, and selects of a known condition or of one value both ways (seed
+    8203505: `x ^ select(1 < 1, y, x)` is 0 there)."""
     width = np.dtype(t.dtype).itemsize
     while True:
         op = getattr(v, "op", None)
+        if op is not None and op.name == "binary" and op.attrs["kind"] in ("min", "max") \
+                and op.operands[0] is op.operands[1]:
+            v = op.operands[0]                     # min(x, x) is x
+            continue
+        if op is not None and op.name == "select":  # a known choice, or one value both ways
+            c = _known_constant(op.operands[0])
+            if c is not None or op.operands[1] is op.operands[2]:
+                v = op.operands[1 if c is None or c else 2]
+                continue
         if op is None or op.name != "cast":
             return v
         src = op.operands[0]
