@@ -505,9 +505,10 @@ def test_lavapipe_folds_found_by_the_exact_campaign(program, name, values, dtype
 
 # Seed 8104857 (exact mode, lavapipe, 2026-11-28): min(0.0, x) of x = -0.0 is +0.0 there,
 # where the allowance said the second operand (-0.0): LLVM moves a constant operand second.
-# Every min/max of a constant zero, either side, of a runtime pair, and (seed 8105049) of two
-# values known to be no NaN: a select of zeros and an `if` of a known condition
-_MIN_MAX_CONSTANT = _HEADER.replace("{'A': 8}", "{'A': 8, 'B': 8, 'O': 88}").replace(
+# Every min/max of a constant zero, either side, of a runtime pair, (seed 8105049) of two
+# values the driver knows: a select of zeros and an `if` of a known condition, and (seed
+# 8205071) of a min of a literal and an f32 from an integer against a negated load
+_MIN_MAX_CONSTANT = _HEADER.replace("{'A': 8}", "{'A': 8, 'B': 8, 'O': 96}").replace(
     "from pycoop import u32, f32", "from pycoop import u32, u8, f32") + (
     '@pc.kernel(workgroup_size=8, fp="exact")\n'
     "def kern(A: pc.ReadBuffer[f32], B: pc.ReadBuffer[f32], O: pc.Buffer[f32]):\n"
@@ -516,7 +517,8 @@ _MIN_MAX_CONSTANT = _HEADER.replace("{'A': 8}", "{'A': 8, 'B': 8, 'O': 88}").rep
     "    for j, v in enumerate([pc.min(z, x), pc.min(x, z), pc.min(nz, x), pc.min(x, nz),\n"
     "                           pc.max(z, x), pc.max(x, z), pc.max(nz, x), pc.max(x, nz),\n"
     "                           pc.min(x, B[i]), pc.max(x, B[i]),\n"
-    "                           pc.min(pc.select(x == x, nz, z), z if u8(1) <= u8(1) else x)]):\n"
+    "                           pc.min(pc.select(x == x, nz, z), z if u8(1) <= u8(1) else x),\n"
+    "                           pc.min(pc.min(z, f32(i)), -x)]):\n"
     "        O[j * 8 + i] = v\n")
 
 
@@ -530,20 +532,20 @@ def test_lavapipe_min_max_with_a_constant_zero_give_the_constant():
     model = [m for m in _LAVAPIPE_ALL if m.name == "lavapipe_min_max_of_zeros"]
     outs, bits = [], []
     for m in ((), model):
-        o = np.full(88, np.nan, np.float32)
+        o = np.full(96, np.nan, np.float32)
         with device_model(m):
             module.kern[1](a, b, o, backend="emulator")
-        outs.append(np.signbit(o.reshape(11, 8)[:, :4]).astype(int).tolist())
+        outs.append(np.signbit(o.reshape(12, 8)[:, :4]).astype(int).tolist())
         bits.append(o.tobytes())
     ieee, lavapipe = outs
     assert ieee == [[1, 0, 1, 0], [1, 0, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1],
                     [0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 1, 0], [1, 0, 1, 0],
-                    [1, 1, 1, 0], [0, 0, 1, 0], [1, 1, 1, 1]]
+                    [1, 1, 1, 0], [0, 0, 1, 0], [1, 1, 1, 1], [0, 1, 0, 1]]
     assert lavapipe == [[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1],
                         [0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1],
-                        [0, 1, 1, 0], [0, 1, 1, 0], [0, 0, 0, 0]]
+                        [0, 1, 1, 0], [0, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     if _on_lavapipe():
-        o = np.full(88, np.nan, np.float32)
+        o = np.full(96, np.nan, np.float32)
         module.kern[1](a, b, o, backend="vulkan")
         assert o.tobytes() == bits[1]
 

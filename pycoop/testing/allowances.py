@@ -83,13 +83,15 @@ def _min_max_second_of_zeros(op, r, a, b):
 def _zero_pair_result(v) -> bool:
     """Whether lavapipe's min/max returns `v` for a +-0 pair on either side (where the other
     operand is not such a value too), as probed there for every pair of operand kinds: a value
-    its compiler knows (a literal, a constant it folds: `_known_constant`), and an f32
-    converted from an integer of any width and signedness. Not f16 or f64 ones, conversions
-    between floats, loads, parameters, negations, products, or selects that guard against
-    NaN."""
+    its compiler knows (a literal, a constant it folds: `_known_constant`), an f32 converted
+    from an integer of any width and signedness, and a min or max of two such values. Not
+    f16 or f64 ones, conversions between floats, loads, parameters, negations, products, or
+    selects that guard against NaN."""
     if _known_constant(v) is not None:
         return True
     op = getattr(v, "op", None)
+    if op is not None and op.name == "binary" and op.attrs["kind"] in ("min", "max"):
+        return all(_zero_pair_result(x) for x in op.operands)    # seed 8205071
     return (op is not None and op.name == "cast" and str(v.type) == "f32"
             and not getattr(op.operands[0].type, "is_float", True))
 
