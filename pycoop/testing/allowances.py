@@ -96,10 +96,20 @@ def _zero_pair_result(v) -> bool:
             and not getattr(op.operands[0].type, "is_float", True))
 
 
+def _result_index(v) -> int:
+    """Which of its op's results `v` is."""
+    return next(k for k, r in enumerate(v.op.results) if r is v)
+
+
+def _same_bits(a, b) -> bool:
+    """Whether two known values (None: unknown) are the same bits (+0.0 and -0.0 differ)."""
+    return a is not None and b is not None and np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
 def _yielded(v) -> list:
     """The values an `if` result `v` takes from its branches (None for a branch that yields
     nothing)."""
-    i = next(k for k, r in enumerate(v.op.results) if r is v)
+    i = _result_index(v)
     ends = [r.ops[-1] if r.ops else None for r in v.op.regions]
     return [e.operands[i] if e is not None and e.name == "yield" else None for e in ends]
 
@@ -187,16 +197,17 @@ _UNARY_FOLDS = {"neg": np.negative, "not": np.invert, "abs": np.abs, "floor": np
 
 def _known_constant(v, env: dict | None = None):
     """The value the driver's compiler knows `v` to have at compile time (None: a runtime
-    value), as far as these rules follow it: literals; conversions, negation, `abs` and
-    rounding of known values; comparisons, `select` and `min`/`max` of known values (a
-    `select` of one known value both ways, whatever its condition), and what an `if` of a
-    known condition yields or one yields both ways, and a loop's results where it runs on
-    known values (`_loop_of_known_values`); integer
-    `+ - * // % & | ^ << >>` of known values, `x - x` and `x ^ x` (also of two truncations of one
-    value to the same width, `u16(i16(x)) - u16(x)`), `~` of a known value, `x * 0`, `x & 0`
-    and `x >> 0`; float
-    `* + -` folded as `_fold_zero_operands` says. Other constant expressions are not tracked:
-    a difference through one is reported, not allowed."""
+    value; `env`: known values of block arguments, `_loop_of_known_values`'), as far as these
+    rules follow it: literals; conversions, negation, `abs` and rounding of known values;
+    comparisons, `select` and `min`/`max` of known values (a `select` of one known value both
+    ways, whatever its condition; an integer compared with itself; an unsigned one with 0);
+    what an `if` of a known condition yields, or one yields both ways; a loop's results where
+    it runs on known values; `not`, `and`, `or`, `xor` of known bools; integer
+    `+ - * // % & | ^ << >>` of known values, `x - x` and `x ^ x` (also of two truncations of
+    one value to the same width, `u16(i16(x)) - u16(x)`), `~` of a known value, `x * 0`,
+    `x & 0`, `x >> 0` and `0 >> x`; float `* + -` folded as `_fold_zero_operands` says. Other
+    constant expressions are not tracked: a difference through one is reported, not
+    allowed."""
     op = getattr(v, "op", None)
     if op is None:                # a block argument: known where `env` (a loop's) says
         return None if env is None else env.get(id(v))
@@ -218,15 +229,13 @@ def _known_constant(v, env: dict | None = None):
         # a select of one known value both ways is that value (seed 8105212:
         # `select(i8(0) > i8(n), 0.0, 0.0) - x` is `-x` there)
         a, b = (_known_constant(x, env) for x in op.operands[1:])
-        same = a is not None and b is not None and np.asarray(a).tobytes() == np.asarray(b).tobytes()
-        return a if same else None
+        return a if _same_bits(a, b) else None
     if op.name == "if":           # a known condition: the value its branch yields
         c = _known_constant(op.operands[0], env)
         ys = [None if y is None else _known_constant(y, env) for y in _yielded(v)]
         if c is not None:
             return ys[0 if c else 1]
-        same = None not in ys and np.asarray(ys[0]).tobytes() == np.asarray(ys[1]).tobytes()
-        return ys[0] if same else None          # one value both ways, whatever the condition
+        return ys[0] if _same_bits(*ys) else None   # one value both ways, whatever the condition
     if op.name == "loop":
         return _loop_of_known_values(v, env)
     if v.type.is_bool:
@@ -250,7 +259,7 @@ def _known_constant(v, env: dict | None = None):
     if kind in ("min", "max") and a is not None and b is not None:
         if not (a == 0 and b == 0):
             return (np.minimum if kind == "min" else np.maximum)(a, b)
-        if np.asarray(a).tobytes() == np.asarray(b).tobytes():
+        if _same_bits(a, b):
             return a                    # two equal zeros: no question of which one
     if v.type.is_float:
         if kind == "mul":
@@ -322,7 +331,7 @@ def _loop_of_known_values(v, env: dict | None):
     is false on entry leaves its initial values); None where anything is not known."""
     op = v.op
     cond, body = op.regions
-    i = next(k for k, r in enumerate(op.results) if r is v)
+    i = _result_index(v)
     vals = [_known_constant(x, env) for x in op.operands]
     cond_end = cond.ops[-1] if cond.ops else None
     body_end = body.ops[-1] if body.ops else None
@@ -455,8 +464,8 @@ def _fold_zero_operands(op, r, a, b):
 
 ALLOWANCES: tuple[Allowance, ...] = (
     Allowance("lavapipe_min_max_of_zeros", r"llvmpipe .*Mesa 22\.3\.6", "binary",
-              "float min/max of a +0/-0 pair give the second operand (an operand known to be "
-              "no NaN, where the other is not, counts as the second)", _NUMERICS,
+              "float min/max of a +0/-0 pair give the second operand (a literal, a folded "
+              "value or an f32 converted from an integer on either side)", _NUMERICS,
               _min_max_second_of_zeros),
     Allowance("lavapipe_f64_to_f16", r"llvmpipe .*Mesa 22\.3\.6", "cast",
               "f64 -> f16 conversion rounds twice, through f32", _NUMERICS,
@@ -470,7 +479,8 @@ ALLOWANCES: tuple[Allowance, ...] = (
               "x * 0.0 is that 0.0 (sign, inf and NaN lost); x + 0.0 and 0.0 + x are x; "
               "0.0 - x is -x", _NUMERICS, _fold_zero_operands),
     Allowance("lavapipe_abs_of_nonnegative_select", r"llvmpipe .*Mesa 22\.3\.6", "unary",
-              "abs of a select of two constants not below zero is the select (-0.0 kept)",
+              "abs of a select of two values NIR finds not below zero is the select (-0.0 "
+              "kept)",
               _NUMERICS, _abs_of_nonnegative_select),
     Allowance("lavapipe_sext_compare", r"llvmpipe .*Mesa 22\.3\.6", "compare",
               "a signed <, <=, >, >= of an i32 sign-extended to i64 and a constant i32 holds "
