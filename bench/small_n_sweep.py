@@ -7,9 +7,10 @@ Atomic split-K times leave out zeroing Y (one vkCmdFillBuffer of M x N floats).
 
     python3 bench/small_n_sweep.py [--formats q4_0 q4_k] [--ns 8 16 32 64] [--shapes 4096x14336]
 
-`--ahead 1 2 3`: each configuration also loading W and X 2 or 3 k-steps ahead (`ahead`);
-`--around-default`: only the dispatcher's configuration (`planes_config`), 64 and 128 deep,
-with each `--ahead`.
+`--x f32rows f16rows f16cols`: X as `matmul_q` hands it over (f32 N x K, rounded to f16 as
+the GEMM stages it: the default), already f16 N x K (`x_rows` alone), or f16 K x N (neither;
+Y M x N): what X's format and layout cost at larger N, where every row tile of W reads all of
+X. `--around-default`: only the dispatcher's configuration (`planes_config`).
 
 Prints the best configurations per (shape, format, N). Skips (exit 0) without a Vulkan device."""
 import argparse
@@ -43,22 +44,31 @@ def weights_raw(fmt, M, K, rng):
     return b.reshape(M, -1)
 
 
-def around_default(M, N, K, ahead=(1,)):
-    """The dispatcher's configuration for the shape, 64 and 128 deep, loading `ahead` k-steps
-    ahead (split-K halved where K does not divide)."""
+# X's layouts: (x_rows, x_f32) of the GEMM
+X_LAYOUTS = {"f32rows": (True, True), "f16rows": (True, False), "f16cols": (False, False)}
+
+
+def x_operand(X, layout, Np, backend):
+    """X (N x K f32) as the GEMM takes it in `layout`, zero rows padding N to Np where the
+    layout needs whole tiles (f16)."""
+    if layout == "f32rows":
+        return pc.asarray(X.reshape(-1, 4), backend=backend)
+    Xp = np.zeros((Np, X.shape[1]), np.float16)
+    Xp[:len(X)] = X
+    if layout == "f16cols":
+        Xp = np.ascontiguousarray(Xp.T)
+    return pc.asarray(Xp.view(np.uint32).reshape(-1, 4), backend=backend)
+
+
+def around_default(M, N, K):
+    """The dispatcher's configuration for the shape."""
     cfg = planes_config(M, N, K)
-    BM, BN, _ = cfg.tile
-    out = []
-    for BK in (64, 128):
-        split = cfg.split_k
-        while split > 1 and K % (BK * split):
-            split //= 2
-        out += [(BM, BN, BK, cfg.subgroups, max(1, BN // 64), split,
-                 "atomic" if split > 1 else "stacked", a) for a in ahead]
-    return out
+    BM, BN, BK = cfg.tile
+    return [(BM, BN, BK, cfg.subgroups, max(1, BN // 64), cfg.split_k,
+             "atomic" if cfg.split_k > 1 else "stacked")]
 
 
-def candidates(N, modes=("stacked", "atomic"), ahead=(1,)):
+def candidates(N, modes=("stacked", "atomic")):
     out = []
     for BN in (16, 32, 64):       # narrower tiles than N too: several along the vectors
         if BN > max(16, 2 * N):
@@ -69,10 +79,10 @@ def candidates(N, modes=("stacked", "atomic"), ahead=(1,)):
             TN = BN // (16 * SGN)
             if TN < 1 or BM % (16 * SGM):
                 continue
-            for split, mode, a in itertools.product((1, 2, 4, 8, 16), modes, ahead):
+            for split, mode in itertools.product((1, 2, 4, 8, 16), modes):
                 if split == 1 and mode == "atomic" and "stacked" in modes:
                     continue
-                out.append((BM, BN, BK, SGM, SGN, split, mode, a))
+                out.append((BM, BN, BK, SGM, SGN, split, mode))
     return out
 
 
@@ -87,9 +97,10 @@ def main():
     ap.add_argument("--modes", nargs="+", default=["stacked", "atomic"],
                     choices=["stacked", "atomic"], help="split-K modes tried")
     ap.add_argument("--backend", default="vulkan", help="emulator: a check of the script at small sizes")
-    ap.add_argument("--ahead", type=int, nargs="+", default=[1], help="k-steps loaded ahead")
+    ap.add_argument("--x", nargs="+", default=["f32rows"], choices=list(X_LAYOUTS),
+                    help="X's format and layout (f32rows: as matmul_q passes it)")
     ap.add_argument("--around-default", action="store_true",
-                    help="only the dispatcher's configuration, 64 and 128 deep, with each --ahead")
+                    help="only the dispatcher's configuration for each shape and N")
     args = ap.parse_args()
     BK_ = args.backend
     try:
@@ -112,30 +123,33 @@ def main():
             for N in args.ns:
                 X = rng.standard_normal((N, K)).astype(np.float32)       # rows of vectors
                 ref = None
-                xa = pc.asarray(X.reshape(-1, 4), backend=BK_)
                 tt = None
                 try:
                     tt = torch_times(M, K, N, max(1, -(-args.rotate_mb * 2**20 // (M * K * 2))), args.repeat)
                 except Exception as e:                        # noqa: BLE001
                     print(f"torch: {e}")
                 res = []
-                configs = (around_default(M, N, K, tuple(args.ahead)) if args.around_default
-                           else candidates(N, tuple(args.modes), tuple(args.ahead)))
-                for BM, BN, BK, SGM, SGN, split, mode, ahead in configs:
+                configs = (around_default(M, N, K) if args.around_default
+                           else candidates(N, tuple(args.modes)))
+                for (BM, BN, BK, SGM, SGN, split, mode), layout in itertools.product(configs, args.x):
                     Np = -(-N // BN) * BN
                     if M % BM or K % (BK * split):
                         continue
+                    name = f"BM{BM} BN{BN} BK{BK} sg{SGM}x{SGN} split{split} {mode} X {layout}"
+                    x_rows, x_f32 = X_LAYOUTS[layout]
                     try:
-                        k = gemm(BM, BN, BK, SGM, SGN, split_k=split, split_k_mode=mode, x_rows=True,
-                                 x_f32=True, ahead=ahead)
-                        y = pc.zeros((Np, M), pc.f32, backend=BK_)
+                        xa = x_operand(X, layout, Np, BK_)
+                        k = gemm(BM, BN, BK, SGM, SGN, split_k=split, split_k_mode=mode,
+                                 x_rows=x_rows, x_f32=x_f32)
+                        y = pc.zeros((Np, M) if x_rows else (M, Np), pc.f32, backend=BK_)
                         p = pc.zeros((split * Np, M), pc.f32, backend=BK_) if mode == "stacked" and split > 1 else None
                         grid = (M // BM, Np // BN, split) if split > 1 else (M // BM, Np // BN)
                         ssum = sum_splits(split) if p is not None else None
 
                         def launch(w):
                             out = []
-                            out.append(k[grid](w[0], w[1], xa, p if p is not None else y, M, N, K))
+                            out.append(k[grid](w[0], w[1], xa, p if p is not None else y, M,
+                                               N if x_f32 else Np, K))
                             if ssum is not None:
                                 out.append(ssum[-(-(M * Np // 4) // 256)](p.reshape(-1, 4), y.reshape(-1, 4), M * Np // 4))
                             return out
@@ -144,9 +158,9 @@ def main():
                             launch(ws[i % copies])
                         pc.synchronize()
                         if mode == "atomic":
-                            y.copy_from(np.zeros((Np, M), np.float32))
+                            y.copy_from(np.zeros(y.shape, np.float32))
                         launch(ws[0])
-                        got = y.numpy()[:N]
+                        got = y.numpy()[:N] if x_rows else y.numpy()[:, :N].T
                         if ref is None:
                             from pycoop.kernels import dequantize_q4_k_planes
                             Wf = (dequantize_q4_k_planes(Q, D, M, K) if fmt == "q4_k" else
@@ -163,11 +177,9 @@ def main():
                             runs = [launch(ws[i % copies]) for i in range(args.repeat)]
                         pc.synchronize()
                         t = statistics.median(sum(r.times_ms[0] for r in run) for run in runs) * 1e3
-                        res.append((t, f"BM{BM} BN{BN} BK{BK} sg{SGM}x{SGN} split{split} {mode} "
-                                       f"ahead{ahead}", err))
+                        res.append((t, name, err))
                     except Exception as e:                    # noqa: BLE001
-                        res.append((float("inf"), f"BM{BM} BN{BN} BK{BK} sg{SGM}x{SGN} split{split} {mode} "
-                                    f"ahead{ahead}: "
+                        res.append((float("inf"), f"{name}: "
                                     f"{type(e).__name__}: {str(e).splitlines()[0][:80]}", float("nan")))
                 res.sort()
                 for t, name, err in res[:args.top]:

@@ -25,7 +25,6 @@ from pycoop import f16, f32, u32
 MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
 MatB = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseB]
 Acc = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
-MAX_AHEAD = 4            # k-steps a staged GEMM may load ahead (registers grow with each)
 
 
 def _mul_add_tiles(acc: list, a: list, b: list) -> list:
@@ -128,20 +127,16 @@ def _split_rows(m0, M, split_k: int):
 
 
 @pc.func
-def _staged_k_loop(acc, K, BK: int, split_k: int, driver_unroll, fetch, stage, products,
-                   ahead: int = 1):
+def _staged_k_loop(acc, K, BK: int, split_k: int, driver_unroll, fetch, stage, products):
     """The K loop of the staged GEMMs over this workgroup's share of K: the registers that
-    fetch(k) loads `ahead` k-steps ahead are stored into shared memory by stage(*registers),
-    and after a barrier the k-step `ahead` steps on is fetched while products(acc) multiplies
-    this one (with few vectors the products are short, and one step ahead leaves most of a
-    load's latency exposed)."""
+    fetch(k) loads a k-step ahead are stored into shared memory by stage(*registers), and
+    after a barrier the next k-step is fetched while products(acc) multiplies this one."""
     kb, ke = _k_split(K, split_k)
-    # the prefetches past the last k-step reload the last one
-    regs = [fetch(pc.min(kb + i * BK, ke - BK)) for i in range(ahead)]
+    regs = fetch(kb)
     for k in pc.range(kb, ke, BK, unroll=driver_unroll):
-        stage(*regs[0])
+        stage(*regs)
         pc.barrier()
-        regs = regs[1:] + [fetch(pc.min(k + ahead * BK, ke - BK))]
+        regs = fetch(pc.min(k + BK, ke - BK))      # the last prefetch reloads the last block
         acc = products(acc)
         pc.barrier()
     return acc
@@ -555,13 +550,13 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
                      split_k_mode: str = "stacked", x_rows: bool = False,
-                     x_f32: bool = False, ahead: int = 1):
+                     x_f32: bool = False):
     """Y (M x N, f32) = W (M x K, Q4_0) @ X (K x N, f16), the weights as two planes
     (`q4_0_planes`): Q, a uvec4 of nibbles per block, and D, an f16 scale per block.
 
     gemm_khr_staged's structure with the weights as the A operand: each invocation loads whole
     blocks (one aligned uvec4 and a scale, consecutive invocations on consecutive blocks)
-    `ahead` k-steps ahead and dequantises them in registers just before storing them into the
+    a k-step ahead and dequantises them in registers just before storing them into the
     shared A tile, whose rows run along K as the blocks do; X is copied as uvec4. Both tiles
     are read row-major. X is passed as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N
     must be multiples of the tile and K of BK; BK a multiple of 32, pad of 8. The grid is
@@ -571,8 +566,7 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     that few vectors (N >= 16, zero rows padding N to BN) need no transposes: the small-N
     kernel of `matmul_q`; with `x_f32=True` too, X is f32 N x K (`X.reshape(-1, 4)`) rounded to
     f16 as it is staged, for any N (rows past N read as zeros; Y, or each split's matrix, has
-    N rounded up to BN rows). `ahead`: the k-steps W's blocks and X are loaded ahead (1 to
-    `MAX_AHEAD`).
+    N rounded up to BN rows).
     """
     def stage_block(put, qs, d):
         lo, hi = [], []
@@ -582,14 +576,12 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
         for i, v in enumerate([lo[:4], lo[4:], hi[:4], hi[4:]]):   # weights 8i..8i+7
             put(i, pc.make_vector(v))
     return planes_gemm("gemm_q4_0_planes", "Q4_0", 1, stage_block, BM, BN, BK, SGM, SGN, pad,
-                       specialize, driver_unroll, split_k, split_k_mode, x_rows=x_rows, x_f32=x_f32,
-                       ahead=ahead)
+                       specialize, driver_unroll, split_k, split_k_mode, x_rows=x_rows, x_f32=x_f32)
 
 
 def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, BK: int,
                 SGM: int, SGN: int, pad: int, specialize: bool, driver_unroll, split_k: int,
-                split_k_mode: str, scale_type=f16, x_rows: bool = False, x_f32: bool = False,
-                ahead: int = 1):
+                split_k_mode: str, scale_type=f16, x_rows: bool = False, x_f32: bool = False):
     """The kernel of the planes GEMMs (`gemm_q4_0_planes`, `gemm_q8_0_planes`,
     `gemm_q4_k_planes`): W's blocks of 32 weights as `words` uvec4 of Q plus one `scale_type`
     per block in D (an f16 scale, or Q4_K's f16x2 scale and min), loaded a k-step ahead, and
@@ -598,12 +590,8 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
     gemm_khr_staged's. `x_rows`: X is N x K and Y is N x M (the activations' own layout, rows
     of vectors; N a multiple of BN), X's tile kept column-major in shared memory. `x_f32` (with
     `x_rows`): X is f32 (as vec4), rounded to f16 as it is staged, and N is the number of its
-    rows, any N: rows past N read as zeros, Y has N rounded up to BN rows. `ahead`: the
-    k-steps loaded ahead (`_staged_k_loop`)."""
+    rows, any N: rows past N read as zeros, Y has N rounded up to BN rows."""
     _check_split_k(split_k, split_k_mode)
-    if not isinstance(ahead, int) or isinstance(ahead, bool) or not 1 <= ahead <= MAX_AHEAD:
-        raise ValueError(f"{name}: ahead (k-steps loaded ahead) must be an int from 1 to "
-                         f"{MAX_AHEAD}, got {ahead!r}")
     atomic = split_k > 1 and split_k_mode == "atomic"
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda = BK + pad                                # halves per shared row of W
@@ -659,7 +647,7 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
         acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
                              split_k, driver_unroll, fetch, stage,
                              lambda acc: _tile_products(acc, sw, lda, sx, ldx, wm, wn, BK, 8,
-                                                        b_col_major=x_rows), ahead)
+                                                        b_col_major=x_rows))
         if atomic:
             _add_tiles_atomic(Y, acc, scratch, sg, m0 + wm, n0 + wn, M if x_rows else N, x_rows)
         elif x_rows:              # split z's partial product: the z-th N x M matrix (N padded)

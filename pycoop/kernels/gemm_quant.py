@@ -111,7 +111,7 @@ def gemm_q8_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
                      split_k_mode: str = "stacked", x_rows: bool = False,
-                     x_f32: bool = False, ahead: int = 1):
+                     x_f32: bool = False):
     """Y (M x N, f32) = W (M x K, Q8_0) @ X (K x N, f16), the weights as two planes
     (`q8_0_planes`): Q, two uvec4 of signed bytes per block, and D, an f16 scale per block.
 
@@ -120,8 +120,8 @@ def gemm_q8_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     them in registers while storing them into the shared W tile; X is copied as uvec4
     (`X.view(np.uint32).reshape(-1, 4)`). M and N must be multiples of the tile and K of BK;
     BK a multiple of 32, pad of 8. The grid is (M // BM, N // BN), or (M // BM, N // BN,
-    split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged; `x_rows`, `x_f32` and
-    `ahead` as in gemm_q4_0_planes.
+    split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged; `x_rows` and `x_f32`
+    as in gemm_q4_0_planes.
     """
     def stage_block(put, qs, d):
         dd = pc.make_vector([d, d])
@@ -130,8 +130,7 @@ def gemm_q8_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
                 put(2 * i + h, pc.make_vector(_byte_pairs(q[2 * h], dd)
                                               + _byte_pairs(q[2 * h + 1], dd)))
     return planes_gemm("gemm_q8_0_planes", "Q8_0", 2, stage_block, BM, BN, BK, SGM, SGN, pad,
-                       specialize, driver_unroll, split_k, split_k_mode, x_rows=x_rows, x_f32=x_f32,
-                       ahead=ahead)
+                       specialize, driver_unroll, split_k, split_k_mode, x_rows=x_rows, x_f32=x_f32)
 
 
 def _q4_k_pair(bits, s, m):
@@ -148,7 +147,7 @@ def gemm_q4_k_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
                      split_k_mode: str = "stacked", x_rows: bool = False,
-                     x_f32: bool = False, ahead: int = 1):
+                     x_f32: bool = False):
     """Y (M x N, f32) = W (M x K, Q4_K) @ X (K x N, f16), the weights as two planes
     (`q4_k_planes`): Q, a uvec4 of nibbles per sub-block of 32 (Q4_0's nibble order), and D,
     an f16x2 (scale, min) per sub-block.
@@ -176,7 +175,7 @@ def gemm_q4_k_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
             put(i, pc.make_vector(v))
     return planes_gemm("gemm_q4_k_planes", "Q4_K 32-weight", 1, stage_block, BM, BN, BK, SGM, SGN, pad,
                        specialize, driver_unroll, split_k, split_k_mode, pc.vec(f16, 2), x_rows,
-                       x_f32, ahead)
+                       x_f32)
 
 
 # --- NumPy helpers: quantisation, dequantisation, planes ----------------------------------

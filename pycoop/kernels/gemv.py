@@ -293,8 +293,7 @@ class GemvConfig:
     sharing rows, `x`, its activation kind: None for the one `activations` names, or
     "q8_1_shared" to quantise X in the kernel, one launch instead of two, `kgroups`,
     the workgroups sharing a row's K with x="q8_1_shared", and `prefetch`, the next step's
-    weights loaded before the current step's products); "planes" also takes `ahead`, the
-    k-steps its loads run ahead of the products (1 to `gemm.MAX_AHEAD`)."""
+    weights loaded before the current step's products)."""
     kind: str
     rows: int = 1
     nt: int = 1
@@ -307,7 +306,6 @@ class GemvConfig:
     x: str | None = None
     kgroups: int = 1
     prefetch: bool = False
-    ahead: int = 1
 
 
 def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
@@ -547,9 +545,6 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
                          f"'gemv_planes', got "
                          f"{config.kind!r}")
     cfg = config or choose_kernel(Wq.fmt, N, large_n, activations, Wq.M, Wq.K)
-    if cfg.ahead != 1 and cfg.kind != "planes":
-        raise ValueError(f"matmul_q: ahead (k-steps loaded ahead) is a field of 'planes' "
-                         f"configs, got ahead={cfg.ahead!r} with kind {cfg.kind!r}")
     if cfg.kind == "planes":
         return _planes(Wq, X, N, vector, device, bk, cfg, deterministic,
                        [] if launches is None else launches)
@@ -650,7 +645,7 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
     dtype = X.dtype if device else np.asarray(X).dtype
     x_f32 = dtype != np.float16            # f32 X is rounded to f16 by the GEMM as it stages it
     k = gemm(BM, BN, BK, cfg.subgroups, sgn, split_k=split, split_k_mode=mode, x_rows=True,
-             x_f32=x_f32, ahead=cfg.ahead)
+             x_f32=x_f32)
     Np = -(-N // BN) * BN
     grid = (Wq.M // BM, Np // BN) + ((split,) if split > 1 else ())
     stacked = split > 1 and mode == "stacked"
