@@ -154,9 +154,8 @@ DECODE_VARIANTS = {
 
 
 def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4, prefetch=False,
-          merge="launch", width=4, columns=1, row_groups=None):
+          merge="launch", width=4, columns=1):
     return {"decode_kernel": "vector", "decode_merge_columns": columns,
-            "decode_row_groups": row_groups,
             "decode_subgroups": subgroups, "decode_unroll": unroll,
             "splits": splits, "decode_lanes": lanes, "merge_unroll": merge_unroll,
             "decode_prefetch": prefetch, "decode_merge": merge, "decode_width": width}
@@ -230,13 +229,6 @@ DECODE_VARIANTS.update({
                                          merge_unroll=2, splits=n) for n in (32, 96, 128)},
     **{f"vec p u2 x8 ph m2 g{n}": _dvec(prefetch=True, unroll=2, width=8, merge="phase",
                                          merge_unroll=2, subgroups=n) for n in (2, 8)},
-    # "rN": each chunk read by N workgroups holding 4 / N query rows each (fewer registers
-    # for q and o; the default splits aim at as many workgroups as without)
-    **{f"vec p{a} u2 x8 ph m2 r{g}": _dvec(prefetch=a, unroll=2, width=8, merge="phase",
-                                           merge_unroll=2, row_groups=g)
-       for a in (1, 2) for g in (2, 4)},
-    "vec p u2 x8 ph m2 r2 s64": _dvec(prefetch=True, unroll=2, width=8, merge="phase",
-                                      merge_unroll=2, row_groups=2, splits=64),
     # fewer registers per key in flight: one key per iteration loaded 2-4 iterations ahead
     # (16-byte loads), or 32 lanes per key (8-byte loads: half the q and o registers a lane)
     **{f"vec p{a} u1 x8 ph m2": _dvec(prefetch=a, unroll=1, width=8, merge="phase",

@@ -50,13 +50,6 @@ def decode_kernels():
            attention_decode_vector(**vec, phases=True, merge_columns=4))
     yield "vector decode d128 r4 g8 merged", attention_decode_vector(**vec, merge=True)
     yield "attention_merge d128 (unroll 2)", attention_merge(128, unroll=2)
-    # 4 subgroups (the default at 32768 keys), each chunk read by 1, 2 or 4 workgroups holding
-    # 4, 2 or 1 of the query rows, loading 1 or 2 iterations ahead
-    for groups in (1, 2, 4):
-        for ahead in (1, 2):
-            yield (f"vector decode d128 r4 g4 phases, row_groups {groups}, prefetch {ahead}",
-                   attention_decode_vector(**{**vec, "subgroups": 4, "prefetch": ahead},
-                                           phases=True, row_groups=groups))
 
 
 def gemv_kernels():

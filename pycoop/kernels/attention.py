@@ -530,7 +530,6 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_merge: str = DecodeConfig.merge,
               decode_width: int | None = None,
               decode_merge_columns: int | None = None,
-              decode_row_groups: int | None = None,
               subgroup_size: int = 32, merge_unroll: int | None = None,
               mask_loads: str = "auto", mask_blocks: bool = True) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
@@ -575,13 +574,10 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     aligned; None, the default: 8 where it applies, else 4), `decode_merge_columns` (with
     decode_merge="phase": the merge dispatch splits each row's dimensions over that many
     workgroups, a power of two dividing head_dim / 4; None, the default, is 1),
-    `decode_row_groups` (not with decode_merge="workgroup"; dividing heads / kv_heads *
-    queries): each chunk of keys is read by that many workgroups, each holding that fraction
-    of the head's query rows (fewer registers per invocation; the default splits then aim at
-    as many workgroups as without; None, the default, is 1), `subgroup_size`, `merge_unroll`
-    (default 2); `splits` by default about two workgroups per SM of a 132-SM GPU, up to
-    twice that where chunks would be longer than 512 keys), "coopmat" with the
-    cooperative-matrix kernels above, "auto" (the default) with "vector" where it applies: f16 or bf16, head_dim
+    `subgroup_size`, `merge_unroll` (default 2); `splits` by default about two workgroups per
+    SM of a 132-SM GPU, up to twice that where chunks would be longer than 512 keys),
+    "coopmat" with the cooperative-matrix kernels above, "auto" (the default) with "vector"
+    where it applies: f16 or bf16, head_dim
     64, 128 or 256, at most 8 query rows per K/V head (heads / kv_heads * queries). On the
     vector path `softmax` and `fp` do not apply (it computes in f32 throughout, in base 2)."""
     Br, Bc, decode_rows, decode_Bc, decode_invocations, subgroup_size, decode_unroll = (
@@ -590,13 +586,11 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                                     ("decode_invocations", decode_invocations),
                                     ("subgroup_size", subgroup_size),
                                     ("decode_unroll", decode_unroll)))
-    (invocations, decode_subgroups, decode_lanes, merge_unroll, decode_merge_columns,
-     decode_row_groups) = (
+    invocations, decode_subgroups, decode_lanes, merge_unroll, decode_merge_columns = (
         _int_arg(n, v, optional=True) for n, v in (
             ("invocations", invocations), ("decode_subgroups", decode_subgroups),
             ("decode_lanes", decode_lanes), ("merge_unroll", merge_unroll),
-            ("decode_merge_columns", decode_merge_columns),
-            ("decode_row_groups", decode_row_groups)))
+            ("decode_merge_columns", decode_merge_columns)))
     causal, mask_blocks = _bool_arg("causal", causal), _bool_arg("mask_blocks", mask_blocks)
     decode = _bool_arg("decode", decode, optional=True)
     if fp not in FP_MODES:
@@ -688,7 +682,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                               splits, decode_subgroups, decode_unroll, decode_lanes,
                               subgroup_size, merge_unroll or DecodeConfig.merge_unroll,
                               decode_prefetch, decode_merge, decode_width,
-                              decode_merge_columns, decode_row_groups or 1, misaligned(8))
+                              decode_merge_columns, misaligned(8))
     off16 = misaligned(8, ("Q", "K", "V", "the mask"))
     if off16:
         raise ValueError(f"attention: the cooperative-matrix kernels need Q, K, V and the mask "
@@ -793,7 +787,7 @@ def _staged_for(D: int, causal: bool, mask: bool, el: str, out: str, fp: str) ->
 
 def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale, splits,
                    subgroups, unroll, lanes, subgroup_size, merge_unroll,
-                   prefetch, merge, width, merge_columns: int, row_groups: int,
+                   prefetch, merge, width, merge_columns: int,
                    misaligned: list[str]) -> AttentionResult:
     """The vector decode: chunks of keys per K/V head, merged by the last workgroup of each
     head (merge="workgroup"), by a second launch (merge="launch") or by a second dispatch of
@@ -805,26 +799,20 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
                          f"decode_width=4 (or None: chosen by the alignment)")
     width = width or (4 if misaligned else DecodeConfig.width)
     n = (H // Hkv) * Sq
-    if n % row_groups or (row_groups > 1 and merge == "workgroup"):
-        raise ValueError(f"attention: decode_row_groups must divide the query rows of a K/V "
-                         f"head (heads / kv_heads * queries = {n}) and be 1 with "
-                         f"decode_merge='workgroup', got {row_groups} with "
-                         f"decode_merge={merge!r}")
     if subgroups is None:           # the default, halved until the merge fits shared memory
-        subgroups = default_subgroups(Skv, B * Hkv * row_groups)
+        subgroups = default_subgroups(Skv, B * Hkv)
         while subgroups > 1 and not fits_shared(D, n, subgroups):
             subgroups //= 2
     fused = merge == "workgroup"
     kernel = attention_decode_vector(D, n, subgroups, lanes, unroll, subgroup_size, el, prefetch,
                                      fused, out, merge_unroll, width, merge == "phase",
-                                     merge_columns, row_groups)
+                                     merge_columns)
     if width == 8:                  # 16-byte loads: K and V bound as uvec4
         K, V = K.view(np.uint32), V.view(np.uint32)
     T = streams_of(subgroups, subgroup_size, lanes or default_lanes(D, subgroup_size))
     if splits is None:
-        splits = default_splits(Skv, B * Hkv * row_groups, T, unroll)
+        splits = default_splits(Skv, B * Hkv, T, unroll)
     chunk, splits = chunk_of(Skv, splits, T, unroll)
-    wx = splits * row_groups                        # phase 0's grid: the chunks' row groups
     R = B * H * Sq
     Part = new((splits, R, D), np.float32)
     M, L = new((splits, R), np.float32), new((splits, R), np.float32)
@@ -834,12 +822,12 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
                                       **run)
         return _result(O, LSE, r)
     if merge == "phase":            # one pipeline: the chunks, then their merge
-        r1 = kernel[(wx, B * Hkv)](Q, K, V, Part, M, L, O, LSE, Skv, chunk, scale, R, splits, 0,
-                                   **run)
+        r1 = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, O, LSE, Skv, chunk, scale, R, splits,
+                                       0, **run)
         r2 = kernel[(R, merge_columns)](Q, K, V, Part, M, L, O, LSE, Skv, chunk, scale, R,
                                         splits, 1, **run)
         return _result(O, LSE, r1, r2)
-    r1 = kernel[(wx, B * Hkv)](Q, K, V, Part, M, L, Skv, chunk, scale, **run)
+    r1 = kernel[(splits, B * Hkv)](Q, K, V, Part, M, L, Skv, chunk, scale, **run)
     r2 = attention_merge(D, out, unroll=merge_unroll)[(R,)](Part, M, L, O, LSE, R, splits, **run)
     return _result(O, LSE, r1, r2)
 

@@ -138,8 +138,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                             subgroup_size: int = 32, dtype: str = "f16",
                             prefetch: bool | int = DecodeConfig.prefetch, merge: bool = False,
                             out: str = "f16", merge_unroll: int = 4,
-                            width: int = 4, phases: bool = False, merge_columns: int = 1,
-                            row_groups: int = 1):
+                            width: int = 4, phases: bool = False, merge_columns: int = 1):
     """The chunk kernel. Parameters: Q (batch · kv_heads · rows, head_dim) — for each K/V head
     its `rows` query rows, as (batch, heads, queries, head_dim) lays them out —, K and V
     (batch · kv_heads · keys, head_dim) of `dtype`; Part (splits, batch · kv_heads · rows,
@@ -170,13 +169,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     Each phase leaves the other's outputs unwritten. `merge_columns` (phases): phase 1 runs on
     the grid (R, merge_columns), each workgroup merging head_dim / merge_columns dimensions of
     its row with more groups of invocations sharing the chunks (a power of two up to
-    head_dim / 4): with few rows one workgroup per row leaves most SMs idle.
-
-    `row_groups` (dividing `rows`; not with `merge`): each chunk of keys is read by that many
-    workgroups, each holding rows / row_groups of the head's query rows (fewer registers per
-    invocation for the queries and outputs; the grid's x is splits · row_groups, the
-    workgroups of one chunk adjacent so that the later ones find its K and V in the L2
-    cache)."""
+    head_dim / 4): with few rows one workgroup per row leaves most SMs idle."""
     lanes = default_lanes(head_dim, subgroup_size) if lanes is None else lanes
     _check("attention_decode_vector", head_dim, rows, subgroups, lanes, unroll, subgroup_size,
            dtype, width)
@@ -193,18 +186,10 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     if merge or phases:
         _check_merge("attention_decode_vector", head_dim, out, merge_unroll)
     check_merge_columns("attention_decode_vector", head_dim, merge_columns)
-    if (not isinstance(row_groups, int) or isinstance(row_groups, bool) or row_groups < 1
-            or rows % row_groups):
-        raise ValueError(f"attention_decode_vector: row_groups must be an int >= 1 dividing "
-                         f"rows ({rows}), got {row_groups!r}")
-    if row_groups > 1 and merge:
-        raise ValueError("attention_decode_vector: merge (in the last workgroup of a head) "
-                         "takes the head's rows in one workgroup: row_groups must be 1")
     if merge_columns != 1 and not phases:
         raise ValueError(f"attention_decode_vector: merge_columns splits the rows of phase 1 "
                          f"(phases=True) over workgroups; got {merge_columns} without phases")
-    D, LK, U, S = head_dim, lanes, unroll, subgroup_size
-    n = rows // row_groups                   # the query rows a workgroup holds
+    D, n, LK, U, S = head_dim, rows, lanes, unroll, subgroup_size
     ahead = int(prefetch)
     el = ELEMENT[dtype]
     V4 = pc.vec(el, 4)
@@ -256,17 +241,13 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     def body(Q, K, V, Part, M, L, Count, O, LSE, Skv, chunk, scale, sh_m, sh_l, sh_o):
         done = pc.shared(u32, 1) if merge else None     # the head's count before this one
         bkv, split = pc.workgroup_id.y, pc.workgroup_id.x
-        row0 = bkv * rows                                 # this workgroup's first query row
-        if row_groups > 1:
-            split, rg = split // row_groups, split % row_groups
-            row0 = row0 + rg * n
-        R = pc.num_workgroups.y * rows
+        R = pc.num_workgroups.y * n
         lane = pc.subgroup_local_id()
         sub = lane % LK                                   # this lane's place in its cluster
         t = pc.subgroup_id() * spk + lane // LK           # this lane's stream
         k2 = scale * f32(LOG2E)
         q = [[x * k2 for c in range(vpl) for h in range(W // 4)
-              for x in halves(Q[(row0 + j) * D4 + (c * LK + sub) * (W // 4) + h])]
+              for x in halves(Q[(bkv * n + j) * D4 + (c * LK + sub) * (W // 4) + h])]
              for j in range(n)]
         kb = pc.min(split * chunk, Skv)
         ke = pc.min(kb + chunk, Skv)
@@ -357,7 +338,7 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                         sh_o[(sg * n + j) * D + (c * LK + sub) * W + e] = o[j][W * c + e] * w
         pc.barrier()
         inv = pc.local_invocation_index()
-        first = split * R + row0                          # this chunk's rows
+        first = split * R + bkv * n                       # this chunk's rows
         for i in range(per_inv):
             idx = inv + i * WG                            # 4 dimensions of a row
             if n * D4 % WG == 0 or idx < n * D4:

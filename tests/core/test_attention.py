@@ -706,19 +706,17 @@ def test_dtype_errors():
                                (32, 1, 2, 8), (16, 2, 2, 16), (8, 4, 1, 4)]),
        prefetch=st.sampled_from([False, True, 2, 3]),
        merge=st.sampled_from(["workgroup", "launch", "phase", "phase2", "phase8"]),
-       width=st.sampled_from([4, 8]), row_groups=st.sampled_from([1, 2, 4, 8]),
-       seed=st.integers(0, 2 ** 16))
+       width=st.sampled_from([4, 8]), seed=st.integers(0, 2 ** 16))
 def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch, merge, width,
-                                     row_groups, seed):
+                                     seed):
     """GQA ratios, one or two queries, key counts that are no multiple of a chunk (the last
     iteration's keys past the chunk masked), head dims 64/128/256, subgroups of 8, 16 or 32
     lanes (workgroups of fewer invocations than head_dim / 4 too: the merge then takes
     several column groups per invocation), lanes per key, streams and unrolling, 8- and
     16-byte loads of K and V, the chunks merged by the last workgroup of each head, by a
     second launch or by a second dispatch of the same kernel ("phaseN": its rows' dimensions
-    split over N workgroups), each chunk read by several workgroups holding a share of the
-    rows (row groups; any that divide the rows); f32 scores and probabilities: far tighter
-    than the f16-P kernels."""
+    split over N workgroups); f32 scores and probabilities: far tighter than the f16-P
+    kernels."""
     S, subgroups, unroll, lanes = config
     merge, columns = ("phase", int(merge[5:])) if merge[5:].isdigit() else (merge, 1)
     while not fits_shared(D, G * min(Sq, 8 // G), subgroups):   # as the default does
@@ -728,14 +726,11 @@ def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch,
     if lanes is None and (D // width) % min(S, D // 8):     # the default lanes don't divide
         width = 4
     Sq = min(Sq, 8 // G)
-    if merge == "workgroup" or (G * Sq) % row_groups:
-        row_groups = 1
     Q, K, V, _ = operands(B, 2 * G, 2, Sq, Skv, D, seed)
     r = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
                   decode_kernel="vector", decode_subgroups=subgroups, decode_unroll=unroll,
                   decode_lanes=lanes, subgroup_size=S, decode_prefetch=prefetch,
-                  decode_merge=merge, decode_width=width, decode_merge_columns=columns,
-                  decode_row_groups=row_groups)
+                  decode_merge=merge, decode_width=width, decode_merge_columns=columns)
     check(r, Q, K, V, tol=2e-5)
     ref, lse = attention_reference(Q, K, V)
     np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-5)
@@ -856,8 +851,6 @@ def test_vector_decode_chunks_past_the_keys(Skv, splits):
         64, 1, 2, None, 2, 32, width=8, phases=True, out="f32"),     # phase 1: more groups
     attention_decode_vector(128, 4, 8, phases=True, merge_columns=8),
     attention_decode_vector(64, 1, 1, None, 1, 8, phases=True, merge_columns=16),
-    attention_decode_vector(128, 4, 4, width=8, phases=True, row_groups=2),
-    attention_decode_vector(64, 8, 2, 8, 2, 32, "bf16", row_groups=8),
 ], ids=lambda k: "")
 def test_vector_decode_modules_pass_spirv_val(kernel):
     assert len(kernel.compile().spv) > 1000
@@ -894,15 +887,6 @@ def test_vector_decode_modules_pass_spirv_val(kernel):
      r"dividing head_dim / 4 = 16, got 32"),
     (lambda: attention_decode_vector(128, 4, phases=True, merge_columns=True), "got True"),
     (lambda: attention_decode_vector(128, 4, merge_columns=2), "without phases"),
-    (lambda: attention_decode_vector(128, 4, row_groups=3),
-     r"row_groups must be an int >= 1 dividing rows \(4\), got 3"),
-    (lambda: attention_decode_vector(128, 4, row_groups=2, merge=True), "row_groups must be 1"),
-    (lambda: attention(np.zeros((1, 4, 1, 64), np.float16), *[np.zeros((1, 1, 9, 64),
-                       np.float16)] * 2, decode_row_groups=3),
-     r"decode_row_groups must divide .* = 4\) .* got 3"),
-    (lambda: attention(np.zeros((1, 4, 1, 64), np.float16), *[np.zeros((1, 1, 9, 64),
-                       np.float16)] * 2, decode_row_groups=2, decode_merge="workgroup"),
-     "be 1 with decode_merge='workgroup'"),
     (lambda: attention(*[np.zeros((1, 4, 1, 64), np.float16)] * 3, decode_merge="launch",
                        decode_merge_columns=2), "decode_merge='launch'"),
     (lambda: attention(*[np.zeros((1, 4, 1, 64), np.float16)] * 3, decode_merge_columns=3),

@@ -24,13 +24,10 @@ def subgroup_size(vulkan_caps):
     (4, 1, 333, 128, None, False, 4, "launch"), (2, 2, 100, 64, 3, True, 4, "workgroup"),
     (8, 1, 57, 64, 2, False, 8, "phase"), (1, 1, 40, 256, None, True, 8, "launch"),
     (4, 1, 333, 128, 5, True, 8, "phase"), (4, 1, 333, 128, 5, True, 8, "phase4"),
-    (2, 2, 100, 64, 7, False, 4, "phase16"), (4, 1, 333, 128, 5, True, 8, "phase r2"),
-    (2, 2, 100, 64, 3, False, 4, "launch r4")])
+    (2, 2, 100, 64, 7, False, 4, "phase16")])
 def test_vector_decode_on_vulkan(subgroup_size, G, Sq, Skv, D, splits, prefetch, width, merge):
     """Against NumPy, each merge mode; "phaseN": the merge dispatch with each row's
-    dimensions over N workgroups; "rN": each chunk read by N workgroups holding a share of
-    the rows."""
-    merge, groups = merge.split(" r") if " r" in merge else (merge, 1)
+    dimensions over N workgroups."""
     merge, columns = ("phase", int(merge[5:])) if merge[5:].isdigit() else (merge, 1)
     rng = np.random.default_rng(Skv)
     Q = rng.standard_normal((1, 2 * G, Sq, D)).astype(np.float16)
@@ -40,7 +37,7 @@ def test_vector_decode_on_vulkan(subgroup_size, G, Sq, Skv, D, splits, prefetch,
     r = attention(Q, K, V, out="f32", backend="vulkan", splits=splits, decode_kernel="vector",
                   subgroup_size=subgroup_size, decode_lanes=lanes, decode_subgroups=2,
                   decode_prefetch=prefetch, decode_width=width, decode_merge=merge,
-                  decode_merge_columns=columns, decode_row_groups=int(groups))
+                  decode_merge_columns=columns)
     assert r.backend == "vulkan"
     ref, lse = attention_reference(Q, K, V)
     np.testing.assert_allclose(r.out, ref, rtol=0, atol=2e-5)
