@@ -10,7 +10,8 @@ Atomic split-K times leave out zeroing Y (one vkCmdFillBuffer of M x N floats).
 `--x f32rows f16rows f16cols`: X as `matmul_q` hands it over (f32 N x K, rounded to f16 as
 the GEMM stages it: the default), already f16 N x K (`x_rows` alone), or f16 K x N (neither;
 Y M x N): what X's format and layout cost at larger N, where every row tile of W reads all of
-X. `--around-default`: only the dispatcher's configuration (`planes_config`).
+X. `--around-default`: only the dispatcher's configuration (`planes_config`); `--tiles
+256x4x1x64 ...` (weight rows x subgroups x 1 x depth) and `--bns 32 64` narrow the sweep.
 
 Prints the best configurations per (shape, format, N). Skips (exit 0) without a Vulkan device."""
 import argparse
@@ -68,14 +69,16 @@ def around_default(M, N, K):
              "atomic" if cfg.split_k > 1 else "stacked")]
 
 
-def candidates(N, modes=("stacked", "atomic")):
+TILES = ((64, 4, 1, 64), (128, 4, 1, 64), (64, 2, 1, 64), (128, 2, 2, 64), (128, 2, 1, 64),
+         (128, 4, 1, 32), (64, 2, 2, 64), (64, 4, 1, 128), (128, 8, 1, 64), (256, 8, 1, 64))
+
+
+def candidates(N, modes=("stacked", "atomic"), tiles=TILES, bns=(16, 32, 64)):
     out = []
-    for BN in (16, 32, 64):       # narrower tiles than N too: several along the vectors
+    for BN in bns:                # narrower tiles than N too: several along the vectors
         if BN > max(16, 2 * N):
             continue
-        for BM, SGM, SGN, BK in ((64, 4, 1, 64), (128, 4, 1, 64), (64, 2, 1, 64), (128, 2, 2, 64),
-                                 (128, 2, 1, 64), (128, 4, 1, 32), (64, 2, 2, 64), (64, 4, 1, 128),
-                                 (128, 8, 1, 64), (256, 8, 1, 64)):
+        for BM, SGM, SGN, BK in tiles:
             TN = BN // (16 * SGN)
             if TN < 1 or BM % (16 * SGM):
                 continue
@@ -99,6 +102,10 @@ def main():
     ap.add_argument("--backend", default="vulkan", help="emulator: a check of the script at small sizes")
     ap.add_argument("--x", nargs="+", default=["f32rows"], choices=list(X_LAYOUTS),
                     help="X's format and layout (f32rows: as matmul_q passes it)")
+    ap.add_argument("--tiles", nargs="+", default=None, metavar="BMxSGMxSGNxBK",
+                    help="only these weight rows x subgroups x depth, e.g. 256x8x1x32")
+    ap.add_argument("--bns", type=int, nargs="+", default=[16, 32, 64],
+                    help="vectors per tile tried (those up to twice N)")
     ap.add_argument("--around-default", action="store_true",
                     help="only the dispatcher's configuration for each shape and N")
     args = ap.parse_args()
@@ -108,6 +115,7 @@ def main():
     except Exception as e:                                    # noqa: BLE001
         print(f"skipped: no Vulkan device ({e})")
         return 0
+    tiles = tuple(tuple(map(int, t.split("x"))) for t in args.tiles) if args.tiles else TILES
     rng = np.random.default_rng(0)
     rows = []
     for shape in args.shapes:
@@ -130,7 +138,7 @@ def main():
                     print(f"torch: {e}")
                 res = []
                 configs = (around_default(M, N, K) if args.around_default
-                           else candidates(N, tuple(args.modes)))
+                           else candidates(N, tuple(args.modes), tiles, args.bns))
                 for (BM, BN, BK, SGM, SGN, split, mode), layout in itertools.product(configs, args.x):
                     Np = -(-N // BN) * BN
                     if M % BM or K % (BK * split):
