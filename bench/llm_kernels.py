@@ -201,15 +201,17 @@ def time_pycoop(launch, ws: list, repeat: int) -> tuple[float, float]:
     return median_us(rot), median_us(warm)
 
 
-def time_planes(M: int, K: int, fmt: str, N: int, W: np.ndarray, copies: int, repeat: int):
+def time_planes(M: int, K: int, fmt: str, N: int, W: np.ndarray, copies: int, repeat: int,
+                dtype=np.float32):
     """(rotated µs, warm µs, config, check) of `matmul_q`'s planes path on device arrays (the
-    dispatcher's choice for N >= 2): the sum of its launches' device times (X to f16 rows, the
-    GEMM; Y's zeroing is a fill, not timed), weights rotated through `copies` GGMLWeights."""
+    dispatcher's choice for N >= 2) with X of `dtype` (f32 or f16): the device time of its
+    launch (Y's zeroing is a fill, not timed), weights rotated through `copies`
+    GGMLWeights."""
     cfg = choose_kernel(fmt, N, M=M, K=K)
     if cfg.kind != "planes":
         return None
     Wqs = [weights(W, fmt) for _ in range(copies)]
-    X = np.random.default_rng(N).standard_normal((N, K)).astype(np.float32)
+    X = np.random.default_rng(N).standard_normal((N, K)).astype(dtype)
     x = pc.asarray(X, backend="vulkan")
 
     def run(w):
@@ -230,7 +232,8 @@ def time_planes(M: int, K: int, fmt: str, N: int, W: np.ndarray, copies: int, re
     total = lambda runs: statistics.median(sum(r.times_ms[0] for r in run_) for run_ in runs) * 1e3  # noqa: E731
     y = matmul_q(Wqs[0], x).numpy()
     status = check(fmt, W, X.astype(np.float16).astype(np.float32), y, 2e-3)
-    name = f"planes {cfg.tile[0]}x{cfg.tile[1]}x{cfg.tile[2]} split{cfg.split_k}"
+    name = (f"planes {cfg.tile[0]}x{cfg.tile[1]}x{cfg.tile[2]} split{cfg.split_k} "
+            f"X {np.dtype(dtype).name}")
     return total(rot), total(warm), name, status
 
 
@@ -398,14 +401,17 @@ def bench_shape(M: int, K: int, args, lines: list) -> None:
             if best_cm is not None:
                 name, crot, cwarm, cstatus = best_cm
                 table_row(lines, args, M, K, fmt, N, crot, cwarm, Wq.nbytes, tt, name, cstatus)
-            try:
-                planes = time_planes(M, K, fmt, N, W, len(ws), args.repeat) if fmt != "f16" else None
-            except Exception as e:                          # noqa: BLE001
-                planes = None
-                note_error(errors, "planes", e, args.verbose)
-            if planes is not None:
-                prot, pwarm, pname, pstatus = planes
-                table_row(lines, args, M, K, fmt, N, prot, pwarm, Wq.nbytes, tt, pname, pstatus)
+            for dtype in args.planes_x:
+                try:
+                    planes = time_planes(M, K, fmt, N, W, len(ws), args.repeat,
+                                         np.dtype(dtype)) if fmt != "f16" else None
+                except Exception as e:                      # noqa: BLE001
+                    planes = None
+                    note_error(errors, "planes", e, args.verbose)
+                if planes is not None:
+                    prot, pwarm, pname, pstatus = planes
+                    table_row(lines, args, M, K, fmt, N, prot, pwarm, Wq.nbytes, tt, pname,
+                              pstatus)
             for e in errors:
                 print(f"    {e}", flush=True)
             if "q8_1" in args.paths and fmt in FORMATS_Q8_1:
@@ -642,6 +648,8 @@ def main() -> None:
     p.add_argument("--x", nargs="+", default=None,
                    choices=["f32", "f16", "q8_1", "q8_1_shared"],
                    help="gemv_planes: only these activation kinds (default: all)")
+    p.add_argument("--planes-x", nargs="+", default=["float32"], choices=["float32", "float16"],
+                   help="the planes path (N >= 2) with X of each of these types")
     p.add_argument("--shapes", nargs="+", default=None, help="MxK, e.g. 4096x14336")
     p.add_argument("--repeat", type=int, default=100)
     p.add_argument("--rotate-mb", type=int, default=256)

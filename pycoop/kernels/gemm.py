@@ -563,10 +563,9 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` and `split_k_mode` as
     in gemm_khr_staged. `x_rows=True`: X is N x K f16 (`X.view(np.uint32).reshape(-1, 4)`) and
     Y is N x M (with split_k stacked: split_k N x M matrices), the layouts of activations, so
-    that few vectors (N >= 16, zero rows padding N to BN) need no transposes: the small-N
-    kernel of `matmul_q`; with `x_f32=True` too, X is f32 N x K (`X.reshape(-1, 4)`) rounded to
-    f16 as it is staged, for any N (rows past N read as zeros; Y, or each split's matrix, has
-    N rounded up to BN rows).
+    that few vectors need no transposes: the small-N kernel of `matmul_q`; any N (rows past N
+    read as zeros; Y, or each split's matrix, has N rounded up to BN rows); with `x_f32=True`
+    too, X is f32 N x K (`X.reshape(-1, 4)`) rounded to f16 as it is staged.
     """
     def stage_block(put, qs, d):
         lo, hi = [], []
@@ -588,9 +587,9 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
     `stage_block(put, qs, d)` dequantising one block (`qs`: its uvec4s, `d` its D element) and
     storing uvec4 `i` of its 8 halves with `put(i, v)` into the shared W tile; the rest is
     gemm_khr_staged's. `x_rows`: X is N x K and Y is N x M (the activations' own layout, rows
-    of vectors; N a multiple of BN), X's tile kept column-major in shared memory. `x_f32` (with
-    `x_rows`): X is f32 (as vec4), rounded to f16 as it is staged, and N is the number of its
-    rows, any N: rows past N read as zeros, Y has N rounded up to BN rows."""
+    of vectors; any N: rows past N read as zeros, Y has N rounded up to BN rows), X's tile kept
+    column-major in shared memory. `x_f32` (with `x_rows`): X is f32 (as vec4), rounded to
+    f16 as it is staged."""
     _check_split_k(split_k, split_k_mode)
     atomic = split_k > 1 and split_k_mode == "atomic"
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
@@ -619,10 +618,12 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
         pb = [divmod(t + q * nth, BK // 32) for q in range(blocks // nth)]   # (row, block)
 
         def fetch_x(kn, r, c):
-            if not x_f32:
-                return X[(n0 + r) * (K // 8) + kn // 8 + c] if x_rows else \
-                    X[(kn + r) * (N // 8) + n0 // 8 + c]
+            if not x_rows:
+                return X[(kn + r) * (N // 8) + n0 // 8 + c]
             row = n0 + r                       # rows past N: row N - 1 read, then zeroed
+            if not x_f32:
+                zero = pc.make_vector([u32(0)] * 4)
+                return pc.select(row < N, X[pc.min(row, N - 1) * (K // 8) + kn // 8 + c], zero)
             at = pc.min(row, N - 1) * (K // 4) + kn // 4 + 2 * c
             zero = pc.make_vector([f32(0.0)] * 4)
             return tuple(pc.select(row < N, X[at + h], zero) for h in range(2))
@@ -641,7 +642,7 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
                 sx[r * (ldx // 8) + c] = pack_f16([v[h][e] for h in range(2) for e in range(4)]) \
                     if x_f32 else v
 
-        _check_tiling(name, M, N if not x_f32 else BN, K, BM, BN, BK, split_k)
+        _check_tiling(name, M, BN if x_rows else N, K, BM, BN, BK, split_k)
         # dequantising in the store phase (`stage`) rather than beside the products: 1.05x
         # (gemm_q4_0_planes, H100, 2026-11-22)
         acc = _staged_k_loop([[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)], K, BK,
@@ -651,7 +652,7 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
         if atomic:
             _add_tiles_atomic(Y, acc, scratch, sg, m0 + wm, n0 + wn, M if x_rows else N, x_rows)
         elif x_rows:              # split z's partial product: the z-th N x M matrix (N padded)
-            rows = (N + BN - 1) // BN * BN if x_f32 else N
+            rows = (N + BN - 1) // BN * BN
             _store_tiles(Y, acc, m0 + wm, _split_rows(n0, rows, split_k) + wn, M, True)
         else:
             _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)

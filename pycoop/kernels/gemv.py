@@ -613,22 +613,12 @@ def _floats_to_halves(X: pc.ReadBuffer[f32], Y: pc.WriteBuffer[f16], n: u32):
         Y[i] = f16(X[i])
 
 
-@pc.kernel(workgroup_size=256)
-def _x_rows_f16(X: pc.ReadBuffer[pc.vec(f16, 2)], Xh: pc.WriteBuffer[U4], n8: u32):
-    """f16 X (N x K) copied into the planes GEMMs' f16 rows padded to the tile (f32 X is read
-    by the GEMM itself), 8 values (a uvec4) per invocation: n8 = N * K / 8, grid
-    ceil(n8 / 256); the padding rows past N are left alone."""
-    i = pc.global_invocation_id.x
-    if i < n8:
-        Xh[i] = pc.make_vector([pc.bitcast(X[4 * i + j], u32) for j in range(4)])
-
-
 def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: GemvConfig,
             deterministic: bool, launches: list):
-    """N >= 2 Q4_0, Q8_0 or Q4_K: the planes GEMM on X's and Y's own layouts (`x_rows`), f32 X
-    rounded to f16 by the GEMM as it stages it (`x_f32`; f16 X copied into rows padded to whole
-    tiles of vectors first), split-K summed by f32 atomics into a zeroed Y (or,
-    `deterministic`, by `sum_splits`). The weights' planes are made once."""
+    """N >= 2 Q4_0, Q8_0 or Q4_K: the planes GEMM on X's and Y's own layouts (`x_rows`, X read
+    where it lies: f16 as is, f32 rounded to f16 by the GEMM as it stages it, `x_f32`),
+    split-K summed by f32 atomics into a zeroed Y (or, `deterministic`, by `sum_splits`). The
+    weights' planes are made once."""
     if Wq.fmt not in PLANES_GEMMS:
         raise ValueError(f"matmul_q: the planes GEMMs take {', '.join(PLANES_GEMMS)} weights, "
                          f"not {Wq.fmt}")
@@ -654,26 +644,17 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
     if device:
         if X.dtype not in (np.float32, np.float16):
             raise ValueError(f"matmul_q: X is f32 or f16, got {X.dtype}")
-        if x_f32:
-            xk = X.reshape(-1, 4)
-        else:                              # f16 rows padded with zero rows to the tile
-            xk = pc.zeros((Np * Wq.K // 8, 4), pc.u32, backend=be)
-            n8 = N * Wq.K // 8
-            launches.append(_x_rows_f16[-(-n8 // 256)](X.reshape(-1, 2), xk, n8))
+        xk = X.reshape(-1, 4) if x_f32 else X.view(np.uint32).reshape(-1, 4)
         y = pc.zeros((Np, Wq.M), pc.f32, backend=be) if mode == "atomic" else \
             pc.empty((Np, Wq.M), pc.f32, backend=be)
         out = pc.empty((split * Np, Wq.M), pc.f32, backend=be) if stacked else y
-        launches.append(k[grid](Q, D, xk, out, Wq.M, N if x_f32 else Np, Wq.K))
+        launches.append(k[grid](Q, D, xk, out, Wq.M, N, Wq.K))
     else:
-        if x_f32:
-            xk = np.ascontiguousarray(np.asarray(X, np.float32)).reshape(-1, 4)
-        else:
-            xh = np.zeros((Np, Wq.K), np.float16)
-            xh[:N] = np.asarray(X).reshape(N, Wq.K)
-            xk = xh.view(np.uint32).reshape(-1, 4)
+        xk = np.ascontiguousarray(X).reshape(N, Wq.K)
+        xk = xk.reshape(-1, 4) if x_f32 else xk.view(np.uint32).reshape(-1, 4)
         y = np.zeros((Np, Wq.M), np.float32)
         out = np.empty((split * Np, Wq.M), np.float32) if stacked else y
-        launches.append(k[grid](Q, D, xk, out, Wq.M, N if x_f32 else Np, Wq.K, backend=bk))
+        launches.append(k[grid](Q, D, xk, out, Wq.M, N, Wq.K, backend=bk))
     if stacked:
         n4 = Np * Wq.M // 4
         launches.append(sum_splits(split)[-(-n4 // 256)](out.reshape(-1, 4), y.reshape(-1, 4), n4,

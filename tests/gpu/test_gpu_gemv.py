@@ -105,6 +105,12 @@ def test_planes_path(gguf, fmt, N, deterministic):
     check_planes(matmul_q(W, X, fmt, backend="vulkan", deterministic=deterministic), X, Wf)
     y = matmul_q(weights(W, fmt), pc.asarray(X, backend="vulkan"), deterministic=deterministic)
     check_planes(y.numpy(), X, Wf)
+    # f16 activations, read where they lie (rows past N as zeros): the same products
+    x16 = pc.asarray(X.astype(np.float16), backend="vulkan")
+    y16 = matmul_q(weights(W, fmt), x16, deterministic=deterministic).numpy()
+    check_planes(y16, X, Wf)
+    if deterministic:
+        np.testing.assert_array_equal(y16, y.numpy())
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_k", "f16"])
