@@ -84,9 +84,10 @@ def _add_tiles_atomic(C, acc: list, scratch, sg, m0, n0, N, transposed: bool = F
 
 
 def pack_f16(vals: list):
-    """8 f32 values rounded to f16, packed as a uvec4 (value 2i + j in half j of word i)."""
+    """f32 values (8, or 4) rounded to f16, packed as a uvec4 (or uvec2): value 2i + j in half
+    j of word i."""
     return pc.make_vector([pc.bitcast(pc.make_vector([f16(vals[2 * i]), f16(vals[2 * i + 1])]),
-                                      u32) for i in range(4)])
+                                      u32) for i in range(len(vals) // 2)])
 
 
 def _uvec4_slots(t, nth: int, rows: int, cols: int) -> list:

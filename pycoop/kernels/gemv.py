@@ -613,6 +613,17 @@ def _floats_to_halves(X: pc.ReadBuffer[f32], Y: pc.WriteBuffer[f16], n: u32):
         Y[i] = f16(X[i])
 
 
+def planes_kernel(fmt: str, cfg: GemvConfig, deterministic: bool = False,
+                  x_f32: bool = True) -> tuple:
+    """(kernel, split-K mode) of `matmul_q`'s planes path for a "planes" config: the planes
+    GEMM of `fmt` on X's and Y's own layouts, X f32 (`x_f32`) or f16 rows, split-K summed by
+    f32 atomics ("atomic") or, `deterministic`, apart and then by `sum_splits` ("stacked")."""
+    BM, BN, BK = cfg.tile
+    mode = "atomic" if cfg.split_k > 1 and not deterministic else "stacked"
+    return PLANES_GEMMS[fmt](BM, BN, BK, cfg.subgroups, max(1, BN // 64), split_k=cfg.split_k,
+                             split_k_mode=mode, x_rows=True, x_f32=x_f32), mode
+
+
 def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: GemvConfig,
             deterministic: bool, launches: list):
     """N >= 2 Q4_0, Q8_0 or Q4_K: the planes GEMM on X's and Y's own layouts (`x_rows`, X read
@@ -623,19 +634,16 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
         raise ValueError(f"matmul_q: the planes GEMMs take {', '.join(PLANES_GEMMS)} weights, "
                          f"not {Wq.fmt}")
     BM, BN, BK = cfg.tile
-    split, sgn = cfg.split_k, max(1, BN // 64)
-    gemm = PLANES_GEMMS[Wq.fmt]
+    split = cfg.split_k
     if not isinstance(split, int) or split < 1:
         raise ValueError(f"matmul_q: split_k must be an int >= 1, got {split!r}")
     if Wq.M % BM or Wq.K % (BK * split) or BN % 16:
         raise ValueError(f"matmul_q: the planes GEMM's tile {cfg.tile} with split_k={split} "
                          f"does not fit M={Wq.M}, K={Wq.K} (M a multiple of the tile's rows, K of "
                          f"its depth x split_k)")
-    mode = "atomic" if split > 1 and not deterministic else "stacked"
     dtype = X.dtype if device else np.asarray(X).dtype
     x_f32 = dtype != np.float16            # f32 X is rounded to f16 by the GEMM as it stages it
-    k = gemm(BM, BN, BK, cfg.subgroups, sgn, split_k=split, split_k_mode=mode, x_rows=True,
-             x_f32=x_f32)
+    k, mode = planes_kernel(Wq.fmt, cfg, deterministic, x_f32)
     Np = -(-N // BN) * BN
     grid = (Wq.M // BM, Np // BN) + ((split,) if split > 1 else ())
     stacked = split > 1 and mode == "stacked"

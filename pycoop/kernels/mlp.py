@@ -12,13 +12,12 @@ kernels on `pc.Array`s without host round trips; it picks the kernels by T:
   `gemv_planes` on the stacked gate/up matrix (2I x H: the activations read once for both),
   `swiglu_q8_1` (silu(gate) * up, quantised), `gemv_planes` on down, `residual_add`. Q4_K's
   weights are then those of `q4_k_planes` (f16 scale and min per sub-block), as in prefill.
-- **8 < T <= 64.** Q4_0: the integer path of `pycoop.kernels.gemvq`. One
-  kernel computes the RMSNorm and quantises its output to q8_1 directly (`rms_norm_q8_1`);
-  the gate and up weights are one stacked 2I x H matrix, so one `gemv_q8_1` launch reads the
-  quantised activations once for both; `swiglu_q8_1` computes silu(gate) * up and quantises
-  it for the down projection; `gemv_q8_1` again, then `residual_add`. Q4_K (no integer
-  path): `rms_norm_f32`, the float `gemv` on the stacked matrix, `swiglu_f32`, `gemv`,
-  `residual_add`.
+- **8 < T <= 64.** Both formats: f16 activation rows through `matmul_q`'s planes GEMMs
+  (`gemm_q4_0_planes` / `gemm_q4_k_planes` on the tokens' own layout, one launch each, the
+  planes shared with the other paths): `rms_norm_f16` (RMSNorm rounded to f16 rows), the
+  stacked gate/up matrix, `swiglu_f16` (silu(gate) * up as f16 rows), down, `residual_add`.
+  On a Vulkan device without the GEMMs' cooperative matrices: the path above, 8 tokens at a
+  time.
 - **T > 64 (prefill).** Cooperative-matrix GEMMs with f16 activations, computed transposed
   (features x tokens) so that no activation is re-laid out between them: `rms_scale` (the
   per-token 1/rms), `rms_norm_t` (normalise, scale, round to f16 and transpose into
@@ -48,19 +47,19 @@ from pycoop import f16, f32, i32, u32
 
 from .gemm import gemm_q4_0_planes, pack_f16
 from .gemm_quant import gemm_q4_k_planes
-from .gemv import GGMLWeights, choose_kernel, gemv, gemv_grid, weights
+from .gemv import GGMLWeights, choose_kernel, matmul_q, planes_kernel, weights
 from .gemv_planes import MAX_N as PLANES_MAX_N
 from .gemv_planes import gemv_operands, planes_gemv_config, weight_planes
-from .gemvq import gemv_q8_1, q8_1_lanes
+from .gemvq import q8_1_lanes
 from .limits import SMS
 
 SPECIALIZE_MAX_K = 4096     # prefill GEMMs with a longer K are not shape-specialised (see _gemm)
 F4 = pc.vec(f32, 4)
 U4 = pc.vec(u32, 4)
-H2 = pc.vec(f16, 2)
+U2 = pc.vec(u32, 2)
 WG = 256                                   # invocations per workgroup of the elementwise kernels
 FORMATS = ("q4_0", "q4_k")
-SMALL_T = 64                               # the GEMV kernels up to this many tokens
+SMALL_T = 64                               # the token paths up to this many tokens
 
 
 def _groups(n: int) -> int:
@@ -126,10 +125,10 @@ def rows_held_parts(H: int) -> int:
     return _check_rows_held(H)
 
 
-def _put_f32(Y, X, G, t, h4, i, r) -> None:
-    """Vec4 i of row t normalised: (X * r) * G."""
+def _put_f16(Y, X, G, t, h4, i, r) -> None:
+    """Vec4 i of row t normalised, (X * r) * G, rounded to f16 (a uvec2)."""
     v, g = X[t * h4 + i], G[i]
-    Y[t * h4 + i] = pc.make_vector([(v[c] * r) * g[c] for c in range(4)])
+    Y[t * h4 + i] = pack_f16([(v[c] * r) * g[c] for c in range(4)])
 
 
 def _check_rows_held(H) -> int:
@@ -176,16 +175,17 @@ def rms_norm_q8_1(subgroup_size: int = 32, H: int | None = None):
 
 
 @functools.cache
-def rms_norm_f32(subgroup_size: int = 32, H: int | None = None):
-    """RMSNorm of each row of X (N x H f32 as vec4, H a multiple of 4) times G, into Y (N x H
-    f32 as vec4). One workgroup per row: grid N (with `H` at build, N x `rows_held_parts(H)`,
-    as in rms_norm_q8_1). Operands: X, G, Y, H, eps."""
+def rms_norm_f16(subgroup_size: int = 32, H: int | None = None):
+    """RMSNorm of each row of X (N x H f32 as vec4, H a multiple of 4) times G, rounded to f16
+    into Y (N x H f16 as uvec2: the rows `matmul_q`'s planes GEMMs read). One workgroup per
+    row: grid N (with `H` at build, N x `rows_held_parts(H)`, as in rms_norm_q8_1).
+    Operands: X, G, Y, H, eps."""
     _check_sg(subgroup_size)
     nsg = WG // subgroup_size
     per = _check_rows_held(H)
 
     @pc.kernel(workgroup_size=WG, subgroup_size=subgroup_size)
-    def rms_norm_f32(X: pc.ReadBuffer[F4], G: pc.ReadBuffer[F4], Y: pc.WriteBuffer[F4], H: u32,
+    def rms_norm_f16(X: pc.ReadBuffer[F4], G: pc.ReadBuffer[F4], Y: pc.WriteBuffer[U2], H: u32,
                      eps: f32):
         red = pc.shared(f32, nsg)
         t, lane = pc.workgroup_id.x, pc.local_invocation_index()
@@ -194,12 +194,12 @@ def rms_norm_f32(subgroup_size: int = 32, H: int | None = None):
             r = _rms_of(_row_squares_at_once(X, t, h4, lane, per), red, h4, nsg, eps)
             i = lane + pc.workgroup_id.y * WG
             if i < h4:
-                _put_f32(Y, X, G, t, h4, i, r)
+                _put_f16(Y, X, G, t, h4, i, r)
         else:
             r = _row_rms(X, red, t, h4, lane, nsg, eps)
             for i in pc.range(lane, h4, WG):
-                _put_f32(Y, X, G, t, h4, i, r)
-    return rms_norm_f32
+                _put_f16(Y, X, G, t, h4, i, r)
+    return rms_norm_f16
 
 
 @functools.cache
@@ -267,15 +267,15 @@ def swiglu_q8_1(subgroup_size: int = 32):
 
 
 @pc.kernel(workgroup_size=WG)
-def swiglu_f32(Y: pc.ReadBuffer[F4], Hh: pc.WriteBuffer[F4], N: u32, I: u32):
-    """Hh (N x I f32) = silu(gate) * up for Y (N x 2I f32, gate then up in each row; I a
-    multiple of 4), as vec4. Grid ceil(N * I / 4 / 256)."""
+def swiglu_f16(Y: pc.ReadBuffer[F4], Hh: pc.WriteBuffer[U2], N: u32, I: u32):
+    """Hh (N x I f16, as uvec2) = silu(gate) * up rounded to f16, for Y (N x 2I f32, gate then
+    up in each row; I a multiple of 4) as vec4. Grid ceil(N * I / 4 / 256)."""
     g = pc.global_invocation_id.x
     i4 = I >> 2
     if g < N * i4:
         n, i = g // i4, g % i4
         a, b = Y[n * 2 * i4 + i], Y[n * 2 * i4 + i4 + i]
-        Hh[g] = pc.make_vector([_silu_mul(a[c], b[c]) for c in range(4)])
+        Hh[g] = pack_f16([_silu_mul(a[c], b[c]) for c in range(4)])
 
 
 @pc.kernel(workgroup_size=WG)
@@ -333,7 +333,8 @@ class MLPBlock:
     blocks with `fmt`), all Q4_0 or all Q4_K. `norm_weight`: H f32. The weights are uploaded
     to `backend` once. `block(x)` takes x (T x H f32 `pc.Array` on that backend, or H for one
     token) and returns a new array of the same shape; every launch is queued, nothing is
-    copied to the host. `small_t`: the largest T for the GEMV kernels (above it, the GEMMs)."""
+    copied to the host. `small_t`: the largest T of the token paths (above it, the prefill
+    GEMMs on transposed activations)."""
 
     def __init__(self, gate, up, down, norm_weight, fmt: str | None = None, *, eps: float = 1e-5,
                  backend: str | None = None, subgroup_size: int = 32, small_t: int = SMALL_T):
@@ -419,45 +420,43 @@ class MLPBlock:
             self.launches.append(residual_add[_groups(T * H // 4)](
                 x.reshape(-1, 4), y2.reshape(-1, 4), out.reshape(-1, 4), T * H // 4))
             return out
-        q8 = self.fmt == "q4_0"
-        ys = []
-        for W in (self.gate_up, self.down):
-            cfg = choose_kernel(W.fmt, T, activations="q8_1" if q8 else "f32")
-            grid = gemv_grid(W.M, T, cfg.rows, cfg.nt, cfg.subgroups)
-            if q8:
-                k = gemv_q8_1(W.fmt, cfg.rows, cfg.nt, cfg.subgroups, sg, cfg.parts or 4,
-                              cfg.unroll)
-            else:
-                k = gemv(W.fmt, cfg.rows, cfg.nt, cfg.subgroups, sg, 8, cfg.unroll, cfg.parts)
-            ys.append((k, grid, cfg))
-        (k1, g1, c1), (k2, g2, c2) = ys
-        y1 = pc.empty((T, 2 * I), pc.f32, backend=bk)
-        y2 = pc.empty((T, H), pc.f32, backend=bk)
-        if q8:
-            nb1, nb2 = T * H // 32, T * I // 32
-            q1, d1, s1 = (pc.empty(nb1 * 8, pc.u32, backend=bk), pc.empty(nb1, pc.f32, backend=bk),
-                          pc.empty(nb1, pc.i32, backend=bk))
-            self.launches.append(rms_norm_q8_1(sg, H)[T, rows_held_parts(H)](x.reshape(-1, 4), self.norm.reshape(-1, 4), q1, d1, s1, H,
-                                 self.eps))
-            self.launches.append(k1[g1](self.gate_up.kernel_array(bk), q1.reshape(-1, 4) if c1.parts == 1 else q1,
-                   d1, s1, y1, 2 * I, T, H))
-            q2, d2, s2 = (pc.empty(nb2 * 8, pc.u32, backend=bk), pc.empty(nb2, pc.f32, backend=bk),
-                          pc.empty(nb2, pc.i32, backend=bk))
-            self.launches.append(swiglu_q8_1(sg)[_groups(T * I // 4)](y1.reshape(-1, 4), q2, d2, s2, T, I))
-            self.launches.append(k2[g2](self.down.kernel_array(bk), q2.reshape(-1, 4) if c2.parts == 1 else q2,
-                   d2, s2, y2, H, T, I))
-        else:
-            xn = pc.empty((T, H), pc.f32, backend=bk)
-            self.launches.append(rms_norm_f32(sg, H)[T, rows_held_parts(H)](x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.reshape(-1, 4), H,
-                                self.eps))
-            self.launches.append(k1[g1](self.gate_up.kernel_array(bk), xn.reshape(-1, 4), y1, 2 * I, T, H))
-            h = pc.empty((T, I), pc.f32, backend=bk)
-            self.launches.append(swiglu_f32[_groups(T * I // 4)](y1.reshape(-1, 4), h.reshape(-1, 4), T, I))
-            self.launches.append(k2[g2](self.down.kernel_array(bk), h.reshape(-1, 4), y2, H, T, I))
+        if not self._rows_run_here(T):          # no cooperative matrices: 8 tokens at a time
+            out = pc.empty((T, H), pc.f32, backend=bk)
+            for t in range(0, T, PLANES_MAX_N):
+                n = min(PLANES_MAX_N, T - t)
+                y2 = self._tokens(x[t:t + n], n)
+                self.launches.append(residual_add[_groups(n * H // 4)](
+                    x[t:t + n].reshape(-1, 4), y2.reshape(-1, 4),
+                    out[t:t + n].reshape(-1, 4), n * H // 4))
+            return out
+        # 8 < T <= small_t: f16 rows through matmul_q's planes GEMMs (one launch each)
+        xn = pc.empty((T, H), pc.f16, backend=bk)
+        self.launches.append(rms_norm_f16(sg, H)[T, rows_held_parts(H)](
+            x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.view(np.uint32).reshape(-1, 2), H,
+            self.eps))
+        y1 = matmul_q(self.gate_up, xn, launches=self.launches)          # T x 2I f32
+        h = pc.empty((T, I), pc.f16, backend=bk)
+        self.launches.append(swiglu_f16[_groups(T * I // 4)](
+            y1.reshape(-1, 4), h.view(np.uint32).reshape(-1, 2), T, I))
+        y2 = matmul_q(self.down, h, launches=self.launches)
         out = pc.empty((T, H), pc.f32, backend=bk)
         self.launches.append(residual_add[_groups(T * H // 4)](x.reshape(-1, 4), y2.reshape(-1, 4),
                                           out.reshape(-1, 4), T * H // 4))
         return out
+
+    def _rows_run_here(self, T: int) -> bool:
+        """Whether the backend runs the planes GEMMs `matmul_q` takes for T rows of f16
+        activations (a Vulkan device without cooperative matrices does not)."""
+        if self.backend != "vulkan":
+            return True
+        for W in (self.gate_up, self.down):
+            cfg = choose_kernel(W.fmt, T, M=W.M, K=W.K)
+            if cfg.kind == "planes":
+                try:
+                    planes_kernel(W.fmt, cfg, x_f32=False)[0].compile().check_vulkan()
+                except pc.BackendUnavailable:
+                    return False
+        return True
 
     def _gemm_kernel(self, W: GGMLWeights, ld: int):
         """(kernel, grid, split, specialised) of W @ X for X of ld columns. Where the tiles leave SMs idle

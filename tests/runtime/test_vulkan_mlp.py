@@ -52,3 +52,18 @@ def test_prefill_the_device_cannot_run_is_refused_before_any_work(vulkan_caps):
                                                     r"tokens \(its GEMMs\).*lacks"):
         vk(x)
     assert vk.launches == [] and rt.stats()["pending_launches"] == pending
+
+
+def test_tokens_past_8_without_cooperative_matrices_go_8_at_a_time(vulkan_caps):
+    """8 < T <= 64 takes the planes GEMMs where the device has cooperative matrices; without
+    them, the token path over groups of at most 8 tokens (as the emulator gives for each)."""
+    caps = vulkan_caps
+    if caps.has("cooperativeMatrix") or "shuffle" not in caps.subgroup_operations:
+        pytest.skip("the device has cooperative matrices, or no subgroup shuffles")
+    vk, emu = blocks(caps)
+    x = np.random.default_rng(2).standard_normal((20, H)).astype(np.float32)
+    y = vk(pc.asarray(x, backend="vulkan")).numpy()
+    assert len(vk.launches) == 3 * 5               # three groups of five launches
+    ref = np.concatenate([emu(pc.asarray(x[t:t + 8], backend="emulator")).numpy()
+                          for t in range(0, 20, 8)])
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
