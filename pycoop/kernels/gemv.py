@@ -670,12 +670,20 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
     return y[0] if vector else y[:N]
 
 
+def coopmat_kernel(fmt: str, tile: tuple[int, int, int]):
+    """The kernel of `matmul_q`'s "coopmat" configs: the decode-function GEMM of `fmt` with
+    `tile` = (vectors, weight rows, K) per workgroup, the weights as the A operand below 128
+    vectors."""
+    bm, bn, bk = tile
+    return LARGE_N_GEMMS[fmt](bm, bn, bk, 256, weights_first=bm < 128)
+
+
 def _coopmat(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, tile):
     """N > 64 Q4_0, Q8_0 or Q4_K: the workgroup-scope cooperative-matrix GEMM decoding the
     blocks while loading (NV cooperative matrices 2 on Vulkan). Its activations are f16: a
     device f32 X is rounded to f16 on the device (`_floats_to_halves`)."""
     bm, bn, bk_ = tile
-    k = LARGE_N_GEMMS[Wq.fmt](bm, bn, bk_, 256, weights_first=bm < 128)
+    k = coopmat_kernel(Wq.fmt, tile)
     grid = (-(-N // bm), -(-Wq.M // bn))
     if device:
         x = X                       # f16 or f32 (matmul_q checks)

@@ -47,7 +47,8 @@ from pycoop import f16, f32, i32, u32
 
 from .gemm import gemm_q4_0_planes, pack_f16
 from .gemm_quant import gemm_q4_k_planes
-from .gemv import GGMLWeights, choose_kernel, matmul_q, planes_kernel, weights
+from .gemv import (GGMLWeights, choose_kernel, coopmat_kernel, matmul_q, planes_kernel,
+                   weights)
 from .gemv_planes import MAX_N as PLANES_MAX_N
 from .gemv_planes import gemv_operands, planes_gemv_config, weight_planes
 from .gemvq import q8_1_lanes
@@ -445,17 +446,21 @@ class MLPBlock:
         return out
 
     def _rows_run_here(self, T: int) -> bool:
-        """Whether the backend runs the planes GEMMs `matmul_q` takes for T rows of f16
-        activations (a Vulkan device without cooperative matrices does not)."""
+        """Whether the backend runs the GEMMs `matmul_q` takes for T rows of f16 activations
+        (the planes GEMMs, or with small_t above 64 the decode-function ones; a Vulkan device
+        without cooperative matrices does not; the GEMV kernels of shapes neither fits run
+        wherever the token path does)."""
         if self.backend != "vulkan":
             return True
         for W in (self.gate_up, self.down):
             cfg = choose_kernel(W.fmt, T, M=W.M, K=W.K)
-            if cfg.kind == "planes":
-                try:
-                    planes_kernel(W.fmt, cfg, x_f32=False)[0].compile().check_vulkan()
-                except pc.BackendUnavailable:
-                    return False
+            k = (planes_kernel(W.fmt, cfg, x_f32=False)[0] if cfg.kind == "planes" else
+                 coopmat_kernel(W.fmt, cfg.tile) if cfg.kind == "coopmat" else None)
+            try:
+                if k is not None:
+                    k.compile().check_vulkan()
+            except pc.BackendUnavailable:
+                return False
         return True
 
     def _gemm_kernel(self, W: GGMLWeights, ld: int):

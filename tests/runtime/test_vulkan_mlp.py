@@ -54,18 +54,21 @@ def test_prefill_the_device_cannot_run_is_refused_before_any_work(vulkan_caps):
     assert vk.launches == [] and rt.stats()["pending_launches"] == pending
 
 
-def test_tokens_past_8_without_cooperative_matrices_go_8_at_a_time(vulkan_caps):
-    """8 < T <= 64 takes the planes GEMMs where the device has cooperative matrices; without
-    them, the token path over groups of at most 8 tokens (as the emulator gives for each)."""
+@pytest.mark.parametrize("T,small_t", [(20, 64), (70, 100)])
+def test_tokens_past_8_without_cooperative_matrices_go_8_at_a_time(vulkan_caps, T, small_t):
+    """8 < T <= small_t takes matmul_q's GEMMs (the planes ones up to 64 tokens, then the
+    decode-function ones) where the device has cooperative matrices; without them, the token
+    path over groups of at most 8 tokens (as the emulator gives for each)."""
     caps = vulkan_caps
     if caps.has("cooperativeMatrix") or "shuffle" not in caps.subgroup_operations:
         pytest.skip("the device has cooperative matrices, or no subgroup shuffles")
     vk, emu = blocks(caps)
-    x = np.random.default_rng(2).standard_normal((20, H)).astype(np.float32)
+    vk.small_t = small_t
+    x = np.random.default_rng(2).standard_normal((T, H)).astype(np.float32)
     y = vk(pc.asarray(x, backend="vulkan")).numpy()
-    assert len(vk.launches) == 3 * 5               # three groups of five launches
+    assert len(vk.launches) == -(-T // 8) * 5      # groups of five launches
     ref = np.concatenate([emu(pc.asarray(x[t:t + 8], backend="emulator")).numpy()
-                          for t in range(0, 20, 8)])
+                          for t in range(0, T, 8)])
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
 
 
