@@ -593,6 +593,46 @@ def test_the_model_knows_what_lavapipe_folds():
     assert all(_known_constant(op.results[0]) is None for op in loads)
 
 
+# Seeds 8400468 and 8401952 (lavapipe, 2026-11-28): a loop that makes a value known whatever
+# it was on entry, and the counter of a loop that runs once
+_LOOPS_FOLDED = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}") + (
+    '@pc.kernel(workgroup_size=8, fp="exact")\n'
+    "def kern(A: pc.ReadBuffer[u32], O: pc.Buffer[u32]):\n"
+    "    i = pc.local_invocation_index()\n"
+    "    x = A[i]\n"
+    "    for q in pc.range(0, 2):\n"
+    "        x *= u32(0)\n"
+    "    O[0] = x\n"
+    "    for j in range(u32(1) % u32(3)):\n"
+    "        O[1] = j + u32(4)\n"
+    "    for j in range(u32(2)):\n"
+    "        O[2] = j\n"
+    "    y = A[i]\n"
+    "    for q in pc.range(0, A[0]):\n"
+    "        y *= u32(0)\n"
+    "    O[3] = y\n"
+    "    O[4] = A[i] % ((x & u32(7)) + u32(1))\n")
+
+
+def test_the_model_follows_loops_past_unknown_values_and_once_run_bodies():
+    """x * 0 in a loop of a known trip count is 0 after it, whatever x was on entry (not so
+    where the trip count is a load), and so is a value % 1; the counter of a loop body that
+    runs once is its start (known where the model is given the module,
+    `device_model(..., module)`); one that runs twice is not known."""
+    from pycoop.testing.allowances import _known_constant
+    from pycoop.testing.runner import load
+    module = load(_LOOPS_FOLDED).kern.compile().module
+    stores = [op for op in module.walk() if op.name == "store"]
+
+    def known():
+        return [None if k is None else int(k)
+                for k in (_known_constant(op.operands[2]) for op in stores)]
+    assert known() == [0, None, None, None, 0]
+    with device_model((), module):
+        assert known() == [0, 4, None, None, 0]
+    assert known() == [0, None, None, None, 0]
+
+
 # Seed 7800720 (exact mode, lavapipe, 2026-11-28), reduced by hand: comparisons of an i32
 # sign-extended to i64 with constants
 _SEXT_COMPARE = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 64}").replace(

@@ -202,15 +202,16 @@ def _known_constant(v, env: dict | None = None):
     comparisons, `select` and `min`/`max` of known values (a `select` of one known value both
     ways, whatever its condition; an integer compared with itself; an unsigned one with 0);
     what an `if` of a known condition yields, or one yields both ways; a loop's results where
-    it runs on known values; `not`, `and`, `or`, `xor` of known bools; integer
+    its condition is known, and the arguments of a loop body that runs once (`device_model`
+    given the module); `not`, `and`, `or`, `xor` of known bools; integer
     `+ - * // % & | ^ << >>` of known values, `x - x` and `x ^ x` (also of two truncations of
     one value to the same width, `u16(i16(x)) - u16(x)`), `~` of a known value, `x * 0`,
-    `x & 0`, `x >> 0` and `0 >> x`; float `* + -` folded as `_fold_zero_operands` says. Other
-    constant expressions are not tracked: a difference through one is reported, not
-    allowed."""
+    `x & 0`, `x % 1`, `x >> 0` and `0 >> x`; float `* + -` folded as `_fold_zero_operands`
+    says. Other constant expressions are not tracked: a difference through one is reported,
+    not allowed."""
     op = getattr(v, "op", None)
     if op is None:                # a block argument: known where `env` (a loop's) says
-        return None if env is None else env.get(id(v))
+        return _once_loop_argument(v) if env is None else env.get(id(v))
     if not hasattr(v.type, "dtype"):
         return None
     if op.name == "compare":
@@ -280,6 +281,8 @@ def _known_constant(v, env: dict | None = None):
             and 0 <= int(b) < 8 * np.dtype(dtype).itemsize:
         shift = np.left_shift if kind == "shl" else np.right_shift     # >> as the type's sign
         return shift(np.asarray(a), np.asarray(b).astype(dtype)).astype(dtype)[()]
+    if kind == "rem" and b is not None and abs(int(b)) == 1:
+        return dtype.type(0)            # x % 1 (seed 8400468: `A[i] % ((0 & 7) + 1)`)
     if kind in ("div", "rem") and a is not None and b:      # truncating, as OpSDiv / OpUDiv
         q = abs(int(a)) // abs(int(b)) * (1 if (a < 0) == (b < 0) else -1)
         return dtype.type(q if kind == "div" else int(a) - q * int(b))
@@ -325,31 +328,67 @@ LOOP_FOLD_LIMIT = 64        # iterations of a loop of known values the model fol
 
 
 def _loop_of_known_values(v, env: dict | None):
-    """A loop result the driver's compiler computes: its loop run with known values from the
-    start (`_known_constant` on its condition and body), up to `LOOP_FOLD_LIMIT` iterations
-    (seeds 8203505 and 8204009: `while w < 1: w += 1` is 1 there, and a loop whose condition
-    is false on entry leaves its initial values); None where anything is not known."""
-    op = v.op
+    """A loop result the driver's compiler computes: its loop run from its initial values
+    (`_known_constant` on its condition and body), up to `LOOP_FOLD_LIMIT` iterations, as
+    long as its condition is known (seeds 8203505 and 8204009: `while w < 1: w += 1` is 1
+    there, and a loop whose condition is false on entry leaves its initial values; seed
+    8400468: `for _ in range(2): x *= 0` makes x 0 whatever it was); None where the result
+    is not known."""
+    return _run_known_loop(v.op, env)[_result_index(v)]
+
+
+# The loop body each block argument of the module being modelled belongs to: {id(argument):
+# (loop op, index)}, set by `device_model(..., module=)`.
+_BODY_ARGUMENTS: dict[int, tuple] = {}
+
+
+def _once_loop_argument(v):
+    """The value of `v`, an argument of a loop body, where the loop runs its body exactly once
+    from known initial values: the driver's compiler then has the body's arguments as those
+    values (seed 8401952: the counter of `for j in range(u32(1) % u32(3))` is 0 there); else
+    None."""
+    owner = _BODY_ARGUMENTS.get(id(v))
+    if owner is None:
+        return None
+    op, i = owner
+    vals = [_known_constant(x) for x in op.operands]
+    go, after = _loop_step(op, vals, None)
+    if not go or vals[i] is None:
+        return None
+    again, _ = _loop_step(op, after, None)
+    return vals[i] if again is not None and not again else None
+
+
+def _loop_step(op, vals: list, env: dict | None) -> tuple:
+    """(the condition of loop `op` at `vals`: True, False or None where not known; the values
+    its body yields from them, None for those not known, or None where it does not run)."""
     cond, body = op.regions
-    i = _result_index(v)
-    vals = [_known_constant(x, env) for x in op.operands]
     cond_end = cond.ops[-1] if cond.ops else None
     body_end = body.ops[-1] if body.ops else None
     if cond_end is None or cond_end.name != "condition" or body_end is None \
             or body_end.name != "yield":
-        return None
+        return None, None
+    here = {**(env or {}), **{id(a): x for a, x in zip(cond.args, vals)}}
+    go = _known_constant(cond_end.operands[0], here)
+    if not go:
+        return go, None
+    here = {**(env or {}), **{id(a): x for a, x in zip(body.args, vals)}}
+    return go, [_known_constant(y, here) for y in body_end.operands]
+
+
+def _run_known_loop(op, env: dict | None) -> list:
+    """The values of loop `op`'s block arguments where its condition first fails, run from
+    its initial values for at most `LOOP_FOLD_LIMIT` iterations (None for those not known;
+    all None where the condition is not known, or still holds, on the way)."""
+    vals = [_known_constant(x, env) for x in op.operands]
     for _ in range(LOOP_FOLD_LIMIT):
-        if any(x is None for x in vals):
-            return None
-        here = {**(env or {}), **{id(a): x for a, x in zip(cond.args, vals)}}
-        go = _known_constant(cond_end.operands[0], here)
+        go, after = _loop_step(op, vals, env)
         if go is None:
-            return None
+            break
         if not go:
-            return vals[i]
-        here = {**(env or {}), **{id(a): x for a, x in zip(body.args, vals)}}
-        vals = [_known_constant(y, here) for y in body_end.operands]
-    return None
+            return vals
+        vals = after
+    return [None] * len(vals)
 
 
 def _low_bits_root(v, t):
@@ -558,12 +597,17 @@ def vulkan_device() -> str:
 
 
 @contextmanager
-def device_model(allowances: tuple[Allowance, ...]) -> Iterator[None]:
-    """The emulator computes the allowances' ops as their driver does, inside the block. The
-    launch memo is off meanwhile: it would reuse (and keep) values computed without the model."""
+def device_model(allowances: tuple[Allowance, ...], module=None) -> Iterator[None]:
+    """The emulator computes the allowances' ops as their driver does, inside the block, for
+    kernels of the IR `module` (whose loops the models follow; None: no loop body's arguments
+    are taken as known). The launch memo is off meanwhile: it would reuse (and keep) values
+    computed without the model."""
     saved = []
     memo = os.environ.get("PYCOOP_EMULATOR_MEMO")
     os.environ["PYCOOP_EMULATOR_MEMO"] = "0"
+    if module is not None:
+        _BODY_ARGUMENTS.update({id(a): (op, i) for op in module.walk() if op.name == "loop"
+                                for i, a in enumerate(op.regions[1].args)})
     try:
         for a in allowances:
             for op_name in a.op_names:
@@ -579,6 +623,7 @@ def device_model(allowances: tuple[Allowance, ...]) -> Iterator[None]:
     finally:
         for opdef, fn in reversed(saved):
             opdef.emulate = fn
+        _BODY_ARGUMENTS.clear()
         if memo is None:
             del os.environ["PYCOOP_EMULATOR_MEMO"]
         else:

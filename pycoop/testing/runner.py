@@ -237,7 +237,7 @@ def _explained(module, ck, vk_args: list, signed_zero: bool) -> tuple[str, ...]:
     def explains(chosen) -> bool:
         args = make_args(module)
         try:
-            with device_model(chosen):
+            with device_model(chosen, ck.module):
                 ck.launch(module.GRID, args, backend="emulator")
         except Exception:               # noqa: BLE001  (then the model does not explain it)
             return False
