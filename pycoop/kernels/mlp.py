@@ -15,8 +15,8 @@ kernels on `pc.Array`s without host round trips; it picks the kernels by T:
 - **8 < T <= 64.** Both formats: f16 activation rows through `matmul_q`'s planes GEMMs
   (`gemm_q4_0_planes` / `gemm_q4_k_planes` on the tokens' own layout, one launch each, the
   planes shared with the other paths): `rms_norm_f16` (RMSNorm rounded to f16 rows), the
-  stacked gate/up matrix, `swiglu_f16` (silu(gate) * up as f16 rows), down, `residual_add`.
-  On a Vulkan device without the GEMMs' cooperative matrices: the path above, 8 tokens at a
+  stacked gate/up matrix, `swiglu_f16` (silu(gate) * up as f16 rows), down, `residual_add`
+  (split-K by f32 atomics: the last bits may change from run to run). On a Vulkan device without the GEMMs' cooperative matrices: the path above, 8 tokens at a
   time.
 - **T > 64 (prefill).** Cooperative-matrix GEMMs with f16 activations, computed transposed
   (features x tokens) so that no activation is re-laid out between them: `rms_scale` (the
