@@ -188,7 +188,7 @@ def main():
                         res.append((t, name, err))
                     except Exception as e:                    # noqa: BLE001
                         res.append((float("inf"), f"{name}: "
-                                    f"{type(e).__name__}: {str(e).splitlines()[0][:80]}", float("nan")))
+                                    f"{type(e).__name__}: {str(e).splitlines()[0][:160]}", float("nan")))
                 res.sort()
                 for t, name, err in res[:args.top]:
                     speed = f"{tt[0] / t:.2f}x" if tt else "-"
