@@ -415,22 +415,14 @@ class MLPBlock:
 
     def _small(self, x, T: int):
         bk, H, I, sg = self.backend, self.H, self.I, self.sg
-        if T <= PLANES_MAX_N:
-            y2 = self._tokens(x, T)
-            out = pc.empty((T, H), pc.f32, backend=bk)
-            self.launches.append(residual_add[_groups(T * H // 4)](
-                x.reshape(-1, 4), y2.reshape(-1, 4), out.reshape(-1, 4), T * H // 4))
-            return out
-        if not self._rows_run_here(T):          # no cooperative matrices: 8 tokens at a time
-            out = pc.empty((T, H), pc.f32, backend=bk)
+        out = pc.empty((T, H), pc.f32, backend=bk)
+        if T <= PLANES_MAX_N or not self._rows_run_here(T):
+            # the token path (more tokens, on a device without cooperative matrices: 8 at a time)
             for t in range(0, T, PLANES_MAX_N):
                 n = min(PLANES_MAX_N, T - t)
-                y2 = self._tokens(x[t:t + n], n)
-                self.launches.append(residual_add[_groups(n * H // 4)](
-                    x[t:t + n].reshape(-1, 4), y2.reshape(-1, 4),
-                    out[t:t + n].reshape(-1, 4), n * H // 4))
+                self._residual(x[t:t + n], self._tokens(x[t:t + n], n), out[t:t + n], n)
             return out
-        # 8 < T <= small_t: f16 rows through matmul_q's planes GEMMs (one launch each)
+        # 8 < T <= small_t: f16 rows through matmul_q's GEMMs (one launch each)
         xn = pc.empty((T, H), pc.f16, backend=bk)
         self.launches.append(rms_norm_f16(sg, H)[T, rows_held_parts(H)](
             x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.view(np.uint32).reshape(-1, 2), H,
@@ -439,11 +431,14 @@ class MLPBlock:
         h = pc.empty((T, I), pc.f16, backend=bk)
         self.launches.append(swiglu_f16[_groups(T * I // 4)](
             y1.reshape(-1, 4), h.view(np.uint32).reshape(-1, 2), T, I))
-        y2 = matmul_q(self.down, h, launches=self.launches)
-        out = pc.empty((T, H), pc.f32, backend=bk)
-        self.launches.append(residual_add[_groups(T * H // 4)](x.reshape(-1, 4), y2.reshape(-1, 4),
-                                          out.reshape(-1, 4), T * H // 4))
+        self._residual(x, matmul_q(self.down, h, launches=self.launches), out, T)
         return out
+
+    def _residual(self, x, y, out, T: int) -> None:
+        """out = x + y, T rows of H f32."""
+        n4 = T * self.H // 4
+        self.launches.append(residual_add[_groups(n4)](x.reshape(-1, 4), y.reshape(-1, 4),
+                                                        out.reshape(-1, 4), n4))
 
     def _rows_run_here(self, T: int) -> bool:
         """Whether the backend runs the GEMMs `matmul_q` takes for T rows of f16 activations
