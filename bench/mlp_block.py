@@ -46,6 +46,9 @@ def main():
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 512])
     ap.add_argument("--formats", nargs="+", default=["q4_0", "q4_k"])
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--deterministic", action="store_true",
+                    help="MLPBlock(deterministic=True): 9-64 tokens sum split-K apart, not "
+                         "with f32 atomics")
     ap.add_argument("--launches", action="store_true",
                     help="also print each launch of the block: start after the first, duration")
     args = ap.parse_args()
@@ -70,7 +73,8 @@ def main():
     for fmt in args.formats:
         make = q4_0 if fmt == "q4_0" else q4_k
         (g, gf), (u, uf), (d, df) = make(I, H, rng), make(I, H, rng), make(H, I, rng)
-        block = MLPBlock(g, u, d, nw, fmt, backend="vulkan", eps=eps)
+        block = MLPBlock(g, u, d, nw, fmt, backend="vulkan", eps=eps,
+                         deterministic=args.deterministic)
         tw = [torch.tensor(w, dtype=torch.float16, device="cuda") for w in (gf, uf, df)]
         tn = torch.tensor(nw, device="cuda")
         del gf, uf, df
@@ -103,7 +107,12 @@ def main():
                 graph_pc.launch()
             pc.synchronize()
             replay = (time.perf_counter() - t0) / args.iters * 1e3
-            assert np.array_equal(yc.numpy(), block(xa).numpy()), "replayed block differs"
+            yr, yb = yc.numpy(), block(xa).numpy()
+            if block.deterministic or not 8 < T <= block.small_t:
+                assert np.array_equal(yr, yb), "replayed block differs"
+            else:           # split-K by f32 atomics: the same up to the last bits
+                np.testing.assert_allclose(yr, yb, rtol=1e-3, atol=1e-4 * np.abs(yb).max(),
+                                           err_msg="replayed block differs")
             del graph_pc, yc
             for _ in range(5):
                 block(xa)

@@ -16,8 +16,9 @@ kernels on `pc.Array`s without host round trips; it picks the kernels by T:
   (`gemm_q4_0_planes` / `gemm_q4_k_planes` on the tokens' own layout, one launch each, the
   planes shared with the other paths): `rms_norm_f16` (RMSNorm rounded to f16 rows), the
   stacked gate/up matrix, `swiglu_f16` (silu(gate) * up as f16 rows), down, `residual_add`
-  (split-K by f32 atomics: the last bits may change from run to run). On a Vulkan device without the GEMMs' cooperative matrices: the path above, 8 tokens at a
-  time.
+  (split-K by f32 atomics: the last bits may change from run to run unless the block is
+  made with `deterministic=True`, which sums the splits in a kernel of their own). On a
+  Vulkan device without the GEMMs' cooperative matrices: the path above, 8 tokens at a time.
 - **T > 64 (prefill).** Cooperative-matrix GEMMs with f16 activations, computed transposed
   (features x tokens) so that no activation is re-laid out between them: `rms_scale` (the
   per-token 1/rms), `rms_norm_t` (normalise, scale, round to f16 and transpose into
@@ -335,10 +336,13 @@ class MLPBlock:
     to `backend` once. `block(x)` takes x (T x H f32 `pc.Array` on that backend, or H for one
     token) and returns a new array of the same shape; every launch is queued, nothing is
     copied to the host. `small_t`: the largest T of the token paths (above it, the prefill
-    GEMMs on transposed activations)."""
+    GEMMs on transposed activations). `deterministic`: the 8 < T <= small_t path sums its
+    split-K in a second kernel instead of with f32 atomics, so that every call gives the
+    same bits (the other paths always do)."""
 
     def __init__(self, gate, up, down, norm_weight, fmt: str | None = None, *, eps: float = 1e-5,
-                 backend: str | None = None, subgroup_size: int = 32, small_t: int = SMALL_T):
+                 backend: str | None = None, subgroup_size: int = 32, small_t: int = SMALL_T,
+                 deterministic: bool = False):
         g, u, d = (weights(w, fmt) for w in (gate, up, down))
         if not (g.fmt == u.fmt == d.fmt) or g.fmt not in FORMATS:
             raise ValueError(f"MLPBlock: gate, up and down must all be one of "
@@ -352,6 +356,7 @@ class MLPBlock:
             raise ValueError(f"MLPBlock: norm_weight has {nw.size} values, not H = {self.H}")
         _check_sg(subgroup_size)
         self.eps, self.small_t, self.sg = float(eps), int(small_t), subgroup_size
+        self.deterministic = bool(deterministic)
         self.backend = pc.zeros(1, pc.f32, backend=backend).backend
         bk = self.backend
         self.gate_up = weights(np.concatenate([g.data, u.data]), g.fmt)      # 2I x H stacked
@@ -427,11 +432,13 @@ class MLPBlock:
         self.launches.append(rms_norm_f16(sg, H)[T, rows_held_parts(H)](
             x.reshape(-1, 4), self.norm.reshape(-1, 4), xn.view(np.uint32).reshape(-1, 2), H,
             self.eps))
-        y1 = matmul_q(self.gate_up, xn, launches=self.launches)          # T x 2I f32
+        y1 = matmul_q(self.gate_up, xn, deterministic=self.deterministic,
+                      launches=self.launches)                             # T x 2I f32
         h = pc.empty((T, I), pc.f16, backend=bk)
         self.launches.append(swiglu_f16[_groups(T * I // 4)](
             y1.reshape(-1, 4), h.view(np.uint32).reshape(-1, 2), T, I))
-        self._residual(x, matmul_q(self.down, h, launches=self.launches), out, T)
+        y2 = matmul_q(self.down, h, deterministic=self.deterministic, launches=self.launches)
+        self._residual(x, y2, out, T)
         return out
 
     def _residual(self, x, y, out, T: int) -> None:

@@ -234,6 +234,20 @@ def test_block_against_reference(gguf, fmt, T, H=256, I=512):
     assert np.abs(ref - x).max() > 10 * err.max()             # the test is not vacuous
 
 
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
+def test_block_deterministic_sums_splits_apart(gguf, fmt, T=12, H=256, I=512):
+    """`deterministic=True`: both split-K GEMMs of the 8 < T <= 64 path write their splits
+    apart and sum them in a launch of their own (two more launches than the atomic form), and
+    the result keeps to the f16 path's bound (the reference test's, at the same size)."""
+    W = [make(gguf, fmt, I, H, 1), make(gguf, fmt, I, H, 2), make(gguf, fmt, H, I, 3)]
+    nw = np.random.default_rng(1).uniform(0.5, 1.5, H).astype(np.float32)
+    x = arr(np.random.default_rng(2).standard_normal((T, H)).astype(np.float32))
+    atomic, det = (MLPBlock(*W, nw, fmt, backend=EMU, deterministic=d) for d in (False, True))
+    ya, yd = atomic(x).numpy(), det(x).numpy()
+    assert len(det.launches) == len(atomic.launches) + 2
+    np.testing.assert_allclose(yd, ya, rtol=1e-5, atol=1e-5 * np.abs(ya).max())
+
+
 def test_block_prefill_gemms_off_the_64_grid(gguf):
     """H = 64, I = 96 (the docs' example): the prefill GEMMs take 32 x 32 x 32 tiles (down's
     K = 96 is no multiple of 64); at 12 tokens down, which no planes GEMM fits, goes to the
