@@ -225,6 +225,10 @@ DECODE_VARIANTS.update({
     "vec p u2 x8 ph m2": _dvec(prefetch=True, unroll=2, width=8, merge="phase", merge_unroll=2),
     **{f"vec p u2 x8 ph m2 c{c}": _dvec(prefetch=True, unroll=2, width=8, merge="phase",
                                          merge_unroll=2, columns=c) for c in (2, 4, 8)},
+    **{f"vec p u2 x8 ph m{m}" + (f" c{c}" if c else ""): _dvec(prefetch=True, unroll=2, width=8,
+                                                      merge="phase", merge_unroll=m,
+                                                      columns=c or 1)
+       for m in (4, 8) for c in (0, 2, 4)},
     **{f"vec p u2 x8 ph m2 s{n}": _dvec(prefetch=True, unroll=2, width=8, merge="phase",
                                          merge_unroll=2, splits=n) for n in (32, 96, 128)},
     **{f"vec p u2 x8 ph m2 g{n}": _dvec(prefetch=True, unroll=2, width=8, merge="phase",

@@ -25,6 +25,12 @@ replaced:
   there for every block's product instead of held in registers through the loop (which may
   leave the registers a prefetch needs); "q_shared_prefetch": both.
 
+With `--causal`, the causal kernels run "full" and the probes of their diagonal blocks
+(`--causal-steps`): "edge_plain" scores the blocks on the diagonal without hiding the later
+keys (the per-element pass stays, doing nothing); "edge_strided" also loads them by strided
+loads instead of through the tensor layout, as the blocks before the diagonal are loaded:
+what the causal edge costs.
+
 Only "full" is attention; the others are timing probes (their results are not checked). The
 "gemms" row bounds what any softmax could reach with that tile and its loads on this device,
 "gemms_loaded_once" what the products alone reach. Times are the device's (best of 3 x
@@ -36,6 +42,7 @@ first use) and with the GPU kept busy before each one (`warmup.warm_gpu`).
 from __future__ import annotations
 
 import argparse
+import importlib
 import time
 
 import numpy as np
@@ -45,8 +52,12 @@ from pycoop.kernels import Softmax, attention_prefill
 from pycoop.kernels import attention_blocks as A    # the online softmax's parts
 from warmup import vulkan_or_skip, warm_gpu
 
+ATT = importlib.import_module("pycoop.kernels.attention")   # the module (the package exports
+                                                             # the function of that name)
+
 FULL, KEY_BLOCKS, LOAD_KV = A.attend, A.key_blocks, A.load_kv
 LOAD_Q, SCORES = A.load_q, A.block_scores
+CAUSAL_SCORE, KV_LOADERS = ATT.causal_score, A.kv_loaders
 
 
 def gemms(T, sm, k, m, l, o, s, v):
@@ -147,12 +158,31 @@ STEPS = {"full": (FULL, KEY_BLOCKS, LOAD_KV), "gemms": (gemms, KEY_BLOCKS, LOAD_
          "gemms_tensor_loads": (gemms, KEY_BLOCKS, tensor_loads),
          "prefetch": (FULL, KEY_BLOCKS, LOAD_KV), "q_shared": (FULL, KEY_BLOCKS, LOAD_KV),
          "q_shared_prefetch": (FULL, KEY_BLOCKS, LOAD_KV)}
+
+
+def kept(r, c, s, k0, kend, q0):
+    """A causal edge score with no key hidden (a probe: the per-element pass left empty)."""
+    return s
+
+
+def strided_loaders(T, K, V, layout, row0, Bc: int, D: int):
+    """`kv_loaders` with every block, the diagonal ones too, read by strided loads."""
+    inside = KV_LOADERS(T, K, V, layout, row0, Bc, D)[1]
+    return inside, inside
+
+
+# causal probe -> (the edge's per-element score, the K/V loaders)
+CAUSAL_STEPS = {"full": (CAUSAL_SCORE, KV_LOADERS), "edge_plain": (kept, KV_LOADERS),
+                "edge_strided": (kept, strided_loaders)}
 STEP_EXTRAS = {"prefetch": (LOAD_Q, SCORES, PREFETCH),
                "q_shared": (q_to_shared, scores_from_shared, None),
                "q_shared_prefetch": (q_to_shared, scores_from_shared, PREFETCH)}
 
 
 def build(D: int, Br: int, Bc: int, inv: int, causal: bool, step: str):
+    if causal:
+        ATT.causal_score, A.kv_loaders = CAUSAL_STEPS[step]
+        step = "full"
     A.attend, A.key_blocks, A.load_kv = STEPS[step]
     A.load_q, A.block_scores, softmax = STEP_EXTRAS.get(step, (LOAD_Q, SCORES, None))
     attention_prefill.cache_clear()
@@ -163,6 +193,7 @@ def build(D: int, Br: int, Bc: int, inv: int, causal: bool, step: str):
     finally:
         A.attend, A.key_blocks, A.load_kv = FULL, KEY_BLOCKS, LOAD_KV
         A.load_q, A.block_scores = LOAD_Q, SCORES
+        ATT.causal_score, A.kv_loaders = CAUSAL_SCORE, KV_LOADERS
         attention_prefill.cache_clear()
 
 
@@ -172,7 +203,9 @@ def main() -> None:
     ap.add_argument("--tiles", nargs="+", default=["128x64/256", "128x64/128", "256x64/256"],
                     help="Br x Bc / invocations")
     ap.add_argument("--steps", nargs="+", default=list(STEPS), choices=list(STEPS))
-    ap.add_argument("--causal", action="store_true", help="also the causal kernels (full only)")
+    ap.add_argument("--causal", action="store_true", help="also the causal kernels")
+    ap.add_argument("--causal-steps", nargs="+", default=["full"], choices=list(CAUSAL_STEPS),
+                    help="the causal kernels' probes (with --causal)")
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--repeat", type=int, default=10)
@@ -183,7 +216,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     tiles = [tuple(int(x) for x in t.replace("/", "x").split("x")) for t in a.tiles]
     cases = [(D, t, step, False) for D in a.head_dims for t in tiles for step in a.steps]
-    cases += [(D, t, "full", True) for D in a.head_dims for t in tiles] if a.causal else []
+    cases += [(D, t, step, True) for D in a.head_dims for t in tiles
+              for step in a.causal_steps] if a.causal else []
     data = {D: [pc.asarray(rng.standard_normal((1, h, S, D)).astype(np.float16),
                            backend="vulkan") for h in (H, Hkv, Hkv)]
             + [pc.empty((1, H, S, D), np.float16, backend="vulkan"),
