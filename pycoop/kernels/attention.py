@@ -243,13 +243,14 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
             query_tile(tile, bh, Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv,
                        scale, chunk)
             return
-        # causal pairs: tile last - x (it sees the most keys), then tile x (the fewest), in a
-        # loop, so that the kernel holds one copy of the tile's code
+        # causal pairs: tile last - x (it sees the most keys), then tile x (the fewest)
         x, bh = pc.workgroup_id.x, pc.workgroup_id.y
         last = (Sq + (Br - 1)) // Br - 1
-        for t in pc.range(0, pc.select(x < last - x, u32(2), u32(1))):
-            query_tile(pc.select(t == 0, last - x, x), bh, Q, K, V, Mask, Blocks, O, LSE, Part,
-                       M, L, Sq, Skv, H, Hkv, scale, chunk)
+        query_tile(last - x, bh, Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv,
+                   scale, chunk)
+        if x < last - x:
+            query_tile(x, bh, Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv,
+                       scale, chunk)
 
     @pc.func
     def query_tile(tile, bh, Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv, scale,
