@@ -64,11 +64,9 @@ def _st(Br, Bc, fp="exact"):
 # block's K and V before this block's softmax; "st" =
 # the staged kernel (16 x 16 subgroup-scope pieces, K and V in shared memory, 16 rows per
 # subgroup: Br x Bc, 2 Br invocations); "sN" = the keys split into N chunks over grid z,
-# merged by attention_merge (split-KV prefill); "unpaired" = causal query tiles one to a
-# workgroup, heaviest first (the default pairs a long tile with a short one)
+# merged by attention_merge (split-KV prefill)
 PREFILL_VARIANTS = {
     "default": {},
-    "default unpaired": {"causal_pairs": False},
     "default s1": {"splits": 1},
     "default s2": {"splits": 2},
     "default s4": {"splits": 4},
@@ -76,7 +74,6 @@ PREFILL_VARIANTS = {
     "wg 128x32/256 s4": _wg(Bc=32) | {"splits": 4},
     "wg 64x64/128 s2": _wg(64, 64, 128) | {"splits": 2},
     "wg 128x64/256": _wg(),
-    "wg 128x64/256 unpaired": dict(_wg(), causal_pairs=False),
     "wg 128x64/256 e": _wg(sm=Softmax()),
     "wg 128x64/256 layout": dict(_wg(), mask_loads="layout"),
     "wg 128x64/256 every": dict(_wg(), mask_blocks=False),

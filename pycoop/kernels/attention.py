@@ -147,19 +147,14 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
                       causal: bool = False, mask: bool | str = False, dtype: str = "f16",
                       out: str = "f16", scope: str = "workgroup",
                       softmax: Softmax | None = None, fp: str = "exact",
-                      blocks: bool = False, split: bool = False, pairs: bool = False):
+                      blocks: bool = False, split: bool = False):
     """The prefill kernel for one configuration. Parameters:
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim) of `dtype`;
     with `mask`, Mask (queries, keys) f16 added to the scaled scores (shared by every batch and
     head; -inf hides a key); O (batch, heads, queries, head_dim) of `out`; LSE (batch, heads,
     queries) f32, the log-sum-exp of each row's scaled scores; then queries, keys, heads,
     kv_heads and scale. `causal`: query i sees keys 0..i (torch's `is_causal`).
-    The grid is (ceil(queries / Br), batch * heads); causal query tiles start heaviest first
-    (`heavy_first`). `pairs` (causal, not split): each workgroup takes two query tiles of
-    its head, the last but x-th and then the x-th (x its workgroup id along the queries), so
-    that every workgroup sees about as many keys as the others whatever order the device
-    runs them in; the grid is then (ceil(ceil(queries / Br) / 2), batch * heads).
-    `mask="words"` (workgroup scope): the
+    The grid is (ceil(queries / Br), batch * heads). `mask="words"` (workgroup scope): the
     mask bound as uvec4 (`Mask.view(np.uint32)`; keys a multiple of 8), each block copied
     into shared memory by 16-byte loads and read from there: an accumulator loaded from the
     buffer through a tensor layout made the masked kernel 5 times slower than the unmasked
@@ -201,10 +196,6 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     if split and scope == "staged":
         raise ValueError("attention_prefill: split (split-KV) takes scope 'workgroup' or "
                          "'subgroup', got 'staged'")
-    if pairs and (not causal or split or scope == "staged"):
-        raise ValueError(f"attention_prefill: pairs (two query tiles a workgroup) balance a "
-                         f"causal prefill at scope 'workgroup' or 'subgroup' without split; "
-                         f"got causal={causal}, split={split}, scope={scope!r}")
     if mask not in (False, True, "words"):
         raise ValueError(f"attention_prefill: mask must be False, True or 'words', got {mask!r}")
     words = mask == "words"
@@ -238,23 +229,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
 
     @pc.func
     def body(Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv, scale, chunk):
-        if not pairs:
-            tile, bh = tile_and_head(causal)
-            query_tile(tile, bh, Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv,
-                       scale, chunk)
-            return
-        # causal pairs: tile last - x (it sees the most keys), then tile x (the fewest)
-        x, bh = pc.workgroup_id.x, pc.workgroup_id.y
-        last = (Sq + (Br - 1)) // Br - 1
-        query_tile(last - x, bh, Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv,
-                   scale, chunk)
-        if x < last - x:
-            query_tile(x, bh, Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv,
-                       scale, chunk)
-
-    @pc.func
-    def query_tile(tile, bh, Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv, scale,
-                   chunk):
+        tile, bh = tile_and_head(causal)
         q0 = tile * Br
         if scope == "subgroup":
             q0 = q0 + pc.subgroup_id() * rows
@@ -556,8 +531,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_width: int | None = None,
               decode_merge_columns: int | None = None,
               subgroup_size: int = 32, merge_unroll: int | None = None,
-              mask_loads: str = "auto", mask_blocks: bool = True,
-              causal_pairs: bool | None = None) -> AttentionResult:
+              mask_loads: str = "auto", mask_blocks: bool = True) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
 
     Q (batch, heads, queries, head_dim), K and V (batch, kv_heads, keys, head_dim), float16
@@ -581,10 +555,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     "auto" (the default): "words" where it applies, else "layout". `mask_blocks` (workgroup
     and subgroup scope): a pre-pass kernel first finds the kinds of the mask's blocks
     (`attention_mask`), and the prefill skips the blocks of only -inf and adds no mask to those
-    of only zeros. `causal_pairs` (causal prefill at workgroup or subgroup scope, keys not
-    split): each workgroup takes two query tiles, one that sees many keys and one that sees
-    few (`attention_prefill(pairs=True)`); None, the default, pairs them wherever that
-    applies.
+    of only zeros.
     `decode` True or False chooses the path instead. `pc.Array` views of Q, K, V and the mask
     must start 16-byte aligned in their buffers (the cooperative-matrix loads need it; the
     vector decode takes K and V 8-byte aligned). The configuration is checked before
@@ -621,7 +592,6 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
             ("decode_lanes", decode_lanes), ("merge_unroll", merge_unroll),
             ("decode_merge_columns", decode_merge_columns)))
     causal, mask_blocks = _bool_arg("causal", causal), _bool_arg("mask_blocks", mask_blocks)
-    causal_pairs = _bool_arg("causal_pairs", causal_pairs, optional=True)
     decode = _bool_arg("decode", decode, optional=True)
     if fp not in FP_MODES:
         raise ValueError(f"attention: fp must be one of {FP_MODES}, got {fp!r}")
@@ -760,15 +730,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         splits = 1 if scope == "staged" else prefill_splits(-(-Sq // Br) * B * H, Skv)
     chunk = -(-Skv // (splits * Bc)) * Bc               # keys per split, whole key blocks
     splits = -(-Skv // chunk)
-    pairable = causal and splits == 1 and scope != "staged"
-    if causal_pairs and not pairable:
-        raise ValueError(f"attention: causal_pairs takes a causal prefill at scope 'workgroup' "
-                         f"or 'subgroup' whose keys are not split; got causal={causal}, "
-                         f"scope={scope!r}, splits={splits}")
-    pairs = pairable if causal_pairs is None else causal_pairs
     k = attention_prefill(D, Br, Bc, invocations, causal,
                           "words" if words else mask is not None, el, out, scope, sm, fp,
-                          blocks, splits > 1, pairs)
+                          blocks, splits > 1)
     if mask is not None and not device:
         mask = mask_as_f16(mask)
     kinds, launches = [], []
@@ -797,9 +761,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
             r = attention_merge(D, out, groups * (D // 4), merge_unroll or 4,
                                 bool(sm.exp2))[(R,)](Part, M, L, O, LSE, R, splits, **run)
         else:
-            tiles = -(-Sq // Br)
-            r = k[(-(-tiles // 2) if pairs else tiles, B * H)](*args, O, LSE, Sq, Skv, H, Hkv,
-                                                                scale, **run)
+            r = k[(-(-Sq // Br), B * H)](*args, O, LSE, Sq, Skv, H, Hkv, scale, **run)
     except pc.BackendUnavailable as e:
         staged = _staged_for(D, causal, mask is not None, el, out, fp)
         if scope == "staged" or staged is None:
