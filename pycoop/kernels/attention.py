@@ -226,11 +226,6 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     OutEl = f16 if out == "f16" else f32
     lse_fn = log2_sum_exp2 if sm.exp2 else log_sum_exp
     U4, W8 = pc.vec(u32, 4), Bc // 8              # mask="words": a uvec4 holds 8 halves
-    # the log-sum-exp rows stored through shared memory at workgroup scope, where it fits
-    # beside the mask's staging (a clamped tensor store of the rows x row_width state, all
-    # but one column discarded, cost more: bench/results/2026-11-28-h200-mlp-small-t-causal.md)
-    lse_shared = scope == "workgroup" and (
-        4 * rows * sm.row_width + (2 * rows * Bc if words else 0) <= SHARED_BYTES)
 
     @pc.func
     def body(Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv, scale, chunk):
@@ -322,20 +317,10 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
                 pc.store(O, (bh * Sq + q0) * D, res, D)
             else:
                 pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, rows, 0, D), res)
-            lse = pc.nv.per_element(m, lse_fn, l)
-            if lse_shared:          # through shared memory: one row's value per invocation
-                sh = pc.shared(f32, rows * sm.row_width)
-                pc.store(sh, 0, lse, sm.row_width)
-                pc.barrier()
-                t = pc.local_invocation_index()
-                for i in range(-(-rows // invocations)):
-                    r = t + i * invocations
-                    if r < rows and q0 + r < Sq:
-                        LSE[bh * Sq + q0 + r] = sh[r * sm.row_width]
-            else:
-                # one column of the row-wise log-sum-exp: the others fall outside a width of 1
-                pc.nv.store_tensor(LSE, rows_layout(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows,
-                                                                    0, sm.row_width), lse)
+            # one column of the row-wise log-sum-exp: the others fall outside a width of 1
+            pc.nv.store_tensor(LSE, rows_layout(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows, 0,
+                                                                sm.row_width),
+                               pc.nv.per_element(m, lse_fn, l))
 
     sgs = SUBGROUP if scope == "subgroup" else None
     kernel = pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)
