@@ -130,11 +130,11 @@ def tensor_loads(T, K, V, layout, kt_view, row, Bc: int, D: int, strided: bool =
     return LOAD_KV(T, K, V, layout, kt_view, row, Bc, D)
 
 
-def q_to_shared(T, Q, tile):
+def q_to_shared(T, Q, layout, row, rows: int, D: int, whole):
     """The query tile copied into shared memory once; `scores_from_shared` loads it from there
     for every block's product, so no register holds it through the softmax."""
     qs = pc.shared(T.Q.component, T.Q.rows * T.Q.cols)
-    pc.store(qs, 0, LOAD_Q(T, Q, tile), T.Q.cols)
+    pc.store(qs, 0, LOAD_Q(T, Q, layout, row, rows, D, whole), T.Q.cols)
     pc.barrier()
     return qs
 

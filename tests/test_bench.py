@@ -45,3 +45,21 @@ def test_prefill_parts_steps_build_modules_of_their_own():
                                                                   prefill_parts.SCORES)
     from pycoop.kernels import attention_prefill
     assert attention_prefill(64, 32, 32, 64).compile().spv == spv["full"]
+
+
+def test_prefill_parts_causal_probes_build_modules_of_their_own():
+    """The causal probes (the diagonal's masking left out, its loads strided) each trace a
+    module of their own, and the attention module's causal score and K/V loaders are the real
+    ones again afterwards."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import prefill_parts
+    finally:
+        sys.path.remove(str(BENCH))
+    spv = {step: prefill_parts.build(64, 32, 32, 64, True, step).compile().spv
+           for step in prefill_parts.CAUSAL_STEPS}
+    assert len(set(spv.values())) == len(spv)
+    assert prefill_parts.ATT.causal_score is prefill_parts.CAUSAL_SCORE
+    assert prefill_parts.A.kv_loaders is prefill_parts.KV_LOADERS
+    from pycoop.kernels import attention_prefill
+    assert attention_prefill(64, 32, 32, 64, True).compile().spv == spv["full"]

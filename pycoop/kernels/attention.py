@@ -240,11 +240,8 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         elif mask:
             lm = (pc.nv.tensor_layout(2, clamp="constant").dimension(Sq, Skv)
                   .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
-        whole = q0 + rows <= Sq                 # a tile of queries wholly inside the head
-        if whole:                               # strided: no clamping needed
-            q = T.Q.load(Q, (bh * Sq + q0) * D, D, "row_major")
-        else:
-            q = online.load_q(T, Q, lq.slice(bh * Sq + q0, rows, 0, D))
+        whole = q0 + rows <= Sq     # a query tile wholly inside its head: strided, unclamped
+        q = online.load_q(T, Q, lq, bh * Sq + q0, rows, D, whole)
         k = scale * f32(LOG2E)                            # used with exp2 only
         m, l, o = T.Row.fill(NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
         kend = pc.min(Skv, q0 + rows) if causal else Skv   # later keys are hidden from the tile

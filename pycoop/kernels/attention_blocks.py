@@ -120,10 +120,17 @@ def by_row(x, T: Types):
     return widen(x, T.O)
 
 
-def load_q(T: Types, Q, tile):
-    """The prefill's query tile, loaded once and held for the whole loop (a function of its
-    own so that bench/prefill_parts.py can time other ways)."""
-    return pc.nv.load_tensor(Q, tile, T.Q)
+@pc.func
+def load_q(T: Types, Q, layout, row, rows: int, D: int, whole):
+    """The prefill's query tile of `rows` rows from `row` of Q (rows of `layout`), loaded once
+    and held for the whole loop: a tile wholly inside its head (`whole`) by a strided load,
+    the head's last, partial one through the layout (which clamps). A function of its own so
+    that bench/prefill_parts.py can time other ways."""
+    if whole:
+        q = T.Q.load(Q, row * D, D, "row_major")
+    else:
+        q = pc.nv.load_tensor(Q, layout.slice(row, rows, 0, D), T.Q)
+    return q
 
 
 def block_scores(q, kt, T: Types, scale, sm: Softmax, mask=None):
