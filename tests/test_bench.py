@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 SCRIPTS = sorted(p.stem for p in BENCH.glob("*.py"))
@@ -26,40 +28,22 @@ def test_every_bench_script_imports():
     assert len(SCRIPTS) >= 15
 
 
-def test_prefill_parts_steps_build_modules_of_their_own():
-    """Each step replaces the prefill's per-block step (or its loop) while the kernel is traced (a kernel
-    traced after the replacement was undone timed the full kernel five times), and the
-    module's step is the real one again afterwards."""
+@pytest.mark.parametrize("causal", [False, True])
+def test_prefill_parts_steps_build_modules_of_their_own(causal):
+    """Each step replaces the prefill's per-block step (or its loop; causal: the diagonal's
+    masking and loads) while the kernel is traced (a kernel traced after the replacement was
+    undone timed the full kernel five times), and every replaced function is the real one
+    again afterwards."""
     sys.path.insert(0, str(BENCH))
     try:
-        import prefill_parts
+        import prefill_parts as pp
     finally:
         sys.path.remove(str(BENCH))
-    spv = {step: prefill_parts.build(64, 32, 32, 64, False, step).compile().spv
-           for step in prefill_parts.STEPS}
+    steps = pp.CAUSAL_STEPS if causal else pp.STEPS
+    spv = {step: pp.build(64, 32, 32, 64, causal, step).compile().spv for step in steps}
     assert len(set(spv.values())) == len(spv)
-    assert prefill_parts.A.attend is prefill_parts.FULL
-    assert prefill_parts.A.key_blocks is prefill_parts.KEY_BLOCKS
-    assert prefill_parts.A.load_kv is prefill_parts.LOAD_KV
-    assert (prefill_parts.A.load_q, prefill_parts.A.block_scores) == (prefill_parts.LOAD_Q,
-                                                                  prefill_parts.SCORES)
+    assert (pp.A.attend, pp.A.key_blocks, pp.A.load_kv) == (pp.FULL, pp.KEY_BLOCKS, pp.LOAD_KV)
+    assert (pp.A.load_q, pp.A.block_scores) == (pp.LOAD_Q, pp.SCORES)
+    assert (pp.ATT.causal_score, pp.A.kv_loaders) == (pp.CAUSAL_SCORE, pp.KV_LOADERS)
     from pycoop.kernels import attention_prefill
-    assert attention_prefill(64, 32, 32, 64).compile().spv == spv["full"]
-
-
-def test_prefill_parts_causal_probes_build_modules_of_their_own():
-    """The causal probes (the diagonal's masking left out, its loads strided) each trace a
-    module of their own, and the attention module's causal score and K/V loaders are the real
-    ones again afterwards."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        import prefill_parts
-    finally:
-        sys.path.remove(str(BENCH))
-    spv = {step: prefill_parts.build(64, 32, 32, 64, True, step).compile().spv
-           for step in prefill_parts.CAUSAL_STEPS}
-    assert len(set(spv.values())) == len(spv)
-    assert prefill_parts.ATT.causal_score is prefill_parts.CAUSAL_SCORE
-    assert prefill_parts.A.kv_loaders is prefill_parts.KV_LOADERS
-    from pycoop.kernels import attention_prefill
-    assert attention_prefill(64, 32, 32, 64, True).compile().spv == spv["full"]
+    assert attention_prefill(64, 32, 32, 64, causal).compile().spv == spv["full"]
