@@ -40,6 +40,7 @@ to nearest even.
 from __future__ import annotations
 
 import functools
+import numbers
 
 import numpy as np
 
@@ -355,6 +356,12 @@ class MLPBlock:
         if nw.size != self.H:
             raise ValueError(f"MLPBlock: norm_weight has {nw.size} values, not H = {self.H}")
         _check_sg(subgroup_size)
+        if not isinstance(small_t, numbers.Integral) or isinstance(small_t, bool) or small_t < 0:
+            raise ValueError(f"MLPBlock: small_t (the largest T of the token paths) must be an "
+                             f"int >= 0, got {small_t!r}")
+        if not isinstance(deterministic, (bool, np.bool_)):
+            raise ValueError(f"MLPBlock: deterministic must be True or False, got "
+                             f"{deterministic!r}")
         self.eps, self.small_t, self.sg = float(eps), int(small_t), subgroup_size
         self.deterministic = bool(deterministic)
         self.backend = pc.zeros(1, pc.f32, backend=backend).backend

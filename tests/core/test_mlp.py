@@ -299,3 +299,7 @@ def test_block_one_vector_and_errors(gguf):
         MLPBlock(W[0], W[1], W[0], nw, "q4_0", backend=EMU)
     with pytest.raises(ValueError, match="norm_weight"):
         MLPBlock(*W, np.ones(3, np.float32), "q4_0", backend=EMU)
+    with pytest.raises(ValueError, match="deterministic must be True or False, got 'yes'"):
+        MLPBlock(*W, nw, "q4_0", backend=EMU, deterministic="yes")
+    with pytest.raises(ValueError, match="small_t .* must be an int >= 0, got 8.5"):
+        MLPBlock(*W, nw, "q4_0", backend=EMU, small_t=8.5)
