@@ -633,6 +633,56 @@ def test_the_model_follows_loops_past_unknown_values_and_once_run_bodies():
     assert known() == [0, None, None, None, 0]
 
 
+# Seed 8702809 (lavapipe, 2026-11-28): a value that keeps its known value through a loop of
+# unknown trip count (`for j in range(n): if <known true>: continue; x = ...`), which the driver
+# then folds with
+_LOOP_INVARIANTS = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}") + (
+    '@pc.kernel(workgroup_size=8, fp="exact")\n'
+    "def kern(A: pc.ReadBuffer[u32], O: pc.Buffer[u32]):\n"
+    "    i = pc.local_invocation_index()\n"
+    "    x = u32(3) + u32(2)\n"
+    "    for j in range(A[0]):\n"
+    "        if u32(1) > u32(0):\n"
+    "            continue\n"
+    "        x = A[i]\n"
+    "    O[0] = x\n"
+    "    y = u32(7)\n"
+    "    for j in range(A[0]):\n"
+    "        y = y + u32(1)\n"
+    "    O[1] = y\n"
+    "    z = A[i]\n"
+    "    for j in range(A[0]):\n"
+    "        continue\n"
+    "    O[2] = z\n"
+    "    w = u32(9)\n"
+    "    for j in range(A[0]):\n"
+    "        if A[j] > u32(0):\n"
+    "            w = u32(1)\n"
+    "    O[3] = w\n"
+    "    b = u32(4)\n"
+    "    for j in range(A[0]):\n"
+    "        O[4] = b * u32(2)\n"
+    "        b = b * u32(1)\n")
+
+
+def test_the_model_keeps_values_a_loop_keeps():
+    """A loop of unknown trip count keeps a known value that its body gives back unchanged (a
+    `continue` under a known condition, a product by 1), also inside the body where the model
+    is given the module; a value the body changes, one it may change on a runtime condition,
+    and an unknown one stay unknown."""
+    from pycoop.testing.allowances import _known_constant
+    from pycoop.testing.runner import load
+    module = load(_LOOP_INVARIANTS).kern.compile().module
+    stores = [op for op in module.walk() if op.name == "store"]
+
+    def known():
+        return [None if k is None else int(k)
+                for k in (_known_constant(op.operands[2]) for op in stores)]
+    assert known() == [5, None, None, None, None]
+    with device_model((), module):
+        assert known() == [5, None, None, None, 8]
+
+
 # Seed 7800720 (exact mode, lavapipe, 2026-11-28), reduced by hand: comparisons of an i32
 # sign-extended to i64 with constants
 _SEXT_COMPARE = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 64}").replace(

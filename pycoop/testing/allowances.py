@@ -203,7 +203,8 @@ def _known_constant(v, env: dict | None = None):
     ways, whatever its condition; an integer compared with itself; an unsigned one with 0);
     what an `if` of a known condition yields, or one yields both ways; a loop's results where
     its condition is known, and the arguments of a loop body that runs once (`device_model`
-    given the module); `not`, `and`, `or`, `xor` of known bools; integer
+    given the module), and a value a loop keeps through its body; `not`, `and`, `or`,
+    `xor` of known bools; integer
     `+ - * // % & | ^ << >>` of known values, `x - x` and `x ^ x` (also of two truncations of
     one value to the same width, `u16(i16(x)) - u16(x)`), `~` of a known value, `x * 0`,
     `x & 0`, `x % 1`, `x >> 0` and `0 >> x`; float `* + -` folded as `_fold_zero_operands`
@@ -332,9 +333,33 @@ def _loop_of_known_values(v, env: dict | None):
     (`_known_constant` on its condition and body), up to `LOOP_FOLD_LIMIT` iterations, as
     long as its condition is known (seeds 8203505 and 8204009: `while w < 1: w += 1` is 1
     there, and a loop whose condition is false on entry leaves its initial values; seed
-    8400468: `for _ in range(2): x *= 0` makes x 0 whatever it was); None where the result
-    is not known."""
-    return _run_known_loop(v.op, env)[_result_index(v)]
+    8400468: `for _ in range(2): x *= 0` makes x 0 whatever it was), or, whatever the
+    condition, a value that keeps its initial value through the body (`_loop_invariants`);
+    None where the result is not known."""
+    i = _result_index(v)
+    known = _run_known_loop(v.op, env)[i]
+    return _loop_invariants(v.op, env).get(i) if known is None else known
+
+
+def _loop_invariants(op, env: dict | None) -> dict:
+    """{slot: value} of the values loop `op` carries that keep their known initial value on
+    every iteration, however often its body runs: those its body yields back bit for bit
+    when given them (the largest such set; the other slots unknown), as the driver's
+    compiler finds them (seed 8702809: x through `for j in range(n): if c: continue`, c
+    known true, keeps its value, and lavapipe's folding of a zero operand follows it)."""
+    body = op.regions[1]
+    end = body.ops[-1] if body.ops else None
+    if end is None or end.name != "yield":
+        return {}
+    init = [_known_constant(x, env) for x in op.operands]
+    kept = {i for i, x in enumerate(init) if x is not None}
+    while kept:
+        here = {**(env or {}), **{id(body.args[i]): init[i] for i in kept}}
+        still = {i for i in kept if _same_bits(_known_constant(end.operands[i], here), init[i])}
+        if still == kept:
+            break
+        kept = still
+    return {i: init[i] for i in kept}
 
 
 # The loop body each block argument of the module being modelled belongs to: {id(argument):
@@ -345,12 +370,15 @@ _BODY_ARGUMENTS: dict[int, tuple] = {}
 def _once_loop_argument(v):
     """The value of `v`, an argument of a loop body, where the loop runs its body exactly once
     from known initial values: the driver's compiler then has the body's arguments as those
-    values (seed 8401952: the counter of `for j in range(u32(1) % u32(3))` is 0 there); else
-    None."""
+    values (seed 8401952: the counter of `for j in range(u32(1) % u32(3))` is 0 there), or
+    where `v` keeps its initial value through the body (`_loop_invariants`); else None."""
     owner = _BODY_ARGUMENTS.get(id(v))
     if owner is None:
         return None
     op, i = owner
+    invariant = _loop_invariants(op, None)
+    if i in invariant:
+        return invariant[i]
     vals = [_known_constant(x) for x in op.operands]
     go, after = _loop_step(op, vals, None)
     if not go or vals[i] is None:
