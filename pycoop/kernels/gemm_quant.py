@@ -158,9 +158,9 @@ def gemm_q4_k_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     scale) - min) (`dequantize_q4_k_planes`), while storing them into the shared W tile; X
     is copied as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N must be multiples of the
     tile (N any size with `x_rows`) and K of BK (K is a multiple of 256 for Q4_K weights); BK
-    a multiple of 32, pad of 8. The grid is (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` and
-    `split_k_mode` as in gemm_khr_staged; `x_rows` and `x_f32` as in
-    gemm_q4_0_planes.
+    a multiple of 32, pad of 8. The grid is (M // BM, N // BN), or (M // BM, N // BN,
+    split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged; `x_rows` and `x_f32`
+    as in gemm_q4_0_planes.
     """
     def stage_block(put, qs, d):
         s, m = pc.make_vector([d[0], d[0]]), pc.make_vector([d[1], d[1]])
