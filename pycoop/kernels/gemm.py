@@ -564,9 +564,10 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     of 32, pad of 8. The grid is (M // BM, N // BN), or (M // BM, N // BN, split_k) with
     `split_k` and `split_k_mode` as in gemm_khr_staged. `x_rows=True`: X is N x K f16
     (`X.view(np.uint32).reshape(-1, 4)`) and Y is N x M (with split_k stacked: split_k N x M
-    matrices), the layouts of activations, so that few vectors need no transposes: the small-N kernel of `matmul_q`; any N (rows past N
-    read as zeros; Y, or each split's matrix, has N rounded up to BN rows); with `x_f32=True`
-    too, X is f32 N x K (`X.reshape(-1, 4)`) rounded to f16 as it is staged.
+    matrices), the layouts of activations, so that few vectors need no transposes: the
+    small-N kernel of `matmul_q`; any N (rows past N read as zeros; Y, or each split's
+    matrix, has N rounded up to BN rows); with `x_f32=True` too, X is f32 N x K
+    (`X.reshape(-1, 4)`) rounded to f16 as it is staged.
     """
     def stage_block(put, qs, d):
         lo, hi = [], []
