@@ -23,7 +23,8 @@ replaced:
 - "prefetch": the default softmax with `prefetch` (the next block's Kᵀ and V loaded before
   this block's softmax); "q_shared": the query tile kept in shared memory and loaded from
   there for every block's product instead of held in registers through the loop (which may
-  leave the registers a prefetch needs); "q_shared_prefetch": both.
+  leave the registers a prefetch needs); "q_shared_prefetch": both;
+- "no_lse": the log-sum-exp neither computed nor stored (what it costs the tile).
 
 With `--causal`, the causal kernels run "full" and the probes of their diagonal blocks
 (`--causal-steps`): "edge_plain" scores the blocks on the diagonal without hiding the later
@@ -56,7 +57,7 @@ ATT = importlib.import_module("pycoop.kernels.attention")   # the module (the pa
                                                              # the function of that name)
 
 FULL, KEY_BLOCKS, LOAD_KV = A.attend, A.key_blocks, A.load_kv
-LOAD_Q, SCORES = A.load_q, A.block_scores
+LOAD_Q, SCORES, STORE_LSE = A.load_q, A.block_scores, A.store_lse
 CAUSAL_SCORE, KV_LOADERS = ATT.causal_score, A.kv_loaders
 
 
@@ -157,7 +158,8 @@ STEPS = {"full": (FULL, KEY_BLOCKS, LOAD_KV), "gemms": (gemms, KEY_BLOCKS, LOAD_
          "tensor_loads": (FULL, KEY_BLOCKS, tensor_loads),
          "gemms_tensor_loads": (gemms, KEY_BLOCKS, tensor_loads),
          "prefetch": (FULL, KEY_BLOCKS, LOAD_KV), "q_shared": (FULL, KEY_BLOCKS, LOAD_KV),
-         "q_shared_prefetch": (FULL, KEY_BLOCKS, LOAD_KV)}
+         "q_shared_prefetch": (FULL, KEY_BLOCKS, LOAD_KV),
+         "no_lse": (FULL, KEY_BLOCKS, LOAD_KV)}
 
 
 def kept(r, c, s, k0, kend, q0):
@@ -185,6 +187,7 @@ def build(D: int, Br: int, Bc: int, inv: int, causal: bool, step: str):
         step = "full"
     A.attend, A.key_blocks, A.load_kv = STEPS[step]
     A.load_q, A.block_scores, softmax = STEP_EXTRAS.get(step, (LOAD_Q, SCORES, None))
+    A.store_lse = (lambda LSE, tile, lse: None) if step == "no_lse" else STORE_LSE
     attention_prefill.cache_clear()
     try:
         kernel = attention_prefill(D, Br, Bc, inv, causal, softmax=softmax)
@@ -192,7 +195,7 @@ def build(D: int, Br: int, Bc: int, inv: int, causal: bool, step: str):
         return kernel
     finally:
         A.attend, A.key_blocks, A.load_kv = FULL, KEY_BLOCKS, LOAD_KV
-        A.load_q, A.block_scores = LOAD_Q, SCORES
+        A.load_q, A.block_scores, A.store_lse = LOAD_Q, SCORES, STORE_LSE
         ATT.causal_score, A.kv_loaders = CAUSAL_SCORE, KV_LOADERS
         attention_prefill.cache_clear()
 

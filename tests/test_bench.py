@@ -43,7 +43,8 @@ def test_prefill_parts_steps_build_modules_of_their_own(causal):
     spv = {step: pp.build(64, 32, 32, 64, causal, step).compile().spv for step in steps}
     assert len(set(spv.values())) == len(spv)
     assert (pp.A.attend, pp.A.key_blocks, pp.A.load_kv) == (pp.FULL, pp.KEY_BLOCKS, pp.LOAD_KV)
-    assert (pp.A.load_q, pp.A.block_scores) == (pp.LOAD_Q, pp.SCORES)
+    assert (pp.A.load_q, pp.A.block_scores, pp.A.store_lse) == (pp.LOAD_Q, pp.SCORES,
+                                                                pp.STORE_LSE)
     assert (pp.ATT.causal_score, pp.A.kv_loaders) == (pp.CAUSAL_SCORE, pp.KV_LOADERS)
     from pycoop.kernels import attention_prefill
     assert attention_prefill(64, 32, 32, 64, causal).compile().spv == spv["full"]

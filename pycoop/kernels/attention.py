@@ -314,10 +314,9 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
                 pc.store(O, (bh * Sq + q0) * D, res, D)
             else:
                 pc.nv.store_tensor(O, lq.slice(bh * Sq + q0, rows, 0, D), res)
-            # one column of the row-wise log-sum-exp: the others fall outside a width of 1
-            pc.nv.store_tensor(LSE, rows_layout(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows, 0,
-                                                                sm.row_width),
-                               pc.nv.per_element(m, lse_fn, l))
+            online.store_lse(LSE, rows_layout(bh * Sq, Sq, 1).slice(bh * Sq + q0, rows, 0,
+                                                                 sm.row_width),
+                             pc.nv.per_element(m, lse_fn, l))
 
     sgs = SUBGROUP if scope == "subgroup" else None
     kernel = pc.kernel(workgroup_size=invocations, subgroup_size=sgs, fp=fp)

@@ -133,6 +133,14 @@ def load_q(T: Types, Q, layout, row, rows: int, D: int, whole):
     return q
 
 
+def store_lse(LSE, tile, lse) -> None:
+    """The log-sum-exp of the tile's rows (`lse`, the row state: every column of a row holds
+    its value) stored through `tile`, a layout one column wide: the other columns fall
+    outside it. A function of its own so that bench/prefill_parts.py can time the prefill
+    without it."""
+    pc.nv.store_tensor(LSE, tile, lse)
+
+
 def block_scores(q, kt, T: Types, scale, sm: Softmax, mask=None):
     """S = Q Kᵀ of the query tile as loaded, times scale in f32 (with exp2 raw: the scale
     goes into the exponentials' multiply-add), plus the mask block `mask` (f32) if any. Q is
