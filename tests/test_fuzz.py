@@ -683,6 +683,30 @@ def test_the_model_keeps_values_a_loop_keeps():
         assert known() == [5, None, None, None, 8]
 
 
+# Seed 8404400 (lavapipe, 2026-11-28): a product of two known floats is folded as IEEE
+# arithmetic (0.0 * -10000.0 is -0.0, which then decides a max of a zero pair)
+_FLOAT_FOLDS = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}") + (
+    '@pc.kernel(workgroup_size=8, fp="exact")\n'
+    "def kern(A: pc.ReadBuffer[f32], O: pc.Buffer[f32]):\n"
+    "    i = pc.local_invocation_index()\n"
+    "    O[0] = f32(0.0) * f32(-10000.0)\n"
+    "    O[1] = f32(0.0) + -f32(0.0)\n"
+    "    O[2] = -f32(0.0) - f32(0.0)\n"
+    "    O[3] = A[i] * f32(0.0)\n"
+    "    O[4] = f32(0.0) + A[i]\n")
+
+
+def test_the_model_folds_known_floats_as_ieee_arithmetic():
+    """Two known operands give the IEEE result, signs of zero included; one known zero
+    operand gives that zero (a product) or leaves the other operand's value, unknown here."""
+    from pycoop.testing.allowances import _known_constant
+    from pycoop.testing.runner import load
+    module = load(_FLOAT_FOLDS).kern.compile().module
+    known = [_known_constant(op.operands[2]) for op in module.walk() if op.name == "store"]
+    assert [None if k is None else (float(k), bool(np.signbit(k))) for k in known] == [
+        (0.0, True), (0.0, False), (0.0, True), (0.0, False), None]
+
+
 # Seed 7800720 (exact mode, lavapipe, 2026-11-28), reduced by hand: comparisons of an i32
 # sign-extended to i64 with constants
 _SEXT_COMPARE = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 64}").replace(

@@ -207,8 +207,9 @@ def _known_constant(v, env: dict | None = None):
     `xor` of known bools; integer
     `+ - * // % & | ^ << >>` of known values, `x - x` and `x ^ x` (also of two truncations of
     one value to the same width, `u16(i16(x)) - u16(x)`), `~` of a known value, `x * 0`,
-    `x & 0`, `x % 1`, `x >> 0` and `0 >> x`; float `* + -` folded as `_fold_zero_operands`
-    says. Other constant expressions are not tracked: a difference through one is reported,
+    `x & 0`, `x % 1`, `x >> 0` and `0 >> x`; float `* + -` of two known values as IEEE
+    arithmetic (seed 8404400: `0.0 * -10000.0` is -0.0), of one known zero as
+    `_fold_zero_operands` says. Other constant expressions are not tracked: a difference through one is reported,
     not allowed."""
     op = getattr(v, "op", None)
     if op is None:                # a block argument: known where `env` (a loop's) says
@@ -264,14 +265,16 @@ def _known_constant(v, env: dict | None = None):
         if _same_bits(a, b):
             return a                    # two equal zeros: no question of which one
     if v.type.is_float:
-        if kind == "mul":
-            zero = a if a == 0 else b if b == 0 else None
-            return zero if zero is not None else (None if a is None or b is None else a * b)
-        if kind not in ("add", "sub"):
+        if kind not in ("mul", "add", "sub"):
             return None
+        if a is not None and b is not None:     # both known: folded as IEEE arithmetic
+            with np.errstate(all="ignore"):     # (0.0 * -10000.0 is -0.0)
+                return dtype.type(a * b if kind == "mul" else a + b if kind == "add" else a - b)
+        if kind == "mul":
+            return a if a == 0 else b if b == 0 else None
         if b is not None and kind == "sub":
             b = -b
-        return b if a == 0 else a if b == 0 else (None if a is None or b is None else a + b)
+        return b if a == 0 else a if b == 0 else None
     if kind in ("sub", "xor") and _low_bits_root(x, v.type) is _low_bits_root(y, v.type):
         return dtype.type(0)
     if kind in ("mul", "and") and (a == 0 or b == 0):
