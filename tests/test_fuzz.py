@@ -593,6 +593,20 @@ def test_the_model_knows_what_lavapipe_folds():
     assert all(_known_constant(op.results[0]) is None for op in loads)
 
 
+def _stored_values(program: str, convert=int):
+    """(the program's IR module, a function giving what the model knows of each value the
+    kernel stores, in order: convert(value), or None where it is not known)."""
+    from pycoop.testing.allowances import _known_constant
+    from pycoop.testing.runner import load
+    module = load(program).kern.compile().module
+    stores = [op for op in module.walk() if op.name == "store"]
+
+    def known():
+        return [None if k is None else convert(k)
+                for k in (_known_constant(op.operands[2]) for op in stores)]
+    return module, known
+
+
 # Seeds 8400468 and 8401952 (lavapipe, 2026-11-28): a loop that makes a value known whatever
 # it was on entry, and the counter of a loop that runs once
 _LOOPS_FOLDED = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}") + (
@@ -619,14 +633,7 @@ def test_the_model_follows_loops_past_unknown_values_and_once_run_bodies():
     where the trip count is a load), and so is a value % 1; the counter of a loop body that
     runs once is its start (known where the model is given the module,
     `device_model(..., module)`); one that runs twice is not known."""
-    from pycoop.testing.allowances import _known_constant
-    from pycoop.testing.runner import load
-    module = load(_LOOPS_FOLDED).kern.compile().module
-    stores = [op for op in module.walk() if op.name == "store"]
-
-    def known():
-        return [None if k is None else int(k)
-                for k in (_known_constant(op.operands[2]) for op in stores)]
+    module, known = _stored_values(_LOOPS_FOLDED)
     assert known() == [0, None, None, None, 0]
     with device_model((), module):
         assert known() == [0, 4, None, None, 0]
@@ -670,14 +677,7 @@ def test_the_model_keeps_values_a_loop_keeps():
     `continue` under a known condition, a product by 1), also inside the body where the model
     is given the module; a value the body changes, one it may change on a runtime condition,
     and an unknown one stay unknown."""
-    from pycoop.testing.allowances import _known_constant
-    from pycoop.testing.runner import load
-    module = load(_LOOP_INVARIANTS).kern.compile().module
-    stores = [op for op in module.walk() if op.name == "store"]
-
-    def known():
-        return [None if k is None else int(k)
-                for k in (_known_constant(op.operands[2]) for op in stores)]
+    module, known = _stored_values(_LOOP_INVARIANTS)
     assert known() == [5, None, None, None, None]
     with device_model((), module):
         assert known() == [5, None, None, None, 8]
@@ -699,12 +699,8 @@ _FLOAT_FOLDS = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}") + (
 def test_the_model_folds_known_floats_as_ieee_arithmetic():
     """Two known operands give the IEEE result, signs of zero included; one known zero
     operand gives that zero (a product) or leaves the other operand's value, unknown here."""
-    from pycoop.testing.allowances import _known_constant
-    from pycoop.testing.runner import load
-    module = load(_FLOAT_FOLDS).kern.compile().module
-    known = [_known_constant(op.operands[2]) for op in module.walk() if op.name == "store"]
-    assert [None if k is None else (float(k), bool(np.signbit(k))) for k in known] == [
-        (0.0, True), (0.0, False), (0.0, True), (0.0, False), None]
+    _, known = _stored_values(_FLOAT_FOLDS, lambda k: (float(k), bool(np.signbit(k))))
+    assert known() == [(0.0, True), (0.0, False), (0.0, True), (0.0, False), None]
 
 
 # Seed 7800720 (exact mode, lavapipe, 2026-11-28), reduced by hand: comparisons of an i32
