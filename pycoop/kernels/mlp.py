@@ -463,7 +463,8 @@ class MLPBlock:
             return True
         for W in (self.gate_up, self.down):
             cfg = choose_kernel(W.fmt, T, M=W.M, K=W.K)
-            k = (planes_kernel(W.fmt, cfg, x_f32=False)[0] if cfg.kind == "planes" else
+            k = (planes_kernel(W.fmt, cfg, self.deterministic, x_f32=False)[0]
+                 if cfg.kind == "planes" else
                  coopmat_kernel(W.fmt, cfg.tile) if cfg.kind == "coopmat" else None)
             try:
                 if k is not None:

@@ -209,8 +209,8 @@ def _known_constant(v, env: dict | None = None):
     one value to the same width, `u16(i16(x)) - u16(x)`), `~` of a known value, `x * 0`,
     `x & 0`, `x % 1`, `x >> 0` and `0 >> x`; float `* + -` of two known values as IEEE
     arithmetic (seed 8404400: `0.0 * -10000.0` is -0.0), of one known zero as
-    `_fold_zero_operands` says. Other constant expressions are not tracked: a difference through one is reported,
-    not allowed."""
+    `_fold_zero_operands` says. Other constant expressions are not tracked: a difference
+    through one is reported, not allowed."""
     op = getattr(v, "op", None)
     if op is None:                # a block argument: known where `env` (a loop's) says
         return _once_loop_argument(v) if env is None else env.get(id(v))
