@@ -30,7 +30,7 @@ With `--causal`, the causal kernels run "full" and the probes of their diagonal 
 (`--causal-steps`): "edge_plain" scores the blocks on the diagonal without hiding the later
 keys (the per-element pass stays, doing nothing); "edge_strided" also loads them by strided
 loads instead of through the tensor layout, as the blocks before the diagonal are loaded:
-what the causal edge costs.
+what the causal edge costs; "no_lse": the causal kernel without its log-sum-exp.
 
 Only "full" is attention; the others are timing probes (their results are not checked). The
 "gemms" row bounds what any softmax could reach with that tile and its loads on this device,
@@ -39,6 +39,7 @@ Only "full" is attention; the others are timing probes (their results are not ch
 first use) and with the GPU kept busy before each one (`warmup.warm_gpu`).
 
     python3 bench/prefill_parts.py [--head-dims 128 64] [--tiles 128x64/256 128x64/128]
+        [--batch 1 --heads 32 --kv-heads 8 --seq 4096]
 """
 from __future__ import annotations
 
@@ -175,7 +176,7 @@ def strided_loaders(T, K, V, layout, row0, Bc: int, D: int):
 
 # causal probe -> (the edge's per-element score, the K/V loaders)
 CAUSAL_STEPS = {"full": (CAUSAL_SCORE, KV_LOADERS), "edge_plain": (kept, KV_LOADERS),
-                "edge_strided": (kept, strided_loaders)}
+                "edge_strided": (kept, strided_loaders), "no_lse": (CAUSAL_SCORE, KV_LOADERS)}
 STEP_EXTRAS = {"prefetch": (LOAD_Q, SCORES, PREFETCH),
                "q_shared": (q_to_shared, scores_from_shared, None),
                "q_shared_prefetch": (q_to_shared, scores_from_shared, PREFETCH)}
@@ -184,7 +185,7 @@ STEP_EXTRAS = {"prefetch": (LOAD_Q, SCORES, PREFETCH),
 def build(D: int, Br: int, Bc: int, inv: int, causal: bool, step: str):
     if causal:
         ATT.causal_score, A.kv_loaders = CAUSAL_STEPS[step]
-        step = "full"
+        step = "no_lse" if step == "no_lse" else "full"
     A.attend, A.key_blocks, A.load_kv = STEPS[step]
     A.load_q, A.block_scores, softmax = STEP_EXTRAS.get(step, (LOAD_Q, SCORES, None))
     A.store_lse = (lambda LSE, tile, lse: None) if step == "no_lse" else STORE_LSE
@@ -209,27 +210,29 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true", help="also the causal kernels")
     ap.add_argument("--causal-steps", nargs="+", default=["full"], choices=list(CAUSAL_STEPS),
                     help="the causal kernels' probes (with --causal)")
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, help="default: heads / 4")
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--repeat", type=int, default=10)
     a = ap.parse_args()
     if vulkan_or_skip() is None:
         return
-    H, Hkv, S = a.heads, a.heads // 4, a.seq
+    B, H, Hkv, S = a.batch, a.heads, a.kv_heads or a.heads // 4, a.seq
     rng = np.random.default_rng(0)
     tiles = [tuple(int(x) for x in t.replace("/", "x").split("x")) for t in a.tiles]
     cases = [(D, t, step, False) for D in a.head_dims for t in tiles for step in a.steps]
     cases += [(D, t, step, True) for D in a.head_dims for t in tiles
               for step in a.causal_steps] if a.causal else []
-    data = {D: [pc.asarray(rng.standard_normal((1, h, S, D)).astype(np.float16),
+    data = {D: [pc.asarray(rng.standard_normal((B, h, S, D)).astype(np.float16),
                            backend="vulkan") for h in (H, Hkv, Hkv)]
-            + [pc.empty((1, H, S, D), np.float16, backend="vulkan"),
-               pc.empty((1, H, S), np.float32, backend="vulkan")] for D in a.head_dims}
+            + [pc.empty((B, H, S, D), np.float16, backend="vulkan"),
+               pc.empty((B, H, S), np.float32, backend="vulkan")] for D in a.head_dims}
     kernels = {c: build(c[0], *c[1], c[3], c[2]) for c in cases}
 
     def launch(c, repeat):
         D, (Br, _, _), _, _ = c
-        return kernels[c][(-(-S // Br), H)](*data[D], S, S, H, Hkv, 1 / D ** 0.5,
+        return kernels[c][(-(-S // Br), B * H)](*data[D], S, S, H, Hkv, 1 / D ** 0.5,
                                              backend="vulkan", repeat=repeat)
     for c in list(kernels):                 # the driver compiles each pipeline on first use
         t0 = time.perf_counter()
@@ -242,14 +245,14 @@ def main() -> None:
             print(f"{name}: {str(e)[:160]}", flush=True)
             del kernels[c]
     warm_gpu()
-    print(f"device: {pc.get_runtime('vulkan').capabilities.device_name}; 1 x {H} heads over "
+    print(f"device: {pc.get_runtime('vulkan').capabilities.device_name}; {B} x {H} heads over "
           f"{Hkv}, {S} queries and keys, f16")
     print(f"{'head dim':>8} {'tile':>12} {'causal':>6} {'step':<11} {'µs':>9} {'TFLOP/s':>8}")
     for c in kernels:
         D, (Br, Bc, inv), step, causal = c
         warm_gpu(0.3)
         best = min(launch(c, a.repeat).time_ms for _ in range(3))
-        flop = 4 * H * S * S * D * (0.5 if causal else 1.0)
+        flop = 4 * B * H * S * S * D * (0.5 if causal else 1.0)
         print(f"{D:>8} {f'{Br}x{Bc}/{inv}':>12} {'yes' if causal else '':>6} {step:<11} "
               f"{best * 1e3:9.1f} {flop / best / 1e9:8.1f}", flush=True)
 

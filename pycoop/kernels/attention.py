@@ -229,7 +229,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
 
     @pc.func
     def body(Q, K, V, Mask, Blocks, O, LSE, Part, M, L, Sq, Skv, H, Hkv, scale, chunk):
-        tile, bh = tile_and_head(causal)
+        tile, bh = tile_and_head(causal, D)
         q0 = tile * Br
         if scope == "subgroup":
             q0 = q0 + pc.subgroup_id() * rows

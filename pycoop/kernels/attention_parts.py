@@ -35,14 +35,20 @@ def check_tile(name: str, head_dim: int, Bc: int, dtype: str, out: str,
         raise ValueError(f"{name}: out must be 'f16' or 'f32', got {out!r}")
 
 
-# Causal prefill tiles are dispatched in groups of this many heads (see heavy_first)
-HEAVY_FIRST_HEADS = 8
+def heavy_first_heads(head_dim: int) -> int:
+    """How many heads a group of causal prefill tiles spans (see heavy_first): 1024 / head_dim
+    (16 at head dim 64, 8 at 128, 4 at 256), so that a group's K and V take the same bytes at
+    every head dim. On the H200 (2026-11-28, 4 x 32 heads, 4096 queries and keys,
+    bench/prefill_parts.py) head dim 64 ran at 221 TFLOP/s in groups of 16 heads against 215
+    in groups of 8 (198 of 4, 220 of 32); head dim 128 at 193 in groups of 8 against 194 of
+    4, 185 of 16 and 178 of 32."""
+    return max(1, 1024 // head_dim)
 
 
 @pc.func
-def heavy_first(x, y, tiles, heads):
+def heavy_first(x, y, tiles, heads, group_heads: int):
     """The (query tile, head) a causal prefill workgroup takes, from its workgroup id (x, y)
-    in a grid of (tiles, heads): the tiles of each group of HEAVY_FIRST_HEADS heads in the
+    in a grid of (tiles, heads): the tiles of each group of `group_heads` heads in the
     order of their work, the last tile (which sees every key) first. Workgroups start in the
     order of their linear id, so the short tiles fill the GPU's last wave instead of the
     long ones running alone at the end (list scheduling's longest-first order); grouping the
@@ -52,19 +58,19 @@ def heavy_first(x, y, tiles, heads):
     in grid order; for 1 x 32 heads, 0.51-0.53 against 0.59-0.69 (the H100: 1.41x faster at
     head dim 64 with 128 invocations, 1.11x at 128; docs/kernels.md)."""
     i = y * tiles + x                                     # the linear workgroup id
-    group = i // (HEAVY_FIRST_HEADS * tiles)
-    first = group * HEAVY_FIRST_HEADS
-    n = pc.min(u32(HEAVY_FIRST_HEADS), heads - first)     # the last group may be smaller
+    group = i // (group_heads * tiles)
+    first = group * group_heads
+    n = pc.min(u32(group_heads), heads - first)           # the last group may be smaller
     r = i - first * tiles
     return tiles - 1 - r // n, first + r % n
 
 
-def tile_and_head(causal: bool):
+def tile_and_head(causal: bool, head_dim: int):
     """(query tile, head) of this prefill workgroup in a grid of (tiles, heads): causal
     heaviest first, else the grid's own."""
     if causal:
         return heavy_first(pc.workgroup_id.x, pc.workgroup_id.y, pc.num_workgroups.x,
-                           pc.num_workgroups.y)
+                           pc.num_workgroups.y, heavy_first_heads(head_dim))
     return pc.workgroup_id.x, pc.workgroup_id.y
 
 

@@ -91,7 +91,7 @@ def attention_prefill_staged(head_dim: int = 128, Bc: int = 64, subgroups: int =
     @pc.func
     def body(Q, K, V, Mask, O, LSE, Sq, Skv, H, Hkv, scale):
         sk, sv = pc.shared(U4, total), pc.shared(U4, total)
-        tile, bh = tile_and_head(causal)                      # causal: heaviest first
+        tile, bh = tile_and_head(causal, head_dim)            # causal: heaviest first
         w0 = tile * Br                                        # the workgroup's first query
         q0 = w0 + pc.subgroup_id() * 16                       # this subgroup's
         bkv = (bh // H) * Hkv + (bh % H) // (H // Hkv)        # the K/V head of query head bh

@@ -19,7 +19,7 @@ from pycoop.kernels import (AttentionResult, Softmax, tuned_softmax, attention, 
                             attention_reference, mask_as_f16, prefill_invocations,
                             prefill_splits)
 from pycoop import u32
-from pycoop.kernels.attention_parts import HEAVY_FIRST_HEADS, heavy_first
+from pycoop.kernels.attention_parts import heavy_first, heavy_first_heads
 from pycoop.kernels.attention_decode import default_splits, default_subgroups, fits_shared
 from pycoop.kernels.attention_mask import mask_block_kinds, mask_block_kinds_reference
 
@@ -171,33 +171,42 @@ def test_the_prefill_splits_by_default_where_its_grid_leaves_sms_idle():
     check(r, Q, K, V)
 
 
-@pc.kernel(workgroup_size=1)
-def heavy_first_order(Out: pc.Buffer[u32]):
-    tile, bh = heavy_first(pc.workgroup_id.x, pc.workgroup_id.y, pc.num_workgroups.x,
-                           pc.num_workgroups.y)
-    i = pc.workgroup_id.y * pc.num_workgroups.x + pc.workgroup_id.x
-    Out[2 * i] = tile
-    Out[2 * i + 1] = bh
+def heavy_first_order(group_heads: int):
+    @pc.kernel(workgroup_size=1)
+    def order(Out: pc.Buffer[u32]):
+        tile, bh = heavy_first(pc.workgroup_id.x, pc.workgroup_id.y, pc.num_workgroups.x,
+                               pc.num_workgroups.y, group_heads)
+        i = pc.workgroup_id.y * pc.num_workgroups.x + pc.workgroup_id.x
+        Out[2 * i] = tile
+        Out[2 * i + 1] = bh
+    return order
 
 
-@pytest.mark.parametrize("tiles, heads", [(1, 1), (3, 12), (5, 8), (4, 17), (2, 3)])
-def test_causal_tiles_run_heaviest_first_in_groups_of_heads(tiles, heads):
-    """Every (tile, head) once; within each group of HEAVY_FIRST_HEADS heads (the last one
+@pytest.mark.parametrize("tiles, heads, group_heads",
+                         [(1, 1, 8), (3, 12, 8), (5, 8, 8), (4, 17, 8), (2, 3, 8), (3, 40, 16),
+                          (2, 9, 4), (3, 5, 1)])
+def test_causal_tiles_run_heaviest_first_in_groups_of_heads(tiles, heads, group_heads):
+    """Every (tile, head) once; within each group of `group_heads` heads (the last one
     smaller) the workgroups in linear order take the last tile of each head first."""
     out = np.zeros(2 * tiles * heads, np.uint32)
-    heavy_first_order[(tiles, heads)](out, backend="emulator")
+    heavy_first_order(group_heads)[(tiles, heads)](out, backend="emulator")
     order = [tuple(p) for p in out.reshape(-1, 2)]
     assert sorted(order) == [(t, h) for t in range(tiles) for h in range(heads)]
     want = []
-    for first in range(0, heads, HEAVY_FIRST_HEADS):
-        group = range(first, min(heads, first + HEAVY_FIRST_HEADS))
+    for first in range(0, heads, group_heads):
+        group = range(first, min(heads, first + group_heads))
         want += [(t, h) for t in reversed(range(tiles)) for h in group]
     assert order == want
 
 
+def test_heavy_first_groups_span_the_same_kv_bytes_at_every_head_dim():
+    assert [heavy_first_heads(d) for d in (64, 80, 96, 112, 128, 256)] == [16, 12, 10, 9, 8, 4]
+
+
 def test_causal_prefill_over_a_partial_group_of_heads():
-    """12 heads: a group of 8 and one of 4, each with its tiles heaviest first."""
-    Q, K, V, _ = operands(3, 4, 2, 70, 75, 64, seed=9)
+    """20 heads at head dim 64: a group of 16 and one of 4, each with its tiles heaviest
+    first."""
+    Q, K, V, _ = operands(5, 4, 2, 70, 75, 64, seed=9)
     r = attention(Q, K, V, causal=True, out="f32", backend="emulator", decode=False, **TILE)
     check(r, Q, K, V, causal=True)
 
