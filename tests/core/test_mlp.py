@@ -15,6 +15,7 @@ import pycoop as pc
 from pycoop.kernels import (MLPBlock, mlp_reference, q4_k_planes, q8_1_error_bound,
                             quantize_q8_1_reference)
 from pycoop.kernels import mlp
+from pycoop.kernels.gemv import planes_config, weights
 
 from core_helpers import FEW
 from gemv_cases import gguf, qtype  # noqa: F401 (fixture)
@@ -212,7 +213,7 @@ def q4_k_planes_proj(raws, activations=None):
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
-@pytest.mark.parametrize("T", [1, 5, 12, 64, 70])
+@pytest.mark.parametrize("T", [1, 5, 12, 24, 64, 70])
 def test_block_against_reference(gguf, fmt, T, H=256, I=512):
     Wg, Wu, Wd = make(gguf, fmt, I, H, 1), make(gguf, fmt, I, H, 2), make(gguf, fmt, H, I, 3)
     deq = [gguf.quants.dequantize(w, qtype(gguf, fmt)).astype(np.float64) for w in (Wg, Wu, Wd)]
@@ -266,6 +267,35 @@ def test_block_prefill_gemms_specialised_and_whole(gguf, fmt, monkeypatch):
     monkeypatch.setattr(mlp, "SMS", 1)
     assert mlp._split(8, 256, 64) == 1
     test_block_against_reference(gguf, fmt, 70)
+
+
+def test_down_gemm_takes_two_16_vector_tiles_at_17_to_32_tokens(gguf):
+    """17-32 tokens: down as two 16-vector tiles (the gate/up GEMM keeps its 32-vector ones),
+    split-K within 1,024 workgroups; other T and shapes no planes tile fits: matmul_q's own.
+    The 24-token reference test above runs it."""
+    H, I = 4096, 14336
+    blk = MLPBlock.__new__(MLPBlock)
+    blk.down = weights(np.zeros((H, I // 32 * 18), np.uint8), "q4_0", K=I)
+    cfg = blk._down_config(24)
+    assert (cfg.kind, cfg.tile, cfg.subgroups, cfg.split_k) == ("planes", (128, 16, 64), 4, 16)
+    assert blk._down_config(32) == cfg
+    assert blk._down_config(16) is None and blk._down_config(33) is None
+    blk.down = weights(np.zeros((96, 64 // 32 * 18), np.uint8), "q4_0", K=64)
+    assert blk._down_config(24) is None                         # 96 rows: no 128-row tile
+    assert planes_config(4096, 24, 14336).tile == (128, 32, 64)        # matmul_q's own
+
+
+def test_device_time_of_the_last_call(gguf):
+    """On the emulator (no device timestamps) the sum of the launches' times; before any
+    call a clear error."""
+    H, I = 64, 96
+    W = [make(gguf, "q4_0", I, H, 1), make(gguf, "q4_0", I, H, 2), make(gguf, "q4_0", H, I, 3)]
+    blk = MLPBlock(*W, np.ones(H, np.float32), "q4_0", backend=EMU)
+    with pytest.raises(RuntimeError, match="not been called yet"):
+        blk.device_time_ms()
+    blk(arr(np.ones((2, H), np.float32)))
+    assert blk.device_time_ms() == pytest.approx(sum(r.time_ms for r in blk.launches))
+    assert blk.device_time_ms() > 0
 
 
 @pytest.mark.parametrize("tiles,K,split", [(128, 14336, 2), (896, 4096, 1), (131, 128, 2),
