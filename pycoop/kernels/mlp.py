@@ -15,7 +15,8 @@ kernels on `pc.Array`s without host round trips; it picks the kernels by T:
 - **8 < T <= 64.** Both formats: f16 activation rows through `matmul_q`'s planes GEMMs
   (`gemm_q4_0_planes` / `gemm_q4_k_planes` on the tokens' own layout, one launch each, the
   planes shared with the other paths): `rms_norm_f16` (RMSNorm rounded to f16 rows), the
-  stacked gate/up matrix, `swiglu_f16` (silu(gate) * up as f16 rows), down, `residual_add`
+  stacked gate/up matrix, `swiglu_f16` (silu(gate) * up as f16 rows), down (from 17 to 32
+  tokens on two 16-vector tiles: see `MLPBlock._down_config`), `residual_add`
   (split-K by f32 atomics: the last bits may change from run to run unless the block is
   made with `deterministic=True`, which sums the splits in a kernel of their own). On a
   Vulkan device without the GEMMs' cooperative matrices: the path above, 8 tokens at a time.
@@ -468,8 +469,8 @@ class MLPBlock:
         if self.backend != "vulkan":
             return True
         for W in (self.gate_up, self.down):
-            cfg = (W is self.down and self._down_config(T)) or choose_kernel(W.fmt, T, M=W.M,
-                                                                           K=W.K)
+            cfg = (self._down_config(T) if W is self.down else None) or choose_kernel(
+                W.fmt, T, M=W.M, K=W.K)
             k = (planes_kernel(W.fmt, cfg, self.deterministic, x_f32=False)[0]
                  if cfg.kind == "planes" else
                  coopmat_kernel(W.fmt, cfg.tile) if cfg.kind == "coopmat" else None)
