@@ -749,6 +749,39 @@ def test_lavapipe_compares_a_sign_extended_i32_with_a_constant_as_the_greater():
         assert o.cls == "ok" and o.allowed == ("lavapipe_sext_compare",), o
 
 
+# Seed 8901941 (exact mode, lavapipe, 2026-11-28): `i64(x) * i64(1) <= i64(0)`; the driver
+# removes the identity and meets the comparison defect. The same through the other
+# identities, and two products that are none (IEEE there)
+_SEXT_IDENTITIES = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 80}").replace(
+    "from pycoop import u32, f32", "from pycoop import u32, i32, i64") + (
+    '@pc.kernel(workgroup_size=8, fp="exact")\n'
+    "def kern(A: pc.ReadBuffer[i32], O: pc.Buffer[i32]):\n"
+    "    i = pc.local_invocation_index()\n"
+    "    w = i64(A[i])\n"
+    "    sides = [w * i64(1), i64(1) * w, w + i64(0), w - i64(0), w | i64(0), w ^ i64(0),\n"
+    "             i64(-1) & w, w // i64(1), w * i64(2), i64(0) - w]\n"
+    "    for j in range(10):\n"
+    "        O[u32(10) * i + u32(j)] = pc.select(sides[j] <= i64(0), i32(1), i32(0))\n")
+
+
+def test_lavapipe_sext_compare_through_integer_identities():
+    """The model takes `x * 1`, `x + 0`, `x - 0`, `x | 0`, `x ^ 0`, `~0 & x`, `x // 1` of an
+    extended i32 as the extended value (`<= 0` false for every x), not `x * 2` or `0 - x`; on
+    lavapipe the runner allows exactly that."""
+    from pycoop.testing.runner import load
+    a = np.array([7, 0, -1, 8, 9, 100, -100, -3], np.int32)
+    model = [x for x in _LAVAPIPE_ALL if x.name == "lavapipe_sext_compare"]
+    o = np.zeros(80, np.int32)
+    with device_model(model):
+        load(_SEXT_IDENTITIES).kern[1](a, o, backend="emulator")
+    w = a.astype(np.int64)
+    assert o.reshape(8, 10).T.tolist() == [[0] * 8] * 8 + [
+        (2 * w <= 0).astype(int).tolist(), (-w <= 0).astype(int).tolist()]
+    if _on_lavapipe():
+        o = run_program(_SEXT_IDENTITIES, backend="vulkan", signed_zero=True)
+        assert o.cls == "ok" and o.allowed == ("lavapipe_sext_compare",), o
+
+
 # The reduced kernel of seeds 300422 and 300561 (exact mode, H200, driver 580.159.04): a
 # product of two f32 inputs that is subnormal, through a NaN guard and min.
 _DENORMAL = _HEADER.replace("{'A': 8}", "{'A': 8, 'O': 8}") + (

@@ -489,6 +489,40 @@ def _not_negative(v) -> bool:
     return False
 
 
+# integer identities the driver's compiler removes: kind -> (the identity operand's value,
+# whether it may stand on the left as well as on the right)
+_INT_IDENTITIES = {"mul": (1, True), "div": (1, False), "add": (0, True), "sub": (0, False),
+                   "or": (0, True), "xor": (0, True), "shl": (0, False), "shr": (0, False),
+                   "and": (-1, True)}
+
+
+def _without_identities(v):
+    """`v` with the integer identities its driver folds taken off: `x * 1`, `x // 1`,
+    `x + 0`, `x - 0`, `x | 0`, `x ^ 0`, `x & ~0`, `x << 0`, `x >> 0` (the known operand as
+    `_known_constant` finds it; seed 8901941: `i64(x) * i64(1) <= i64(0)` meets the sign
+    extension's comparison defect)."""
+    while True:
+        op = getattr(v, "op", None)
+        if op is None or op.name != "binary" or op.attrs["kind"] not in _INT_IDENTITIES \
+                or not getattr(v.type, "is_int", False):
+            return v
+        unit, either = _INT_IDENTITIES[op.attrs["kind"]]
+        x, y = op.operands
+        if _is_unit(_known_constant(y), unit, v.type):
+            v = x
+        elif either and _is_unit(_known_constant(x), unit, v.type):
+            v = y
+        else:
+            return v
+
+
+def _is_unit(c, unit: int, t) -> bool:
+    """Whether known value `c` is `unit` as an integer of type `t` (-1: all bits set)."""
+    if c is None:
+        return False
+    return int(np.asarray(c).astype(t.dtype)) == int(np.asarray(unit).astype(t.dtype))
+
+
 def _sext_compare_as_greater(op, r, a, b):
     # Mesa 22.3.6 evaluates a signed ordered comparison of an i32 value sign-extended to i64
     # with a constant that i32 holds as if the extended value were the greater: `w < 8` and
@@ -504,7 +538,8 @@ def _sext_compare_as_greater(op, r, a, b):
     x, y = op.operands
     for ext, const, ext_left in ((x, y, True), (y, x, False)):
         c = _known_constant(const)
-        if sign_extended_i32(ext) and c is not None and -2 ** 31 <= int(c) < 2 ** 31:
+        if sign_extended_i32(_without_identities(ext)) and c is not None \
+                and -2 ** 31 <= int(c) < 2 ** 31:
             greater = kind in ("gt", "ge")          # `ext kind const` true where ext is greater
             return np.full(np.shape(r), greater if ext_left else not greater, dtype=bool)
     return r
