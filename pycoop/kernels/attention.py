@@ -45,9 +45,9 @@ from .attention_decode import (DECODE_MERGES, MAX_ROWS, MERGE_INVOCATIONS, VECTO
                                chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
 from .attention_mask import MASKED, NEEDED, mask_block_kinds
-from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, NEG_BIG, causal_score, check_tile,
-                              divide, in_sequence, log2_sum_exp2, log_sum_exp, rows_layout,
-                              tile_and_head)
+from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, MAX_TILE, causal_score,
+                              check_tile, divide, in_sequence, is_int, log2_sum_exp2,
+                              log_sum_exp, rows_layout, start_max, tile_and_head)
 from .attention_staged import attention_prefill_staged
 from .limits import SHARED_BYTES, SMS
 
@@ -90,14 +90,20 @@ def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out:
                   scope: str = "workgroup", invocations: int = 128, fp: str = "exact") -> None:
     """Errors a wrong configuration gives before anything is traced or launched."""
     check_tile(name, head_dim, Bc, dtype, out, fp)
-    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 16 or rows % 16:
-        raise ValueError(f"{name}: the query block must be a multiple of 16, got {rows!r}")
+    if not is_int(rows) or rows < 16 or rows % 16 or rows > MAX_TILE:
+        raise ValueError(f"{name}: the query block must be a multiple of 16 of at most "
+                         f"{MAX_TILE}, got {rows!r}")
     if scope not in SCOPES:
         raise ValueError(f"{name}: scope must be one of {SCOPES}, got {scope!r}")
-    if scope != "workgroup" and (not isinstance(invocations, int) or invocations < SUBGROUP
-                                 or invocations % SUBGROUP):
-        raise ValueError(f"{name}: at {scope} scope the invocations must be a multiple of "
-                         f"{SUBGROUP} (whole subgroups), got {invocations!r}")
+    if not is_int(invocations) or invocations < SUBGROUP or invocations % SUBGROUP \
+            or invocations > MAX_INVOCATIONS:
+        raise ValueError(f"{name}: the invocations must be a multiple of {SUBGROUP} (whole "
+                         f"subgroups) of at most {MAX_INVOCATIONS}, got {invocations!r}")
+
+
+# The most invocations of a workgroup on the devices the kernels are for (Vulkan guarantees
+# 128; NVIDIA and the emulator take 1024)
+MAX_INVOCATIONS = 1024
 
 
 def _int_arg(name: str, v, optional: bool = False) -> int | None:
@@ -111,15 +117,26 @@ def _int_arg(name: str, v, optional: bool = False) -> int | None:
                      f"got {v!r}")
 
 
-def _bool_arg(name: str, v, optional: bool = False) -> bool | None:
-    """A True/False option of `attention` (or None where `optional`): a string such as 'no'
-    would otherwise be taken as true."""
+def _bool_arg(name: str, v, optional: bool = False, fn: str = "attention") -> bool | None:
+    """A True/False option of `fn` (or None where `optional`): a string such as 'no' would
+    otherwise be taken as true."""
     if v is None and optional:
         return None
     if isinstance(v, (bool, np.bool_)):
         return bool(v)
-    raise ValueError(f"attention: {name} must be True or False{' or None' if optional else ''},"
+    raise ValueError(f"{fn}: {name} must be True or False{' or None' if optional else ''},"
                      f" got {v!r}")
+
+
+def _scale_arg(fn: str, scale, D: int) -> float:
+    """The scale of `fn`'s scores (None: 1 / sqrt(head_dim)), a finite number f32 holds."""
+    if scale is not None and (not isinstance(scale, numbers.Real)
+                              or isinstance(scale, (bool, np.bool_))):
+        raise ValueError(f"{fn}: scale must be a number or None, got {scale!r}")
+    scale = float(1 / np.sqrt(D) if scale is None else scale)
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
+        raise ValueError(f"{fn}: scale must be a finite number that f32 holds, got {scale}")
+    return scale
 
 
 def _words_unmet(scope: str, Br: int, Bc: int, invocations: int) -> list[str]:
@@ -190,9 +207,11 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     place of O and LSE the kernel writes each chunk's unnormalised output to Part (splits,
     batch · heads · queries, head_dim) f32 and its row maxima and sums to M and L (splits,
     batch · heads · queries) f32, then takes `chunk` after scale; `attention_merge(...,
-    exp2=softmax.exp2)` merges them (a chunk that sees no key of a row leaves it a maximum
-    of -2^99 and a sum of 0, which the merge weighs as nothing)."""
+    exp2=softmax.exp2)` merges them (a chunk that sees no key of a row leaves it the maxima's
+    start, `start_max`, and a sum of 0, which the merge weighs as nothing)."""
     _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations, fp)
+    for flag, v in (("causal", causal), ("blocks", blocks), ("split", split)):
+        _bool_arg(flag, v, fn="attention_prefill")
     if split and scope == "staged":
         raise ValueError("attention_prefill: split (split-KV) takes scope 'workgroup' or "
                          "'subgroup', got 'staged'")
@@ -243,7 +262,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
         whole = q0 + rows <= Sq     # a query tile wholly inside its head: strided, unclamped
         q = online.load_q(T, Q, lq, bh * Sq + q0, rows, D, whole)
         k = scale * f32(LOG2E)                            # used with exp2 only
-        m, l, o = T.Row.fill(NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
+        m, l, o = T.Row.fill(start_max(sm.exp2)), T.Row.fill(0.0), T.O.fill(0.0)
         kend = pc.min(Skv, q0 + rows) if causal else Skv   # later keys are hidden from the tile
         # blocks wholly inside the sequence (and, causal, at or before the first query)
         kfull = (pc.min(Skv, q0 + 1) if causal else Skv) // Bc * Bc
@@ -385,7 +404,8 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
     `scope="workgroup"`: one workgroup per chunk, the grid is (splits, batch * kv_heads).
     `scope="subgroup"`: each of the invocations / 32 subgroups of a workgroup takes a chunk of
     its own, the grid is (splits / subgroups, batch * kv_heads) and splits must be a multiple
-    of the subgroups. Chunks past the keys write maxima of -2^99 (`NEG_BIG`) and sums of 0.
+    of the subgroups. Chunks past the keys write the maxima's start (`start_max`: -2^99 in
+    base 2, the lowest f32 in base e) and sums of 0.
     As in the prefill, the whole key blocks of a chunk are read by strided loads and its last
     block through the tensor layout. `softmax` and `fp` as in `attention_prefill`.
     `attention_merge(..., exp2=softmax.exp2)` merges the splits."""
@@ -410,7 +430,7 @@ def attention_decode(head_dim: int = 128, rows: int = 32, Bc: int = 64, invocati
         lkv = rows_layout(bkv * Skv, Skv, D)
         q = pc.nv.load_tensor(Q, rows_layout(bkv * n, n, D).slice(bkv * n, rows, 0, D), T.Q)
         k = scale * f32(LOG2E)                            # used with exp2 only
-        m, l, o = T.Row.fill(NEG_BIG), T.Row.fill(0.0), T.O.fill(0.0)
+        m, l, o = T.Row.fill(start_max(sm.exp2)), T.Row.fill(0.0), T.O.fill(0.0)
         kb = pc.min(split * chunk, Skv)
         kend = pc.min(kb + chunk, Skv)
         kfull = kb + (kend - kb) // Bc * Bc               # whole blocks: no masking
@@ -598,9 +618,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     decode = _bool_arg("decode", decode, optional=True)
     if fp not in FP_MODES:
         raise ValueError(f"attention: fp must be one of {FP_MODES}, got {fp!r}")
-    if scale is not None and (not isinstance(scale, numbers.Real)
-                              or isinstance(scale, (bool, np.bool_))):
-        raise ValueError(f"attention: scale must be a number or None, got {scale!r}")
+    _scale_arg("attention", scale, 64)
     Q, K, V, mask = _check_kinds("attention", Q, K, V, mask)
     B, H, Hkv, Sq, Skv, D = _check_shapes("attention", Q, K, V, mask, causal)
     el = _dtype_name(Q)
@@ -612,9 +630,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if mask_loads not in ("auto", "layout", "words"):
         raise ValueError(f"attention: mask_loads must be 'auto', 'layout' or 'words', got "
                          f"{mask_loads!r}")
-    scale = float(1 / np.sqrt(D) if scale is None else scale)
-    if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
-        raise ValueError(f"attention: scale must be a finite number that f32 holds, got {scale}")
+    scale = _scale_arg("attention", scale, D)
     sm = online.as_softmax("attention", softmax)
     if isinstance(splits, numbers.Integral) and not isinstance(splits, bool):
         splits = int(splits)                       # a NumPy integer is an int here
@@ -850,18 +866,21 @@ def attention_reference(Q, K, V, *, mask=None, causal: bool = False,
     """(output, log-sum-exp) in f64 from the f32 values of the inputs, as `attention` defines
     them (GQA: query head h uses K/V head h // (heads / kv_heads); the mask as
     `mask_as_f16` makes it), with attention's checks of the arguments (any head dim)."""
+    causal = _bool_arg("causal", causal, fn="attention_reference")
     Q, K, V, mask = _check_kinds("attention_reference", Q, K, V, mask)
     _check_shapes("attention_reference", Q, K, V, mask, causal, head_dims=None)
+    scale = _scale_arg("attention_reference", scale, Q.shape[-1])
     Q, K, V = (np.asarray(a, np.float32).astype(np.float64) for a in (Q, K, V))
     G = Q.shape[1] // K.shape[1]
     K, V = np.repeat(K, G, axis=1), np.repeat(V, G, axis=1)
-    scale = 1 / np.sqrt(Q.shape[-1]) if scale is None else scale
     s = Q @ np.swapaxes(K, -1, -2) * scale
     if mask is not None:
         s = s + mask_as_f16(mask).astype(np.float64)
     if causal:
         s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
     m = s.max(-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)     # a row of only -inf: sum 0, output NaN, lse -inf
     p = np.exp(s - m)
     l = p.sum(-1, keepdims=True)
-    return (p / l) @ V, (m + np.log(l))[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (p / l) @ V, (m + np.log(l))[..., 0]

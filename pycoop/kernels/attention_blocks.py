@@ -21,7 +21,10 @@ the H100.
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import NamedTuple
+
+import numpy as np
 
 import pycoop as pc
 from pycoop import f16, f32
@@ -62,12 +65,22 @@ def tuned_softmax(Bc: int, scale: float | None = None) -> Softmax:
 def as_softmax(name: str, sm) -> Softmax | None:
     """`sm` as a Softmax (a tuple of its fields is read as one), or None; anything else (a
     dict, a string, a bool) is refused rather than read field by field."""
-    if sm is None or isinstance(sm, Softmax):
+    if sm is None:
         return sm
-    if isinstance(sm, tuple) and len(sm) <= len(Softmax._fields):
-        return Softmax(*sm)
-    raise ValueError(f"{name}: softmax must be a pycoop.kernels.Softmax or None, got {sm!r} "
-                     "(e.g. Softmax(exp2=True, row_width=32))")
+    if not isinstance(sm, tuple) or len(sm) > len(Softmax._fields):
+        raise ValueError(f"{name}: softmax must be a pycoop.kernels.Softmax or None, got "
+                         f"{sm!r} (e.g. Softmax(exp2=True, row_width=32))")
+    sm = Softmax(*sm)
+    for field in ("exp2", "lazy_sum", "prefetch"):     # 'no' would read as true
+        v = getattr(sm, field)
+        if not (isinstance(v, (bool, np.bool_)) or isinstance(v, numbers.Integral)
+                and v in (0, 1)):
+            raise ValueError(f"{name}: Softmax.{field} must be True or False, got {v!r}")
+    w = sm.row_width
+    if not isinstance(w, numbers.Integral) or isinstance(w, (bool, np.bool_)):
+        raise ValueError(f"{name}: Softmax.row_width must be an int (0: Bc), got {w!r}")
+    return sm._replace(exp2=bool(sm.exp2), lazy_sum=bool(sm.lazy_sum),
+                       prefetch=bool(sm.prefetch), row_width=int(w))
 
 
 def check_softmax(name: str, sm: Softmax | None, Bc: int) -> Softmax:

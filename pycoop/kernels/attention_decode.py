@@ -40,7 +40,7 @@ import functools
 import pycoop as pc
 from pycoop import f32, u32
 
-from .attention_parts import ELEMENT, HEAD_DIMS, LN2, LOG2E, NEG_BIG, OUT
+from .attention_parts import ELEMENT, HEAD_DIMS, LN2, LOG2E, NEG_BIG, OUT, start_max
 from .limits import SHARED_BYTES, SMS
 
 VECTOR_HEAD_DIMS = (64, 128, 256)
@@ -441,12 +441,13 @@ def merge_chunks(Part, M, L, O, LSE, rows: list, R, splits, inv, WG: int, G: int
     g = inv // C4
     active = g < G
     start = pc.select(active, g, splits)              # the groups past G take no chunk
-    big, tot = [f32(NEG_BIG)] * n, [f32(0.0)] * n
+    lowest = f32(start_max(exp2))                     # base e: any finite maximum
+    big, tot = [lowest] * n, [f32(0.0)] * n
     acc = [[[f32(0.0)] * 4 for _ in cs] for _ in range(n)]
     for s0 in pc.range(start, splits, G * U):
         ss = [pc.min(s0 + u * G, splits - 1) for u in range(U)]            # clamped
         ok = [s0 + u * G < splits for u in range(U)]
-        ms = [[pc.select(ok[u], M[ss[u] * R + r], f32(NEG_BIG)) for u in range(U)] for r in rows]
+        ms = [[pc.select(ok[u], M[ss[u] * R + r], lowest) for u in range(U)] for r in rows]
         ls = [[L[s * R + r] for s in ss] for r in rows]
         ps = [[[Part[(s * R + r) * D4 + col0 + c] for c in cs] for s in ss] for r in rows]
         for j in range(n):

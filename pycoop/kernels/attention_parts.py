@@ -3,6 +3,10 @@ and reduction functions (called per element by the implementation, with the elem
 and column c), and the row layout of one head."""
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
+
 import pycoop as pc
 from pycoop import f16, f32, u32
 from pycoop.codegen.float_modes import FP_MODES
@@ -12,11 +16,31 @@ from pycoop.codegen.float_modes import FP_MODES
 # with exp2's factor k is exact and fma(m, k, -(m * k)) is exactly 0 (with -1e30 it left the
 # product's rounding error, about 1e21, whose exp2 is inf: NaN rows)
 NEG_BIG = -2.0 ** 99
+# Base e multiplies no maximum by a factor, so it starts from the lowest finite f32: a row
+# whose every scaled score lies below -2^99 (a large scale) still finds its maximum (from
+# NEG_BIG it stayed there and every exponential underflowed: a NaN row)
+F32_LOWEST = float(-np.finfo(np.float32).max)
+
+
+def start_max(exp2: bool) -> float:
+    """The running maxima's starting value in base 2 (NEG_BIG) or base e (F32_LOWEST)."""
+    return NEG_BIG if exp2 else F32_LOWEST
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 ELEMENT = {"f16": f16, "bf16": pc.bf16}      # the input dtypes
 OUT = {"f16": f16, "f32": f32}               # the output dtypes
 HEAD_DIMS = (64, 80, 96, 112, 128, 256)     # the attention kernels' (the merge takes them all)
+
+
+# The largest query or key block of the attention kernels: a tile is held in registers or
+# shared memory by one workgroup (the kernels use 16 ... 256)
+MAX_TILE = 512
+
+
+def is_int(v) -> bool:
+    """A Python or NumPy integer, not a bool (nor a float of integral value: 64.0 == 64 would
+    reach the kernel caches as the same key)."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 def check_tile(name: str, head_dim: int, Bc: int, dtype: str, out: str,
@@ -25,10 +49,11 @@ def check_tile(name: str, head_dim: int, Bc: int, dtype: str, out: str,
     types and floating-point mode before anything is traced."""
     if fp not in FP_MODES:
         raise ValueError(f"{name}: fp must be one of {FP_MODES}, got {fp!r}")
-    if head_dim not in HEAD_DIMS:
+    if not is_int(head_dim) or head_dim not in HEAD_DIMS:   # (64.0 == 64: not an int)
         raise ValueError(f"{name}: head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
-    if not isinstance(Bc, int) or isinstance(Bc, bool) or Bc < 16 or Bc % 16:
-        raise ValueError(f"{name}: the key block Bc must be a multiple of 16, got {Bc!r}")
+    if not is_int(Bc) or Bc < 16 or Bc % 16 or Bc > MAX_TILE:
+        raise ValueError(f"{name}: the key block Bc must be a multiple of 16 of at most "
+                         f"{MAX_TILE}, got {Bc!r}")
     if dtype not in ELEMENT:
         raise ValueError(f"{name}: dtype must be 'f16' or 'bf16', got {dtype!r}")
     if out not in OUT:

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .attention_parts import (ELEMENT, NEG_BIG, OUT, causal_score, check_tile, divide,
+from .attention_parts import (ELEMENT, F32_LOWEST, OUT, causal_score, check_tile, divide,
                               exp_minus, in_sequence, larger, log_sum_exp, rows_layout,
                               tile_and_head)
 from .limits import SHARED_BYTES
@@ -72,6 +74,10 @@ def attention_prefill_staged(head_dim: int = 128, Bc: int = 64, subgroups: int =
     queries, head_dim) of `out`, LSE (batch, heads, queries) f32, then queries, keys, heads,
     kv_heads and scale; the grid is (ceil(queries / Br), batch · heads)."""
     check_staged("attention_prefill_staged", head_dim, Bc, subgroups, dtype, out, fp)
+    for flag, v in (("causal", causal), ("mask", mask)):
+        if not isinstance(v, (bool, np.bool_)):          # 'no' would read as true
+            raise ValueError(f"attention_prefill_staged: {flag} must be True or False, got "
+                             f"{v!r}")
     D, el = head_dim, ELEMENT[dtype]
     Br, WG = 16 * subgroups, 32 * subgroups
     nd, nj = D // 16, Bc // 16
@@ -101,7 +107,7 @@ def attention_prefill_staged(head_dim: int = 128, Bc: int = 64, subgroups: int =
                   .clamp_value(f16(float("-inf"))))          # -inf: keys past the sequence
         q = [pc.nv.load_tensor(Q, lq.slice(bh * Sq + q0, 16, 16 * d, 16), A) for d in range(nd)]
         ones = B.fill(1.0)
-        m, l, o = Acc.fill(NEG_BIG), Acc.fill(0.0), [Acc.fill(0.0) for _ in range(nd)]
+        m, l, o = Acc.fill(F32_LOWEST), Acc.fill(0.0), [Acc.fill(0.0) for _ in range(nd)]
         kend = pc.min(Skv, w0 + Br) if causal else Skv      # later keys: hidden from the tile
         kfull = (pc.min(Skv, w0 + 1) if causal else Skv) // Bc * Bc   # no masking below
         # the uvec4 this invocation copies: u -> piece u // 32, its row (u % 32) // 2 and

@@ -590,6 +590,60 @@ def test_extreme_scales_stay_finite():
         attention(Q, K, V, scale=1e39, backend="emulator")
 
 
+@pytest.mark.parametrize("kw", [dict(decode=False, **TILE),
+                                dict(decode=False, splits=2, **TILE),
+                                dict(decode=False, scope="staged", Br=32, Bc=32, invocations=64),
+                                dict(decode=True, decode_kernel="coopmat")])
+def test_rows_of_scores_below_the_base_2_start_find_their_maximum(kw):
+    """Base e (the scale is beyond base 2's range) starts the running maxima at the lowest f32:
+    rows whose every scaled score lies below -2^99 (Q >= 0, K <= 0 and a scale of 1e30) come
+    out finite and equal to the reference, in the prefill, its split form and merge, the
+    staged kernel and the cooperative-matrix decode (they started at -2^99: NaN rows)."""
+    Q, K, V, _ = operands(1, 2, 2, 1 if kw["decode"] else 24, 40, 64, seed=12)
+    Q, K = np.abs(Q), -np.abs(K)      # one key well ahead of the others in every row
+    r = attention(Q, K, V, scale=1e30, out="f32", backend="emulator", **kw)
+    ref, lse = attention_reference(Q, K, V, scale=1e30)
+    assert np.isfinite(r.out).all() and np.isfinite(lse).all()
+    np.testing.assert_allclose(r.out, ref, rtol=0, atol=OUT_TOL)
+    np.testing.assert_allclose(r.lse, lse, rtol=1e-6)
+
+
+def test_reference_and_kernel_arguments_checked(monkeypatch):
+    """`attention_reference` checks its scale and causality as `attention` does; a row that
+    sees no key has lse -inf there as in the kernels; `Softmax` fields and the prefill
+    factory's arguments are checked by type and size (a float tile equal to an int, a string
+    flag, a tile too large to hold)."""
+    Q, K, V, _ = operands(1, 2, 1, 8, 8, 64, seed=13)
+    with pytest.raises(ValueError, match="attention_reference: causal must be True or False"):
+        attention_reference(Q, K, V, causal="no")
+    with pytest.raises(ValueError, match="attention_reference: scale must be a number"):
+        attention_reference(Q, K, V, scale="0.1")
+    with pytest.raises(ValueError, match="attention_reference: scale must be a finite"):
+        attention_reference(Q, K, V, scale=float("nan"))
+    hidden = np.zeros((8, 8), np.float16)
+    hidden[3] = -np.inf
+    out, lse = attention_reference(Q, K, V, mask=hidden)
+    assert np.isnan(out[:, :, 3]).all() and (lse[:, :, 3] == -np.inf).all()
+    assert np.isfinite(np.delete(lse, 3, axis=2)).all()
+    r = attention(Q, K, V, mask=hidden, backend="emulator", decode=False, **TILE)
+    assert (r.lse[:, :, 3] == -np.inf).all()
+    for sm, msg in ((Softmax(exp2="no"), "Softmax.exp2 must be True or False, got 'no'"),
+                    (Softmax(prefetch=-1), "Softmax.prefetch must be True or False"),
+                    (Softmax(row_width=16.0), "Softmax.row_width must be an int")):
+        with pytest.raises(ValueError, match=msg):
+            attention(Q, K, V, softmax=sm, backend="emulator", decode=False, **TILE)
+    for call, msg in ((lambda: attention_prefill(64.0), "head_dim must be one of"),
+                      (lambda: attention_prefill(64, 32, 32.0), "key block Bc must be"),
+                      (lambda: attention_prefill(64, causal="no"), "causal must be True or"),
+                      (lambda: attention_prefill(64, 1 << 20), "at most 512"),
+                      (lambda: attention_prefill(64, invocations=33), "multiple of 32"),
+                      (lambda: attention_prefill(64, invocations=2048), "at most 1024"),
+                      (lambda: attention(Q, K, V, Bc=1 << 20, backend="emulator",
+                                         decode=False), "at most 512")):
+        with pytest.raises(ValueError, match=msg):
+            call()
+
+
 @pytest.mark.parametrize("Skv,kw,offset,loads", [
     (16, {}, 0, "words"),
     (12, {}, 0, True),                                    # keys not a multiple of 8
