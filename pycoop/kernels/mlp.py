@@ -353,7 +353,11 @@ class MLPBlock:
             raise ValueError(f"MLPBlock: gate and up are I x H and down H x I; got gate "
                              f"{g.M}x{g.K}, up {u.M}x{u.K}, down {d.M}x{d.K}")
         self.fmt, self.I, self.H = g.fmt, g.M, g.K
-        nw = np.ascontiguousarray(np.asarray(norm_weight, np.float32).reshape(-1))
+        nw = np.asarray(norm_weight)
+        if not (np.issubdtype(nw.dtype, np.floating) or np.issubdtype(nw.dtype, np.integer)):
+            raise ValueError(f"MLPBlock: norm_weight must be H = {self.H} real numbers, got "
+                             f"dtype {nw.dtype}")
+        nw = np.ascontiguousarray(nw.astype(np.float32).reshape(-1))
         if nw.size != self.H:
             raise ValueError(f"MLPBlock: norm_weight has {nw.size} values, not H = {self.H}")
         _check_sg(subgroup_size)
@@ -363,6 +367,10 @@ class MLPBlock:
         if not isinstance(deterministic, (bool, np.bool_)):
             raise ValueError(f"MLPBlock: deterministic must be True or False, got "
                              f"{deterministic!r}")
+        if not isinstance(eps, numbers.Real) or isinstance(eps, (bool, np.bool_)) \
+                or not 0 <= eps <= float(np.finfo(np.float32).max):
+            raise ValueError(f"MLPBlock: eps (added to the mean square under the root) must "
+                             f"be a number >= 0 that f32 holds, got {eps!r}")
         self.eps, self.small_t, self.sg = float(eps), int(small_t), subgroup_size
         self.deterministic = bool(deterministic)
         self.backend = pc.zeros(1, pc.f32, backend=backend).backend
@@ -379,7 +387,7 @@ class MLPBlock:
                             f"{type(x).__name__}")
         if x.backend != self.backend:
             raise ValueError(f"MLPBlock: x is on {x.backend}, the weights on {self.backend}")
-        if x.dtype != np.float32 or x.shape[-1] != self.H or x.ndim not in (1, 2):
+        if x.dtype != np.float32 or x.ndim not in (1, 2) or x.shape[-1] != self.H:
             raise ValueError(f"MLPBlock: x is T x {self.H} (or {self.H}) float32, got "
                              f"{x.shape} {x.dtype}")
         T = 1 if x.ndim == 1 else x.shape[0]

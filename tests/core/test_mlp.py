@@ -333,3 +333,10 @@ def test_block_one_vector_and_errors(gguf):
         MLPBlock(*W, nw, "q4_0", backend=EMU, deterministic="yes")
     with pytest.raises(ValueError, match="small_t .* must be an int >= 0, got 8.5"):
         MLPBlock(*W, nw, "q4_0", backend=EMU, small_t=8.5)
+    for eps in (None, -1.0, "1e-5", 1e300, np.array([1e-5]), True):
+        with pytest.raises(ValueError, match="eps .* must be a number >= 0 that f32 holds"):
+            MLPBlock(*W, nw, "q4_0", backend=EMU, eps=eps)
+    with pytest.raises(ValueError, match="norm_weight must be H = 64 real numbers, got dtype"):
+        MLPBlock(*W, np.array(["ones"] * H), "q4_0", backend=EMU)
+    with pytest.raises(ValueError, match="T x 64"):
+        blk(arr(np.float32(1)))                                  # a 0-d array
