@@ -112,7 +112,11 @@ class _HostStorage:
     backend = "emulator"
 
     def __init__(self, nbytes: int):
-        self.data = np.zeros(nbytes, np.uint8)
+        try:
+            self.data = np.zeros(nbytes, np.uint8)
+        except ValueError:                       # beyond what NumPy can index
+            raise ArgumentError(f"an emulator array of {nbytes} bytes is larger than NumPy "
+                                f"can hold") from None
         self.nbytes = nbytes
         with _lock:
             _emulator_stats["array_count"] += 1
@@ -201,8 +205,15 @@ class Array:
     @entry_point
     def reshape(self, *shape) -> "Array":
         """A view with another shape of the same size (one dimension may be -1)."""
+        given = shape[0] if len(shape) == 1 else shape
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
+            try:
+                shape = tuple(shape[0])
+            except TypeError:                    # 24.0, None: not a length nor a sequence
+                shape = (shape[0],)
+        if not all(isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_))
+                   for n in shape):               # int(2.7) would reshape to 2 in silence
+            raise ArgumentError(f"reshape takes ints (one of them may be -1), got {given!r}")
         shape = tuple(int(n) for n in shape)
         if shape.count(-1) > 1 or any(n < -1 for n in shape):
             raise ArgumentError(f"cannot reshape an array to {shape}")
@@ -405,7 +416,11 @@ def zeros(shape, dtype=np.float32, *, backend: str | None = None) -> Array:
 def full(shape, fill_value, dtype=np.float32, *, backend: str | None = None) -> Array:
     """A new array with every element `fill_value`."""
     dtype = _dtype(dtype)
-    return asarray(np.full(_shape(shape), fill_value, dtype), backend=backend)
+    try:
+        data = np.full(_shape(shape), fill_value, dtype)
+    except (ValueError, TypeError) as e:        # a string, None: not a value of the dtype
+        raise ArgumentError(f"full: the fill value {fill_value!r} is no {dtype}: {e}") from None
+    return asarray(data, backend=backend)
 
 
 @entry_point
@@ -421,11 +436,16 @@ def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
     be = resolve_backend(backend)
     if be == "vulkan" and interop.is_cuda_tensor(obj):
         return _from_cuda_tensor(obj, dtype)
-    if isinstance(obj, (list, tuple, int, float, complex)):
-        obj = np.asarray(obj)
-    data = interop.host_array(obj, "obj")
-    if dtype is not None and data.dtype != _dtype(dtype):
-        data = data.astype(_dtype(dtype))
+    try:
+        if isinstance(obj, (list, tuple, int, float, complex)):
+            obj = np.asarray(obj)
+        data = interop.host_array(obj, "obj")
+        if dtype is not None and data.dtype != _dtype(dtype):
+            data = data.astype(_dtype(dtype))
+    except ValueError as e:                # a ragged list, a string that is no number
+        raise ArgumentError(f"asarray: NumPy cannot read the contents as an array of "
+                            f"{'its own dtype' if dtype is None else _dtype(dtype)}: "
+                            f"{e}") from None
     _dtype(data.dtype)                      # one a kernel can hold
     if not data.flags.c_contiguous:         # (ascontiguousarray would make a 0-d array 1-d)
         data = np.ascontiguousarray(data)

@@ -91,6 +91,21 @@ def test_views_have_offsets_and_kernels_see_only_them(backend):
         base[True]
     with pytest.raises(pc.ArgumentError, match="cannot reshape an array of size 256"):
         base.reshape(5, -1)
+    for bad in ((2.7, 128), (True, 256), "a", None, 256.0):   # never truncated in silence
+        with pytest.raises(pc.ArgumentError, match="reshape takes ints"):
+            base.reshape(bad)
+    assert base.reshape(np.int64(8), 32).shape == base.reshape([8, 32]).shape == (8, 32)
+
+
+def test_contents_numpy_cannot_read_are_argument_errors():
+    with pytest.raises(pc.ArgumentError, match="asarray: NumPy cannot read .* inhomogeneous"):
+        pc.asarray([[1.0], [2.0, 3.0]], backend="emulator")
+    with pytest.raises(pc.ArgumentError, match="asarray: .* float32: could not convert"):
+        pc.asarray(np.array(["abc"]), np.float32, backend="emulator")
+    with pytest.raises(pc.ArgumentError, match="full: the fill value 'a' is no float32"):
+        pc.full(3, "a", backend="emulator")
+    with pytest.raises(pc.ArgumentError, match="larger than NumPy can hold"):
+        pc.empty(2 ** 62, backend="emulator")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
