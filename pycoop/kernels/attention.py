@@ -45,11 +45,12 @@ from .attention_decode import (DECODE_MERGES, MAX_ROWS, MERGE_INVOCATIONS, VECTO
                                chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
 from .attention_mask import MASKED, NEEDED, mask_block_kinds
+from .args import is_int
 from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, MAX_TILE, causal_score,
-                              check_tile, divide, in_sequence, is_int, log2_sum_exp2,
-                              log_sum_exp, rows_layout, start_max, tile_and_head)
+                              check_tile, divide, in_sequence, log2_sum_exp2, log_sum_exp,
+                              rows_layout, start_max, tile_and_head)
 from .attention_staged import attention_prefill_staged
-from .limits import SHARED_BYTES, SMS
+from .limits import MAX_INVOCATIONS, SHARED_BYTES, SMS
 
 SCOPES = ("workgroup", "subgroup", "staged")
 PREFILL_MIN_CHUNK = 512         # keys: the shortest chunk the default prefill splits give
@@ -99,11 +100,6 @@ def _check_config(name: str, head_dim: int, rows: int, Bc: int, dtype: str, out:
             or invocations > MAX_INVOCATIONS:
         raise ValueError(f"{name}: the invocations must be a multiple of {SUBGROUP} (whole "
                          f"subgroups) of at most {MAX_INVOCATIONS}, got {invocations!r}")
-
-
-# The most invocations of a workgroup on the devices the kernels are for (Vulkan guarantees
-# 128; NVIDIA and the emulator take 1024)
-MAX_INVOCATIONS = 1024
 
 
 def _int_arg(name: str, v, optional: bool = False) -> int | None:

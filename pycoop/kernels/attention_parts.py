@@ -3,13 +3,13 @@ and reduction functions (called per element by the implementation, with the elem
 and column c), and the row layout of one head."""
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 import pycoop as pc
 from pycoop import f16, f32, u32
 from pycoop.codegen.float_modes import FP_MODES
+
+from .args import is_int
 
 # "minus infinity" for the running maxima: finite, so exp(m_old - m_new) stays 0 or 1 rather
 # than NaN when a whole block of a row is masked to -inf; a power of two, so that its product
@@ -35,12 +35,6 @@ HEAD_DIMS = (64, 80, 96, 112, 128, 256)     # the attention kernels' (the merge 
 # The largest query or key block of the attention kernels: a tile is held in registers or
 # shared memory by one workgroup (the kernels use 16 ... 256)
 MAX_TILE = 512
-
-
-def is_int(v) -> bool:
-    """A Python or NumPy integer, not a bool (nor a float of integral value: 64.0 == 64 would
-    reach the kernel caches as the same key)."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 def check_tile(name: str, head_dim: int, Bc: int, dtype: str, out: str,

@@ -22,6 +22,8 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 
+from .args import check_int, check_unroll
+
 MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
 MatB = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseB]
 Acc = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
@@ -96,11 +98,40 @@ def _uvec4_slots(t, nth: int, rows: int, cols: int) -> list:
     return [divmod(t + q * nth, cols // 8) for q in range(rows * cols // 8 // nth)]
 
 
-def _check_split_k(split_k: int, mode: str = "stacked") -> None:
-    if not isinstance(split_k, int) or isinstance(split_k, bool) or split_k < 1:
-        raise ValueError(f"split_k must be an int >= 1, got {split_k!r}")
+# The kernel factories are cached with `typed=True`: 64.0 == 64 (and True == 1) hash alike, so
+# an untyped cache would hand the kernel built for one to a call with the other. Each factory
+# checks its arguments first, and a refused call is never cached.
+_cache = functools.lru_cache(maxsize=None, typed=True)
+
+
+def _ints(name: str, minimum: int = 1, **values) -> list[int]:
+    """`values` (argument -> value) as Python ints, each an int >= `minimum` (`check_int`)."""
+    return [check_int(name, arg, v, minimum) for arg, v in values.items()]
+
+
+def _check_split_k(name: str, split_k, mode: str = "stacked") -> int:
+    """split_k as a Python int, checked with the split-K mode."""
+    split_k, = _ints(name, split_k=split_k)
     if mode not in ("stacked", "atomic"):
-        raise ValueError(f"split_k_mode must be 'stacked' or 'atomic', got {mode!r}")
+        raise ValueError(f"{name}: split_k_mode must be 'stacked' or 'atomic', got {mode!r}")
+    return split_k
+
+
+def _check_options(name: str, driver_unroll, clamp: str | None = None) -> None:
+    """The K loop's hint as pycoop.range takes it, and (NV tensor layouts) the edge clamp: the
+    others would read repeated or mirrored values past the edges instead of zeros."""
+    check_unroll(name, driver_unroll, "driver_unroll")
+    if clamp is not None and clamp not in ("constant", "undefined"):
+        raise ValueError(f"{name}: clamp must be 'constant' or 'undefined', got {clamp!r}")
+
+
+def _check_subgroup_tile(name: str, BM: int, BN: int, BK: int, SGM: int, SGN: int) -> None:
+    """The SGM x SGN subgroups split the BM x BN tile into equal parts of 16 x 16 matrices and
+    walk BK in steps of 16; a part that is not whole would leave rows or columns of the tile
+    unwritten (the matrices per subgroup round down), a silently wrong result."""
+    if BM % (16 * SGM) or BN % (16 * SGN) or BK % 16:
+        raise ValueError(f"{name} needs BM a multiple of 16 x SGM = {16 * SGM}, BN of 16 x SGN "
+                         f"= {16 * SGN} and BK of 16; got BM={BM}, BN={BN}, BK={BK}")
 
 
 def _check_tiling(name: str, M, N, K, BM: int, BN: int, BK: int, split_k: int) -> None:
@@ -143,12 +174,12 @@ def _staged_k_loop(acc, K, BK: int, split_k: int, driver_unroll, fetch, stage, p
     return acc
 
 
-@functools.cache
+@_cache
 def sum_splits(split_k: int):
     """Y = the sum of the split_k partial products a split-K GEMM wrote into P (split_k
     stacked M x N f32 matrices), as f32 vec4: P and Y are passed as `.reshape(-1, 4)` views
     (M * N a multiple of 4), n4 = M * N / 4; the grid is ceil(n4 / 256)."""
-    _check_split_k(split_k)
+    split_k = _check_split_k("sum_splits", split_k)
     F4 = pc.vec(f32, 4)
 
     @pc.kernel(workgroup_size=256)
@@ -176,7 +207,7 @@ def gemm_khr(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N:
     _store_tiles(C, acc, m0, n0, N)
 
 
-@functools.cache
+@_cache
 def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SGN: int = 4,
                     pad: int = 8, specialize: bool = False, driver_unroll: bool | int | None = None,
                     vector_copy: bool = False, split_k: int = 1, split_k_mode: str = "stacked"):
@@ -188,7 +219,12 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
     - a barrier;
     - the tiles of the next k-step are loaded from global memory into registers;
     - the matrices are multiplied from shared memory.
-    M and N must be multiples of the tile, and K a multiple of BK with K >= BK.
+    BM must be a multiple of 16 x SGM, BN of 16 x SGN and BK of 16, and the (BM / 16) x
+    (BK / 16) tiles of A and (BK / 16) x (BN / 16) of B must divide among the SGM x SGN
+    subgroups (whole uvec4 per invocation with `vector_copy`): other tilings are refused.
+    M and N must be multiples of the tile, and K a multiple of BK with K >= BK, unchecked at
+    run time (only `specialize` checks them, when compiled): other shapes leave edges of C
+    unwritten or drop the tail of K.
     `specialize`: M, N, K become compile-time constants (one pipeline per shape; the driver
     folds the address arithmetic). `driver_unroll`: the hint on the K loop (pycoop.range).
     `vector_copy`: the tiles move between global and shared memory as uvec4 (8 halves) per
@@ -203,7 +239,12 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
     shaderBufferFloat32AtomicAdd (VK_EXT_shader_atomic_float), and the summation order of the
     splits varies from run to run on a GPU.
     """
-    _check_split_k(split_k, split_k_mode)
+    name = "gemm_khr_staged"
+    BM, BN, BK, SGM, SGN = _ints(name, BM=BM, BN=BN, BK=BK, SGM=SGM, SGN=SGN)
+    pad, = _ints(name, 0, pad=pad)
+    split_k = _check_split_k(name, split_k, split_k_mode)
+    _check_options(name, driver_unroll)
+    _check_subgroup_tile(name, BM, BN, BK, SGM, SGN)
     atomic = split_k > 1 and split_k_mode == "atomic"
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda, ldb = BK + pad, BN + pad
@@ -214,8 +255,13 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
     V = 8 if vector_copy else 1                  # halves per element of A, B and shared memory
     El = pc.vec(u32, 4) if vector_copy else f16
     if vector_copy and (pad % 8 or (BM * BK // 8) % nth or (BK * BN // 8) % nth):
-        raise ValueError("vector_copy needs pad a multiple of 8 and each tile a whole number of "
-                         f"uvec4 per invocation ({nth} invocations)")
+        raise ValueError(f"{name}: vector_copy needs pad a multiple of 8 and each tile a whole "
+                         f"number of uvec4 per invocation ({nth} invocations)")
+    if not vector_copy and (ta % nsg or tb % nsg):
+        # each subgroup stages ta / nsg and tb / nsg tiles: a remainder would stay unstaged
+        raise ValueError(f"{name} needs the {ta} 16x16 tiles of A (BM x BK) and the {tb} of B "
+                         f"(BK x BN) each a multiple of the {nsg} subgroups (SGM x SGN), to "
+                         f"stage them in equal shares")
 
     @pc.kernel(workgroup_size=nth)
     def gemm_khr_staged(A: pc.Buffer[El], B: pc.Buffer[El], C: pc.Buffer[f32], M: Dim, N: Dim,
@@ -269,11 +315,16 @@ def gemm_workgroup_tile(TM: int = 2, TN: int = 2) -> tuple[int, int]:
 
 
 def gemm_reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """The NumPy result the kernel must match (f16 products are exact in f32)."""
+    """The NumPy result the kernel must match (f16 products are exact in f32): A (M x K) @
+    B (K x N) in f32."""
+    A, B = np.asarray(A), np.asarray(B)
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
+        raise ValueError(f"gemm_reference: A must be M x K and B K x N (A's columns B's rows), "
+                         f"got A of shape {A.shape} and B of shape {B.shape}")
     return A.astype(np.float32) @ B.astype(np.float32)
 
 
-@functools.cache
+@_cache
 def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256,
             clamp: str = "constant", unroll: int = 1, specialize: bool = False,
             driver_unroll: bool | int | None = None, split_k: int = 1):
@@ -283,8 +334,13 @@ def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256,
     are traced per loop iteration. `specialize`, `driver_unroll` and `split_k` as in
     gemm_khr_staged; with the Constant clamp and split_k > 1 each split covers
     ceil(K / (split_k * BK * unroll)) k-steps, and rows past M are clipped from its store,
-    "undefined" needs K a multiple of BK * unroll * split_k."""
-    _check_split_k(split_k)
+    "undefined" needs K a multiple of BK * unroll * split_k (unchecked at run time: only
+    `specialize` checks it, when compiled)."""
+    name = "gemm_nv"
+    BM, BN, BK, invocations, unroll = _ints(name, BM=BM, BN=BN, BK=BK, invocations=invocations,
+                                            unroll=unroll)
+    split_k = _check_split_k(name, split_k)
+    _check_options(name, driver_unroll, clamp)
     MA = pc.coopmat[f16, pc.Workgroup, BM, BK, pc.UseA]
     MB = pc.coopmat[f16, pc.Workgroup, BK, BN, pc.UseB]
     MC = pc.coopmat[f32, pc.Workgroup, BM, BN, pc.Accumulator]
@@ -333,7 +389,7 @@ def _q4_0_weight(block, block_coord, coord_in_block):
     return (pc.bitcast(pc.u16(q | 0x6400), f16) - f16(1032.0)) * block.d
 
 
-@functools.cache
+@_cache
 def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1,
               specialize: bool = False, driver_unroll: bool | int | None = None,
               clamp: str = "constant", weights_first: bool = False):
@@ -357,6 +413,9 @@ def decoded_gemm(name: str, block_type, qk: int, decode, BM: int, BN: int, BK: i
     """The kernel of the decode-function GEMMs (`gemm_q4_0`, `gemm_q8_0`, `gemm_q4_k`): W's
     blocks of `qk` weights of `block_type`, decoded by `decode` as the NV tensor loads read
     them (see gemm_q4_0 for the options)."""
+    BM, BN, BK, invocations, unroll = _ints(name, BM=BM, BN=BN, BK=BK, invocations=invocations,
+                                            unroll=unroll)
+    _check_options(name, driver_unroll, clamp)
     if BK % 32 or (qk > 32 and qk % BK and BK % qk):
         raise ValueError(f"{name}: BK must be a multiple of 32 that divides or is a multiple of "
                          f"the {qk}-weight {block_type.name} block, got {BK}")
@@ -414,7 +473,7 @@ def _dequantise_word(c, d) -> tuple[list, list]:
             [_nibble_pair(s01 >> 4, d), _nibble_pair(s23 >> 4, d)])
 
 
-@functools.cache
+@_cache
 def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None):
@@ -431,9 +490,16 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
       registers, the next tiles are fetched, and the matrices are multiplied.
 
     X is a buffer of uvec4 (`X.view(np.uint32).reshape(-1, 4)`), W the raw Q4_0 bytes as u32
-    (`W.view(np.uint32)`). M and N must be multiples of the tile and K of BK; BK a multiple of
-    64 (rows of blocks stay 4-byte aligned), pad of 8. The grid is (M // BM, N // BN).
+    (`W.view(np.uint32)`). M and N must be multiples of the tile and K of BK with K >= BK
+    (unchecked at run time: only `specialize` checks them, when compiled; other shapes give
+    wrong results); BM a multiple of 16 x SGM, BN of 16 x SGN, BK of 64 (rows of blocks stay
+    4-byte aligned), pad of 8. The grid is (M // BM, N // BN).
     """
+    name = "gemm_q4_0_staged"
+    BM, BN, BK, SGM, SGN = _ints(name, BM=BM, BN=BN, BK=BK, SGM=SGM, SGN=SGN)
+    pad, = _ints(name, 0, pad=pad)
+    _check_options(name, driver_unroll)
+    _check_subgroup_tile(name, BM, BN, BK, SGM, SGN)
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     ld = BK + pad                                 # halves per shared row of X and of W
     nth = 32 * SGM * SGN
@@ -501,6 +567,7 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
                 row = r * (ld // 8) + 4 * (bh >> 1) + (bh & 1)   # weights 8h.. (low nibbles),
                 sw[row], sw[row + 2] = vals[2 * q], vals[2 * q + 1]   # then 16 + 8h..
 
+        _check_tiling(name, M, N, K, BM, BN, BK, 1)
         acc = [[Acc.fill(0.0) for _ in range(TN)] for _ in range(TM)]
         xs = fetch_x(u32(0))
         stage_w(fetch_w(u32(0)))
@@ -525,28 +592,50 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     return gemm_q4_0_staged
 
 
-def rows_of_blocks(raw, rows: int, K: int, qk: int, size: int, fmt: str) -> np.ndarray:
+def _numeric(name: str, arg: str, value, what: str) -> np.ndarray:
+    """`value` as a NumPy array of numbers (bools, ints or floats): the helpers reinterpret
+    its bytes, which objects or strings do not have as numbers."""
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError):           # e.g. ragged nested lists
+        a = None
+    if a is None or a.dtype.kind not in "biuf":
+        got = f"an array of {a.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
+        raise ValueError(f"{name}: {arg} must be {what}, got {got}")
+    return a
+
+
+def rows_of_blocks(raw, rows: int, K: int, qk: int, size: int, fmt: str,
+                   name: str = "rows_of_blocks") -> np.ndarray:
     """The raw bytes of a rows x K matrix of `fmt` blocks (qk weights in `size` bytes each)
-    as rows x blocks x bytes; a clear error where K or the byte count does not fit."""
+    as rows x blocks x bytes; a clear error, naming the caller `name`, where rows or K is
+    not a positive int, K or the byte count does not fit, or a 2-D `raw` has other rows (or
+    rows of other lengths) than rows x K weights: read in the wrong shape, the bytes would
+    still give weights, wrong ones."""
+    rows, K = _ints(name, rows=rows, K=K)
     if K % qk:
-        raise ValueError(f"{fmt} needs K a multiple of {qk} (its block), got K={K}")
-    b = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
-    if b.size != rows * K // qk * size:
-        raise ValueError(f"{fmt}: {rows} x {K} weights are {rows * K // qk * size} bytes, "
-                         f"got {b.size}")
-    return b.reshape(rows, K // qk, size)
+        raise ValueError(f"{name}: {fmt} needs K a multiple of {qk} (its block), got K={K}")
+    a = _numeric(name, "raw", raw, f"an array of the {fmt} bytes (e.g. uint8)")
+    row_bytes = K // qk * size
+    if a.nbytes != rows * row_bytes:
+        raise ValueError(f"{name}: {rows} x {K} {fmt} weights are {rows * row_bytes} bytes, "
+                         f"got {a.nbytes}")
+    if a.ndim == 2 and (a.shape[0] != rows or a.shape[1] * a.itemsize != row_bytes):
+        raise ValueError(f"{name}: raw is {a.shape[0]} rows of {a.shape[1] * a.itemsize} bytes, "
+                         f"but {rows} x {K} {fmt} weights are {rows} rows of {row_bytes}")
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8).reshape(rows, K // qk, size)
 
 
 def q4_0_planes(raw: np.ndarray, rows: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     """llama.cpp Q4_0 blocks (raw bytes of a rows x K matrix) as two planes, losslessly: the
     16 nibble bytes of each block as one uvec4 (rows * K / 32 x 4 u32), and the scales
     (rows * K / 32 f16). The layout of `gemm_q4_0_planes`."""
-    b = rows_of_blocks(raw, rows, K, 32, 18, "q4_0")
+    b = rows_of_blocks(raw, rows, K, 32, 18, "q4_0", "q4_0_planes")
     return (np.ascontiguousarray(b[..., 2:]).view(np.uint32).reshape(-1, 4),
             np.ascontiguousarray(b[..., :2]).view(np.float16).reshape(-1))
 
 
-@functools.cache
+@_cache
 def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
@@ -560,13 +649,15 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     a k-step ahead and dequantises them in registers just before storing them into the
     shared A tile, whose rows run along K as the blocks do; X is copied as uvec4. Both tiles
     are read row-major. X is passed as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N
-    must be multiples of the tile (N any size with `x_rows`, below) and K of BK; BK a multiple
-    of 32, pad of 8. The grid is (M // BM, N // BN), or (M // BM, N // BN, split_k) with
-    `split_k` and `split_k_mode` as in gemm_khr_staged. `x_rows=True`: X is N x K f16
-    (`X.view(np.uint32).reshape(-1, 4)`) and Y is N x M (with split_k stacked: split_k N x M
-    matrices), the layouts of activations, so that few vectors need no transposes: the
-    small-N kernel of `matmul_q`; any N (rows past N read as zeros; Y, or each split's
-    matrix, has N rounded up to BN rows); with `x_f32=True` too, X is f32 N x K
+    must be multiples of the tile (N any size with `x_rows`, below) and K of BK x split_k,
+    unchecked at run time (only `specialize` checks them, when compiled): other shapes leave
+    edges of Y unwritten or drop the tail of K. BM a multiple of 16 x SGM, BN of 16 x SGN, BK
+    of 32, pad of 8 (other tilings are refused). The grid is (M // BM, N // BN), or (M // BM,
+    N // BN, split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged. `x_rows=True`:
+    X is N x K f16 (`X.view(np.uint32).reshape(-1, 4)`) and Y is N x M (with split_k stacked:
+    split_k N x M matrices), the layouts of activations, so that few vectors need no
+    transposes: the small-N kernel of `matmul_q`; any N (rows past N read as zeros; Y, or each
+    split's matrix, has N rounded up to BN rows); with `x_f32=True` too, X is f32 N x K
     (`X.reshape(-1, 4)`) rounded to f16 as it is staged.
     """
     def stage_block(put, qs, d):
@@ -592,7 +683,11 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
     of vectors; any N: rows past N read as zeros, Y has N rounded up to BN rows), X's tile kept
     column-major in shared memory. `x_f32` (with `x_rows`): X is f32 (as vec4), rounded to
     f16 as it is staged."""
-    _check_split_k(split_k, split_k_mode)
+    BM, BN, BK, SGM, SGN = _ints(name, BM=BM, BN=BN, BK=BK, SGM=SGM, SGN=SGN)
+    pad, = _ints(name, 0, pad=pad)
+    split_k = _check_split_k(name, split_k, split_k_mode)
+    _check_options(name, driver_unroll)
+    _check_subgroup_tile(name, BM, BN, BK, SGM, SGN)
     atomic = split_k > 1 and split_k_mode == "atomic"
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
     lda = BK + pad                                # halves per shared row of W

@@ -17,14 +17,12 @@ Formats, bit for bit as in a GGUF file (llama.cpp's ggml-common.h):
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .gemm import decoded_gemm, planes_gemm, rows_of_blocks
+from .gemm import _cache, _ints, _numeric, decoded_gemm, planes_gemm, rows_of_blocks
 
 Q8_0 = pc.struct("Q8_0", d=f16, qs=pc.array(pc.u16, 16))       # 34 bytes: scale, 32 int8
 # 144 bytes: d, dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of nibbles
@@ -72,7 +70,7 @@ def _q4_k_weight(block, block_coord, coord_in_block):
                - f32(block.dmin) * pc.select(odd, m1, m0))
 
 
-@functools.cache
+@_cache
 def gemm_q8_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1,
               specialize: bool = False, driver_unroll: bool | int | None = None,
               clamp: str = "constant", weights_first: bool = False):
@@ -83,7 +81,7 @@ def gemm_q8_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256
                          specialize, driver_unroll, clamp, weights_first)
 
 
-@functools.cache
+@_cache
 def gemm_q4_k(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1,
               specialize: bool = False, driver_unroll: bool | int | None = None,
               clamp: str = "constant", weights_first: bool = False):
@@ -106,7 +104,7 @@ def _byte_pairs(c, d):
     return out
 
 
-@functools.cache
+@_cache
 def gemm_q8_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
@@ -119,9 +117,11 @@ def gemm_q8_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     a scale, consecutive invocations on consecutive blocks) a k-step ahead and dequantises
     them in registers while storing them into the shared W tile; X is copied as uvec4
     (`X.view(np.uint32).reshape(-1, 4)`). M and N must be multiples of the tile (N any size
-    with `x_rows`) and K of BK; BK a multiple of 32, pad of 8. The grid is (M // BM, N // BN),
-    or (M // BM, N // BN, split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged;
-    `x_rows` and `x_f32` as in gemm_q4_0_planes.
+    with `x_rows`) and K of BK x split_k, unchecked at run time (only `specialize` checks
+    them, when compiled; other shapes give wrong results); BM a multiple of 16 x SGM, BN of
+    16 x SGN, BK of 32, pad of 8. The grid is (M // BM, N // BN), or (M // BM, N // BN,
+    split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged; `x_rows` and `x_f32` as
+    in gemm_q4_0_planes.
     """
     def stage_block(put, qs, d):
         dd = pc.make_vector([d, d])
@@ -142,7 +142,7 @@ def _q4_k_pair(bits, s, m):
     return pc.bitcast((w - pc.make_vector([f16(1024.0)] * 2)) * s - m, u32)
 
 
-@functools.cache
+@_cache
 def gemm_q4_k_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
@@ -157,10 +157,11 @@ def gemm_q4_k_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     ahead and dequantises them in registers, two weights per f16x2 operation, f16(f16(q *
     scale) - min) (`dequantize_q4_k_planes`), while storing them into the shared W tile; X
     is copied as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N must be multiples of the
-    tile (N any size with `x_rows`) and K of BK (K is a multiple of 256 for Q4_K weights); BK
-    a multiple of 32, pad of 8. The grid is (M // BM, N // BN), or (M // BM, N // BN,
-    split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged; `x_rows` and `x_f32`
-    as in gemm_q4_0_planes.
+    tile (N any size with `x_rows`) and K of BK x split_k (K is a multiple of 256 for Q4_K
+    weights), unchecked at run time (only `specialize` checks them, when compiled; other
+    shapes give wrong results); BM a multiple of 16 x SGM, BN of 16 x SGN, BK of 32, pad of 8.
+    The grid is (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` and
+    `split_k_mode` as in gemm_khr_staged; `x_rows` and `x_f32` as in gemm_q4_0_planes.
     """
     def stage_block(put, qs, d):
         s, m = pc.make_vector([d[0], d[0]]), pc.make_vector([d[1], d[1]])
@@ -185,26 +186,54 @@ def _round_away(a: np.ndarray) -> np.ndarray:
     return np.sign(a) * np.floor(np.abs(a) + 0.5)
 
 
+def _check_finite(name: str, w: np.ndarray, qk: int, block: str = "block") -> None:
+    """A NaN or infinite weight would quantise to NaN scales or arbitrary bytes (blocks of qk
+    weights along the rows of `w`)."""
+    bad = ~np.isfinite(w)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        raise ValueError(f"{name}: w must be finite (as f32), got {w[r, c]} in row {r}, "
+                         f"{block} {c // qk} (column {c})")
+
+
+def _f16_scale(name: str, what: str, v: np.ndarray, limit: str,
+               block: str = "block") -> np.ndarray:
+    """The scales `v` (rows x blocks x 1, f32) of each `block` as f16; where one exceeds f16's
+    range it would be stored as inf, and every weight of its block would read as inf or NaN."""
+    with np.errstate(over="ignore"):
+        h = v.astype(np.float16)
+    bad = np.isinf(h[..., 0])
+    if bad.any():
+        r, b = np.argwhere(bad)[0]
+        raise ValueError(f"{name}: row {r}, {block} {b}: its scale {what} = {v[r, b, 0]:.6g} "
+                         f"does not fit in f16 (at most 65504): {limit}")
+    return h
+
+
 def quantize_q8_0(w: np.ndarray) -> np.ndarray:
     """llama.cpp's Q8_0 quantisation of the rows of `w` (M x K, K a multiple of 32): the raw
-    bytes, M x (K / 32 * 34) uint8. Per block d = max |w| / 127 and q = round(w / d)."""
+    bytes, M x (K / 32 * 34) uint8. Per block d = max |w| / 127 and q = round(w / d). The
+    weights must be finite and d must fit in f16 (max |w| below about 8.32e6 per block)."""
     w = np.asarray(w, np.float32)
     if w.ndim != 2 or w.shape[1] % 32 or w.size == 0:
         raise ValueError(f"quantize_q8_0 takes a non-empty M x K matrix with K a multiple of "
                          f"32, got shape {w.shape}")
+    _check_finite("quantize_q8_0", w, 32)
     M, K = w.shape
     blocks = w.reshape(M, K // 32, 32)
     d = np.abs(blocks).max(axis=-1, keepdims=True) / 127
+    dh = _f16_scale("quantize_q8_0", "max |w| / 127", d,
+                    "a block's max |w| must stay below about 8.32e6 (65504 x 127)")
     with np.errstate(divide="ignore"):
         inv = np.where(d == 0, 0, 1 / np.where(d == 0, 1, d))
     q = _round_away(blocks * inv).astype(np.int8)
-    out = np.concatenate([d.astype(np.float16).view(np.uint8), q.view(np.uint8)], axis=-1)
+    out = np.concatenate([dh.view(np.uint8), q.view(np.uint8)], axis=-1)
     return out.reshape(M, -1)
 
 
 def dequantize_q8_0(raw, rows: int, K: int) -> np.ndarray:
     """The rows x K f32 weights of Q8_0 bytes: d * q."""
-    b = rows_of_blocks(raw, rows, K, 32, 34, "q8_0")
+    b = rows_of_blocks(raw, rows, K, 32, 34, "q8_0", "dequantize_q8_0")
     d = np.ascontiguousarray(b[..., :2]).view(np.float16).astype(np.float32)
     q = np.ascontiguousarray(b[..., 2:]).view(np.int8).astype(np.float32)
     return (d * q).reshape(rows, K)
@@ -214,14 +243,25 @@ def q8_0_planes(raw, rows: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     """llama.cpp Q8_0 blocks (raw bytes of a rows x K matrix) as two planes, losslessly: the 32
     signed bytes of each block as two uvec4 (rows * K / 16 x 4 u32), and the scales
     (rows * K / 32 f16). The layout of `gemm_q8_0_planes`; `q8_0_blocks` undoes it."""
-    b = rows_of_blocks(raw, rows, K, 32, 34, "q8_0")
+    b = rows_of_blocks(raw, rows, K, 32, 34, "q8_0", "q8_0_planes")
     return (np.ascontiguousarray(b[..., 2:]).view(np.uint32).reshape(-1, 4),
             np.ascontiguousarray(b[..., :2]).view(np.float16).reshape(-1))
 
 
 def q8_0_blocks(Q: np.ndarray, D: np.ndarray, rows: int) -> np.ndarray:
-    """The GGUF bytes (rows x row bytes, uint8) of the planes of `q8_0_planes`."""
-    nb = np.asarray(D).size
+    """The GGUF bytes (rows x row bytes, uint8) of the planes of `q8_0_planes`: Q, two uvec4
+    (8 u32) per block, and D, an f16 scale per block, the blocks of `rows` equal rows."""
+    name = "q8_0_blocks"
+    rows, = _ints(name, rows=rows)
+    Q = _numeric(name, "Q", Q, "the signed bytes as u32 (q8_0_planes' Q)")
+    D = _numeric(name, "D", D, "the f16 scales (q8_0_planes' D)")
+    nb = D.size
+    if nb == 0 or nb % rows:
+        raise ValueError(f"{name}: D's {nb} scales (one per block) do not divide into "
+                         f"rows={rows} rows")
+    if Q.size != 8 * nb:
+        raise ValueError(f"{name}: Q must hold 8 u32 (two uvec4) per block, {8 * nb} for the "
+                         f"{nb} blocks of D, got {Q.size}")
     q = np.ascontiguousarray(Q, np.uint32).view(np.uint8).reshape(nb, 32)
     d = np.ascontiguousarray(D, np.float16).view(np.uint8).reshape(nb, 2)
     return np.concatenate([d, q], axis=1).reshape(rows, -1)
@@ -246,7 +286,7 @@ def _q4_k_pack_scales(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
 
 def dequantize_q4_k(raw, rows: int, K: int) -> np.ndarray:
     """The rows x K f32 weights of Q4_K bytes: d * scale * q - dmin * min per sub-block."""
-    b = rows_of_blocks(raw, rows, K, 256, 144, "q4_k")
+    b = rows_of_blocks(raw, rows, K, 256, 144, "q4_k", "dequantize_q4_k")
     dm = np.ascontiguousarray(b[..., :4]).view(np.float16).astype(np.float32)    # ... x 2
     sc, mn = _q4_k_unpack_scales(b[..., 4:16])
     qs = b[..., 16:].reshape(rows, K // 256, 4, 1, 32)
@@ -262,17 +302,25 @@ def quantize_q4_k(w: np.ndarray) -> np.ndarray:
     [min(w, 0), max(w)] is cut into 15 steps; its step and offset are stored as 6-bit
     multiples of the super-block's d and dmin, and the nibbles are rounded against the stored
     step and offset. (llama.cpp's own quantiser searches each sub-block's step and offset for
-    the least squared error instead; the layout is the same.)"""
+    the least squared error instead; the layout is the same.) The weights must be finite and
+    d and dmin must fit in f16: per super-block, max(w) - min(w, 0) of each sub-block below
+    about 6.19e7 and -min(w) below about 4.13e6."""
     w = np.asarray(w, np.float32)
     if w.ndim != 2 or w.shape[1] % 256 or w.size == 0:
         raise ValueError(f"quantize_q4_k takes a non-empty M x K matrix with K a multiple of "
                          f"256, got shape {w.shape}")
+    _check_finite("quantize_q4_k", w, 256, "super-block")
     M, K = w.shape
     x = w.reshape(M, K // 256, 8, 32)
     lo = np.minimum(x.min(axis=-1), 0)                       # ... x 8: offsets (<= 0)
-    step = (x.max(axis=-1) - lo) / 15
-    d = (step.max(axis=-1, keepdims=True) / 63).astype(np.float16)
-    dmin = ((-lo).max(axis=-1, keepdims=True) / 63).astype(np.float16)
+    with np.errstate(over="ignore"):                         # an inf step: refused below
+        step = (x.max(axis=-1) - lo) / 15
+    d = _f16_scale("quantize_q4_k", "d (the widest sub-block's max(w) - min(w, 0), / 15 / 63)",
+                   step.max(axis=-1, keepdims=True) / 63,
+                   "that range must stay below about 6.19e7 (65504 x 63 x 15)", "super-block")
+    dmin = _f16_scale("quantize_q4_k", "dmin (-min(w) / 63)",
+                      (-lo).max(axis=-1, keepdims=True) / 63,
+                      "-min(w) must stay below about 4.13e6 (65504 x 63)", "super-block")
     df, dminf = d.astype(np.float32), dmin.astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         sc = np.clip(_round_away(np.where(df > 0, step / df, 0)), 0, 63)
@@ -304,7 +352,7 @@ def q4_k_planes(raw, rows: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     `dequantize_q4_k`) each differs from w by at most
     u * (1.01 |w| + 2.01 p + 1.01 m) + 2^-20 (the last term for f16 subnormals). A GPU that
     fuses the product and the subtraction rounds once less, within the same bound."""
-    b = rows_of_blocks(raw, rows, K, 256, 144, "q4_k")
+    b = rows_of_blocks(raw, rows, K, 256, 144, "q4_k", "q4_k_planes")
     dm = np.ascontiguousarray(b[..., :4]).view(np.float16).astype(np.float32)    # ... x 2
     sc, mn = _q4_k_unpack_scales(b[..., 4:16])
     scale = (dm[..., :1] * sc.astype(np.float32)).astype(np.float16)              # ... x 8
@@ -323,7 +371,7 @@ def q4_k_scale_words(raw, rows: int, K: int) -> np.ndarray:
     (high half) as stored, word 1 + j sub-blocks 2j and 2j + 1 as 4 bytes, sc(2j), m(2j),
     sc(2j + 1), m(2j + 1) (the 6-bit factors). Nothing is rounded: a kernel computes
     llama.cpp's d * sc and dmin * m, each exact in f32."""
-    b = rows_of_blocks(raw, rows, K, 256, 144, "q4_k")
+    b = rows_of_blocks(raw, rows, K, 256, 144, "q4_k", "q4_k_scale_words")
     sc, mn = _q4_k_unpack_scales(b[..., 4:16])
     pairs = np.stack([sc, mn], -1).reshape(rows, K // 256, 16)          # sc0 m0 sc1 m1 ...
     words = np.concatenate([np.ascontiguousarray(b[..., :4]), pairs], -1)
@@ -332,7 +380,19 @@ def q4_k_scale_words(raw, rows: int, K: int) -> np.ndarray:
 
 def dequantize_q4_k_planes(Q: np.ndarray, D: np.ndarray, rows: int, K: int) -> np.ndarray:
     """The rows x K f16 weights the planes of `q4_k_planes` stand for, as `gemm_q4_k_planes`
-    computes them: f16(f16(q * scale) - min) per weight, each operation rounded to f16."""
+    computes them: f16(f16(q * scale) - min) per weight, each operation rounded to f16. Q and
+    D hold the rows * K / 32 sub-blocks (uvec4 and f16x2 each), K a multiple of 32."""
+    name = "dequantize_q4_k_planes"
+    rows, K = _ints(name, rows=rows, K=K)
+    if K % 32:
+        raise ValueError(f"{name}: K must be a multiple of 32 (a sub-block), got K={K}")
+    nb = rows * K // 32
+    Q = _numeric(name, "Q", Q, "the nibbles as u32 (q4_k_planes' Q)")
+    D = _numeric(name, "D", D, "the f16 (scale, min) pairs (q4_k_planes' D)")
+    if Q.size != 4 * nb or D.size != 2 * nb:
+        raise ValueError(f"{name}: {rows} x {K} weights are {nb} sub-blocks of 32: Q must hold "
+                         f"{4 * nb} u32 (a uvec4 each) and D {2 * nb} f16 (scale and min), got "
+                         f"{Q.size} and {D.size}")
     q = np.ascontiguousarray(Q, np.uint32).view(np.uint8).reshape(-1, 16)
     q = np.concatenate([q & 15, q >> 4], axis=1).astype(np.float16)              # ... x 32
     D = np.asarray(D, np.float16).reshape(-1, 2)

@@ -24,21 +24,23 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import numbers
 
 import numpy as np
 
 import pycoop as pc
 from pycoop import f16, f32, u32
 
+from .args import check_int, check_invocations, check_unroll, is_int
 from .dequant import dot, fields_as_f32
 from .gemm import gemm_q4_0, gemm_q4_0_planes, sum_splits
 from .gemm_quant import (_f16_at, _q4_k_scales, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
                          gemm_q8_0_planes)
 from .gemv_planes import K_MULTIPLE as PLANES_K_MULTIPLE
-from .gemv_planes import (KGROUPS, KGROUPS_ABOVE_K, PlanesGemvConfig, matmul_planes_gemv,
-                          planes_gemv_config, weight_planes)
-from .gemvq import FORMATS_Q8_1, gemv_q8_1, quantize_grid, quantize_q8_1, store_row_sums
+from .gemv_planes import (KGROUPS, KGROUPS_ABOVE_K, X_KINDS, PlanesGemvConfig,
+                          matmul_planes_gemv, planes_gemv_config, weight_planes)
+from .gemvq import (FORMATS_Q8_1, check_subgroup_size, gemv_q8_1, quantize_grid, quantize_q8_1,
+                    store_row_sums)
+from .limits import MAX_INVOCATIONS
 
 # weights per block and bytes per block of each format (llama.cpp's ggml-common.h)
 BLOCKS = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_k": (256, 144)}
@@ -53,20 +55,22 @@ U4 = pc.vec(u32, 4)
 F4 = pc.vec(f32, 4)
 
 
-def _check_activations(fmt: str, activations) -> str:
-    if activations not in ("f32", "q8_1"):
-        raise ValueError(f"activations is 'f32' (the float path) or 'q8_1' (X quantised to 8 "
-                         f"bits, integer dot products), got {activations!r}")
-    if activations == "q8_1" and fmt not in FORMATS_Q8_1 + ("q4_k",):
-        raise ValueError(f"activations='q8_1' takes {', '.join(FORMATS_Q8_1)} or q4_k weights, not "
-                         f"{fmt}; use activations='f32'")
+def _check_activations(fn: str, activations, fmt: str | None = None) -> str:
+    """`activations` (for `fmt` weights where given), or the error of `fn`."""
+    if not isinstance(activations, str) or activations not in ("f32", "q8_1"):
+        raise ValueError(f"{fn}: activations is 'f32' (the float path) or 'q8_1' (X quantised "
+                         f"to 8 bits, integer dot products), got {activations!r}")
+    if activations == "q8_1" and fmt is not None and fmt not in FORMATS_Q8_1 + ("q4_k",):
+        raise ValueError(f"{fn}: activations='q8_1' takes {', '.join(FORMATS_Q8_1)} or q4_k "
+                         f"weights, not {fmt}; use activations='f32'")
     return activations
 
 
-def _check_fmt(fmt) -> str:
-    if fmt not in BLOCKS:
-        raise ValueError(f"unknown weight format {fmt!r}; pycoop's GEMV kernels take "
-                         f"{', '.join(FORMATS)}")
+def _check_fmt(fn: str, fmt) -> str:
+    # a str first: `in BLOCKS` would hash an unhashable fmt (a list) and fail on that
+    if not isinstance(fmt, str) or fmt not in BLOCKS:
+        raise ValueError(f"{fn}: unknown weight format {fmt!r} (fmt); pycoop's GEMV kernels "
+                         f"take {', '.join(FORMATS)}")
     return fmt
 
 
@@ -215,15 +219,16 @@ def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size
     weight loads in flight per lane. `parts`: lanes sharing a unit (default `PARTS[fmt]`; 1,
     2, 4, or 8 for Q8_0 and Q4_K; lane p of a unit takes its payload words p, p + parts, ...).
     """
-    _check_fmt(fmt)
+    _check_fmt("gemv", fmt)
     for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"gemv: {name} must be an int >= 1, got {v!r}")
     if rows * nt > 64:
         raise ValueError(f"gemv: rows x nt = {rows * nt} accumulators per lane; at most 64 "
                          "keep them in registers (lower rows or nt)")
-    if subgroup_size not in (8, 16, 32, 64, 128):
-        raise ValueError(f"gemv: subgroup_size must be 8, 16, 32, 64 or 128, got {subgroup_size!r}")
+    check_subgroup_size("gemv", subgroup_size)
+    check_invocations("gemv", subgroups, subgroup_size)
+    check_unroll("gemv", unroll)
     if vec not in (1, 8) or (vec == 1 and fmt != "f16"):
         raise ValueError(f"gemv: vec is 8 (uvec4 loads), or 1 for f16 weights with K not a "
                          f"multiple of 8; got {vec!r} for {fmt}")
@@ -274,6 +279,8 @@ def gemv(fmt: str, rows: int = 1, nt: int = 1, subgroups: int = 4, subgroup_size
 
 def gemv_grid(M: int, N: int, rows: int = 1, nt: int = 1, subgroups: int = 4) -> tuple[int, int]:
     """The grid of `gemv(fmt, rows, nt, subgroups)` for an M x K weight matrix and N vectors."""
+    M, N, rows, nt, subgroups = (check_int("gemv_grid", name, v) for name, v in (
+        ("M", M), ("N", N), ("rows", rows), ("nt", nt), ("subgroups", subgroups)))
     return -(-N // nt), -(-M // (rows * subgroups))
 
 
@@ -293,7 +300,9 @@ class GemvConfig:
     sharing rows, `x`, its activation kind: None for the one `activations` names, or
     "q8_1_shared" to quantise X in the kernel, one launch instead of two, `kgroups`,
     the workgroups sharing a row's K with x="q8_1_shared", and `prefetch`, the next step's
-    weights loaded before the current step's products)."""
+    weights loaded before the current step's products).
+    A GemvConfig takes any values (sweeps build shapes and then filter them); `matmul_q`
+    checks every field of the one it is given (`check_gemv_config`) before any work."""
     kind: str
     rows: int = 1
     nt: int = 1
@@ -306,6 +315,71 @@ class GemvConfig:
     x: str | None = None
     kgroups: int = 1
     prefetch: bool = False
+
+
+KINDS = ("gemv", "q8_1", "planes", "gemv_planes", "coopmat")
+
+
+def _check_tile(fn: str, kind: str, tile, subgroups: int,
+                arg: str = "config.tile") -> tuple[int, int, int]:
+    """The tile of a config of `kind` ("planes" with `subgroups` x 1 subgroups, "coopmat", or
+    another, which does not read it) as Python ints, or the error of `fn`: the planes GEMM
+    gives each subgroup 16-row matrices and has no edge handling inside its tile, so a tile
+    its subgroups do not divide would leave rows or vectors of Y uncomputed (wrong results,
+    or an index error while it is built)."""
+    parts = {"planes": " (weight rows, vectors, K)", "coopmat": " (vectors, weight rows, K)"}
+    if not isinstance(tile, (tuple, list)) or len(tile) != 3:
+        raise ValueError(f"{fn}: {arg} is a tuple of 3 ints{parts.get(kind, '')}, got {tile!r}")
+    tile = tuple(check_int(fn, f"{arg}[{i}]", v) for i, v in enumerate(tile))
+    if kind not in parts:
+        return tile
+    if tile[2] % 32:
+        raise ValueError(f"{fn}: {arg}'s K step must be a multiple of 32 (a block), got "
+                         f"{tile}")
+    if kind == "coopmat":
+        return tile
+    BM, BN, _ = tile
+    SGN = max(1, BN // 64)                      # subgroups along the vectors (planes_kernel)
+    if BN % (16 * SGN):
+        shared = f" x {SGN} (above 64 vectors, {SGN} subgroups share them)" if SGN > 1 else ""
+        raise ValueError(f"{fn}: {arg}'s vectors must be a multiple of 16{shared}, got "
+                         f"{tile}")
+    if BM % (16 * subgroups):
+        raise ValueError(f"{fn}: {arg}'s weight rows must be a multiple of 16 x "
+                         f"config.subgroups = {16 * subgroups}, got {tile}")
+    if 32 * subgroups * SGN > MAX_INVOCATIONS:
+        raise ValueError(f"{fn}: config.subgroups x {SGN} subgroups of 32 invocations = "
+                         f"{32 * subgroups * SGN} per workgroup; Vulkan devices take at most "
+                         f"{MAX_INVOCATIONS} (fewer subgroups)")
+    return tile
+
+
+def check_gemv_config(cfg, fn: str = "matmul_q") -> GemvConfig:
+    """`cfg` with its fields checked (the errors `fn` raises before any work) and its integers
+    as Python ints (NumPy ints are taken; a float or a bool, an int to Python, would fail deep
+    inside a kernel builder or be cached as a kernel of its own). Every field is checked,
+    whatever the kind: each has a valid default, so a bad one was passed by mistake. What
+    needs the weights (the tile and split-K against M and K, `parts` against the format,
+    rows x nt) is checked where they are known."""
+    if not isinstance(cfg, GemvConfig):
+        raise ValueError(f"{fn}: config is a GemvConfig (or None), got {cfg!r}")
+    if not isinstance(cfg.kind, str) or cfg.kind not in KINDS:
+        raise ValueError(f"{fn}: config.kind is one of {', '.join(map(repr, KINDS))}, got "
+                         f"{cfg.kind!r}")
+    ints = {name: check_int(fn, f"config.{name}", getattr(cfg, name))
+            for name in ("rows", "nt", "subgroups", "split_k", "span", "kgroups")}
+    if cfg.parts is not None:
+        ints["parts"] = check_int(fn, "config.parts", cfg.parts)
+    check_unroll(fn, cfg.unroll, "config.unroll")
+    if is_int(cfg.unroll):
+        ints["unroll"] = int(cfg.unroll)
+    if not isinstance(cfg.prefetch, (bool, np.bool_)):
+        raise ValueError(f"{fn}: config.prefetch is True or False, got {cfg.prefetch!r}")
+    if cfg.x is not None and (not isinstance(cfg.x, str) or cfg.x not in X_KINDS):
+        raise ValueError(f"{fn}: config.x is None or one of {', '.join(map(repr, X_KINDS))}, "
+                         f"got {cfg.x!r}")
+    tile = _check_tile(fn, cfg.kind, cfg.tile, ints["subgroups"])
+    return dataclasses.replace(cfg, **ints, tile=tile, prefetch=bool(cfg.prefetch))
 
 
 def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
@@ -322,30 +396,33 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
     `activations="q8_1"` (Q8_0 and Q4_0): the integer path, one tile of up to 64 vectors
     (the next power of two at or above N) reading each weight block once for all of them,
     with 4 lanes per block at N = 1, 2 for tiles of up to 4 vectors, else 1."""
-    _check_fmt(fmt)
-    if not isinstance(N, (int, np.integer)) or N < 1:
-        raise ValueError(f"N must be an int >= 1, got {N!r}")
+    _check_fmt("choose_kernel", fmt)
+    N = check_int("choose_kernel", "N", N)
+    large_n = check_int("choose_kernel", "large_n", large_n)
+    _check_activations("choose_kernel", activations, fmt)
+    M, K = (None if v is None else check_int("choose_kernel", name, v)
+            for name, v in (("M", M), ("K", K)))
     # gemv_planes where it wins (H200 sweeps): N = 1, and N <= 8 with q8_1 activations (Q4_K
     # at N = 1 with f32 X: 26.1 against the GGUF blocks' 34.7 µs at 4096 x 14336; its scale
     # words give gguf's weights exactly, as the GGUF-block kernel does)
     planes = fmt in PLANES_GEMMS and (activations == "q8_1" or N == 1)
     if (planes or (fmt == "f16" and N == 1)) and N <= 8 and (
             K is None or K % PLANES_K_MULTIPLE[fmt] == 0):
-        x = _check_activations(fmt, activations)
+        x = activations
         if x == "q8_1" and N == 1 and K is not None and (
                 K <= KGROUPS_ABOVE_K or K % (PLANES_K_MULTIPLE[fmt] * KGROUPS) == 0):
             x = "q8_1_shared"          # the quantiser in the kernel: one launch, not two
-        p = planes_gemv_config(fmt, int(N), x, K)
+        p = planes_gemv_config(fmt, N, x, K)
         return GemvConfig("gemv_planes", p.rows, p.nt, p.subgroups, p.unroll, span=p.span,
                           split_k=p.split, x=None if x == activations else x,
                           kgroups=p.kgroups, prefetch=p.prefetch)
-    if _check_activations(fmt, activations) == "q8_1":
+    if activations == "q8_1":
         if fmt == "q4_k":
-            raise ValueError(f"activations='q8_1' with q4_k weights takes N <= 8 vectors "
-                             f"(gemv_planes), got N={N}")
+            raise ValueError(f"choose_kernel: activations='q8_1' with q4_k weights takes N <= 8 "
+                             f"vectors (gemv_planes), got N={N}")
         return q8_1_config(N)
     if N >= 2 and fmt in PLANES_GEMMS and M is not None and K is not None:
-        cfg = planes_config(int(M), int(N), int(K))
+        cfg = planes_config(M, N, K)
         if cfg is not None:
             return cfg
     if N > large_n and fmt in LARGE_N_GEMMS:
@@ -361,7 +438,7 @@ def q8_1_config(N: int) -> GemvConfig:
     """The GGUF-block integer kernel's configuration (`gemv_q8_1`) for N vectors: one tile of
     up to 64 vectors (the next power of two at or above N), with 4 lanes per block at N = 1,
     2 for tiles of up to 4 vectors, else 1."""
-    nt = min(64, 1 << (int(N) - 1).bit_length())
+    nt = min(64, 1 << (check_int("q8_1_config", "N", N) - 1).bit_length())
     return GemvConfig("q8_1", rows=2 if nt <= 32 else 1, nt=nt,
                       parts=4 if nt == 1 else 2 if nt <= 4 else 1)
 
@@ -375,6 +452,7 @@ def planes_config(M: int, N: int, K: int) -> GemvConfig | None:
     tiles), 512 (32) or 256 (wider), K dividing into whole 64-deep steps. The best of sweeps
     on the H200 (bench/small_n_sweep.py, 2026-11-27: 4096 x 14336 and 14336 x 4096, N = 8 ...
     64)."""
+    M, N, K = (check_int("planes_config", name, v) for name, v in (("M", M), ("N", N), ("K", K)))
     bn = next(t for t in (16, 32, 64, 128) if N <= t or t == 128)
     bm = 128 if M % 128 == 0 else 64
     if M % bm or K % 64:
@@ -391,7 +469,13 @@ def planes_config(M: int, N: int, K: int) -> GemvConfig | None:
 @dataclasses.dataclass
 class GGMLWeights:
     """An M x K weight matrix in a llama.cpp format: `data` holds its bytes exactly as a GGUF
-    file does (rows of blocks along K; `f16` as float16). Made by `weights(...)`."""
+    file does (rows of blocks along K; `f16` as float16). Made by `weights(...)`.
+
+    `data` shares the source's memory where that is contiguous (a weight matrix is not
+    copied), and the arrays the kernels read (`kernel_array`, the planes, device copies) are
+    made from it once, when first needed, and kept in `_arrays`. So changing the source array
+    in place afterwards is seen by some kernels (NumPy views of `data`) and not by others (the
+    kept planes, padded words and device copies): make new weights from the changed array."""
     fmt: str
     M: int
     K: int
@@ -426,21 +510,40 @@ def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
     - a tensor of `gguf.GGUFReader(...).tensors` (its type names the format; 2-D, rows of K);
     - a float16 array (M x K): `f16`;
     - the raw bytes of a quantised matrix (uint8, M x row bytes) with `fmt`, K from the row
-      size (or given)."""
+      size (or given);
+    - GGMLWeights, returned as they are.
+    `fmt` and `K`, where given, must agree with what W holds. The bytes are not copied where
+    they are contiguous, and the kernels' own arrays are made from them once and kept (see
+    `GGMLWeights`): after changing W in place, make new weights."""
+    if fmt is not None:
+        _check_fmt("weights", fmt)
+    if K is not None:
+        K = check_int("weights", "K", K)
     if isinstance(W, GGMLWeights):
         if fmt is not None and fmt != W.fmt:
             raise ValueError(f"weights: these weights are {W.fmt}, not fmt={fmt!r}")
+        if K is not None and K != W.K:
+            raise ValueError(f"weights: these weights have K = {W.K} columns, not K={K}")
         return W
     if hasattr(W, "tensor_type") and hasattr(W, "data"):          # gguf.ReaderTensor
-        name = W.tensor_type.name.lower()
+        kind = getattr(W.tensor_type, "name", None)
+        if not isinstance(kind, str):
+            raise ValueError(f"weights: W has a tensor_type and data, as a gguf.ReaderTensor, "
+                             f"but its tensor_type {W.tensor_type!r} is no "
+                             f"gguf.GGMLQuantizationType (it has no name)")
+        name = kind.lower()
         if name not in BLOCKS:
-            raise ValueError(f"GGUF tensor {W.name!r} is {W.tensor_type.name}; pycoop's GEMV "
+            raise ValueError(f"weights: GGUF tensor {W.name!r} is {kind}; pycoop's GEMV "
                              f"kernels take {', '.join(f.upper() for f in FORMATS)}")
         if fmt is not None and fmt != name:
             raise ValueError(f"weights: GGUF tensor {W.name!r} is {name}, not fmt={fmt!r}")
         shape = [int(s) for s in W.shape]                        # GGML order: K first
         if len(shape) != 2 and not (len(shape) > 2 and all(s == 1 for s in shape[2:])):
-            raise ValueError(f"GGUF tensor {W.name!r} has shape {shape}: a matrix is 2-D")
+            raise ValueError(f"weights: GGUF tensor {W.name!r} has shape {shape}: a matrix is "
+                             f"2-D")
+        if K is not None and K != shape[0]:
+            raise ValueError(f"weights: GGUF tensor {W.name!r} has K = {shape[0]} columns, "
+                             f"not K={K}")
         return _make(name, shape[1], shape[0], W.data)
     a = np.asarray(W)
     if fmt is None:
@@ -448,12 +551,13 @@ def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
             raise ValueError("weights: pass fmt= for raw quantised bytes (uint8); only float16 "
                              f"arrays are taken without one, got {a.dtype}")
         fmt = "f16"
-    _check_fmt(fmt)
     if a.ndim != 2:
         raise ValueError(f"weights: a matrix is 2-D (M x K, or M x row bytes), got shape {a.shape}")
     if fmt == "f16":
         if a.dtype != np.float16:
             raise ValueError(f"weights: f16 weights are float16, got {a.dtype}")
+        if K is not None and K != a.shape[1]:
+            raise ValueError(f"weights: this f16 matrix has K = {a.shape[1]} columns, not K={K}")
         return _make(fmt, a.shape[0], a.shape[1], a)
     if a.dtype != np.uint8:
         raise ValueError(f"weights: {fmt} weights are raw bytes (uint8), got {a.dtype}")
@@ -490,6 +594,21 @@ def pack_x(X) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(X, np.float32))
 
 
+def _numpy_x(X) -> np.ndarray:
+    """A NumPy X for `matmul_q` (anything `np.asarray` reads) as the kernels take it: f16 kept,
+    other real numbers as f32, checked before the conversion, which would drop the imaginary
+    part of complex values (a warning only), parse strings and make a 0-d X 1-d."""
+    a = np.asarray(X)
+    real = a.dtype.kind in "fiu" or a.dtype.name == "bfloat16"      # ml_dtypes' bfloat16
+    if not real:
+        what = f"{X!r}" if a.ndim == 0 else f"an array of {a.dtype}"
+        raise ValueError(f"matmul_q: X holds real numbers (float16, float32, float64, bfloat16 "
+                         f"or integers), got {what}")
+    if a.ndim == 0:
+        raise ValueError(f"matmul_q: X must be N x K or K, got a scalar {X!r}")
+    return np.ascontiguousarray(a if a.dtype == np.float16 else np.asarray(a, np.float32))
+
+
 def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
              backend: str | None = None, subgroup_size: int = 32, large_n: int = MAX_SMALL_N,
              activations: str = "f32", deterministic: bool = False,
@@ -509,11 +628,20 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     (f32 sums); their split-K adds partial products with f32 atomics, in an order that may
     change from run to run (results may differ in the last bits): `deterministic=True` sums
     the splits in a second kernel instead (one more launch). `launches`: a list that receives
-    the planes path's launch results (device times: `.times_ms`)."""
-    if config is not None and not isinstance(config, GemvConfig):
-        raise ValueError(f"matmul_q: config is a GemvConfig (or None), got {config!r}")
-    if not isinstance(large_n, numbers.Integral) or isinstance(large_n, bool) or large_n < 1:
-        raise ValueError(f"matmul_q: large_n must be an int >= 1, got {large_n!r}")
+    the planes path's launch results (device times: `.times_ms`).
+    NumPy X (or anything `np.asarray` reads) holds real numbers: float16 (kept), float32,
+    float64, bfloat16 or integers (as f32); complex, string, bool and object arrays are
+    refused."""
+    if config is not None:
+        config = check_gemv_config(config, "matmul_q")
+    if fmt is not None:
+        _check_fmt("matmul_q", fmt)
+    large_n = check_int("matmul_q", "large_n", large_n)
+    subgroup_size = check_subgroup_size("matmul_q", subgroup_size)
+    _check_activations("matmul_q", activations)
+    if not isinstance(deterministic, (bool, np.bool_)):
+        raise ValueError(f"matmul_q: deterministic is True or False, got {deterministic!r}")
+    deterministic = bool(deterministic)
     if launches is not None and not isinstance(launches, list):
         raise ValueError(f"matmul_q: launches is a list the launches are appended to (or "
                          f"None), got {launches!r}")
@@ -528,17 +656,18 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
                          f"buffer; the kernels read X 16 bytes at a time, so a view of X must "
                          f"start 16-byte aligned: pass an aligned copy "
                          f"(x = pycoop.empty(X.shape, X.dtype); x.copy_from(X))")
-    if not device:              # NumPy (or anything it reads): f16 kept, the rest as f32
-        X = np.asarray(X)
-        X = np.ascontiguousarray(X if X.dtype == np.float16 else np.asarray(X, np.float32))
+    if not device:
+        X = _numpy_x(X)
     bk = X.backend if device else backend
     shape = tuple(X.shape)
     vector = len(shape) == 1
     if len(shape) not in (1, 2) or shape[-1] != Wq.K:
         raise ValueError(f"matmul_q: X must be N x K or K with K = {Wq.K} (the weights' "
                          f"columns), got shape {shape}")
+    if shape[0] == 0:
+        raise ValueError(f"matmul_q: X has no rows (shape {shape}); N >= 1 vectors")
     N = 1 if vector else shape[0]
-    _check_activations(Wq.fmt, activations)
+    _check_activations("matmul_q", activations, Wq.fmt)
     if config is not None and activations == "q8_1" and config.kind not in ("q8_1",
                                                                            "gemv_planes"):
         raise ValueError(f"matmul_q: activations='q8_1' needs a config of kind 'q8_1' or "
@@ -573,10 +702,6 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
             raise ValueError(f"matmul_q: no cooperative-matrix GEMM for {Wq.fmt} weights; "
                              "use GemvConfig('gemv', ...)")
         return _coopmat(Wq, X, N, vector, device, bk, cfg.tile)
-    if cfg.kind != "gemv":
-        raise ValueError(f"matmul_q: config.kind is 'gemv', 'q8_1', 'planes', 'gemv_planes' or "
-                         f"'coopmat', got "
-                         f"{cfg.kind!r}")
     vec = 8 if Wq.fmt != "f16" or Wq.K % 8 == 0 else 1
     k = gemv(Wq.fmt, cfg.rows, cfg.nt, cfg.subgroups, subgroup_size, vec, cfg.unroll, cfg.parts)
     grid = gemv_grid(Wq.M, N, cfg.rows, cfg.nt, cfg.subgroups)
@@ -618,6 +743,12 @@ def planes_kernel(fmt: str, cfg: GemvConfig, deterministic: bool = False,
     """(kernel, split-K mode) of `matmul_q`'s planes path for a "planes" config: the planes
     GEMM of `fmt` on X's and Y's own layouts, X f32 (`x_f32`) or f16 rows, split-K summed by
     f32 atomics ("atomic") or, `deterministic`, apart and then by `sum_splits` ("stacked")."""
+    if fmt not in PLANES_GEMMS:
+        raise ValueError(f"planes_kernel: the planes GEMMs take {', '.join(PLANES_GEMMS)} "
+                         f"weights, not fmt={fmt!r}")
+    cfg = check_gemv_config(cfg, "planes_kernel")
+    if cfg.kind != "planes":
+        raise ValueError(f"planes_kernel: config.kind is 'planes', got {cfg.kind!r}")
     BM, BN, BK = cfg.tile
     mode = "atomic" if cfg.split_k > 1 and not deterministic else "stacked"
     return PLANES_GEMMS[fmt](BM, BN, BK, cfg.subgroups, max(1, BN // 64), split_k=cfg.split_k,
@@ -635,9 +766,7 @@ def _planes(Wq: GGMLWeights, X, N: int, vector: bool, device: bool, bk, cfg: Gem
                          f"not {Wq.fmt}")
     BM, BN, BK = cfg.tile
     split = cfg.split_k
-    if not isinstance(split, int) or split < 1:
-        raise ValueError(f"matmul_q: split_k must be an int >= 1, got {split!r}")
-    if Wq.M % BM or Wq.K % (BK * split) or BN % 16:
+    if Wq.M % BM or Wq.K % (BK * split):
         raise ValueError(f"matmul_q: the planes GEMM's tile {cfg.tile} with split_k={split} "
                          f"does not fit M={Wq.M}, K={Wq.K} (M a multiple of the tile's rows, K of "
                          f"its depth x split_k)")
@@ -674,7 +803,10 @@ def coopmat_kernel(fmt: str, tile: tuple[int, int, int]):
     """The kernel of `matmul_q`'s "coopmat" configs: the decode-function GEMM of `fmt` with
     `tile` = (vectors, weight rows, K) per workgroup, the weights as the A operand below 128
     vectors."""
-    bm, bn, bk = tile
+    if fmt not in LARGE_N_GEMMS:
+        raise ValueError(f"coopmat_kernel: the decode-function GEMMs take "
+                         f"{', '.join(LARGE_N_GEMMS)} weights, not fmt={fmt!r}")
+    bm, bn, bk = _check_tile("coopmat_kernel", "coopmat", tile, 1, "tile")
     return LARGE_N_GEMMS[fmt](bm, bn, bk, 256, weights_first=bm < 128)
 
 

@@ -57,7 +57,9 @@ from pycoop import f16, f32, i32, u32
 from .gemm import q4_0_planes
 from .gemm_quant import dequantize_q4_k, q4_k_planes, q4_k_scale_words, q8_0_planes
 from .dequant import dot, fields_as_f32
-from .gemvq import put_sum, q8_1_lanes, quantize_grid, quantize_q8_1, store_row_sums
+from .args import check_int, check_invocations, check_unroll, is_int
+from .gemvq import (check_subgroup_size, put_sum, q8_1_lanes, quantize_grid, quantize_q8_1,
+                    store_row_sums)
 from .limits import SHARED_BYTES
 
 FORMATS = ("q4_0", "q8_0", "q4_k", "f16")
@@ -88,11 +90,6 @@ def _sum(xs: list):
     return s
 
 
-def _check_int(name: str, v, least: int = 1) -> None:
-    if not isinstance(v, int) or isinstance(v, bool) or v < least:
-        raise ValueError(f"gemv_planes: {name} must be an int >= {least}, got {v!r}")
-
-
 def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_size: int,
                  span: int, split: int = 1, kgroups: int = 1) -> None:
     """The errors `gemv_planes` raises for a configuration, before anything is built."""
@@ -104,7 +101,7 @@ def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_
         raise ValueError("gemv_planes: f16 weights take x='f32' or 'f16'")
     for name, v in (("rows", rows), ("nt", nt), ("subgroups", subgroups), ("span", span),
                     ("split", split), ("kgroups", kgroups)):
-        _check_int(name, v)
+        check_int("gemv_planes", name, v)
     if kgroups > 1 and x != "q8_1_shared":
         raise ValueError(f"gemv_planes: kgroups (workgroups sharing a row's K) needs "
                          f"x='q8_1_shared', got x={x!r}")
@@ -115,9 +112,8 @@ def check_config(fmt: str, x: str, rows: int, nt: int, subgroups: int, subgroup_
     if rows * nt * span > 64:
         raise ValueError(f"gemv_planes: rows x nt x span = {rows * nt * span}: at most 64 "
                          "(accumulators and loads in flight per lane stay in registers)")
-    if subgroup_size not in (8, 16, 32, 64, 128):
-        raise ValueError(f"gemv_planes: subgroup_size must be 8, 16, 32, 64 or 128, got "
-                         f"{subgroup_size!r}")
+    check_subgroup_size("gemv_planes", subgroup_size)
+    check_invocations("gemv_planes", subgroups, subgroup_size)
 
 
 def shared_bytes(K: int, nt: int) -> int:
@@ -173,6 +169,7 @@ def gemv_planes(fmt: str, x: str = "f32", rows: int = 2, nt: int = 1, subgroups:
     if not isinstance(prefetch, bool):
         raise ValueError(f"gemv_planes: prefetch must be a bool, got {prefetch!r}")
     check_config(fmt, x, rows, nt, subgroups, subgroup_size, span, split, kgroups)
+    check_unroll("gemv_planes", unroll)
     if x == "q8_1_shared":
         unit = K_MULTIPLE[fmt] * kgroups
         if not isinstance(K, int) or isinstance(K, bool) or K < 1 or K % unit:
@@ -479,7 +476,7 @@ def planes_gemv_config(fmt: str, N: int, x: str = "f32", K: int | None = None) -
     with 64 (Q4_0 and Q4_K) or 32 (Q8_0) rows each (Q4_K: 17.3 against 18.7 µs with 32 rows,
     H100 sweep of 2026-11-28). Both prefetch the weights (H100: 4-12 % faster at
     4096 x 4096, 14336 x 4096 and 4096 x 14336)."""
-    if not isinstance(N, (int, np.integer)) or not 1 <= N <= MAX_N:
+    if not is_int(N) or not 1 <= N <= MAX_N:
         raise ValueError(f"gemv_planes takes N = 1 ... {MAX_N} vectors, got {N!r}")
     nt = 1 if N == 1 else 2 if N == 2 else 4 if N <= 4 else 8
     C = PlanesGemvConfig

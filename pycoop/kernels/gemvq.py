@@ -46,17 +46,19 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, i32, u32
 
+from .args import check_int, check_invocations, check_unroll, is_int
+
 QK = 32                                   # values per activation block
 TINY = 2.0 ** -96                         # blocks with a smaller amax quantise to zeros
 ABS_BITS = 0x7FFFFFFF                      # an f32's bits without the sign
 F32_MAX_BITS = 0x7F7FFFFF                  # the largest finite f32's bits
 NAN = float("nan")
 FORMATS_Q8_1 = ("q8_0", "q4_0")           # weight formats of the integer path
+SUBGROUP_SIZES = (8, 16, 32, 64, 128)
 U4 = pc.vec(u32, 4)
 F4 = pc.vec(f32, 4)
 H4 = pc.vec(f16, 4)
 _LOW_NIBBLES = 0x0F0F0F0F
-
 
 
 def put_sum(Y, i, v, add: bool) -> None:
@@ -79,16 +81,19 @@ def store_row_sums(Y, acc: list, lane, row0, col0, M, N, add: bool = False):
                 if row0 + r < M and col0 + c < N:
                     put_sum(Y, (col0 + c) * M + row0 + r, sums[r][c], add)
 
+
 def _check_src(src) -> str:
     if src not in ("f32", "f16"):
         raise ValueError(f"quantize_q8_1: activations are 'f32' or 'f16', got {src!r}")
     return src
 
 
-def _check_subgroup_size(name: str, s, least: int) -> None:
-    if s not in (8, 16, 32, 64, 128) or s < least:
+def check_subgroup_size(name: str, s, least: int = 8) -> int:
+    """s as a Python int, or the error of `name` for a subgroup size it does not take."""
+    if not is_int(s) or s not in SUBGROUP_SIZES or s < least:
         raise ValueError(f"{name}: subgroup_size must be 8, 16, 32, 64 or 128 (at least "
                          f"{least}), got {s!r}")
+    return int(s)
 
 
 def _round_away(t):
@@ -138,9 +143,9 @@ def quantize_q8_1(src: str = "f32", subgroups: int = 4, subgroup_size: int = 32)
     the `shuffle` subgroup feature, not `clustered`); grid `quantize_grid(nb, subgroups,
     subgroup_size)`."""
     _check_src(src)
-    _check_subgroup_size("quantize_q8_1", subgroup_size, 8)
-    if not isinstance(subgroups, int) or isinstance(subgroups, bool) or subgroups < 1:
-        raise ValueError(f"quantize_q8_1: subgroups must be an int >= 1, got {subgroups!r}")
+    check_subgroup_size("quantize_q8_1", subgroup_size)
+    check_int("quantize_q8_1", "subgroups", subgroups)
+    check_invocations("quantize_q8_1", subgroups, subgroup_size)
     XT = F4 if src == "f32" else H4
 
     @pc.kernel(workgroup_size=subgroups * subgroup_size, subgroup_size=subgroup_size)
@@ -158,8 +163,11 @@ def quantize_q8_1(src: str = "f32", subgroups: int = 4, subgroup_size: int = 32)
 
 
 def quantize_grid(nb: int, subgroups: int = 4, subgroup_size: int = 32) -> int:
-    """Workgroups of `quantize_q8_1(src, subgroups, subgroup_size)` for `nb` blocks."""
-    return max(1, -(-nb * 8 // (subgroups * subgroup_size)))
+    """Workgroups of `quantize_q8_1(src, subgroups, subgroup_size)` for `nb` >= 1 blocks (its
+    lanes past the end read the last block, so there must be one)."""
+    nb = check_int("quantize_grid", "nb", nb)
+    subgroups = check_int("quantize_grid", "subgroups", subgroups)
+    return -(-nb * 8 // (subgroups * check_subgroup_size("quantize_grid", subgroup_size)))
 
 
 def quantize_q8_1_reference(X) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -235,7 +243,9 @@ def gemv_q8_1(fmt: str, rows: int = 2, nt: int = 1, subgroups: int = 4, subgroup
     if rows * nt > 64:
         raise ValueError(f"gemv_q8_1: rows x nt = {rows * nt} accumulators per lane; at most "
                          "64 keep them in registers (lower rows or nt)")
-    _check_subgroup_size("gemv_q8_1", subgroup_size, 1)
+    check_subgroup_size("gemv_q8_1", subgroup_size)
+    check_invocations("gemv_q8_1", subgroups, subgroup_size)
+    check_unroll("gemv_q8_1", unroll)
     nwords = 8 if fmt == "q8_0" else 4                     # payload words per block
     if parts not in (1, 2, 4, 8) or parts > nwords or parts > subgroup_size:
         raise ValueError(f"gemv_q8_1: parts must be 1, 2, 4 (or 8 for q8_0) and at most the "
@@ -338,5 +348,12 @@ def q8_1_error_bound(Wf: np.ndarray, d: np.ndarray) -> np.ndarray:
     dequantised weights Wf (M x K) and the activations' block scales d (N x K/32), with a
     little room for the roundings of inv, d and x * inv (|q| <= 127 times d's and inv's
     relative errors of 2^-24 each: under 2^-15 d)."""
-    dk = np.repeat(np.asarray(d, np.float64), QK, axis=1)                    # N x K
-    return (dk @ np.abs(np.asarray(Wf, np.float64)).T) * (0.5 + 2.0 ** -14)
+    Wf, d = np.asarray(Wf, np.float64), np.asarray(d, np.float64)
+    if Wf.ndim != 2 or Wf.shape[1] % QK:
+        raise ValueError(f"q8_1_error_bound: Wf is M x K with K a multiple of {QK}, got shape "
+                         f"{Wf.shape}")
+    if d.ndim != 2 or d.shape[1] * QK != Wf.shape[1]:
+        raise ValueError(f"q8_1_error_bound: d is N x K/{QK} = N x {Wf.shape[1] // QK} (a scale "
+                         f"per block of X), got shape {d.shape}")
+    dk = np.repeat(d, QK, axis=1)                                           # N x K
+    return (dk @ np.abs(Wf).T) * (0.5 + 2.0 ** -14)

@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycoop.kernels import (gemm_khr_staged, gemm_nv, gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged,
-                            gemm_reference, q4_0_planes, sum_splits)
+from pycoop.kernels import (dequantize_q4_k, dequantize_q8_0, gemm_khr_staged, gemm_nv,
+                            gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged, gemm_q4_k,
+                            gemm_q4_k_planes, gemm_q8_0, gemm_q8_0_planes, gemm_reference,
+                            q4_0_planes, q4_k_planes, q4_k_scale_words, q8_0_planes, sum_splits)
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
@@ -224,3 +226,131 @@ def test_library_kernel_ops_point_at_their_own_source():
     stores = {ln for name, _, ln in locs if name == "khr.store"}
     store_line = next(i for i, t in enumerate(lines, 1) if "pc.store(C, (m0 + 16 * i)" in t)
     assert store_line in stores
+
+
+# (factory, valid int arguments, their names): every cached GEMM factory
+FACTORIES = [
+    (gemm_khr_staged, (64, 64, 32, 2, 2), ("BM", "BN", "BK", "SGM", "SGN")),
+    (gemm_nv, (64, 64, 32, 128), ("BM", "BN", "BK", "invocations")),
+    (gemm_q4_0, (64, 64, 32, 128), ("BM", "BN", "BK", "invocations")),
+    (gemm_q4_0_staged, (64, 64, 64, 2, 1), ("BM", "BN", "BK", "SGM", "SGN")),
+    (gemm_q4_0_planes, (64, 64, 64, 2, 1), ("BM", "BN", "BK", "SGM", "SGN")),
+    (gemm_q8_0, (64, 64, 32, 128), ("BM", "BN", "BK", "invocations")),
+    (gemm_q4_k, (64, 64, 32, 128), ("BM", "BN", "BK", "invocations")),
+    (gemm_q8_0_planes, (64, 64, 64, 2, 1), ("BM", "BN", "BK", "SGM", "SGN")),
+    (gemm_q4_k_planes, (64, 64, 64, 2, 1), ("BM", "BN", "BK", "SGM", "SGN"))]
+
+
+@pytest.mark.parametrize("factory,args,arg,i", [
+    (f, args, arg, i) for f, args, names in FACTORIES for i, arg in enumerate(names)])
+def test_factories_refuse_a_float_size_and_keep_the_int_kernel(factory, args, arg, i):
+    """64.0 == 64 share a hash: a float size must be refused whether or not the int call is
+    cached, and must not leave a kernel for the int call to find (the cache is typed)."""
+    name = factory.__name__
+    bad = args[:i] + (float(args[i]),) + args[i + 1:]
+    factory.cache_clear()
+    with pytest.raises(ValueError, match=f"{name}: {arg} must be an int >= 1, got "
+                                         f"{float(args[i])}"):
+        factory(*bad)
+    k = factory(*args)                                 # the valid call builds a working kernel
+    assert k.compile().spv
+    with pytest.raises(ValueError, match=f"{name}: {arg} must be an int >= 1"):
+        factory(*bad)                                  # also once the int kernel is cached
+    assert factory(*args) is k
+    for other in (True, 0, -16, "64", None):          # SGM = 0 or SGN = 0 divided by zero
+        with pytest.raises(ValueError, match=f"{name}: {arg} must be an int >= 1, got "):
+            factory(*(args[:i] + (other,) + args[i + 1:]))
+
+
+def test_factories_take_numpy_ints_as_python_ints():
+    k = gemm_nv(np.int64(64), 64, 32, np.int32(128), split_k=np.int64(2))
+    assert k.workgroup_size == (128, 1, 1) and k.compile().spv
+    assert gemm_khr_staged(np.int64(64), 64, np.int16(32), 2, 2).compile().spv
+    assert sum_splits(np.int64(2)).compile().spv
+
+
+def test_factories_check_their_options():
+    with pytest.raises(ValueError, match="gemm_khr_staged: pad must be an int >= 0, got 8.0"):
+        gemm_khr_staged(64, 64, 32, 2, 2, 8.0)
+    with pytest.raises(ValueError, match="gemm_q4_0_planes: split_k must be an int >= 1, got 2.0"):
+        gemm_q4_0_planes(64, 64, 64, 2, 1, split_k=2.0)
+    with pytest.raises(ValueError, match="sum_splits: split_k must be an int >= 1, got 2.0"):
+        sum_splits(2.0)
+    # True == 1 too: driver_unroll=1 (not a pycoop.range hint) must not find the True kernel
+    gemm_khr_staged(64, 64, 32, 2, 2, driver_unroll=True)
+    with pytest.raises(ValueError, match=r"gemm_khr_staged: driver_unroll is None, True, "
+                                         r"False or an int >= 2 .*, got 1"):
+        gemm_khr_staged(64, 64, 32, 2, 2, driver_unroll=1)
+    with pytest.raises(ValueError, match="gemm_nv: clamp must be 'constant' or 'undefined', "
+                                         "got 'repeat'"):
+        gemm_nv(64, 64, 32, 128, "repeat")             # would repeat values past the edges
+    with pytest.raises(ValueError, match="gemm_q4_0: clamp must be 'constant' or 'undefined'"):
+        gemm_q4_0(64, 64, 32, 128, clamp="clamp_to_edge")
+
+
+@pytest.mark.parametrize("factory,args,match", [
+    # BN not a multiple of 16 x SGN: a subgroup's matrices round down, columns stay zero
+    (gemm_khr_staged, (64, 40, 32, 2, 1), "BN of 16 x SGN = 16"),
+    (gemm_khr_staged, (64, 96, 32, 2, 4), "BN of 16 x SGN = 64"),
+    (gemm_khr_staged, (48, 256, 32), "BM a multiple of 16 x SGM = 32"),
+    (gemm_khr_staged, (64, 64, 24, 2, 2), "BK of 16"),
+    (gemm_q4_0_planes, (64, 48, 64, 2, 2), "BN of 16 x SGN = 32"),
+    (gemm_q4_0_planes, (96, 64, 64, 4, 1), "BM a multiple of 16 x SGM = 64"),
+    (gemm_q8_0_planes, (64, 48, 64, 2, 2), "BN of 16 x SGN = 32"),
+    (gemm_q4_k_planes, (64, 48, 64, 2, 2), "BN of 16 x SGN = 32"),
+    (gemm_q4_0_staged, (64, 48, 64, 2, 2), "BN of 16 x SGN = 32"),
+    # 4 A tiles for 8 subgroups: each stages 4 // 8 = none, shared memory left unwritten
+    (gemm_khr_staged, (32, 256, 32), "the 4 16x16 tiles of A .* multiple of the 8 subgroups"),
+    (gemm_khr_staged, (64, 32, 16, 2, 2), "the 2 of B .* multiple of the 4 subgroups")])
+def test_factories_refuse_tilings_that_would_give_wrong_results(factory, args, match):
+    with pytest.raises(ValueError, match=f"{factory.__name__} needs .*{match}"):
+        factory(*args)
+
+
+def test_q4_0_staged_gemm_checks_a_specialised_shape():
+    with pytest.raises(ValueError, match="gemm_q4_0_staged needs M a multiple of 64, N of 64 "
+                                         "and K a multiple of 64; got M=64, N=64, K=96"):
+        gemm_q4_0_staged(64, 64, 64, 2, 1, specialize=True).compile(M=64, N=64, K=96)
+
+
+def test_planes_and_staged_docstrings_state_the_unchecked_shapes():
+    """No launch-time check of scalar arguments exists: K not a multiple of BK (x split_k)
+    cannot be refused by an unspecialised kernel, so its docstring says so."""
+    for factory in (gemm_khr_staged, gemm_q4_0_staged, gemm_q4_0_planes, gemm_q8_0_planes,
+                    gemm_q4_k_planes):
+        assert "unchecked at run time" in " ".join(factory.__doc__.split()), factory.__name__
+
+
+def test_gemm_reference_checks_the_shapes():
+    with pytest.raises(ValueError, match=r"gemm_reference: A must be M x K and B K x N .* got A "
+                                         r"of shape \(3, 4\) and B of shape \(3, 4\)"):
+        gemm_reference(np.ones((3, 4)), np.ones((3, 4)))
+    with pytest.raises(ValueError, match=r"got A of shape \(4,\)"):
+        gemm_reference(np.ones(4), np.ones((4, 2)))
+    np.testing.assert_array_equal(gemm_reference(np.ones((3, 4)), np.ones((4, 2))),
+                                  np.full((3, 2), 4.0))
+
+
+@pytest.mark.parametrize("helper,fmt,size,qk", [
+    (q4_0_planes, "q4_0", 18, 32), (q8_0_planes, "q8_0", 34, 32),
+    (dequantize_q8_0, "q8_0", 34, 32), (dequantize_q4_k, "q4_k", 144, 256),
+    (q4_k_planes, "q4_k", 144, 256), (q4_k_scale_words, "q4_k", 144, 256)])
+def test_block_helpers_check_rows_k_and_the_data(helper, fmt, size, qk):
+    name = helper.__name__
+    raw = np.zeros((4, 2 * size), np.uint8)            # 4 rows of 2 blocks
+    for arg, bad in (("rows", 4.0), ("rows", None), ("rows", "4"), ("rows", True), ("rows", 0),
+                     ("rows", -4), ("K", float(2 * qk)), ("K", None), ("K", -2 * qk)):
+        a = {"rows": 4, "K": 2 * qk, arg: bad}
+        with pytest.raises(ValueError, match=f"{name}: {arg} must be an int >= 1, got "):
+            helper(raw, a["rows"], a["K"])
+    with pytest.raises(ValueError, match=f"{name}: raw must be an array of the {fmt} bytes"):
+        helper(None, 4, 2 * qk)
+    with pytest.raises(ValueError, match=f"{name}: raw must be an array"):
+        helper(["x"] * raw.size, 4, 2 * qk)
+    # the same bytes read as 2 rows of 4 blocks: a 2-D array says otherwise
+    with pytest.raises(ValueError, match=f"{name}: raw is 4 rows of {2 * size} bytes, but 2 x "
+                                         f"{4 * qk} {fmt} weights are 2 rows of {4 * size}"):
+        helper(raw, 2, 4 * qk)
+    helper(raw.reshape(-1), 2, 4 * qk)                # flat bytes: any rows x K of their size
+    helper(raw, np.int64(4), np.int32(2 * qk))
+    helper(raw.view(np.uint16), 4, 2 * qk)            # rows of the same bytes in other words

@@ -70,11 +70,12 @@ def test_helpers_check_their_shapes():
         quantize_q8_0(np.zeros((2, 48)))
     with pytest.raises(ValueError, match="K a multiple of 256"):
         quantize_q4_k(np.zeros((2, 128)))
-    with pytest.raises(ValueError, match="2 x 256 weights are 288 bytes, got 144"):
+    with pytest.raises(ValueError, match="dequantize_q4_k: 2 x 256 q4_k weights are 288 bytes, "
+                                         "got 144"):
         dequantize_q4_k(np.zeros(144, np.uint8), 2, 256)
-    with pytest.raises(ValueError, match="q4_0 needs K a multiple of 32"):
+    with pytest.raises(ValueError, match="q4_0_planes: q4_0 needs K a multiple of 32"):
         q4_0_planes(np.zeros((4, 54), np.uint8), 4, 100)
-    with pytest.raises(ValueError, match="q4_0: 5 x 96 weights are 270 bytes, got 216"):
+    with pytest.raises(ValueError, match="q4_0_planes: 5 x 96 q4_0 weights are 270 bytes, got 216"):
         q4_0_planes(np.zeros((4, 54), np.uint8), 5, 96)
 
 
@@ -240,7 +241,7 @@ def test_q4_k_planes_gemm(gguf, cfg, M, N, K, spec, split_k, mode):
 
 
 def test_q4_k_planes_check_their_shapes():
-    with pytest.raises(ValueError, match="q4_k needs K a multiple of 256"):
+    with pytest.raises(ValueError, match="q4_k_planes: q4_k needs K a multiple of 256"):
         q4_k_planes(np.zeros(144, np.uint8), 1, 128)
     with pytest.raises(ValueError, match="Q4_K 32-weight blocks per invocation"):
         gemm_q4_k_planes(64, 64, 32, 2, 2)             # 64 sub-blocks for 128 invocations
@@ -265,3 +266,98 @@ def test_matmul_q_sends_large_n_to_the_decoded_gemm(gguf, fmt, M, K, N):
     y = matmul_q(W, X[:20], fmt, backend="emulator", large_n=16)
     assert choose_kernel(fmt, 20, large_n=16) == GemvConfig("coopmat", tile=(32, 128, 32))
     close(y, reference(gguf, fmt, W, X[:20].astype(np.float16)))
+
+
+@pytest.mark.parametrize("quantize,dequantize,width,big,limit", [
+    (quantize_q8_0, dequantize_q8_0, 64, 9e6,
+     r"scale max \|w\| / 127 = 70866.1 does not fit in f16 \(at most 65504\): a block's max "
+     r"\|w\| must stay below about 8.32e6"),
+    (quantize_q4_k, dequantize_q4_k, 512, 7e7,
+     r"scale d \(.*\) = 74074.1 does not fit in f16 .* below about 6.19e7")])
+def test_quantisers_refuse_scales_f16_cannot_hold(quantize, dequantize, width, big, limit):
+    """A scale past f16's range was stored as inf: weights of inf or NaN, silently."""
+    w = np.zeros((3, width), np.float32)
+    w[2, width // 2] = big                            # the second block of row 2
+    block = "super-block" if quantize is quantize_q4_k else "block"
+    with pytest.raises(ValueError, match=rf"{quantize.__name__}: row 2, {block} 1: its {limit}"):
+        quantize(w)
+    w[2, width // 2] = big / 1.2                      # within the limit: read back closely
+    back = dequantize(quantize(w), 3, width)
+    np.testing.assert_allclose(back, w, rtol=0, atol=big / 1.2 / 100)
+
+
+def test_quantize_q8_0_takes_the_largest_scale_and_q4_k_checks_dmin():
+    w = np.zeros((1, 32), np.float32)
+    w[0, 0] = 65504 * 127                             # d = 65504, the largest f16
+    np.testing.assert_array_equal(dequantize_q8_0(quantize_q8_0(w), 1, 32), w)
+    with pytest.raises(ValueError, match=r"quantize_q4_k: row 0, super-block 1: its scale dmin "
+                                         r"\(-min\(w\) / 63\) = 79365.1 .* below about 4.13e6"):
+        quantize_q4_k(np.concatenate([np.zeros((1, 256)), np.full((1, 256), -5e6)], 1))
+
+
+@pytest.mark.parametrize("quantize,width", [(quantize_q8_0, 64), (quantize_q4_k, 512)])
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_quantisers_refuse_non_finite_weights(quantize, width, value):
+    w = np.ones((2, width), np.float32)
+    w[1, width - 1] = value
+    block = "super-block" if quantize is quantize_q4_k else "block"
+    with pytest.raises(ValueError, match=rf"{quantize.__name__}: w must be finite \(as f32\), got "
+                                         rf"{value} in row 1, {block} 1 \(column {width - 1}\)"):
+        quantize(w)
+
+
+def test_q8_0_blocks_check_the_planes():
+    q = quantize_q8_0(np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32))
+    Q, D = q8_0_planes(q, 4, 64)                      # 8 blocks: Q 16 x 4 u32, D 8 f16
+    np.testing.assert_array_equal(q8_0_blocks(Q, D, np.int64(4)), q)
+    for bad in (4.0, 0, None, True):
+        with pytest.raises(ValueError, match="q8_0_blocks: rows must be an int >= 1, got "):
+            q8_0_blocks(Q, D, bad)
+    with pytest.raises(ValueError, match=r"q8_0_blocks: D's 8 scales \(one per block\) do not "
+                                         r"divide into rows=3 rows"):
+        q8_0_blocks(Q, D, 3)
+    with pytest.raises(ValueError, match=r"q8_0_blocks: Q must hold 8 u32 \(two uvec4\) per "
+                                         r"block, 64 for the 8 blocks of D, got 32"):
+        q8_0_blocks(Q[:8], D, 4)
+    with pytest.raises(ValueError, match="q8_0_blocks: Q must hold 8 u32 .* got 256"):
+        q8_0_blocks(Q.view(np.uint8), D, 4)           # bytes, not words
+    with pytest.raises(ValueError, match="q8_0_blocks: D must be the f16 scales"):
+        q8_0_blocks(Q, None, 4)
+
+
+def test_dequantize_q4_k_planes_checks_the_planes():
+    Q, D = q4_k_planes(_q4_k_bytes(2, 512, 0), 2, 512)   # 32 sub-blocks
+    want = dequantize_q4_k_planes(Q, D, 2, 512)
+    # the planes hold sub-blocks in order: rows x K of the same count read them alike
+    np.testing.assert_array_equal(dequantize_q4_k_planes(Q, D, np.int64(4), 256),
+                                  want.reshape(4, 256))
+    for arg, bad in (("rows", 2.0), ("rows", 0), ("K", None), ("K", "512")):
+        a = {"rows": 2, "K": 512, arg: bad}
+        with pytest.raises(ValueError, match=f"dequantize_q4_k_planes: {arg} must be an int >= 1"):
+            dequantize_q4_k_planes(Q, D, a["rows"], a["K"])
+    with pytest.raises(ValueError, match="K must be a multiple of 32 .* got K=80"):
+        dequantize_q4_k_planes(Q, D, 2, 80)
+    with pytest.raises(ValueError, match=r"2 x 512 weights are 32 sub-blocks of 32: Q must hold "
+                                         r"128 u32 \(a uvec4 each\) and D 64 f16 \(scale and "
+                                         r"min\), got 128 and 32"):
+        dequantize_q4_k_planes(Q, D[:16], 2, 512)
+    with pytest.raises(ValueError, match="got 64 and 64"):
+        dequantize_q4_k_planes(Q[:16], D, 2, 512)
+    with pytest.raises(ValueError, match="dequantize_q4_k_planes: Q must be the nibbles"):
+        dequantize_q4_k_planes(None, D, 2, 512)
+
+
+def test_matmul_q_with_a_float_planes_tile_leaves_no_broken_kernel():
+    """A float tile (64.0 == 64) used to cache gemm_q8_0_planes(64.0, ...) for later int calls."""
+    W = quantize_q8_0(np.random.default_rng(1).standard_normal((64, 128)).astype(np.float32))
+    X = np.random.default_rng(2).standard_normal((16, 128)).astype(np.float32)
+    with pytest.raises(ValueError, match="64.0"):
+        matmul_q(W, X, "q8_0", backend="emulator",
+                 config=GemvConfig("planes", subgroups=4, tile=(64.0, 16, 64)))
+    y = matmul_q(W, X, "q8_0", backend="emulator",
+                 config=GemvConfig("planes", subgroups=4, tile=(64, 16, 64)))
+    Wf = dequantize_q8_0(W, 64, 128).astype(np.float16).astype(np.float32)
+    close(y, X.astype(np.float16).astype(np.float32) @ Wf.T)
+    with pytest.raises(ValueError, match="gemm_q8_0_planes: BM must be an int >= 1, got 64.0"):
+        gemm_q8_0_planes(64.0, 16, 64, 4, 1, split_k=1, split_k_mode="stacked", x_rows=True,
+                         x_f32=True)

@@ -1,0 +1,38 @@
+"""Argument checks shared by the ready-made kernels' builders. They run before a kernel is
+built or looked up in a cache: a float tile size such as 64.0 equals and hashes as 64, so it
+would otherwise reach a kernel cache, or build a kernel of float sizes."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .limits import MAX_INVOCATIONS
+
+
+def is_int(v) -> bool:
+    """Whether v is a Python or NumPy integer (not a bool, which is one to Python)."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def check_int(fn: str, name: str, v, least: int = 1) -> int:
+    """v as a Python int, or the error of `fn` for its argument `name`: an int >= `least`."""
+    if not is_int(v) or v < least:
+        raise ValueError(f"{fn}: {name} must be an int >= {least}, got {v!r}")
+    return int(v)
+
+
+def check_unroll(fn: str, unroll, name: str = "unroll") -> None:
+    """The values `pc.range(unroll=...)` takes, checked where the kernel is built: a bad one
+    would surface only when the kernel is compiled, as an error inside its loop."""
+    if not (unroll is None or isinstance(unroll, bool) or is_int(unroll) and unroll >= 2):
+        raise ValueError(f"{fn}: {name} is None, True, False or an int >= 2 (a partial unroll "
+                         f"count), got {unroll!r}")
+
+
+def check_invocations(fn: str, subgroups: int, subgroup_size: int) -> None:
+    """The error of `fn` for a workgroup of more than `MAX_INVOCATIONS` invocations."""
+    if subgroups * subgroup_size > MAX_INVOCATIONS:
+        raise ValueError(f"{fn}: subgroups x subgroup_size = {subgroups} x {subgroup_size} = "
+                         f"{subgroups * subgroup_size} invocations per workgroup; Vulkan devices "
+                         f"take at most {MAX_INVOCATIONS} (use fewer subgroups)")
