@@ -665,6 +665,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if decode_kernel not in ("auto", "vector", "coopmat"):
         raise ValueError(f"attention: decode_kernel must be 'auto', 'vector' or 'coopmat', got "
                          f"{decode_kernel!r}")
+    if decode is False and decode_kernel != "auto":
+        raise ValueError(f"attention: decode_kernel={decode_kernel!r} names a decode kernel, "
+                         f"and decode=False takes the prefill (leave decode_kernel 'auto')")
     n = (H // Hkv) * Sq                      # query rows per K/V head
     # views starting `halves` halves into their buffers: the vector decode loads K and V 4
     # or 8 halves at a time (8 or 16 bytes); the cooperative-matrix kernels need every

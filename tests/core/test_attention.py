@@ -639,7 +639,9 @@ def test_reference_and_kernel_arguments_checked(monkeypatch):
                       (lambda: attention_prefill(64, invocations=33), "multiple of 32"),
                       (lambda: attention_prefill(64, invocations=2048), "at most 1024"),
                       (lambda: attention(Q, K, V, Bc=1 << 20, backend="emulator",
-                                         decode=False), "at most 512")):
+                                         decode=False), "at most 512"),
+                      (lambda: attention(Q[:, :, :1], K, V, decode=False, backend="emulator",
+                                         decode_kernel="vector"), "decode=False takes the")):
         with pytest.raises(ValueError, match=msg):
             call()
 
