@@ -45,7 +45,7 @@ from .attention_decode import (DECODE_MERGES, MAX_ROWS, MERGE_INVOCATIONS, VECTO
                                chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
 from .attention_mask import MASKED, NEEDED, mask_block_kinds
-from .args import is_int
+from .args import check_int, is_int
 from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, MAX_TILE, causal_score,
                               check_tile, divide, in_sequence, log2_sum_exp2, log_sum_exp,
                               rows_layout, start_max, tile_and_head)
@@ -84,6 +84,10 @@ def prefill_splits(workgroups: int, keys: int, sms: int = SMS,
     llama.cpp's 512 queries over 32 heads (128 workgroups) the H100 ran no faster split
     (2026-11-28: 365 µs of prefill with 2 or 4 splits as with 1, at one workgroup per SM
     by registers, plus the merge), so a grid that fills the SMs once stays whole."""
+    workgroups, keys, sms, min_chunk = (check_int("prefill_splits", name, v, least) for name, v,
+                                        least in (("workgroups", workgroups, 0),
+                                                  ("keys", keys, 0), ("sms", sms, 1),
+                                                  ("min_chunk", min_chunk, 1)))
     return max(1, min(sms // max(workgroups, 1), keys // min_chunk))
 
 
@@ -521,6 +525,9 @@ def mask_as_f16(mask) -> np.ndarray:
     key) stays finite rather than becoming -inf: a row of only -inf is NaN, a row of only
     -65504 weighs its keys as if unmasked. -inf, +inf and NaN are kept."""
     m = np.asarray(mask)
+    if not (np.issubdtype(m.dtype, np.floating) or m.dtype.name == "bfloat16"):
+        raise ValueError(f"mask_as_f16: the mask must be floating point (added to the scores; "
+                         f"-inf hides a key), got {m.dtype}")
     if m.dtype != np.float16:
         m = np.asarray(m, np.float32)
         m = np.where(np.isfinite(m), np.clip(m, -F16_MAX, F16_MAX), m).astype(np.float16)

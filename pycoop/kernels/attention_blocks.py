@@ -29,6 +29,7 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32
 
+from .args import is_int
 from .attention_parts import exp2_scaled, exp_minus, larger, smear
 
 
@@ -58,8 +59,13 @@ def tuned_softmax(Bc: int, scale: float | None = None) -> Softmax:
     against 124 at head dim 64; causal 170 against 147). Base 2 keeps the maxima in raw
     scores, which needs scale > 0: with a `scale` of 0 or below, or outside `EXP2_SCALES`,
     it is base e."""
+    if not is_int(Bc) or Bc < 16 or Bc % 16:
+        raise ValueError(f"tuned_softmax: Bc (the key block) must be a multiple of 16, got "
+                         f"{Bc!r}")
+    if scale is not None and (not isinstance(scale, numbers.Real) or isinstance(scale, bool)):
+        raise ValueError(f"tuned_softmax: scale must be a number or None, got {scale!r}")
     base2 = scale is None or EXP2_SCALES[0] <= scale <= EXP2_SCALES[1]
-    return Softmax(exp2=base2, row_width=min(TUNED_ROW_WIDTH, Bc))
+    return Softmax(exp2=base2, row_width=min(TUNED_ROW_WIDTH, int(Bc)))
 
 
 def as_softmax(name: str, sm) -> Softmax | None:

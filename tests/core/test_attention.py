@@ -641,7 +641,11 @@ def test_reference_and_kernel_arguments_checked(monkeypatch):
                       (lambda: attention(Q, K, V, Bc=1 << 20, backend="emulator",
                                          decode=False), "at most 512"),
                       (lambda: attention(Q[:, :, :1], K, V, decode=False, backend="emulator",
-                                         decode_kernel="vector"), "decode=False takes the")):
+                                         decode_kernel="vector"), "decode=False takes the"),
+                      (lambda: prefill_splits(10, 100, min_chunk=0), "min_chunk must be an"),
+                      (lambda: tuned_softmax(64, "x"), "scale must be a number or None"),
+                      (lambda: tuned_softmax(64.0), "Bc .* must be a multiple of 16"),
+                      (lambda: mask_as_f16("abc"), "mask must be floating point")):
         with pytest.raises(ValueError, match=msg):
             call()
 
