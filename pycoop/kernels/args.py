@@ -3,6 +3,7 @@ built or looked up in a cache: a float tile size such as 64.0 equals and hashes 
 would otherwise reach a kernel cache, or build a kernel of float sizes."""
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
@@ -36,3 +37,27 @@ def check_invocations(fn: str, subgroups: int, subgroup_size: int) -> None:
         raise ValueError(f"{fn}: subgroups x subgroup_size = {subgroups} x {subgroup_size} = "
                          f"{subgroups * subgroup_size} invocations per workgroup; Vulkan devices "
                          f"take at most {MAX_INVOCATIONS} (use fewer subgroups)")
+
+
+# The kernel factories are cached with `typed=True`: 64.0 == 64 (and True == 1) hash alike, so
+# an untyped cache would hand the kernel built for one to a call with the other. Each factory
+# checks its arguments first, and a refused call is never cached.
+kernel_cache = functools.lru_cache(maxsize=None, typed=True)
+
+
+def check_ints(name: str, minimum: int = 1, **values) -> list[int]:
+    """`values` (argument -> value) as Python ints, each an int >= `minimum` (`check_int`)."""
+    return [check_int(name, arg, v, minimum) for arg, v in values.items()]
+
+
+def numeric_array(name: str, arg: str, value, what: str) -> np.ndarray:
+    """`value` as a NumPy array of numbers (bools, ints or floats): the helpers reinterpret
+    its bytes, which objects or strings do not have as numbers."""
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError):           # e.g. ragged nested lists
+        a = None
+    if a is None or a.dtype.kind not in "biuf":
+        got = f"an array of {a.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
+        raise ValueError(f"{name}: {arg} must be {what}, got {got}")
+    return a

@@ -15,14 +15,12 @@ shared memory, from llama.cpp's blocks or from their nibble and scale planes (`q
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .args import check_int, check_unroll
+from .args import check_ints, check_unroll, kernel_cache, numeric_array
 
 MatA = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseA]
 MatB = pc.coopmat[f16, pc.Subgroup, 16, 16, pc.UseB]
@@ -98,20 +96,9 @@ def _uvec4_slots(t, nth: int, rows: int, cols: int) -> list:
     return [divmod(t + q * nth, cols // 8) for q in range(rows * cols // 8 // nth)]
 
 
-# The kernel factories are cached with `typed=True`: 64.0 == 64 (and True == 1) hash alike, so
-# an untyped cache would hand the kernel built for one to a call with the other. Each factory
-# checks its arguments first, and a refused call is never cached.
-_cache = functools.lru_cache(maxsize=None, typed=True)
-
-
-def _ints(name: str, minimum: int = 1, **values) -> list[int]:
-    """`values` (argument -> value) as Python ints, each an int >= `minimum` (`check_int`)."""
-    return [check_int(name, arg, v, minimum) for arg, v in values.items()]
-
-
 def _check_split_k(name: str, split_k, mode: str = "stacked") -> int:
     """split_k as a Python int, checked with the split-K mode."""
-    split_k, = _ints(name, split_k=split_k)
+    split_k, = check_ints(name, split_k=split_k)
     if mode not in ("stacked", "atomic"):
         raise ValueError(f"{name}: split_k_mode must be 'stacked' or 'atomic', got {mode!r}")
     return split_k
@@ -174,7 +161,7 @@ def _staged_k_loop(acc, K, BK: int, split_k: int, driver_unroll, fetch, stage, p
     return acc
 
 
-@_cache
+@kernel_cache
 def sum_splits(split_k: int):
     """Y = the sum of the split_k partial products a split-K GEMM wrote into P (split_k
     stacked M x N f32 matrices), as f32 vec4: P and Y are passed as `.reshape(-1, 4)` views
@@ -207,7 +194,7 @@ def gemm_khr(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: u32, N:
     _store_tiles(C, acc, m0, n0, N)
 
 
-@_cache
+@kernel_cache
 def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SGN: int = 4,
                     pad: int = 8, specialize: bool = False, driver_unroll: bool | int | None = None,
                     vector_copy: bool = False, split_k: int = 1, split_k_mode: str = "stacked"):
@@ -240,8 +227,8 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
     splits varies from run to run on a GPU.
     """
     name = "gemm_khr_staged"
-    BM, BN, BK, SGM, SGN = _ints(name, BM=BM, BN=BN, BK=BK, SGM=SGM, SGN=SGN)
-    pad, = _ints(name, 0, pad=pad)
+    BM, BN, BK, SGM, SGN = check_ints(name, BM=BM, BN=BN, BK=BK, SGM=SGM, SGN=SGN)
+    pad, = check_ints(name, 0, pad=pad)
     split_k = _check_split_k(name, split_k, split_k_mode)
     _check_options(name, driver_unroll)
     _check_subgroup_tile(name, BM, BN, BK, SGM, SGN)
@@ -324,7 +311,7 @@ def gemm_reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return A.astype(np.float32) @ B.astype(np.float32)
 
 
-@_cache
+@kernel_cache
 def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256,
             clamp: str = "constant", unroll: int = 1, specialize: bool = False,
             driver_unroll: bool | int | None = None, split_k: int = 1):
@@ -337,7 +324,7 @@ def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256,
     "undefined" needs K a multiple of BK * unroll * split_k (unchecked at run time: only
     `specialize` checks it, when compiled)."""
     name = "gemm_nv"
-    BM, BN, BK, invocations, unroll = _ints(name, BM=BM, BN=BN, BK=BK, invocations=invocations,
+    BM, BN, BK, invocations, unroll = check_ints(name, BM=BM, BN=BN, BK=BK, invocations=invocations,
                                             unroll=unroll)
     split_k = _check_split_k(name, split_k)
     _check_options(name, driver_unroll, clamp)
@@ -389,7 +376,7 @@ def _q4_0_weight(block, block_coord, coord_in_block):
     return (pc.bitcast(pc.u16(q | 0x6400), f16) - f16(1032.0)) * block.d
 
 
-@_cache
+@kernel_cache
 def gemm_q4_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1,
               specialize: bool = False, driver_unroll: bool | int | None = None,
               clamp: str = "constant", weights_first: bool = False):
@@ -413,7 +400,7 @@ def decoded_gemm(name: str, block_type, qk: int, decode, BM: int, BN: int, BK: i
     """The kernel of the decode-function GEMMs (`gemm_q4_0`, `gemm_q8_0`, `gemm_q4_k`): W's
     blocks of `qk` weights of `block_type`, decoded by `decode` as the NV tensor loads read
     them (see gemm_q4_0 for the options)."""
-    BM, BN, BK, invocations, unroll = _ints(name, BM=BM, BN=BN, BK=BK, invocations=invocations,
+    BM, BN, BK, invocations, unroll = check_ints(name, BM=BM, BN=BN, BK=BK, invocations=invocations,
                                             unroll=unroll)
     _check_options(name, driver_unroll, clamp)
     if BK % 32 or (qk > 32 and qk % BK and BK % qk):
@@ -473,7 +460,7 @@ def _dequantise_word(c, d) -> tuple[list, list]:
             [_nibble_pair(s01 >> 4, d), _nibble_pair(s23 >> 4, d)])
 
 
-@_cache
+@kernel_cache
 def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None):
@@ -496,8 +483,8 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     4-byte aligned), pad of 8. The grid is (M // BM, N // BN).
     """
     name = "gemm_q4_0_staged"
-    BM, BN, BK, SGM, SGN = _ints(name, BM=BM, BN=BN, BK=BK, SGM=SGM, SGN=SGN)
-    pad, = _ints(name, 0, pad=pad)
+    BM, BN, BK, SGM, SGN = check_ints(name, BM=BM, BN=BN, BK=BK, SGM=SGM, SGN=SGN)
+    pad, = check_ints(name, 0, pad=pad)
     _check_options(name, driver_unroll)
     _check_subgroup_tile(name, BM, BN, BK, SGM, SGN)
     TM, TN = BM // (16 * SGM), BN // (16 * SGN)
@@ -592,19 +579,6 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     return gemm_q4_0_staged
 
 
-def _numeric(name: str, arg: str, value, what: str) -> np.ndarray:
-    """`value` as a NumPy array of numbers (bools, ints or floats): the helpers reinterpret
-    its bytes, which objects or strings do not have as numbers."""
-    try:
-        a = np.asarray(value)
-    except (TypeError, ValueError):           # e.g. ragged nested lists
-        a = None
-    if a is None or a.dtype.kind not in "biuf":
-        got = f"an array of {a.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
-        raise ValueError(f"{name}: {arg} must be {what}, got {got}")
-    return a
-
-
 def rows_of_blocks(raw, rows: int, K: int, qk: int, size: int, fmt: str,
                    name: str = "rows_of_blocks") -> np.ndarray:
     """The raw bytes of a rows x K matrix of `fmt` blocks (qk weights in `size` bytes each)
@@ -612,10 +586,10 @@ def rows_of_blocks(raw, rows: int, K: int, qk: int, size: int, fmt: str,
     not a positive int, K or the byte count does not fit, or a 2-D `raw` has other rows (or
     rows of other lengths) than rows x K weights: read in the wrong shape, the bytes would
     still give weights, wrong ones."""
-    rows, K = _ints(name, rows=rows, K=K)
+    rows, K = check_ints(name, rows=rows, K=K)
     if K % qk:
         raise ValueError(f"{name}: {fmt} needs K a multiple of {qk} (its block), got K={K}")
-    a = _numeric(name, "raw", raw, f"an array of the {fmt} bytes (e.g. uint8)")
+    a = numeric_array(name, "raw", raw, f"an array of the {fmt} bytes (e.g. uint8)")
     row_bytes = K // qk * size
     if a.nbytes != rows * row_bytes:
         raise ValueError(f"{name}: {rows} x {K} {fmt} weights are {rows * row_bytes} bytes, "
@@ -635,7 +609,7 @@ def q4_0_planes(raw: np.ndarray, rows: int, K: int) -> tuple[np.ndarray, np.ndar
             np.ascontiguousarray(b[..., :2]).view(np.float16).reshape(-1))
 
 
-@_cache
+@kernel_cache
 def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
@@ -683,8 +657,8 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
     of vectors; any N: rows past N read as zeros, Y has N rounded up to BN rows), X's tile kept
     column-major in shared memory. `x_f32` (with `x_rows`): X is f32 (as vec4), rounded to
     f16 as it is staged."""
-    BM, BN, BK, SGM, SGN = _ints(name, BM=BM, BN=BN, BK=BK, SGM=SGM, SGN=SGN)
-    pad, = _ints(name, 0, pad=pad)
+    BM, BN, BK, SGM, SGN = check_ints(name, BM=BM, BN=BN, BK=BK, SGM=SGM, SGN=SGN)
+    pad, = check_ints(name, 0, pad=pad)
     split_k = _check_split_k(name, split_k, split_k_mode)
     _check_options(name, driver_unroll)
     _check_subgroup_tile(name, BM, BN, BK, SGM, SGN)

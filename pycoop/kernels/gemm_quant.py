@@ -22,7 +22,8 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .gemm import _cache, _ints, _numeric, decoded_gemm, planes_gemm, rows_of_blocks
+from .args import check_ints, kernel_cache, numeric_array
+from .gemm import decoded_gemm, planes_gemm, rows_of_blocks
 
 Q8_0 = pc.struct("Q8_0", d=f16, qs=pc.array(pc.u16, 16))       # 34 bytes: scale, 32 int8
 # 144 bytes: d, dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of nibbles
@@ -70,7 +71,7 @@ def _q4_k_weight(block, block_coord, coord_in_block):
                - f32(block.dmin) * pc.select(odd, m1, m0))
 
 
-@_cache
+@kernel_cache
 def gemm_q8_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1,
               specialize: bool = False, driver_unroll: bool | int | None = None,
               clamp: str = "constant", weights_first: bool = False):
@@ -81,7 +82,7 @@ def gemm_q8_0(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256
                          specialize, driver_unroll, clamp, weights_first)
 
 
-@_cache
+@kernel_cache
 def gemm_q4_k(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256, unroll: int = 1,
               specialize: bool = False, driver_unroll: bool | int | None = None,
               clamp: str = "constant", weights_first: bool = False):
@@ -104,7 +105,7 @@ def _byte_pairs(c, d):
     return out
 
 
-@_cache
+@kernel_cache
 def gemm_q8_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
@@ -142,7 +143,7 @@ def _q4_k_pair(bits, s, m):
     return pc.bitcast((w - pc.make_vector([f16(1024.0)] * 2)) * s - m, u32)
 
 
-@_cache
+@kernel_cache
 def gemm_q4_k_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, SGN: int = 4,
                      pad: int = 8, specialize: bool = False,
                      driver_unroll: bool | int | None = None, split_k: int = 1,
@@ -252,9 +253,9 @@ def q8_0_blocks(Q: np.ndarray, D: np.ndarray, rows: int) -> np.ndarray:
     """The GGUF bytes (rows x row bytes, uint8) of the planes of `q8_0_planes`: Q, two uvec4
     (8 u32) per block, and D, an f16 scale per block, the blocks of `rows` equal rows."""
     name = "q8_0_blocks"
-    rows, = _ints(name, rows=rows)
-    Q = _numeric(name, "Q", Q, "the signed bytes as u32 (q8_0_planes' Q)")
-    D = _numeric(name, "D", D, "the f16 scales (q8_0_planes' D)")
+    rows, = check_ints(name, rows=rows)
+    Q = numeric_array(name, "Q", Q, "the signed bytes as u32 (q8_0_planes' Q)")
+    D = numeric_array(name, "D", D, "the f16 scales (q8_0_planes' D)")
     nb = D.size
     if nb == 0 or nb % rows:
         raise ValueError(f"{name}: D's {nb} scales (one per block) do not divide into "
@@ -383,12 +384,12 @@ def dequantize_q4_k_planes(Q: np.ndarray, D: np.ndarray, rows: int, K: int) -> n
     computes them: f16(f16(q * scale) - min) per weight, each operation rounded to f16. Q and
     D hold the rows * K / 32 sub-blocks (uvec4 and f16x2 each), K a multiple of 32."""
     name = "dequantize_q4_k_planes"
-    rows, K = _ints(name, rows=rows, K=K)
+    rows, K = check_ints(name, rows=rows, K=K)
     if K % 32:
         raise ValueError(f"{name}: K must be a multiple of 32 (a sub-block), got K={K}")
     nb = rows * K // 32
-    Q = _numeric(name, "Q", Q, "the nibbles as u32 (q4_k_planes' Q)")
-    D = _numeric(name, "D", D, "the f16 (scale, min) pairs (q4_k_planes' D)")
+    Q = numeric_array(name, "Q", Q, "the nibbles as u32 (q4_k_planes' Q)")
+    D = numeric_array(name, "D", D, "the f16 (scale, min) pairs (q4_k_planes' D)")
     if Q.size != 4 * nb or D.size != 2 * nb:
         raise ValueError(f"{name}: {rows} x {K} weights are {nb} sub-blocks of 32: Q must hold "
                          f"{4 * nb} u32 (a uvec4 each) and D {2 * nb} f16 (scale and min), got "

@@ -46,7 +46,7 @@ import numbers
 import numpy as np
 
 import pycoop as pc
-from pycoop import f16, f32, i32, u32
+from pycoop import f32, i32, u32
 
 from .gemm import gemm_q4_0_planes, pack_f16
 from .gemm_quant import gemm_q4_k_planes
