@@ -114,8 +114,18 @@ def _def_loc(fn, param: str | None = None) -> Loc | None:
 
 class Kernel:
     def __init__(self, fn, workgroup_size, subgroup_size: int | None = None, def_locals=None,
-                 strict_intel_shapes: bool = True, fp: str = DEFAULT_FP):
+                 strict_intel_shapes: bool = True, fp: str = DEFAULT_FP, requires=None):
         functools.update_wrapper(self, fn)
+        if requires is not None and not callable(requires):
+            raise CompileError(f"requires must be a function of the kernel's scalar arguments "
+                               f"(or None), got {requires!r}", _def_loc(fn),
+                               rule="pycoop.kernel(requires=...): called with the runtime scalar "
+                                    "arguments of each launch by name; a ValueError it raises "
+                                    "refuses the launch",
+                               hint="e.g. requires=check_n, a function def check_n(N) that "
+                                    "raises ValueError('N must be a multiple of 64')",
+                               rule_id="frontend.requires")
+        self.requires = requires
         if fp not in FP_MODES:
             raise CompileError(f"fp={fp!r}: the floating-point mode is one of "
                                f"{', '.join(map(repr, FP_MODES))}",
@@ -362,17 +372,20 @@ class Kernel:
 
 @entry_point
 def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, strict_intel_shapes: bool = True,
-           fp: str = DEFAULT_FP):
+           fp: str = DEFAULT_FP, requires=None):
     """Decorator: `@pycoop.kernel(workgroup_size=128)` turns a Python function into a kernel.
     `strict_intel_shapes` (kernels using pycoop.intel): reject block shapes outside Intel's
     supported-shape table (subgroup size 16). `fp`: the floating-point mode, "exact"
-    (default), "strict" or "fast" (docs/numerics.md)."""
+    (default), "strict" or "fast" (docs/numerics.md). `requires`: a function called with the
+    runtime scalar arguments of every launch, by name, before any work; a ValueError it
+    raises refuses the launch as an ArgumentError (the preconditions a kernel cannot check
+    itself, such as a size that must be a multiple of its tile)."""
     caller = sys._getframe(1)
     while is_internal(caller.f_code.co_filename):     # the entry_point wrapper
         caller = caller.f_back
     scope = caller.f_locals
     make = entry_point(lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes,
-                                        fp))
+                                        fp, requires))
     return make if fn is None else make(fn)
 
 
@@ -807,6 +820,19 @@ class CompiledKernel:
                           *self._base_alignment.get(p, (1, ""))))
         return specs
 
+    def _check_requires(self, args: list) -> None:
+        """The kernel's `requires` on this launch's scalar arguments (by name): its ValueError
+        refuses the launch, before any work."""
+        scalars = {s[0]: v for s, v in zip(self._arg_specs, args) if not s[2]}
+        try:
+            self.kernel.requires(**scalars)
+        except ArgumentError:
+            raise
+        except ValueError as e:
+            msg = str(e)
+            raise ArgumentError(msg if msg.startswith(self.name) else
+                                f"{self.name}: {msg}") from None
+
     def check_args(self, args: list) -> list:
         out = []
         for (name, t, buffer, written, dtype, align, needs), v in zip(self._arg_specs, args):
@@ -859,6 +885,8 @@ class CompiledKernel:
                 site: str | None, *, spec: dict | None = None,
                 checked: bool | None = None) -> LaunchResult:
         """`launch` with `grid` and `repeat` already checked (the launcher's hot path)."""
+        if self.kernel.requires is not None:
+            self._check_requires(args)
         checked = self._checked(checked)
         if checked is not self.checked:
             return self.variant(self.debug_info, self.abi_kind, bool(checked))._launch(

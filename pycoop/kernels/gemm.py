@@ -15,6 +15,8 @@ shared memory, from llama.cpp's blocks or from their nibble and scale planes (`q
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 import pycoop as pc
@@ -122,13 +124,28 @@ def _check_subgroup_tile(name: str, BM: int, BN: int, BK: int, SGM: int, SGN: in
 
 
 def _check_tiling(name: str, M, N, K, BM: int, BN: int, BK: int, split_k: int) -> None:
-    """The tiling a GEMM without edge handling needs, checked where the shape is known at
-    trace time (`specialize`): a wrong shape would otherwise give a wrong result."""
-    if all(isinstance(v, int) for v in (M, N, K)) and (M % BM or N % BN or K % (BK * split_k)):
+    """The tiling a GEMM without edge handling needs, checked where the shape is known: at
+    trace time (`specialize`) or at the launch (`_launch_tiling`); a wrong shape would
+    otherwise give a wrong result."""
+    if all(isinstance(v, numbers.Integral) for v in (M, N, K)) and (
+            M % BM or N % BN or K % (BK * split_k)):
         what = f"K a multiple of {BK} x {split_k} (BK x split_k)" if split_k > 1 else \
             f"K a multiple of {BK}"
         raise ValueError(f"{name} needs M a multiple of {BM}, N of {BN} and {what}; "
                          f"got M={M}, N={N}, K={K}")
+
+
+def _launch_tiling(name: str, BM: int, BN: int, BK: int, split_k: int, specialize: bool,
+                   n_any: bool = False):
+    """The kernel's `requires` (pycoop.kernel): `_check_tiling` on each launch's M, N, K, or
+    None where `specialize` makes them compile-time values (checked while tracing). `n_any`:
+    N takes any size (the planes GEMMs on X's rows)."""
+    if specialize:
+        return None
+
+    def requires(M, N, K):
+        _check_tiling(name, M, BN if n_any else N, K, BM, BN, BK, split_k)
+    return requires
 
 
 def _k_split(K, split_k: int):
@@ -209,9 +226,9 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
     BM must be a multiple of 16 x SGM, BN of 16 x SGN and BK of 16, and the (BM / 16) x
     (BK / 16) tiles of A and (BK / 16) x (BN / 16) of B must divide among the SGM x SGN
     subgroups (whole uvec4 per invocation with `vector_copy`): other tilings are refused.
-    M and N must be multiples of the tile, and K a multiple of BK with K >= BK, unchecked at
-    run time (only `specialize` checks them, when compiled): other shapes leave edges of C
-    unwritten or drop the tail of K.
+    M and N must be multiples of the tile, and K a multiple of BK (checked at each launch, or
+    when compiled with `specialize`: other shapes would leave edges of C unwritten or drop
+    the tail of K).
     `specialize`: M, N, K become compile-time constants (one pipeline per shape; the driver
     folds the address arithmetic). `driver_unroll`: the hint on the K loop (pycoop.range).
     `vector_copy`: the tiles move between global and shared memory as uvec4 (8 halves) per
@@ -250,7 +267,8 @@ def gemm_khr_staged(BM: int = 128, BN: int = 256, BK: int = 32, SGM: int = 2, SG
                          f"(BK x BN) each a multiple of the {nsg} subgroups (SGM x SGN), to "
                          f"stage them in equal shares")
 
-    @pc.kernel(workgroup_size=nth)
+    @pc.kernel(workgroup_size=nth,
+               requires=_launch_tiling(name, BM, BN, BK, split_k, specialize))
     def gemm_khr_staged(A: pc.Buffer[El], B: pc.Buffer[El], C: pc.Buffer[f32], M: Dim, N: Dim,
                         K: Dim):
         sa, sb = pc.shared(El, BM * lda // V), pc.shared(El, BK * ldb // V)
@@ -321,8 +339,8 @@ def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256,
     are traced per loop iteration. `specialize`, `driver_unroll` and `split_k` as in
     gemm_khr_staged; with the Constant clamp and split_k > 1 each split covers
     ceil(K / (split_k * BK * unroll)) k-steps, and rows past M are clipped from its store,
-    "undefined" needs K a multiple of BK * unroll * split_k (unchecked at run time: only
-    `specialize` checks it, when compiled)."""
+    "undefined" needs M and N multiples of the tile and K of BK * unroll * split_k (checked
+    at each launch, or when compiled with `specialize`)."""
     name = "gemm_nv"
     BM, BN, BK, invocations, unroll = check_ints(name, BM=BM, BN=BN, BK=BK, invocations=invocations,
                                             unroll=unroll)
@@ -333,7 +351,8 @@ def gemm_nv(BM: int = 128, BN: int = 128, BK: int = 32, invocations: int = 256,
     MC = pc.coopmat[f32, pc.Workgroup, BM, BN, pc.Accumulator]
     Dim = pc.Const if specialize else u32
 
-    @pc.kernel(workgroup_size=invocations)
+    @pc.kernel(workgroup_size=invocations, requires=_launch_tiling(
+        "gemm_nv", BM, BN, BK * unroll, split_k, specialize) if clamp == "undefined" else None)
     def gemm_nv(A: pc.Buffer[f16], B: pc.Buffer[f16], C: pc.Buffer[f32], M: Dim, N: Dim, K: Dim):
         la = pc.nv.tensor_layout(2, clamp=clamp).dimension(M, K)
         lb = pc.nv.tensor_layout(2, clamp=clamp).dimension(K, N)
@@ -439,7 +458,8 @@ def decoded_gemm(name: str, block_type, qk: int, decode, BM: int, BN: int, BK: i
         pc.nv.store_tensor(Y, ly.slice(m0, BM, n0, BN), acc, view=tr if weights_first else None)
 
     gemm.__name__ = gemm.__qualname__ = name
-    return pc.kernel(workgroup_size=invocations)(gemm)
+    return pc.kernel(workgroup_size=invocations, requires=_launch_tiling(
+        name, BM, BN, BK * unroll, 1, specialize) if clamp == "undefined" else None)(gemm)
 
 
 def _nibble_pair(bits, d):
@@ -477,9 +497,8 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
       registers, the next tiles are fetched, and the matrices are multiplied.
 
     X is a buffer of uvec4 (`X.view(np.uint32).reshape(-1, 4)`), W the raw Q4_0 bytes as u32
-    (`W.view(np.uint32)`). M and N must be multiples of the tile and K of BK with K >= BK
-    (unchecked at run time: only `specialize` checks them, when compiled; other shapes give
-    wrong results); BM a multiple of 16 x SGM, BN of 16 x SGN, BK of 64 (rows of blocks stay
+    (`W.view(np.uint32)`). M and N must be multiples of the tile and K of BK (checked at each
+    launch, or when compiled with `specialize`); BM a multiple of 16 x SGM, BN of 16 x SGN, BK of 64 (rows of blocks stay
     4-byte aligned), pad of 8. The grid is (M // BM, N // BN).
     """
     name = "gemm_q4_0_staged"
@@ -500,7 +519,7 @@ def gemm_q4_0_staged(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
         raise ValueError(f"gemm_q4_0_staged needs BK a multiple of 64, pad of 8, and whole uvec4 "
                          f"of X and half Q4_0 blocks per invocation ({nth} invocations)")
 
-    @pc.kernel(workgroup_size=nth)
+    @pc.kernel(workgroup_size=nth, requires=_launch_tiling(name, BM, BN, BK, 1, specialize))
     def gemm_q4_0_staged(X: pc.ReadBuffer[U4], W: pc.ReadBuffer[u32], Y: pc.Buffer[f32],
                          M: Dim, N: Dim, K: Dim):
         sx, sw = pc.shared(U4, BM * ld // 8), pc.shared(U4, BN * ld // 8)
@@ -623,9 +642,9 @@ def gemm_q4_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     a k-step ahead and dequantises them in registers just before storing them into the
     shared A tile, whose rows run along K as the blocks do; X is copied as uvec4. Both tiles
     are read row-major. X is passed as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N
-    must be multiples of the tile (N any size with `x_rows`, below) and K of BK x split_k,
-    unchecked at run time (only `specialize` checks them, when compiled): other shapes leave
-    edges of Y unwritten or drop the tail of K. BM a multiple of 16 x SGM, BN of 16 x SGN, BK
+    must be multiples of the tile (N any size with `x_rows`, below) and K of BK x split_k
+    (checked at each launch, or when compiled with `specialize`: other shapes would leave
+    edges of Y unwritten or drop the tail of K). BM a multiple of 16 x SGM, BN of 16 x SGN, BK
     of 32, pad of 8 (other tilings are refused). The grid is (M // BM, N // BN), or (M // BM,
     N // BN, split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged. `x_rows=True`:
     X is N x K f16 (`X.view(np.uint32).reshape(-1, 4)`) and Y is N x M (with split_k stacked:
@@ -729,4 +748,5 @@ def planes_gemm(name: str, fmt: str, words: int, stage_block, BM: int, BN: int, 
             _store_tiles(Y, acc, _split_rows(m0, M, split_k) + wm, n0 + wn, N)
 
     kernel.__name__ = kernel.__qualname__ = name
-    return pc.kernel(workgroup_size=nth)(kernel)
+    return pc.kernel(workgroup_size=nth, requires=_launch_tiling(name, BM, BN, BK, split_k,
+                                                                 specialize, n_any=x_rows))(kernel)

@@ -118,8 +118,8 @@ def gemm_q8_0_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     a scale, consecutive invocations on consecutive blocks) a k-step ahead and dequantises
     them in registers while storing them into the shared W tile; X is copied as uvec4
     (`X.view(np.uint32).reshape(-1, 4)`). M and N must be multiples of the tile (N any size
-    with `x_rows`) and K of BK x split_k, unchecked at run time (only `specialize` checks
-    them, when compiled; other shapes give wrong results); BM a multiple of 16 x SGM, BN of
+    with `x_rows`) and K of BK x split_k (checked at each launch, or when compiled with
+    `specialize`); BM a multiple of 16 x SGM, BN of
     16 x SGN, BK of 32, pad of 8. The grid is (M // BM, N // BN), or (M // BM, N // BN,
     split_k) with `split_k` and `split_k_mode` as in gemm_khr_staged; `x_rows` and `x_f32` as
     in gemm_q4_0_planes.
@@ -159,8 +159,7 @@ def gemm_q4_k_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
     scale) - min) (`dequantize_q4_k_planes`), while storing them into the shared W tile; X
     is copied as uvec4 (`X.view(np.uint32).reshape(-1, 4)`). M and N must be multiples of the
     tile (N any size with `x_rows`) and K of BK x split_k (K is a multiple of 256 for Q4_K
-    weights), unchecked at run time (only `specialize` checks them, when compiled; other
-    shapes give wrong results); BM a multiple of 16 x SGM, BN of 16 x SGN, BK of 32, pad of 8.
+    weights), checked at each launch (or when compiled with `specialize`); BM a multiple of 16 x SGM, BN of 16 x SGN, BK of 32, pad of 8.
     The grid is (M // BM, N // BN), or (M // BM, N // BN, split_k) with `split_k` and
     `split_k_mode` as in gemm_khr_staged; `x_rows` and `x_f32` as in gemm_q4_0_planes.
     """

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import pycoop as pc
 from pycoop.kernels import (dequantize_q4_k, dequantize_q8_0, gemm_khr_staged, gemm_nv,
                             gemm_q4_0, gemm_q4_0_planes, gemm_q4_0_staged, gemm_q4_k,
                             gemm_q4_k_planes, gemm_q8_0, gemm_q8_0_planes, gemm_reference,
@@ -313,12 +314,25 @@ def test_q4_0_staged_gemm_checks_a_specialised_shape():
         gemm_q4_0_staged(64, 64, 64, 2, 1, specialize=True).compile(M=64, N=64, K=96)
 
 
-def test_planes_and_staged_docstrings_state_the_unchecked_shapes():
-    """No launch-time check of scalar arguments exists: K not a multiple of BK (x split_k)
-    cannot be refused by an unspecialised kernel, so its docstring says so."""
-    for factory in (gemm_khr_staged, gemm_q4_0_staged, gemm_q4_0_planes, gemm_q8_0_planes,
-                    gemm_q4_k_planes):
-        assert "unchecked at run time" in " ".join(factory.__doc__.split()), factory.__name__
+@pytest.mark.parametrize("factory,args,launch", [
+    (gemm_q4_0_planes, (64, 64, 64, 2, 2), (64, 64, 288)),        # K: 4 x 64 + 32
+    (gemm_q8_0_planes, (64, 64, 64, 2, 2), (64, 48, 256)),        # N off the tile
+    (gemm_q4_k_planes, (64, 64, 64, 2, 2, 8, False, None, 2), (64, 64, 320)),  # 320 % 128
+    (gemm_khr_staged, (64, 64, 32, 2, 2), (96, 64, 64)),          # M off the tile
+    (gemm_q4_0_staged, (64, 64, 64, 2, 1), (64, 64, 96)),
+    (gemm_nv, (64, 64, 32, 128, "undefined", 2), (64, 64, 96))])  # K % (BK x unroll)
+def test_unspecialised_gemms_refuse_shapes_off_their_tiling_at_the_launch(factory, args, launch):
+    """Without `specialize` M, N, K are launch arguments the kernel cannot refuse itself; its
+    `requires` refuses them before any work (they left edges unwritten or dropped the tail
+    of K: the planes GEMM at K = 288 was 30 % off), naming the shape and the tiling."""
+    k = factory(*args)
+    M, N, K = launch
+    out = np.zeros(M * N * 2, np.float32)
+    buffers = [np.zeros(1 << 14, np.uint32) for _ in range(len(k.params) - 4)]
+    with pytest.raises(pc.ArgumentError, match=rf"{factory.__name__} needs M a multiple of "
+                                               rf".* got M={M}, N={N}, K={K}"):
+        k[(1, 1)](*buffers, out, M, N, K, backend="emulator")
+    assert not out.any()                                  # refused before any work
 
 
 def test_gemm_reference_checks_the_shapes():

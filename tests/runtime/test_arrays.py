@@ -615,3 +615,37 @@ def test_a_failed_emulator_allocation_leaves_the_counts_alone():
     with pytest.raises((MemoryError, ValueError)):
         pc.zeros(2 ** 50, pc.u8, backend="emulator")
     assert pc.get_runtime("emulator").stats()["array_count"] == before
+
+
+def _even(n):
+    if n % 2:
+        raise ValueError(f"n must be even, got {n}")
+
+
+@pc.kernel(workgroup_size=8, requires=_even)
+def halve_into(A: pc.Buffer[u32], n: u32):
+    i = pc.global_invocation_id.x
+    if i < n // u32(2):
+        A[i] = u32(7)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_kernel_requires_its_scalar_arguments(backend):
+    """`pycoop.kernel(requires=...)` is called with each launch's scalar arguments by name;
+    its ValueError refuses the launch as an ArgumentError naming the kernel, before any work
+    and with no frame of pycoop's; a kernel passes what it requires."""
+    a = pc.zeros(8, np.uint32, backend=backend)
+    with pytest.raises(pc.ArgumentError, match="halve_into: n must be even, got 5") as e:
+        halve_into[1](a, 5)
+    tb, shown = e.value.__traceback__, []
+    while tb is not None:
+        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
+            shown.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    assert not any(pc.errors.is_internal(f) for f in shown)
+    assert not a.numpy().any()
+    halve_into[1](a, 6)
+    assert a.numpy().tolist() == [7, 7, 7, 0, 0, 0, 0, 0]
+    with pytest.raises(pc.CompileError, match="requires must be a function") as e:
+        pc.kernel(workgroup_size=8, requires="n % 2 == 0")(lambda A: None)
+    assert e.value.rule_id == "frontend.requires"
