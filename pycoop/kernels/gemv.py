@@ -382,6 +382,19 @@ def check_gemv_config(cfg, fn: str = "matmul_q") -> GemvConfig:
     return dataclasses.replace(cfg, **ints, tile=tile, prefetch=bool(cfg.prefetch))
 
 
+def _fit_subgroups(cfg: GemvConfig, subgroup_size: int) -> GemvConfig:
+    """A configuration `choose_kernel` made (tuned for subgroups of 32) for subgroups of
+    `subgroup_size`: where its workgroup would pass MAX_INVOCATIONS (16 subgroups of 128),
+    half as many subgroups until it fits, the subgroups sharing rows (split) at most all of
+    them. The GEMM kinds fix their own invocations."""
+    if cfg.kind not in ("gemv", "q8_1", "gemv_planes"):
+        return cfg
+    while cfg.subgroups * subgroup_size > MAX_INVOCATIONS and cfg.subgroups > 1:
+        sg = cfg.subgroups // 2
+        cfg = dataclasses.replace(cfg, subgroups=sg, split_k=min(cfg.split_k, sg))
+    return cfg
+
+
 def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
                   activations: str = "f32", M: int | None = None,
                   K: int | None = None) -> GemvConfig:
@@ -673,7 +686,8 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
         raise ValueError(f"matmul_q: activations='q8_1' needs a config of kind 'q8_1' or "
                          f"'gemv_planes', got "
                          f"{config.kind!r}")
-    cfg = config or choose_kernel(Wq.fmt, N, large_n, activations, Wq.M, Wq.K)
+    cfg = config or _fit_subgroups(choose_kernel(Wq.fmt, N, large_n, activations, Wq.M, Wq.K),
+                                   subgroup_size)
     if cfg.kind == "planes":
         return _planes(Wq, X, N, vector, device, bk, cfg, deterministic,
                        [] if launches is None else launches)

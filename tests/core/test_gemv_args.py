@@ -306,3 +306,19 @@ def test_helpers_take_their_largest_valid_arguments():
     y = matmul_q(q4_0(), pc.asarray(X(), backend="emulator"), "q4_0",
                  config=GemvConfig("gemv", 2, 2, 2, 2))
     assert y.shape == (4, M)
+
+
+@pytest.mark.parametrize("activations", ["q8_1", "f32"])
+def test_the_dispatchers_choice_fits_wide_subgroups(activations):
+    """`choose_kernel` tunes for subgroups of 32; `matmul_q` with subgroups of 128 halves the
+    chosen subgroups until the workgroup holds at most 1,024 invocations (16 x 128 was
+    refused) and gives the same products up to the order of the f32 sums."""
+    from pycoop.kernels.gemv import _fit_subgroups
+    W, x = q4_0(rows=128), X(1)[0]
+    cfg = choose_kernel("q4_0", 1, activations=activations, M=128, K=K)
+    wide = _fit_subgroups(cfg, 128)
+    assert wide.subgroups * 128 <= 1024 and wide.subgroups % wide.split_k == 0
+    assert _fit_subgroups(cfg, 32) == cfg
+    narrow = matmul_q(W, x, "q4_0", activations=activations, backend="emulator")
+    y = matmul_q(W, x, "q4_0", activations=activations, subgroup_size=128, backend="emulator")
+    np.testing.assert_allclose(y, narrow, rtol=1e-5, atol=1e-5 * np.abs(narrow).max())
