@@ -50,6 +50,11 @@ ScalarType.__call__ = _scalar_call
 _COMPONENTS = {"x": 0, "y": 1, "z": 2, "w": 3}
 
 
+class AttributeCompileError(CompileError, AttributeError):
+    """A missing attribute of a kernel value: a CompileError at the kernel's line, which
+    `hasattr` and `getattr(v, name, default)` still read as absent."""
+
+
 def _install_operators():
     def bin_(kind, swap=False):
         if swap:
@@ -61,6 +66,29 @@ def _install_operators():
                          ("shl", "lshift"), ("shr", "rshift"), ("pow", "pow")]:
         setattr(Value, f"__{dunder}__", bin_(kind))
         setattr(Value, f"__r{dunder}__", bin_(kind, True))
+
+    def power(self, other):
+        """x ** n for a Python integer n (or a float of integral value) 1 <= |n| <= 64 as
+        products, by squaring, as Python computes it: GLSL's Pow is undefined for x < 0, so
+        (x - 4.0) ** 2 could be NaN on a GPU; n < 0 divides 1 by the product (floats). Other
+        exponents: Pow (floats only)."""
+        n = other
+        if isinstance(n, float) and n.is_integer():
+            n = int(n)
+        t = _elem(self.type)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= abs(n) <= 64 \
+                or t is None or (n < 0 and not t.is_float):
+            return binary("pow", self, other)
+        result, base, k = None, self, abs(n)
+        while k:
+            if k & 1:
+                result = base if result is None else binary("mul", result, base)
+            k >>= 1
+            if k:
+                base = binary("mul", base, base)
+        return result if n > 0 else binary("div", 1.0, result)
+
+    Value.__pow__ = power
 
     def floordiv(self, other, swap=False):
         a, b = (other, self) if swap else (self, other)
@@ -126,7 +154,15 @@ def _install_operators():
                 _COMPONENTS[name] < self.type.count:
             return extract(self, _COMPONENTS[name])       # v.x, v.y, ... as in GLSL
         if not isinstance(self.type, PointerType):
-            raise AttributeError(f"a value of type {self.type} has no attribute {name!r}")
+            vec = isinstance(self.type, VectorType)
+            raise AttributeCompileError(
+                f"a value of type {self.type} has no attribute {name!r}", current_loc(),
+                rule="pycoop: a vector has the components .x .y .z .w (as many as it holds), a "
+                     "struct element of a buffer its fields; other kernel values have no "
+                     "attributes",
+                hint="build a swizzle with pycoop.make_vector([v.x, v.y])" if vec else
+                     "a buffer's length is not a kernel value: pass it as a scalar argument "
+                     "(or a Const)", rule_id="core.attribute")
         return member(self, name)
 
     Value.__getattr__ = getattr_

@@ -251,6 +251,31 @@ def test_f64_math_that_glsl_allows():
     validate(k.compile().spv, "vulkan1.3")
 
 
+def test_integral_powers_are_products():
+    """`x ** n` for an integral n (1 <= |n| <= 64) multiplies, as Python does: Pow is
+    undefined for a negative base (a GPU may give NaN for (-4.0) ** 2); integers take it too;
+    another exponent stays Pow."""
+    @pc.kernel(workgroup_size=8)
+    def k(Y: pc.Buffer[f32], N: pc.Buffer[u32]):
+        i = pc.local_invocation_index()
+        x = f32(i) - 4.0
+        Y[i] = x ** 2 + x ** 3 + (x + 0.5) ** -2 + x ** 5.0
+        N[i] = i ** 3
+    y, n = np.zeros(8, np.float32), np.zeros(8, np.uint32)
+    emu(k, 1, y, n)
+    x = np.arange(8, dtype=np.float32) - np.float32(4)
+    np.testing.assert_array_equal(y, x * x + x * x * x + 1 / ((x + 0.5) * (x + 0.5))
+                                  + x * x * x * x * x)
+    np.testing.assert_array_equal(n, np.arange(8, dtype=np.uint32) ** 3)
+    assert "Pow" not in k.compile().spvasm
+    validate(k.compile().spv, "vulkan1.3")
+
+    @pc.kernel(workgroup_size=1)
+    def half(Y: pc.Buffer[f32]):
+        Y[0] = Y[0] ** 0.5
+    assert "Pow" in half.compile().spvasm
+
+
 @pytest.mark.parametrize("fn,name", [(pc.exp, "Exp"), (pc.log2, "Log2"), (pc.sin, "Sin"),
                                      (lambda x: x ** x, "Pow")], ids=str)
 def test_f64_math_that_glsl_restricts(fn, name):

@@ -132,6 +132,14 @@ def k_assignable(A: pc.Buffer[u32], n: u32):
     n[0] = A[0]  # HERE
 
 
+def k_attribute(A: pc.Buffer[u32], n: u32):
+    A[0] = u32(A.shape[0])  # HERE
+
+
+def k_attribute_swizzle(A: pc.Buffer[pc.vec(f32, 4)], B: pc.Buffer[f32]):
+    B[0] = A[0].xy.x  # HERE
+
+
 def k_store_type(A: pc.Buffer[u32], B: pc.Buffer[f32]):
     A[0] = B[0]  # HERE
 
@@ -312,6 +320,8 @@ RULES = [
     ("core.cast-bool", k_cast_bool, "cannot cast between bool and u32"),
     ("core.indexable", k_indexable, "cannot index a value of type u32"),
     ("core.assignable", k_assignable, "cannot assign into a value of type u32"),
+    ("core.attribute", k_attribute, "a value of type Buffer[u32] has no attribute 'shape'"),
+    ("core.attribute", k_attribute_swizzle, "a value of type vec4<f32> has no attribute 'xy'"),
     ("core.store-type", k_store_type, "cannot store a f32 into an array of u32"),
     ("core.shared-length", k_shared_length, "positive compile-time int"),
     ("core.shared-top-level", k_shared_top_level, "top level of the kernel"),
