@@ -656,6 +656,23 @@ def _constant_bounds(args: tuple) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+def function_exit(returned, value, name: str, pos=None):
+    """The value of a function whose last statement may be reached without a `return`: where
+    a runtime condition decides whether it returned (`returned` a Value) and a path did return
+    a value, the others would return Python's None, which no kernel value can stand for (the
+    merge had put a 0 there)."""
+    if isinstance(returned, Value) and value is not None:
+        raise CompileError(
+            f"{name} returns a value on some paths and falls off its end on others (where "
+            f"Python would return None)", _loc(pos),
+            rule="pycoop: a @pycoop.func that returns a value returns one on every path a "
+                 "runtime condition can take",
+            hint="end the function with a return (the value for the paths that find "
+                 "nothing, e.g. `return u32(0)` after a search loop)",
+            rule_id="control.func-falls-off")
+    return value
+
+
 def kernel_return(value, pos=None):
     """The value of a kernel's `return X`: only None (kernels return nothing)."""
     if value is not None:

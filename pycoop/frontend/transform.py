@@ -492,6 +492,20 @@ def _nested_return(stmts: list[ast.stmt]) -> bool:
                if isinstance(st, (ast.If, ast.For, ast.While)))
 
 
+def _always_returns(stmts: list[ast.stmt]) -> bool:
+    """Whether every path through `stmts` ends in a `return` (or a `raise`, or a `while True`
+    it does not break out of) rather than falling off their end."""
+    for st in stmts:
+        if isinstance(st, (ast.Return, ast.Raise)):
+            return True
+        if isinstance(st, ast.If) and _always_returns(st.body) and _always_returns(st.orelse):
+            return True
+        if isinstance(st, ast.While) and isinstance(st.test, ast.Constant) and st.test.value \
+                and not _has(st.body, (ast.Break,)):
+            return True
+    return False
+
+
 def _single_exit(fdef: ast.FunctionDef) -> None:
     """Rewrite a function with `return X` inside branches or loops to one exit: the value goes
     to `_pc_rv`, a flag `_pc_rf` guards what follows and breaks out of loops, and the
@@ -554,8 +568,14 @@ def _single_exit(fdef: ast.FunctionDef) -> None:
         return out
 
     body = block(fdef.body, False)
+    exit_value = ast.Name(rv, ast.Load())
+    if not _always_returns(fdef.body):
+        # a path may fall off the end: an error where a runtime condition chose it
+        pos = ast.Constant((fdef.lineno, fdef.col_offset + 1))
+        exit_value = _call("function_exit", [ast.Name(rf, ast.Load()), exit_value,
+                                             ast.Constant(fdef.name), pos], fdef)
     new = [assign(rf, ast.Constant(False)), assign(rv, ast.Constant(None)), *body,
-           ast.Return(ast.Name(rv, ast.Load()))]
+           ast.Return(exit_value)]
     for tree in new:
         for n in ast.walk(tree):
             if isinstance(n, (ast.stmt, ast.expr)) and not hasattr(n, "lineno"):

@@ -1457,3 +1457,55 @@ def test_a_loop_variable_whose_value_before_has_another_type():
                                                   r"loop \(0.5\)") as ei:
         k_loop_variable_of_another_type.compile()
     assert ei.value.line == line_of(k_loop_variable_of_another_type, "A[0] = j")
+
+
+@pycoop.func
+def _pick(a):
+    if a > 3:
+        return a                                     # (None where a <= 3)
+
+
+@pycoop.func
+def _search(a, n):
+    for j in range(n):
+        if j >= a:
+            return j
+
+
+@pycoop.func
+def _search_or(a, n):
+    for j in range(n):
+        if j >= a:
+            return j
+    return u32(99)
+
+
+@pycoop.func
+def _by_mode(a, MODE):
+    if MODE == 1:                                    # decided while tracing
+        return a
+
+
+def test_a_func_that_falls_off_its_end_on_a_runtime_path_is_a_compile_error():
+    """Where a runtime condition decides whether a @pycoop.func returns a value, a path that
+    falls off its end would return Python's None, which no kernel value stands for (it gave
+    0 in silence); a trailing return, or a trace-time condition, is fine."""
+    for helper in (_pick, _search):
+        @pycoop.kernel(workgroup_size=8)
+        def k(out: pycoop.Buffer[u32], n: u32):
+            out[pycoop.local_invocation_index()] = helper(pycoop.local_invocation_index(), n) \
+                if helper is _search else helper(pycoop.local_invocation_index())
+        with pytest.raises(pycoop.CompileError, match="returns a value on some paths and falls "
+                                                      "off its end") as e:
+            k.compile()
+        assert e.value.rule_id == "control.func-falls-off"
+        assert e.value.loc.file == __file__ and e.value.line == line_of(helper, "def ")
+
+    @pycoop.kernel(workgroup_size=8)
+    def fine(out: pycoop.Buffer[u32], n: u32):
+        i = pycoop.local_invocation_index()
+        out[i] = _search_or(i, n) + _by_mode(i, 1)
+    out = np.zeros(8, np.uint32)
+    emu(fine, 1, out, 5)
+    i = np.arange(8)
+    np.testing.assert_array_equal(out, np.where(i < 5, i, 99) + i)
