@@ -211,10 +211,12 @@ def _same_static(a, b) -> bool:
 
 # --------------------------------------------------------------------------- if
 
-def _merge_local(v):
+def _merge_local(v, everywhere: bool = False):
     """A variable first assigned inside the branches: kept if it is a single value (merged like
-    any other), otherwise undefined after the if."""
-    if isinstance(v, (list, tuple, dict)) or _fields(v) is not None:
+    any other) or, where every branch that goes on assigned it (`everywhere`), a container
+    (merged element by element, as one assigned before the `if`); otherwise undefined after
+    the if."""
+    if not everywhere and (isinstance(v, (list, tuple, dict)) or _fields(v) is not None):
         return Undefined("it is a container first assigned inside an `if` on a runtime condition")
     return v
 
@@ -294,13 +296,16 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
         # is not traced, so it cannot fail on variables the branches assigned)
         return Result(vals, True, None)
     flat = []
+    # the variables first assigned inside the branches that every branch going on assigned
+    everywhere = [isinstance(v0, Undefined) and all(
+        o is None or not isinstance(o[j], Undefined) for o in outs) for j, v0 in enumerate(vals)]
     for k, out in enumerate(outs):
         if out is None:
             flat.append(None)
             continue
         lv: list = []
-        tr = [_flatten(v if not isinstance(v0, Undefined) else _merge_local(v), lv)
-              for v, v0 in zip(out, vals)]
+        tr = [_flatten(v if not isinstance(v0, Undefined) else _merge_local(v, everywhere[j]), lv)
+              for j, (v, v0) in enumerate(zip(out, vals))]
         flat.append((tr, lv))
     live = [f for f in flat if f is not None]
     ref_tree, _ = live[0]

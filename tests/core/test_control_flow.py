@@ -1509,3 +1509,45 @@ def test_a_func_that_falls_off_its_end_on_a_runtime_path_is_a_compile_error():
     emu(fine, 1, out, 5)
     i = np.arange(8)
     np.testing.assert_array_equal(out, np.where(i < 5, i, 99) + i)
+
+
+def test_containers_first_assigned_in_both_branches_merge():
+    """A tuple or list first assigned in both branches of a runtime `if` merges element by
+    element, as one assigned before it (it was refused as 'assigned in only one branch');
+    assigned in one branch only it is undefined after the `if`, and of two shapes a
+    container-shape error."""
+    @pycoop.kernel(workgroup_size=8)
+    def both(out: pycoop.Buffer[i32]):
+        i = i32(pycoop.local_invocation_index())
+        if i > 3:
+            t, l = (i, i), [i * 2]
+        else:
+            t, l = (i + 1, i + 2), [i * 3]
+        out[i] = t[0] * 10 + t[1] + l[0] * 100
+    out = np.zeros(8, np.int32)
+    emu(both, 1, out)
+    i = np.arange(8)
+    np.testing.assert_array_equal(out, np.where(i > 3, 11 * i + 200 * i,
+                                                (i + 1) * 10 + i + 2 + 300 * i))
+
+    @pycoop.kernel(workgroup_size=8)
+    def one(out: pycoop.Buffer[i32]):
+        i = i32(pycoop.local_invocation_index())
+        if i > 3:
+            t = [i, i]
+        out[i] = t[0]
+    with pytest.raises(pycoop.CompileError, match="assigned in only one branch") as e:
+        one.compile()
+    assert e.value.rule_id == "control.undefined-variable"
+
+    @pycoop.kernel(workgroup_size=8)
+    def shapes(out: pycoop.Buffer[i32]):
+        i = i32(pycoop.local_invocation_index())
+        if i > 3:
+            t = (i, i)
+        else:
+            t = (i,)
+        out[i] = t[0]
+    with pytest.raises(pycoop.CompileError, match="containers of different shapes") as e:
+        shapes.compile()
+    assert e.value.rule_id == "control.if-container-shape"
