@@ -13,7 +13,7 @@ from functools import cached_property
 import ml_dtypes
 import numpy as np
 
-from .errors import CompileError, current_loc
+from .errors import CompileError, current_loc, entry_point
 from .jupyter import coopmat_type_html
 
 
@@ -321,6 +321,7 @@ class _BufferFactory:
     def __init__(self, access: str):
         self.access = access
 
+    @entry_point
     def __getitem__(self, elem) -> BufferType:
         if not isinstance(elem, (ScalarType, VectorType, StructType)):
             raise CompileError(f"Buffer[...] takes a pycoop scalar, vector or struct type, got {elem!r}",

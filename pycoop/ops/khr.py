@@ -11,7 +11,7 @@ import numpy as np
 
 from ..codegen import extensions
 from ..codegen.checked import matrix_block
-from ..errors import CompileError, Loc, current_loc
+from ..errors import CompileError, Loc, current_loc, entry_point
 from ..ir.builder import emit, emit1
 from ..ir.core import Value
 from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, f32, u32)
@@ -70,6 +70,7 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
 class _CoopMatFactory:
     """`coopmat[component, scope, rows, cols, use]` builds a CoopMatType (checked)."""
 
+    @entry_point
     def __getitem__(self, key) -> CoopMatType:
         return make_coopmat_type(key)
 

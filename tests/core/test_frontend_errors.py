@@ -685,3 +685,19 @@ def test_a_kernel_called_inside_a_kernel_is_a_compile_error(kernel, marker):
         kernel.compile()
     assert e.value.rule_id == "frontend.kernel-in-kernel" and "@pycoop.func" in e.value.hint
     assert e.value.line == line_of(kernel, marker)
+
+
+@pytest.mark.parametrize("make", [lambda: pc.coopmat[f32, pc.Subgroup, 0, 16, pc.Accumulator],
+                                  lambda: pc.Buffer[str]], ids=["coopmat", "Buffer"])
+def test_type_factory_errors_outside_a_kernel_show_no_pycoop_frames(make):
+    """`pc.coopmat[...]` and `pc.Buffer[...]` written at module level refuse a wrong type at
+    the user's line, with no frame of pycoop's in the traceback."""
+    with pytest.raises(pc.CompileError) as e:
+        make()
+    assert e.value.loc.file == __file__
+    tb, shown = e.value.__traceback__, []
+    while tb is not None:
+        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
+            shown.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    assert shown and not any(pc.errors.is_internal(f) for f in shown)
