@@ -23,6 +23,17 @@ def check_int(fn: str, name: str, v, least: int = 1) -> int:
     return int(v)
 
 
+def check_bool(fn: str, name: str, v, optional: bool = False) -> bool | None:
+    """A True/False option of `fn` (a NumPy bool too; None where `optional`), or its error: a
+    string such as 'no' would otherwise be taken as true."""
+    if v is None and optional:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise ValueError(f"{fn}: {name} must be True or False{' or None' if optional else ''},"
+                     f" got {v!r}")
+
+
 def check_unroll(fn: str, unroll, name: str = "unroll") -> None:
     """The values `pc.range(unroll=...)` takes, checked where the kernel is built: a bad one
     would surface only when the kernel is compiled, as an error inside its loop."""

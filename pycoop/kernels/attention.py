@@ -45,7 +45,7 @@ from .attention_decode import (DECODE_MERGES, MAX_ROWS, MERGE_INVOCATIONS, VECTO
                                chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
 from .attention_mask import MASKED, NEEDED, mask_block_kinds
-from .args import check_int, is_int
+from .args import check_bool, check_int, is_int
 from .attention_parts import (ELEMENT, HEAD_DIMS, LOG2E, MAX_TILE, causal_score,
                               check_tile, divide, in_sequence, log2_sum_exp2, log_sum_exp,
                               rows_layout, start_max, tile_and_head)
@@ -115,17 +115,6 @@ def _int_arg(name: str, v, optional: bool = False) -> int | None:
         return int(v)
     raise ValueError(f"attention: {name} must be an int >= 1{' or None' if optional else ''}, "
                      f"got {v!r}")
-
-
-def _bool_arg(name: str, v, optional: bool = False, fn: str = "attention") -> bool | None:
-    """A True/False option of `fn` (or None where `optional`): a string such as 'no' would
-    otherwise be taken as true."""
-    if v is None and optional:
-        return None
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    raise ValueError(f"{fn}: {name} must be True or False{' or None' if optional else ''},"
-                     f" got {v!r}")
 
 
 def _scale_arg(fn: str, scale, D: int) -> float:
@@ -211,7 +200,7 @@ def attention_prefill(head_dim: int = 128, Br: int = 128, Bc: int = 64, invocati
     start, `start_max`, and a sum of 0, which the merge weighs as nothing)."""
     _check_config("attention_prefill", head_dim, Br, Bc, dtype, out, scope, invocations, fp)
     for flag, v in (("causal", causal), ("blocks", blocks), ("split", split)):
-        _bool_arg(flag, v, fn="attention_prefill")
+        check_bool("attention_prefill", flag, v)
     if split and scope == "staged":
         raise ValueError("attention_prefill: split (split-KV) takes scope 'workgroup' or "
                          "'subgroup', got 'staged'")
@@ -617,8 +606,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
             ("invocations", invocations), ("decode_subgroups", decode_subgroups),
             ("decode_lanes", decode_lanes), ("merge_unroll", merge_unroll),
             ("decode_merge_columns", decode_merge_columns)))
-    causal, mask_blocks = _bool_arg("causal", causal), _bool_arg("mask_blocks", mask_blocks)
-    decode = _bool_arg("decode", decode, optional=True)
+    causal = check_bool("attention", "causal", causal)
+    mask_blocks = check_bool("attention", "mask_blocks", mask_blocks)
+    decode = check_bool("attention", "decode", decode, optional=True)
     if fp not in FP_MODES:
         raise ValueError(f"attention: fp must be one of {FP_MODES}, got {fp!r}")
     _scale_arg("attention", scale, 64)
@@ -872,7 +862,7 @@ def attention_reference(Q, K, V, *, mask=None, causal: bool = False,
     """(output, log-sum-exp) in f64 from the f32 values of the inputs, as `attention` defines
     them (GQA: query head h uses K/V head h // (heads / kv_heads); the mask as
     `mask_as_f16` makes it), with attention's checks of the arguments (any head dim)."""
-    causal = _bool_arg("causal", causal, fn="attention_reference")
+    causal = check_bool("attention_reference", "causal", causal)
     Q, K, V, mask = _check_kinds("attention_reference", Q, K, V, mask)
     _check_shapes("attention_reference", Q, K, V, mask, causal, head_dims=None)
     scale = _scale_arg("attention_reference", scale, Q.shape[-1])

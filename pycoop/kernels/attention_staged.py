@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
-
 import pycoop as pc
 from pycoop import f16, f32, u32
 
+from .args import check_bool
 from .attention_parts import (ELEMENT, F32_LOWEST, OUT, causal_score, check_tile, divide,
                               exp_minus, in_sequence, larger, log_sum_exp, rows_layout,
                               tile_and_head)
@@ -75,9 +74,7 @@ def attention_prefill_staged(head_dim: int = 128, Bc: int = 64, subgroups: int =
     kv_heads and scale; the grid is (ceil(queries / Br), batch · heads)."""
     check_staged("attention_prefill_staged", head_dim, Bc, subgroups, dtype, out, fp)
     for flag, v in (("causal", causal), ("mask", mask)):
-        if not isinstance(v, (bool, np.bool_)):          # 'no' would read as true
-            raise ValueError(f"attention_prefill_staged: {flag} must be True or False, got "
-                             f"{v!r}")
+        check_bool("attention_prefill_staged", flag, v)
     D, el = head_dim, ELEMENT[dtype]
     Br, WG = 16 * subgroups, 32 * subgroups
     nd, nj = D // 16, Bc // 16

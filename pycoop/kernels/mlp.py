@@ -48,6 +48,7 @@ import numpy as np
 import pycoop as pc
 from pycoop import f32, i32, u32
 
+from .args import check_bool
 from .gemm import gemm_q4_0_planes, pack_f16
 from .gemm_quant import gemm_q4_k_planes
 from .gemv import (GemvConfig, GGMLWeights, choose_kernel, coopmat_kernel, matmul_q,
@@ -364,9 +365,7 @@ class MLPBlock:
         if not isinstance(small_t, numbers.Integral) or isinstance(small_t, bool) or small_t < 0:
             raise ValueError(f"MLPBlock: small_t (the largest T of the token paths) must be an "
                              f"int >= 0, got {small_t!r}")
-        if not isinstance(deterministic, (bool, np.bool_)):
-            raise ValueError(f"MLPBlock: deterministic must be True or False, got "
-                             f"{deterministic!r}")
+        check_bool("MLPBlock", "deterministic", deterministic)
         if not isinstance(eps, numbers.Real) or isinstance(eps, (bool, np.bool_)) \
                 or not 0 <= eps <= float(np.finfo(np.float32).max):
             raise ValueError(f"MLPBlock: eps (added to the mean square under the root) must "
