@@ -34,7 +34,7 @@ from ..runtime import interop
 from ..runtime.arrays import Array, asarray, vulkan_runtime
 from ..runtime import capturing, graphs
 from ..runtime.results import KernelStatistics, LaunchResult
-from ..runtime.backend import _local, choose, vulkan_missing
+from ..runtime.backend import _local, choose, requested_backend, vulkan_missing
 from ..runtime.vulkan.abi import Binder, check_repeat, float_as
 from ..runtime.vulkan.errors import PipelineError
 from ..types import (SCALARS, BufferType, CoopMatType, ScalarType, SpecType, StructType, Type,
@@ -1015,7 +1015,7 @@ class CompiledKernel:
         device_arrays = [a for a in arrays if isinstance(a, Array)]
         for a in device_arrays:
             graph.check_backend(a.backend, f"kernel {self.name}")
-        requested = backend or getattr(_local, "backend", None)
+        requested = requested_backend(backend)
         if requested not in (None, "auto", graph.backend):
             raise capturing.refuse(
                 f"kernel {self.name} with backend={requested!r}", f"this capture records "
@@ -1049,7 +1049,7 @@ class CompiledKernel:
     def _backend(self, device_arrays: list, backend: str | None) -> str:
         """Where this launch runs: on device arrays, their backend (never a silent move);
         otherwise as `backend`/`use_backend`/$PYCOOP_BACKEND choose."""
-        requested = backend or getattr(_local, "backend", None)
+        requested = requested_backend(backend)
         if not device_arrays:
             if self.target == "opencl":   # no OpenCL runtime: such kernels run on the emulator
                 if (requested or knobs.backend()) == "vulkan":

@@ -623,6 +623,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     if mask_loads not in ("auto", "layout", "words"):
         raise ValueError(f"attention: mask_loads must be 'auto', 'layout' or 'words', got "
                          f"{mask_loads!r}")
+    if mask is None and mask_loads != "auto":
+        raise ValueError(f"attention: mask_loads={mask_loads!r} says how the prefill reads a "
+                         f"mask, and there is none (leave mask_loads at 'auto')")
     scale = _scale_arg("attention", scale, D)
     sm = online.as_softmax("attention", softmax)
     if isinstance(splits, numbers.Integral) and not isinstance(splits, bool):

@@ -484,11 +484,11 @@ class GGMLWeights:
     """An M x K weight matrix in a llama.cpp format: `data` holds its bytes exactly as a GGUF
     file does (rows of blocks along K; `f16` as float16). Made by `weights(...)`.
 
-    `data` shares the source's memory where that is contiguous (a weight matrix is not
-    copied), and the arrays the kernels read (`kernel_array`, the planes, device copies) are
-    made from it once, when first needed, and kept in `_arrays`. So changing the source array
-    in place afterwards is seen by some kernels (NumPy views of `data`) and not by others (the
-    kept planes, padded words and device copies): make new weights from the changed array."""
+    `data` is read-only: a copy of a writeable source, the source itself where that is
+    read-only and contiguous (a GGUF file's memory map is not copied). The arrays the kernels
+    read (`kernel_array`, the planes, device copies) are made from it once, when first needed,
+    and kept in `_arrays`. So changing the source array afterwards changes no result: make new
+    weights from the changed array."""
     fmt: str
     M: int
     K: int
@@ -525,9 +525,10 @@ def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
     - the raw bytes of a quantised matrix (uint8, M x row bytes) with `fmt`, K from the row
       size (or given);
     - GGMLWeights, returned as they are.
-    `fmt` and `K`, where given, must agree with what W holds. The bytes are not copied where
-    they are contiguous, and the kernels' own arrays are made from them once and kept (see
-    `GGMLWeights`): after changing W in place, make new weights."""
+    `fmt` and `K`, where given, must agree with what W holds. The weights are a snapshot:
+    writeable bytes are copied (a read-only GGUF memory map is not), and the kernels' own
+    arrays are made from them once and kept (see `GGMLWeights`): after changing W, make new
+    weights."""
     if fmt is not None:
         _check_fmt("weights", fmt)
     if K is not None:
@@ -591,7 +592,15 @@ def _make(fmt: str, M: int, K: int, data) -> GGMLWeights:
         raise ValueError(f"weights: an empty matrix ({M} x {K} {fmt} weights)")
     if K % qk:
         raise ValueError(f"{fmt} weights need K a multiple of {qk} (its block), got K={K}")
-    data = np.ascontiguousarray(data)         # the kernels read rows as laid out in memory
+    source = np.asarray(data)
+    data = np.ascontiguousarray(source)       # the kernels read rows as laid out in memory
+    if data.flags.writeable and np.may_share_memory(data, source):
+        # a snapshot of memory the caller can still change: every array the kernels read
+        # (planes, padded words, device copies) is made from these bytes and kept, so a later
+        # change of the source must reach none of them rather than some. A read-only source (a
+        # GGUF file's memory map) is kept as it is, uncopied.
+        data = data.copy()
+    data.flags.writeable = False
     want = M * K // qk * size
     if data.nbytes != want:
         raise ValueError(f"{fmt} weights of {M} x {K} are {want} bytes, got {data.nbytes}")

@@ -22,7 +22,7 @@ from .. import knobs
 from ..errors import ArgumentError, BackendUnavailable, entry_point
 from ..types import SCALARS, ScalarType, scalar_of_dtype
 from . import capturing, interop
-from .backend import _local, check_backend
+from .backend import check_backend, requested_backend
 from .vulkan import VulkanUnavailable
 from .vulkan import get_runtime as get_vulkan_runtime
 from .vulkan.abi import DeviceView, numpy_dtype
@@ -71,7 +71,7 @@ def _shape(shape: Any) -> tuple[int, ...]:
 def resolve_backend(backend: str | None = None) -> str:
     """Where a new array goes: `backend`, else `pycoop.use_backend(...)`, else
     $PYCOOP_BACKEND; "auto" means Vulkan if a device is usable, else the emulator."""
-    name = backend or getattr(_local, "backend", None) or knobs.backend()
+    name = requested_backend(backend) or knobs.backend()
     check_backend(name)
     if name == "auto":
         global _vulkan_ok

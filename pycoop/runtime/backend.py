@@ -28,6 +28,15 @@ def check_backend(name) -> None:
         raise ArgumentValueError(f"backend must be one of {BACKENDS}, got {name!r}{hint}")
 
 
+def requested_backend(backend: str | None) -> str | None:
+    """The backend a call asks for: `backend` if given (checked: an empty string is not
+    "auto"), else `pycoop.use_backend(...)`'s, else None (then $PYCOOP_BACKEND decides)."""
+    if backend is not None:
+        check_backend(backend)
+        return backend
+    return getattr(_local, "backend", None)
+
+
 @contextmanager
 def use_backend(name: str):
     """`with pycoop.use_backend("emulator"): ...` sets the default backend of launches inside."""
@@ -58,7 +67,7 @@ def vulkan_missing(ck) -> list[str]:
 
 
 def choose(requested: str | None, ck) -> str:
-    name = requested or getattr(_local, "backend", None) or knobs.backend()
+    name = requested_backend(requested) or knobs.backend()
     check_backend(name)
     if name == "emulator":
         return "emulator"

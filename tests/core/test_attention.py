@@ -461,6 +461,8 @@ def _dev(a):
      "a pc.Array mask must be float16, got float32"),
     (lambda Q: (Q, Q, Q, {"scale": float("inf")}), "scale must be a finite number .* got inf"),
     (lambda Q: (Q, Q, Q, {"mask_loads": "bytes"}), "mask_loads must be 'auto', 'layout' or 'words'"),
+    (lambda Q: (Q, Q, Q, {"mask_loads": "words"}),
+     r"mask_loads='words' says how the prefill reads a mask, and there is none"),
     (lambda Q: (Q, Q, Q, {"softmax": {"lazy_sum": True}}),
      r"softmax must be a pycoop.kernels.Softmax or None, got \{'lazy_sum': True\}"),
     (lambda Q: (Q, Q, Q, {"softmax": "exp2"}), "softmax must be a pycoop.kernels.Softmax"),

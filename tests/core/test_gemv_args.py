@@ -11,7 +11,8 @@ import pytest
 
 import pycoop as pc
 from pycoop.kernels import (GemvConfig, GGMLWeights, choose_kernel, gemv, gemv_grid, gemv_q8_1,
-                            matmul_q, q8_1_error_bound, quantize_grid, quantize_q8_1, weights)
+                            matmul_q, q8_1_error_bound, quantize_grid, quantize_q8_0,
+                            quantize_q8_1, weights)
 from pycoop.kernels.gemv import check_gemv_config, coopmat_kernel, planes_kernel
 from pycoop.kernels.gemv_planes import gemv_planes, planes_gemv_config
 
@@ -241,14 +242,29 @@ def test_weights_names_a_tensor_type_without_a_name():
             r"gguf.GGMLQuantizationType \(it has no name\)")
 
 
-def test_weights_document_that_they_share_the_source_and_keep_their_arrays():
-    """The weights are not copied and their kernel arrays are made once ("stale weights"):
-    the docstrings say that an array changed in place needs new weights."""
+@pytest.mark.parametrize("N", [1, 4, 70])
+def test_weights_are_a_snapshot_of_a_writeable_source(N):
+    """A writeable source is copied: changing it afterwards changes no result, on any path
+    (the kernels keep planes and padded words made from the bytes, and some paths read views
+    of them: before, some paths saw a change and others did not). The copy is read-only."""
+    rng = np.random.default_rng(N)
+    W32 = rng.standard_normal((64, 256)).astype(np.float32)
+    raw = quantize_q8_0(W32)
+    Wq = weights(raw, "q8_0")
+    X = rng.standard_normal((N, 256)).astype(np.float32)
+    before = np.asarray(matmul_q(Wq, X, backend="emulator"))
+    raw[:] = quantize_q8_0(-W32)
+    np.testing.assert_array_equal(np.asarray(matmul_q(Wq, X, backend="emulator")), before)
+    assert not np.shares_memory(Wq.data, raw)
+    with pytest.raises(ValueError, match="read-only"):
+        Wq.data[0, 0] = 1
+
+
+def test_weights_keep_a_read_only_source_uncopied():
+    """A read-only source (a GGUF file's memory map) is used in place."""
     W = q4_0()
-    Wq = weights(W, "q4_0")
-    assert np.shares_memory(Wq.data, W)
-    for doc in (weights.__doc__, GGMLWeights.__doc__):
-        assert "make new weights" in " ".join(doc.split())
+    W.flags.writeable = False
+    assert np.shares_memory(weights(W, "q4_0").data, W)
 
 
 # --------------------------------------------------------------------- helpers

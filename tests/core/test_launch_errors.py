@@ -55,6 +55,18 @@ def test_use_backend_context_sets_the_default_backend():
         k_scale[2](x, y, a, n, backend="metal")
 
 
+@pytest.mark.parametrize("call", [
+    lambda x, y, a, n: k_scale[2](x, y, a, n, backend=""),
+    lambda x, y, a, n: pycoop.asarray(x, backend=""),
+    lambda x, y, a, n: pycoop.zeros(4, backend=""),
+])
+def test_an_empty_backend_name_is_refused_not_read_as_auto(call):
+    """backend="" is a mistake (an unset variable, say), not "auto": an error, not a silent
+    choice of device."""
+    with pytest.raises(ValueError, match="backend must be one of .* got ''"):
+        call(*args_ok())
+
+
 def test_use_backend_context_nests_and_restores(monkeypatch):
     from pycoop.runtime import backend as be
     monkeypatch.setenv("PYCOOP_BACKEND", "emulator")
