@@ -155,7 +155,7 @@ _HEADER = ("import pycoop as pc\nfrom pycoop import u32, f32\n"
 
 def test_outcome_classes():
     bad_rule = _HEADER + ("@pc.kernel(workgroup_size=8)\ndef kern(A: pc.Buffer[f32]):\n"
-                          "    A[pc.local_invocation_index()] = A[0] + u32(1)\n")
+                          "    i = pc.local_invocation_index()\n    A[i] = A[i] + u32(1)\n")
     o = run_program(bad_rule, backend="emulator")
     assert o.cls == "compile-error" and o.stage == "trace"
     assert "different types" in o.detail and o.signature.startswith("compile-error: ")

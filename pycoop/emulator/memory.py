@@ -105,6 +105,13 @@ class Memory:
     _writer: np.ndarray | None = None
     _wrote: np.ndarray | None = None
     _sync = None
+    # With _writer, per element: the barrier epoch of its last store (-1: none), and its
+    # smallest and largest reader in the current barrier epoch as keys ordered by epoch first
+    # (SharedMemory's scheme over global invocation indices): accesses by invocations of one
+    # workgroup with no barrier between them are checked against each other
+    _wepoch: np.ndarray | None = None
+    _rmin_key: np.ndarray | None = None
+    _rmax_key: np.ndarray | None = None
 
     def __init__(self, name: str, array: np.ndarray, elem):
         self.name = name
@@ -143,6 +150,7 @@ class Memory:
         self._check_race_read(ctx, op, flat)
         if self._writer is not None:
             self._check_unordered_read(ctx, op, flat)
+            self._check_workgroup_read(ctx, op, flat)
         return self.data[flat]
 
     def checks_races(self) -> bool:
@@ -156,6 +164,75 @@ class Memory:
         self._writer = np.full(self.length, -1, np.int64)
         self._wrote = np.full(self.length, -1, np.int64)
         self._sync = sync
+        self._wepoch = np.full(self.length, -1, np.int64)
+        self._rmax_key = np.full(self.length, -(1 << 62), np.int64)       # never read
+        self._rmin_key = np.full(self.length, 1 << 62, np.int64)
+
+    def _store_epoch(self, ctx, who) -> np.ndarray:
+        """The epoch of stores by invocations `who` (global indices): their workgroup's last
+        `pc.barrier(memory="device")`. Only that barrier makes one invocation's buffer stores
+        visible to the others (`pc.barrier()` does so for shared memory alone, as GLSL's
+        barrier() without memoryBarrierBuffer())."""
+        return self._sync.barrier[who // ctx.dispatch.wgs]
+
+    def _check_workgroup_read(self, ctx, op, flat) -> None:
+        """A load of an element another invocation of the same workgroup stored with no device
+        barrier between them is a data race (the emulator's lockstep shows the new value; a
+        GPU may show either). Then the load is noted for the stores' check, by barrier epoch
+        (any barrier orders a load before a later store)."""
+        shape = ctx.dispatch.shape
+        e = np.broadcast_to(flat, shape)
+        who = np.broadcast_to(self._who(ctx), shape)
+        writer, wgs = self._writer[e], ctx.dispatch.wgs
+        bad = (self._wepoch[e] == self._store_epoch(ctx, who)) & (writer >= 0) & \
+            (writer != who) & (writer // wgs == who // wgs)
+        ctx.check_ub(bad, op, lambda w, i: (
+            f"data race: this load reads element {int(e[w, i])} of {self._describe()}, which "
+            f"invocation {int(writer[w, i]) % wgs} of the same workgroup stored with no "
+            "pc.barrier(memory='device') between them (pc.barrier() orders shared memory, "
+            "not buffers): the load may see the old value or the new one"),
+            rule_id="emulator.buffer-race")
+        if ctx.mask is not None:
+            e, who = e[ctx.mask], who[ctx.mask]
+        cur, R = ctx.barrier_epoch, ctx.dispatch.nwg * wgs + 1     # R > any invocation index
+        np.minimum.at(self._rmin_key, e.reshape(-1), who.reshape(-1) - cur * R)
+        np.maximum.at(self._rmax_key, e.reshape(-1), who.reshape(-1) + cur * R)
+
+    def _check_workgroup_write(self, ctx, op, e, val, who) -> None:
+        """A store changing an element that another invocation of the same workgroup stored
+        with no device barrier since, or loaded with no barrier since, is a data race (which
+        store lands, or which value the load saw, is unspecified); equal values are allowed,
+        as everywhere."""
+        wgs = ctx.dispatch.wgs
+        writer = self._writer[e]
+        wrote = (self._wepoch[e] == self._store_epoch(ctx, who)) & (writer >= 0) & \
+            (writer != who) & (writer // wgs == who // wgs)
+        cur, R = ctx.barrier_epoch, ctx.dispatch.nwg * wgs + 1
+        hi, lo = self._rmax_key[e] - cur * R, self._rmin_key[e] + cur * R
+        # every reader since the barrier in the storer's workgroup (readers in others are the
+        # cross-workgroup checks' concern), and not only the storer itself
+        read = (hi >= 0) & ((lo != who) | (hi != who)) & (lo // wgs == who // wgs) & \
+            (hi // wgs == who // wgs)
+        if not (wrote | read).any():
+            return
+        old = np.ascontiguousarray(self.data[e]).reshape(len(e), -1)
+        new = np.ascontiguousarray(val.astype(old.dtype, copy=False)).reshape(len(e), -1)
+        width = f"u{old.dtype.itemsize}"                 # compared as bits (NaN payloads too)
+        changed = (old.view(width) != new.view(width)).any(1)
+        for bad, other, what in (
+                (wrote & changed, writer, "stored with no pc.barrier(memory='device') since; "
+                                          "which store lands is unspecified"),
+                (read & changed, np.where(lo != who, lo, hi), "loaded with no barrier since; "
+                                                             "the load may see either value")):
+            if bad.any():
+                k = int(np.argmax(bad))
+                raise EmulatorError(
+                    f"data race: this store changes element {int(e[k])} of {self._describe()}, "
+                    f"which invocation {int(other[k]) % wgs} of the same workgroup {what}",
+                    op.loc, rule="reported by the pycoop emulator",
+                    hint="order the two accesses with a barrier (pc.barrier(memory='device') "
+                         "after a store), or let one invocation update the element (pc.atomic "
+                         "ops for a counter or a sum)", rule_id="emulator.buffer-race")
 
     def _check_unordered_read(self, ctx, op, flat) -> None:
         shape = ctx.dispatch.shape
@@ -208,10 +285,12 @@ class Memory:
             who = np.broadcast_to(self._who(ctx), shape)
             who = (who[ctx.mask] if ctx.mask is not None else who).reshape(-1)
             self._check_unordered_write(ctx, op, flat.reshape(-1), val, who)
+            self._check_workgroup_write(ctx, op, flat.reshape(-1), val, who)
         self.data[flat.reshape(-1)] = val
         if self._writer is not None:
             self._writer[flat.reshape(-1)] = who
             self._wrote[flat.reshape(-1)] = self._sync.tick()
+            self._wepoch[flat.reshape(-1)] = self._store_epoch(ctx, who)
 
     def _who(self, ctx):
         d = ctx.dispatch

@@ -442,7 +442,8 @@ def test_bitwise_and_on_bools_evaluates_both_sides():
 # --------------------------------------------------------------------------- trace-time control flow
 
 @pycoop.kernel(workgroup_size=WG)
-def k_unrolled(A: pycoop.Buffer[f32], taps: pycoop.Const = 3, mode: pycoop.Const = "sum"):
+def k_unrolled(A: pycoop.Buffer[f32], B: pycoop.Buffer[f32], taps: pycoop.Const = 3,
+               mode: pycoop.Const = "sum"):
     i = pycoop.global_invocation_id.x
     acc = A[i]
     for t in range(1, taps):               # Python ints: unrolled
@@ -454,7 +455,7 @@ def k_unrolled(A: pycoop.Buffer[f32], taps: pycoop.Const = 3, mode: pycoop.Const
     while k < 2:                           # Python while: unrolled
         acc = acc * 2.0
         k += 1
-    A[i] = acc
+    B[i] = acc          # not A: invocation i - 1 reads A[i] (a race on a GPU)
 
 
 @pytest.mark.parametrize("taps,mode", [(1, "sum"), (3, "sum"), (4, "max")])
@@ -464,12 +465,12 @@ def test_python_loops_and_ifs_are_unrolled_at_trace_time(taps, mode):
     assert names.count("load") == taps
     assert names.count("binary") == 2 * (taps - 1) + 2     # i + t, the combine, two doublings
     a = np.arange(64, dtype=np.float32)
-    orig = a.copy()
-    emu(k_unrolled, 1, a, taps=taps, mode=mode)
-    win = np.stack([orig[t:t + WG] for t in range(taps)])
+    b = np.full(64, -1.0, np.float32)
+    emu(k_unrolled, 1, a, b, taps=taps, mode=mode)
+    win = np.stack([a[t:t + WG] for t in range(taps)])
     ref = (win.sum(0) if mode == "sum" else win.max(0)) * 4
-    np.testing.assert_array_equal(a[:WG], ref)
-    np.testing.assert_array_equal(a[WG:], orig[WG:])
+    np.testing.assert_array_equal(b[:WG], ref)
+    np.testing.assert_array_equal(b[WG:], -1.0)
 
 
 # --------------------------------------------------------------------------- helpers
