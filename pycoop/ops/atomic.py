@@ -26,7 +26,7 @@ from ..ir.core import Value
 from ..types import BufferType, ScalarType, SharedArrayType, u32
 from ..codegen import extensions
 from ..codegen.checked import element
-from .core import as_value, check_readable
+from .core import as_value, check_readable, index_value
 from ..ir.registry import define, emulation, lowering
 
 __all__ = ["add", "sub", "min", "max", "and_", "or_", "xor", "exchange", "compare_exchange"]
@@ -238,7 +238,9 @@ def _atomic(kind: str, mem, idx, *vals, semantics: str) -> Value:
     _check_semantics(semantics, loc)
     elem = mem.type.elem if isinstance(mem, Value) and isinstance(
         mem.type, (BufferType, SharedArrayType)) else None
-    operands = [mem, as_value(idx, u32)] + [as_value(v, elem) for v in vals]
+    hint = {"add": "decrement with pycoop.atomic.sub(mem, i, 1)",
+            "sub": "increment with pycoop.atomic.add(mem, i, 1)"}.get(kind)
+    operands = [mem, index_value(idx)] + [as_value(v, elem, hint) for v in vals]
     return emit1("atomic", operands, {"kind": kind, "semantics": semantics}, loc)
 
 

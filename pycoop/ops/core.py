@@ -31,9 +31,12 @@ def _infer_const(operands, attrs, regions, loc):
 define("const", _infer_const, pure=True, doc="A compile-time constant scalar.")
 
 
-def const(value, type: ScalarType, loc: Loc | None = None) -> Value:
+def const(value, type: ScalarType, loc: Loc | None = None, negative_hint: str | None = None) -> Value:
+    """A constant of `type`. `negative_hint` is the hint where a negative number meets an
+    unsigned type (what the caller's construct should be written as instead)."""
     loc = loc or current_loc()
-    return emit1("const", [], {"value": _check_literal(value, type, loc), "type": type}, loc)
+    return emit1("const", [], {"value": _check_literal(value, type, loc, negative_hint),
+                               "type": type}, loc)
 
 
 def constant_value(v):
@@ -43,7 +46,7 @@ def constant_value(v):
         else None
 
 
-def _check_literal(value, type: ScalarType, loc: Loc):
+def _check_literal(value, type: ScalarType, loc: Loc, negative_hint: str | None = None):
     if type.is_bool:
         if not isinstance(value, (bool, np.bool_)):
             raise CompileError(f"{value!r} is not a bool", loc,
@@ -59,8 +62,12 @@ def _check_literal(value, type: ScalarType, loc: Loc):
         v = int(value)
         lo, hi = type.min_max()
         if not lo <= v <= hi:
+            hint = "use a wider type or cast the other operand"
+            if v < 0 and not type.signed:
+                hint = negative_hint or (f"{type} holds no negative numbers: compute in a "
+                                         f"signed type, e.g. i{type.bits}(x)")
             raise CompileError(f"constant {v} does not fit in {type} (range {lo}..{hi})", loc,
-                               hint="use a wider type or cast the other operand",
+                               hint=hint,
                                rule="SPIR-V: a constant's literal fits its type's width and signedness",
                                rule_id="core.constant-range")
         return v
@@ -140,8 +147,9 @@ def default_type(x) -> ScalarType:
                        rule_id="core.traceable-value")
 
 
-def as_value(x, like: Type | None = None) -> Value:
-    """Turn a Python number into a constant (of `like`'s scalar type if given)."""
+def as_value(x, like: Type | None = None, negative_hint: str | None = None) -> Value:
+    """Turn a Python number into a constant (of `like`'s scalar type if given; `negative_hint`
+    as for `const`)."""
     if isinstance(x, Value):
         return x
     if isinstance(like, CoopMatType):
@@ -153,7 +161,7 @@ def as_value(x, like: Type | None = None) -> Value:
         x = x.item()
     if not isinstance(x, (numbers.Number, np.bool_)):
         default_type(x)   # raises the untraceable-value error
-    return const(x, t)
+    return const(x, t, negative_hint=negative_hint)
 
 
 # --------------------------------------------------------------------------- built-ins
@@ -448,9 +456,25 @@ def binary(kind: str, a, b) -> Value:
     if same is not None:
         return same
     loc = current_loc()
-    a = as_value(a, getattr(b, "type", None))
-    b = as_value(b, a.type)
+    hint = _negative_hint(kind, _elem(getattr(a, "type", None) or b.type))
+    a = as_value(a, getattr(b, "type", None), hint)
+    b = as_value(b, a.type, hint)
     return emit1("binary", [a, b], {"kind": kind}, loc)
+
+
+def _negative_hint(kind: str, t: ScalarType | None) -> str | None:
+    """What to write where a negative Python int meets an unsigned value in `a kind b` (the
+    int becomes a constant of that type, which cannot hold it); None for other types."""
+    if t is None or not t.is_int or t.signed:
+        return None
+    if kind == "add":
+        return "subtract instead: `x - 1`, not `x + -1` (or compute in a signed type)"
+    if kind == "sub":
+        return "add instead: `x + 1`, not `x - -1` (or compute in a signed type)"
+    if kind in ("and", "or", "xor"):
+        return (f"write the mask in the value's type, e.g. `x & ~{t}(3)`: Python's `~3` is "
+                f"the int -4")
+    return f"{t} holds no negative numbers: compute in a signed type, e.g. i{t.bits}(x)"
 
 
 # x op n == x for an integer x and these Python ints n on the right (or either side: commutative)
@@ -866,8 +890,10 @@ def _lower_compare(ctx, op):
 
 def compare(kind: str, a, b) -> Value:
     loc = current_loc()
-    a = as_value(a, getattr(b, "type", None))
-    b = as_value(b, a.type)
+    hint = ("an unsigned value is never negative: drop the test, or compare in a signed type "
+            "(`i32(x) > -1`)")
+    a = as_value(a, getattr(b, "type", None), hint)
+    b = as_value(b, a.type, hint)
     return emit1("compare", [a, b], {"kind": kind}, loc)
 
 
@@ -1347,15 +1373,26 @@ def _lower_store(ctx, op):
     ctx.emit("OpStore", None, ptr, ctx.id(op.operands[2]), *ctx.memory_access(align))
 
 
+# where a negative Python int is given as an index or offset into memory
+NEGATIVE_INDEX_HINT = ("a kernel's indexes do not count from the end: write the position from "
+                       "the start (n - 1 for the last of n elements)")
+
+
+def index_value(idx) -> Value:
+    """An index or offset into a buffer or shared array: a runtime integer, or a Python int as
+    a u32 constant."""
+    return as_value(idx, u32, NEGATIVE_INDEX_HINT)
+
+
 def load(mem: Value, idx) -> Value:
     loc = current_loc()
-    return emit1("load", [mem, as_value(idx, u32)], {}, loc)
+    return emit1("load", [mem, index_value(idx)], {}, loc)
 
 
 def store(mem: Value, idx, val) -> None:
     loc = current_loc()
     val = as_value(val, mem.type.elem if isinstance(mem.type, (BufferType, SharedArrayType)) else None)
-    emit("store", [mem, as_value(idx, u32), val], {}, None, loc)
+    emit("store", [mem, index_value(idx), val], {}, None, loc)
 
 
 def _infer_shared(operands, attrs, regions, loc):

@@ -14,8 +14,9 @@ from ..codegen.checked import matrix_block
 from ..errors import CompileError, Loc, current_loc, entry_point
 from ..ir.builder import emit, emit1
 from ..ir.core import Value
-from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, f32, u32)
-from .core import as_value, check_readable, convert_array, emit_conversion, via_f32
+from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, f32,
+                     i32, u32)
+from .core import as_value, check_readable, convert_array, emit_conversion, index_value, via_f32
 from .known_bits import exact, low_bits
 from ..ir.registry import define, emulation, lowering
 from .khr_layout import matrix_layout
@@ -322,6 +323,13 @@ def _layout(layout: str, loc: Loc) -> str:
                                 "ColumnMajorKHR", rule_id="khr.layout") from None
 
 
+def _stride(stride) -> Value:
+    """The stride operand: a runtime integer, or a Python int as a u32 constant (i32 where it
+    is negative, so that the stride rule, not the constant's range, reports it)."""
+    negative = isinstance(stride, numbers.Integral) and not isinstance(stride, bool) and stride < 0
+    return as_value(stride, i32 if negative else u32)
+
+
 def load(t: CoopMatType, mem: Value, offset, stride, layout: str = "row_major") -> Value:
     """Load a matrix of type `t` from `mem` (buffer or shared array) at element `offset`."""
     loc = current_loc()
@@ -330,7 +338,7 @@ def load(t: CoopMatType, mem: Value, offset, stride, layout: str = "row_major") 
                            rule="SPV_KHR_cooperative_matrix: Result Type of OpCooperativeMatrixLoadKHR "
                                 "must be an OpTypeCooperativeMatrixKHR", rule_id="khr.load-result-type")
     _check_mem(mem, loc, "cooperative matrix load")
-    return emit1("khr.load", [mem, as_value(offset, u32), as_value(stride, u32)],
+    return emit1("khr.load", [mem, index_value(offset), _stride(stride)],
                  {"type": t, "layout": _layout(layout, loc)}, loc)
 
 
@@ -339,7 +347,7 @@ def store(mem: Value, offset, mat: Value, stride, layout: str = "row_major") -> 
     loc = current_loc()
     _check_mem(mem, loc, "cooperative matrix store")
     _need_mat(mat, "the stored object", loc)
-    emit("khr.store", [mem, as_value(offset, u32), mat, as_value(stride, u32)],
+    emit("khr.store", [mem, index_value(offset), mat, _stride(stride)],
          {"layout": _layout(layout, loc)}, None, loc)
 
 

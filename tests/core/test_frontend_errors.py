@@ -24,6 +24,16 @@ def at_line(e, fn, text: str) -> None:
     assert e.rule and e.hint
 
 
+def shown_frames(e) -> list[tuple[str, int]]:
+    """(file, line) of the frames a traceback printer shows for the error `e`."""
+    tb, shown = e.__traceback__, []
+    while tb is not None:
+        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
+            shown.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+        tb = tb.tb_next
+    return shown
+
+
 # --------------------------------------------------------------------------- statements
 
 @pc.kernel(workgroup_size=8)
@@ -496,12 +506,8 @@ def test_python_exceptions_of_kernel_code_are_compile_errors_at_their_line(kerne
     assert what in e.value.message and e.value.rule_id == "frontend.python-exception"
     fn = _helper_that_divides if marker == "# HELPER" else kernel
     assert e.value.loc.file == __file__ and e.value.line == line_of(fn, marker)
-    tb, shown = e.value.__traceback__, []      # the frames a traceback printer shows
-    while tb is not None:
-        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
-            shown.append(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
-    assert not any(pc.errors.is_internal(f) for f in shown) and e.value.__cause__ is None
+    shown = shown_frames(e.value)
+    assert not any(pc.errors.is_internal(f) for f, _ in shown) and e.value.__cause__ is None
 
 
 @pc.func
@@ -661,6 +667,50 @@ def test_a_range_bound_the_loop_type_cannot_hold_is_reported_at_the_loop():
 
 
 @pc.kernel(workgroup_size=8)
+def k_negative_mask(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = i & ~3                              # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_negative_addend(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = i + (-1)                            # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_negative_index(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[-1] = i                                  # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_negative_comparison(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    if i > -1:                                 # HERE
+        A[i] = i
+
+
+@pc.kernel(workgroup_size=8)
+def k_negative_atomic_add(A: pc.Buffer[u32]):
+    pc.atomic.add(A, 0, -1)                    # HERE
+
+
+@pytest.mark.parametrize("kernel,message,hint", [
+    (k_negative_mask, "constant -4 does not fit in u32", "~u32(3)"),
+    (k_negative_addend, "constant -1 does not fit in u32", "subtract instead"),
+    (k_negative_index, "constant -1 does not fit in u32", "do not count from the end"),
+    (k_negative_comparison, "constant -1 does not fit in u32", "never negative"),
+    (k_negative_atomic_add, "constant -1 does not fit in u32", "pycoop.atomic.sub"),
+])
+def test_a_negative_python_int_meeting_an_unsigned_value_names_the_fix(kernel, message, hint):
+    with pytest.raises(pc.CompileError, match=message) as info:
+        kernel.compile()
+    at_line(info.value, kernel, "# HERE")
+    assert info.value.rule_id == "core.constant-range" and hint in info.value.hint
+
+
+@pc.kernel(workgroup_size=8)
 def k_callee(A: pc.Buffer[f32], n: u32):
     A[0] = f32(1.0)
 
@@ -695,9 +745,5 @@ def test_type_factory_errors_outside_a_kernel_show_no_pycoop_frames(make):
     with pytest.raises(pc.CompileError) as e:
         make()
     assert e.value.loc.file == __file__
-    tb, shown = e.value.__traceback__, []
-    while tb is not None:
-        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
-            shown.append(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
-    assert shown and not any(pc.errors.is_internal(f) for f in shown)
+    shown = shown_frames(e.value)
+    assert shown and not any(pc.errors.is_internal(f) for f, _ in shown)
