@@ -590,14 +590,21 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     if not isinstance(step, Value) and step == 0:
         raise _range_error("range() step must not be zero", loc,
                            rule_id="control.range-step-zero")
+    lo, hi, step = (a.item() if isinstance(a, np.generic) else a for a in (lo, hi, step))
+    # a constant negative step over unsigned bounds counts down by its magnitude, which the
+    # type holds (it holds no -d)
+    down = not it_t.signed and not isinstance(step, Value) and step < 0
     # Python numbers as constants of the loop's type, at the loop's line (a number the type
-    # cannot hold, such as a step of -1 with u32 bounds, is reported there)
-    lo, hi, step = (a if isinstance(a, Value) else
-                    const(a.item() if isinstance(a, np.generic) else a, it_t, loc)
-                    for a in (lo, hi, step))
-    bounds = _constant_bounds((lo, hi, step))
+    # cannot hold, such as a stop of -1 with u32 bounds, is reported there)
+    bound_hint = (f"{it_t} holds no negative numbers: `range(n, 0, -1)` counts n down to 1; to "
+                  f"end at 0, loop over i32 bounds (`range(i32(n) - 1, -1, -1)`)")
+    lo, hi, step = (a if isinstance(a, Value) else const(a, it_t, loc, bound_hint)
+                    for a in (lo, hi, -step if down else step))
+    bounds = _constant_bounds((lo, hi, -step.op.attrs["value"] if down else step))
     if bounds is not None and not len(range(*bounds)):       # never runs: dead code
         return Result((prior, *vals))
+    if down:
+        return _count_down(lo, hi, step, body_fn, vals, names, k, attrs, prior, loc)
     neg = step.op is not None and step.op.name == "const" and step.op.attrs["value"] < 0
 
     def in_range(i):
@@ -624,6 +631,32 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     last = end - step
     return Result((select(in_range(lo), last, before) if isinstance(before, Value) else before,
                    *after))
+
+
+def _count_down(lo: Value, hi: Value, d: Value, body_fn: Callable, vals: tuple, names: tuple,
+                k: int | None, attrs: dict, prior: Any, loc: Loc) -> Result:
+    """`for i in range(lo, hi, -d)` over unsigned bounds (d a positive constant): i runs from
+    lo down while i > hi. The step i - d wraps below 0, and a wrapped index is above hi again,
+    so the loop carries whether the next index is still in range, decided before the step
+    (where i > hi, so i - hi does not wrap). `k`: the index in `vals` of the break flag."""
+    def cond(extra, user):
+        c = extra[1]
+        if k is not None and isinstance(user[k], Value):
+            c = c & ~user[k]
+        return c
+
+    def body(extra, user):
+        i = extra[0]
+        out = body_fn(i, *user)
+        return [i - d, i - hi > d], out
+
+    before = _prior_as(prior, lo.type, loc)
+    runs = lo > hi
+    (end, _), after = _runtime_loop(vals, loc, cond, body, [lo, runs], names, attrs)
+    # the last index that ran (the breaking one after a break): the step wraps modulo 2^bits,
+    # so adding it back is exact
+    last = end + d
+    return Result((select(runs, last, before) if isinstance(before, Value) else before, *after))
 
 
 def _prior_as(prior: Any, t: ScalarType, loc: Loc) -> Value | Undefined:

@@ -119,8 +119,15 @@ def _has(stmts: list[ast.stmt], kinds: tuple, *, into_loops: bool = True) -> boo
 
 
 def _call(fn: str, args: list[ast.expr], node: ast.AST, **keywords: ast.expr) -> ast.Call:
-    c = ast.Call(func=ast.Attribute(value=ast.Name(_PC, ast.Load()), attr=fn, ctx=ast.Load()),
-                 args=args, keywords=[ast.keyword(k, v) for k, v in keywords.items()])
+    """`__pc.fn(*args)` at `node`'s position. The callee `__pc.fn` is placed on `node`'s first
+    line only: CPython puts a method call spanning lines at the end line of its callee, so a
+    rewritten `for` or `if` would show its body's last line in tracebacks."""
+    line, col = node.lineno, node.col_offset
+    func = ast.Attribute(value=ast.Name(_PC, ast.Load(), lineno=line, col_offset=col,
+                                        end_lineno=line, end_col_offset=col),
+                         attr=fn, ctx=ast.Load(), lineno=line, col_offset=col,
+                         end_lineno=line, end_col_offset=col)
+    c = ast.Call(func=func, args=args, keywords=[ast.keyword(k, v) for k, v in keywords.items()])
     return ast.copy_location(c, node)
 
 

@@ -650,20 +650,24 @@ def test_closures_and_comprehensions_that_keep_their_meaning_still_work():
 
 
 @pc.kernel(workgroup_size=4)
-def k_range_step_out_of_type(x: pc.Buffer[u32]):
+def k_range_stop_out_of_type(x: pc.Buffer[u32]):
     g = pc.global_invocation_id.x
     s = u32(0)
-    for i in range(x[g], 0, -1):               # HERE
+    for i in range(x[g] - 1, -1, -1):          # HERE
         s = s + i
         s = s * u32(3)
     x[g] = s
 
 
 def test_a_range_bound_the_loop_type_cannot_hold_is_reported_at_the_loop():
-    """A step of -1 with u32 bounds: reported at the `for`, not at the body's last line."""
-    with pytest.raises(pc.CompileError, match="does not fit") as info:
-        emu(k_range_step_out_of_type, 1, np.array([1, 2, 3, 4], np.uint32))
-    at_line(info.value, k_range_step_out_of_type, "# HERE")
+    """A stop of -1 with u32 bounds: reported at the `for`, not at the body's last line (in
+    the message and in the traceback's last frame), with the ways to write the loop."""
+    with pytest.raises(pc.CompileError, match="constant -1 does not fit in u32") as info:
+        emu(k_range_stop_out_of_type, 1, np.array([1, 2, 3, 4], np.uint32))
+    at_line(info.value, k_range_stop_out_of_type, "# HERE")
+    assert info.value.rule_id == "core.constant-range"
+    assert "range(n, 0, -1)" in info.value.hint and "i32" in info.value.hint
+    assert shown_frames(info.value)[-1] == (__file__, info.value.line)
 
 
 @pc.kernel(workgroup_size=8)
