@@ -927,6 +927,24 @@ def not_(a):
     return not a
 
 
+def is_(a, b, negate: bool, pos=None) -> bool:
+    """`a is b` (`a is not b` with `negate`): Python identity, evaluated while tracing. A
+    runtime value's identity is that of its traced object, not of anything the kernel
+    computes (`b is True` of a runtime bool would be False in every invocation), so it is
+    refused except against None, which a runtime value never is (the test of an optional
+    argument)."""
+    if (isinstance(a, Value) or isinstance(b, Value)) and a is not None and b is not None:
+        v = a if isinstance(a, Value) else b
+        op = "is not" if negate else "is"
+        raise CompileError(f"`{op}` with a runtime value ({v.type}) tests the identity of its "
+                           "traced object, not its value", _loc(pos),
+                           rule="pycoop: `is` and `is not` are evaluated while tracing; runtime "
+                                "values are compared with == and !=",
+                           hint=f"write `{'!=' if negate else '=='}` (or test the value itself: "
+                                "`if b:`)", rule_id="frontend.runtime-identity")
+    return (a is not b) if negate else (a is b)
+
+
 def ifexp(c, a_fn: Callable, b_fn: Callable):
     if not isinstance(c, Value):
         return a_fn() if c else b_fn()

@@ -458,7 +458,7 @@ class _Rewriter(ast.NodeTransformer):
         the function evaluating the link, read by the lambdas nested in it."""
         self.generic_visit(node)
         if len(node.ops) == 1:
-            return node
+            return self._compare(node.left, node.ops[0], node.comparators[0], node)
         operands, ops = [node.left, *node.comparators], node.ops
         temps = [self._fresh("cmp") for _ in ops[1:]]
 
@@ -467,13 +467,20 @@ class _Rewriter(ast.NodeTransformer):
             right = operands[k + 1]
             if k < len(temps):
                 right = ast.NamedExpr(ast.Name(temps[k], ast.Store()), right)
-            return ast.fix_missing_locations(ast.copy_location(
-                ast.Compare(left, [ops[k]], [right]), node))
+            return ast.fix_missing_locations(self._compare(left, ops[k], right, node))
 
         expr = link(len(ops) - 1)
         for k in range(len(ops) - 2, -1, -1):
             expr = _call("and_", [link(k), _lambda(expr)], node)
         return expr
+
+    def _compare(self, left: ast.expr, op: ast.cmpop, right: ast.expr, node) -> ast.expr:
+        """`left op right` at `node`; `is` and `is not` become `__pc.is_(...)`, which refuses
+        a runtime value (its identity is a fact of the trace, not of the kernel)."""
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            return _call("is_", [left, right, ast.Constant(isinstance(op, ast.IsNot)),
+                                 self._loc_arg(node)], node)
+        return ast.copy_location(ast.Compare(left, [op], [right]), node)
 
 
 class _ReturnMarker(ast.NodeTransformer):

@@ -671,6 +671,54 @@ def test_a_range_bound_the_loop_type_cannot_hold_is_reported_at_the_loop():
 
 
 @pc.kernel(workgroup_size=8)
+def k_is_true(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    b = i > u32(3)
+    if b is True:                              # HERE
+        A[i] = u32(1)
+
+
+@pc.kernel(workgroup_size=8)
+def k_is_not_in_a_chain(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    if u32(0) < i is not A[0]:                 # HERE
+        A[i] = u32(1)
+
+
+@pytest.mark.parametrize("kernel,op,hint", [(k_is_true, "is", "=="),
+                                            (k_is_not_in_a_chain, "is not", "!=")])
+def test_identity_of_a_runtime_value_is_a_compile_error(kernel, op, hint):
+    """`b is True` of a runtime bool was Python identity, False in every invocation."""
+    with pytest.raises(pc.CompileError, match=f"`{op}` with a runtime value") as info:
+        kernel.compile()
+    at_line(info.value, kernel, "# HERE")
+    assert info.value.rule_id == "frontend.runtime-identity" and hint in info.value.hint
+
+
+@pc.func
+def _plus_optional(x, bias=None):
+    if bias is None:
+        return x
+    return x + bias
+
+
+@pc.kernel(workgroup_size=8)
+def k_is_none(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    scale = None
+    flag = True
+    A[i] = _plus_optional(i) * u32(10) + _plus_optional(i, i) + (1 if flag is not False else 0)
+    if scale is not None:
+        A[i] = A[i] * scale
+
+
+def test_identity_of_trace_time_values_and_none_still_works():
+    a = np.zeros(8, np.uint32)
+    emu(k_is_none, 1, a)
+    assert a.tolist() == [10 * i + 2 * i + 1 for i in range(8)]
+
+
+@pc.kernel(workgroup_size=8)
 def k_negative_mask(A: pc.Buffer[u32]):
     i = pc.global_invocation_id.x
     A[i] = i & ~3                              # HERE
