@@ -1412,6 +1412,14 @@ def _lower_shared(ctx, op):
     ctx.set(op.result, ctx.shared_variable(op.result.type))
 
 
+# The shared memory one kernel may declare, in bytes: above the largest
+# maxComputeSharedMemorySize of any device (227 KiB on NVIDIA's H100/H200, 160 KiB on AMD's
+# MI355X), so that a size no device can run is refused while tracing rather than as an
+# encoding error (a length beyond 32 bits) or an allocation failure of the emulator. What a
+# given device allows is checked at the launch.
+MAX_SHARED_BYTES = 256 * 1024
+
+
 def shared(elem: ScalarType | VectorType, length: int) -> Value:
     """Allocate an array of `length` elements of `elem` (a numeric scalar, or a numeric vector
     of 2 or 4 components) in workgroup-shared memory."""
@@ -1428,6 +1436,18 @@ def shared(elem: ScalarType | VectorType, length: int) -> Value:
                            rule="SPIR-V: OpTypeArray Length must be at least 1 (a constant)",
                            rule_id="core.shared-length")
     t = tracer()
+    size = int(length) * elem.size
+    total = size + sum(v.type.length * v.type.elem.size for v in t.shared)
+    if total > MAX_SHARED_BYTES:
+        before = f", {total - size} B in the arrays before it" if total > size else ""
+        raise CompileError(f"pycoop.shared({elem}, {length}) takes {size} B{before}: more shared "
+                           f"memory than any device gives a workgroup", loc,
+                           rule=f"pycoop: a kernel's shared arrays take at most "
+                                f"{MAX_SHARED_BYTES // 1024} KiB (more than any device's "
+                                f"maxComputeSharedMemorySize)",
+                           hint="use smaller tiles or reuse one array; a launch also checks the "
+                                "device's own limit (Vulkan guarantees 16 KiB, an H100 gives "
+                                "227 KiB)", rule_id="core.shared-length")
     if len(t.blocks) != 1:
         raise CompileError("shared arrays must be allocated at the top level of the kernel", loc,
                            hint="move pycoop.shared(...) before any runtime if/for/while",
