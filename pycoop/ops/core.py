@@ -20,6 +20,7 @@ from ..types import (BufferType, CoopMatType, ScalarType, SharedArrayType, Type,
                      SCALARS, bf16, bool_, f16, f32, f64, i32, u32, u64, memory_element, scalar_of_dtype)
 from ..codegen.checked import element
 from ..ir.registry import define, emulation, lowering
+from .known_bits import exact
 from .spec import check_not_spec
 
 # --------------------------------------------------------------------------- constants
@@ -356,7 +357,35 @@ def _infer_binary(operands, attrs, regions, loc):
             raise CompileError(f"`{sym}` is not available for {e}", loc,
                                rule="GLSL.std.450 Pow: 16- or 32-bit floats only",
                                hint="cast to f32 first", rule_id="core.glsl-16-32-bit")
+        if e.is_int:
+            _check_constant_operands(kind, a, b, loc)
     return [t]
+
+
+def _check_constant_operands(kind: str, a: Value, b: Value, loc: Loc) -> None:
+    """Undefined behaviour that the traced operands prove (a divisor or shift amount the IR
+    fixes): a CompileError at the line, as the emulator would report every invocation."""
+    d = exact(b)
+    if d is None:
+        return
+    e = a.type
+    if kind in ("div", "rem") and (d == 0 or (e.signed and d == -1 and exact(a) == e.min_max()[0])):
+        sym = "//" if kind == "div" else "%"
+        what = "by zero" if d == 0 else f"{exact(a)}, the least {e}, by -1"
+        raise CompileError(f"`{sym}` divides {what}: the result is undefined", loc,
+                           rule="SPIR-V: OpUDiv, OpSDiv, OpUMod and OpSRem are undefined if "
+                                "Operand 2 is 0 (the signed ones also for the minimum value by -1)",
+                           hint="guard the division, or divide by a value that cannot be 0",
+                           rule_id="emulator.undefined-behaviour")
+    if kind in ("shl", "shr") and not 0 <= d < e.bits:
+        sym = "<<" if kind == "shl" else ">>"
+        by = "a negative amount" if d < 0 else "its width or more"
+        raise CompileError(f"`{sym} {d}` shifts a {e.bits}-bit integer by {by}: the result is "
+                           f"undefined", loc,
+                           rule="SPIR-V: the result of a shift is undefined if Shift is greater "
+                                "than or equal to the bit width of Base's components",
+                           hint=f"shift by 0 to {e.bits - 1} (a wider type holds more bits)",
+                           rule_id="emulator.undefined-behaviour")
 
 
 define("binary", _infer_binary, pure=True, doc="Element-wise binary arithmetic / bitwise / min / max.")
@@ -1299,7 +1328,21 @@ def _infer_load(operands, attrs, regions, loc):
     mem, idx = operands
     _check_indexable(mem, idx, loc)
     check_readable(mem, loc)
+    check_shared_index(mem, idx, loc)
     return [mem.type.elem]
+
+
+def check_shared_index(mem: Value, idx: Value, loc: Loc) -> None:
+    """A shared array's length is known while tracing: an index the IR fixes outside it is
+    undefined behaviour in every invocation, reported at the line."""
+    i = exact(idx) if isinstance(mem.type, SharedArrayType) else None
+    if i is not None and not 0 <= i < mem.type.length:
+        raise CompileError(f"index {i} is outside the shared array of {mem.type.length} "
+                           f"elements", loc,
+                           rule="Vulkan: an access outside a Workgroup variable is undefined "
+                                "(robust buffer access does not cover shared memory)",
+                           hint=f"index 0 to {mem.type.length - 1}, or make the array longer",
+                           rule_id="emulator.undefined-behaviour")
 
 
 def _check_indexable(mem: Value, idx: Value, loc: Loc):
@@ -1343,6 +1386,7 @@ def _infer_store(operands, attrs, regions, loc):
         raise CompileError("cannot store into a read-only buffer", loc,
                            rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
                            rule_id="core.read-only-store")
+    check_shared_index(mem, idx, loc)
     return []
 
 

@@ -4,12 +4,13 @@ and a hint, never an internal exception; what does work keeps working."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 import numpy as np
 import pytest
 
 import pycoop as pc
-from pycoop import f32, u32
+from pycoop import f32, i32, u32
 from pycoop.ir.core import Value
 
 from core_helpers import emu, line_of
@@ -716,6 +717,103 @@ def test_identity_of_trace_time_values_and_none_still_works():
     a = np.zeros(8, np.uint32)
     emu(k_is_none, 1, a)
     assert a.tolist() == [10 * i + 2 * i + 1 for i in range(8)]
+
+
+# --------------------------------------------------------------------------- undefined behaviour
+# that the traced operands prove (what the emulator would report in every invocation)
+
+@pc.kernel(workgroup_size=32)
+def k_shared_index_past_the_end(A: pc.Buffer[u32]):
+    s = pc.shared(u32, 8)
+    i = pc.global_invocation_id.x
+    s[8] = i                                   # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_shared_atomic_past_the_end(A: pc.Buffer[u32]):
+    s = pc.shared(u32, 8)
+    A[0] = pc.atomic.add(s, 4 * 2 + 1, u32(1))  # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_shift_by_the_width(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = i << 32                             # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_negative_shift(A: pc.Buffer[i32]):
+    i = i32(pc.global_invocation_id.x)
+    A[i] = i >> -1                             # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_divide_by_zero(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = A[i] // (i * 0)                     # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_modulo_zero(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = A[i] % 0                            # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_int_min_by_minus_one(A: pc.Buffer[i32]):
+    i = pc.global_invocation_id.x
+    A[i] = i32(-2 ** 31) // -1                 # HERE
+
+
+@pc.kernel(workgroup_size=32, subgroup_size=32)
+def k_broadcast_past_the_subgroup(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = pc.subgroup.broadcast(i, 40)        # HERE
+
+
+@pc.kernel(workgroup_size=32, subgroup_size=16)
+def k_shuffle_past_the_subgroup(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = pc.subgroup.shuffle(i, 16)          # HERE
+
+
+@pytest.mark.parametrize("kernel,message", [
+    (k_shared_index_past_the_end, "index 8 is outside the shared array of 8 elements"),
+    (k_shared_atomic_past_the_end, "index 9 is outside the shared array of 8 elements"),
+    (k_shift_by_the_width, "`<< 32` shifts a 32-bit integer by its width or more"),
+    (k_negative_shift, "`>> -1` shifts a 32-bit integer by a negative amount"),
+    (k_divide_by_zero, "`//` divides by zero"),
+    (k_modulo_zero, "`%` divides by zero"),
+    (k_int_min_by_minus_one, "`//` divides -2147483648, the least i32, by -1"),
+    (k_broadcast_past_the_subgroup, "subgroup.broadcast of lane 40 in subgroups of 32"),
+    (k_shuffle_past_the_subgroup, "subgroup.shuffle of lane 16 in subgroups of 16"),
+])
+def test_undefined_behaviour_the_operands_prove_is_a_compile_error(kernel, message):
+    """A constant (or IR-fixed, `i * 0`) operand that makes an op undefined in every
+    invocation is refused while tracing, so compile() exports no such module; the emulator
+    reports the same rule for runtime operands."""
+    with pytest.raises(pc.CompileError, match=re.escape(message)) as info:
+        kernel.compile()
+    at_line(info.value, kernel, "# HERE")
+    assert info.value.rule_id == "emulator.undefined-behaviour" and "undefined" in info.value.rule
+
+
+@pc.kernel(workgroup_size=32)
+def k_runtime_operands_left_to_the_emulator(A: pc.Buffer[u32], n: u32):
+    s = pc.shared(u32, 32)
+    i = pc.global_invocation_id.x
+    s[i] = i
+    pc.barrier()
+    A[i] = (s[31] << n) + A[i] // n + pc.subgroup.broadcast(i, n)
+
+
+def test_runtime_operands_of_those_ops_are_left_to_the_emulator():
+    A = np.arange(32, dtype=np.uint32)
+    emu(k_runtime_operands_left_to_the_emulator, 1, A, 1)
+    assert A.tolist() == [31 * 2 + v + 1 for v in range(32)]
+    with pytest.raises(pc.EmulatorError) as info:
+        emu(k_runtime_operands_left_to_the_emulator, 1, A, 0)
+    assert info.value.rule_id == "emulator.undefined-behaviour"
 
 
 @pc.kernel(workgroup_size=8)
