@@ -160,6 +160,22 @@ def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
                                      "components",
                            hint=f"use an array of {t.component} or of a multiple of its size",
                            rule_id="khr.array-element-size")
+    # Packing reinterprets bits through integer containers (u32, uvec4); a float array of
+    # another type is a conversion left out or a wrong dtype, whose bits would be read as
+    # the matrix's components (an f16 identity matrix from f32 data reads 0, 0, 0, 3.5).
+    scalar = elem.elem if isinstance(elem, VectorType) else elem
+    if isinstance(scalar, ScalarType) and scalar.is_float and scalar != t.component:
+        raise CompileError(f"{what} of {t.component} components through an array of {elem}: "
+                           f"the {scalar} values' bits would be read as {t.component} "
+                           f"components", loc,
+                           rule="pycoop: a float array holds matrix components of its own type "
+                                "(packed components are reinterpreted through u32 or "
+                                "pycoop.vec(u32, 4) arrays)",
+                           hint=f"convert the matrix first: pycoop.convert(m, {scalar})"
+                           if what.endswith("store") else
+                           f"pass {t.component} data, or load a {scalar} matrix and convert "
+                           f"it: pycoop.convert(m, {t.component})",
+                           rule_id="khr.array-element-type")
 
 
 # --------------------------------------------------------------------------- addressing rules
