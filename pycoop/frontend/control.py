@@ -591,6 +591,10 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
         raise _range_error("range() step must not be zero", loc,
                            rule_id="control.range-step-zero")
     lo, hi, step = (a.item() if isinstance(a, np.generic) else a for a in (lo, hi, step))
+    for a in (lo, hi, step):
+        if not isinstance(a, (Value, numbers.Integral)):        # as Python's range() refuses
+            raise _range_error(f"range() needs integer bounds, got {a!r}", loc,
+                               rule_id="control.range-integer-bounds")
     # a constant negative step over unsigned bounds counts down by its magnitude, which the
     # type holds (it holds no -d)
     down = not it_t.signed and not isinstance(step, Value) and step < 0

@@ -1424,7 +1424,13 @@ NEGATIVE_INDEX_HINT = ("a kernel's indexes do not count from the end: write the 
 
 def index_value(idx) -> Value:
     """An index or offset into a buffer or shared array: a runtime integer, or a Python int as
-    a u32 constant."""
+    a u32 constant. A Python float is refused even when integral, as Python refuses it as an
+    index (`out[2.0]` is a TypeError)."""
+    if isinstance(idx, (float, np.floating)):
+        raise CompileError(f"an index must be an integer, not the float {idx!r}", current_loc(),
+                           hint="write an int (2, not 2.0), or int(x) of a trace-time float",
+                           rule="SPIR-V: OpAccessChain indexes are integer scalars",
+                           rule_id="core.index-integer")
     return as_value(idx, u32, NEGATIVE_INDEX_HINT)
 
 

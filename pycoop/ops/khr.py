@@ -341,7 +341,13 @@ def _layout(layout: str, loc: Loc) -> str:
 
 def _stride(stride) -> Value:
     """The stride operand: a runtime integer, or a Python int as a u32 constant (i32 where it
-    is negative, so that the stride rule, not the constant's range, reports it)."""
+    is negative, so that the stride rule, not the constant's range, reports it); not a
+    Python float, even an integral one."""
+    if isinstance(stride, (float, np.floating)):
+        raise CompileError(f"stride must be an integer scalar, not the float {stride!r}",
+                           current_loc(), hint="write an int (16, not 16.0)",
+                           rule="SPV_KHR_cooperative_matrix: Stride must be a scalar integer type",
+                           rule_id="khr.stride-type")
     negative = isinstance(stride, numbers.Integral) and not isinstance(stride, bool) and stride < 0
     return as_value(stride, i32 if negative else u32)
 

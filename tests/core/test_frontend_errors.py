@@ -443,6 +443,45 @@ def test_python_ranges_python_refuses_are_compile_errors(kernel, marker, rule_id
     assert e.value.rule_id == rule_id and e.value.line == line_of(kernel, marker)
 
 
+MA16 = pc.coopmat[pc.f16, pc.Subgroup, 16, 16, pc.UseA]
+
+
+@pc.kernel(workgroup_size=8)
+def k_float_runtime_range(A: pc.Buffer[f32], n: u32):
+    for i in range(0.0, n):                    # HERE
+        A[i] = f32(1.0)
+
+
+@pc.kernel(workgroup_size=8)
+def k_float_index(A: pc.Buffer[f32]):
+    A[2.0] = f32(1.0)                          # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_float_atomic_index(A: pc.Buffer[u32]):
+    pc.atomic.add(A, 0.0, u32(1))              # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_float_stride(A: pc.Buffer[pc.f16]):
+    pc.store(A, 0, MA16.load(A, 0, 16.0), 16)  # HERE
+
+
+@pytest.mark.parametrize("kernel,message,rule_id", [
+    (k_float_runtime_range, "range() needs integer bounds, got 0.0", "control.range-integer-bounds"),
+    (k_float_index, "an index must be an integer, not the float 2.0", "core.index-integer"),
+    (k_float_atomic_index, "an index must be an integer, not the float 0.0", "core.index-integer"),
+    (k_float_stride, "stride must be an integer scalar, not the float 16.0", "khr.stride-type"),
+])
+def test_floats_where_python_takes_only_ints_are_compile_errors(kernel, message, rule_id):
+    """Integral floats were accepted as indexes, range bounds and strides; Python raises a
+    TypeError for each."""
+    with pytest.raises(pc.CompileError, match=re.escape(message)) as e:
+        kernel.compile()
+    assert e.value.rule_id == rule_id and e.value.line == line_of(kernel, "# HERE")
+    assert e.value.loc.file == __file__
+
+
 def _helper_that_divides(x):
     return x / 0                               # HELPER
 
