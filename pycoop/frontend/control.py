@@ -952,4 +952,23 @@ def is_(a, b, negate: bool, pos=None) -> bool:
 def ifexp(c, a_fn: Callable, b_fn: Callable):
     if not isinstance(c, Value):
         return a_fn() if c else b_fn()
-    return if_(c, lambda x: (a_fn(),), lambda x: (b_fn(),), (None,), ("_",), None).values[0]
+    sides: list = []
+
+    def side(fn: Callable) -> Callable:
+        def run(_):
+            sides.append(fn())
+            return (sides[-1],)
+        return run
+    r = if_(c, side(a_fn), side(b_fn), (None,), ("_",), None).values[0]
+    types_ = [getattr(v, "type", None) or default_type(v) for v in sides
+              if isinstance(v, Value) or _is_number(v)]
+    if isinstance(r, Undefined) and len(types_) == 2 and types_[0] != types_[1]:
+        # no variable holds the result yet: say so, at the expression, rather than where a
+        # variable assigned from it is read
+        raise CompileError(f"the two sides of `x if c else y` on a runtime condition have "
+                           f"different types: {types_[0]} and {types_[1]}", current_loc(),
+                           rule="SPIR-V: both values an `if` merges have the result's type (as "
+                                "OpSelect's Object 1 and Object 2 do)",
+                           hint=f"convert one side, e.g. {types_[0]}(y)",
+                           rule_id="core.select-types")
+    return r

@@ -638,9 +638,14 @@ def _check_statements(fdef: ast.FunctionDef, file: str) -> None:
         inner = top and not isinstance(n, (ast.FunctionDef, ast.Lambda, ast.ClassDef))
         stack.extend((c, inner) for c in ast.iter_child_nodes(n))
     if found:                                   # the first in the source
-        line, col, (what, rule, hint) = min(found, key=lambda f: f[:2])
-        raise CompileError(f"`{what}` is not supported in a kernel", Loc(file, line, col + 1),
-                           rule=rule, hint=hint, rule_id="frontend.unsupported-statement")
+        raise _unsupported(*min(found, key=lambda f: f[:2]), file)
+
+
+def _unsupported(line: int, col: int, entry: tuple[str, str, str], file: str) -> CompileError:
+    """The error of a statement kernels do not support (an `_UNSUPPORTED` entry) at its line."""
+    what, rule, hint = entry
+    return CompileError(f"`{what}` is not supported in a kernel", Loc(file, line, col + 1),
+                        rule=rule, hint=hint, rule_id="frontend.unsupported-statement")
 
 
 def _lazy_parts(n: ast.AST) -> list[ast.AST]:
@@ -802,14 +807,18 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
             if getattr(node, "end_col_offset", None) is not None:
                 node.end_col_offset += indent
     fdef = tree.body[0]
+    file = fn.__code__.co_filename
+    if isinstance(fdef, ast.AsyncFunctionDef):
+        raise _unsupported(fdef.lineno, fdef.col_offset, _UNSUPPORTED[ast.AsyncFunctionDef], file)
     if not isinstance(fdef, ast.FunctionDef):
-        raise CompileError(f"{fn.__qualname__} is not a plain function definition", None,
+        raise CompileError(f"{fn.__qualname__} is not a plain function definition",
+                           Loc(file, fdef.lineno, fdef.col_offset + 1),
                            rule="pycoop: a kernel or @pycoop.func is a plain `def` (its source is "
                                 "transformed)", rule_id="frontend.plain-def")
     fdef.decorator_list = []
-    _check_statements(fdef, fn.__code__.co_filename)
-    _check_walrus(fdef, fn.__code__.co_filename)
-    _check_closures(fdef, fn.__code__.co_filename)
+    _check_statements(fdef, file)
+    _check_walrus(fdef, file)
+    _check_closures(fdef, file)
     fdef = _DelToUndef().visit(fdef)
     if not returns_value:
         fdef.body = [_KernelReturns().visit(st) for st in fdef.body]

@@ -317,11 +317,17 @@ def _infer_binary(operands, attrs, regions, loc):
     a, b = operands
     sym = BINARY[kind][0]
     if a.type != b.type:
+        vec, other = (a.type, b.type) if isinstance(a.type, VectorType) else (b.type, a.type)
+        if isinstance(vec, VectorType) and other == vec.elem:
+            hint = (f"vectors combine with vectors: make one of the scalar, e.g. "
+                    f"pycoop.make_vector([s] * {vec.count})")
+        elif isinstance(a.type, ScalarType):
+            hint = f"convert one side, e.g. pycoop.cast(x, {a.type})"
+        else:
+            hint = "convert one side with pycoop.convert"
         raise CompileError(f"operands of `{sym}` have different types: {a.type} and {b.type}", loc,
                            rule="arithmetic needs operands of one type (no implicit conversion)",
-                           hint=f"convert one side, e.g. pycoop.cast(x, {a.type})" if isinstance(
-                               a.type, ScalarType) else "convert one side with pycoop.convert",
-                           rule_id="core.operand-types")
+                           hint=hint, rule_id="core.operand-types")
     t = a.type
     e = _elem(t)
     if e is None:
@@ -986,8 +992,10 @@ def _cast_opcode(src: ScalarType, dst: ScalarType) -> str:
 def _infer_cast(operands, attrs, regions, loc):
     src, dst = operands[0].type, attrs["type"]
     if not isinstance(src, ScalarType) or not isinstance(dst, ScalarType):
-        raise CompileError(f"cannot cast {src} to {dst}", loc,
-                           hint="pycoop.convert converts cooperative matrices",
+        raise CompileError(f"cannot cast {src} to {repr(dst) if isinstance(dst, str) else dst}", loc,
+                           hint=f"pass the type itself (pycoop.{dst}), not a string"
+                           if isinstance(dst, str) else
+                           "pycoop.convert converts cooperative matrices",
                            rule="SPIR-V: conversion instructions convert between numeric scalar types of "
                                 "the same shape", rule_id="core.cast-types")
     if src.is_bool or dst.is_bool:

@@ -95,6 +95,11 @@ def k_async(A: pc.Buffer[u32]):
 
 
 @pc.kernel(workgroup_size=8)
+async def k_async_kernel(A: pc.Buffer[u32]):   # HERE
+    A[pc.global_invocation_id.x] = u32(1)
+
+
+@pc.kernel(workgroup_size=8)
 def k_helper_try(A: pc.Buffer[u32]):
     def helper(x):
         try:                                   # HERE
@@ -119,6 +124,7 @@ def k_callback_try(X: pc.Buffer[f32]):
 @pytest.mark.parametrize("kernel,what", [
     (k_try, "try"), (k_try_finally, "try"), (k_with, "with"), (k_global, "global"),
     (_nonlocal_kernel(), "nonlocal"), (k_yield, "yield"), (k_async, "async def"),
+    (k_async_kernel, "async def"),
     (k_helper_try, "try"), (k_callback_try, "try")],
     ids=lambda x: x if isinstance(x, str) else x.name)
 def test_unsupported_statements_are_rejected_by_name(kernel, what):
@@ -756,6 +762,82 @@ def test_identity_of_trace_time_values_and_none_still_works():
     a = np.zeros(8, np.uint32)
     emu(k_is_none, 1, a)
     assert a.tolist() == [10 * i + 2 * i + 1 for i in range(8)]
+
+
+# --------------------------------------------------------------------------- messages that
+# named the wrong thing, and static lengths that were refused
+
+@pc.kernel(workgroup_size=8)
+def k_ternary_of_two_types(A: pc.Buffer[f32]):
+    i = pc.global_invocation_id.x
+    v = f32(1.0) if i > u32(3) else i          # HERE
+    A[i] = v
+
+
+@pc.kernel(workgroup_size=8)
+def k_cast_to_a_string(A: pc.Buffer[f32]):
+    i = pc.global_invocation_id.x
+    A[i] = pc.cast(i, "f32")                   # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_vector_times_scalar(A: pc.Buffer[pc.vec(f32, 4)]):
+    i = pc.global_invocation_id.x
+    A[i] = A[i] * 2.0                          # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_iterate_shared(A: pc.Buffer[f32]):
+    s = pc.shared(f32, 8)
+    for x in s:                                # HERE
+        A[0] = x
+
+
+@pytest.mark.parametrize("kernel,message,hint,rule_id", [
+    (k_ternary_of_two_types, "the two sides of `x if c else y` on a runtime condition have "
+                             "different types: f32 and u32", "f32(y)", "core.select-types"),
+    (k_cast_to_a_string, "cannot cast u32 to 'f32'", "pycoop.f32", "core.cast-types"),
+    (k_vector_times_scalar, "operands of `*` have different types: vec4<f32> and f32",
+     "pycoop.make_vector([s] * 4)", "core.operand-types"),
+    (k_iterate_shared, "cannot iterate over a shared array", "range(len(s))",
+     "frontend.runtime-iteration"),
+])
+def test_messages_name_what_is_wrong(kernel, message, hint, rule_id):
+    """A ternary said "a variable is used where it has no value" (there is none), a string
+    type "cannot cast u32 to f32", a vector times a scalar gave no way to write it."""
+    with pytest.raises(pc.CompileError, match=re.escape(message)) as info:
+        kernel.compile()
+    at_line(info.value, kernel, "# HERE")
+    assert info.value.rule_id == rule_id and hint in info.value.hint
+
+
+@pc.kernel(workgroup_size=4)
+def k_static_lengths(A: pc.Buffer[pc.vec(u32, 4)], B: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    v = A[i]
+    s = pc.shared(u32, 8)
+    x, y, z, w = v
+    total = u32(0)
+    for c in v:
+        total = total + c
+    pair = pc.make_array([x, w])
+    first, last = pair
+    B[i * 4] = total
+    B[i * 4 + 1] = v[-1] * u32(100) + v[-4]
+    B[i * 4 + 2] = u32(len(v) * 10 + len(s) + len(pair) * 100)
+    B[i * 4 + 3] = pair[-1] - first + last - y - z
+
+
+def test_vectors_and_arrays_have_their_static_lengths():
+    """len() of a vector, array or shared array is its length; vectors and arrays unpack,
+    iterate and index from the end (v[-1]) as Python sequences do."""
+    A = np.arange(16, dtype=np.uint32).reshape(4, 4)
+    B = np.zeros(16, np.uint32)
+    emu(k_static_lengths, 1, A, B)
+    want = []
+    for x, y, z, w in A.tolist():
+        want += [x + y + z + w, w * 100 + x, 4 * 10 + 8 + 2 * 100, w - x + w - y - z]
+    assert B.tolist() == [v % 2 ** 32 for v in want]
 
 
 # --------------------------------------------------------------------------- undefined behaviour

@@ -459,9 +459,10 @@ def test_a_kernel_needs_its_source():
 
 def test_a_kernel_is_a_plain_def():
     with pytest.raises(CompileError) as e:
-        pc.kernel(workgroup_size=32)(lambda: None).compile()
+        pc.kernel(workgroup_size=32)(lambda: None).compile()  # HERE plain-def
     assert e.value.rule_id == "frontend.plain-def", str(e.value)
     assert "is not a plain function definition" in e.value.message
+    assert e.value.loc.file == __file__ and e.value.line == file_line("# HERE plain-def")
 
 
 # --------------------------------------------------------------------------- emulator
