@@ -590,14 +590,25 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     if not isinstance(step, Value) and step == 0:
         raise _range_error("range() step must not be zero", loc,
                            rule_id="control.range-step-zero")
+    lo, hi, step = (a.item() if isinstance(a, np.generic) else a for a in (lo, hi, step))
+    for a in (lo, hi, step):
+        if not isinstance(a, (Value, numbers.Integral)):        # as Python's range() refuses
+            raise _range_error(f"range() needs integer bounds, got {a!r}", loc,
+                               rule_id="control.range-integer-bounds")
+    # a constant negative step over unsigned bounds counts down by its magnitude, which the
+    # type holds (it holds no -d)
+    down = not it_t.signed and not isinstance(step, Value) and step < 0
     # Python numbers as constants of the loop's type, at the loop's line (a number the type
-    # cannot hold, such as a step of -1 with u32 bounds, is reported there)
-    lo, hi, step = (a if isinstance(a, Value) else
-                    const(a.item() if isinstance(a, np.generic) else a, it_t, loc)
-                    for a in (lo, hi, step))
-    bounds = _constant_bounds((lo, hi, step))
+    # cannot hold, such as a stop of -1 with u32 bounds, is reported there)
+    bound_hint = (f"{it_t} holds no negative numbers: `range(n, 0, -1)` counts n down to 1; to "
+                  f"end at 0, loop over i32 bounds (`range(i32(n) - 1, -1, -1)`)")
+    lo, hi, step = (a if isinstance(a, Value) else const(a, it_t, loc, bound_hint)
+                    for a in (lo, hi, -step if down else step))
+    bounds = _constant_bounds((lo, hi, -step.op.attrs["value"] if down else step))
     if bounds is not None and not len(range(*bounds)):       # never runs: dead code
         return Result((prior, *vals))
+    if down:
+        return _count_down(lo, hi, step, body_fn, vals, names, k, attrs, prior, loc)
     neg = step.op is not None and step.op.name == "const" and step.op.attrs["value"] < 0
 
     def in_range(i):
@@ -624,6 +635,32 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
     last = end - step
     return Result((select(in_range(lo), last, before) if isinstance(before, Value) else before,
                    *after))
+
+
+def _count_down(lo: Value, hi: Value, d: Value, body_fn: Callable, vals: tuple, names: tuple,
+                k: int | None, attrs: dict, prior: Any, loc: Loc) -> Result:
+    """`for i in range(lo, hi, -d)` over unsigned bounds (d a positive constant): i runs from
+    lo down while i > hi. The step i - d wraps below 0, and a wrapped index is above hi again,
+    so the loop carries whether the next index is still in range, decided before the step
+    (where i > hi, so i - hi does not wrap). `k`: the index in `vals` of the break flag."""
+    def cond(extra, user):
+        c = extra[1]
+        if k is not None and isinstance(user[k], Value):
+            c = c & ~user[k]
+        return c
+
+    def body(extra, user):
+        i = extra[0]
+        out = body_fn(i, *user)
+        return [i - d, i - hi > d], out
+
+    before = _prior_as(prior, lo.type, loc)
+    runs = lo > hi
+    (end, _), after = _runtime_loop(vals, loc, cond, body, [lo, runs], names, attrs)
+    # the last index that ran (the breaking one after a break): the step wraps modulo 2^bits,
+    # so adding it back is exact
+    last = end + d
+    return Result((select(runs, last, before) if isinstance(before, Value) else before, *after))
 
 
 def _prior_as(prior: Any, t: ScalarType, loc: Loc) -> Value | Undefined:
@@ -894,7 +931,44 @@ def not_(a):
     return not a
 
 
+def is_(a, b, negate: bool, pos=None) -> bool:
+    """`a is b` (`a is not b` with `negate`): Python identity, evaluated while tracing. A
+    runtime value's identity is that of its traced object, not of anything the kernel
+    computes (`b is True` of a runtime bool would be False in every invocation), so it is
+    refused except against None, which a runtime value never is (the test of an optional
+    argument)."""
+    if (isinstance(a, Value) or isinstance(b, Value)) and a is not None and b is not None:
+        v = a if isinstance(a, Value) else b
+        op = "is not" if negate else "is"
+        raise CompileError(f"`{op}` with a runtime value ({v.type}) tests the identity of its "
+                           "traced object, not its value", _loc(pos),
+                           rule="pycoop: `is` and `is not` are evaluated while tracing; runtime "
+                                "values are compared with == and !=",
+                           hint=f"write `{'!=' if negate else '=='}` (or test the value itself: "
+                                "`if b:`)", rule_id="frontend.runtime-identity")
+    return (a is not b) if negate else (a is b)
+
+
 def ifexp(c, a_fn: Callable, b_fn: Callable):
     if not isinstance(c, Value):
         return a_fn() if c else b_fn()
-    return if_(c, lambda x: (a_fn(),), lambda x: (b_fn(),), (None,), ("_",), None).values[0]
+    sides: list = []
+
+    def side(fn: Callable) -> Callable:
+        def run(_):
+            sides.append(fn())
+            return (sides[-1],)
+        return run
+    r = if_(c, side(a_fn), side(b_fn), (None,), ("_",), None).values[0]
+    types_ = [getattr(v, "type", None) or default_type(v) for v in sides
+              if isinstance(v, Value) or _is_number(v)]
+    if isinstance(r, Undefined) and len(types_) == 2 and types_[0] != types_[1]:
+        # no variable holds the result yet: say so, at the expression, rather than where a
+        # variable assigned from it is read
+        raise CompileError(f"the two sides of `x if c else y` on a runtime condition have "
+                           f"different types: {types_[0]} and {types_[1]}", current_loc(),
+                           rule="SPIR-V: both values an `if` merges have the result's type (as "
+                                "OpSelect's Object 1 and Object 2 do)",
+                           hint=f"convert one side, e.g. {types_[0]}(y)",
+                           rule_id="core.select-types")
+    return r

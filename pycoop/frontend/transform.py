@@ -119,8 +119,15 @@ def _has(stmts: list[ast.stmt], kinds: tuple, *, into_loops: bool = True) -> boo
 
 
 def _call(fn: str, args: list[ast.expr], node: ast.AST, **keywords: ast.expr) -> ast.Call:
-    c = ast.Call(func=ast.Attribute(value=ast.Name(_PC, ast.Load()), attr=fn, ctx=ast.Load()),
-                 args=args, keywords=[ast.keyword(k, v) for k, v in keywords.items()])
+    """`__pc.fn(*args)` at `node`'s position. The callee `__pc.fn` is placed on `node`'s first
+    line only: CPython puts a method call spanning lines at the end line of its callee, so a
+    rewritten `for` or `if` would show its body's last line in tracebacks."""
+    line, col = node.lineno, node.col_offset
+    func = ast.Attribute(value=ast.Name(_PC, ast.Load(), lineno=line, col_offset=col,
+                                        end_lineno=line, end_col_offset=col),
+                         attr=fn, ctx=ast.Load(), lineno=line, col_offset=col,
+                         end_lineno=line, end_col_offset=col)
+    c = ast.Call(func=func, args=args, keywords=[ast.keyword(k, v) for k, v in keywords.items()])
     return ast.copy_location(c, node)
 
 
@@ -451,7 +458,7 @@ class _Rewriter(ast.NodeTransformer):
         the function evaluating the link, read by the lambdas nested in it."""
         self.generic_visit(node)
         if len(node.ops) == 1:
-            return node
+            return self._compare(node.left, node.ops[0], node.comparators[0], node)
         operands, ops = [node.left, *node.comparators], node.ops
         temps = [self._fresh("cmp") for _ in ops[1:]]
 
@@ -460,13 +467,20 @@ class _Rewriter(ast.NodeTransformer):
             right = operands[k + 1]
             if k < len(temps):
                 right = ast.NamedExpr(ast.Name(temps[k], ast.Store()), right)
-            return ast.fix_missing_locations(ast.copy_location(
-                ast.Compare(left, [ops[k]], [right]), node))
+            return ast.fix_missing_locations(self._compare(left, ops[k], right, node))
 
         expr = link(len(ops) - 1)
         for k in range(len(ops) - 2, -1, -1):
             expr = _call("and_", [link(k), _lambda(expr)], node)
         return expr
+
+    def _compare(self, left: ast.expr, op: ast.cmpop, right: ast.expr, node) -> ast.expr:
+        """`left op right` at `node`; `is` and `is not` become `__pc.is_(...)`, which refuses
+        a runtime value (its identity is a fact of the trace, not of the kernel)."""
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            return _call("is_", [left, right, ast.Constant(isinstance(op, ast.IsNot)),
+                                 self._loc_arg(node)], node)
+        return ast.copy_location(ast.Compare(left, [op], [right]), node)
 
 
 class _ReturnMarker(ast.NodeTransformer):
@@ -624,9 +638,14 @@ def _check_statements(fdef: ast.FunctionDef, file: str) -> None:
         inner = top and not isinstance(n, (ast.FunctionDef, ast.Lambda, ast.ClassDef))
         stack.extend((c, inner) for c in ast.iter_child_nodes(n))
     if found:                                   # the first in the source
-        line, col, (what, rule, hint) = min(found, key=lambda f: f[:2])
-        raise CompileError(f"`{what}` is not supported in a kernel", Loc(file, line, col + 1),
-                           rule=rule, hint=hint, rule_id="frontend.unsupported-statement")
+        raise _unsupported(*min(found, key=lambda f: f[:2]), file)
+
+
+def _unsupported(line: int, col: int, entry: tuple[str, str, str], file: str) -> CompileError:
+    """The error of a statement kernels do not support (an `_UNSUPPORTED` entry) at its line."""
+    what, rule, hint = entry
+    return CompileError(f"`{what}` is not supported in a kernel", Loc(file, line, col + 1),
+                        rule=rule, hint=hint, rule_id="frontend.unsupported-statement")
 
 
 def _lazy_parts(n: ast.AST) -> list[ast.AST]:
@@ -788,14 +807,18 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
             if getattr(node, "end_col_offset", None) is not None:
                 node.end_col_offset += indent
     fdef = tree.body[0]
+    file = fn.__code__.co_filename
+    if isinstance(fdef, ast.AsyncFunctionDef):
+        raise _unsupported(fdef.lineno, fdef.col_offset, _UNSUPPORTED[ast.AsyncFunctionDef], file)
     if not isinstance(fdef, ast.FunctionDef):
-        raise CompileError(f"{fn.__qualname__} is not a plain function definition", None,
+        raise CompileError(f"{fn.__qualname__} is not a plain function definition",
+                           Loc(file, fdef.lineno, fdef.col_offset + 1),
                            rule="pycoop: a kernel or @pycoop.func is a plain `def` (its source is "
                                 "transformed)", rule_id="frontend.plain-def")
     fdef.decorator_list = []
-    _check_statements(fdef, fn.__code__.co_filename)
-    _check_walrus(fdef, fn.__code__.co_filename)
-    _check_closures(fdef, fn.__code__.co_filename)
+    _check_statements(fdef, file)
+    _check_walrus(fdef, file)
+    _check_closures(fdef, file)
     fdef = _DelToUndef().visit(fdef)
     if not returns_value:
         fdef.body = [_KernelReturns().visit(st) for st in fdef.body]

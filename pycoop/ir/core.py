@@ -78,16 +78,18 @@ class Value:
     def __iter__(self):
         raise CompileError(f"cannot iterate over a runtime value of type {self.type}",
                            current_loc(),
-                           rule="pycoop: only compile-time values are iterated in Python; runtime values "
-                                "have no length at trace time", rule_id="frontend.runtime-iteration")
+                           rule="pycoop: compile-time values, arrays and vectors are iterated in "
+                                "Python; other runtime values have no length at trace time (shared "
+                                "arrays are read by index)", rule_id="frontend.runtime-iteration")
 
     def __len__(self):
         raise CompileError(f"len() of a runtime value of type {self.type} is not known at "
                            "trace time", current_loc(),
                            hint="pass the size as a kernel parameter (a u32, or pycoop.Const to "
                                 "fix it at compile time)",
-                           rule="pycoop: only compile-time values are iterated in Python; runtime values "
-                                "have no length at trace time", rule_id="frontend.runtime-iteration")
+                           rule="pycoop: compile-time values, arrays and vectors are iterated in "
+                                "Python; other runtime values have no length at trace time (shared "
+                                "arrays are read by index)", rule_id="frontend.runtime-iteration")
 
     # NumPy functions cannot trace: a clear error at the user's line instead of NumPy's own.
     # An operator with a NumPy scalar on the left (np.float32(2) * x) reaches NumPy first; it

@@ -26,7 +26,7 @@ from ..ir.core import Value
 from ..types import BufferType, ScalarType, SharedArrayType, u32
 from ..codegen import extensions
 from ..codegen.checked import element
-from .core import as_value, check_readable
+from .core import as_value, check_readable, check_shared_index, index_value
 from ..ir.registry import define, emulation, lowering
 
 __all__ = ["add", "sub", "min", "max", "and_", "or_", "xor", "exchange", "compare_exchange"]
@@ -94,6 +94,7 @@ def _infer_atomic(operands, attrs, regions, loc):
             raise CompileError(f"atomic {kind} on {t} elements got a {v.type} operand", loc,
                                rule="SPIR-V: the Value's type must be the pointee type",
                                hint=f"cast it: {t}(value)", rule_id="atomic.value-type")
+    check_shared_index(mem, idx, loc)
     return [t]
 
 
@@ -238,7 +239,9 @@ def _atomic(kind: str, mem, idx, *vals, semantics: str) -> Value:
     _check_semantics(semantics, loc)
     elem = mem.type.elem if isinstance(mem, Value) and isinstance(
         mem.type, (BufferType, SharedArrayType)) else None
-    operands = [mem, as_value(idx, u32)] + [as_value(v, elem) for v in vals]
+    hint = {"add": "decrement with pycoop.atomic.sub(mem, i, 1)",
+            "sub": "increment with pycoop.atomic.add(mem, i, 1)"}.get(kind)
+    operands = [mem, index_value(idx)] + [as_value(v, elem, hint) for v in vals]
     return emit1("atomic", operands, {"kind": kind, "semantics": semantics}, loc)
 
 

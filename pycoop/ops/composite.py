@@ -110,4 +110,8 @@ def extract(x: Value, index) -> Value:
                            hint="unroll the loop over the elements with a Python range()",
                            rule="SPIR-V: OpCompositeExtract/Insert take literal indexes",
                            rule_id="composite.literal-index")
-    return emit1("composite.extract", [x], {"index": int(index)}, loc)
+    n = x.type.length if isinstance(x.type, ArrayType) else x.type.count
+    index = int(index)
+    if -n <= index < 0:              # from the end, as Python's sequences (the length is static)
+        index += n
+    return emit1("composite.extract", [x], {"index": index}, loc)

@@ -20,6 +20,7 @@ from ..types import (BufferType, CoopMatType, ScalarType, SharedArrayType, Type,
                      SCALARS, bf16, bool_, f16, f32, f64, i32, u32, u64, memory_element, scalar_of_dtype)
 from ..codegen.checked import element
 from ..ir.registry import define, emulation, lowering
+from .known_bits import exact
 from .spec import check_not_spec
 
 # --------------------------------------------------------------------------- constants
@@ -31,9 +32,12 @@ def _infer_const(operands, attrs, regions, loc):
 define("const", _infer_const, pure=True, doc="A compile-time constant scalar.")
 
 
-def const(value, type: ScalarType, loc: Loc | None = None) -> Value:
+def const(value, type: ScalarType, loc: Loc | None = None, negative_hint: str | None = None) -> Value:
+    """A constant of `type`. `negative_hint` is the hint where a negative number meets an
+    unsigned type (what the caller's construct should be written as instead)."""
     loc = loc or current_loc()
-    return emit1("const", [], {"value": _check_literal(value, type, loc), "type": type}, loc)
+    return emit1("const", [], {"value": _check_literal(value, type, loc, negative_hint),
+                               "type": type}, loc)
 
 
 def constant_value(v):
@@ -43,7 +47,7 @@ def constant_value(v):
         else None
 
 
-def _check_literal(value, type: ScalarType, loc: Loc):
+def _check_literal(value, type: ScalarType, loc: Loc, negative_hint: str | None = None):
     if type.is_bool:
         if not isinstance(value, (bool, np.bool_)):
             raise CompileError(f"{value!r} is not a bool", loc,
@@ -59,8 +63,12 @@ def _check_literal(value, type: ScalarType, loc: Loc):
         v = int(value)
         lo, hi = type.min_max()
         if not lo <= v <= hi:
+            hint = "use a wider type or cast the other operand"
+            if v < 0 and not type.signed:
+                hint = negative_hint or (f"{type} holds no negative numbers: compute in a "
+                                         f"signed type, e.g. i{type.bits}(x)")
             raise CompileError(f"constant {v} does not fit in {type} (range {lo}..{hi})", loc,
-                               hint="use a wider type or cast the other operand",
+                               hint=hint,
                                rule="SPIR-V: a constant's literal fits its type's width and signedness",
                                rule_id="core.constant-range")
         return v
@@ -140,8 +148,9 @@ def default_type(x) -> ScalarType:
                        rule_id="core.traceable-value")
 
 
-def as_value(x, like: Type | None = None) -> Value:
-    """Turn a Python number into a constant (of `like`'s scalar type if given)."""
+def as_value(x, like: Type | None = None, negative_hint: str | None = None) -> Value:
+    """Turn a Python number into a constant (of `like`'s scalar type if given; `negative_hint`
+    as for `const`)."""
     if isinstance(x, Value):
         return x
     if isinstance(like, CoopMatType):
@@ -153,7 +162,7 @@ def as_value(x, like: Type | None = None) -> Value:
         x = x.item()
     if not isinstance(x, (numbers.Number, np.bool_)):
         default_type(x)   # raises the untraceable-value error
-    return const(x, t)
+    return const(x, t, negative_hint=negative_hint)
 
 
 # --------------------------------------------------------------------------- built-ins
@@ -308,11 +317,17 @@ def _infer_binary(operands, attrs, regions, loc):
     a, b = operands
     sym = BINARY[kind][0]
     if a.type != b.type:
+        vec, other = (a.type, b.type) if isinstance(a.type, VectorType) else (b.type, a.type)
+        if isinstance(vec, VectorType) and other == vec.elem:
+            hint = (f"vectors combine with vectors: make one of the scalar, e.g. "
+                    f"pycoop.make_vector([s] * {vec.count})")
+        elif isinstance(a.type, ScalarType):
+            hint = f"convert one side, e.g. pycoop.cast(x, {a.type})"
+        else:
+            hint = "convert one side with pycoop.convert"
         raise CompileError(f"operands of `{sym}` have different types: {a.type} and {b.type}", loc,
                            rule="arithmetic needs operands of one type (no implicit conversion)",
-                           hint=f"convert one side, e.g. pycoop.cast(x, {a.type})" if isinstance(
-                               a.type, ScalarType) else "convert one side with pycoop.convert",
-                           rule_id="core.operand-types")
+                           hint=hint, rule_id="core.operand-types")
     t = a.type
     e = _elem(t)
     if e is None:
@@ -348,7 +363,35 @@ def _infer_binary(operands, attrs, regions, loc):
             raise CompileError(f"`{sym}` is not available for {e}", loc,
                                rule="GLSL.std.450 Pow: 16- or 32-bit floats only",
                                hint="cast to f32 first", rule_id="core.glsl-16-32-bit")
+        if e.is_int:
+            _check_constant_operands(kind, a, b, loc)
     return [t]
+
+
+def _check_constant_operands(kind: str, a: Value, b: Value, loc: Loc) -> None:
+    """Undefined behaviour that the traced operands prove (a divisor or shift amount the IR
+    fixes): a CompileError at the line, as the emulator would report every invocation."""
+    d = exact(b) if kind in ("div", "rem", "shl", "shr") else None
+    if d is None:
+        return
+    e = a.type
+    if kind in ("div", "rem") and (d == 0 or (e.signed and d == -1 and exact(a) == e.min_max()[0])):
+        sym = "//" if kind == "div" else "%"
+        what = "by zero" if d == 0 else f"{exact(a)}, the least {e}, by -1"
+        raise CompileError(f"`{sym}` divides {what}: the result is undefined", loc,
+                           rule="SPIR-V: OpUDiv, OpSDiv, OpUMod and OpSRem are undefined if "
+                                "Operand 2 is 0 (the signed ones also for the minimum value by -1)",
+                           hint="guard the division, or divide by a value that cannot be 0",
+                           rule_id="emulator.undefined-behaviour")
+    if kind in ("shl", "shr") and not 0 <= d < e.bits:
+        sym = "<<" if kind == "shl" else ">>"
+        by = "a negative amount" if d < 0 else "its width or more"
+        raise CompileError(f"`{sym} {d}` shifts a {e.bits}-bit integer by {by}: the result is "
+                           f"undefined", loc,
+                           rule="SPIR-V: the result of a shift is undefined if Shift is greater "
+                                "than or equal to the bit width of Base's components",
+                           hint=f"shift by 0 to {e.bits - 1} (a wider type holds more bits)",
+                           rule_id="emulator.undefined-behaviour")
 
 
 define("binary", _infer_binary, pure=True, doc="Element-wise binary arithmetic / bitwise / min / max.")
@@ -448,9 +491,25 @@ def binary(kind: str, a, b) -> Value:
     if same is not None:
         return same
     loc = current_loc()
-    a = as_value(a, getattr(b, "type", None))
-    b = as_value(b, a.type)
+    hint = _negative_hint(kind, _elem(getattr(a, "type", None) or b.type))
+    a = as_value(a, getattr(b, "type", None), hint)
+    b = as_value(b, a.type, hint)
     return emit1("binary", [a, b], {"kind": kind}, loc)
+
+
+def _negative_hint(kind: str, t: ScalarType | None) -> str | None:
+    """What to write where a negative Python int meets an unsigned value in `a kind b` (the
+    int becomes a constant of that type, which cannot hold it); None for other types."""
+    if t is None or not t.is_int or t.signed:
+        return None
+    if kind == "add":
+        return "subtract instead: `x - 1`, not `x + -1` (or compute in a signed type)"
+    if kind == "sub":
+        return "add instead: `x + 1`, not `x - -1` (or compute in a signed type)"
+    if kind in ("and", "or", "xor"):
+        return (f"write the mask in the value's type, e.g. `x & ~{t}(3)`: Python's `~3` is "
+                f"the int -4")
+    return f"{t} holds no negative numbers: compute in a signed type, e.g. i{t.bits}(x)"
 
 
 # x op n == x for an integer x and these Python ints n on the right (or either side: commutative)
@@ -866,8 +925,10 @@ def _lower_compare(ctx, op):
 
 def compare(kind: str, a, b) -> Value:
     loc = current_loc()
-    a = as_value(a, getattr(b, "type", None))
-    b = as_value(b, a.type)
+    hint = ("an unsigned value is never negative: drop the test, or compare in a signed type "
+            "(`i32(x) > -1`)")
+    a = as_value(a, getattr(b, "type", None), hint)
+    b = as_value(b, a.type, hint)
     return emit1("compare", [a, b], {"kind": kind}, loc)
 
 
@@ -931,8 +992,10 @@ def _cast_opcode(src: ScalarType, dst: ScalarType) -> str:
 def _infer_cast(operands, attrs, regions, loc):
     src, dst = operands[0].type, attrs["type"]
     if not isinstance(src, ScalarType) or not isinstance(dst, ScalarType):
-        raise CompileError(f"cannot cast {src} to {dst}", loc,
-                           hint="pycoop.convert converts cooperative matrices",
+        raise CompileError(f"cannot cast {src} to {repr(dst) if isinstance(dst, str) else dst}", loc,
+                           hint=f"pass the type itself (pycoop.{dst}), not a string"
+                           if isinstance(dst, str) else
+                           "pycoop.convert converts cooperative matrices",
                            rule="SPIR-V: conversion instructions convert between numeric scalar types of "
                                 "the same shape", rule_id="core.cast-types")
     if src.is_bool or dst.is_bool:
@@ -1273,7 +1336,21 @@ def _infer_load(operands, attrs, regions, loc):
     mem, idx = operands
     _check_indexable(mem, idx, loc)
     check_readable(mem, loc)
+    check_shared_index(mem, idx, loc)
     return [mem.type.elem]
+
+
+def check_shared_index(mem: Value, idx: Value, loc: Loc) -> None:
+    """A shared array's length is known while tracing: an index the IR fixes outside it is
+    undefined behaviour in every invocation, reported at the line."""
+    i = exact(idx) if isinstance(mem.type, SharedArrayType) else None
+    if i is not None and not 0 <= i < mem.type.length:
+        raise CompileError(f"index {i} is outside the shared array of {mem.type.length} "
+                           f"elements", loc,
+                           rule="Vulkan: an access outside a Workgroup variable is undefined "
+                                "(robust buffer access does not cover shared memory)",
+                           hint=f"index 0 to {mem.type.length - 1}, or make the array longer",
+                           rule_id="emulator.undefined-behaviour")
 
 
 def _check_indexable(mem: Value, idx: Value, loc: Loc):
@@ -1317,6 +1394,7 @@ def _infer_store(operands, attrs, regions, loc):
         raise CompileError("cannot store into a read-only buffer", loc,
                            rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
                            rule_id="core.read-only-store")
+    check_shared_index(mem, idx, loc)
     return []
 
 
@@ -1347,15 +1425,32 @@ def _lower_store(ctx, op):
     ctx.emit("OpStore", None, ptr, ctx.id(op.operands[2]), *ctx.memory_access(align))
 
 
+# where a negative Python int is given as an index or offset into memory
+NEGATIVE_INDEX_HINT = ("a kernel's indexes do not count from the end: write the position from "
+                       "the start (n - 1 for the last of n elements)")
+
+
+def index_value(idx) -> Value:
+    """An index or offset into a buffer or shared array: a runtime integer, or a Python int as
+    a u32 constant. A Python float is refused even when integral, as Python refuses it as an
+    index (`out[2.0]` is a TypeError)."""
+    if isinstance(idx, (float, np.floating)):
+        raise CompileError(f"an index must be an integer, not the float {idx!r}", current_loc(),
+                           hint="write an int (2, not 2.0), or int(x) of a trace-time float",
+                           rule="SPIR-V: OpAccessChain indexes are integer scalars",
+                           rule_id="core.index-integer")
+    return as_value(idx, u32, NEGATIVE_INDEX_HINT)
+
+
 def load(mem: Value, idx) -> Value:
     loc = current_loc()
-    return emit1("load", [mem, as_value(idx, u32)], {}, loc)
+    return emit1("load", [mem, index_value(idx)], {}, loc)
 
 
 def store(mem: Value, idx, val) -> None:
     loc = current_loc()
     val = as_value(val, mem.type.elem if isinstance(mem.type, (BufferType, SharedArrayType)) else None)
-    emit("store", [mem, as_value(idx, u32), val], {}, None, loc)
+    emit("store", [mem, index_value(idx), val], {}, None, loc)
 
 
 def _infer_shared(operands, attrs, regions, loc):
@@ -1375,6 +1470,14 @@ def _lower_shared(ctx, op):
     ctx.set(op.result, ctx.shared_variable(op.result.type))
 
 
+# The shared memory one kernel may declare, in bytes: above the largest
+# maxComputeSharedMemorySize of any device (227 KiB on NVIDIA's H100/H200, 160 KiB on AMD's
+# MI355X), so that a size no device can run is refused while tracing rather than as an
+# encoding error (a length beyond 32 bits) or an allocation failure of the emulator. What a
+# given device allows is checked at the launch.
+MAX_SHARED_BYTES = 256 * 1024
+
+
 def shared(elem: ScalarType | VectorType, length: int) -> Value:
     """Allocate an array of `length` elements of `elem` (a numeric scalar, or a numeric vector
     of 2 or 4 components) in workgroup-shared memory."""
@@ -1391,6 +1494,18 @@ def shared(elem: ScalarType | VectorType, length: int) -> Value:
                            rule="SPIR-V: OpTypeArray Length must be at least 1 (a constant)",
                            rule_id="core.shared-length")
     t = tracer()
+    size = int(length) * elem.size
+    total = size + sum(v.type.length * v.type.elem.size for v in t.shared)
+    if total > MAX_SHARED_BYTES:
+        before = f", {total - size} B in the arrays before it" if total > size else ""
+        raise CompileError(f"pycoop.shared({elem}, {length}) takes {size} B{before}: more shared "
+                           f"memory than any device gives a workgroup", loc,
+                           rule=f"pycoop: a kernel's shared arrays take at most "
+                                f"{MAX_SHARED_BYTES // 1024} KiB (more than any device's "
+                                f"maxComputeSharedMemorySize)",
+                           hint="use smaller tiles or reuse one array; a launch also checks the "
+                                "device's own limit (Vulkan guarantees 16 KiB, an H100 gives "
+                                "227 KiB)", rule_id="core.shared-length")
     if len(t.blocks) != 1:
         raise CompileError("shared arrays must be allocated at the top level of the kernel", loc,
                            hint="move pycoop.shared(...) before any runtime if/for/while",

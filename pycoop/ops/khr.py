@@ -14,8 +14,9 @@ from ..codegen.checked import matrix_block
 from ..errors import CompileError, Loc, current_loc, entry_point
 from ..ir.builder import emit, emit1
 from ..ir.core import Value
-from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, f32, u32)
-from .core import as_value, check_readable, convert_array, emit_conversion, via_f32
+from ..types import (BufferType, CoopMatType, ScalarType, Scope, SharedArrayType, Use, VectorType, f32,
+                     i32, u32)
+from .core import as_value, check_readable, convert_array, emit_conversion, index_value, via_f32
 from .known_bits import exact, low_bits
 from ..ir.registry import define, emulation, lowering
 from .khr_layout import matrix_layout
@@ -159,6 +160,22 @@ def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
                                      "components",
                            hint=f"use an array of {t.component} or of a multiple of its size",
                            rule_id="khr.array-element-size")
+    # Packing reinterprets bits through integer containers (u32, uvec4); a float array of
+    # another type is a conversion left out or a wrong dtype, whose bits would be read as
+    # the matrix's components (an f16 identity matrix from f32 data reads 0, 0, 0, 3.5).
+    scalar = elem.elem if isinstance(elem, VectorType) else elem
+    if isinstance(scalar, ScalarType) and scalar.is_float and scalar != t.component:
+        raise CompileError(f"{what} of {t.component} components through an array of {elem}: "
+                           f"the {scalar} values' bits would be read as {t.component} "
+                           f"components", loc,
+                           rule="pycoop: a float array holds matrix components of its own type "
+                                "(packed components are reinterpreted through u32 or "
+                                "pycoop.vec(u32, 4) arrays)",
+                           hint=f"convert the matrix first: pycoop.convert(m, {scalar})"
+                           if what.endswith("store") else
+                           f"pass {t.component} data, or load a {scalar} matrix and convert "
+                           f"it: pycoop.convert(m, {t.component})",
+                           rule_id="khr.array-element-type")
 
 
 # --------------------------------------------------------------------------- addressing rules
@@ -322,6 +339,19 @@ def _layout(layout: str, loc: Loc) -> str:
                                 "ColumnMajorKHR", rule_id="khr.layout") from None
 
 
+def _stride(stride) -> Value:
+    """The stride operand: a runtime integer, or a Python int as a u32 constant (i32 where it
+    is negative, so that the stride rule, not the constant's range, reports it); not a
+    Python float, even an integral one."""
+    if isinstance(stride, (float, np.floating)):
+        raise CompileError(f"stride must be an integer scalar, not the float {stride!r}",
+                           current_loc(), hint="write an int (16, not 16.0)",
+                           rule="SPV_KHR_cooperative_matrix: Stride must be a scalar integer type",
+                           rule_id="khr.stride-type")
+    negative = isinstance(stride, numbers.Integral) and not isinstance(stride, bool) and stride < 0
+    return as_value(stride, i32 if negative else u32)
+
+
 def load(t: CoopMatType, mem: Value, offset, stride, layout: str = "row_major") -> Value:
     """Load a matrix of type `t` from `mem` (buffer or shared array) at element `offset`."""
     loc = current_loc()
@@ -330,7 +360,7 @@ def load(t: CoopMatType, mem: Value, offset, stride, layout: str = "row_major") 
                            rule="SPV_KHR_cooperative_matrix: Result Type of OpCooperativeMatrixLoadKHR "
                                 "must be an OpTypeCooperativeMatrixKHR", rule_id="khr.load-result-type")
     _check_mem(mem, loc, "cooperative matrix load")
-    return emit1("khr.load", [mem, as_value(offset, u32), as_value(stride, u32)],
+    return emit1("khr.load", [mem, index_value(offset), _stride(stride)],
                  {"type": t, "layout": _layout(layout, loc)}, loc)
 
 
@@ -339,7 +369,7 @@ def store(mem: Value, offset, mat: Value, stride, layout: str = "row_major") -> 
     loc = current_loc()
     _check_mem(mem, loc, "cooperative matrix store")
     _need_mat(mat, "the stored object", loc)
-    emit("khr.store", [mem, as_value(offset, u32), mat, as_value(stride, u32)],
+    emit("khr.store", [mem, index_value(offset), mat, _stride(stride)],
          {"layout": _layout(layout, loc)}, None, loc)
 
 

@@ -27,6 +27,7 @@ from ..ir.core import Value
 from ..spirv import grammar
 from ..types import ScalarType, VectorType, bool_, u32
 from .core import as_value
+from .known_bits import exact
 from ..ir.registry import define, emulation, lowering
 
 __all__ = ["reduce", "inclusive_scan", "exclusive_scan", "add", "mul", "min", "max", "and_",
@@ -465,7 +466,7 @@ def broadcast(x, lane) -> Value:
     must be the same in all active invocations and name an active lane (else the result is
     undefined)."""
     loc = current_loc()
-    return emit1("subgroup.broadcast", [as_value(x), _lane_operand(lane, "lane", loc)], {}, loc)
+    return emit1("subgroup.broadcast", [as_value(x), _lane(lane, "broadcast", loc)], {}, loc)
 
 
 def broadcast_first(x) -> Value:
@@ -474,9 +475,26 @@ def broadcast_first(x) -> Value:
     return emit1("subgroup.broadcast_first", [as_value(x)], {}, loc)
 
 
+def _lane(lane, what: str, loc: Loc) -> Value:
+    """The lane operand of a broadcast or shuffle by index. With the kernel's subgroup size
+    fixed (subgroup_size=...), a lane the IR fixes at that size or more reads no invocation:
+    the result would be undefined in every invocation, so it is reported at the line."""
+    v = _lane_operand(lane, "lane", loc)
+    t, k = tracer(), exact(v)
+    if k is not None and t.subgroup_size_explicit and k >= t.subgroup_size:
+        raise CompileError(f"subgroup.{what} of lane {k} in subgroups of {t.subgroup_size} "
+                           f"invocations: the result is undefined", loc,
+                           rule="SPIR-V: the result of OpGroupNonUniformBroadcast/Shuffle is "
+                                "undefined if Id is greater than or equal to the size of the group",
+                           hint=f"name a lane from 0 to {t.subgroup_size - 1}",
+                           rule_id="emulator.undefined-behaviour")
+    return v
+
+
 def _shuffle(kind: str, x, k, what: str) -> Value:
     loc = current_loc()
-    return emit1("subgroup.shuffle", [as_value(x), _lane_operand(k, what, loc)], {"kind": kind}, loc)
+    operand = _lane(k, "shuffle", loc) if kind == "index" else _lane_operand(k, what, loc)
+    return emit1("subgroup.shuffle", [as_value(x), operand], {"kind": kind}, loc)
 
 
 def shuffle(x, lane) -> Value:

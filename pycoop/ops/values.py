@@ -165,9 +165,37 @@ def _install_operators():
                      "(or a Const)", rule_id="core.attribute")
         return member(self, name)
 
+    runtime_len, runtime_iter = Value.__len__, Value.__iter__
+
+    def length(self):
+        """len() of an array, vector or shared array: its length, fixed by its type."""
+        t = self.type
+        if isinstance(t, (ArrayType, SharedArrayType)):
+            return t.length
+        if isinstance(t, VectorType):
+            return t.count
+        return runtime_len(self)
+
+    def iterate(self):
+        """The elements of an array or vector, in order (`a, b = v`, `for c in v`); memory
+        (buffers, shared arrays) is read with indexes and loops instead."""
+        if isinstance(self.type, (ArrayType, VectorType)):
+            return (extract(self, k) for k in range(length(self)))
+        if isinstance(self.type, SharedArrayType):
+            raise CompileError(f"cannot iterate over a shared array ({self.type}): it is memory, "
+                               "read by index", current_loc(),
+                               rule="pycoop: compile-time values, arrays and vectors are "
+                                    "iterated in Python; other runtime values have no length at "
+                                    "trace time (shared arrays are read by index)",
+                               hint="loop over its indexes: `for k in range(len(s)):` and read "
+                                    "s[k]", rule_id="frontend.runtime-iteration")
+        return runtime_iter(self)
+
     Value.__getattr__ = getattr_
     Value.__getitem__ = getitem
     Value.__setitem__ = setitem
+    Value.__len__ = length
+    Value.__iter__ = iterate
 
 
 _install_operators()

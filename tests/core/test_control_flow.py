@@ -79,6 +79,42 @@ def test_runtime_range_with_negative_constant_step(lo, hi):
     assert (out == s).all()
 
 
+@pycoop.kernel(workgroup_size=WG)
+def k_range_unsigned_down(out: pycoop.Buffer[u32], lo: u32, hi: u32, step: pycoop.Const = 1):
+    i = pycoop.local_invocation_index()
+    s = u32(0)
+    j = u32(99)
+    for j in range(hi, lo + i, -step):
+        s = s * u32(7) + j       # order-sensitive
+        if j == lo + u32(13):
+            break
+    out[i * 2] = s
+    out[i * 2 + 1] = j           # the last index that ran, or 99 where none did
+
+
+def _unsigned_down(lo, hi, step):
+    out = []
+    for i in range(WG):
+        s, j = 0, 99
+        for j in range(hi, lo + i, -step):
+            s = (s * 7 + j) % 2 ** 32
+            if j == lo + 13:
+                break
+        out += [s, j]
+    return out
+
+
+@SETTINGS
+@given(st.sampled_from([0, 2 ** 32 - 80]), st.integers(0, 50), st.integers(0, 50),
+       st.sampled_from([1, 2, 3, 7]))
+def test_runtime_range_with_unsigned_bounds_and_a_negative_constant_step(base, lo, hi, step):
+    """`range(hi, lo, -step)` over u32 bounds counts down while j > lo, as in Python (api.md),
+    also where j - step would wrap below 0 or the bounds are near 2^32."""
+    out = np.zeros(WG * 2, np.uint32)
+    emu(k_range_unsigned_down, 1, out, base + lo, base + hi, step=step)
+    assert out.tolist() == _unsigned_down(base + lo, base + hi, step)
+
+
 @SETTINGS
 @given(st.integers(0, 40))
 def test_runtime_range_trip_count_per_invocation(n):
@@ -869,7 +905,7 @@ def python_while(i, n):
 def k_while_condition_python_inside(A: pycoop.Buffer[i32], n: i32):
     i = pycoop.cast(pycoop.local_invocation_index(), i32)
     x = y = i
-    while x is y and x < n:       # `is`: true on entry, false for the loop's own x
+    while id(x) == id(y) and x < n:   # true on entry, false for the loop's own x
         x = x + 1
     A[i] = x
 
@@ -1132,7 +1168,7 @@ def test_a_runtime_loop_whose_condition_is_a_python_value_inside_it():
     with pytest.raises(pycoop.CompileError, match="does not depend on runtime values") as ei:
         k_while_condition_python_inside.compile()
     assert ei.value.rule_id == "control.while-runtime-condition"
-    assert ei.value.line == line_of(k_while_condition_python_inside, "while x is y")
+    assert ei.value.line == line_of(k_while_condition_python_inside, "while id(x) == id(y)")
 
 
 @pytest.mark.parametrize("n", [0, 1, 30, 77])

@@ -850,6 +850,48 @@ def test_matrix_element_size_rules():
     assert ei.value.rule_id == "khr.array-element-size"
 
 
+MA16 = pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseA]
+MB16 = pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.UseB]
+AccF = pycoop.coopmat[f32, pycoop.Subgroup, 16, 16, pycoop.Accumulator]
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_f16_matrix_from_f32_data(A: pycoop.Buffer[f32], C: pycoop.Buffer[f32]):
+    acc = pycoop.mul_add(MA16.load(A, 0, 16), MB16.load(A, 0, 16), AccF.zeros())   # HERE
+    pycoop.store(C, 0, acc, 16)
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_f16_matrix_into_f32_data(A: pycoop.Buffer[f16], C: pycoop.Buffer[f32]):
+    pycoop.store(C, 0, MA16.load(A, 0, 16), 16)                                    # HERE
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_bf16_matrix_from_shared_f16_vectors(A: pycoop.Buffer[bf16]):
+    sh = pycoop.shared(pycoop.vec(f16, 4), 64)
+    m = pycoop.load(pycoop.coopmat[bf16, pycoop.Subgroup, 16, 16, pycoop.UseA], sh, 0, 4)  # HERE
+    pycoop.store(A, 0, m, 16)
+
+
+@pytest.mark.parametrize("kernel,message,hint", [
+    (k_f16_matrix_from_f32_data, "load of f16 components through an array of f32",
+     "pycoop.convert(m, f16)"),
+    (k_f16_matrix_into_f32_data, "store of f16 components through an array of f32",
+     "pycoop.convert(m, f32)"),
+    (k_bf16_matrix_from_shared_f16_vectors, "load of bf16 components through an array of "
+                                            "vec4<f16>", "pycoop.convert(m, bf16)"),
+])
+def test_a_matrix_through_an_array_of_another_float_type_is_refused(kernel, message, hint):
+    """The bits of f32 data read as f16 components gave 0, 0, 0, 3.5 for an identity matrix,
+    with no error; a float matrix stored into a buffer of a narrower float was already refused
+    (khr.array-element-size), so the rule is now the same both ways. Integer containers (u32,
+    pycoop.vec(u32, 4)) keep packing components (test_matrices_through_buffers_of_wider_elements)."""
+    with pytest.raises(pycoop.CompileError, match=message) as ei:
+        kernel.compile()
+    assert ei.value.rule_id == "khr.array-element-type" and hint in ei.value.hint
+    assert ei.value.loc.file == __file__ and ei.value.line == line_of(kernel, "# HERE")
+
+
 MH = pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, pycoop.Accumulator]
 
 

@@ -4,12 +4,13 @@ and a hint, never an internal exception; what does work keeps working."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 import numpy as np
 import pytest
 
 import pycoop as pc
-from pycoop import f32, u32
+from pycoop import f32, i32, u32
 from pycoop.ir.core import Value
 
 from core_helpers import emu, line_of
@@ -22,6 +23,16 @@ def at_line(e, fn, text: str) -> None:
     assert e.loc is not None and e.loc.file == __file__, e.loc
     assert e.line == line_of(fn, text), (e.loc, text)
     assert e.rule and e.hint
+
+
+def shown_frames(e) -> list[tuple[str, int]]:
+    """(file, line) of the frames a traceback printer shows for the error `e`."""
+    tb, shown = e.__traceback__, []
+    while tb is not None:
+        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
+            shown.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+        tb = tb.tb_next
+    return shown
 
 
 # --------------------------------------------------------------------------- statements
@@ -84,6 +95,11 @@ def k_async(A: pc.Buffer[u32]):
 
 
 @pc.kernel(workgroup_size=8)
+async def k_async_kernel(A: pc.Buffer[u32]):   # HERE
+    A[pc.global_invocation_id.x] = u32(1)
+
+
+@pc.kernel(workgroup_size=8)
 def k_helper_try(A: pc.Buffer[u32]):
     def helper(x):
         try:                                   # HERE
@@ -108,6 +124,7 @@ def k_callback_try(X: pc.Buffer[f32]):
 @pytest.mark.parametrize("kernel,what", [
     (k_try, "try"), (k_try_finally, "try"), (k_with, "with"), (k_global, "global"),
     (_nonlocal_kernel(), "nonlocal"), (k_yield, "yield"), (k_async, "async def"),
+    (k_async_kernel, "async def"),
     (k_helper_try, "try"), (k_callback_try, "try")],
     ids=lambda x: x if isinstance(x, str) else x.name)
 def test_unsupported_statements_are_rejected_by_name(kernel, what):
@@ -432,6 +449,45 @@ def test_python_ranges_python_refuses_are_compile_errors(kernel, marker, rule_id
     assert e.value.rule_id == rule_id and e.value.line == line_of(kernel, marker)
 
 
+MA16 = pc.coopmat[pc.f16, pc.Subgroup, 16, 16, pc.UseA]
+
+
+@pc.kernel(workgroup_size=8)
+def k_float_runtime_range(A: pc.Buffer[f32], n: u32):
+    for i in range(0.0, n):                    # HERE
+        A[i] = f32(1.0)
+
+
+@pc.kernel(workgroup_size=8)
+def k_float_index(A: pc.Buffer[f32]):
+    A[2.0] = f32(1.0)                          # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_float_atomic_index(A: pc.Buffer[u32]):
+    pc.atomic.add(A, 0.0, u32(1))              # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_float_stride(A: pc.Buffer[pc.f16]):
+    pc.store(A, 0, MA16.load(A, 0, 16.0), 16)  # HERE
+
+
+@pytest.mark.parametrize("kernel,message,rule_id", [
+    (k_float_runtime_range, "range() needs integer bounds, got 0.0", "control.range-integer-bounds"),
+    (k_float_index, "an index must be an integer, not the float 2.0", "core.index-integer"),
+    (k_float_atomic_index, "an index must be an integer, not the float 0.0", "core.index-integer"),
+    (k_float_stride, "stride must be an integer scalar, not the float 16.0", "khr.stride-type"),
+])
+def test_floats_where_python_takes_only_ints_are_compile_errors(kernel, message, rule_id):
+    """Integral floats were accepted as indexes, range bounds and strides; Python raises a
+    TypeError for each."""
+    with pytest.raises(pc.CompileError, match=re.escape(message)) as e:
+        kernel.compile()
+    assert e.value.rule_id == rule_id and e.value.line == line_of(kernel, "# HERE")
+    assert e.value.loc.file == __file__
+
+
 def _helper_that_divides(x):
     return x / 0                               # HELPER
 
@@ -496,12 +552,8 @@ def test_python_exceptions_of_kernel_code_are_compile_errors_at_their_line(kerne
     assert what in e.value.message and e.value.rule_id == "frontend.python-exception"
     fn = _helper_that_divides if marker == "# HELPER" else kernel
     assert e.value.loc.file == __file__ and e.value.line == line_of(fn, marker)
-    tb, shown = e.value.__traceback__, []      # the frames a traceback printer shows
-    while tb is not None:
-        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
-            shown.append(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
-    assert not any(pc.errors.is_internal(f) for f in shown) and e.value.__cause__ is None
+    shown = shown_frames(e.value)
+    assert not any(pc.errors.is_internal(f) for f, _ in shown) and e.value.__cause__ is None
 
 
 @pc.func
@@ -644,20 +696,289 @@ def test_closures_and_comprehensions_that_keep_their_meaning_still_work():
 
 
 @pc.kernel(workgroup_size=4)
-def k_range_step_out_of_type(x: pc.Buffer[u32]):
+def k_range_stop_out_of_type(x: pc.Buffer[u32]):
     g = pc.global_invocation_id.x
     s = u32(0)
-    for i in range(x[g], 0, -1):               # HERE
+    for i in range(x[g] - 1, -1, -1):          # HERE
         s = s + i
         s = s * u32(3)
     x[g] = s
 
 
 def test_a_range_bound_the_loop_type_cannot_hold_is_reported_at_the_loop():
-    """A step of -1 with u32 bounds: reported at the `for`, not at the body's last line."""
-    with pytest.raises(pc.CompileError, match="does not fit") as info:
-        emu(k_range_step_out_of_type, 1, np.array([1, 2, 3, 4], np.uint32))
-    at_line(info.value, k_range_step_out_of_type, "# HERE")
+    """A stop of -1 with u32 bounds: reported at the `for`, not at the body's last line (in
+    the message and in the traceback's last frame), with the ways to write the loop."""
+    with pytest.raises(pc.CompileError, match="constant -1 does not fit in u32") as info:
+        emu(k_range_stop_out_of_type, 1, np.array([1, 2, 3, 4], np.uint32))
+    at_line(info.value, k_range_stop_out_of_type, "# HERE")
+    assert info.value.rule_id == "core.constant-range"
+    assert "range(n, 0, -1)" in info.value.hint and "i32" in info.value.hint
+    assert shown_frames(info.value)[-1] == (__file__, info.value.line)
+
+
+@pc.kernel(workgroup_size=8)
+def k_is_true(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    b = i > u32(3)
+    if b is True:                              # HERE
+        A[i] = u32(1)
+
+
+@pc.kernel(workgroup_size=8)
+def k_is_not_in_a_chain(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    if u32(0) < i is not A[0]:                 # HERE
+        A[i] = u32(1)
+
+
+@pytest.mark.parametrize("kernel,op,hint", [(k_is_true, "is", "=="),
+                                            (k_is_not_in_a_chain, "is not", "!=")])
+def test_identity_of_a_runtime_value_is_a_compile_error(kernel, op, hint):
+    """`b is True` of a runtime bool was Python identity, False in every invocation."""
+    with pytest.raises(pc.CompileError, match=f"`{op}` with a runtime value") as info:
+        kernel.compile()
+    at_line(info.value, kernel, "# HERE")
+    assert info.value.rule_id == "frontend.runtime-identity" and hint in info.value.hint
+
+
+@pc.func
+def _plus_optional(x, bias=None):
+    if bias is None:
+        return x
+    return x + bias
+
+
+@pc.kernel(workgroup_size=8)
+def k_is_none(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    scale = None
+    flag = True
+    A[i] = _plus_optional(i) * u32(10) + _plus_optional(i, i) + (1 if flag is not False else 0)
+    if scale is not None:
+        A[i] = A[i] * scale
+
+
+def test_identity_of_trace_time_values_and_none_still_works():
+    a = np.zeros(8, np.uint32)
+    emu(k_is_none, 1, a)
+    assert a.tolist() == [10 * i + 2 * i + 1 for i in range(8)]
+
+
+# --------------------------------------------------------------------------- messages that
+# named the wrong thing, and static lengths that were refused
+
+@pc.kernel(workgroup_size=8)
+def k_ternary_of_two_types(A: pc.Buffer[f32]):
+    i = pc.global_invocation_id.x
+    v = f32(1.0) if i > u32(3) else i          # HERE
+    A[i] = v
+
+
+@pc.kernel(workgroup_size=8)
+def k_cast_to_a_string(A: pc.Buffer[f32]):
+    i = pc.global_invocation_id.x
+    A[i] = pc.cast(i, "f32")                   # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_vector_times_scalar(A: pc.Buffer[pc.vec(f32, 4)]):
+    i = pc.global_invocation_id.x
+    A[i] = A[i] * 2.0                          # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_iterate_shared(A: pc.Buffer[f32]):
+    s = pc.shared(f32, 8)
+    for x in s:                                # HERE
+        A[0] = x
+
+
+@pytest.mark.parametrize("kernel,message,hint,rule_id", [
+    (k_ternary_of_two_types, "the two sides of `x if c else y` on a runtime condition have "
+                             "different types: f32 and u32", "f32(y)", "core.select-types"),
+    (k_cast_to_a_string, "cannot cast u32 to 'f32'", "pycoop.f32", "core.cast-types"),
+    (k_vector_times_scalar, "operands of `*` have different types: vec4<f32> and f32",
+     "pycoop.make_vector([s] * 4)", "core.operand-types"),
+    (k_iterate_shared, "cannot iterate over a shared array", "range(len(s))",
+     "frontend.runtime-iteration"),
+])
+def test_messages_name_what_is_wrong(kernel, message, hint, rule_id):
+    """A ternary said "a variable is used where it has no value" (there is none), a string
+    type "cannot cast u32 to f32", a vector times a scalar gave no way to write it."""
+    with pytest.raises(pc.CompileError, match=re.escape(message)) as info:
+        kernel.compile()
+    at_line(info.value, kernel, "# HERE")
+    assert info.value.rule_id == rule_id and hint in info.value.hint
+
+
+@pc.kernel(workgroup_size=4)
+def k_static_lengths(A: pc.Buffer[pc.vec(u32, 4)], B: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    v = A[i]
+    s = pc.shared(u32, 8)
+    x, y, z, w = v
+    total = u32(0)
+    for c in v:
+        total = total + c
+    pair = pc.make_array([x, w])
+    first, last = pair
+    B[i * 4] = total
+    B[i * 4 + 1] = v[-1] * u32(100) + v[-4]
+    B[i * 4 + 2] = u32(len(v) * 10 + len(s) + len(pair) * 100)
+    B[i * 4 + 3] = pair[-1] - first + last - y - z
+
+
+def test_vectors_and_arrays_have_their_static_lengths():
+    """len() of a vector, array or shared array is its length; vectors and arrays unpack,
+    iterate and index from the end (v[-1]) as Python sequences do."""
+    A = np.arange(16, dtype=np.uint32).reshape(4, 4)
+    B = np.zeros(16, np.uint32)
+    emu(k_static_lengths, 1, A, B)
+    want = []
+    for x, y, z, w in A.tolist():
+        want += [x + y + z + w, w * 100 + x, 4 * 10 + 8 + 2 * 100, w - x + w - y - z]
+    assert B.tolist() == [v % 2 ** 32 for v in want]
+
+
+# --------------------------------------------------------------------------- undefined behaviour
+# that the traced operands prove (what the emulator would report in every invocation)
+
+@pc.kernel(workgroup_size=32)
+def k_shared_index_past_the_end(A: pc.Buffer[u32]):
+    s = pc.shared(u32, 8)
+    i = pc.global_invocation_id.x
+    s[8] = i                                   # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_shared_atomic_past_the_end(A: pc.Buffer[u32]):
+    s = pc.shared(u32, 8)
+    A[0] = pc.atomic.add(s, 4 * 2 + 1, u32(1))  # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_shift_by_the_width(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = i << 32                             # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_negative_shift(A: pc.Buffer[i32]):
+    i = i32(pc.global_invocation_id.x)
+    A[i] = i >> -1                             # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_divide_by_zero(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = A[i] // (i * 0)                     # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_modulo_zero(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = A[i] % 0                            # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_int_min_by_minus_one(A: pc.Buffer[i32]):
+    i = pc.global_invocation_id.x
+    A[i] = i32(-2 ** 31) // -1                 # HERE
+
+
+@pc.kernel(workgroup_size=32, subgroup_size=32)
+def k_broadcast_past_the_subgroup(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = pc.subgroup.broadcast(i, 40)        # HERE
+
+
+@pc.kernel(workgroup_size=32, subgroup_size=16)
+def k_shuffle_past_the_subgroup(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = pc.subgroup.shuffle(i, 16)          # HERE
+
+
+@pytest.mark.parametrize("kernel,message", [
+    (k_shared_index_past_the_end, "index 8 is outside the shared array of 8 elements"),
+    (k_shared_atomic_past_the_end, "index 9 is outside the shared array of 8 elements"),
+    (k_shift_by_the_width, "`<< 32` shifts a 32-bit integer by its width or more"),
+    (k_negative_shift, "`>> -1` shifts a 32-bit integer by a negative amount"),
+    (k_divide_by_zero, "`//` divides by zero"),
+    (k_modulo_zero, "`%` divides by zero"),
+    (k_int_min_by_minus_one, "`//` divides -2147483648, the least i32, by -1"),
+    (k_broadcast_past_the_subgroup, "subgroup.broadcast of lane 40 in subgroups of 32"),
+    (k_shuffle_past_the_subgroup, "subgroup.shuffle of lane 16 in subgroups of 16"),
+])
+def test_undefined_behaviour_the_operands_prove_is_a_compile_error(kernel, message):
+    """A constant (or IR-fixed, `i * 0`) operand that makes an op undefined in every
+    invocation is refused while tracing, so compile() exports no such module; the emulator
+    reports the same rule for runtime operands."""
+    with pytest.raises(pc.CompileError, match=re.escape(message)) as info:
+        kernel.compile()
+    at_line(info.value, kernel, "# HERE")
+    assert info.value.rule_id == "emulator.undefined-behaviour" and "undefined" in info.value.rule
+
+
+@pc.kernel(workgroup_size=32)
+def k_runtime_operands_left_to_the_emulator(A: pc.Buffer[u32], n: u32):
+    s = pc.shared(u32, 32)
+    i = pc.global_invocation_id.x
+    s[i] = i
+    pc.barrier()
+    A[i] = (s[31] << n) + A[i] // n + pc.subgroup.broadcast(i, n)
+
+
+def test_runtime_operands_of_those_ops_are_left_to_the_emulator():
+    A = np.arange(32, dtype=np.uint32)
+    emu(k_runtime_operands_left_to_the_emulator, 1, A, 1)
+    assert A.tolist() == [31 * 2 + v + 1 for v in range(32)]
+    with pytest.raises(pc.EmulatorError) as info:
+        emu(k_runtime_operands_left_to_the_emulator, 1, A, 0)
+    assert info.value.rule_id == "emulator.undefined-behaviour"
+
+
+@pc.kernel(workgroup_size=8)
+def k_negative_mask(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = i & ~3                              # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_negative_addend(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[i] = i + (-1)                            # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_negative_index(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    A[-1] = i                                  # HERE
+
+
+@pc.kernel(workgroup_size=8)
+def k_negative_comparison(A: pc.Buffer[u32]):
+    i = pc.global_invocation_id.x
+    if i > -1:                                 # HERE
+        A[i] = i
+
+
+@pc.kernel(workgroup_size=8)
+def k_negative_atomic_add(A: pc.Buffer[u32]):
+    pc.atomic.add(A, 0, -1)                    # HERE
+
+
+@pytest.mark.parametrize("kernel,message,hint", [
+    (k_negative_mask, "constant -4 does not fit in u32", "~u32(3)"),
+    (k_negative_addend, "constant -1 does not fit in u32", "subtract instead"),
+    (k_negative_index, "constant -1 does not fit in u32", "do not count from the end"),
+    (k_negative_comparison, "constant -1 does not fit in u32", "never negative"),
+    (k_negative_atomic_add, "constant -1 does not fit in u32", "pycoop.atomic.sub"),
+])
+def test_a_negative_python_int_meeting_an_unsigned_value_names_the_fix(kernel, message, hint):
+    with pytest.raises(pc.CompileError, match=message) as info:
+        kernel.compile()
+    at_line(info.value, kernel, "# HERE")
+    assert info.value.rule_id == "core.constant-range" and hint in info.value.hint
 
 
 @pc.kernel(workgroup_size=8)
@@ -695,9 +1016,5 @@ def test_type_factory_errors_outside_a_kernel_show_no_pycoop_frames(make):
     with pytest.raises(pc.CompileError) as e:
         make()
     assert e.value.loc.file == __file__
-    tb, shown = e.value.__traceback__, []
-    while tb is not None:
-        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
-            shown.append(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
-    assert shown and not any(pc.errors.is_internal(f) for f in shown)
+    shown = shown_frames(e.value)
+    assert shown and not any(pc.errors.is_internal(f) for f, _ in shown)

@@ -103,16 +103,19 @@ def test_elements_wider_than_the_alignment_are_always_aligned():
     k.compile()
 
 
+@pytest.mark.parametrize("typed", [True, False], ids=["i32", "python-int"])
 @pytest.mark.parametrize("op, stride", [("load", -16), ("store", -16), ("store", 0)])
-def test_constant_stride_sign(op, stride):
+def test_constant_stride_sign(op, stride, typed):
+    """A negative Python int stride breaks the stride rule too (it is not reported as a
+    constant that u32 cannot hold)."""
     if op == "load":
         @pc.kernel(workgroup_size=32)
         def k(C: pc.Buffer[f16]):
-            pc.store(C, 0, M16.load(C, 256, i32(stride)), 16)    # STRIDE
+            pc.store(C, 0, M16.load(C, 256, i32(stride) if typed else stride), 16)    # STRIDE
     else:
         @pc.kernel(workgroup_size=32)
         def k(C: pc.Buffer[f16]):
-            pc.store(C, 0, M16.fill(1.0), i32(stride))           # STRIDE
+            pc.store(C, 0, M16.fill(1.0), i32(stride) if typed else stride)           # STRIDE
 
     e = compile_error(k)
     assert f"cooperative matrix {op} with stride {stride}" in e.message

@@ -149,6 +149,17 @@ def k_shared_length(A: pc.Buffer[u32]):
     A[0] = s[0]
 
 
+def k_shared_beyond_32_bits(A: pc.Buffer[u32]):
+    s = pc.shared(f32, 1 << 40)  # HERE
+    A[0] = u32(s[0])
+
+
+def k_shared_beyond_any_device(A: pc.Buffer[u32]):
+    s = pc.shared(f32, 32768)
+    t = pc.shared(pc.vec(u32, 4), 8193)  # HERE
+    A[0] = u32(s[0]) + t[0].x
+
+
 def k_barrier_memory(A: pc.Buffer[u32]):
     pc.barrier(memory="global")  # HERE
     A[0] = u32(1)
@@ -324,6 +335,10 @@ RULES = [
     ("core.attribute", k_attribute_swizzle, "a value of type vec4<f32> has no attribute 'xy'"),
     ("core.store-type", k_store_type, "cannot store a f32 into an array of u32"),
     ("core.shared-length", k_shared_length, "positive compile-time int"),
+    ("core.shared-length", k_shared_beyond_32_bits,
+     "pycoop.shared(f32, 1099511627776) takes 4398046511104 B: more shared memory than any device"),
+    ("core.shared-length", k_shared_beyond_any_device,
+     "pycoop.shared(vec4<u32>, 8193) takes 131088 B, 131072 B in the arrays before it"),
     ("core.shared-top-level", k_shared_top_level, "top level of the kernel"),
     ("core.barrier-memory", k_barrier_memory, "memory is 'workgroup' or 'device', got 'global'"),
     ("core.struct-buffer-element", k_struct_buffer_element, "cannot be loaded or stored one by one"),
@@ -444,9 +459,10 @@ def test_a_kernel_needs_its_source():
 
 def test_a_kernel_is_a_plain_def():
     with pytest.raises(CompileError) as e:
-        pc.kernel(workgroup_size=32)(lambda: None).compile()
+        pc.kernel(workgroup_size=32)(lambda: None).compile()  # HERE plain-def
     assert e.value.rule_id == "frontend.plain-def", str(e.value)
     assert "is not a plain function definition" in e.value.message
+    assert e.value.loc.file == __file__ and e.value.line == file_line("# HERE plain-def")
 
 
 # --------------------------------------------------------------------------- emulator
