@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from .spirv.tools import validate
 from .version import __version__
 
 _memory: dict[str, Lowered] = {}
+_ENTRY = re.compile(r"[0-9a-f]{64}\.json")      # an entry's file name: its key
 _log = logging.getLogger(__name__)        # disk hits, stores and evictions, at DEBUG level
 
 
@@ -133,10 +135,14 @@ def _touch(path: Path) -> None:
 
 
 def _entries(d: Path) -> list[tuple[float, int, Path]]:
-    """(last use, size, path) of every SPIR-V entry in `d` (autotune choices live in a
+    """(last use, size, path) of every SPIR-V entry in `d`: only files named as pycoop names
+    them (the key, 64 hex digits), since the directory may hold other files, such as a `.spv`
+    and its `.spv.json` sidecar, that eviction must never delete (autotune choices live in a
     subdirectory and are never evicted)."""
     out = []
     for p in d.glob("*.json"):
+        if not _ENTRY.fullmatch(p.name):
+            continue
         try:
             st = p.stat()
         except OSError:       # deleted by another process meanwhile

@@ -78,3 +78,16 @@ def test_cache_knobs(monkeypatch, tmp_path):
         assert knobs.cache_dir() == tmp_path / "pycoop"
     monkeypatch.setenv("PYCOOP_CACHE_DIR", "off")
     assert knobs.cache_dir() is None and cache.cache_stats()["dir"] is None
+
+
+def test_eviction_never_deletes_other_files(disk_cache, monkeypatch):
+    # the cache directory may be shared with the user's own files, e.g. an exported kernel
+    # and its sidecar: only pycoop's entries count against the limit and are evicted
+    mine = [disk_cache / "k.spv.json", disk_cache / "package.json", disk_cache / "k.spv"]
+    for p in mine:
+        p.write_text("{}" + " " * 10000)
+    monkeypatch.setenv("PYCOOP_CACHE_MAX_MB", "0")
+    for s in (1, 2):
+        _lower(s)
+    assert all(p.exists() for p in mine)
+    assert len(_entries(disk_cache)) == 3 and cache.cache_stats()["entries"] == 1
