@@ -11,7 +11,6 @@ Every constructor returns zero-filled memory unless it writes every byte itself 
 """
 from __future__ import annotations
 
-import math
 import threading
 from contextlib import contextmanager
 from typing import Any
@@ -25,7 +24,7 @@ from . import capturing, interop
 from .backend import check_backend, requested_backend
 from .vulkan import VulkanUnavailable
 from .vulkan import get_runtime as get_vulkan_runtime
-from .vulkan.abi import DeviceView, numpy_dtype
+from .vulkan.abi import DeviceView, check_timeout, numpy_dtype
 from ..jupyter import array_html
 
 _lock = threading.Lock()
@@ -461,14 +460,13 @@ def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
 @entry_point
 def synchronize(timeout_s: float | None = None) -> None:
     """Wait for every queued launch and copy (Vulkan), at most `timeout_s` per batch (default
-    10 s). Errors of a queued launch (device lost, a hang) are raised here, naming it. A no-op
-    when only the emulator was used. Not allowed inside a launch-graph capture."""
+    10 s). Errors of a queued launch (device lost, a hang) are raised here, naming it. A wait
+    that runs out is taken for a hang: the device is dropped, with every array on it, so
+    `timeout_s` bounds a hang, it does not poll. A no-op when only the emulator was used. Not
+    allowed inside a launch-graph capture."""
     if capturing.active:
         capturing.refuse_sync("pycoop.synchronize()")
-    if timeout_s is not None and (not isinstance(timeout_s, (int, float, np.integer, np.floating))
-                                  or isinstance(timeout_s, bool) or not 0 < timeout_s < math.inf):
-        raise ArgumentError(f"synchronize: timeout_s is a positive number of seconds or None "
-                            f"(the default), got {timeout_s!r}")
+    check_timeout(timeout_s)
     wait_all(timeout_s)
 
 
@@ -492,6 +490,7 @@ class EmulatorRuntime:
         Vulkan)."""
         if capturing.active:
             capturing.refuse_sync("synchronize()")
+        check_timeout(timeout_s)
 
     @contextmanager
     def batch(self):

@@ -583,6 +583,19 @@ def test_synchronize_takes_a_positive_timeout(timeout):
     pc.synchronize(timeout_s=5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("timeout", [0, -1, "10"])
+def test_the_runtime_synchronize_checks_its_timeout_too(backend, timeout):
+    # a timeout that cannot be waited for ran out at once, was taken for a hang and dropped
+    # the device with every array on it ("x": a TypeError deep in the wait)
+    x, y = pc.zeros(1 << 12, pc.f32, backend=backend), pc.zeros(1 << 12, pc.f32, backend=backend)
+    axpy[64](x, y, 1.0, 1 << 12)
+    with pytest.raises(pc.ArgumentError, match="timeout_s is a positive number of seconds"):
+        pc.get_runtime(backend).synchronize(timeout)
+    pc.get_runtime(backend).synchronize(5)
+    assert y.numpy().shape == (1 << 12,)       # the arrays are still there
+
+
 def test_torch_views_without_torch_say_what_to_install(monkeypatch):
     import builtins
     real_import = builtins.__import__

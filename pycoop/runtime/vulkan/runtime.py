@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import capturing
 from . import faults, hostcopy, timeline
-from .abi import Binder, BoundArguments, DeviceView, check_repeat
+from .abi import Binder, BoundArguments, DeviceView, check_repeat, check_timeout
 from .batch import (ALL_READ_WRITE, ALL_STAGES, BOTTOM, DEVICE_READ_WRITE, DEVICE_STAGES, TOP,
                     Barrier, PendingTimes, Submission)
 from .capabilities import Capabilities
@@ -954,6 +954,7 @@ class VulkanRuntime:
         a launch (device lost, hang) naming it. Not allowed inside a launch-graph capture."""
         if capturing.active:
             capturing.refuse_sync("synchronize()")
+        check_timeout(timeout_s)
         self._synchronize(timeout_s)
 
     def _synchronize(self, timeout_s: float | None = None) -> None:
