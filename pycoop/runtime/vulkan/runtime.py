@@ -21,7 +21,6 @@ are gone). Out-of-memory frees the pool; the next launch starts clean.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import knobs
 from .. import capturing
 from . import faults, hostcopy, timeline
 from .abi import Binder, BoundArguments, DeviceView, check_repeat, check_timeout
@@ -188,7 +188,7 @@ class VulkanRuntime:
 
     def __init__(self, device: str | None = None, transfer: str | None = None):
         self._device_spec = device
-        self._transfer = transfer or os.environ.get("PYCOOP_VK_TRANSFER", "auto")
+        self._transfer = transfer or knobs.vk_transfer()
         if self._transfer not in TRANSFER_MODES:
             raise ValueError(f"transfer mode {self._transfer!r} not in {TRANSFER_MODES}")
         self._lock = threading.RLock()
