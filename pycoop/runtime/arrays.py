@@ -54,6 +54,31 @@ def _dtype(dtype: Any) -> np.dtype:
     return dt
 
 
+def _cast(data: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """`data` as `dtype`, refusing values the conversion would not keep: NumPy's `astype`
+    wraps -1 to 255, turns NaN into INT_MIN and drops fractions in silence. Into integers
+    and bools every value must come back unchanged; into floats values round, and only a
+    finite one that overflows is refused. Complex values and Python objects are refused too
+    (NumPy drops imaginary parts and makes None a NaN); what NumPy cannot convert at all (a
+    string that is no number) raises its ValueError."""
+    if data.dtype == dtype or dtype.fields is not None:     # blocks: bytes, as NumPy copies them
+        return data.astype(dtype)
+    if data.dtype.kind in "cO":
+        raise ArgumentError(f"{what}{data.dtype} values are no {dtype} values")
+    with np.errstate(all="ignore"):
+        out = data.astype(dtype)
+        if scalar_of_dtype(dtype).is_float:
+            changed = np.isfinite(data.astype(np.float64)) & ~np.isfinite(out.astype(np.float64))
+        else:
+            changed = out.astype(data.dtype) != data
+    if changed.any():
+        i = np.argwhere(changed)[0] if data.ndim else ()
+        raise _error(f"{what}{data[tuple(i)].item()!r} is no {dtype} value (converting "
+                     f"gives {out[tuple(i)].item()!r})",
+                     "convert it as you mean it first (np.round, np.clip, a wider dtype)")
+    return out
+
+
 def _shape(shape: Any) -> tuple[int, ...]:
     try:
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
@@ -415,9 +440,12 @@ def zeros(shape, dtype=np.float32, *, backend: str | None = None) -> Array:
 def full(shape, fill_value, dtype=np.float32, *, backend: str | None = None) -> Array:
     """A new array with every element `fill_value`."""
     dtype = _dtype(dtype)
+    value = np.asarray(fill_value)
+    if value.dtype.kind in "cO":                # 1j, None (a NaN to NumPy), 2**70
+        raise ArgumentError(f"full: the fill value {fill_value!r} is no {dtype} value")
     try:
-        data = np.full(_shape(shape), fill_value, dtype)
-    except (ValueError, TypeError) as e:        # a string, None: not a value of the dtype
+        data = np.full(_shape(shape), _cast(value, dtype, "full: the fill value "), dtype)
+    except ValueError as e:                     # "a", an array of another shape
         raise ArgumentError(f"full: the fill value {fill_value!r} is no {dtype}: {e}") from None
     return asarray(data, backend=backend)
 
@@ -439,8 +467,8 @@ def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
         if isinstance(obj, (list, tuple, int, float, complex)):
             obj = np.asarray(obj)
         data = interop.host_array(obj, "obj")
-        if dtype is not None and data.dtype != _dtype(dtype):
-            data = data.astype(_dtype(dtype))
+        if dtype is not None:
+            data = _cast(data, _dtype(dtype), "asarray: ")
     except ValueError as e:                # a ragged list, a string that is no number
         raise ArgumentError(f"asarray: NumPy cannot read the contents as an array of "
                             f"{'its own dtype' if dtype is None else _dtype(dtype)}: "

@@ -108,6 +108,33 @@ def test_contents_numpy_cannot_read_are_argument_errors():
         pc.empty(2 ** 62, backend="emulator")
 
 
+@pytest.mark.parametrize("call,message", [
+    # NumPy's casts would wrap, truncate or invent these values in silence
+    (lambda: pc.full(3, -1, pc.u32), "full: the fill value -1 is no uint32 value .*gives 4294967295"),
+    (lambda: pc.full(3, 300, pc.u8), "the fill value 300 is no uint8 value"),     # an OverflowError
+    (lambda: pc.full(3, float("nan"), pc.i32), "the fill value nan is no int32 value"),
+    (lambda: pc.full(3, 2.7, pc.i32), "the fill value 2.7 is no int32 value .*gives 2"),
+    (lambda: pc.full(3, 1e6, pc.f16), "the fill value 1000000.0 is no float16 value .*gives inf"),
+    (lambda: pc.full(3, None, pc.f32), "the fill value None is no float32 value"),  # was NaN
+    (lambda: pc.full(3, 1j, pc.f32), "the fill value 1j is no float32 value"),      # was 0
+    (lambda: pc.asarray([-1], pc.u8), "asarray: -1 is no uint8 value .*gives 255"),
+    (lambda: pc.asarray([1.0, float("nan")], pc.i32), "asarray: nan is no int32 value"),
+    (lambda: pc.asarray(np.array([1, None]), pc.f32), "asarray: object values are no float32"),
+])
+def test_conversions_that_would_change_values_are_refused(call, message):
+    with pc.use_backend("emulator"), pytest.raises(pc.ArgumentError, match=message):
+        call()
+
+
+def test_conversions_that_keep_values_or_round_floats_are_taken():
+    with pc.use_backend("emulator"):
+        assert pc.full(2, 2.0, pc.i32).numpy().tolist() == [2, 2]
+        assert pc.full(2, 0.1, pc.f32).numpy()[0] == np.float32(0.1)          # rounded
+        assert np.isnan(pc.full(2, float("nan"), pc.f16).numpy()).all()       # NaN is a float
+        assert pc.asarray([1.0, 255.0], pc.u8).numpy().tolist() == [1, 255]
+        assert pc.asarray(np.array(["1.5"]), pc.f32).numpy().tolist() == [1.5]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_dtype_views_share_the_bytes(backend):
     """`a.view(dtype)` reads the same bytes as another dtype, like NumPy's: the last axis
