@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import knobs
 from ..errors import ArgumentError, BackendUnavailable, entry_point
-from ..types import SCALARS, ScalarType, scalar_of_dtype
+from ..types import SCALARS, ScalarType, VectorType, scalar_of_dtype
 from . import capturing, interop
 from .backend import check_backend, requested_backend
 from .vulkan import VulkanUnavailable
@@ -41,6 +41,10 @@ def _dtype(dtype: Any) -> np.dtype:
     its name ("f16": never NumPy's 16-byte float code), one kernels can hold."""
     if isinstance(dtype, str) and dtype in SCALARS:
         dtype = SCALARS[dtype]
+    if isinstance(dtype, VectorType):   # its `.dtype` is its component's: NumPy would take that
+        raise _error(f"{dtype} is a vector type: arrays hold the components of buffers of "
+                     f"vectors", f"pass the component type with a last axis of {dtype.count}, "
+                     f"e.g. pc.zeros((n, {dtype.count}), pc.{dtype.elem})")
     if isinstance(dtype, ScalarType):
         dtype = dtype.dtype
     try:

@@ -594,6 +594,12 @@ def test_dtypes_by_pycoop_name_and_types_no_kernel_holds(backend):
         pc.asarray(np.zeros(2, np.complex64), backend=backend)
     a = pc.asarray(np.float32(3), backend=backend)
     assert a.shape == () and a.numpy() == 3
+    # a vector type's .dtype is its component's: NumPy made n floats of pc.zeros(n, vec4)
+    with pytest.raises(pc.ArgumentError, match=r"vec4<f32> is a vector type.*\n.*"
+                                               r"pc.zeros\(\(n, 4\), pc.f32\)"):
+        pc.zeros(2, pc.vec(pc.f32, 4), backend=backend)
+    with pytest.raises(pc.ArgumentError, match="vec2<u32> is a vector type"):
+        a.reshape(1).view(pc.vec(pc.u32, 2))
 
 
 @pytest.mark.parametrize("shape", [2.5, None, (2, 1.5), (True, 2), (-1,)])
