@@ -290,7 +290,11 @@ class Array:
                 raise IndexError(f"index {index} is out of bounds for axis 0 with size {n}")
             return Array(self._storage, self._byte_offset + i * row, self.shape[1:], self.dtype)
         if isinstance(index, slice):
-            start, stop, step = index.indices(n)
+            try:
+                start, stop, step = index.indices(n)
+            except (TypeError, ValueError) as e:         # a float bound, a zero step
+                raise _error(f"an Array slice takes int bounds, got {index!r} ({e})",
+                             "a[i:j] with ints (step 1)") from None
             if step != 1:
                 raise _error("only contiguous slices (step 1) of an Array are views",
                              "copy to NumPy with .numpy() for strided access")

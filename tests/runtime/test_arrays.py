@@ -89,6 +89,9 @@ def test_views_have_offsets_and_kernels_see_only_them(backend):
         base[::2]
     with pytest.raises(pc.ArgumentError, match="indexed by an int or a slice .* got True"):
         base[True]
+    for bad in (slice(1.0, 2), slice(None, None, 0)):   # were slice.indices' own errors
+        with pytest.raises(pc.ArgumentError, match="an Array slice takes int bounds"):
+            base[bad]
     with pytest.raises(pc.ArgumentError, match="cannot reshape an array of size 256"):
         base.reshape(5, -1)
     for bad in ((2.7, 128), (True, 256), "a", None, 256.0):   # never truncated in silence
