@@ -325,6 +325,13 @@ class Array:
             storage.runtime.read(storage.allocation, self._byte_offset, out)
         return out
 
+    def __reduce__(self):
+        """Pickling (and `copy.copy`, `copy.deepcopy`) stores the contents: the array comes
+        back as a new one on the same backend, as NumPy copies an array. Copying the storage
+        object itself skipped the emulator's accounting (stats() fell below zero) and cannot
+        copy a Vulkan buffer."""
+        return _unpickle, (self.numpy(), self.backend)
+
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
         return out if dtype is None else out.astype(dtype, copy=False)
@@ -414,6 +421,10 @@ class Array:
 
 
 # ------------------------------------------------------------------ constructors
+def _unpickle(data: np.ndarray, backend: str) -> Array:
+    return asarray(data, backend=backend)
+
+
 def _new(shape, dtype, backend, zero: bool) -> Array:
     shape, dtype = _shape(shape), _dtype(dtype)
     n = 1

@@ -605,6 +605,24 @@ def test_dtypes_by_pycoop_name_and_types_no_kernel_holds(backend):
         a.reshape(1).view(pc.vec(pc.u32, 2))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pickling_and_copies_store_the_contents(backend):
+    # copying the storage object itself skipped the emulator's accounting (stats went below
+    # zero) and raised "cannot pickle '_thread.RLock'" on Vulkan
+    import copy
+    import pickle
+    a = pc.asarray(np.arange(6, dtype=np.float32), backend=backend)[2:]
+    before = pc.get_runtime(backend).stats()["array_count"]
+    for b in (copy.deepcopy(a), copy.copy(a), pickle.loads(pickle.dumps(a))):
+        assert b.backend == backend and b.offset == 0 and b.numpy().tolist() == [2, 3, 4, 5]
+        b.copy_from(np.zeros(4, np.float32))          # a copy: the original is unchanged
+        assert a.numpy().tolist() == [2, 3, 4, 5]
+        del b
+    gc.collect()
+    pc.synchronize()
+    assert pc.get_runtime(backend).stats()["array_count"] == before
+
+
 @pytest.mark.parametrize("shape", [2.5, None, (2, 1.5), (True, 2), (-1,)])
 def test_shapes_that_are_not_ints_are_refused(shape):
     with pytest.raises(pc.ArgumentError, match="an array shape is an int or a tuple of "
