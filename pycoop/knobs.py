@@ -29,8 +29,8 @@ def cache_dir() -> Path | None:
     v = os.environ.get("PYCOOP_CACHE_DIR")
     if v is not None and v.strip().lower() in ("", "off", "0"):
         return None
-    if v:
-        return Path(v)
+    if v:       # "~/x" unexpanded (quoted, or from a .env file) made a directory named "~"
+        return Path(v).expanduser()
     if sys.platform == "darwin":
         base = Path.home() / "Library" / "Caches"
     elif sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):

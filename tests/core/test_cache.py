@@ -79,6 +79,9 @@ def test_cache_knobs(monkeypatch, tmp_path):
         assert knobs.cache_dir() == tmp_path / "pycoop"
     monkeypatch.setenv("PYCOOP_CACHE_DIR", "off")
     assert knobs.cache_dir() is None and cache.cache_stats()["dir"] is None
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PYCOOP_CACHE_DIR", "~/kernels")       # not a directory named "~"
+    assert knobs.cache_dir() == tmp_path / "kernels"
 
 
 def test_eviction_never_deletes_other_files(disk_cache, monkeypatch):
