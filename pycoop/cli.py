@@ -135,6 +135,8 @@ def _consts(k, defines: list[tuple[str, object]]) -> dict:
         if p is None:
             raise UsageError(f"-D {name}: {k.name} has no Const parameter {name!r} (its Const "
                              f"parameters: {', '.join(params) or 'none'})")
+        if name in out:             # two values: neither silently wins
+            raise UsageError(f"-D {name}: given twice ({out[name]!r} and {value!r})")
         default = p.default
         want = type(default)
         if want in _TYPE_NAMES:
@@ -149,6 +151,8 @@ def _consts(k, defines: list[tuple[str, object]]) -> dict:
 
 # ------------------------------------------------------------------ commands
 def cmd_compile(a) -> int:
+    if a.output == "":              # `-o "$OUT"` with OUT unset: not the default name
+        raise UsageError("-o: the output path is empty")
     k = _load_kernel(a.kernel)
     ck = k.compile(subgroup_size=a.subgroup_size, debug_info=a.debug_info, abi=a.abi,
                    **_consts(k, a.const))

@@ -113,6 +113,14 @@ def test_defines_are_checked_against_the_kernel(define, message, capsys):
     assert capsys.readouterr().err.strip() == f"pycoop disasm: {message}"
 
 
+def test_a_define_given_twice_and_an_empty_output_are_refused(tmp_path, capsys):
+    # the last -D won in silence; -o "" wrote KERNEL.spv into the working directory
+    assert cli.main(["disasm", "pycoop.kernels.gemm:gemm_khr", "-D", "TM=1", "-D", "TM=4"]) == 2
+    assert capsys.readouterr().err.strip() == "pycoop disasm: -D TM: given twice (1 and 4)"
+    assert cli.main(["compile", "pycoop.kernels.gemm:gemm_khr", "-o", ""]) == 2
+    assert capsys.readouterr().err.strip() == "pycoop compile: -o: the output path is empty"
+
+
 def test_defines_specialise(tmp_path, capsys):
     out = tmp_path / "g.spv"
     assert cli.main(["compile", "pycoop.kernels.gemm:gemm_khr", "-D", "TM=1", "-o", str(out)]) == 0
