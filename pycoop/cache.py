@@ -3,8 +3,9 @@
 The disk key is a SHA-256 over pycoop's version, the canonical IR text, the target, the ABI
 and the validator. The IR text carries source locations only when the module gets debug line
 info (OpLine holds file paths and lines, so moving a kernel changes its binary); without it,
-the same kernel anywhere shares one entry; entries are written atomically and their stored key
-is checked on every hit, so a stale or foreign file is never used. A hit refreshes the
+the same kernel anywhere shares one entry; entries are written atomically, and their stored key
+and a digest of their contents are checked on every hit, so a stale, foreign or damaged file
+is never used (it is rebuilt). A hit refreshes the
 entry's modification time; when a store takes the directory past PYCOOP_CACHE_MAX_MB, the
 least recently used entries are deleted (a bounded cache, not one that only grows).
 """
@@ -15,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from .spirv.tools import validate
 from .version import __version__
 
 _memory: dict[str, Lowered] = {}
+_ENTRY = re.compile(r"[0-9a-f]{64}\.json")      # an entry's file name: its key
 _log = logging.getLogger(__name__)        # disk hits, stores and evictions, at DEBUG level
 
 
@@ -72,19 +75,10 @@ def lower_cached(module: Module, *, omit: frozenset[str] = frozenset(), debug_in
         return hit
     d = knobs.cache_dir()
     path = d / f"{key}.json" if d else None
-    if path is not None and path.exists():
-        try:
-            data = json.loads(path.read_text())
-            if data.get("key") == key:
-                _touch(path)
-                _log.debug("disk cache hit %s", path)
-                low = Lowered(bytes.fromhex(data["spv"]), data["abi"], data["capabilities"],
-                              data["extensions"], _requirements(data["requirements"]),
-                              data.get("notes", []))
-                _memory[key] = low
-                return low
-        except (OSError, ValueError, KeyError):
-            pass          # unreadable entry: rebuild and overwrite it
+    low = _load(path, key) if path is not None else None
+    if low is not None:
+        _memory[key] = low
+        return low
     low = target.lower(module, omit, debug_info=debug_info, abi=abi, checked=checked)
     own = [e for e in extensions.used(low.extensions) if e.check is not None]
     for ext in own:
@@ -103,6 +97,31 @@ def lower_cached(module: Module, *, omit: frozenset[str] = frozenset(), debug_in
     return low
 
 
+def _digest(data: dict) -> str:
+    """SHA-256 of an entry's contents as JSON reads them back (all but the digest itself)."""
+    return hashlib.sha256(json.dumps({k: v for k, v in data.items() if k != "digest"},
+                                     sort_keys=True).encode()).hexdigest()
+
+
+def _load(path: Path, key: str) -> Lowered | None:
+    """The entry at `path`, or None where there is none or it is not exactly what pycoop wrote
+    for `key` (the caller rebuilds and overwrites it). The digest catches a truncated, edited
+    or damaged file whose key still matches: its SPIR-V must never reach a driver."""
+    try:
+        data = json.loads(path.read_text())
+        if not (isinstance(data, dict) and data.get("key") == key
+                and data.get("digest") == _digest(data)):
+            return None
+        low = Lowered(bytes.fromhex(data["spv"]), data["abi"], data["capabilities"],
+                      data["extensions"], _requirements(data["requirements"]),
+                      data.get("notes", []))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None       # missing or unreadable
+    _touch(path)
+    _log.debug("disk cache hit %s", path)
+    return low
+
+
 def _requirements(r: dict) -> dict:
     r = dict(r)
     for key in ("coopmat_shapes", "coopmat_types"):
@@ -115,10 +134,15 @@ def _store(path, key: str, low: Lowered) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = {"key": key, "spv": low.spv.hex(), "abi": low.abi, "capabilities": low.capabilities,
                 "extensions": low.extensions, "requirements": low.requirements, "notes": low.notes}
+        data["digest"] = _digest(json.loads(json.dumps(data)))
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, path)
+        except OSError:
+            os.unlink(tmp)    # a half-written or unplaceable entry: never left behind
+            raise
         _log.debug("disk cache store %s", path)
         _evict(path.parent, knobs.cache_max_bytes(), keep=path)
     except OSError:
@@ -133,10 +157,14 @@ def _touch(path: Path) -> None:
 
 
 def _entries(d: Path) -> list[tuple[float, int, Path]]:
-    """(last use, size, path) of every SPIR-V entry in `d` (autotune choices live in a
+    """(last use, size, path) of every SPIR-V entry in `d`: only files named as pycoop names
+    them (the key, 64 hex digits), since the directory may hold other files, such as a `.spv`
+    and its `.spv.json` sidecar, that eviction must never delete (autotune choices live in a
     subdirectory and are never evicted)."""
     out = []
     for p in d.glob("*.json"):
+        if not _ENTRY.fullmatch(p.name):
+            continue
         try:
             st = p.stat()
         except OSError:       # deleted by another process meanwhile
@@ -166,6 +194,9 @@ def _evict(d: Path, limit: int, keep: Path | None = None) -> None:
 def cache_stats() -> dict:
     """The disk cache's directory (None when off), its entries, bytes and size limit."""
     d = knobs.cache_dir()
-    entries = _entries(d) if d is not None and d.is_dir() else []
+    try:
+        entries = _entries(d) if d is not None and d.is_dir() else []
+    except OSError:       # a path the system refuses (too long): an empty cache
+        entries = []
     return {"dir": str(d) if d is not None else None, "entries": len(entries),
             "bytes": sum(size for _, size, _ in entries), "max_bytes": knobs.cache_max_bytes()}

@@ -11,13 +11,14 @@ import importlib.util
 import json
 import os
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
 from . import knobs
 from .cache import cache_stats
 from .demo import main as demo_main
-from .errors import PycoopError
+from .errors import PycoopError, is_internal
 from .frontend.kernel import Kernel
 from .kernels.gemm import gemm_workgroup_tile
 from .runtime.vulkan import get_runtime, list_devices
@@ -77,21 +78,46 @@ def _load_kernel(spec: str):
         path = Path(target).resolve()
         if not path.is_file():
             raise UsageError(f"no such file: {target}")
-        mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+        # registered under its stem, unless that names a module already loaded: a kernel file
+        # called pycoop.py (or json.py) must not replace pycoop (or json) for this process
+        mod_name = path.stem if path.stem not in sys.modules else f"_pycoop_cli_{path.stem}"
+        mod_spec = importlib.util.spec_from_file_location(mod_name, path)
         mod = importlib.util.module_from_spec(mod_spec)
-        sys.modules[path.stem] = mod
+        sys.modules[mod_name] = mod
         sys.path.insert(0, str(path.parent))
-        mod_spec.loader.exec_module(mod)
+        try:
+            mod_spec.loader.exec_module(mod)
+        except (PycoopError, SpirvError):   # a kernel refused at its decorator: reported as such
+            raise
+        except Exception as e:
+            raise _load_error(target, e) from None
     else:
         try:
             mod = importlib.import_module(target)
         except ModuleNotFoundError as e:
             raise UsageError(f"cannot import {target!r}: {e}") from None
+        except (PycoopError, SpirvError):
+            raise
+        except Exception as e:          # a relative name (TypeError), the module's own error
+            raise _load_error(target, e) from None
     k = getattr(mod, name, None)
     if not isinstance(k, Kernel):
         kernels = [n for n, v in vars(mod).items() if isinstance(v, Kernel)]
         raise UsageError(f"{target} has no kernel {name!r} (kernels: {', '.join(kernels) or 'none'})")
     return k
+
+
+_IMPORTLIB = os.path.dirname(importlib.__file__)
+
+
+def _load_error(target: str, e: Exception) -> UsageError:
+    """The error of a kernel file or module that failed to load, as one line naming where."""
+    if isinstance(e, SyntaxError):
+        return UsageError(f"cannot load {target}: {e.filename}:{e.lineno}: SyntaxError: {e.msg}")
+    frames = [f for f in traceback.extract_tb(e.__traceback__)       # not the import machinery
+              if not f.filename.startswith(("<frozen", _IMPORTLIB)) and not is_internal(f.filename)]
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return UsageError(f"cannot load {target}: {type(e).__name__}: {e}{where}")
 
 
 _TYPE_NAMES = {bool: "a boolean (true or false)", int: "an integer", float: "a number",
@@ -109,6 +135,8 @@ def _consts(k, defines: list[tuple[str, object]]) -> dict:
         if p is None:
             raise UsageError(f"-D {name}: {k.name} has no Const parameter {name!r} (its Const "
                              f"parameters: {', '.join(params) or 'none'})")
+        if name in out:             # two values: neither silently wins
+            raise UsageError(f"-D {name}: given twice ({out[name]!r} and {value!r})")
         default = p.default
         want = type(default)
         if want in _TYPE_NAMES:
@@ -123,6 +151,8 @@ def _consts(k, defines: list[tuple[str, object]]) -> dict:
 
 # ------------------------------------------------------------------ commands
 def cmd_compile(a) -> int:
+    if a.output == "":              # `-o "$OUT"` with OUT unset: not the default name
+        raise UsageError("-o: the output path is empty")
     k = _load_kernel(a.kernel)
     ck = k.compile(subgroup_size=a.subgroup_size, debug_info=a.debug_info, abi=a.abi,
                    **_consts(k, a.const))
@@ -169,7 +199,7 @@ def info() -> dict:
     except Exception as e:         # no loader, no driver, no Vulkan 1.3 device: say why
         vulkan["reason"] = str(e) or type(e).__name__
     return {"pycoop_version": __version__,
-            "default_backend": os.environ.get("PYCOOP_BACKEND", "auto"),
+            "default_backend": knobs.backend(),
             "backends": {"emulator": {"available": True, "description": "NumPy, vectorised across "
                                       "the dispatch; reports undefined behaviour"},
                          "vulkan": vulkan},
@@ -289,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-    except UsageError as e:
+    except (UsageError, knobs.SettingError) as e:     # e.g. PYCOOP_CACHE_MAX_MB=lots
         print(f"pycoop {a.cmd}: {e}", file=sys.stderr)
         return 2
     except OSError as e:        # a missing or unreadable file

@@ -201,6 +201,11 @@ def compiled_kernel_html(ck) -> str:
 
 # ------------------------------------------------------------------ values
 def launch_result_html(r) -> str:
+    """The backend and times of a launch, or why it has none (captured, failed)."""
+    missing = r._missing()
+    if missing is not None:
+        rows = [("backend", _code(r.backend)), ("times", html.escape(missing))]
+        return f"<div><b>pycoop launch</b>{_table(rows)}</div>"
     runs = ", ".join(f"{t:.3f}" for t in r.times_ms)
     what = "device time (timestamps)" if r.backend == "vulkan" else "wall time"
     rows = [("backend", _code(r.backend)), ("fastest", f"{r.time_ms:.3f} ms ({what})"),

@@ -1,17 +1,24 @@
 """Settings, each typed and read from an environment variable (read when used, not at import,
-so tests and users can change them at run time)."""
+so tests and users can change them at run time). A value a setting does not take raises
+SettingError naming the variable; an empty one means the default (the disk cache's: off)."""
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
+
+
+class SettingError(ValueError):
+    """A PYCOOP_* environment variable holds a value pycoop does not take (the message names
+    it and what it takes)."""
 
 
 def backend() -> str:
     """PYCOOP_BACKEND: the default backend, "auto" | "vulkan" | "emulator"."""
     v = os.environ.get("PYCOOP_BACKEND", "auto").strip().lower() or "auto"
     if v not in ("auto", "vulkan", "emulator"):
-        raise ValueError(f"PYCOOP_BACKEND={v!r}: expected auto, vulkan or emulator")
+        raise SettingError(f"PYCOOP_BACKEND={v!r}: expected auto, vulkan or emulator")
     return v
 
 
@@ -22,8 +29,8 @@ def cache_dir() -> Path | None:
     v = os.environ.get("PYCOOP_CACHE_DIR")
     if v is not None and v.strip().lower() in ("", "off", "0"):
         return None
-    if v:
-        return Path(v)
+    if v:       # "~/x" unexpanded (quoted, or from a .env file) made a directory named "~"
+        return Path(v).expanduser()
     if sys.platform == "darwin":
         base = Path.home() / "Library" / "Caches"
     elif sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
@@ -36,13 +43,13 @@ def cache_dir() -> Path | None:
 def cache_max_bytes() -> int:
     """PYCOOP_CACHE_MAX_MB (default 256): the disk cache's size limit; past it, the least
     recently used entries are deleted."""
-    v = os.environ.get("PYCOOP_CACHE_MAX_MB", "256").strip()
+    v = os.environ.get("PYCOOP_CACHE_MAX_MB", "256").strip() or "256"
     try:
         mb = float(v)
     except ValueError:
-        raise ValueError(f"PYCOOP_CACHE_MAX_MB={v!r}: expected a size in MiB, e.g. 256") from None
-    if mb < 0:
-        raise ValueError(f"PYCOOP_CACHE_MAX_MB={v!r}: expected a size >= 0")
+        raise SettingError(f"PYCOOP_CACHE_MAX_MB={v!r}: expected a size in MiB, e.g. 256") from None
+    if not 0 <= mb < math.inf:          # nan and inf too: no number of bytes
+        raise SettingError(f"PYCOOP_CACHE_MAX_MB={v!r}: expected a finite size >= 0")
     return int(mb * 2**20)
 
 
@@ -54,26 +61,35 @@ def show_internal_frames() -> bool:
 def emulator_memo() -> bool:
     """PYCOOP_EMULATOR_MEMO=0: the emulator recomputes everything at every launch instead of
     reusing what depends only on the launch's configuration (see pycoop.emulator.memo)."""
-    return os.environ.get("PYCOOP_EMULATOR_MEMO", "1").strip() not in ("0", "off", "")
+    return os.environ.get("PYCOOP_EMULATOR_MEMO", "1").strip().lower() not in ("0", "off")
 
 
 def emulator_max_iterations() -> int:
     """PYCOOP_EMULATOR_MAX_ITERATIONS (default 1048576): the iterations after which the
     emulator reports a runtime loop that has not ended (a loop that never ends hangs a GPU)."""
-    v = os.environ.get("PYCOOP_EMULATOR_MAX_ITERATIONS", str(1 << 20)).strip()
+    v = os.environ.get("PYCOOP_EMULATOR_MAX_ITERATIONS", "").strip() or str(1 << 20)
     try:
         n = int(v)
     except ValueError:
-        raise ValueError(f"PYCOOP_EMULATOR_MAX_ITERATIONS={v!r}: expected a positive integer") \
+        raise SettingError(f"PYCOOP_EMULATOR_MAX_ITERATIONS={v!r}: expected a positive integer") \
             from None
     if n < 1:
-        raise ValueError(f"PYCOOP_EMULATOR_MAX_ITERATIONS={v!r}: expected a positive integer")
+        raise SettingError(f"PYCOOP_EMULATOR_MAX_ITERATIONS={v!r}: expected a positive integer")
     return n
 
 
 def subgroup_size() -> int:
-    """PYCOOP_SUBGROUP_SIZE: the emulator's subgroup size when a kernel does not fix one."""
-    return int(os.environ.get("PYCOOP_SUBGROUP_SIZE", "32"))
+    """PYCOOP_SUBGROUP_SIZE (default 32): the subgroup size kernels that fix none are traced
+    and emulated with; a power of two, as every device's is (another value would run kernels
+    with subgroups no GPU has)."""
+    v = os.environ.get("PYCOOP_SUBGROUP_SIZE", "").strip() or "32"
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1 or n & (n - 1):
+        raise SettingError(f"PYCOOP_SUBGROUP_SIZE={v!r}: expected a power of two, e.g. 32")
+    return n
 
 
 _check_decode_vector_override: list[bool] = []
@@ -110,7 +126,17 @@ def decode_vector_mode() -> str:
     SPV_NV_cooperative_matrix_decode_vector), "strip" or "keep" (the full module)."""
     v = os.environ.get("PYCOOP_DECODE_VECTOR", "auto").strip().lower() or "auto"
     if v not in ("auto", "strip", "keep"):
-        raise ValueError(f"PYCOOP_DECODE_VECTOR={v!r}: expected auto, strip or keep")
+        raise SettingError(f"PYCOOP_DECODE_VECTOR={v!r}: expected auto, strip or keep")
+    return v
+
+
+def vk_transfer() -> str:
+    """PYCOOP_VK_TRANSFER: how Vulkan kernels reach their data: "direct" (host-visible memory,
+    no copies), "staged" (device-local memory, staging copies) or "auto" (default: direct on
+    CPU and integrated devices, where device-local memory is host-visible anyway)."""
+    v = os.environ.get("PYCOOP_VK_TRANSFER", "auto").strip().lower() or "auto"
+    if v not in ("auto", "direct", "staged"):
+        raise SettingError(f"PYCOOP_VK_TRANSFER={v!r}: expected auto, direct or staged")
     return v
 
 
@@ -120,7 +146,7 @@ def checked() -> bool:
     `checked=` argument overrides it."""
     v = os.environ.get("PYCOOP_CHECKED", "1").strip().lower()
     if v not in ("0", "1", "on", "off", "true", "false", ""):
-        raise ValueError(f"PYCOOP_CHECKED={v!r}: expected 1 (bounds-checked launches) or 0")
+        raise SettingError(f"PYCOOP_CHECKED={v!r}: expected 1 (bounds-checked launches) or 0")
     return v in ("1", "on", "true", "")
 
 
@@ -131,5 +157,5 @@ def torch_sync() -> str:
     saying why); "semaphore": semaphores or an error; "coarse": always host waits."""
     v = os.environ.get("PYCOOP_TORCH_SYNC", "auto").strip().lower() or "auto"
     if v not in ("auto", "semaphore", "coarse"):
-        raise ValueError(f"PYCOOP_TORCH_SYNC={v!r}: expected auto, semaphore or coarse")
+        raise SettingError(f"PYCOOP_TORCH_SYNC={v!r}: expected auto, semaphore or coarse")
     return v

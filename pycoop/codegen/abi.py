@@ -15,7 +15,7 @@ Either way, specialization constants (pycoop.Spec parameters) are listed with th
 """
 from __future__ import annotations
 
-from ..errors import CompileError
+from ..errors import ArgumentValueError, CompileError
 from ..types import BufferType, ScalarType, Type, VectorType
 
 PUSH_CONSTANT_LIMIT = 128
@@ -23,8 +23,10 @@ ABIS = ("device_address", "descriptors")
 
 
 def check_abi(abi: str) -> str:
+    """`abi` if it is one of ABIS (a value pycoop does not take: ArgumentValueError, which
+    is a ValueError too)."""
     if abi not in ABIS:
-        raise ValueError(f"abi must be one of {ABIS}, got {abi!r}")
+        raise ArgumentValueError(f"abi must be one of {ABIS}, got {abi!r}")
     return abi
 
 

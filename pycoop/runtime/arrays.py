@@ -11,7 +11,6 @@ Every constructor returns zero-filled memory unless it writes every byte itself 
 """
 from __future__ import annotations
 
-import math
 import threading
 from contextlib import contextmanager
 from typing import Any
@@ -20,12 +19,12 @@ import numpy as np
 
 from .. import knobs
 from ..errors import ArgumentError, BackendUnavailable, entry_point
-from ..types import SCALARS, ScalarType, scalar_of_dtype
+from ..types import SCALARS, ScalarType, VectorType, scalar_of_dtype
 from . import capturing, interop
 from .backend import check_backend, requested_backend
 from .vulkan import VulkanUnavailable
 from .vulkan import get_runtime as get_vulkan_runtime
-from .vulkan.abi import DeviceView, numpy_dtype
+from .vulkan.abi import DeviceView, check_timeout, numpy_dtype
 from ..jupyter import array_html
 
 _lock = threading.Lock()
@@ -42,6 +41,10 @@ def _dtype(dtype: Any) -> np.dtype:
     its name ("f16": never NumPy's 16-byte float code), one kernels can hold."""
     if isinstance(dtype, str) and dtype in SCALARS:
         dtype = SCALARS[dtype]
+    if isinstance(dtype, VectorType):   # its `.dtype` is its component's: NumPy would take that
+        raise _error(f"{dtype} is a vector type: arrays hold the components of buffers of "
+                     f"vectors", f"pass the component type with a last axis of {dtype.count}, "
+                     f"e.g. pc.zeros((n, {dtype.count}), pc.{dtype.elem})")
     if isinstance(dtype, ScalarType):
         dtype = dtype.dtype
     try:
@@ -53,6 +56,31 @@ def _dtype(dtype: Any) -> np.dtype:
         raise _error(f"{dt} is no type a kernel can hold",
                      f"use one of {', '.join(SCALARS)} (or a structured dtype of blocks)")
     return dt
+
+
+def _cast(data: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """`data` as `dtype`, refusing values the conversion would not keep: NumPy's `astype`
+    wraps -1 to 255, turns NaN into INT_MIN and drops fractions in silence. Into integers
+    and bools every value must come back unchanged; into floats values round, and only a
+    finite one that overflows is refused. Complex values and Python objects are refused too
+    (NumPy drops imaginary parts and makes None a NaN); what NumPy cannot convert at all (a
+    string that is no number) raises its ValueError."""
+    if data.dtype == dtype or dtype.fields is not None:     # blocks: bytes, as NumPy copies them
+        return data.astype(dtype)
+    if data.dtype.kind in "cO":
+        raise ArgumentError(f"{what}{data.dtype} values are no {dtype} values")
+    with np.errstate(all="ignore"):
+        out = data.astype(dtype)
+        if scalar_of_dtype(dtype).is_float:
+            changed = np.isfinite(data.astype(np.float64)) & ~np.isfinite(out.astype(np.float64))
+        else:
+            changed = out.astype(data.dtype) != data
+    if changed.any():
+        i = np.argwhere(changed)[0] if data.ndim else ()
+        raise _error(f"{what}{data[tuple(i)].item()!r} is no {dtype} value (converting "
+                     f"gives {out[tuple(i)].item()!r})",
+                     "convert it as you mean it first (np.round, np.clip, a wider dtype)")
+    return out
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
@@ -262,7 +290,11 @@ class Array:
                 raise IndexError(f"index {index} is out of bounds for axis 0 with size {n}")
             return Array(self._storage, self._byte_offset + i * row, self.shape[1:], self.dtype)
         if isinstance(index, slice):
-            start, stop, step = index.indices(n)
+            try:
+                start, stop, step = index.indices(n)
+            except (TypeError, ValueError) as e:         # a float bound, a zero step
+                raise _error(f"an Array slice takes int bounds, got {index!r} ({e})",
+                             "a[i:j] with ints (step 1)") from None
             if step != 1:
                 raise _error("only contiguous slices (step 1) of an Array are views",
                              "copy to NumPy with .numpy() for strided access")
@@ -292,6 +324,13 @@ class Array:
             interop.before_host_access(storage)     # after torch's writes, if torch shares it
             storage.runtime.read(storage.allocation, self._byte_offset, out)
         return out
+
+    def __reduce__(self):
+        """Pickling (and `copy.copy`, `copy.deepcopy`) stores the contents: the array comes
+        back as a new one on the same backend, as NumPy copies an array. Copying the storage
+        object itself skipped the emulator's accounting (stats() fell below zero) and cannot
+        copy a Vulkan buffer."""
+        return _unpickle, (self.numpy(), self.backend)
 
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
@@ -382,6 +421,10 @@ class Array:
 
 
 # ------------------------------------------------------------------ constructors
+def _unpickle(data: np.ndarray, backend: str) -> Array:
+    return asarray(data, backend=backend)
+
+
 def _new(shape, dtype, backend, zero: bool) -> Array:
     shape, dtype = _shape(shape), _dtype(dtype)
     n = 1
@@ -416,9 +459,12 @@ def zeros(shape, dtype=np.float32, *, backend: str | None = None) -> Array:
 def full(shape, fill_value, dtype=np.float32, *, backend: str | None = None) -> Array:
     """A new array with every element `fill_value`."""
     dtype = _dtype(dtype)
+    value = np.asarray(fill_value)
+    if value.dtype.kind in "cO":                # 1j, None (a NaN to NumPy), 2**70
+        raise ArgumentError(f"full: the fill value {fill_value!r} is no {dtype} value")
     try:
-        data = np.full(_shape(shape), fill_value, dtype)
-    except (ValueError, TypeError) as e:        # a string, None: not a value of the dtype
+        data = np.full(_shape(shape), _cast(value, dtype, "full: the fill value "), dtype)
+    except ValueError as e:                     # "a", an array of another shape
         raise ArgumentError(f"full: the fill value {fill_value!r} is no {dtype}: {e}") from None
     return asarray(data, backend=backend)
 
@@ -440,8 +486,8 @@ def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
         if isinstance(obj, (list, tuple, int, float, complex)):
             obj = np.asarray(obj)
         data = interop.host_array(obj, "obj")
-        if dtype is not None and data.dtype != _dtype(dtype):
-            data = data.astype(_dtype(dtype))
+        if dtype is not None:
+            data = _cast(data, _dtype(dtype), "asarray: ")
     except ValueError as e:                # a ragged list, a string that is no number
         raise ArgumentError(f"asarray: NumPy cannot read the contents as an array of "
                             f"{'its own dtype' if dtype is None else _dtype(dtype)}: "
@@ -461,14 +507,13 @@ def asarray(obj: Any, dtype=None, *, backend: str | None = None) -> Array:
 @entry_point
 def synchronize(timeout_s: float | None = None) -> None:
     """Wait for every queued launch and copy (Vulkan), at most `timeout_s` per batch (default
-    10 s). Errors of a queued launch (device lost, a hang) are raised here, naming it. A no-op
-    when only the emulator was used. Not allowed inside a launch-graph capture."""
+    10 s). Errors of a queued launch (device lost, a hang) are raised here, naming it. A wait
+    that runs out is taken for a hang: the device is dropped, with every array on it, so
+    `timeout_s` bounds a hang, it does not poll. A no-op when only the emulator was used. Not
+    allowed inside a launch-graph capture."""
     if capturing.active:
         capturing.refuse_sync("pycoop.synchronize()")
-    if timeout_s is not None and (not isinstance(timeout_s, (int, float, np.integer, np.floating))
-                                  or isinstance(timeout_s, bool) or not 0 < timeout_s < math.inf):
-        raise ArgumentError(f"synchronize: timeout_s is a positive number of seconds or None "
-                            f"(the default), got {timeout_s!r}")
+    check_timeout(timeout_s)
     wait_all(timeout_s)
 
 
@@ -492,6 +537,7 @@ class EmulatorRuntime:
         Vulkan)."""
         if capturing.active:
             capturing.refuse_sync("synchronize()")
+        check_timeout(timeout_s)
 
     @contextmanager
     def batch(self):

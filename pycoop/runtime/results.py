@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import PycoopError
 from ..jupyter import launch_result_html, statistics_html
 from .arrays import wait_all
+from .capturing import CaptureError
 
 
 class LaunchResult:
@@ -44,7 +46,25 @@ class LaunchResult:
         """The fastest run."""
         return min(self.times_ms)
 
+    def _missing(self) -> str | None:
+        """Why this launch has no times (it was captured into a graph, or it failed), else
+        None; waits for the launch. Displays say so: a repr that raised broke printing a list
+        of results, a debugger's view of them and Jupyter's display. Another launch's error,
+        raised by the wait, is still raised: it is not this launch's to hide."""
+        try:
+            self.times_ms
+        except PycoopError as e:
+            if e is not self._pending.error:
+                raise
+            if isinstance(e, CaptureError):
+                return "captured into a launch graph, it runs in the graph's replays"
+            return f"failed: {type(e).__name__}: {str(e).splitlines()[0]}"
+        return None
+
     def __repr__(self) -> str:
+        missing = self._missing()
+        if missing is not None:
+            return f"<launch on {self.backend}: {missing}>"
         runs = f" (fastest of {len(self.times_ms)})" if len(self.times_ms) > 1 else ""
         return f"<launch on {self.backend}: {self.time_ms:.3f} ms{runs}>"
 

@@ -2,6 +2,7 @@
 PYCOOP_CACHE_MAX_MB, a hit refreshes an entry, and `cache_stats` reports it."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -78,3 +79,46 @@ def test_cache_knobs(monkeypatch, tmp_path):
         assert knobs.cache_dir() == tmp_path / "pycoop"
     monkeypatch.setenv("PYCOOP_CACHE_DIR", "off")
     assert knobs.cache_dir() is None and cache.cache_stats()["dir"] is None
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PYCOOP_CACHE_DIR", "~/kernels")       # not a directory named "~"
+    assert knobs.cache_dir() == tmp_path / "kernels"
+
+
+def test_eviction_never_deletes_other_files(disk_cache, monkeypatch):
+    # the cache directory may be shared with the user's own files, e.g. an exported kernel
+    # and its sidecar: only pycoop's entries count against the limit and are evicted
+    mine = [disk_cache / "k.spv.json", disk_cache / "package.json", disk_cache / "k.spv"]
+    for p in mine:
+        p.write_text("{}" + " " * 10000)
+    monkeypatch.setenv("PYCOOP_CACHE_MAX_MB", "0")
+    for s in (1, 2):
+        _lower(s)
+    assert all(p.exists() for p in mine)
+    assert len(_entries(disk_cache)) == 3 and cache.cache_stats()["entries"] == 1
+
+
+@pytest.mark.parametrize("damage", [
+    "", "[]", "null", "3",                                        # not an entry at all
+    {"spv": 5}, {"requirements": None}, {"abi": None},           # fields of the wrong type
+    {"spv": "00" * 64}, {"spv": "03022307"},                      # garbage, truncated SPIR-V
+])
+def test_a_damaged_entry_is_rebuilt(disk_cache, damage):
+    good = _lower(1)
+    [entry] = _entries(disk_cache)
+    text = entry.read_text()
+    data = json.loads(text)
+    entry.write_text(damage if isinstance(damage, str) else json.dumps({**data, **damage}))
+    assert _lower(1) == good                   # never used, never a crash: rebuilt ...
+    assert entry.read_text() == text           # ... and overwritten
+
+
+def test_an_unusable_cache_directory_only_costs_recompiling(monkeypatch, tmp_path):
+    monkeypatch.setattr(cache, "_memory", {})
+    monkeypatch.setenv("PYCOOP_CACHE_DIR", str(tmp_path / ("x" * 300)))   # name too long
+    assert _lower(1) and cache.cache_stats()["entries"] == 0
+    (tmp_path / "c").mkdir()
+    monkeypatch.setenv("PYCOOP_CACHE_DIR", str(tmp_path / "c"))
+    cache._memory.clear()
+    key = cache._key(scaled.compile(S=2).module)
+    (tmp_path / "c" / f"{key}.json").mkdir()   # the entry's path is taken: nothing is stored
+    assert _lower(2) and os.listdir(tmp_path / "c") == [f"{key}.json"]   # and no .tmp left

@@ -113,6 +113,14 @@ def test_defines_are_checked_against_the_kernel(define, message, capsys):
     assert capsys.readouterr().err.strip() == f"pycoop disasm: {message}"
 
 
+def test_a_define_given_twice_and_an_empty_output_are_refused(tmp_path, capsys):
+    # the last -D won in silence; -o "" wrote KERNEL.spv into the working directory
+    assert cli.main(["disasm", "pycoop.kernels.gemm:gemm_khr", "-D", "TM=1", "-D", "TM=4"]) == 2
+    assert capsys.readouterr().err.strip() == "pycoop disasm: -D TM: given twice (1 and 4)"
+    assert cli.main(["compile", "pycoop.kernels.gemm:gemm_khr", "-o", ""]) == 2
+    assert capsys.readouterr().err.strip() == "pycoop compile: -o: the output path is empty"
+
+
 def test_defines_specialise(tmp_path, capsys):
     out = tmp_path / "g.spv"
     assert cli.main(["compile", "pycoop.kernels.gemm:gemm_khr", "-D", "TM=1", "-o", str(out)]) == 0
@@ -128,6 +136,39 @@ def test_missing_kernel_file_and_name(tmp_path, capsys):
     src.write_text("x = 1\n")
     assert cli.main(["compile", f"{src}:k"]) == 2
     assert "has no kernel 'k' (kernels: none)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source,message", [
+    ("def (:\n", "SyntaxError: invalid syntax"),
+    ("import pycoop\nraise RuntimeError('boom')\n", "RuntimeError: boom ({src}:2)"),
+])
+def test_a_kernel_file_that_fails_to_load_is_one_line(tmp_path, source, message):
+    src = tmp_path / "broken.py"
+    src.write_text(source)
+    r = _pycoop("compile", f"{src}:k")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"pycoop compile: cannot load {src}: ")
+    assert message.format(src=src) in r.stderr
+    r = _pycoop("compile", "..:k")                        # a relative module name
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "cannot load .." in r.stderr
+
+
+def test_a_kernel_file_named_like_a_module_does_not_replace_it(tmp_path):
+    # registered as sys.modules["pycoop"], pycoop.py replaced pycoop itself: its own
+    # `from pycoop import f32` failed
+    (tmp_path / "pycoop.py").write_text(
+        "import pycoop as pc\nfrom pycoop import f32\n\n"
+        "@pc.kernel\ndef k(x: pc.Buffer[f32]):\n    x[0] = 1.0\n")
+    r = _pycoop("compile", f"{tmp_path / 'pycoop.py'}:k", "-o", str(tmp_path / "k.spv"))
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("var,value", [("PYCOOP_CACHE_MAX_MB", "lots"),
+                                       ("PYCOOP_SUBGROUP_SIZE", "3"), ("PYCOOP_BACKEND", "gpu")])
+def test_a_bad_setting_is_one_line(var, value):
+    r = _pycoop("info", env={**ENV, var: value})
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"pycoop info: {var}='{value}': expected ")
 
 
 def test_a_kernel_that_breaks_a_rule_is_reported_without_traceback(tmp_path, capsys):

@@ -88,7 +88,7 @@ def test_descriptor_modules_launch_unchecked_only():
 
 
 def test_unknown_abi():
-    with pytest.raises(ValueError, match="abi must be one of"):
+    with pytest.raises(pc.ArgumentValueError, match="abi must be one of"):   # a ValueError too
         saxpy3.compile(abi="bindless")
 
 

@@ -67,6 +67,37 @@ def test_an_empty_backend_name_is_refused_not_read_as_auto(call):
         call(*args_ok())
 
 
+@pytest.mark.parametrize("var,value,takes", [
+    ("PYCOOP_SUBGROUP_SIZE", "abc", "a power of two"),      # was int()'s message, no name
+    ("PYCOOP_SUBGROUP_SIZE", "0", "a power of two"),        # was a ZeroDivisionError
+    ("PYCOOP_SUBGROUP_SIZE", "3", "a power of two"),        # was taken: subgroup_size() == 3
+    ("PYCOOP_CACHE_MAX_MB", "nan", "a finite size"),        # was "cannot convert float NaN"
+    ("PYCOOP_CACHE_MAX_MB", "inf", "a finite size"),
+    ("PYCOOP_VK_TRANSFER", "bogus", "auto, direct or staged"),
+])
+def test_settings_refuse_a_value_naming_the_variable(monkeypatch, var, value, takes):
+    from pycoop import knobs
+    read = {"PYCOOP_SUBGROUP_SIZE": knobs.subgroup_size, "PYCOOP_CACHE_MAX_MB": knobs.cache_max_bytes,
+            "PYCOOP_VK_TRANSFER": knobs.vk_transfer}[var]
+    monkeypatch.setenv(var, value)
+    with pytest.raises(knobs.SettingError, match=f"{var}='{value}': expected {takes}"):
+        read()
+    assert issubclass(knobs.SettingError, ValueError)
+
+
+def test_settings_read_empty_as_the_default_and_ignore_case(monkeypatch):
+    from pycoop import knobs
+    for var in ("PYCOOP_SUBGROUP_SIZE", "PYCOOP_CACHE_MAX_MB", "PYCOOP_VK_TRANSFER",
+                "PYCOOP_EMULATOR_MAX_ITERATIONS", "PYCOOP_EMULATOR_MEMO"):
+        monkeypatch.setenv(var, " ")
+    assert (knobs.subgroup_size(), knobs.cache_max_bytes(), knobs.vk_transfer(),
+            knobs.emulator_max_iterations(), knobs.emulator_memo()) == (32, 256 << 20, "auto",
+                                                                        1 << 20, True)
+    monkeypatch.setenv("PYCOOP_VK_TRANSFER", "Staged")
+    monkeypatch.setenv("PYCOOP_SUBGROUP_SIZE", " 16 ")
+    assert knobs.vk_transfer() == "staged" and knobs.subgroup_size() == 16
+
+
 def test_use_backend_context_nests_and_restores(monkeypatch):
     from pycoop.runtime import backend as be
     monkeypatch.setenv("PYCOOP_BACKEND", "emulator")

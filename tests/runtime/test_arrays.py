@@ -89,6 +89,9 @@ def test_views_have_offsets_and_kernels_see_only_them(backend):
         base[::2]
     with pytest.raises(pc.ArgumentError, match="indexed by an int or a slice .* got True"):
         base[True]
+    for bad in (slice(1.0, 2), slice(None, None, 0)):   # were slice.indices' own errors
+        with pytest.raises(pc.ArgumentError, match="an Array slice takes int bounds"):
+            base[bad]
     with pytest.raises(pc.ArgumentError, match="cannot reshape an array of size 256"):
         base.reshape(5, -1)
     for bad in ((2.7, 128), (True, 256), "a", None, 256.0):   # never truncated in silence
@@ -106,6 +109,33 @@ def test_contents_numpy_cannot_read_are_argument_errors():
         pc.full(3, "a", backend="emulator")
     with pytest.raises(pc.ArgumentError, match="larger than NumPy can hold"):
         pc.empty(2 ** 62, backend="emulator")
+
+
+@pytest.mark.parametrize("call,message", [
+    # NumPy's casts would wrap, truncate or invent these values in silence
+    (lambda: pc.full(3, -1, pc.u32), "full: the fill value -1 is no uint32 value .*gives 4294967295"),
+    (lambda: pc.full(3, 300, pc.u8), "the fill value 300 is no uint8 value"),     # an OverflowError
+    (lambda: pc.full(3, float("nan"), pc.i32), "the fill value nan is no int32 value"),
+    (lambda: pc.full(3, 2.7, pc.i32), "the fill value 2.7 is no int32 value .*gives 2"),
+    (lambda: pc.full(3, 1e6, pc.f16), "the fill value 1000000.0 is no float16 value .*gives inf"),
+    (lambda: pc.full(3, None, pc.f32), "the fill value None is no float32 value"),  # was NaN
+    (lambda: pc.full(3, 1j, pc.f32), "the fill value 1j is no float32 value"),      # was 0
+    (lambda: pc.asarray([-1], pc.u8), "asarray: -1 is no uint8 value .*gives 255"),
+    (lambda: pc.asarray([1.0, float("nan")], pc.i32), "asarray: nan is no int32 value"),
+    (lambda: pc.asarray(np.array([1, None]), pc.f32), "asarray: object values are no float32"),
+])
+def test_conversions_that_would_change_values_are_refused(call, message):
+    with pc.use_backend("emulator"), pytest.raises(pc.ArgumentError, match=message):
+        call()
+
+
+def test_conversions_that_keep_values_or_round_floats_are_taken():
+    with pc.use_backend("emulator"):
+        assert pc.full(2, 2.0, pc.i32).numpy().tolist() == [2, 2]
+        assert pc.full(2, 0.1, pc.f32).numpy()[0] == np.float32(0.1)          # rounded
+        assert np.isnan(pc.full(2, float("nan"), pc.f16).numpy()).all()       # NaN is a float
+        assert pc.asarray([1.0, 255.0], pc.u8).numpy().tolist() == [1, 255]
+        assert pc.asarray(np.array(["1.5"]), pc.f32).numpy().tolist() == [1.5]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -567,6 +597,30 @@ def test_dtypes_by_pycoop_name_and_types_no_kernel_holds(backend):
         pc.asarray(np.zeros(2, np.complex64), backend=backend)
     a = pc.asarray(np.float32(3), backend=backend)
     assert a.shape == () and a.numpy() == 3
+    # a vector type's .dtype is its component's: NumPy made n floats of pc.zeros(n, vec4)
+    with pytest.raises(pc.ArgumentError, match=r"vec4<f32> is a vector type.*\n.*"
+                                               r"pc.zeros\(\(n, 4\), pc.f32\)"):
+        pc.zeros(2, pc.vec(pc.f32, 4), backend=backend)
+    with pytest.raises(pc.ArgumentError, match="vec2<u32> is a vector type"):
+        a.reshape(1).view(pc.vec(pc.u32, 2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pickling_and_copies_store_the_contents(backend):
+    # copying the storage object itself skipped the emulator's accounting (stats went below
+    # zero) and raised "cannot pickle '_thread.RLock'" on Vulkan
+    import copy
+    import pickle
+    a = pc.asarray(np.arange(6, dtype=np.float32), backend=backend)[2:]
+    before = pc.get_runtime(backend).stats()["array_count"]
+    for b in (copy.deepcopy(a), copy.copy(a), pickle.loads(pickle.dumps(a))):
+        assert b.backend == backend and b.offset == 0 and b.numpy().tolist() == [2, 3, 4, 5]
+        b.copy_from(np.zeros(4, np.float32))          # a copy: the original is unchanged
+        assert a.numpy().tolist() == [2, 3, 4, 5]
+        del b
+    gc.collect()
+    pc.synchronize()
+    assert pc.get_runtime(backend).stats()["array_count"] == before
 
 
 @pytest.mark.parametrize("shape", [2.5, None, (2, 1.5), (True, 2), (-1,)])
@@ -581,6 +635,19 @@ def test_synchronize_takes_a_positive_timeout(timeout):
     with pytest.raises(pc.ArgumentError, match="timeout_s is a positive number of seconds"):
         pc.synchronize(timeout_s=timeout)
     pc.synchronize(timeout_s=5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("timeout", [0, -1, "10"])
+def test_the_runtime_synchronize_checks_its_timeout_too(backend, timeout):
+    # a timeout that cannot be waited for ran out at once, was taken for a hang and dropped
+    # the device with every array on it ("x": a TypeError deep in the wait)
+    x, y = pc.zeros(1 << 12, pc.f32, backend=backend), pc.zeros(1 << 12, pc.f32, backend=backend)
+    axpy[64](x, y, 1.0, 1 << 12)
+    with pytest.raises(pc.ArgumentError, match="timeout_s is a positive number of seconds"):
+        pc.get_runtime(backend).synchronize(timeout)
+    pc.get_runtime(backend).synchronize(5)
+    assert y.numpy().shape == (1 << 12,)       # the arrays are still there
 
 
 def test_torch_views_without_torch_say_what_to_install(monkeypatch):

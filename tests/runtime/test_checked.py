@@ -197,6 +197,23 @@ def test_queued_launches_fault_at_synchronisation_and_the_result_reports_it():
 
 
 @needs_vulkan
+def test_a_faulted_launch_displays_the_fault_without_raising_it():
+    y = pc.zeros(100, pc.f32, backend="vulkan")
+    bad = fill[2](y)
+    with pytest.raises(pc.KernelFault):
+        pc.synchronize()
+    assert repr(bad).startswith("<launch on vulkan: failed: KernelFault: ") and "out of bounds" in repr(bad)
+    assert "failed: KernelFault" in bad._repr_html_()
+    with pytest.raises(pc.KernelFault):               # its times still raise
+        bad.times_ms
+    with pc.get_runtime("vulkan").batch():         # one submission: good waits with bad
+        good, bad = fill[1](y), fill[2](y)
+    with pytest.raises(pc.KernelFault):               # the wait raises another launch's fault:
+        repr(good)                                    # not good's to hide
+    assert "failed" in repr(bad) and "ms>" in repr(good)
+
+
+@needs_vulkan
 def test_each_of_many_queued_launches_has_its_own_fault_record():
     y = pc.zeros(64, pc.f32, backend="vulkan")
     rt = pc.get_runtime("vulkan")

@@ -304,6 +304,9 @@ def test_a_failed_capture_or_a_freed_graph_cannot_be_replayed(backend):
         r = axpy[1](x, y, 1.0, 64)
     with pytest.raises(pc.CaptureError, match="replayed"):
         r.times_ms
+    # ... and it displays as such: a repr that raised broke print([r]) and debuggers
+    assert repr(r) == f"<launch on {backend}: captured into a launch graph, it runs in the graph's replays>"
+    assert "captured into a launch graph" in r._repr_html_()
     assert pc.get_runtime(backend).stats()["graph_count"] >= 1
     del g, g3
     pc.synchronize()

@@ -284,3 +284,13 @@ def check_repeat(repeat) -> int:
     if not isinstance(repeat, (int, np.integer)) or isinstance(repeat, bool) or not 1 <= repeat <= 4096:
         raise ArgumentError(f"repeat must be an int from 1 to 4096, got {repeat!r}")
     return int(repeat)
+
+
+def check_timeout(timeout_s) -> None:
+    """A synchronisation's `timeout_s`: None (the runtime's default) or a positive number of
+    seconds. A wait that runs out is taken for a hang and drops the device, arrays and all,
+    so a value that cannot be waited for (0, negative, NaN) must never reach it."""
+    if timeout_s is not None and (not isinstance(timeout_s, (int, float, np.integer, np.floating))
+                                  or isinstance(timeout_s, bool) or not 0 < timeout_s < math.inf):
+        raise ArgumentError(f"synchronize: timeout_s is a positive number of seconds or None "
+                            f"(the default), got {timeout_s!r}")

@@ -21,7 +21,6 @@ are gone). Out-of-memory frees the pool; the next launch starts clean.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
@@ -31,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from ... import knobs
 from .. import capturing
 from . import faults, hostcopy, timeline
-from .abi import Binder, BoundArguments, DeviceView, check_repeat
+from .abi import Binder, BoundArguments, DeviceView, check_repeat, check_timeout
 from .batch import (ALL_READ_WRITE, ALL_STAGES, BOTTOM, DEVICE_READ_WRITE, DEVICE_STAGES, TOP,
                     Barrier, PendingTimes, Submission)
 from .capabilities import Capabilities
@@ -188,7 +188,7 @@ class VulkanRuntime:
 
     def __init__(self, device: str | None = None, transfer: str | None = None):
         self._device_spec = device
-        self._transfer = transfer or os.environ.get("PYCOOP_VK_TRANSFER", "auto")
+        self._transfer = transfer or knobs.vk_transfer()
         if self._transfer not in TRANSFER_MODES:
             raise ValueError(f"transfer mode {self._transfer!r} not in {TRANSFER_MODES}")
         self._lock = threading.RLock()
@@ -954,6 +954,7 @@ class VulkanRuntime:
         a launch (device lost, hang) naming it. Not allowed inside a launch-graph capture."""
         if capturing.active:
             capturing.refuse_sync("synchronize()")
+        check_timeout(timeout_s)
         self._synchronize(timeout_s)
 
     def _synchronize(self, timeout_s: float | None = None) -> None:
