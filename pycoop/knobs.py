@@ -4,9 +4,12 @@ SettingError naming the variable; an empty one means the default (the disk cache
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import sys
 from pathlib import Path
+
+import numpy as np
 
 
 class SettingError(ValueError):
@@ -87,9 +90,21 @@ def subgroup_size() -> int:
         n = int(v)
     except ValueError:
         n = 0
-    if n < 1 or n & (n - 1):
-        raise SettingError(f"PYCOOP_SUBGROUP_SIZE={v!r}: expected a power of two, e.g. 32")
+    if not is_subgroup_size(n):
+        raise SettingError(f"PYCOOP_SUBGROUP_SIZE={v!r}: expected a power of two from 1 to "
+                           f"{MAX_SUBGROUP_SIZE}, e.g. 32")
     return n
+
+
+MAX_SUBGROUP_SIZE = 128      # Vulkan: a subgroup size is a power of two of at most 128
+
+
+def is_subgroup_size(n) -> bool:
+    """Whether `n` is a subgroup size some device has: an integer (Python's or NumPy's, not a
+    bool), a power of two from 1 to MAX_SUBGROUP_SIZE."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral):
+        return False
+    return 1 <= n <= MAX_SUBGROUP_SIZE and not int(n) & (int(n) - 1)
 
 
 _check_decode_vector_override: list[bool] = []

@@ -3,10 +3,12 @@ artifacts (IR, SPIR-V, ABI) and launches."""
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import inspect
 import json
 import math
+import os
 import re
 import sys
 import textwrap
@@ -21,8 +23,8 @@ import numpy as np
 from .. import knobs
 from ..cache import lower_cached
 from ..codegen import extensions
-from ..errors import (ArgumentError, BackendUnavailable, CompileError, Loc, PycoopError,
-                     current_loc, entry_point, in_package, is_internal,
+from ..errors import (ArgumentError, ArgumentValueError, BackendUnavailable, CompileError, Loc,
+                     PycoopError, current_loc, entry_point, in_package, is_internal,
                      without_internal_frames)
 from ..ir.builder import RequiresSubgroupSize, Tracer, emit1, trace_scope, tracing
 from ..ir.core import Block, Function, Module, Value
@@ -151,10 +153,11 @@ class Kernel:
                                hint="e.g. @pycoop.kernel(workgroup_size=64) or workgroup_size=(16, 16)",
                                rule_id="frontend.workgroup-size")
         self.workgroup_size = tuple(ws) + (1,) * (3 - len(ws))
-        self.subgroup_size = subgroup_size
-        if subgroup_size is not None and (not isinstance(subgroup_size, int) or subgroup_size <= 0
-                                          or subgroup_size & (subgroup_size - 1)):
-            raise CompileError(f"subgroup_size must be a power of two, got {subgroup_size!r}",
+        self.subgroup_size = None if subgroup_size is None else int(subgroup_size) \
+            if knobs.is_subgroup_size(subgroup_size) else subgroup_size
+        if subgroup_size is not None and not knobs.is_subgroup_size(subgroup_size):
+            raise CompileError(f"subgroup_size must be a power of two from 1 to "
+                               f"{knobs.MAX_SUBGROUP_SIZE}, got {subgroup_size!r}",
                                _def_loc(fn), rule="VkPhysicalDeviceSubgroupProperties: the subgroup "
                                                   "size is a power of two",
                                hint="use 16 or 32 (or leave it out: the device's size)",
@@ -261,6 +264,12 @@ class Kernel:
         SPIR-V is the bounds-checked variant (extra ABI fields, see docs/abi.md). Cached per
         specialisation."""
         check_abi(abi)
+        if subgroup_size is not None:
+            if not knobs.is_subgroup_size(subgroup_size):
+                raise ArgumentValueError(f"{self.name}: subgroup_size must be a power of two "
+                                         f"from 1 to {knobs.MAX_SUBGROUP_SIZE} (or None: the "
+                                         f"kernel's or the device's), got {subgroup_size!r}")
+            subgroup_size = int(subgroup_size)          # a NumPy integer keys the cache as 32
         if checked and abi != "device_address":
             raise ArgumentError(f"{self.name}: checked modules use the device-address ABI "
                                 "(their fault record is reached by address)")
@@ -773,12 +782,15 @@ class CompiledKernel:
     @property
     @entry_point
     def abi(self) -> dict:
-        return self._lower().abi
+        """The parameters' layout (docs/abi.md): a copy, so that changing it changes no
+        launch."""
+        return copy.deepcopy(self._lower().abi)
 
     @property
     @entry_point
     def requirements(self) -> dict:
-        return self._lower().requirements
+        """The capabilities, extensions and device features the module needs (a copy)."""
+        return copy.deepcopy(self._lower().requirements)
 
     @entry_point
     def metadata(self) -> dict:
@@ -799,11 +811,20 @@ class CompiledKernel:
 
     @entry_point
     def save(self, path) -> Path:
-        """Write `path` (.spv) and `path`.json (entry point, ABI, requirements)."""
+        """Write `path` (.spv) and `path`.json (entry point, ABI, requirements): both or
+        neither (a sidecar that cannot be written takes the .spv back out)."""
+        if not isinstance(path, (str, os.PathLike)) or str(path) == "":
+            raise ArgumentError(f"{self.name}.save: path is a file name (str or os.PathLike), "
+                                f"got {path!r}")
         path = Path(path)
-        path.write_bytes(self.spv)
         side = path.with_suffix(path.suffix + ".json")
-        side.write_text(json.dumps(self.metadata(), indent=2) + "\n")
+        text = json.dumps(self.metadata(), indent=2) + "\n"
+        path.write_bytes(self.spv)
+        try:
+            side.write_text(text)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
         return path
 
     @functools.cached_property
@@ -875,6 +896,10 @@ class CompiledKernel:
 
         `checked` (default: $PYCOOP_CHECKED, on): on Vulkan, run the bounds-checked variant,
         which raises pycoop.KernelFault for an out-of-bounds access (docs/gpu.md)."""
+        if not isinstance(args, (list, tuple)):
+            raise ArgumentError(f"{self.name}.launch: args is a list or tuple of the runtime "
+                                f"arguments ({', '.join(s[0] for s in self._arg_specs)}), got "
+                                f"{type(args).__name__}")
         if len(args) != len(self._arg_specs):
             raise ArgumentError(f"{self.name} takes {len(self._arg_specs)} runtime arguments "
                                 f"({', '.join(s[0] for s in self._arg_specs)}), got {len(args)}")
@@ -978,6 +1003,9 @@ class CompiledKernel:
                                     "was compiled with abi='descriptors' (pass checked=False "
                                     "or compile without abi=)")
             return False
+        if checked is not None and not isinstance(checked, (bool, np.bool_)):
+            raise ArgumentValueError(f"{self.name}: checked must be True, False or None "
+                                     f"($PYCOOP_CHECKED), got {checked!r}")
         return knobs.checked() if checked is None else bool(checked)
 
     def _binder(self, spec: dict) -> Binder:

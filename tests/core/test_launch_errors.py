@@ -1,5 +1,7 @@
 """Launch-time argument checking (ArgumentError naming the parameter, before any work is done)
 and backend selection."""
+import re
+
 import numpy as np
 import pytest
 
@@ -388,3 +390,66 @@ def test_the_emulator_refuses_grids_past_its_invocation_limit():
     with pytest.raises(pycoop.ArgumentError, match=r"k_scale: the grid \(67108864, 1, 1\) of "
                        r"32-invocation workgroups is 2147483648 invocations"):
         k_scale[2 ** 26](x, y, a, n, backend="emulator")
+
+
+@pytest.mark.parametrize("size", [3, 0, -8, 256, True, "8", 16.0])
+def test_a_subgroup_size_no_device_has_is_refused_before_any_work(size):
+    """At a launch and at compile(): a power of two from 1 to 128 (3 traced and ran with
+    pc.subgroup_size() == 3, True with 1; "8" and -8 were raw TypeError/OverflowError)."""
+    x, y, a, n = args_ok()
+    for call in (lambda: k_scale[2](x, y, a, n, backend="emulator", subgroup_size=size),
+                 lambda: k_scale.compile(subgroup_size=size)):
+        with pytest.raises(pycoop.ArgumentError, match=r"k_scale: subgroup_size must be a power "
+                                                       r"of two from 1 to 128 .*got " + re.escape(repr(size))):
+            call()
+    assert not y.any()
+
+
+def test_a_numpy_integer_subgroup_size_is_the_same_kernel():
+    x, y, a, n = args_ok()
+    k_scale[2](x, y, a, n, backend="emulator", subgroup_size=np.int64(16))
+    assert k_scale.compile(subgroup_size=np.int32(16)) is k_scale.compile(subgroup_size=16)
+    np.testing.assert_array_equal(y, x * 2)
+
+
+@pytest.mark.parametrize("checked", ["yes", 2.0, 0, 1])
+def test_checked_is_true_false_or_none(checked):
+    x, y, a, n = args_ok()
+    with pytest.raises(pycoop.ArgumentError, match="k_scale: checked must be True, False or None"):
+        k_scale[2](x, y, a, n, backend="emulator", checked=checked)
+    assert not y.any()
+
+
+@pytest.mark.parametrize("args", [None, iter([1, 2, 3, 4]), "abcd"])
+def test_compiled_launch_takes_a_list_or_tuple_of_arguments(args):
+    with pytest.raises(pycoop.ArgumentError, match=r"k_scale.launch: args is a list or tuple "
+                                                   r"of the runtime arguments \(X, Y, a, n\)"):
+        k_scale.compile().launch(1, args, backend="emulator")
+
+
+def test_abi_and_requirements_are_copies():
+    ck = k_scale.compile()
+    ck.abi["args"].clear()
+    ck.requirements.clear()
+    assert ck.abi["args"] and ck.requirements
+    x, y, a, n = args_ok()
+    ck.launch(2, [x, y, a, n], backend="emulator")
+    np.testing.assert_array_equal(y, x * 2)
+
+
+@pytest.mark.parametrize("path", [None, 3, ""])
+def test_save_takes_a_file_name(path):
+    with pytest.raises(pycoop.ArgumentError, match=r"k_scale.save: path is a file name"):
+        k_scale.compile().save(path)
+
+
+def test_save_writes_both_files_or_neither(tmp_path, monkeypatch):
+    ck = k_scale.compile()
+    out = tmp_path / "k.spv"
+
+    def refuse(self, *a, **k):
+        raise OSError("disk full")
+    monkeypatch.setattr(type(out), "write_text", refuse)
+    with pytest.raises(OSError, match="disk full"):
+        ck.save(out)
+    assert not out.exists()
