@@ -19,8 +19,8 @@ import numpy as np
 from ..errors import CompileError, Loc, current_loc
 from ..ir.builder import emit, tracer, tracing
 from ..ir.core import Block, Value
-from ..ops.core import Undefined, as_value, const, default_type
-from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, Type, bool_, u32
+from ..ops.core import Undefined, as_value, const, default_type, note_python_ints
+from ..types import BufferType, CoopMatType, ScalarType, SharedArrayType, Type, bool_, i32, u32
 from ..ops.khr import fill
 from ..ops.core import select
 
@@ -320,6 +320,7 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
     n = len(live[0][1])
     results: list = [None] * n
     merge_idx, yields, mtypes = [], [[], []], []      # mtypes: the merged value's type
+    python_ints = set()                  # the merges of two Python ints (positions in merge_idx)
     for i in range(n):
         cand = [f[1][i] if f is not None else None for f in flat]
         alive = [cand[k] for k in range(2) if flat[k] is not None]
@@ -358,6 +359,8 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
                 results[i] = Undefined(f"it holds different Python objects after the `if` at line {loc.line}")
                 continue
             ta = default_type(a) if type(a) is type(b) else default_type(a + b)
+            if ta == i32 and isinstance(a, int) and isinstance(b, int):
+                python_ints.add(len(merge_idx))
         if ta is not None and tb is not None and ta != tb:
             results[i] = Undefined(f"it is {ta} in one branch and {tb} in the other (line {loc.line})")
             continue
@@ -379,6 +382,8 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
             emit("yield", vals_k, loc=loc)
             typ = [v.type for v in vals_k]
     op = emit("if", [c], {"result_types": typ}, blocks, loc)
+    for j in python_ints:
+        note_python_ints(op.results[j], f"Python ints merged by the runtime `if` at line {loc.line}")
     for i, r in zip(merge_idx, op.results):
         results[i] = r
     it = iter(results)
@@ -416,6 +421,7 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             if not isinstance(v, (list, dict)) and _fields(v) is None:
                 invariant.update(span)
     promote: dict[int, Type] = {}
+    python_ints = set()                  # leaves promoted from a Python int to i32
     for _attempt in range(4):
         carried = [i for i, v in enumerate(leaves)
                    if (_carried(v) or i in promote) and i not in invariant]
@@ -426,6 +432,11 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                         _zero(promote[i], loc) if v is None else const(v, promote[i], loc))
         cond_blk = Block([Value(v.type) for v in extra] + [Value(v.type) for v in init])
         body_blk = Block([Value(v.type) for v in extra] + [Value(v.type) for v in init])
+        for k, i in enumerate(carried):
+            if i in python_ints:
+                for blk in (cond_blk, body_blk):
+                    note_python_ints(blk.args[len(extra) + k], f"a Python int carried through "
+                                                               f"the loop at line {loc.line}")
 
         def user_vals(blk):
             cur = list(leaves)
@@ -480,6 +491,9 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                 changed[i] = b.type if isinstance(b, Value) and isinstance(b.type, ScalarType) \
                     else default_type(a) if not _is_number(b) or type(a) is type(b) \
                     else default_type(a + b)
+                if changed[i] == i32 and isinstance(a, int) and \
+                        (isinstance(b, int) or isinstance(b, Value) and b.type == i32):
+                    python_ints.add(i)
             elif i in placeholders and isinstance(b, Value):
                 changed[i] = b.type
             else:
@@ -518,6 +532,8 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
     final = list(leaves)
     for k, i in enumerate(carried):
         final[i] = res[len(extra) + k]
+        if i in python_ints:
+            note_python_ints(final[i], f"a Python int carried through the loop at line {loc.line}")
     for i, a in enumerate(leaves):
         if isinstance(a, Undefined):
             final[i] = Undefined(f"it is first assigned inside the loop at line {loc.line}, "

@@ -52,6 +52,9 @@ class Tracer:
         self.subgroup_size_explicit = subgroup_size_explicit
         self.strict_intel_shapes = strict_intel_shapes   # pycoop.kernel(strict_intel_shapes=...)
         self.function_tracer = function_tracer
+        # Value.id -> where Python ints were merged into it (a runtime `if` or loop, which
+        # gives them i32): named by the type errors its uses meet
+        self.python_int_merges: dict[int, str] = {}
 
     @property
     def block(self) -> Block:

@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import CompileError, Loc, current_loc
-from ..ir.builder import emit, emit1, tracer
+from ..ir.builder import emit, emit1, tracer, tracing
 from ..ir.core import Value
 from ..types import (BufferType, CoopMatType, ScalarType, SharedArrayType, Type, VectorType,
                      SCALARS, bf16, bool_, f16, f32, f64, i32, u32, u64, memory_element, scalar_of_dtype)
@@ -125,6 +125,38 @@ class Undefined:
 
     def __repr__(self) -> str:
         return "<undefined>"
+
+
+def note_python_ints(v: Value, where: str) -> None:
+    """Remember that `v` holds Python ints merged by control flow (`where`), typed i32 as
+    default_type types them: the user wrote no i32, so a type error on `v` says where it
+    came from."""
+    tracer().python_int_merges[v.id] = where
+
+
+def _python_int_origin(a, b) -> str | None:
+    """Where operand a or b got Python ints merged into it, if the other is one of those
+    values or a Python int too (their sum still holds Python ints); else None."""
+    merges = tracer().python_int_merges
+    wa, wb = merges.get(getattr(a, "id", None)), merges.get(getattr(b, "id", None))
+    if wa is not None and (wb is not None or isinstance(b, int)):
+        return wa
+    if wb is not None and isinstance(a, int):
+        return wb
+    return None
+
+
+def python_int_hint(*values) -> str:
+    """The hint's addition for a type error on `values`: where one of them became i32 from
+    Python ints (note_python_ints), else '' (also outside a trace: the verifier's rerun)."""
+    if not tracing():
+        return ""
+    for v in values:
+        where = tracer().python_int_merges.get(getattr(v, "id", None))
+        if where is not None:
+            return (f"; it is i32 because it holds {where} (a Python int is i32 there): give "
+                    f"the variable its type where it is first assigned, e.g. u32(0)")
+    return ""
 
 
 def default_type(x) -> ScalarType:
@@ -327,7 +359,7 @@ def _infer_binary(operands, attrs, regions, loc):
             hint = "convert one side with pycoop.convert"
         raise CompileError(f"operands of `{sym}` have different types: {a.type} and {b.type}", loc,
                            rule="arithmetic needs operands of one type (no implicit conversion)",
-                           hint=hint, rule_id="core.operand-types")
+                           hint=hint + python_int_hint(a, b), rule_id="core.operand-types")
     t = a.type
     e = _elem(t)
     if e is None:
@@ -492,9 +524,13 @@ def binary(kind: str, a, b) -> Value:
         return same
     loc = current_loc()
     hint = _negative_hint(kind, _elem(getattr(a, "type", None) or b.type))
+    merged = _python_int_origin(a, b)
     a = as_value(a, getattr(b, "type", None), hint)
     b = as_value(b, a.type, hint)
-    return emit1("binary", [a, b], {"kind": kind}, loc)
+    r = emit1("binary", [a, b], {"kind": kind}, loc)
+    if merged is not None:              # `c + 1` of such a value still holds Python ints
+        note_python_ints(r, merged)
+    return r
 
 
 def _negative_hint(kind: str, t: ScalarType | None) -> str | None:
@@ -1387,7 +1423,7 @@ def _infer_store(operands, attrs, regions, loc):
     _check_indexable(mem, idx, loc)
     if val.type != mem.type.elem:
         raise CompileError(f"cannot store a {val.type} into an array of {mem.type.elem}", loc,
-                           hint=f"cast it: {mem.type.elem}(value)",
+                           hint=f"cast it: {mem.type.elem}(value)" + python_int_hint(val),
                            rule="SPIR-V: OpStore's Object has the type Pointer points to",
                            rule_id="core.store-type")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":

@@ -1018,3 +1018,63 @@ def test_type_factory_errors_outside_a_kernel_show_no_pycoop_frames(make):
     assert e.value.loc.file == __file__
     shown = shown_frames(e.value)
     assert shown and not any(pc.errors.is_internal(f) for f, _ in shown)
+
+
+# --------------------------------------------------------------------------- Python ints merged
+
+@pc.kernel(workgroup_size=8)
+def k_merged_ints(out: pc.Buffer[u32]):
+    i = pc.local_invocation_index()
+    v = 3
+    if i > 3:                                   # MERGE
+        v = 7
+    out[i] = v + i                              # USE
+
+
+@pc.kernel(workgroup_size=8)
+def k_counted_ints(out: pc.Buffer[u32], n: u32):
+    i = pc.local_invocation_index()
+    c = 0
+    for j in range(n):                          # LOOP
+        c += 1
+        out[i] = c                              # USE
+
+
+@pc.kernel(workgroup_size=8)
+def k_counted_after(out: pc.Buffer[u32], n: u32):
+    c = 0
+    for j in range(n):                          # LOOP
+        c = c + 2
+    out[pc.local_invocation_index()] = c        # USE
+
+
+@pytest.mark.parametrize("kernel,origin,rule", [
+    (k_merged_ints, "Python ints merged by the runtime `if` at line {MERGE}", "core.operand-types"),
+    (k_counted_ints, "a Python int carried through the loop at line {LOOP}", "core.store-type"),
+    (k_counted_after, "a Python int carried through the loop at line {LOOP}", "core.store-type"),
+])
+def test_a_type_error_names_where_python_ints_became_i32(kernel, origin, rule):
+    """The user wrote no i32: Python ints merged by a runtime `if` or carried through a
+    runtime loop take it (the documented default), and the error says so (and how to choose
+    the type), also after arithmetic with more Python ints."""
+    with pytest.raises(pc.CompileError) as e:
+        kernel.compile()
+    at_line(e.value, kernel, "# USE")
+    assert e.value.rule_id == rule
+    marks = {m: line_of(kernel, f"# {m}") for m in ("MERGE", "LOOP") if m in origin}
+    assert f"it is i32 because it holds {origin.format(**marks)}" in e.value.hint
+    assert "e.g. u32(0)" in e.value.hint
+
+
+@pc.kernel(workgroup_size=8)
+def k_typed_count(out: pc.Buffer[u32], n: u32):
+    c = u32(0)
+    for j in range(n):
+        c += 1
+    out[pc.local_invocation_index()] = c
+
+
+def test_the_hint_fix_runs():
+    out = np.zeros(8, np.uint32)
+    emu(k_typed_count, 1, out, 5)
+    np.testing.assert_array_equal(out, 5)
