@@ -529,6 +529,13 @@ def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
     writeable bytes are copied (a read-only GGUF memory map is not), and the kernels' own
     arrays are made from them once and kept (see `GGMLWeights`): after changing W, make new
     weights."""
+    return _weights(W, fmt, K, snapshot=True)
+
+
+def _weights(W, fmt: str | None, K: int | None, snapshot: bool) -> GGMLWeights:
+    """`weights`; `snapshot=False` keeps a writeable source uncopied, for weights only this
+    call uses (matmul_q given raw bytes, a stacked matrix made for them) whose kernel arrays
+    are all made (planes) or copied (uploads) before the call returns."""
     if fmt is not None:
         _check_fmt("weights", fmt)
     if K is not None:
@@ -558,7 +565,7 @@ def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
         if K is not None and K != shape[0]:
             raise ValueError(f"weights: GGUF tensor {W.name!r} has K = {shape[0]} columns, "
                              f"not K={K}")
-        return _make(name, shape[1], shape[0], W.data)
+        return _make(name, shape[1], shape[0], W.data, snapshot)
     a = np.asarray(W)
     if fmt is None:
         if a.dtype != np.float16:
@@ -572,7 +579,7 @@ def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
             raise ValueError(f"weights: f16 weights are float16, got {a.dtype}")
         if K is not None and K != a.shape[1]:
             raise ValueError(f"weights: this f16 matrix has K = {a.shape[1]} columns, not K={K}")
-        return _make(fmt, a.shape[0], a.shape[1], a)
+        return _make(fmt, a.shape[0], a.shape[1], a, snapshot)
     if a.dtype != np.uint8:
         raise ValueError(f"weights: {fmt} weights are raw bytes (uint8), got {a.dtype}")
     qk, size = BLOCKS[fmt]
@@ -583,10 +590,10 @@ def weights(W, fmt: str | None = None, K: int | None = None) -> GGMLWeights:
     if K is not None and K != Kb:
         raise ValueError(f"weights: rows of {a.shape[1]} bytes hold K = {Kb} {fmt} weights, "
                          f"not {K}")
-    return _make(fmt, a.shape[0], Kb, a)
+    return _make(fmt, a.shape[0], Kb, a, snapshot)
 
 
-def _make(fmt: str, M: int, K: int, data) -> GGMLWeights:
+def _make(fmt: str, M: int, K: int, data, snapshot: bool) -> GGMLWeights:
     qk, size = BLOCKS[fmt]
     if M < 1 or K < 1:
         raise ValueError(f"weights: an empty matrix ({M} x {K} {fmt} weights)")
@@ -594,12 +601,14 @@ def _make(fmt: str, M: int, K: int, data) -> GGMLWeights:
         raise ValueError(f"{fmt} weights need K a multiple of {qk} (its block), got K={K}")
     source = np.asarray(data)
     data = np.ascontiguousarray(source)       # the kernels read rows as laid out in memory
-    if data.flags.writeable and np.may_share_memory(data, source):
+    if snapshot and data.flags.writeable and np.may_share_memory(data, source):
         # a snapshot of memory the caller can still change: every array the kernels read
         # (planes, padded words, device copies) is made from these bytes and kept, so a later
         # change of the source must reach none of them rather than some. A read-only source (a
         # GGUF file's memory map) is kept as it is, uncopied.
         data = data.copy()
+    elif data.flags.writeable and np.may_share_memory(data, source):
+        data = data.view()                  # read-only here, the source stays writeable
     data.flags.writeable = False
     want = M * K // qk * size
     if data.nbytes != want:
@@ -667,7 +676,7 @@ def matmul_q(W, X, fmt: str | None = None, *, config: GemvConfig | None = None,
     if launches is not None and not isinstance(launches, list):
         raise ValueError(f"matmul_q: launches is a list the launches are appended to (or "
                          f"None), got {launches!r}")
-    Wq = weights(W, fmt)
+    Wq = _weights(W, fmt, None, snapshot=False)      # this call's, if made here
     device = isinstance(X, pc.Array)
     if device and backend is not None and backend != X.backend:
         raise ValueError(f"matmul_q: X is on {X.backend}, not {backend}")

@@ -52,7 +52,7 @@ from .args import check_bool
 from .gemm import gemm_q4_0_planes, pack_f16
 from .gemm_quant import gemm_q4_k_planes
 from .gemv import (GemvConfig, GGMLWeights, choose_kernel, coopmat_kernel, matmul_q,
-                   planes_kernel, weights)
+                   planes_kernel, weights, _weights)
 from .gemv_planes import MAX_N as PLANES_MAX_N
 from .gemv_planes import gemv_operands, planes_gemv_config, weight_planes
 from .gemvq import q8_1_lanes
@@ -374,7 +374,8 @@ class MLPBlock:
         self.deterministic = bool(deterministic)
         self.backend = pc.zeros(1, pc.f32, backend=backend).backend
         bk = self.backend
-        self.gate_up = weights(np.concatenate([g.data, u.data]), g.fmt)      # 2I x H stacked
+        self.gate_up = _weights(np.concatenate([g.data, u.data]), g.fmt, None,   # 2I x H
+                                snapshot=False)       # stacked: no other reference
         self.down = d
         self.norm = pc.asarray(nw, backend=bk)
         self.tile = _tile(2 * self.I, self.H, self.H, self.I)
