@@ -61,6 +61,13 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
             raise CompileError(f"cooperative matrix {what} must be positive, got {n}", loc,
                                rule="SPV_KHR_cooperative_matrix: Rows and Columns are positive constant "
                                     "instructions", rule_id="khr.dimension-positive")
+        if n >= 1 << 32:
+            raise CompileError(f"cooperative matrix {what} must fit a 32-bit integer constant, "
+                               f"got {n}", loc,
+                               rule=f"{SPEC}: 'Rows'/'Columns' must be constant instructions with "
+                                    "scalar 32-bit integer type",
+                               hint="no device has such a matrix: tile the data into matrices of a "
+                                    "shape the device lists", rule_id="khr.dimension-constant")
     if not isinstance(use, Use):
         raise CompileError(f"cooperative matrix use must be UseA, UseB or Accumulator, not {use!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: Use is MatrixAKHR, MatrixBKHR or "
@@ -127,6 +134,14 @@ def _lower_fill(ctx, op):
 
 def fill(t: CoopMatType, value) -> Value:
     loc = current_loc()
+    if not isinstance(t, CoopMatType):
+        raise CompileError(f"fill makes a cooperative matrix: its type must be a coopmat type, got "
+                           f"{t!r}", loc,
+                           rule=f"{SPEC}: a matrix of one value is an OpCompositeConstruct whose Result "
+                                "Type is an OpTypeCooperativeMatrixKHR",
+                           hint="pass the matrix type, e.g. pycoop.fill(pycoop.coopmat[f32, "
+                                "pycoop.Subgroup, 16, 16, pycoop.Accumulator], 0.0)",
+                           rule_id="khr.fill-result-type")
     return emit1("khr.fill", [as_value(value, t.component)], {"type": t}, loc)
 
 
@@ -330,13 +345,12 @@ def _reach(op, what: str, t: CoopMatType, stride: int):
 
 
 def _layout(layout: str, loc: Loc) -> str:
-    try:
-        return LAYOUTS[layout]
-    except KeyError:
+    if not isinstance(layout, str) or layout not in LAYOUTS:
         raise CompileError(f"unknown layout {layout!r}", loc,
                            hint="use 'row_major' or 'col_major'",
                            rule="SPV_KHR_cooperative_matrix: MemoryLayout is RowMajorKHR or "
-                                "ColumnMajorKHR", rule_id="khr.layout") from None
+                                "ColumnMajorKHR", rule_id="khr.layout")
+    return LAYOUTS[layout]
 
 
 def _stride(stride) -> Value:
@@ -647,7 +661,9 @@ def convert(m: Value, to) -> Value:
     """Convert a matrix to another component type (`to` a scalar type or a coopmat type)."""
     loc = current_loc()
     t = _need_mat(m, "the converted value", loc)
-    dst = t.with_(component=to) if isinstance(to, ScalarType) else to
+    # a new component type is checked as the type pycoop.coopmat[...] would build (not bool)
+    dst = make_coopmat_type((to, t.scope, t.rows, t.cols, t.use), loc) if isinstance(to, ScalarType) \
+        else to
     if not isinstance(dst, CoopMatType):
         raise CompileError(f"convert target must be a scalar or coopmat type, got {to!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: conversions produce a scalar or an "

@@ -580,8 +580,27 @@ def k_convert_use(A: pycoop.Buffer[f32]):
     pycoop.convert(m, pycoop.coopmat[f32, SG, 16, 16, pycoop.UseA])
 
 
+@pycoop.kernel(workgroup_size=32)
+def k_convert_bool(A: pycoop.Buffer[f32]):
+    m = MC32.load(A, 0, 16)
+    b = pycoop.convert(m, pycoop.bool_)          # a bool matrix type fails spirv-val
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_layout_list(A: pycoop.Buffer[f32]):
+    m = MC32.load(A, 0, 16, ["row_major"])
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_fill_scalar_type(A: pycoop.Buffer[f32]):
+    pycoop.store(A, 0, pycoop.fill(f32, 1.0), 16)
+
+
 @pytest.mark.parametrize("k,msg,marker", [
     (k_load_from_scalar, "needs a buffer parameter or a shared array, got u32", "MC32.load(n"),
+    (k_convert_bool, "unsupported cooperative matrix component type bool", "pycoop.convert(m, pycoop.bool_)"),
+    (k_layout_list, "unknown layout \\['row_major'\\]", "MC32.load(A, 0, 16, ["),
+    (k_fill_scalar_type, "its type must be a coopmat type, got f32", "pycoop.fill(f32"),
     (k_store_readonly, "cannot store into a read-only buffer", "pycoop.store(A, 0, m"),
     (k_store_scalar_as_matrix, "must be a cooperative matrix", "pycoop.store(A, 0, A[0]"),
     (k_bad_layout, "unknown layout 'diagonal'", "MC32.load(A, 0, 16, \"diagonal\")"),
@@ -598,7 +617,9 @@ def test_coopmat_compile_errors_name_the_line(k, msg, marker):
     ids = {"k_load_from_scalar": "khr.pointer", "k_store_readonly": "core.read-only-store",
            "k_store_scalar_as_matrix": "khr.matrix-operand", "k_bad_layout": "khr.layout",
            "k_scale_int": "khr.scalar-float", "k_mat_plus_other_type": "core.operand-types",
-           "k_mat_bitwise": "khr.matrix-arithmetic", "k_convert_use": "khr.convert-use"}
+           "k_mat_bitwise": "khr.matrix-arithmetic", "k_convert_use": "khr.convert-use",
+           "k_convert_bool": "khr.component-type", "k_layout_list": "khr.layout",
+           "k_fill_scalar_type": "khr.fill-result-type"}
     assert ei.value.rule_id == ids[k.name]
 
 
