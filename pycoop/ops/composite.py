@@ -74,6 +74,12 @@ def make_vector(values, elem: ScalarType | None = None) -> Value:
                            rule_id="composite.vector-size")
     like = elem or next((v.type for v in values if isinstance(v, Value)), None)
     vals = [as_value(v, like) for v in values]
+    if not isinstance(vals[0].type, ScalarType):
+        raise CompileError(f"a vector holds scalars, not {vals[0].type}", loc,
+                           rule="SPIR-V: OpTypeVector Component Type must be a scalar numerical or "
+                                "Boolean type",
+                           hint="build an array instead (pycoop.make_array), or a vector of the "
+                                "scalars themselves", rule_id="composite.vector-component")
     return emit1("composite.construct", vals, {"type": VectorType(vals[0].type, len(vals))}, loc)
 
 

@@ -190,6 +190,10 @@ def k_vector_size(A: pc.Buffer[u32]):
     A[1] = v[0]
 
 
+def k_vector_component(A: pc.Buffer[u32], V: pc.Buffer[pc.vec(f32, 4)]):
+    v = pc.make_vector([V[0], V[1]])  # HERE
+
+
 def k_index_range(A: pc.Buffer[u32]):
     v = pc.make_array([A[0], A[1]])
     A[2] = v[2]  # HERE
@@ -345,6 +349,7 @@ RULES = [
     ("composite.constituent-type", k_constituent_type, "element of type f32"),
     ("composite.array-length", k_array_length, "at least one element"),
     ("composite.vector-size", k_vector_size, "a vector has 2, 3, 4, 8 or 16 components, got 0"),
+    ("composite.vector-component", k_vector_component, "a vector holds scalars, not vec4<f32>"),
     ("composite.index-range", k_index_range, "index 2 is out of range"),
     ("composite.literal-index", k_literal_index, "compile-time ints"),
     ("khr.fill-type", k_fill_type, "fill value is bool"),
