@@ -1004,6 +1004,18 @@ def _infer_cast(operands, attrs, regions, loc):
                                hint="use pycoop.select(c, 1, 0) or a comparison",
                                rule="SPIR-V: conversion instructions take numeric types; Booleans are made "
                                     "with OpSelect or comparisons", rule_id="core.cast-bool")
+    c = constant_value(operands[0])
+    if c is not None and src.is_float and dst.is_int:
+        # the emulator's report of every invocation, made at the line: the trace fixes the value
+        v = float(np.asarray(c, np.float64).astype(src.dtype))
+        lo, hi = dst.min_max()
+        if not (math.isfinite(v) and lo <= math.trunc(v) <= hi):
+            raise CompileError(f"converting the constant {v!r} to {dst}: the result is undefined",
+                               loc, rule="SPIR-V: OpConvertFToS/OpConvertFToU are undefined when "
+                                         "the value rounded toward zero does not fit the result "
+                                         "type (NaN and infinities included)",
+                               hint=f"write a value from {lo} to {hi}, or convert to a wider type",
+                               rule_id="emulator.undefined-behaviour")
     return [dst]
 
 

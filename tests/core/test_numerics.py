@@ -97,6 +97,45 @@ def test_float_to_int_at_the_bounds(src, dst):
         assert ei.value.rule_id == "emulator.undefined-behaviour"
 
 
+@pc.kernel(workgroup_size=1)
+def k_constant_to_int(X: pc.Buffer[f32], V: pc.Const, T: pc.Const):
+    X[0] = f32(T(V))
+
+
+@pytest.mark.parametrize("value,t", [(math.nan, pc.i32), (1e10, pc.i32), (-1.5, u32), (128.0, i8),
+                                     (2147483647.0, pc.i32),     # rounds to 2**31 in f32
+                                     (-math.inf, pc.u64)], ids=str)
+def test_a_constant_float_that_no_integer_of_the_type_holds_is_a_compile_error(value, t):
+    """A Python float converts as a traced f32 (docs/ops.md, cast): where the trace fixes an
+    out-of-range value, the conversion SPIR-V leaves undefined is refused at the line."""
+    with pytest.raises(pc.CompileError, match=f"to {t}: the result is undefined") as ei:
+        k_constant_to_int.compile(V=value, T=t)
+    assert ei.value.line == line_of(k_constant_to_int, "X[0] = f32(T(V))")
+    assert ei.value.rule_id == "emulator.undefined-behaviour" and ei.value.hint
+    assert "OpConvertFToS" in ei.value.rule
+
+
+def test_constant_floats_that_fit_convert_by_truncation():
+    @pc.kernel(workgroup_size=1)
+    def k(X: pc.Buffer[pc.i32], Y: pc.Buffer[u32]):
+        X[0], X[1] = pc.i32(-2.7), pc.i32(2147483520.0)
+        Y[0] = u32(-0.5)                      # truncates to 0: defined
+    x, y = np.zeros(2, np.int32), np.ones(1, np.uint32)
+    emu(k, 1, x, y)
+    assert x.tolist() == [-2, 2147483520] and y[0] == 0
+
+
+def test_math_functions_of_python_numbers_compute_as_ieee_floats():
+    """On Python numbers pc.floor & co. run in Python; NaN and infinities are returned as the
+    GPU's functions give them (math.floor raised), NumPy scalars are taken as floats."""
+    assert math.isnan(pc.floor(math.nan)) and pc.ceil(-math.inf) == -math.inf
+    assert pc.trunc(np.float32(2.5)) == 2 and pc.floor(10**400) == 10**400
+    assert math.isnan(pc.sqrt(-1.0))
+    with pytest.raises(pc.CompileError, match="integer literal of 401 digits") as ei:
+        pc.exp(10**400)
+    assert ei.value.rule_id == "core.float-literal-range"
+
+
 def _same(got, want) -> bool:
     g, w = float(got), float(want)
     return (math.isnan(g) and math.isnan(w)) or (g == w and math.copysign(1, g) == math.copysign(1, w))
