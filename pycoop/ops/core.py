@@ -75,11 +75,24 @@ def _check_literal(value, type: ScalarType, loc: Loc, negative_hint: str | None 
     return _float_literal(value, type, loc)
 
 
+def python_float(value, type: ScalarType, loc: Loc) -> float:
+    """float(value) of a Python number; an int beyond every float (10**400) is an error of the
+    literal's range, not Python's OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise CompileError(f"the integer literal of {len(str(abs(value)))} digits is outside the "
+                           f"range of {type}", loc,
+                           rule="a constant must be a value of its type (OpConstant)",
+                           hint="write the value as a float (1e30), or compute it at run time",
+                           rule_id="core.float-literal-range") from None
+
+
 def _float_literal(value, type: ScalarType, loc: Loc) -> float:
     """The literal, checked against `type`'s range (rounded once, to nearest even); a finite literal
     beyond the type's range is an error rather than a silent infinity (or NaN in fp8_e4m3,
     which has no infinity)."""
-    x = float(value)
+    x = python_float(value, type, loc)
     r = float(convert_array(np.array(x), f64, type).astype(np.float64))
     if math.isfinite(r) or math.isnan(x) or (math.isinf(x) and math.isinf(r)):
         # IEEE types keep the literal as written (NumPy and the SPIR-V encoder round it once);
@@ -160,8 +173,10 @@ def as_value(x, like: Type | None = None, negative_hint: str | None = None) -> V
     t = like if isinstance(like, ScalarType) else default_type(x)
     if isinstance(x, np.generic):
         x = x.item()
-    if not isinstance(x, (numbers.Number, np.bool_)):
-        default_type(x)   # raises the untraceable-value error
+    if not isinstance(x, (numbers.Real, np.bool_)):
+        default_type(x)   # raises the untraceable-value error (complex numbers, Decimal too)
+    if not isinstance(x, (numbers.Integral, float, np.bool_)):
+        x = python_float(x, t, current_loc())   # a Fraction, a long double: checked as a float
     return const(x, t, negative_hint=negative_hint)
 
 
@@ -687,10 +702,15 @@ def unary(kind: str, x) -> Value:
             return -x
         if kind == "abs":
             return abs(x)
+        if kind not in _PYTHON_FLOAT and isinstance(x, numbers.Integral):
+            return getattr(math, kind)(x)
+        v = python_float(x, f64, current_loc())
         if kind in _PYTHON_FLOAT:
             with np.errstate(all="ignore"):
-                return float(_PYTHON_FLOAT[kind](np.float64(x)))
-        return getattr(math, kind)(x)
+                return float(_PYTHON_FLOAT[kind](np.float64(v)))
+        if not math.isfinite(v):
+            return v                # floor/ceil/trunc of NaN and infinities, as on the GPU
+        return getattr(math, kind)(v)
     return emit1("unary", [x], {"kind": kind})
 
 
@@ -759,9 +779,12 @@ def fma(a, b, c) -> Value:
     """a * b + c rounded once (GLSL.std.450 Fma), for f16, f32 and f64 scalars or vectors (on
     Python numbers: exactly for ints, rounded once to a float otherwise)."""
     if not any(isinstance(x, Value) for x in (a, b, c)):
+        for x in (a, b, c):
+            if not isinstance(x, (numbers.Real, np.bool_)):
+                default_type(x)             # a CompileError naming what it is
         if all(isinstance(x, numbers.Integral) for x in (a, b, c)):
             return a * b + c
-        return float(_fma_f64(*(np.array(float(x)) for x in (a, b, c))))
+        return float(_fma_f64(*(np.array(python_float(x, f64, current_loc())) for x in (a, b, c))))
     loc = current_loc()
     like = next(x.type for x in (a, b, c) if isinstance(x, Value))
     return emit1("fma", [as_value(x, like) for x in (a, b, c)], {}, loc)
@@ -1272,7 +1295,7 @@ def widen_f16_bits(ctx, h: int) -> int:
 
 def cast(x, type: ScalarType) -> Value:
     """Convert a scalar to `type` (matrices: ops.values.cast)."""
-    if isinstance(x, (numbers.Real, np.bool_)) and _literal_fits(x, type):
+    if isinstance(x, (numbers.Real, np.bool_)) and isinstance(type, ScalarType) and _literal_fits(x, type):
         return as_value(x, type)         # u32(0): a constant of that type, not a converted one
     x = as_value(x)
     if x.type == type:
