@@ -639,15 +639,21 @@ define("khr.convert", _infer_convert, capabilities=KHR_CAPS,
        doc="Component-type conversion of a matrix (OpFConvert, OpConvertFToS, ...).")
 
 
+def report_out_of_range(ctx, op, m: np.ndarray, dst: ScalarType) -> None:
+    """A float matrix converted to integer type `dst`: an element that is NaN, infinite or out
+    of range after truncation is undefined behaviour (reported per scope instance)."""
+    lo, hi = dst.min_max()
+    x = np.trunc(m.astype(np.float64))
+    bad = (~np.isfinite(x) | (x < lo) | (x > hi)).any((-2, -1))
+    ctx.check_instances(bad, ctx.scope_active(op.result.type.scope, op), op,
+                        f"converting an out-of-range float to {dst} is undefined")
+
+
 @emulation("khr.convert")
 def _emu_convert(ctx, op, m):
     src, dst = op.operands[0].type.component, op.attrs["type"].component
     if src.is_float and dst.is_int:
-        lo, hi = dst.min_max()
-        x = np.trunc(m.astype(np.float64))
-        bad = (~np.isfinite(x) | (x < lo) | (x > hi)).any((-2, -1))
-        ctx.check_instances(bad, ctx.scope_active(op.result.type.scope, op), op,
-                            f"converting an out-of-range float to {dst} is undefined")
+        report_out_of_range(ctx, op, m, dst)
     return convert_array(m, src, dst)
 
 

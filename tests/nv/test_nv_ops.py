@@ -212,6 +212,24 @@ def test_component_and_use_conversion_rounds():
     np.testing.assert_array_equal(O, X.astype(np.float16))
 
 
+def test_use_conversion_to_integers_reports_out_of_range_floats():
+    """An accumulator of floats converted to an integer UseA matrix: NaN and values that do not
+    fit are undefined (OpConvertFToS), as for pycoop.convert (the emulator saturated them)."""
+    MatA8 = pc.coopmat[pc.i8, pc.Subgroup, 16, 16, pc.UseA]
+
+    @pc.kernel(workgroup_size=32)
+    def k(X: pc.Buffer[f32], O: pc.Buffer[pc.i8]):
+        pc.store(O, 0, pc.nv.convert(Acc.load(X, 0, 16), MatA8), 16)     # CONVERT
+    X, O = np.full(256, -3.7, np.float32), np.zeros(256, np.int8)
+    k[1](X, O, backend="emulator")
+    assert (O == -3).all()
+    X[7] = 128.0
+    with pytest.raises(pc.EmulatorError, match="out-of-range float to i8") as e:
+        k[1](X, O, backend="emulator")
+    assert e.value.loc.line == line_of("# CONVERT", k.fn)
+    assert e.value.rule_id == "emulator.undefined-behaviour"
+
+
 def test_capabilities_only_when_used():
     @pc.kernel(workgroup_size=32)
     def plain(X: pc.Buffer[f16], O: pc.Buffer[f16]):

@@ -16,7 +16,7 @@ from .. import core
 from ..core import as_value, convert_array
 from ...ir.registry import define, emulation, lowering
 from .tangled import check_untangled
-from ..khr import convert as khr_convert
+from ..khr import convert as khr_convert, report_out_of_range
 
 CM2 = "SPV_NV_cooperative_matrix2"
 REDUCE_MODES = {"row": ("Row",), "column": ("Column",), "row_column": ("Row", "Column"),
@@ -78,7 +78,7 @@ def reduce(mat: Value, mode: str, combine, result_type: CoopMatType | None = Non
     the source's shape (halved for 2x2) unless `result_type` says otherwise."""
     loc = current_loc()
     t = _mat(mat, "the reduced value", loc)
-    if mode not in REDUCE_MODES:
+    if not isinstance(mode, str) or mode not in REDUCE_MODES:
         raise CompileError(f"unknown reduction {mode!r}", loc,
                            hint=f"use one of {', '.join(REDUCE_MODES)}",
                            rule="SPV_NV_cooperative_matrix2: Reduce must be Row, Column, Row|Column, or "
@@ -244,6 +244,8 @@ def convert(mat: Value, to: CoopMatType) -> Value:
 @emulation("nv.convert")
 def _emu_convert(ctx, op, m):
     src, dst = op.operands[0].type.component, op.attrs["type"].component
+    if src.is_float and dst.is_int:      # undefined out of range, as for khr.convert
+        report_out_of_range(ctx, op, m, dst)
     return convert_array(m, src, dst)
 
 
@@ -281,6 +283,12 @@ def transpose(mat: Value, to: CoopMatType | None = None) -> Value:
     loc = current_loc()
     t = _mat(mat, "the transposed value", loc)
     to = to or t.with_(rows=t.cols, cols=t.rows, use=Use.B)
+    if not isinstance(to, CoopMatType):
+        raise CompileError(f"the transpose of {t} is a matrix type, not {to!r}", loc,
+                           rule=f"{CM2}: OpCooperativeMatrixTransposeNV: Result is MatrixBKHR with "
+                                "Rows and Columns swapped",
+                           hint="leave `to` out: the result type follows from the matrix",
+                           rule_id="nv.transpose-shape")
     return emit1("nv.transpose", [mat], {"type": to}, loc)
 
 

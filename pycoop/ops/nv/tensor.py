@@ -36,9 +36,10 @@ TA_CAPS = ("TensorAddressingNV",)
 
 
 def _dims(n, what: str, loc: Loc) -> int:
-    if isinstance(n, Value) or not isinstance(n, numbers.Integral) or not 1 <= n <= 5:
+    if isinstance(n, (Value, bool)) or not isinstance(n, numbers.Integral) or not 1 <= n <= 5:
         raise CompileError(f"{what} must be a compile-time int from 1 to 5, got {n!r}", loc,
                            rule=f"{SPEC}: 'Dim' must be greater than zero and at most 5",
+                           hint="pass the number of dimensions as a Python int",
                            rule_id="nv.dim-range")
     return int(n)
 
@@ -188,9 +189,12 @@ def tensor_view(dim: int, has_dimensions: bool = False, permutation=None) -> Val
         raise CompileError(f"a {d}-dimensional view needs {d} permutation values, got {len(perm)}", loc,
                            rule=f"{SPEC}: OpTypeTensorViewNV has exactly Dim permutation operands",
                            rule_id="nv.view-permutation-count")
-    if any(not isinstance(p, numbers.Integral) for p in perm) or sorted(perm) != list(range(d)):
+    # bools are ints to Python, not to SPIR-V: True would be emitted as OpConstantTrue
+    if any(not isinstance(p, numbers.Integral) or isinstance(p, bool) for p in perm) \
+            or sorted(perm) != list(range(d)):
         raise CompileError(f"{list(perm)} is not a permutation of 0..{d - 1}", loc,
                            rule=f"{SPEC}: the permutation values must form a valid permutation",
+                           hint=f"give each of the Python ints 0..{d - 1} once",
                            rule_id="nv.view-permutation")
     if not isinstance(has_dimensions, bool):
         raise CompileError("has_dimensions must be a compile-time bool", loc,
@@ -563,6 +567,12 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
                            loc, rule=f"{CM2}: TensorLayout must have a tensor layout type",
                            hint="a view goes in view=, the layout is required",
                            rule_id="nv.layout-operand")
+    if object is not None and not isinstance(object, Value):
+        raise CompileError(f"the object operand must be a {mat_type} value, got "
+                           f"{type(object).__name__}", loc,
+                           rule=f"{CM2}: Object's type must match Result Type",
+                           hint=f"pass a matrix, e.g. object={mat_type}.fill(v)",
+                           rule_id="nv.object-type")
     obj = object if object is not None else emit1("nv.null", [], {"type": mat_type}, loc)
     operands = [mem, obj, layout]
     attrs = {"type": mat_type, "view": view is not None, "decode": None}
@@ -608,6 +618,11 @@ def store_tensor(mem: Value, layout: Value, mat: Value, *, view: Value | None = 
                            rule=f"{CM2}: DecodeFunc is not allowed on OpCooperativeMatrixStoreTensorNV",
                            rule_id="nv.store-no-decode")
     _check_tensor_mem(mem, loc, "store_tensor")
+    if not isinstance(mat, Value):
+        raise CompileError(f"store_tensor stores a cooperative matrix, got {type(mat).__name__}", loc,
+                           rule="SPV_NV_cooperative_matrix2: Object's type must be an "
+                                "OpTypeCooperativeMatrixKHR",
+                           hint="pass the matrix value to store", rule_id="nv.store-object")
     if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
         raise CompileError("store_tensor needs a tensor layout", loc,
                            rule=f"{CM2}: TensorLayout must have a tensor layout type",
