@@ -577,11 +577,18 @@ def _emu_scale(ctx, op, m, s):
 def _lower_scale(ctx, op):
     t = op.result.type
     m, s = (ctx.id(v) for v in op.operands)
+
+    def times(wt, x, s):
+        if ctx.target == "vulkan":
+            return ctx.emit("OpMatrixTimesScalar", wt, x, s)
+        # OpMatrixTimesScalar needs the Matrix capability, which the OpenCL environment (kernels
+        # using pycoop.intel) does not allow: multiply element-wise by a matrix filled with s
+        return ctx.emit("OpFMul", wt, x, ctx.emit("OpCompositeConstruct", wt, s))
     if t.component.encoding:        # bf16 / fp8: OpMatrixTimesScalar takes IEEE floats only
         s = ctx.emit("OpFConvert", f32, s)
-        ctx.set(op.result, via_f32(ctx, t, lambda wt, x: ctx.emit("OpMatrixTimesScalar", wt, x, s), m))
+        ctx.set(op.result, via_f32(ctx, t, lambda wt, x: times(wt, x, s), m))
         return
-    ctx.set(op.result, ctx.emit("OpMatrixTimesScalar", t, m, s))
+    ctx.set(op.result, times(t, m, s))
 
 
 def scale(m: Value, s) -> Value:
