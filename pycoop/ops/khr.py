@@ -259,6 +259,20 @@ def _check_static_addressing(mem: Value, t: CoopMatType, layout: str, offset: Va
                 f"{what} {name} {how}, not a multiple of {align} bytes: the "
                 f"{'pointer' if name == 'offset' else 'stride'} is misaligned", loc,
                 rule=ALIGN_RULE, hint=_align_hint(t, layout, elem), rule_id="khr.alignment")
+    o = exact(offset)
+    if isinstance(mem.type, SharedArrayType) and o is not None and s is not None:
+        # a shared array's length is known: the block the emulator would report in every
+        # workgroup is reported at the line (in components: an element may hold several)
+        k = elem // t.component.size
+        n = mem.type.length
+        last = (o * k + int(matrix_layout(t, layout).extent(s * k))) // k
+        if o < 0 or last >= n:
+            raise CompileError(f"{what} of elements {o}..{last} of a shared array of {n} "
+                               f"elements", loc,
+                               rule="Vulkan: an access outside a Workgroup variable is undefined "
+                                    "(robust buffer access does not cover shared memory)",
+                               hint="check the offset and stride against the array size, or make "
+                                    "the array longer", rule_id="emulator.out-of-bounds")
 
 
 def check_addressing(ctx, op, t: CoopMatType, layout: str, elem_size: int, offs, strd,

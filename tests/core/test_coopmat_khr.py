@@ -968,3 +968,26 @@ def test_matrices_through_shared_vectors():
     with pytest.raises(pycoop.CompileError, match="numeric vectors of 2 or 4 components") as ei:
         vec3_shared.compile()
     assert ei.value.rule_id == "core.shared-element"
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_shared_block(O: pycoop.Buffer[f16], N: pycoop.Const, ELEM: pycoop.Const, OFF: pycoop.Const,
+                   STRIDE: pycoop.Const, LAYOUT: pycoop.Const):
+    sh = pycoop.shared(ELEM, N)
+    pycoop.store(sh, OFF, pycoop.coopmat[f16, SG, 16, 16, pycoop.Accumulator].zeros(), STRIDE, LAYOUT)   # BLOCK
+
+
+@pytest.mark.parametrize("n,elem,off,stride,layout,reach", [
+    (256, f16, 8, 16, "row_major", "8..263"),
+    (255, f16, 0, 16, "col_major", "0..255"),
+    (512, f16, 0, 2**28, "row_major", "0..4026531855"),
+    (31, pycoop.vec(u32, 4), 0, 2, "row_major", "0..31"),     # 8 f16 per element
+])
+def test_a_constant_block_outside_a_shared_array_is_a_compile_error(n, elem, off, stride, layout, reach):
+    """A shared array's length is known while tracing: a matrix store (or load) whose constant
+    offset and stride reach past it is refused at the line, with the emulator's rule id."""
+    with pytest.raises(pycoop.CompileError, match=f"store of elements {reach} of a shared array of {n} elements") as ei:
+        k_shared_block.compile(N=n, ELEM=elem, OFF=off, STRIDE=stride, LAYOUT=layout)
+    assert ei.value.rule_id == "emulator.out-of-bounds" and ei.value.hint
+    assert ei.value.line == line_of(k_shared_block, "# BLOCK")
+    k_shared_block.compile(N=n + 1, ELEM=elem, OFF=0, STRIDE=16 if elem == f16 else 2, LAYOUT=layout)
