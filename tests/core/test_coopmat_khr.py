@@ -581,6 +581,12 @@ def k_convert_use(A: pycoop.Buffer[f32]):
 
 
 @pycoop.kernel(workgroup_size=32)
+def k_float_matrix_floordiv(A: pycoop.Buffer[f32]):
+    m = MC32.load(A, 0, 16)
+    pycoop.store(A, 0, m // m, 16)
+
+
+@pycoop.kernel(workgroup_size=32)
 def k_convert_bool(A: pycoop.Buffer[f32]):
     m = MC32.load(A, 0, 16)
     b = pycoop.convert(m, pycoop.bool_)          # a bool matrix type fails spirv-val
@@ -599,6 +605,7 @@ def k_fill_scalar_type(A: pycoop.Buffer[f32]):
 @pytest.mark.parametrize("k,msg,marker", [
     (k_load_from_scalar, "needs a buffer parameter or a shared array, got u32", "MC32.load(n"),
     (k_convert_bool, "unsupported cooperative matrix component type bool", "pycoop.convert(m, pycoop.bool_)"),
+    (k_float_matrix_floordiv, "`//` is not defined on f32 matrices", "m // m"),
     (k_layout_list, "unknown layout \\['row_major'\\]", "MC32.load(A, 0, 16, ["),
     (k_fill_scalar_type, "its type must be a coopmat type, got f32", "pycoop.fill(f32"),
     (k_store_readonly, "cannot store into a read-only buffer", "pycoop.store(A, 0, m"),
@@ -619,7 +626,7 @@ def test_coopmat_compile_errors_name_the_line(k, msg, marker):
            "k_scale_int": "khr.scalar-float", "k_mat_plus_other_type": "core.operand-types",
            "k_mat_bitwise": "khr.matrix-arithmetic", "k_convert_use": "khr.convert-use",
            "k_convert_bool": "khr.component-type", "k_layout_list": "khr.layout",
-           "k_fill_scalar_type": "khr.fill-result-type"}
+           "k_fill_scalar_type": "khr.fill-result-type", "k_float_matrix_floordiv": "khr.matrix-arithmetic"}
     assert ei.value.rule_id == ids[k.name]
 
 

@@ -315,6 +315,25 @@ def test_integral_powers_are_products():
     assert "Pow" in half.compile().spvasm
 
 
+def test_power_zero_is_one():
+    """x ** 0 is 1 for every x, as in Python: GLSL's Pow(x, 0) is undefined for x <= 0, so it
+    is not emitted (and integers, vectors and matrices take it too)."""
+    M = pc.coopmat[f32, pc.Subgroup, 16, 16, pc.Accumulator]
+
+    @pc.kernel(workgroup_size=32)
+    def k(Y: pc.Buffer[f32], N: pc.Buffer[pc.i32], V: pc.Buffer[pc.vec(f32, 4)], O: pc.Buffer[f32]):
+        i = pc.local_invocation_index()
+        Y[i] = Y[i] ** 0
+        N[i] = N[i] ** 0.0
+        V[i] = V[i] ** 0
+        pc.store(O, 0, M.load(O, 0, 16) ** 0, 16)
+    y = np.array([0.0, -2.0, np.nan, np.inf] * 8, np.float32)
+    n, v, o = np.arange(-16, 16, dtype=np.int32), np.zeros((32, 4), np.float32), np.zeros(256, np.float32)
+    emu(k, 1, y, n, v, o)
+    assert (y == 1).all() and (n == 1).all() and (v == 1).all() and (o == 1).all()
+    assert "Pow" not in k.compile().spvasm
+
+
 @pytest.mark.parametrize("fn,name", [(pc.exp, "Exp"), (pc.log2, "Log2"), (pc.sin, "Sin"),
                                      (lambda x: x ** x, "Pow")], ids=str)
 def test_f64_math_that_glsl_restricts(fn, name):
