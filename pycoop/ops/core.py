@@ -385,28 +385,47 @@ def _infer_binary(operands, attrs, regions, loc):
 
 def _check_constant_operands(kind: str, a: Value, b: Value, loc: Loc) -> None:
     """Undefined behaviour that the traced operands prove (a divisor or shift amount the IR
-    fixes): a CompileError at the line, as the emulator would report every invocation."""
-    d = exact(b) if kind in ("div", "rem", "shl", "shr") else None
-    if d is None:
+    fixes, in a scalar, in a component of a vector or in a filled matrix): a CompileError at
+    the line, as the emulator would report every invocation."""
+    ds = _constants(b) if kind in ("div", "rem", "shl", "shr") else None
+    if ds is None:
         return
-    e = a.type
-    if kind in ("div", "rem") and (d == 0 or (e.signed and d == -1 and exact(a) == e.min_max()[0])):
-        sym = "//" if kind == "div" else "%"
-        what = "by zero" if d == 0 else f"{exact(a)}, the least {e}, by -1"
-        raise CompileError(f"`{sym}` divides {what}: the result is undefined", loc,
-                           rule="SPIR-V: OpUDiv, OpSDiv, OpUMod and OpSRem are undefined if "
-                                "Operand 2 is 0 (the signed ones also for the minimum value by -1)",
-                           hint="guard the division, or divide by a value that cannot be 0",
-                           rule_id="emulator.undefined-behaviour")
-    if kind in ("shl", "shr") and not 0 <= d < e.bits:
-        sym = "<<" if kind == "shl" else ">>"
-        by = "a negative amount" if d < 0 else "its width or more"
-        raise CompileError(f"`{sym} {d}` shifts a {e.bits}-bit integer by {by}: the result is "
-                           f"undefined", loc,
-                           rule="SPIR-V: the result of a shift is undefined if Shift is greater "
-                                "than or equal to the bit width of Base's components",
-                           hint=f"shift by 0 to {e.bits - 1} (a wider type holds more bits)",
-                           rule_id="emulator.undefined-behaviour")
+    xs = _constants(a) or [None]
+    e = _elem(a.type)
+    n = max(len(xs), len(ds))
+    for i in range(n):
+        x, d = xs[i % len(xs)], ds[i % len(ds)]
+        if d is None:
+            continue
+        where = f" (component {i})" if n > 1 else ""
+        if kind in ("div", "rem") and (d == 0 or (e.signed and d == -1 and x == e.min_max()[0])):
+            sym = "//" if kind == "div" else "%"
+            what = "by zero" if d == 0 else f"{x}, the least {e}, by -1"
+            raise CompileError(f"`{sym}` divides {what}{where}: the result is undefined", loc,
+                               rule="SPIR-V: OpUDiv, OpSDiv, OpUMod and OpSRem are undefined if "
+                                    "Operand 2 is 0 (the signed ones also for the minimum value by -1)",
+                               hint="guard the division, or divide by a value that cannot be 0",
+                               rule_id="emulator.undefined-behaviour")
+        if kind in ("shl", "shr") and not 0 <= d < e.bits:
+            sym = "<<" if kind == "shl" else ">>"
+            by = "a negative amount" if d < 0 else "its width or more"
+            raise CompileError(f"`{sym} {d}` shifts a {e.bits}-bit integer by {by}{where}: the "
+                               f"result is undefined", loc,
+                               rule="SPIR-V: the result of a shift is undefined if Shift is greater "
+                                    "than or equal to the bit width of Base's components",
+                               hint=f"shift by 0 to {e.bits - 1} (a wider type holds more bits)",
+                               rule_id="emulator.undefined-behaviour")
+
+
+def _constants(v: Value) -> list[int | None] | None:
+    """The integer each component of `v` has when the IR fixes it (None where it does not): a
+    scalar, a vector built from scalars, a matrix filled with one; None for other values."""
+    op = v.op
+    if isinstance(v.type, ScalarType):
+        return [exact(v)]
+    if op is not None and op.name in ("composite.construct", "khr.fill"):
+        return [exact(c) for c in op.operands]
+    return None
 
 
 define("binary", _infer_binary, pure=True, doc="Element-wise binary arithmetic / bitwise / min / max.")
