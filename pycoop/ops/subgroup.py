@@ -26,7 +26,7 @@ from ..ir.builder import emit1, tracer
 from ..ir.core import Value
 from ..spirv import grammar
 from ..types import ScalarType, VectorType, bool_, u32
-from .core import as_value
+from .core import as_value, default_type
 from .known_bits import exact
 from ..ir.registry import define, emulation, lowering
 
@@ -104,9 +104,12 @@ def _check_operand(x: Value, what: str, loc: Loc, *, boolean: bool = False):
 
 
 def _lane_operand(x, what: str, loc: Loc) -> Value:
-    v = as_value(x, u32)
-    if not (isinstance(v.type, ScalarType) and v.type.is_int and not v.type.signed and v.type.bits == 32):
-        raise CompileError(f"the {what} of a subgroup shuffle/broadcast must be a u32, not {v.type}",
+    # a Python float or bool is refused (as the f32 or bool it would be), even 1.0 or True
+    python = isinstance(x, (float, np.floating, bool, np.bool_))
+    v = None if python else as_value(x, u32)
+    t = default_type(x) if python else v.type
+    if not (isinstance(t, ScalarType) and t.is_int and not t.signed and t.bits == 32):
+        raise CompileError(f"the {what} of a subgroup shuffle/broadcast must be a u32, not {t}",
                            loc, rule="SPIR-V: Id/Mask/Delta must be a scalar of integer type whose "
                                      "Signedness operand is 0",
                            hint=f"convert it: u32({what})", rule_id="subgroup.id-type")

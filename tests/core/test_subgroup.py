@@ -385,6 +385,12 @@ def test_wrong_types():
     assert e.rule_id == "subgroup.id-type"
     assert e.line == line_of(signed_lane, "# BAD")
 
+    def float_lane(X: pc.Buffer[f32]):
+        X[0] = pc.subgroup.broadcast(X[0], 1.0)            # BAD
+    e = _compile_error(float_lane)                         # as an index, even an integral float
+    assert "must be a u32, not f32" in e.message and e.rule_id == "subgroup.id-type"
+    assert e.line == line_of(float_lane, "# BAD")
+
     def ballot_of_int(X: pc.Buffer[u32]):
         X[0] = pc.subgroup.ballot_bit_count(pc.subgroup.ballot(X[0]))    # BAD
     e = _compile_error(ballot_of_int)

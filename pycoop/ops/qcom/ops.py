@@ -374,7 +374,10 @@ def extract_subarray(arr: Value, start, length) -> Value:
         raise CompileError(f"the sub-array length must be a positive compile-time int, got {length!r}", loc,
                            rule=f"{SPEC}: OpExtractSubArrayQCOM: the result is an OpTypeArray of fixed length",
                            rule_id="qcom.subarray-length")
-    if isinstance(start, numbers.Integral) and not isinstance(start, bool):
+    if isinstance(start, (float, np.floating, bool, np.bool_)):      # even 8.0, as an index
+        _raise([f"[subarray-start-type] Start Index must be a 32-bit integer, not the Python "
+                f"{type(start).__name__} {start!r}"], "extract_subarray", loc)
+    if isinstance(start, numbers.Integral):
         if not -2**31 <= int(start) < 2**31:
             _raise([f"[subarray-range] Start Index {start} does not fit a 32-bit int"], "extract_subarray", loc)
     start = as_value(start, i32)
