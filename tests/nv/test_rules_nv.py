@@ -54,6 +54,10 @@ def k_operand_type(X: pc.Buffer[f16], s: f32):
     pc.nv.tensor_layout(1).stride(s)  # HERE
 
 
+def k_operand_type_python_float(X: pc.Buffer[f16]):
+    pc.nv.tensor_layout(2).dimension(16, 16.0)  # HERE
+
+
 def k_clamp_value(X: pc.Buffer[f16], v: pc.f64):
     pc.nv.tensor_layout(2, "constant").clamp_value(v)  # HERE
 
@@ -297,6 +301,7 @@ RULES = [
     ("nv.clamp-mode", k_clamp_mode, "unknown clamp mode"),
     ("nv.operand-count", k_operand_count, "takes 2 values here"),
     ("nv.operand-type", k_operand_type, "32-bit integers"),
+    ("nv.operand-type", k_operand_type_python_float, "32-bit integers, got f32"),
     ("nv.clamp-value", k_clamp_value, "at most 32 bits"),
     ("nv.view-permutation-count", k_view_permutation_count, "needs 3 permutation values"),
     ("nv.view-permutation", k_view_permutation, "not a permutation"),

@@ -21,10 +21,10 @@ from ...errors import CompileError, EmulatorError, Loc, current_loc
 from ...ir.builder import emit, emit1, trace_function
 from ...ir.core import Value
 from ...types import (CLAMP_MODES, ArrayType, BufferType, CoopMatType, PointerType, ScalarType,
-                      SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, u8, u16, u32,
+                      SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, i32, u8, u16, u32,
                       Layout, VectorType, alignment)
 from .. import core
-from ..core import TYPE_METHODS, as_value, constant_value
+from ..core import TYPE_METHODS, as_value, constant_value, default_type
 from ...ir.registry import define, emulation, lowering
 from . import addressing as A
 from . import decode_vector as DV
@@ -51,9 +51,14 @@ def _u32s(values, n: int, what: str, loc: Loc, rule: str) -> list[Value]:
                            rule_id="nv.operand-count")
     out = []
     for v in values:
-        v = as_value(v, u32)
-        if not (isinstance(v.type, ScalarType) and v.type.is_int and v.type.bits == 32):
-            raise CompileError(f"{what} operands must be 32-bit integers, got {v.type}", loc, rule=rule,
+        if isinstance(v, (float, np.floating, bool, np.bool_)):
+            t = default_type(v)             # refused as the f32 or bool it would be, even 16.0
+        else:
+            v = as_value(v, u32)
+            t = v.type
+        if not (isinstance(t, ScalarType) and t.is_int and t.bits == 32):
+            raise CompileError(f"{what} operands must be 32-bit integers, got {t}", loc, rule=rule,
+                               hint="pass Python ints or 32-bit integer values (pycoop.i32(x))",
                                rule_id="nv.operand-type")
         out.append(v)
     return out
@@ -135,7 +140,10 @@ def _layout_stride(l: Value, *strides) -> Value:
 
 
 def _layout_slice(l: Value, *offsets_spans) -> Value:
-    """slice(off0, span0, off1, span1, ...): offsets add to the current offset."""
+    """slice(off0, span0, off1, span1, ...): offsets add to the current offset. A negative
+    Python int offset (before the tensor: clamped, or clipped) is an i32 constant."""
+    offsets_spans = [as_value(v, i32) if i % 2 == 0 and isinstance(v, numbers.Integral)
+                     and not isinstance(v, bool) and v < 0 else v for i, v in enumerate(offsets_spans)]
     return _state("nv.layout_slice", l, offsets_spans, "slice()", 2 * l.type.dim,
                   f"{SPEC}: OpTensorLayoutSliceNV takes 2*Dim operands (offset, span per dimension)")
 
@@ -167,8 +175,10 @@ def _layout_clamp_value(l: Value, value) -> Value:
             value = core.bitcast(value, {8: u8, 16: u16, 32: u32}[t.bits])
         if value.type != u32:
             value = core.cast(value, u32)
-    elif isinstance(value, float):
+    elif isinstance(value, (float, np.floating)):
         value = int(np.float32(value).view(np.uint32))
+    elif isinstance(value, numbers.Integral) and -2**31 <= value < 0:
+        value = int(value) & 0xFFFFFFFF     # the 32-bit pattern of a negative int
     return emit1("nv.layout_clamp_value", [l, as_value(value, u32)], {}, loc)
 
 
