@@ -52,6 +52,7 @@ def _check_literal(value, type: ScalarType, loc: Loc, negative_hint: str | None 
         if not isinstance(value, (bool, np.bool_)):
             raise CompileError(f"{value!r} is not a bool", loc,
                                rule="SPIR-V: OpConstantTrue/OpConstantFalse are the Boolean constants",
+                               hint="compare the bool with True or False, or with another bool value",
                                rule_id="core.bool-constant")
         return bool(value)
     if type.is_int:
@@ -349,6 +350,7 @@ def _infer_binary(operands, attrs, regions, loc):
         raise CompileError(f"`{sym}` is not defined on {t}", loc,
                            rule="SPIR-V: arithmetic instructions take numeric operands of one type "
                                 "(OpFAdd: floating-point, OpIAdd: integer, ...)",
+                           hint="arithmetic takes numbers, vectors and matrices: load elements first (buf[i])",
                            rule_id="core.arithmetic-type")
     if isinstance(t, CoopMatType) and kind not in _COOPMAT_BINARY:
         raise CompileError(f"`{sym}` is not defined on cooperative matrices", loc,
@@ -594,6 +596,7 @@ def _infer_unary(operands, attrs, regions, loc):
         raise CompileError(f"{kind} is not defined on {t}", loc,
                            rule="SPIR-V: arithmetic instructions take numeric operands of one type "
                                 "(OpFAdd: floating-point, OpIAdd: integer, ...)",
+                           hint="arithmetic takes numbers, vectors and matrices: load elements first (buf[i])",
                            rule_id="core.arithmetic-type")
     if isinstance(t, CoopMatType) and kind != "neg":
         raise CompileError(f"{kind} is not defined on cooperative matrices", loc,
@@ -604,7 +607,9 @@ def _infer_unary(operands, attrs, regions, loc):
         if kind != "not":
             raise CompileError(f"{kind} is not defined on bool", loc,
                                rule="SPIR-V: arithmetic instructions take numeric operands, not Booleans "
-                                    "(OpLogical* for bools)", rule_id="core.bool-arithmetic")
+                                    "(OpLogical* for bools)",
+                               hint="use `not` or ~ on bools; pycoop.select(c, 1, 0) gives a number",
+                               rule_id="core.bool-arithmetic")
         return [t]
     slot = 0 if e.is_float else (1 if e.signed else 2)
     if UNARY[kind][slot] is None:
@@ -616,7 +621,8 @@ def _infer_unary(operands, attrs, regions, loc):
     if e.encoding and kind == "neg" and not isinstance(t, CoopMatType):
         raise CompileError(f"negation is not defined on scalar {e}", loc,
                            rule=f"SPIR-V arithmetic on {e} exists only for cooperative matrices",
-                           hint="cast to f32 first: -f32(x)", rule_id="core.narrow-float-arithmetic")
+                           hint="cast to f32 first: -f32(x)",
+                           rule_id="core.narrow-float-arithmetic")
     if e.encoding and kind != "neg":
         raise CompileError(f"{kind} is not available for {e}", loc,
                            rule=f"GLSL.std.450 is defined for IEEE float types, not {e}",
@@ -897,15 +903,20 @@ def _infer_compare(operands, attrs, regions, loc):
     if a.type != b.type:
         raise CompileError(f"cannot compare {a.type} with {b.type}", loc,
                            rule="comparisons need operands of one type",
-                           hint=f"cast one side, e.g. pycoop.cast(x, {a.type})", rule_id="core.compare-types")
+                           hint=f"cast one side, e.g. pycoop.cast(x, {a.type})",
+                           rule_id="core.compare-types")
     if not isinstance(a.type, ScalarType):
         raise CompileError(f"comparisons are defined on scalars, not {a.type}", loc,
                            rule="SPIR-V: comparison instructions take scalar or vector operands (not "
-                                "cooperative matrices)", rule_id="core.compare-matrix")
+                                "cooperative matrices)",
+                           hint="compare scalars (a vector's components one by one)",
+                           rule_id="core.compare-matrix")
     if a.type.is_bool and attrs["kind"] not in ("eq", "ne"):
         raise CompileError("bools can only be compared with == and !=", loc,
                            rule="SPIR-V: OpLogicalEqual/OpLogicalNotEqual are the only comparisons of "
-                                "Booleans", rule_id="core.compare-bool")
+                                "Booleans",
+                           hint="bools compare with == and != only; compare numbers for an order",
+                           rule_id="core.compare-bool")
     return [bool_]
 
 
@@ -981,10 +992,12 @@ def _infer_select(operands, attrs, regions, loc):
     if c.type != bool_:
         raise CompileError(f"select condition must be bool, not {c.type}", loc,
                            rule="SPIR-V: OpSelect's Condition must be a Boolean scalar",
+                           hint="compare to get a bool, e.g. pycoop.select(x > 0, a, b)",
                            rule_id="core.select-condition")
     if a.type != b.type:
         raise CompileError(f"select branches have different types: {a.type} and {b.type}", loc,
                            rule="SPIR-V: OpSelect's Object 1 and Object 2 have the Result Type",
+                           hint=f"convert one of them: pycoop.cast(b, {a.type})",
                            rule_id="core.select-types")
     if isinstance(a.type, CoopMatType):
         raise CompileError("select on cooperative matrices is not allowed", loc,
@@ -1360,6 +1373,7 @@ def _infer_bitcast(operands, attrs, regions, loc):
         raise CompileError(f"cannot bitcast {src} to {dst}", loc,
                            rule="OpBitcast needs numeric scalars or vectors of the same total width, "
                                 "the larger component count a multiple of the smaller",
+                           hint="pick a type of the same total width, e.g. u32 and pycoop.vec(f16, 2)",
                            rule_id="core.bitcast-width")
     return [dst]
 
@@ -1411,6 +1425,7 @@ def _check_indexable(mem: Value, idx: Value, loc: Loc):
     if not isinstance(mem.type, (BufferType, SharedArrayType)):
         raise CompileError(f"cannot index a value of type {mem.type}", loc,
                            rule="pycoop: buffers, shared arrays, arrays and vectors are indexed",
+                           hint="index buffers, shared arrays, arrays and vectors",
                            rule_id="core.indexable")
     if not (isinstance(idx.type, ScalarType) and idx.type.is_int):
         raise CompileError(f"index must be an integer, not {idx.type}", loc,
@@ -1447,6 +1462,7 @@ def _infer_store(operands, attrs, regions, loc):
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc,
                            rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
+                           hint="annotate the parameter pycoop.Buffer[...] to store into it",
                            rule_id="core.read-only-store")
     check_shared_index(mem, idx, loc)
     return []
@@ -1540,12 +1556,15 @@ def shared(elem: ScalarType | VectorType, length: int) -> Value:
         raise CompileError(f"shared arrays hold numeric scalars or numeric vectors of 2 or 4 "
                            f"components, not {elem!r}", loc,
                            rule="pycoop: shared arrays hold numeric scalars or 2/4-component numeric "
-                                "vectors", rule_id="core.shared-element")
+                                "vectors",
+                           hint="use a numeric scalar type or pycoop.vec(T, 2) / pycoop.vec(T, 4)",
+                           rule_id="core.shared-element")
     check_not_spec(length, "a shared array length", loc)
     if not isinstance(length, numbers.Integral) or isinstance(length, bool) or length <= 0:
         raise CompileError(f"shared array length must be a positive compile-time int, got "
                            f"{length!r}", loc,
                            rule="SPIR-V: OpTypeArray Length must be at least 1 (a constant)",
+                           hint="pass a positive Python int (or a pycoop.Const parameter)",
                            rule_id="core.shared-length")
     t = tracer()
     size = int(length) * elem.size
@@ -1620,7 +1639,9 @@ def barrier(memory: str = "workgroup") -> None:
     if memory not in BARRIER_MEMORY:
         raise CompileError(f"pycoop.barrier: memory is 'workgroup' or 'device', got {memory!r}",
                            current_loc(), rule="pycoop: barrier memory scopes are Workgroup and "
-                                               "Device", rule_id="core.barrier-memory")
+                                               "Device",
+                           hint="memory='workgroup' orders shared memory, memory='device' buffers too",
+                           rule_id="core.barrier-memory")
     emit("barrier", [], {"memory": memory} if memory != "workgroup" else {})
 
 

@@ -49,7 +49,9 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
         raise CompileError(f"cooperative matrix scope must be pycoop.Subgroup or pycoop.Workgroup, "
                            f"not {scope!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: Scope is Subgroup (or Workgroup with "
-                                "SPV_NV_cooperative_matrix2)", rule_id="khr.scope")
+                                "SPV_NV_cooperative_matrix2)",
+                           hint="pycoop.Subgroup, or pycoop.Workgroup (SPV_NV_cooperative_matrix2)",
+                           rule_id="khr.scope")
     for what, n in (("rows", rows), ("cols", cols)):
         check_not_spec(n, f"cooperative matrix {what}", loc)
         if isinstance(n, Value) or not isinstance(n, numbers.Integral) or isinstance(n, bool):
@@ -60,7 +62,8 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
         if n <= 0:
             raise CompileError(f"cooperative matrix {what} must be positive, got {n}", loc,
                                rule="SPV_KHR_cooperative_matrix: Rows and Columns are positive constant "
-                                    "instructions", rule_id="khr.dimension-positive")
+                                    "instructions",
+                               hint="use a positive Python int", rule_id="khr.dimension-positive")
         if n >= 1 << 32:
             raise CompileError(f"cooperative matrix {what} must fit a 32-bit integer constant, "
                                f"got {n}", loc,
@@ -71,7 +74,8 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
     if not isinstance(use, Use):
         raise CompileError(f"cooperative matrix use must be UseA, UseB or Accumulator, not {use!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: Use is MatrixAKHR, MatrixBKHR or "
-                                "MatrixAccumulatorKHR", rule_id="khr.use")
+                                "MatrixAccumulatorKHR",
+                           hint="pycoop.UseA, pycoop.UseB or pycoop.Accumulator", rule_id="khr.use")
     return CoopMatType(comp, scope, int(rows), int(cols), use)
 
 
@@ -94,7 +98,9 @@ def _need_mat(v: Value, what: str, loc: Loc) -> CoopMatType:
         raise CompileError(f"{what} must be a cooperative matrix, got "
                            f"{getattr(v, 'type', type(v).__name__)}", loc,
                            rule="SPV_KHR_cooperative_matrix: the operand must be an "
-                                "OpTypeCooperativeMatrixKHR", rule_id="khr.matrix-operand")
+                                "OpTypeCooperativeMatrixKHR",
+                           hint="pass a matrix (T.load(...), T.fill(...), pycoop.mul_add(...))",
+                           rule_id="khr.matrix-operand")
     return v.type
 
 
@@ -105,6 +111,7 @@ def _infer_fill(operands, attrs, regions, loc):
     if operands[0].type != t.component:
         raise CompileError(f"fill value is {operands[0].type}, matrix component is {t.component}", loc,
                            rule=f"{SPEC}: the single constituent must have the component type",
+                           hint=f"pass a {t.component} value or a Python number",
                            rule_id="khr.fill-type")
     return [t]
 
@@ -154,13 +161,15 @@ def _check_mem(mem: Value, loc: Loc, what: str):
             f"{getattr(mem, 'type', type(mem).__name__)}", loc,
             rule=f"{SPEC}: 'Pointer' must point into an array in StorageBuffer, "
                  "PhysicalStorageBuffer or Workgroup storage",
-            hint="pass a Buffer[...] parameter or a pycoop.shared(...) array", rule_id="khr.pointer")
+            hint="pass a Buffer[...] parameter or a pycoop.shared(...) array",
+            rule_id="khr.pointer")
 
 
 def _check_int(v: Value, what: str, loc: Loc):
     if not (isinstance(v.type, ScalarType) and v.type.is_int):
         raise CompileError(f"{what} must be an integer scalar, got {v.type}", loc,
                            rule="SPV_KHR_cooperative_matrix: Stride must be a scalar integer type",
+                           hint="pass a Python int or an integer value",
                            rule_id="khr.stride-type")
 
 
@@ -334,6 +343,7 @@ def _infer_store(operands, attrs, regions, loc):
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc,
                            rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
+                           hint="annotate the parameter pycoop.Buffer[...] to store into it",
                            rule_id="core.read-only-store")
     _check_static_addressing(mem, mat.type, attrs["layout"], offset, stride, loc,
                              "cooperative matrix store")
@@ -386,7 +396,9 @@ def load(t: CoopMatType, mem: Value, offset, stride, layout: str = "row_major") 
     if not isinstance(t, CoopMatType):
         raise CompileError(f"load needs a coopmat type, got {t!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: Result Type of OpCooperativeMatrixLoadKHR "
-                                "must be an OpTypeCooperativeMatrixKHR", rule_id="khr.load-result-type")
+                                "must be an OpTypeCooperativeMatrixKHR",
+                           hint="pass the matrix type, e.g. pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, UseA]",
+                           rule_id="khr.load-result-type")
     _check_mem(mem, loc, "cooperative matrix load")
     return emit1("khr.load", [mem, index_value(offset), _stride(stride)],
                  {"type": t, "layout": _layout(layout, loc)}, loc)
@@ -474,6 +486,7 @@ def _infer_mul_add(operands, attrs, regions, loc):
         raise CompileError(f"mul_add operands have different scopes: {ta.scope.value}, "
                            f"{tb.scope.value}, {tc.scope.value}", loc,
                            rule=f"{rule}: A, B, C and Result Type must have the same scope",
+                           hint="declare A, B and C with one scope",
                            rule_id="khr.mul-add-scope")
     m, k = ta.shape
     k2, n = tb.shape
@@ -481,16 +494,19 @@ def _infer_mul_add(operands, attrs, regions, loc):
         raise CompileError(f"mul_add shapes do not match: A is {m}x{k}, B is {k2}x{n}, "
                            f"C is {tc.rows}x{tc.cols}", loc,
                            rule=f"{rule}: A is MxK, B is KxN, C and the result are MxN",
+                           hint=f"with A {m}x{k}, B is {k}x{n} and C {m}x{n}",
                            rule_id="khr.mul-add-shape")
     kinds = {ta.component.is_float, tb.component.is_float}
     if len(kinds) != 1 or tc.component.is_float != ta.component.is_float:
         raise CompileError(f"mul_add mixes float and integer matrices ({ta.component}, "
                            f"{tb.component}, {tc.component})", loc,
                            rule="Vulkan: float A/B accumulate into float C, integer into integer",
+                           hint="float A and B go with a float C, integer ones with an integer C (pycoop.convert)",
                            rule_id="khr.mul-add-kinds")
     if attrs["saturating"] and tc.component.is_float:
         raise CompileError("saturating accumulation applies to integer matrices only", loc,
                            rule=f"{rule}: SaturatingAccumulation with integer components",
+                           hint="drop saturating=True: float accumulation does not saturate",
                            rule_id="khr.saturating-integer")
     return [tc]
 
@@ -565,6 +581,7 @@ def _infer_scale(operands, attrs, regions, loc):
     if s.type != t.component:
         raise CompileError(f"scalar is {s.type}, matrix component is {t.component}", loc,
                            rule="OpMatrixTimesScalar: the scalar has the component type",
+                           hint=f"convert the scalar: pycoop.cast(s, {t.component})",
                            rule_id="khr.scalar-type")
     if not t.component.is_float:
         raise CompileError("matrix * scalar (OpMatrixTimesScalar) needs a float component type", loc,
@@ -646,6 +663,7 @@ def _infer_convert(operands, attrs, regions, loc):
     if (src.scope, src.rows, src.cols) != (dst.scope, dst.rows, dst.cols):
         raise CompileError(f"cannot convert {src} to {dst}: scope and shape must stay the same", loc,
                            rule=f"{SPEC}: conversions keep Scope, Rows, Columns and Use",
+                           hint="a conversion changes the component type only: build a matrix of the other shape",
                            rule_id="khr.convert-shape")
     if src.use != dst.use:
         raise CompileError(f"cannot change the use from {src.use.short} to {dst.use.short} with a "
@@ -694,7 +712,9 @@ def convert(m: Value, to) -> Value:
     if not isinstance(dst, CoopMatType):
         raise CompileError(f"convert target must be a scalar or coopmat type, got {to!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: conversions produce a scalar or an "
-                                "OpTypeCooperativeMatrixKHR", rule_id="khr.convert-target")
+                                "OpTypeCooperativeMatrixKHR",
+                           hint="pass a scalar type (pycoop.f16) or a coopmat type",
+                           rule_id="khr.convert-target")
     if dst == t:
         return m
     return emit1("khr.convert", [m], {"type": dst}, loc)
