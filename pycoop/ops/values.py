@@ -148,6 +148,7 @@ def _install_operators():
             return extract(self, idx)
         raise CompileError(f"cannot index a value of type {self.type}", current_loc(),
                            rule="pycoop: buffers, shared arrays, arrays and vectors are indexed",
+                           hint="index buffers, shared arrays, arrays and vectors",
                            rule_id="core.indexable")
 
     def setitem(self, idx, val):

@@ -183,6 +183,10 @@ def k_reduce_mode(X: pc.Buffer[f16]):
     pc.nv.reduce(Acc.fill(0.0), "diagonal", "add")  # HERE
 
 
+def k_reduce_2x2_odd(X: pc.Buffer[f16]):
+    pc.nv.reduce(Odd.fill(0.0), "2x2", "add")  # HERE
+
+
 def k_reduce_mode_list(X: pc.Buffer[f16]):
     pc.nv.reduce(Acc.fill(0.0), ["row"], "add")  # HERE
 
@@ -335,6 +339,7 @@ RULES = [
     ("nv.reduce-accumulator", k_reduce_accumulator, "accumulator"),
     ("nv.reduce-type", k_reduce_type, "must keep the component type"),
     ("nv.reduce-2x2-shape", k_reduce_2x2_shape, "2x2 reduction"),
+    ("nv.reduce-2x2-shape", k_reduce_2x2_odd, "needs an even number of rows and columns, not 16x15"),
     ("nv.reduce-row-shape", k_reduce_row_shape, "keeps the 16 rows"),
     ("nv.reduce-column-shape", k_reduce_column_shape, "keeps the 16 columns"),
     ("nv.per-element-operand", k_per_element_operand, "scalars or matrices"),

@@ -48,6 +48,7 @@ def _u32s(values, n: int, what: str, loc: Loc, rule: str) -> list[Value]:
     values = list(values)
     if len(values) != n:
         raise CompileError(f"{what} takes {n} values here, got {len(values)}", loc, rule=rule,
+                           hint=f"pass {n} values",
                            rule_id="nv.operand-count")
     out = []
     for v in values:
@@ -170,6 +171,7 @@ def _layout_clamp_value(l: Value, value) -> Value:
             raise CompileError(f"the clamp value must be a scalar of at most 32 bits, got {t}", loc,
                                rule="SPV_NV_tensor_addressing: the clamp Value must be a scalar 32-bit "
                                     "integer type",
+                               hint="pass a Python number or a scalar of 32 bits or fewer",
                                rule_id="nv.clamp-value")
         if t.is_float:
             value = core.bitcast(value, {8: u8, 16: u16, 32: u32}[t.bits])
@@ -198,6 +200,7 @@ def tensor_view(dim: int, has_dimensions: bool = False, permutation=None) -> Val
     if len(perm) != d:
         raise CompileError(f"a {d}-dimensional view needs {d} permutation values, got {len(perm)}", loc,
                            rule=f"{SPEC}: OpTypeTensorViewNV has exactly Dim permutation operands",
+                           hint=f"give one permutation value per dimension ({d})",
                            rule_id="nv.view-permutation-count")
     # bools are ints to Python, not to SPIR-V: True would be emitted as OpConstantTrue
     if any(not isinstance(p, numbers.Integral) or isinstance(p, bool) for p in perm) \
@@ -210,6 +213,7 @@ def tensor_view(dim: int, has_dimensions: bool = False, permutation=None) -> Val
         raise CompileError("has_dimensions must be a compile-time bool", loc,
                            rule="SPV_NV_tensor_addressing: HasDimensions must be a constant instruction "
                                 "with scalar Boolean type",
+                           hint="pass has_dimensions=True or False",
                            rule_id="nv.view-has-dimensions")
     return emit1("nv.create_view", [], {"type": TensorViewType(d, has_dimensions, perm)}, loc)
 
@@ -340,6 +344,7 @@ def _check_tensor_mem(mem, loc, what):
                            f"{getattr(mem, 'type', type(mem).__name__)}", loc,
                            rule=f"{CM2}: 'Pointer' points into StorageBuffer, PhysicalStorageBuffer "
                                 "or Workgroup memory",
+                           hint="pass a Buffer[...] parameter or a pycoop.shared(...) array",
                            rule_id="nv.tensor-pointer")
     if isinstance(mem.type.elem, VectorType):
         raise CompileError(f"{what} through an array of {mem.type.elem}", loc,
@@ -458,15 +463,18 @@ def _infer_load_tensor(operands, attrs, regions, loc):
     if not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"load_tensor needs a tensor layout, got {layout.type}", loc,
                            rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           hint="pass a layout (pycoop.nv.tensor_layout(...)); a view goes in view=",
                            rule_id="nv.layout-operand")
     if obj.type != t:
         raise CompileError(f"the object operand is {obj.type}, the result is {t}", loc,
                            rule=f"{CM2}: Object's type must match Result Type",
+                           hint="give object the result type (MatT.fill(v))",
                            rule_id="nv.object-type")
     if attrs.get("view") and not isinstance(operands[3].type, TensorViewType):
         raise CompileError(f"view must be a tensor view, got {operands[3].type}", loc,
                            rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
                                 "view type",
+                           hint="pass a view made by pycoop.nv.tensor_view(...)",
                            rule_id="nv.view-operand")
     if attrs.get("decode") is None and isinstance(mem.type.elem, ScalarType) \
             and mem.type.elem.size != t.component.size:
@@ -479,6 +487,7 @@ def _infer_load_tensor(operands, attrs, regions, loc):
     if attrs.get("decode") is None and not isinstance(mem.type.elem, ScalarType):
         raise CompileError(f"a buffer of {mem.type.elem} blocks needs a decode function", loc,
                            rule=f"{CM2}: without DecodeFunc, elements are read as the component type",
+                           hint="pass decode=fn(block_ptr, block_coord, coord_in_block)",
                            rule_id="nv.decode-needed")
     if attrs.get("decode") is not None:
         check_untangled(attrs["decode"], "decode function", loc)
@@ -487,6 +496,7 @@ def _infer_load_tensor(operands, attrs, regions, loc):
         if attrs.get("decode") is None:
             raise CompileError("decode_vector needs a scalar decode function too", loc,
                                rule=f"{DV.SPEC}: DecodeFunc must also be present",
+                               hint="pass decode=f as well: the implementation may call either",
                                rule_id="nv.decode-vector-needs-decode")
         v = DV.check_vector_function(attrs["decode_vector"], t, layout.type.dim, loc)
         DV.check_static_block_size(layout, v, loc)
@@ -503,14 +513,17 @@ def _infer_store_tensor(operands, attrs, regions, loc):
         raise CompileError(f"store_tensor stores a cooperative matrix, got {mat.type}", loc,
                            rule="SPV_NV_cooperative_matrix2: Object's type must be an "
                                 "OpTypeCooperativeMatrixKHR",
+                           hint="pass the matrix value to store",
                            rule_id="nv.store-object")
     if not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"store_tensor needs a tensor layout, got {layout.type}", loc,
                            rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           hint="pass a layout (pycoop.nv.tensor_layout(...)); a view goes in view=",
                            rule_id="nv.layout-operand")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc,
                            rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
+                           hint="annotate the parameter pycoop.Buffer[...] to store into it",
                            rule_id="nv.read-only-store")
     if not isinstance(mem.type.elem, ScalarType) or mem.type.elem.size != mat.type.component.size:
         raise CompileError(f"cannot store {mat.type.component} elements into an array of "
@@ -523,7 +536,8 @@ def _infer_store_tensor(operands, attrs, regions, loc):
         if c is not None and c != 1:
             rule, hint = _FAULT_RULES[A.Outcome.FAULT_STORE_BLOCK_SIZE]
             raise CompileError(f"store_tensor through a layout whose block size in dimension {i} is {c}",
-                               loc, rule=rule, hint=hint, rule_id=RULE_IDS[A.Outcome.FAULT_STORE_BLOCK_SIZE])
+                               loc, rule=rule, hint=hint,
+                               rule_id=RULE_IDS[A.Outcome.FAULT_STORE_BLOCK_SIZE])
     view = operands[3] if attrs.get("view") else None
     _check_view_dim(layout, view, loc)
     _check_constant_access("store_tensor", layout, view, mat.type, True, loc)
@@ -565,11 +579,13 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
                            "is missing", loc,
                            rule="SPV_NV_cooperative_matrix_decode_vector: DecodeVectorFunc's first "
                                 "parameter points to the block it decodes",
+                           hint="pass decode_vector= as well, or drop decode_vector_block=",
                            rule_id="nv.decode-vector-block")
     if not isinstance(mat_type, CoopMatType):
         raise CompileError(f"load_tensor needs a coopmat type, got {mat_type!r}", loc,
                            rule="SPV_NV_cooperative_matrix2: Result Type of "
                                 "OpCooperativeMatrixLoadTensorNV must be a cooperative matrix type",
+                           hint="pass the matrix type, e.g. pycoop.coopmat[f16, scope, m, n, pycoop.UseA]",
                            rule_id="nv.load-result-type")
     _check_tensor_mem(mem, loc, "load_tensor")
     if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
@@ -591,6 +607,7 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
             raise CompileError(f"view must be a tensor view, got {getattr(view, 'type', view)!r}", loc,
                                rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
                                     "view type",
+                               hint="pass a view made by pycoop.nv.tensor_view(...)",
                                rule_id="nv.view-operand")
         operands.append(view)
     if decode is not None:
@@ -598,6 +615,7 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
             raise CompileError("decode functions read PhysicalStorageBuffer memory, not shared arrays",
                                loc, rule=f"{CM2}: DecodeFunc's first parameter is a "
                                          "PhysicalStorageBuffer pointer",
+                               hint="decode from a Buffer[...] parameter (a PhysicalStorageBuffer pointer)",
                                rule_id="nv.decode-shared-memory")
         d = layout.type.dim
         coord = ArrayType(u32, d)
@@ -622,10 +640,12 @@ def store_tensor(mem: Value, layout: Value, mat: Value, *, view: Value | None = 
         raise CompileError("store_tensor takes no decode_vector function", loc,
                            rule=f"{DV.SPEC}: DecodeVectorFunc is not allowed on "
                                 "OpCooperativeMatrixStoreTensorNV",
+                           hint="drop decode_vector=: stores encode nothing",
                            rule_id="nv.store-no-decode-vector")
     if decode is not None:
         raise CompileError("store_tensor takes no decode function", loc,
                            rule=f"{CM2}: DecodeFunc is not allowed on OpCooperativeMatrixStoreTensorNV",
+                           hint="drop decode=: stores encode nothing",
                            rule_id="nv.store-no-decode")
     _check_tensor_mem(mem, loc, "store_tensor")
     if not isinstance(mat, Value):
@@ -636,12 +656,14 @@ def store_tensor(mem: Value, layout: Value, mat: Value, *, view: Value | None = 
     if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
         raise CompileError("store_tensor needs a tensor layout", loc,
                            rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           hint="pass a layout (pycoop.nv.tensor_layout(...)); a view goes in view=",
                            rule_id="nv.layout-operand")
     operands = [mem, mat, layout] + ([view] if view is not None else [])
     if view is not None and not (isinstance(view, Value) and isinstance(view.type, TensorViewType)):
         raise CompileError("view must be a tensor view", loc,
                            rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
                                 "view type",
+                           hint="pass a view made by pycoop.nv.tensor_view(...)",
                            rule_id="nv.view-operand")
     emit("nv.store_tensor", operands, {"view": view is not None}, None, loc)
 
@@ -681,7 +703,8 @@ def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
             plan.check()
         except A.TensorAddressingError as e:
             rule, hint = _FAULT_RULES[e.outcome]
-            raise EmulatorError(str(e), op.loc, rule=rule, hint=hint, rule_id=RULE_IDS[e.outcome]) from None
+            raise EmulatorError(str(e), op.loc, rule=rule, hint=hint,
+            rule_id=RULE_IDS[e.outcome]) from None
     return plan, active
 
 
