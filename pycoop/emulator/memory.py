@@ -134,7 +134,8 @@ class Memory:
         bad = (idx < 0) | (idx >= self.length)
         if bad.any():       # worded as checked Vulkan launches word it (runtime/vulkan/faults.py)
             ctx.check_ub(bad, op, lambda w, i: f"{what} out of bounds of {self._describe()}: index "
-                                               f"{_at(idx, ctx.dispatch.shape, w, i)}")
+                                               f"{_at(idx, ctx.dispatch.shape, w, i)}",
+                         hint="check the index against the array's length (pass it as a parameter)")
 
     def _describe(self) -> str:
         return f"buffer '{self.name}' ({self.length} {self.unit})"

@@ -443,15 +443,17 @@ def _emu_binary(ctx, op, a, b):
             lo = np.array(e.min_max()[0], dtype=a.dtype)
             bad = bad | ((a == lo) & (b == -1))
         msg = "integer division by zero (or INT_MIN / -1) is undefined"
+        hint = "guard the division, or divide by a value that cannot be 0"
         t = op.operands[0].type
         if isinstance(t, CoopMatType):
-            ctx.check_instances(bad.any((-2, -1)), ctx.scope_active(t.scope, op), op, msg)
+            ctx.check_instances(bad.any((-2, -1)), ctx.scope_active(t.scope, op), op, msg, hint=hint)
         else:
-            ctx.check_ub(bad, op, msg)
+            ctx.check_ub(bad, op, msg, hint=hint)
         b = np.where(bad, np.ones_like(b), b)     # undefined: any value, but no trap in NumPy
     if e.is_int and kind in ("shl", "shr"):
         ctx.check_ub((b < 0) | (b >= e.bits), op,
-                     f"shifting a {e.bits}-bit integer by a negative amount or >= {e.bits} is undefined")
+                     f"shifting a {e.bits}-bit integer by a negative amount or >= {e.bits} is undefined",
+                     hint=f"shift by 0 to {e.bits - 1} (a wider type holds more bits)")
     fn = BINARY[kind][4]
     if e.is_bool:
         fn = {"and": np.logical_and, "or": np.logical_or, "xor": np.not_equal}[kind]
@@ -1152,7 +1154,8 @@ def _emu_cast(ctx, op, x):
         lo, hi = dst.min_max()
         xf = np.trunc(x.astype(np.float64))
         ctx.check_ub(~np.isfinite(xf) | (xf < float(lo)) | (xf >= float(hi + 1)), op,
-                     f"converting an out-of-range float to {dst} is undefined")
+                     f"converting an out-of-range float to {dst} is undefined",
+                     hint=f"clamp the value into {lo}..{hi} first (pycoop.min, pycoop.max)")
     return convert_array(x, src, dst)
 
 

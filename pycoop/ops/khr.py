@@ -207,6 +207,8 @@ def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
 STRIDE_RULE = (f"{SPEC}: Stride must be greater than 0 when passed to "
                "OpCooperativeMatrixStoreKHR and greater than or equal to 0 when passed to "
                "OpCooperativeMatrixLoadKHR")
+STRIDE_HINT = ("a row-major stride is the distance between rows, in elements (usually the row "
+               "length); only a load may use 0 (every row the same)")
 ALIGN_RULE = ("VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986: the Pointer and Stride "
               "operands must be aligned to at least the lesser of 16 bytes or the natural "
               "alignment of a row or column (depending on ColumnMajor) of the matrix")
@@ -255,10 +257,8 @@ def _check_static_addressing(mem: Value, t: CoopMatType, layout: str, offset: Va
     s = exact(stride)
     store = what.endswith("store")
     if s is not None and (s < 0 or (store and s == 0)):
-        raise CompileError(f"{what} with stride {s}", loc, rule=STRIDE_RULE,
-                           hint="a row-major stride is the distance between rows, in elements "
-                                "(usually the row length); only a load may use 0 (every row "
-                                "the same)", rule_id="khr.stride-sign")
+        raise CompileError(f"{what} with stride {s}", loc, rule=STRIDE_RULE, hint=STRIDE_HINT,
+                           rule_id="khr.stride-sign")
     elem = mem.type.elem.size
     align = row_alignment(t, layout)
     for name, v in (("offset", offset), ("stride", stride)):
@@ -294,7 +294,7 @@ def check_addressing(ctx, op, t: CoopMatType, layout: str, elem_size: int, offs,
     v = _first(strd, (strd <= 0) if store else (strd < 0), active)
     if v is not None:
         ctx.check_instances(v[1], active, op, f"{what} with stride {v[0]}", rule=STRIDE_RULE,
-                            rule_id="khr.stride-sign")
+                            hint=STRIDE_HINT, rule_id="khr.stride-sign")
     align = row_alignment(t, layout)
     if elem_size % align == 0:
         return                                  # every element boundary is aligned
@@ -560,7 +560,8 @@ def _emu_mul_add(ctx, op, a, b, c):
     def overflow(bad):
         ctx.check_instances(bad, active, op, f"{SPEC}: with SaturatingAccumulation, A*B "
                             f"overflowing {tc.component} before the addition of C is undefined",
-                            rule_id="khr.saturating-overflow")
+                            hint="keep A*B within the accumulator type, or accumulate without "
+                                 "saturating=True", rule_id="khr.saturating-overflow")
     return _mul_add_numpy(a, b, c, ta, tb, tc, op.attrs["saturating"], ctx.widened, overflow)
 
 
@@ -685,7 +686,8 @@ def report_out_of_range(ctx, op, m: np.ndarray, dst: ScalarType) -> None:
     x = np.trunc(m.astype(np.float64))
     bad = (~np.isfinite(x) | (x < lo) | (x > hi)).any((-2, -1))
     ctx.check_instances(bad, ctx.scope_active(op.result.type.scope, op), op,
-                        f"converting an out-of-range float to {dst} is undefined")
+                        f"converting an out-of-range float to {dst} is undefined",
+                        hint=f"keep the elements within {lo}..{hi} (and not NaN)")
 
 
 @emulation("khr.convert")

@@ -221,7 +221,7 @@ class _FusedCtx:
         self.memory_of = ctx.memory_of
         self._wg_name = ctx._wg_name
 
-    def check_ub(self, bad, op, message, rule_id=None):
+    def check_ub(self, bad, op, message, rule_id=None, hint=None):
         if np.asarray(bad).any():
             raise _Abort
 
