@@ -83,7 +83,9 @@ class _ElementDispatch(Dispatch):
         raise EmulatorError(f"built-in {name} is not available inside a function called per element",
                             rule="SPV_NV_cooperative_matrix2: decode, combine and per-element functions "
                                  "are called per element, outside any invocation's built-in state (pycoop "
-                                 "reports built-ins there)", rule_id="nv.builtin-in-callback")
+                                 "reports built-ins there)",
+                            hint="read the built-in in the kernel and pass the value as an operand",
+                            rule_id="nv.builtin-in-callback")
 
 
 class EmuCtx:
@@ -328,6 +330,8 @@ class EmuCtx:
             raise EmulatorError(f"{message} (workgroup {self._wg_name(w)}, instance {s})", op.loc,
                                 rule="SPV_KHR_cooperative_matrix: operands must be dynamically "
                                      "uniform within the scope instance",
+                                hint="compute the operand from values the whole scope shares "
+                                     "(workgroup ids, subgroup ids, parameters)",
                                 rule_id="khr.scope-uniform-operands")
         return anyv
 

@@ -533,6 +533,7 @@ def _need_opencl(ctx, op):
                            "pointers); lower this module with pycoop.codegen.opencl", op.loc,
                            rule="SPV_INTEL_2d_block_io: the Dst/Src Base Pointer must be a pointer to the "
                                 "CrossWorkgroup storage class (OpenCL environment)",
+                           hint="compile the kernel (kernel.compile()): it picks the OpenCL target",
                            rule_id="intel.opencl-only")
 
 

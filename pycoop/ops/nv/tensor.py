@@ -695,6 +695,7 @@ def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
         raise EmulatorError(str(e), op.loc,
                             rule="SPV_NV_cooperative_matrix2: matrixCoordToTensorElementWithView (a view "
                                  "without dimensions uses the layout span)",
+                            hint="create the view with has_dimensions=True and set its dimensions",
                             rule_id="nv.view-dim-without-dimensions") from None
     active = ctx.scope_active(t.scope, op)
     fault = plan.fault if active is None else plan.fault & active[..., None, None]
@@ -776,6 +777,7 @@ def _emu_store_tensor(ctx, op, mem, mat, layout, *rest):
         if (ei >= memory.data.shape[0]).any():
             raise EmulatorError(f"store_tensor writes past the end of {memory._describe()}", op.loc,
                                 rule="Vulkan: accesses outside the bound buffer are undefined",
+                                hint="give the layout the buffer's dimensions (or a larger buffer)",
                                 rule_id="nv.buffer-extent")
         vals = np.broadcast_to(mat, plan.shape)[where].reshape(-1)
         check_write_race(op, ei, vals, "store_tensor")

@@ -206,6 +206,7 @@ def _check_subgroup(ctx, op) -> int:
     if not conversion._is_pow2(d.sgs):
         raise EmulatorError(f"the subgroup size {d.sgs} is not a power of two", op.loc,
                             rule=f"{SPEC}: SubgroupSize must be a power of 2 (undefined otherwise)",
+                            hint="launch with a power-of-two subgroup_size",
                             rule_id="qcom.subgroup-size")
     return d.sgs
 
