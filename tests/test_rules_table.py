@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "rules.md"
 # Where every rule must carry an id (a package or file, relative to the repository root).
 ID_REQUIRED = ("pycoop",)
+# Where every error must also say what to do (hint=): the ops and what runs them.
+HINT_REQUIRED = ("pycoop/ops", "pycoop/ir", "pycoop/codegen", "pycoop/emulator")
 CHECKED = {"compile time", "emulator", "checked launch", "spirv-val", "by construction"}
 ERRORS = ("CompileError", "EmulatorError", "KernelFault")
 CHECKLIST_CANDIDATES = [ROOT.parent / "shared", ROOT.parent.parent / "shared", Path("/work/shared")]
@@ -146,13 +148,21 @@ def test_every_error_states_its_rule():
     assert not bare, f"CompileError/EmulatorError without rule=: {bare}"
 
 
+def _under(path: Path, places: tuple) -> bool:
+    rel = str(path.relative_to(ROOT))
+    return any(rel == r or rel.startswith(r + "/") for r in places)
+
+
 def test_rules_have_ids_where_required():
-    def required(path: Path) -> bool:
-        rel = str(path.relative_to(ROOT))
-        return any(rel == r or rel.startswith(r + "/") for r in ID_REQUIRED)
     bare = [f"{p.relative_to(ROOT)}:{c.lineno}" for p, c, kw in _error_calls()
-            if required(p) and "rule_id" not in kw and not _is_internal(c)]
+            if _under(p, ID_REQUIRED) and "rule_id" not in kw and not _is_internal(c)]
     assert not bare, f"rules without rule_id= in {ID_REQUIRED}: {bare}"
+
+
+def test_errors_say_what_to_do_where_required():
+    bare = [f"{p.relative_to(ROOT)}:{c.lineno}" for p, c, kw in _error_calls()
+            if _under(p, HINT_REQUIRED) and "hint" not in kw and not _is_internal(c)]
+    assert not bare, f"errors without hint= in {HINT_REQUIRED}: {bare}"
 
 
 def test_every_spirv_tools_check_is_accounted_for():

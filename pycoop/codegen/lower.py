@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import cell_label
 from ..ir.core import Block, Module, Op, Value, merged_sources
 from ..ir.registry import get
@@ -233,6 +235,11 @@ class LowerCtx:
         return self.type_id(PointerType(t, storage))
 
     def const(self, t: ScalarType, value) -> int:
+        if t.is_float and t.encoding and t.bits == 8:
+            # the builder encodes IEEE floats and bf16 from a Python float; an fp8 constant (a
+            # matrix fill, a scale factor) is given by its bits, as ml_dtypes rounds it
+            bits = int(np.asarray(value, t.dtype).view(np.uint8))
+            return self.b.const_float(self.type_id(t), 8, bits)
         return self.b.constant(self.type_id(t), value)
 
     def constant_composite(self, t: Type, *ids: int) -> int:

@@ -8,11 +8,20 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 
+def strided(x: np.ndarray, shape, strides, writeable: bool = True) -> np.ndarray:
+    """numpy's as_strided for every element type: NumPy cannot rebuild an array of ml_dtypes'
+    float8_e5m2 from its array interface (type string '<f1'), so such an array is viewed as
+    uint8 and the result viewed back (the bits are the same)."""
+    if x.dtype.kind == "f" and x.itemsize == 1:
+        return as_strided(x.view(np.uint8), shape, strides, writeable=writeable).view(x.dtype)
+    return as_strided(x, shape, strides, writeable=writeable)
+
+
 def as_blocks(grid: np.ndarray, m: int, n: int) -> np.ndarray:
     """A (nA*M, nB*N) matrix viewed as its (nA, nB, M, N) blocks, without a copy."""
     r0, r1 = grid.strides
-    return as_strided(grid, (grid.shape[0] // m, grid.shape[1] // n, m, n),
-                      (m * r0, n * r1, r0, r1), writeable=False)
+    return strided(grid, (grid.shape[0] // m, grid.shape[1] // n, m, n),
+                   (m * r0, n * r1, r0, r1), writeable=False)
 
 
 class Product:
@@ -86,14 +95,14 @@ class BlockCopy:
                 and (self.na * m, self.nb * n) == product.shape
                 and (self.py, self.px) == (m, n)):
             np.matmul(product.a, product.b,
-                      out=as_strided(start, product.shape, (self.stride * isz, isz)))
+                      out=strided(start, product.shape, (self.stride * isz, isz)))
             return
         grid = product.grid
         r0, r1 = grid.strides
-        src = as_strided(grid[self.a0 * m:, self.b0 * n:], (self.na, m, self.nb, n),
-                         (self.da * m * r0, r0, self.db * n * r1, r1), writeable=False)
-        dst = as_strided(start, (self.na, m, self.nb, n),
-                         (self.py * self.stride * isz, self.stride * isz, self.px * isz, isz),
+        src = strided(grid[self.a0 * m:, self.b0 * n:], (self.na, m, self.nb, n),
+                      (self.da * m * r0, r0, self.db * n * r1, r1), writeable=False)
+        dst = strided(start, (self.na, m, self.nb, n),
+                      (self.py * self.stride * isz, self.stride * isz, self.px * isz, isz),
                          writeable=True)
         dst[...] = src
 

@@ -83,7 +83,9 @@ class _ElementDispatch(Dispatch):
         raise EmulatorError(f"built-in {name} is not available inside a function called per element",
                             rule="SPV_NV_cooperative_matrix2: decode, combine and per-element functions "
                                  "are called per element, outside any invocation's built-in state (pycoop "
-                                 "reports built-ins there)", rule_id="nv.builtin-in-callback")
+                                 "reports built-ins there)",
+                            hint="read the built-in in the kernel and pass the value as an operand",
+                            rule_id="nv.builtin-in-callback")
 
 
 class EmuCtx:
@@ -208,7 +210,8 @@ class EmuCtx:
 
     # ---------------------------------------------------------------- checks
 
-    def check_ub(self, bad: np.ndarray, op: Op, message, rule_id: str | None = None) -> None:
+    def check_ub(self, bad: np.ndarray, op: Op, message, rule_id: str | None = None,
+                 hint: str | None = None) -> None:
         """Report undefined behaviour if any *active* invocation has `bad` set. `message` is
         a string, or a function of the first such (workgroup, invocation) giving it."""
         bad = np.asarray(bad)
@@ -223,7 +226,7 @@ class EmuCtx:
                 message = message(w, i)
             raise EmulatorError(f"undefined behaviour in workgroup {self._wg_name(w)}, "
                                 f"invocation {i}: {message}", op.loc,
-                                rule="reported by the pycoop emulator",
+                                rule="reported by the pycoop emulator", hint=hint,
                                 rule_id=rule_id or "emulator.undefined-behaviour")
 
     def check_poison(self, op: Op, values=None) -> None:
@@ -231,7 +234,9 @@ class EmuCtx:
         for v in op.operands if values is None else values:
             hit = self.poison.get(v)
             if hit is not None:
-                self.check_ub(hit[0], op, f"reads an undefined value: {hit[1]}")
+                self.check_ub(hit[0], op, f"reads an undefined value: {hit[1]}",
+                              hint="use the value only where the op defines it (e.g. under an "
+                                   "`if` on the lanes that read an active lane)")
 
     def merge_poison(self, targets: list[Value], take: np.ndarray | None, new: list[Value],
                      old: list[Value | None]) -> None:
@@ -286,7 +291,9 @@ class EmuCtx:
                                     f"size {d.sgs}: partial subgroups are not emulated",
                                     rule="pycoop emulator: subgroups are whole (the workgroup size is a "
                                          "multiple of the subgroup size), as the Vulkan full-subgroups "
-                                         "requirement gives", rule_id="emulator.whole-subgroups")
+                                         "requirement gives",
+                                    hint=f"use a workgroup size that is a multiple of {d.sgs}",
+                                    rule_id="emulator.whole-subgroups")
             return x.reshape(x.shape[0], d.nsg, d.sgs)
         return x.reshape(x.shape[0], 1, d.wgs)
 
@@ -323,6 +330,8 @@ class EmuCtx:
             raise EmulatorError(f"{message} (workgroup {self._wg_name(w)}, instance {s})", op.loc,
                                 rule="SPV_KHR_cooperative_matrix: operands must be dynamically "
                                      "uniform within the scope instance",
+                                hint="compute the operand from values the whole scope shares "
+                                     "(workgroup ids, subgroup ids, parameters)",
                                 rule_id="khr.scope-uniform-operands")
         return anyv
 
@@ -418,7 +427,9 @@ class EmuCtx:
                 raise EmulatorError(f"barrier reached by only part of workgroup {self._wg_name(w)}",
                                     op.loc, rule="OpControlBarrier must be executed in uniform "
                                                  "control flow within the workgroup",
-                                            rule_id="control.barrier-uniform")
+                                    hint="call pycoop.barrier() where every invocation of the "
+                                         "workgroup reaches it (outside a divergent if or loop)",
+                                    rule_id="control.barrier-uniform")
         self.barrier_epoch += 1
         if op.attrs.get("memory") == "device":
             self.sync.device_barrier(np.ones(self.dispatch.nwg, bool) if self.mask is None
@@ -446,7 +457,9 @@ def run(module: Module, grid: tuple[int, int, int], args: list, *, subgroup_size
                             "emulated", module.kernel.body.ops[0].loc if module.kernel.body.ops else None,
                             rule="SPV_KHR_cooperative_matrix: every invocation of the Scope instance "
                                  "executes the instruction together; a partial subgroup has no complete "
-                                 "instance", rule_id="emulator.whole-subgroups")
+                                 "instance",
+                            hint=f"use a workgroup size that is a multiple of {d.sgs}",
+                            rule_id="emulator.whole-subgroups")
     memories: dict[Value, Memory] = {}
     ctx = EmuCtx(module, d, memories)
     ctx.memo = launch_memo(module, d, args, module.kernel.params)

@@ -8,11 +8,10 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ..errors import EmulatorError
 from ..types import CoopMatType, ScalarType, StructType, VectorType
-from .lazy import LazyBlocks, store_blocks
+from .lazy import LazyBlocks, store_blocks, strided
 
 
 def _windows(data: np.ndarray, lay, stride: int, writeable: bool):
@@ -20,8 +19,8 @@ def _windows(data: np.ndarray, lay, stride: int, writeable: bool):
     isz = data.itemsize
     ext = int(lay.extent(stride))
     sr, sc = lay.element_steps(stride)
-    return as_strided(data, shape=(max(data.shape[0] - ext, 0), lay.rows, lay.cols),
-                      strides=(isz, sr * isz, sc * isz), writeable=writeable)
+    return strided(data, shape=(max(data.shape[0] - ext, 0), lay.rows, lay.cols),
+                   strides=(isz, sr * isz, sc * isz), writeable=writeable)
 
 
 def _lattice(lay, starts: np.ndarray, stride: int):
@@ -55,8 +54,8 @@ def _store_tiled(data: np.ndarray, lay, starts: np.ndarray, stride: int,
     cells = np.empty((ny * nx, h, w), data.dtype)      # the blocks in lattice order
     cells[cy * nx + cx] = blocks
     isz = data.itemsize
-    region = as_strided(data[int(starts.min()):], (ny, h, nx, w),
-                        (py * stride * isz, stride * isz, px * isz, isz), writeable=True)
+    region = strided(data[int(starts.min()):], (ny, h, nx, w),
+                     (py * stride * isz, stride * isz, px * isz, isz), writeable=True)
     region[...] = cells.reshape(ny, nx, h, w).transpose(0, 2, 1, 3)
     return True
 
@@ -135,7 +134,8 @@ class Memory:
         bad = (idx < 0) | (idx >= self.length)
         if bad.any():       # worded as checked Vulkan launches word it (runtime/vulkan/faults.py)
             ctx.check_ub(bad, op, lambda w, i: f"{what} out of bounds of {self._describe()}: index "
-                                               f"{_at(idx, ctx.dispatch.shape, w, i)}")
+                                               f"{_at(idx, ctx.dispatch.shape, w, i)}",
+                         hint="check the index against the array's length (pass it as a parameter)")
 
     def _describe(self) -> str:
         return f"buffer '{self.name}' ({self.length} {self.unit})"

@@ -80,7 +80,9 @@ class Value:
                            current_loc(),
                            rule="pycoop: compile-time values, arrays and vectors are iterated in "
                                 "Python; other runtime values have no length at trace time (shared "
-                                "arrays are read by index)", rule_id="frontend.runtime-iteration")
+                                "arrays are read by index)",
+                           hint="iterate over a Python range() of indexes, or keep the data in an array",
+                           rule_id="frontend.runtime-iteration")
 
     def __len__(self):
         raise CompileError(f"len() of a runtime value of type {self.type} is not known at "
@@ -122,7 +124,8 @@ def _numpy_on_value(name: str):
     raise CompileError(f"NumPy's {name}() cannot run on a kernel value", current_loc(),
                        rule="kernel code is traced: NumPy only computes on values known at "
                             "trace time",
-                       hint=f"use {alt} (see docs/ops.md)", rule_id="frontend.numpy-on-runtime-value")
+                       hint=f"use {alt} (see docs/ops.md)",
+                       rule_id="frontend.numpy-on-runtime-value")
 
 
 @dataclass

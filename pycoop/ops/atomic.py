@@ -61,11 +61,7 @@ def _infer_atomic(operands, attrs, regions, loc):
     mem, idx = operands[:2]
     kind = attrs["kind"]
     if not isinstance(mem.type, (BufferType, SharedArrayType)):
-        raise CompileError(f"atomic {kind} needs a buffer or shared array, not {mem.type}", loc,
-                           rule="SPIR-V: the Pointer of an atomic points into StorageBuffer, "
-                                "PhysicalStorageBuffer or Workgroup memory",
-                           hint="pass the array and the index: pycoop.atomic.add(buf, i, v)",
-                           rule_id="atomic.pointer")
+        _not_memory(kind, mem.type, loc)
     if isinstance(mem.type, BufferType):
         check_readable(mem, loc)
         if mem.type.access == "read":
@@ -234,8 +230,18 @@ def _emu_atomic(ctx, op, mem, idx, *vals):
     return out
 
 
+def _not_memory(kind: str, what, loc: Loc):
+    raise CompileError(f"atomic {kind} needs a buffer or shared array, not {what}", loc,
+                       rule="SPIR-V: the Pointer of an atomic points into StorageBuffer, "
+                            "PhysicalStorageBuffer or Workgroup memory",
+                       hint="pass the array and the index: pycoop.atomic.add(buf, i, v)",
+                       rule_id="atomic.pointer")
+
+
 def _atomic(kind: str, mem, idx, *vals, semantics: str) -> Value:
     loc = current_loc()
+    if not isinstance(mem, Value):
+        _not_memory(kind, f"a Python {type(mem).__name__}", loc)
     _check_semantics(semantics, loc)
     elem = mem.type.elem if isinstance(mem, Value) and isinstance(
         mem.type, (BufferType, SharedArrayType)) else None

@@ -58,6 +58,7 @@ def make_array(values, elem: ScalarType | None = None) -> Value:
     if not values:
         raise CompileError("an array needs at least one element", loc,
                            rule="SPIR-V: OpTypeArray Length must be at least 1",
+                           hint="pass at least one element",
                            rule_id="composite.array-length")
     like = elem or next((v.type for v in values if isinstance(v, Value)), None)
     vals = [as_value(v, like) for v in values]
@@ -71,9 +72,16 @@ def make_vector(values, elem: ScalarType | None = None) -> Value:
         raise CompileError(f"a vector has 2, 3, 4, 8 or 16 components, got {len(values)}", loc,
                            rule="SPIR-V: OpTypeVector Component Count is 2, 3 or 4 (8 and 16 "
                                 "with the Vector16 capability)",
+                           hint="use 2, 3, 4, 8 or 16 components, or an array (pycoop.make_array)",
                            rule_id="composite.vector-size")
     like = elem or next((v.type for v in values if isinstance(v, Value)), None)
     vals = [as_value(v, like) for v in values]
+    if not isinstance(vals[0].type, ScalarType):
+        raise CompileError(f"a vector holds scalars, not {vals[0].type}", loc,
+                           rule="SPIR-V: OpTypeVector Component Type must be a scalar numerical or "
+                                "Boolean type",
+                           hint="build an array instead (pycoop.make_array), or a vector of the "
+                                "scalars themselves", rule_id="composite.vector-component")
     return emit1("composite.construct", vals, {"type": VectorType(vals[0].type, len(vals))}, loc)
 
 
@@ -84,7 +92,9 @@ def _infer_extract(operands, attrs, regions, loc):
     if not 0 <= i < n:
         raise CompileError(f"index {i} is out of range for {t}", loc,
                            rule="SPIR-V: OpCompositeExtract/Insert indexes must be in bounds of the "
-                                "composite", rule_id="composite.index-range")
+                                "composite",
+                           hint=f"index 0 to {n - 1} (or -{n} to -1 from the end)",
+                           rule_id="composite.index-range")
     return [t.elem]
 
 

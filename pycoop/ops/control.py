@@ -23,7 +23,8 @@ def _infer_if(operands, attrs, regions, loc):
     if operands[0].type != bool_:
         raise CompileError(f"if condition must be bool, not {operands[0].type}", loc,
                            rule="SPIR-V: the Condition of OpBranchConditional must be a Boolean type "
-                                "scalar", rule_id="control.condition-bool")
+                                "scalar", hint="compare to get a bool, e.g. `if x != 0:`",
+                           rule_id="control.condition-bool")
     return list(attrs["result_types"])
 
 

@@ -52,6 +52,7 @@ def _check_literal(value, type: ScalarType, loc: Loc, negative_hint: str | None 
         if not isinstance(value, (bool, np.bool_)):
             raise CompileError(f"{value!r} is not a bool", loc,
                                rule="SPIR-V: OpConstantTrue/OpConstantFalse are the Boolean constants",
+                               hint="compare the bool with True or False, or with another bool value",
                                rule_id="core.bool-constant")
         return bool(value)
     if type.is_int:
@@ -75,11 +76,24 @@ def _check_literal(value, type: ScalarType, loc: Loc, negative_hint: str | None 
     return _float_literal(value, type, loc)
 
 
+def python_float(value, type: ScalarType, loc: Loc) -> float:
+    """float(value) of a Python number; an int beyond every float (10**400) is an error of the
+    literal's range, not Python's OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise CompileError(f"the integer literal of {len(str(abs(value)))} digits is outside the "
+                           f"range of {type}", loc,
+                           rule="a constant must be a value of its type (OpConstant)",
+                           hint="write the value as a float (1e30), or compute it at run time",
+                           rule_id="core.float-literal-range") from None
+
+
 def _float_literal(value, type: ScalarType, loc: Loc) -> float:
     """The literal, checked against `type`'s range (rounded once, to nearest even); a finite literal
     beyond the type's range is an error rather than a silent infinity (or NaN in fp8_e4m3,
     which has no infinity)."""
-    x = float(value)
+    x = python_float(value, type, loc)
     r = float(convert_array(np.array(x), f64, type).astype(np.float64))
     if math.isfinite(r) or math.isnan(x) or (math.isinf(x) and math.isinf(r)):
         # IEEE types keep the literal as written (NumPy and the SPIR-V encoder round it once);
@@ -192,8 +206,10 @@ def as_value(x, like: Type | None = None, negative_hint: str | None = None) -> V
     t = like if isinstance(like, ScalarType) else default_type(x)
     if isinstance(x, np.generic):
         x = x.item()
-    if not isinstance(x, (numbers.Number, np.bool_)):
-        default_type(x)   # raises the untraceable-value error
+    if not isinstance(x, (numbers.Real, np.bool_)):
+        default_type(x)   # raises the untraceable-value error (complex numbers, Decimal too)
+    if not isinstance(x, (numbers.Integral, float, np.bool_)):
+        x = python_float(x, t, current_loc())   # a Fraction, a long double: checked as a float
     return const(x, t, negative_hint=negative_hint)
 
 
@@ -366,6 +382,7 @@ def _infer_binary(operands, attrs, regions, loc):
         raise CompileError(f"`{sym}` is not defined on {t}", loc,
                            rule="SPIR-V: arithmetic instructions take numeric operands of one type "
                                 "(OpFAdd: floating-point, OpIAdd: integer, ...)",
+                           hint="arithmetic takes numbers, vectors and matrices: load elements first (buf[i])",
                            rule_id="core.arithmetic-type")
     if isinstance(t, CoopMatType) and kind not in _COOPMAT_BINARY:
         raise CompileError(f"`{sym}` is not defined on cooperative matrices", loc,
@@ -402,28 +419,47 @@ def _infer_binary(operands, attrs, regions, loc):
 
 def _check_constant_operands(kind: str, a: Value, b: Value, loc: Loc) -> None:
     """Undefined behaviour that the traced operands prove (a divisor or shift amount the IR
-    fixes): a CompileError at the line, as the emulator would report every invocation."""
-    d = exact(b) if kind in ("div", "rem", "shl", "shr") else None
-    if d is None:
+    fixes, in a scalar, in a component of a vector or in a filled matrix): a CompileError at
+    the line, as the emulator would report every invocation."""
+    ds = _constants(b) if kind in ("div", "rem", "shl", "shr") else None
+    if ds is None:
         return
-    e = a.type
-    if kind in ("div", "rem") and (d == 0 or (e.signed and d == -1 and exact(a) == e.min_max()[0])):
-        sym = "//" if kind == "div" else "%"
-        what = "by zero" if d == 0 else f"{exact(a)}, the least {e}, by -1"
-        raise CompileError(f"`{sym}` divides {what}: the result is undefined", loc,
-                           rule="SPIR-V: OpUDiv, OpSDiv, OpUMod and OpSRem are undefined if "
-                                "Operand 2 is 0 (the signed ones also for the minimum value by -1)",
-                           hint="guard the division, or divide by a value that cannot be 0",
-                           rule_id="emulator.undefined-behaviour")
-    if kind in ("shl", "shr") and not 0 <= d < e.bits:
-        sym = "<<" if kind == "shl" else ">>"
-        by = "a negative amount" if d < 0 else "its width or more"
-        raise CompileError(f"`{sym} {d}` shifts a {e.bits}-bit integer by {by}: the result is "
-                           f"undefined", loc,
-                           rule="SPIR-V: the result of a shift is undefined if Shift is greater "
-                                "than or equal to the bit width of Base's components",
-                           hint=f"shift by 0 to {e.bits - 1} (a wider type holds more bits)",
-                           rule_id="emulator.undefined-behaviour")
+    xs = _constants(a) or [None]
+    e = _elem(a.type)
+    n = max(len(xs), len(ds))
+    for i in range(n):
+        x, d = xs[i % len(xs)], ds[i % len(ds)]
+        if d is None:
+            continue
+        where = f" (component {i})" if n > 1 else ""
+        if kind in ("div", "rem") and (d == 0 or (e.signed and d == -1 and x == e.min_max()[0])):
+            sym = "//" if kind == "div" else "%"
+            what = "by zero" if d == 0 else f"{x}, the least {e}, by -1"
+            raise CompileError(f"`{sym}` divides {what}{where}: the result is undefined", loc,
+                               rule="SPIR-V: OpUDiv, OpSDiv, OpUMod and OpSRem are undefined if "
+                                    "Operand 2 is 0 (the signed ones also for the minimum value by -1)",
+                               hint="guard the division, or divide by a value that cannot be 0",
+                               rule_id="emulator.undefined-behaviour")
+        if kind in ("shl", "shr") and not 0 <= d < e.bits:
+            sym = "<<" if kind == "shl" else ">>"
+            by = "a negative amount" if d < 0 else "its width or more"
+            raise CompileError(f"`{sym} {d}` shifts a {e.bits}-bit integer by {by}{where}: the "
+                               f"result is undefined", loc,
+                               rule="SPIR-V: the result of a shift is undefined if Shift is greater "
+                                    "than or equal to the bit width of Base's components",
+                               hint=f"shift by 0 to {e.bits - 1} (a wider type holds more bits)",
+                               rule_id="emulator.undefined-behaviour")
+
+
+def _constants(v: Value) -> list[int | None] | None:
+    """The integer each component of `v` has when the IR fixes it (None where it does not): a
+    scalar, a vector built from scalars, a matrix filled with one; None for other values."""
+    op = v.op
+    if isinstance(v.type, ScalarType):
+        return [exact(v)]
+    if op is not None and op.name in ("composite.construct", "khr.fill"):
+        return [exact(c) for c in op.operands]
+    return None
 
 
 define("binary", _infer_binary, pure=True, doc="Element-wise binary arithmetic / bitwise / min / max.")
@@ -439,15 +475,17 @@ def _emu_binary(ctx, op, a, b):
             lo = np.array(e.min_max()[0], dtype=a.dtype)
             bad = bad | ((a == lo) & (b == -1))
         msg = "integer division by zero (or INT_MIN / -1) is undefined"
+        hint = "guard the division, or divide by a value that cannot be 0"
         t = op.operands[0].type
         if isinstance(t, CoopMatType):
-            ctx.check_instances(bad.any((-2, -1)), ctx.scope_active(t.scope, op), op, msg)
+            ctx.check_instances(bad.any((-2, -1)), ctx.scope_active(t.scope, op), op, msg, hint=hint)
         else:
-            ctx.check_ub(bad, op, msg)
+            ctx.check_ub(bad, op, msg, hint=hint)
         b = np.where(bad, np.ones_like(b), b)     # undefined: any value, but no trap in NumPy
     if e.is_int and kind in ("shl", "shr"):
         ctx.check_ub((b < 0) | (b >= e.bits), op,
-                     f"shifting a {e.bits}-bit integer by a negative amount or >= {e.bits} is undefined")
+                     f"shifting a {e.bits}-bit integer by a negative amount or >= {e.bits} is undefined",
+                     hint=f"shift by 0 to {e.bits - 1} (a wider type holds more bits)")
     fn = BINARY[kind][4]
     if e.is_bool:
         fn = {"and": np.logical_and, "or": np.logical_or, "xor": np.not_equal}[kind]
@@ -596,6 +634,7 @@ def _infer_unary(operands, attrs, regions, loc):
         raise CompileError(f"{kind} is not defined on {t}", loc,
                            rule="SPIR-V: arithmetic instructions take numeric operands of one type "
                                 "(OpFAdd: floating-point, OpIAdd: integer, ...)",
+                           hint="arithmetic takes numbers, vectors and matrices: load elements first (buf[i])",
                            rule_id="core.arithmetic-type")
     if isinstance(t, CoopMatType) and kind != "neg":
         raise CompileError(f"{kind} is not defined on cooperative matrices", loc,
@@ -606,7 +645,9 @@ def _infer_unary(operands, attrs, regions, loc):
         if kind != "not":
             raise CompileError(f"{kind} is not defined on bool", loc,
                                rule="SPIR-V: arithmetic instructions take numeric operands, not Booleans "
-                                    "(OpLogical* for bools)", rule_id="core.bool-arithmetic")
+                                    "(OpLogical* for bools)",
+                               hint="use `not` or ~ on bools; pycoop.select(c, 1, 0) gives a number",
+                               rule_id="core.bool-arithmetic")
         return [t]
     slot = 0 if e.is_float else (1 if e.signed else 2)
     if UNARY[kind][slot] is None:
@@ -618,7 +659,8 @@ def _infer_unary(operands, attrs, regions, loc):
     if e.encoding and kind == "neg" and not isinstance(t, CoopMatType):
         raise CompileError(f"negation is not defined on scalar {e}", loc,
                            rule=f"SPIR-V arithmetic on {e} exists only for cooperative matrices",
-                           hint="cast to f32 first: -f32(x)", rule_id="core.narrow-float-arithmetic")
+                           hint="cast to f32 first: -f32(x)",
+                           rule_id="core.narrow-float-arithmetic")
     if e.encoding and kind != "neg":
         raise CompileError(f"{kind} is not available for {e}", loc,
                            rule=f"GLSL.std.450 is defined for IEEE float types, not {e}",
@@ -723,10 +765,15 @@ def unary(kind: str, x) -> Value:
             return -x
         if kind == "abs":
             return abs(x)
+        if kind not in _PYTHON_FLOAT and isinstance(x, numbers.Integral):
+            return getattr(math, kind)(x)
+        v = python_float(x, f64, current_loc())
         if kind in _PYTHON_FLOAT:
             with np.errstate(all="ignore"):
-                return float(_PYTHON_FLOAT[kind](np.float64(x)))
-        return getattr(math, kind)(x)
+                return float(_PYTHON_FLOAT[kind](np.float64(v)))
+        if not math.isfinite(v):
+            return v                # floor/ceil/trunc of NaN and infinities, as on the GPU
+        return getattr(math, kind)(v)
     return emit1("unary", [x], {"kind": kind})
 
 
@@ -795,9 +842,12 @@ def fma(a, b, c) -> Value:
     """a * b + c rounded once (GLSL.std.450 Fma), for f16, f32 and f64 scalars or vectors (on
     Python numbers: exactly for ints, rounded once to a float otherwise)."""
     if not any(isinstance(x, Value) for x in (a, b, c)):
+        for x in (a, b, c):
+            if not isinstance(x, (numbers.Real, np.bool_)):
+                default_type(x)             # a CompileError naming what it is
         if all(isinstance(x, numbers.Integral) for x in (a, b, c)):
             return a * b + c
-        return float(_fma_f64(*(np.array(float(x)) for x in (a, b, c))))
+        return float(_fma_f64(*(np.array(python_float(x, f64, current_loc())) for x in (a, b, c))))
     loc = current_loc()
     like = next(x.type for x in (a, b, c) if isinstance(x, Value))
     return emit1("fma", [as_value(x, like) for x in (a, b, c)], {}, loc)
@@ -891,15 +941,20 @@ def _infer_compare(operands, attrs, regions, loc):
     if a.type != b.type:
         raise CompileError(f"cannot compare {a.type} with {b.type}", loc,
                            rule="comparisons need operands of one type",
-                           hint=f"cast one side, e.g. pycoop.cast(x, {a.type})", rule_id="core.compare-types")
+                           hint=f"cast one side, e.g. pycoop.cast(x, {a.type})",
+                           rule_id="core.compare-types")
     if not isinstance(a.type, ScalarType):
         raise CompileError(f"comparisons are defined on scalars, not {a.type}", loc,
                            rule="SPIR-V: comparison instructions take scalar or vector operands (not "
-                                "cooperative matrices)", rule_id="core.compare-matrix")
+                                "cooperative matrices)",
+                           hint="compare scalars (a vector's components one by one)",
+                           rule_id="core.compare-matrix")
     if a.type.is_bool and attrs["kind"] not in ("eq", "ne"):
         raise CompileError("bools can only be compared with == and !=", loc,
                            rule="SPIR-V: OpLogicalEqual/OpLogicalNotEqual are the only comparisons of "
-                                "Booleans", rule_id="core.compare-bool")
+                                "Booleans",
+                           hint="bools compare with == and != only; compare numbers for an order",
+                           rule_id="core.compare-bool")
     return [bool_]
 
 
@@ -975,10 +1030,12 @@ def _infer_select(operands, attrs, regions, loc):
     if c.type != bool_:
         raise CompileError(f"select condition must be bool, not {c.type}", loc,
                            rule="SPIR-V: OpSelect's Condition must be a Boolean scalar",
+                           hint="compare to get a bool, e.g. pycoop.select(x > 0, a, b)",
                            rule_id="core.select-condition")
     if a.type != b.type:
         raise CompileError(f"select branches have different types: {a.type} and {b.type}", loc,
                            rule="SPIR-V: OpSelect's Object 1 and Object 2 have the Result Type",
+                           hint=f"convert one of them: pycoop.cast(b, {a.type})",
                            rule_id="core.select-types")
     if isinstance(a.type, CoopMatType):
         raise CompileError("select on cooperative matrices is not allowed", loc,
@@ -1040,6 +1097,18 @@ def _infer_cast(operands, attrs, regions, loc):
                                hint="use pycoop.select(c, 1, 0) or a comparison",
                                rule="SPIR-V: conversion instructions take numeric types; Booleans are made "
                                     "with OpSelect or comparisons", rule_id="core.cast-bool")
+    c = constant_value(operands[0])
+    if c is not None and src.is_float and dst.is_int:
+        # the emulator's report of every invocation, made at the line: the trace fixes the value
+        v = float(np.asarray(c, np.float64).astype(src.dtype))
+        lo, hi = dst.min_max()
+        if not (math.isfinite(v) and lo <= math.trunc(v) <= hi):
+            raise CompileError(f"converting the constant {v!r} to {dst}: the result is undefined",
+                               loc, rule="SPIR-V: OpConvertFToS/OpConvertFToU are undefined when "
+                                         "the value rounded toward zero does not fit the result "
+                                         "type (NaN and infinities included)",
+                               hint=f"write a value from {lo} to {hi}, or convert to a wider type",
+                               rule_id="emulator.undefined-behaviour")
     return [dst]
 
 
@@ -1121,7 +1190,8 @@ def _emu_cast(ctx, op, x):
         lo, hi = dst.min_max()
         xf = np.trunc(x.astype(np.float64))
         ctx.check_ub(~np.isfinite(xf) | (xf < float(lo)) | (xf >= float(hi + 1)), op,
-                     f"converting an out-of-range float to {dst} is undefined")
+                     f"converting an out-of-range float to {dst} is undefined",
+                     hint=f"clamp the value into {lo}..{hi} first (pycoop.min, pycoop.max)")
     return convert_array(x, src, dst)
 
 
@@ -1296,7 +1366,7 @@ def widen_f16_bits(ctx, h: int) -> int:
 
 def cast(x, type: ScalarType) -> Value:
     """Convert a scalar to `type` (matrices: ops.values.cast)."""
-    if isinstance(x, (numbers.Real, np.bool_)) and _literal_fits(x, type):
+    if isinstance(x, (numbers.Real, np.bool_)) and isinstance(type, ScalarType) and _literal_fits(x, type):
         return as_value(x, type)         # u32(0): a constant of that type, not a converted one
     x = as_value(x)
     if x.type == type:
@@ -1342,6 +1412,7 @@ def _infer_bitcast(operands, attrs, regions, loc):
         raise CompileError(f"cannot bitcast {src} to {dst}", loc,
                            rule="OpBitcast needs numeric scalars or vectors of the same total width, "
                                 "the larger component count a multiple of the smaller",
+                           hint="pick a type of the same total width, e.g. u32 and pycoop.vec(f16, 2)",
                            rule_id="core.bitcast-width")
     return [dst]
 
@@ -1393,6 +1464,7 @@ def _check_indexable(mem: Value, idx: Value, loc: Loc):
     if not isinstance(mem.type, (BufferType, SharedArrayType)):
         raise CompileError(f"cannot index a value of type {mem.type}", loc,
                            rule="pycoop: buffers, shared arrays, arrays and vectors are indexed",
+                           hint="index buffers, shared arrays, arrays and vectors",
                            rule_id="core.indexable")
     if not (isinstance(idx.type, ScalarType) and idx.type.is_int):
         raise CompileError(f"index must be an integer, not {idx.type}", loc,
@@ -1429,6 +1501,7 @@ def _infer_store(operands, attrs, regions, loc):
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc,
                            rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
+                           hint="annotate the parameter pycoop.Buffer[...] to store into it",
                            rule_id="core.read-only-store")
     check_shared_index(mem, idx, loc)
     return []
@@ -1522,12 +1595,15 @@ def shared(elem: ScalarType | VectorType, length: int) -> Value:
         raise CompileError(f"shared arrays hold numeric scalars or numeric vectors of 2 or 4 "
                            f"components, not {elem!r}", loc,
                            rule="pycoop: shared arrays hold numeric scalars or 2/4-component numeric "
-                                "vectors", rule_id="core.shared-element")
+                                "vectors",
+                           hint="use a numeric scalar type or pycoop.vec(T, 2) / pycoop.vec(T, 4)",
+                           rule_id="core.shared-element")
     check_not_spec(length, "a shared array length", loc)
     if not isinstance(length, numbers.Integral) or isinstance(length, bool) or length <= 0:
         raise CompileError(f"shared array length must be a positive compile-time int, got "
                            f"{length!r}", loc,
                            rule="SPIR-V: OpTypeArray Length must be at least 1 (a constant)",
+                           hint="pass a positive Python int (or a pycoop.Const parameter)",
                            rule_id="core.shared-length")
     t = tracer()
     size = int(length) * elem.size
@@ -1602,7 +1678,9 @@ def barrier(memory: str = "workgroup") -> None:
     if memory not in BARRIER_MEMORY:
         raise CompileError(f"pycoop.barrier: memory is 'workgroup' or 'device', got {memory!r}",
                            current_loc(), rule="pycoop: barrier memory scopes are Workgroup and "
-                                               "Device", rule_id="core.barrier-memory")
+                                               "Device",
+                           hint="memory='workgroup' orders shared memory, memory='device' buffers too",
+                           rule_id="core.barrier-memory")
     emit("barrier", [], {"memory": memory} if memory != "workgroup" else {})
 
 

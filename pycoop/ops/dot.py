@@ -101,6 +101,11 @@ def dot4x8(a, b, *, signed: tuple[bool, bool] | None = None) -> Value:
                            "type (i8 or u8)", loc, rule=RULE,
                            hint="drop signed=, or bitcast the vectors to the lane type you mean",
                            rule_id="dot.signedness")
+    elif not isinstance(signed, (tuple, list)) or len(signed) != 2:
+        raise CompileError(f"signed= says how each operand's lanes are signed: a pair of bools, "
+                           f"not {signed!r}", loc, rule=RULE,
+                           hint="e.g. signed=(True, False): a signed, b unsigned",
+                           rule_id="dot.signedness")
     return emit1("dot4x8", [a, b], {"packed": packed, "signed": tuple(bool(s) for s in signed)},
                  loc)
 

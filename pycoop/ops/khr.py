@@ -49,7 +49,9 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
         raise CompileError(f"cooperative matrix scope must be pycoop.Subgroup or pycoop.Workgroup, "
                            f"not {scope!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: Scope is Subgroup (or Workgroup with "
-                                "SPV_NV_cooperative_matrix2)", rule_id="khr.scope")
+                                "SPV_NV_cooperative_matrix2)",
+                           hint="pycoop.Subgroup, or pycoop.Workgroup (SPV_NV_cooperative_matrix2)",
+                           rule_id="khr.scope")
     for what, n in (("rows", rows), ("cols", cols)):
         check_not_spec(n, f"cooperative matrix {what}", loc)
         if isinstance(n, Value) or not isinstance(n, numbers.Integral) or isinstance(n, bool):
@@ -60,11 +62,20 @@ def make_coopmat_type(key, loc: Loc | None = None) -> CoopMatType:
         if n <= 0:
             raise CompileError(f"cooperative matrix {what} must be positive, got {n}", loc,
                                rule="SPV_KHR_cooperative_matrix: Rows and Columns are positive constant "
-                                    "instructions", rule_id="khr.dimension-positive")
+                                    "instructions",
+                               hint="use a positive Python int", rule_id="khr.dimension-positive")
+        if n >= 1 << 32:
+            raise CompileError(f"cooperative matrix {what} must fit a 32-bit integer constant, "
+                               f"got {n}", loc,
+                               rule=f"{SPEC}: 'Rows'/'Columns' must be constant instructions with "
+                                    "scalar 32-bit integer type",
+                               hint="no device has such a matrix: tile the data into matrices of a "
+                                    "shape the device lists", rule_id="khr.dimension-constant")
     if not isinstance(use, Use):
         raise CompileError(f"cooperative matrix use must be UseA, UseB or Accumulator, not {use!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: Use is MatrixAKHR, MatrixBKHR or "
-                                "MatrixAccumulatorKHR", rule_id="khr.use")
+                                "MatrixAccumulatorKHR",
+                           hint="pycoop.UseA, pycoop.UseB or pycoop.Accumulator", rule_id="khr.use")
     return CoopMatType(comp, scope, int(rows), int(cols), use)
 
 
@@ -87,7 +98,9 @@ def _need_mat(v: Value, what: str, loc: Loc) -> CoopMatType:
         raise CompileError(f"{what} must be a cooperative matrix, got "
                            f"{getattr(v, 'type', type(v).__name__)}", loc,
                            rule="SPV_KHR_cooperative_matrix: the operand must be an "
-                                "OpTypeCooperativeMatrixKHR", rule_id="khr.matrix-operand")
+                                "OpTypeCooperativeMatrixKHR",
+                           hint="pass a matrix (T.load(...), T.fill(...), pycoop.mul_add(...))",
+                           rule_id="khr.matrix-operand")
     return v.type
 
 
@@ -98,6 +111,7 @@ def _infer_fill(operands, attrs, regions, loc):
     if operands[0].type != t.component:
         raise CompileError(f"fill value is {operands[0].type}, matrix component is {t.component}", loc,
                            rule=f"{SPEC}: the single constituent must have the component type",
+                           hint=f"pass a {t.component} value or a Python number",
                            rule_id="khr.fill-type")
     return [t]
 
@@ -127,6 +141,14 @@ def _lower_fill(ctx, op):
 
 def fill(t: CoopMatType, value) -> Value:
     loc = current_loc()
+    if not isinstance(t, CoopMatType):
+        raise CompileError(f"fill makes a cooperative matrix: its type must be a coopmat type, got "
+                           f"{t!r}", loc,
+                           rule=f"{SPEC}: a matrix of one value is an OpCompositeConstruct whose Result "
+                                "Type is an OpTypeCooperativeMatrixKHR",
+                           hint="pass the matrix type, e.g. pycoop.fill(pycoop.coopmat[f32, "
+                                "pycoop.Subgroup, 16, 16, pycoop.Accumulator], 0.0)",
+                           rule_id="khr.fill-result-type")
     return emit1("khr.fill", [as_value(value, t.component)], {"type": t}, loc)
 
 
@@ -139,13 +161,15 @@ def _check_mem(mem: Value, loc: Loc, what: str):
             f"{getattr(mem, 'type', type(mem).__name__)}", loc,
             rule=f"{SPEC}: 'Pointer' must point into an array in StorageBuffer, "
                  "PhysicalStorageBuffer or Workgroup storage",
-            hint="pass a Buffer[...] parameter or a pycoop.shared(...) array", rule_id="khr.pointer")
+            hint="pass a Buffer[...] parameter or a pycoop.shared(...) array",
+            rule_id="khr.pointer")
 
 
 def _check_int(v: Value, what: str, loc: Loc):
     if not (isinstance(v.type, ScalarType) and v.type.is_int):
         raise CompileError(f"{what} must be an integer scalar, got {v.type}", loc,
                            rule="SPV_KHR_cooperative_matrix: Stride must be a scalar integer type",
+                           hint="pass a Python int or an integer value",
                            rule_id="khr.stride-type")
 
 
@@ -183,6 +207,8 @@ def _check_element_size(mem: Value, t: CoopMatType, loc: Loc, what: str):
 STRIDE_RULE = (f"{SPEC}: Stride must be greater than 0 when passed to "
                "OpCooperativeMatrixStoreKHR and greater than or equal to 0 when passed to "
                "OpCooperativeMatrixLoadKHR")
+STRIDE_HINT = ("a row-major stride is the distance between rows, in elements (usually the row "
+               "length); only a load may use 0 (every row the same)")
 ALIGN_RULE = ("VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986: the Pointer and Stride "
               "operands must be aligned to at least the lesser of 16 bytes or the natural "
               "alignment of a row or column (depending on ColumnMajor) of the matrix")
@@ -231,10 +257,8 @@ def _check_static_addressing(mem: Value, t: CoopMatType, layout: str, offset: Va
     s = exact(stride)
     store = what.endswith("store")
     if s is not None and (s < 0 or (store and s == 0)):
-        raise CompileError(f"{what} with stride {s}", loc, rule=STRIDE_RULE,
-                           hint="a row-major stride is the distance between rows, in elements "
-                                "(usually the row length); only a load may use 0 (every row "
-                                "the same)", rule_id="khr.stride-sign")
+        raise CompileError(f"{what} with stride {s}", loc, rule=STRIDE_RULE, hint=STRIDE_HINT,
+                           rule_id="khr.stride-sign")
     elem = mem.type.elem.size
     align = row_alignment(t, layout)
     for name, v in (("offset", offset), ("stride", stride)):
@@ -244,6 +268,20 @@ def _check_static_addressing(mem: Value, t: CoopMatType, layout: str, offset: Va
                 f"{what} {name} {how}, not a multiple of {align} bytes: the "
                 f"{'pointer' if name == 'offset' else 'stride'} is misaligned", loc,
                 rule=ALIGN_RULE, hint=_align_hint(t, layout, elem), rule_id="khr.alignment")
+    o = exact(offset)
+    if isinstance(mem.type, SharedArrayType) and o is not None and s is not None:
+        # a shared array's length is known: the block the emulator would report in every
+        # workgroup is reported at the line (in components: an element may hold several)
+        k = elem // t.component.size
+        n = mem.type.length
+        last = (o * k + int(matrix_layout(t, layout).extent(s * k))) // k
+        if o < 0 or last >= n:
+            raise CompileError(f"{what} of elements {o}..{last} of a shared array of {n} "
+                               f"elements", loc,
+                               rule="Vulkan: an access outside a Workgroup variable is undefined "
+                                    "(robust buffer access does not cover shared memory)",
+                               hint="check the offset and stride against the array size, or make "
+                                    "the array longer", rule_id="emulator.out-of-bounds")
 
 
 def check_addressing(ctx, op, t: CoopMatType, layout: str, elem_size: int, offs, strd,
@@ -256,7 +294,7 @@ def check_addressing(ctx, op, t: CoopMatType, layout: str, elem_size: int, offs,
     v = _first(strd, (strd <= 0) if store else (strd < 0), active)
     if v is not None:
         ctx.check_instances(v[1], active, op, f"{what} with stride {v[0]}", rule=STRIDE_RULE,
-                            rule_id="khr.stride-sign")
+                            hint=STRIDE_HINT, rule_id="khr.stride-sign")
     align = row_alignment(t, layout)
     if elem_size % align == 0:
         return                                  # every element boundary is aligned
@@ -305,6 +343,7 @@ def _infer_store(operands, attrs, regions, loc):
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc,
                            rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
+                           hint="annotate the parameter pycoop.Buffer[...] to store into it",
                            rule_id="core.read-only-store")
     _check_static_addressing(mem, mat.type, attrs["layout"], offset, stride, loc,
                              "cooperative matrix store")
@@ -330,13 +369,12 @@ def _reach(op, what: str, t: CoopMatType, stride: int):
 
 
 def _layout(layout: str, loc: Loc) -> str:
-    try:
-        return LAYOUTS[layout]
-    except KeyError:
+    if not isinstance(layout, str) or layout not in LAYOUTS:
         raise CompileError(f"unknown layout {layout!r}", loc,
                            hint="use 'row_major' or 'col_major'",
                            rule="SPV_KHR_cooperative_matrix: MemoryLayout is RowMajorKHR or "
-                                "ColumnMajorKHR", rule_id="khr.layout") from None
+                                "ColumnMajorKHR", rule_id="khr.layout")
+    return LAYOUTS[layout]
 
 
 def _stride(stride) -> Value:
@@ -358,7 +396,9 @@ def load(t: CoopMatType, mem: Value, offset, stride, layout: str = "row_major") 
     if not isinstance(t, CoopMatType):
         raise CompileError(f"load needs a coopmat type, got {t!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: Result Type of OpCooperativeMatrixLoadKHR "
-                                "must be an OpTypeCooperativeMatrixKHR", rule_id="khr.load-result-type")
+                                "must be an OpTypeCooperativeMatrixKHR",
+                           hint="pass the matrix type, e.g. pycoop.coopmat[f16, pycoop.Subgroup, 16, 16, UseA]",
+                           rule_id="khr.load-result-type")
     _check_mem(mem, loc, "cooperative matrix load")
     return emit1("khr.load", [mem, index_value(offset), _stride(stride)],
                  {"type": t, "layout": _layout(layout, loc)}, loc)
@@ -446,6 +486,7 @@ def _infer_mul_add(operands, attrs, regions, loc):
         raise CompileError(f"mul_add operands have different scopes: {ta.scope.value}, "
                            f"{tb.scope.value}, {tc.scope.value}", loc,
                            rule=f"{rule}: A, B, C and Result Type must have the same scope",
+                           hint="declare A, B and C with one scope",
                            rule_id="khr.mul-add-scope")
     m, k = ta.shape
     k2, n = tb.shape
@@ -453,16 +494,19 @@ def _infer_mul_add(operands, attrs, regions, loc):
         raise CompileError(f"mul_add shapes do not match: A is {m}x{k}, B is {k2}x{n}, "
                            f"C is {tc.rows}x{tc.cols}", loc,
                            rule=f"{rule}: A is MxK, B is KxN, C and the result are MxN",
+                           hint=f"with A {m}x{k}, B is {k}x{n} and C {m}x{n}",
                            rule_id="khr.mul-add-shape")
     kinds = {ta.component.is_float, tb.component.is_float}
     if len(kinds) != 1 or tc.component.is_float != ta.component.is_float:
         raise CompileError(f"mul_add mixes float and integer matrices ({ta.component}, "
                            f"{tb.component}, {tc.component})", loc,
                            rule="Vulkan: float A/B accumulate into float C, integer into integer",
+                           hint="float A and B go with a float C, integer ones with an integer C (pycoop.convert)",
                            rule_id="khr.mul-add-kinds")
     if attrs["saturating"] and tc.component.is_float:
         raise CompileError("saturating accumulation applies to integer matrices only", loc,
                            rule=f"{rule}: SaturatingAccumulation with integer components",
+                           hint="drop saturating=True: float accumulation does not saturate",
                            rule_id="khr.saturating-integer")
     return [tc]
 
@@ -516,7 +560,8 @@ def _emu_mul_add(ctx, op, a, b, c):
     def overflow(bad):
         ctx.check_instances(bad, active, op, f"{SPEC}: with SaturatingAccumulation, A*B "
                             f"overflowing {tc.component} before the addition of C is undefined",
-                            rule_id="khr.saturating-overflow")
+                            hint="keep A*B within the accumulator type, or accumulate without "
+                                 "saturating=True", rule_id="khr.saturating-overflow")
     return _mul_add_numpy(a, b, c, ta, tb, tc, op.attrs["saturating"], ctx.widened, overflow)
 
 
@@ -537,6 +582,7 @@ def _infer_scale(operands, attrs, regions, loc):
     if s.type != t.component:
         raise CompileError(f"scalar is {s.type}, matrix component is {t.component}", loc,
                            rule="OpMatrixTimesScalar: the scalar has the component type",
+                           hint=f"convert the scalar: pycoop.cast(s, {t.component})",
                            rule_id="khr.scalar-type")
     if not t.component.is_float:
         raise CompileError("matrix * scalar (OpMatrixTimesScalar) needs a float component type", loc,
@@ -563,11 +609,18 @@ def _emu_scale(ctx, op, m, s):
 def _lower_scale(ctx, op):
     t = op.result.type
     m, s = (ctx.id(v) for v in op.operands)
+
+    def times(wt, x, s):
+        if ctx.target == "vulkan":
+            return ctx.emit("OpMatrixTimesScalar", wt, x, s)
+        # OpMatrixTimesScalar needs the Matrix capability, which the OpenCL environment (kernels
+        # using pycoop.intel) does not allow: multiply element-wise by a matrix filled with s
+        return ctx.emit("OpFMul", wt, x, ctx.emit("OpCompositeConstruct", wt, s))
     if t.component.encoding:        # bf16 / fp8: OpMatrixTimesScalar takes IEEE floats only
         s = ctx.emit("OpFConvert", f32, s)
-        ctx.set(op.result, via_f32(ctx, t, lambda wt, x: ctx.emit("OpMatrixTimesScalar", wt, x, s), m))
+        ctx.set(op.result, via_f32(ctx, t, lambda wt, x: times(wt, x, s), m))
         return
-    ctx.set(op.result, ctx.emit("OpMatrixTimesScalar", t, m, s))
+    ctx.set(op.result, times(t, m, s))
 
 
 def scale(m: Value, s) -> Value:
@@ -611,6 +664,7 @@ def _infer_convert(operands, attrs, regions, loc):
     if (src.scope, src.rows, src.cols) != (dst.scope, dst.rows, dst.cols):
         raise CompileError(f"cannot convert {src} to {dst}: scope and shape must stay the same", loc,
                            rule=f"{SPEC}: conversions keep Scope, Rows, Columns and Use",
+                           hint="a conversion changes the component type only: build a matrix of the other shape",
                            rule_id="khr.convert-shape")
     if src.use != dst.use:
         raise CompileError(f"cannot change the use from {src.use.short} to {dst.use.short} with a "
@@ -625,15 +679,22 @@ define("khr.convert", _infer_convert, capabilities=KHR_CAPS,
        doc="Component-type conversion of a matrix (OpFConvert, OpConvertFToS, ...).")
 
 
+def report_out_of_range(ctx, op, m: np.ndarray, dst: ScalarType) -> None:
+    """A float matrix converted to integer type `dst`: an element that is NaN, infinite or out
+    of range after truncation is undefined behaviour (reported per scope instance)."""
+    lo, hi = dst.min_max()
+    x = np.trunc(m.astype(np.float64))
+    bad = (~np.isfinite(x) | (x < lo) | (x > hi)).any((-2, -1))
+    ctx.check_instances(bad, ctx.scope_active(op.result.type.scope, op), op,
+                        f"converting an out-of-range float to {dst} is undefined",
+                        hint=f"keep the elements within {lo}..{hi} (and not NaN)")
+
+
 @emulation("khr.convert")
 def _emu_convert(ctx, op, m):
     src, dst = op.operands[0].type.component, op.attrs["type"].component
     if src.is_float and dst.is_int:
-        lo, hi = dst.min_max()
-        x = np.trunc(m.astype(np.float64))
-        bad = (~np.isfinite(x) | (x < lo) | (x > hi)).any((-2, -1))
-        ctx.check_instances(bad, ctx.scope_active(op.result.type.scope, op), op,
-                            f"converting an out-of-range float to {dst} is undefined")
+        report_out_of_range(ctx, op, m, dst)
     return convert_array(m, src, dst)
 
 
@@ -647,11 +708,15 @@ def convert(m: Value, to) -> Value:
     """Convert a matrix to another component type (`to` a scalar type or a coopmat type)."""
     loc = current_loc()
     t = _need_mat(m, "the converted value", loc)
-    dst = t.with_(component=to) if isinstance(to, ScalarType) else to
+    # a new component type is checked as the type pycoop.coopmat[...] would build (not bool)
+    dst = make_coopmat_type((to, t.scope, t.rows, t.cols, t.use), loc) if isinstance(to, ScalarType) \
+        else to
     if not isinstance(dst, CoopMatType):
         raise CompileError(f"convert target must be a scalar or coopmat type, got {to!r}", loc,
                            rule="SPV_KHR_cooperative_matrix: conversions produce a scalar or an "
-                                "OpTypeCooperativeMatrixKHR", rule_id="khr.convert-target")
+                                "OpTypeCooperativeMatrixKHR",
+                           hint="pass a scalar type (pycoop.f16) or a coopmat type",
+                           rule_id="khr.convert-target")
     if dst == t:
         return m
     return emit1("khr.convert", [m], {"type": dst}, loc)

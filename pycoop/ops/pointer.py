@@ -39,6 +39,7 @@ def _emu_ptr_load(ctx, op, ptr, *index):
     if bad.any():
         raise EmulatorError(f"load through a pointer out of bounds of buffer '{ptr.memory.name}' "
                             f"({mem.shape[0]} bytes)", op.loc, rule="reported by the pycoop emulator",
+                            hint="give the layout the dimensions of the buffer of blocks",
                             rule_id="emulator.out-of-bounds")
     addr = np.clip(addr, 0, max(mem.shape[0] - t.size, 0))
     raw = mem[addr[..., None] + np.arange(t.size)]
@@ -70,6 +71,7 @@ class _ArrayMember:
         if not isinstance(self.t.elem, ScalarType):
             raise CompileError("nested arrays in blocks are not supported", loc,
                                rule="pycoop: arrays in buffer blocks are one-dimensional",
+                               hint="flatten the array: one dimension, indexed row * n + col",
                                rule_id="pointer.nested-array")
         idx = as_value(i, u32)
         return emit1("ptr.load", [self.ptr, idx],
@@ -90,6 +92,7 @@ def member(ptr: Value, name: str):
     if name not in names:
         raise CompileError(f"{st.name} has no member {name!r} (members: {', '.join(names)})", loc,
                            rule="SPIR-V: OpAccessChain indexes name a member of the struct",
+                           hint="use one of the struct's member names",
                            rule_id="pointer.member-name")
     i = names.index(name)
     ft = st.fields[i][1]
@@ -100,6 +103,7 @@ def member(ptr: Value, name: str):
         raise CompileError(f"member {name} of type {ft} cannot be loaded directly", loc,
                            rule="SPIR-V: OpLoad through a pointer loads a scalar, vector or array member "
                                 "(pycoop: index nested structs member by member)",
+                           hint="index the nested struct's members one by one (p.inner.x)",
                            rule_id="pointer.member-load")
     return emit1("ptr.load", [ptr], {"type": ft, "offset": off, "stride": 0, "path": (i,),
                                      "scalar_block": False}, loc)
@@ -110,7 +114,9 @@ def element(ptr: Value, i) -> Value:
     if not isinstance(t.pointee, ScalarType):
         raise CompileError(f"index the members of {t.pointee} by name", current_loc(),
                            rule="SPIR-V: struct members are selected with constant indexes (pycoop: by "
-                                "name)", rule_id="pointer.member-by-name")
+                                "name)",
+                           hint="read a member by name: block_ptr.d, block_ptr.qs[i]",
+                           rule_id="pointer.member-by-name")
     return emit1("ptr.load", [ptr, as_value(i, u32)],
                  {"type": t.pointee, "offset": 0, "stride": t.pointee.size, "path": (),
                   "scalar_block": True})

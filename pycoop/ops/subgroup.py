@@ -26,7 +26,7 @@ from ..ir.builder import emit1, tracer
 from ..ir.core import Value
 from ..spirv import grammar
 from ..types import ScalarType, VectorType, bool_, u32
-from .core import as_value
+from .core import as_value, default_type
 from .known_bits import exact
 from ..ir.registry import define, emulation, lowering
 
@@ -104,9 +104,12 @@ def _check_operand(x: Value, what: str, loc: Loc, *, boolean: bool = False):
 
 
 def _lane_operand(x, what: str, loc: Loc) -> Value:
-    v = as_value(x, u32)
-    if not (isinstance(v.type, ScalarType) and v.type.is_int and not v.type.signed and v.type.bits == 32):
-        raise CompileError(f"the {what} of a subgroup shuffle/broadcast must be a u32, not {v.type}",
+    # a Python float or bool is refused (as the f32 or bool it would be), even 1.0 or True
+    python = isinstance(x, (float, np.floating, bool, np.bool_))
+    v = None if python else as_value(x, u32)
+    t = default_type(x) if python else v.type
+    if not (isinstance(t, ScalarType) and t.is_int and not t.signed and t.bits == 32):
+        raise CompileError(f"the {what} of a subgroup shuffle/broadcast must be a u32, not {t}",
                            loc, rule="SPIR-V: Id/Mask/Delta must be a scalar of integer type whose "
                                      "Signedness operand is 0",
                            hint=f"convert it: u32({what})", rule_id="subgroup.id-type")
@@ -316,7 +319,7 @@ def exclusive_scan(x, op: str) -> Value:
 
 
 def _check_kind(op) -> None:
-    if op not in ARITH:
+    if not isinstance(op, str) or op not in ARITH:
         raise CompileError(f"unknown subgroup operation {op!r}", current_loc(),
                            rule="GroupNonUniform arithmetic is add, mul, min, max, and, or or xor",
                            hint=f"one of {', '.join(map(repr, ARITH))}", rule_id="subgroup.operation")
@@ -493,8 +496,27 @@ def _lane(lane, what: str, loc: Loc) -> Value:
 
 def _shuffle(kind: str, x, k, what: str) -> Value:
     loc = current_loc()
-    operand = _lane(k, "shuffle", loc) if kind == "index" else _lane_operand(k, what, loc)
+    operand = _lane(k, "shuffle", loc) if kind == "index" else _relative(kind, k, what, loc)
     return emit1("subgroup.shuffle", [as_value(x), operand], {"kind": kind}, loc)
+
+
+def _relative(kind: str, k, what: str, loc: Loc) -> Value:
+    """The mask or delta of a shuffle_xor/up/down. With the kernel's subgroup size fixed, one
+    the IR fixes at that size or more names a lane outside the subgroup from every lane (a
+    power of two: lane ^ mask, lane - delta or lane + delta is past it): the result would be
+    undefined in every invocation, so it is reported at the line, as a lane is."""
+    v = _lane_operand(k, what, loc)
+    t, c = tracer(), exact(v)
+    if c is not None and t.subgroup_size_explicit and c >= t.subgroup_size:
+        raise CompileError(f"subgroup.shuffle_{kind} with {what} {c} in subgroups of "
+                           f"{t.subgroup_size} invocations reads no lane of the subgroup: the "
+                           f"result is undefined", loc,
+                           rule=f"SPIR-V: the result of OpGroupNonUniformShuffle"
+                                f"{kind.capitalize()} is undefined where the invocation it "
+                                f"names is not an active invocation of the group",
+                           hint=f"use a {what} from {int(kind != 'xor')} to {t.subgroup_size - 1}",
+                           rule_id="emulator.undefined-behaviour")
+    return v
 
 
 def shuffle(x, lane) -> Value:
@@ -598,7 +620,7 @@ def ballot_bit_count(b, mode: str = "reduce") -> Value:
     """The number of bits set in ballot `b` (a u32): all of them ("reduce"), those of lanes
     <= this one ("inclusive") or < this one ("exclusive")."""
     loc = current_loc()
-    if mode not in _BIT_COUNT_MODES:
+    if not isinstance(mode, str) or mode not in _BIT_COUNT_MODES:
         raise CompileError(f"unknown ballot_bit_count mode {mode!r}", loc,
                            rule="OpGroupNonUniformBallotBitCount takes Reduce, InclusiveScan or "
                                 "ExclusiveScan",

@@ -13,9 +13,9 @@ from ..ir.builder import tracing
 from ..ir.core import Value
 from ..types import ArrayType, BufferType, CoopMatType, PointerType, ScalarType, SharedArrayType, VectorType
 from . import core
-from .composite import extract
+from .composite import extract, make_vector
 from .core import TYPE_METHODS, _elem, compare, floor, load, store, unary
-from .khr import convert, scale
+from .khr import convert, fill, scale
 from .pointer import element, member
 
 
@@ -47,6 +47,14 @@ def _scalar_call(self: ScalarType, x):
 ScalarType.__call__ = _scalar_call
 
 
+def _ones(t):
+    """A value of type `t` (a scalar, vector or matrix type) whose every element is 1."""
+    one = core.as_value(1, _elem(t))
+    if isinstance(t, VectorType):
+        return make_vector([one] * t.count)
+    return fill(t, one) if isinstance(t, CoopMatType) else one
+
+
 _COMPONENTS = {"x": 0, "y": 1, "z": 2, "w": 3}
 
 
@@ -70,12 +78,14 @@ def _install_operators():
     def power(self, other):
         """x ** n for a Python integer n (or a float of integral value) 1 <= |n| <= 64 as
         products, by squaring, as Python computes it: GLSL's Pow is undefined for x < 0, so
-        (x - 4.0) ** 2 could be NaN on a GPU; n < 0 divides 1 by the product (floats). Other
-        exponents: Pow (floats only)."""
+        (x - 4.0) ** 2 could be NaN on a GPU; n < 0 divides 1 by the product (floats), and
+        x ** 0 is 1 (Pow(x, 0) is undefined for x <= 0). Other exponents: Pow (floats only)."""
         n = other
         if isinstance(n, float) and n.is_integer():
             n = int(n)
         t = _elem(self.type)
+        if type(n) is int and n == 0 and t is not None and not t.is_bool:
+            return _ones(self.type)
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= abs(n) <= 64 \
                 or t is None or (n < 0 and not t.is_float):
             return binary("pow", self, other)
@@ -93,6 +103,12 @@ def _install_operators():
     def floordiv(self, other, swap=False):
         a, b = (other, self) if swap else (self, other)
         t = _elem(self.type)
+        if t is not None and t.is_float and isinstance(self.type, CoopMatType):
+            raise CompileError(f"`//` is not defined on {t} matrices", current_loc(),
+                               hint="divide with `/`; floor the elements after storing them",
+                               rule="SPV_KHR_cooperative_matrix allows only + - * / and negation "
+                                    "element-wise on matrices (`//` of floats is Floor of a "
+                                    "division)", rule_id="khr.matrix-arithmetic")
         if t is not None and t.is_float:
             return floor(binary("div", a, b))
         return binary("div", a, b)
@@ -132,6 +148,7 @@ def _install_operators():
             return extract(self, idx)
         raise CompileError(f"cannot index a value of type {self.type}", current_loc(),
                            rule="pycoop: buffers, shared arrays, arrays and vectors are indexed",
+                           hint="index buffers, shared arrays, arrays and vectors",
                            rule_id="core.indexable")
 
     def setitem(self, idx, val):

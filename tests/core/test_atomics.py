@@ -315,6 +315,12 @@ def test_misuse_is_a_compile_error_at_the_line():
     assert e.rule_id == "atomic.pointer"
     assert e.line == line_of(not_memory, "# BAD")
 
+    def python_memory(B: pc.Buffer[u32]):
+        pc.atomic.add(np.zeros(4, np.uint32), 0, 1)        # BAD
+    e = _error(python_memory)
+    assert "needs a buffer or shared array, not a Python ndarray" in e.message
+    assert e.rule_id == "atomic.pointer" and e.line == line_of(python_memory, "# BAD")
+
     def write_only(B: pc.WriteBuffer[u32]):
         pc.atomic.or_(B, 0, 1)                              # BAD
     e = _error(write_only)

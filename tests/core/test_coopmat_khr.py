@@ -580,8 +580,34 @@ def k_convert_use(A: pycoop.Buffer[f32]):
     pycoop.convert(m, pycoop.coopmat[f32, SG, 16, 16, pycoop.UseA])
 
 
+@pycoop.kernel(workgroup_size=32)
+def k_float_matrix_floordiv(A: pycoop.Buffer[f32]):
+    m = MC32.load(A, 0, 16)
+    pycoop.store(A, 0, m // m, 16)
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_convert_bool(A: pycoop.Buffer[f32]):
+    m = MC32.load(A, 0, 16)
+    b = pycoop.convert(m, pycoop.bool_)          # a bool matrix type fails spirv-val
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_layout_list(A: pycoop.Buffer[f32]):
+    m = MC32.load(A, 0, 16, ["row_major"])
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_fill_scalar_type(A: pycoop.Buffer[f32]):
+    pycoop.store(A, 0, pycoop.fill(f32, 1.0), 16)
+
+
 @pytest.mark.parametrize("k,msg,marker", [
     (k_load_from_scalar, "needs a buffer parameter or a shared array, got u32", "MC32.load(n"),
+    (k_convert_bool, "unsupported cooperative matrix component type bool", "pycoop.convert(m, pycoop.bool_)"),
+    (k_float_matrix_floordiv, "`//` is not defined on f32 matrices", "m // m"),
+    (k_layout_list, "unknown layout \\['row_major'\\]", "MC32.load(A, 0, 16, ["),
+    (k_fill_scalar_type, "its type must be a coopmat type, got f32", "pycoop.fill(f32"),
     (k_store_readonly, "cannot store into a read-only buffer", "pycoop.store(A, 0, m"),
     (k_store_scalar_as_matrix, "must be a cooperative matrix", "pycoop.store(A, 0, A[0]"),
     (k_bad_layout, "unknown layout 'diagonal'", "MC32.load(A, 0, 16, \"diagonal\")"),
@@ -598,7 +624,9 @@ def test_coopmat_compile_errors_name_the_line(k, msg, marker):
     ids = {"k_load_from_scalar": "khr.pointer", "k_store_readonly": "core.read-only-store",
            "k_store_scalar_as_matrix": "khr.matrix-operand", "k_bad_layout": "khr.layout",
            "k_scale_int": "khr.scalar-float", "k_mat_plus_other_type": "core.operand-types",
-           "k_mat_bitwise": "khr.matrix-arithmetic", "k_convert_use": "khr.convert-use"}
+           "k_mat_bitwise": "khr.matrix-arithmetic", "k_convert_use": "khr.convert-use",
+           "k_convert_bool": "khr.component-type", "k_layout_list": "khr.layout",
+           "k_fill_scalar_type": "khr.fill-result-type", "k_float_matrix_floordiv": "khr.matrix-arithmetic"}
     assert ei.value.rule_id == ids[k.name]
 
 
@@ -947,3 +975,26 @@ def test_matrices_through_shared_vectors():
     with pytest.raises(pycoop.CompileError, match="numeric vectors of 2 or 4 components") as ei:
         vec3_shared.compile()
     assert ei.value.rule_id == "core.shared-element"
+
+
+@pycoop.kernel(workgroup_size=32)
+def k_shared_block(O: pycoop.Buffer[f16], N: pycoop.Const, ELEM: pycoop.Const, OFF: pycoop.Const,
+                   STRIDE: pycoop.Const, LAYOUT: pycoop.Const):
+    sh = pycoop.shared(ELEM, N)
+    pycoop.store(sh, OFF, pycoop.coopmat[f16, SG, 16, 16, pycoop.Accumulator].zeros(), STRIDE, LAYOUT)   # BLOCK
+
+
+@pytest.mark.parametrize("n,elem,off,stride,layout,reach", [
+    (256, f16, 8, 16, "row_major", "8..263"),
+    (255, f16, 0, 16, "col_major", "0..255"),
+    (512, f16, 0, 2**28, "row_major", "0..4026531855"),
+    (31, pycoop.vec(u32, 4), 0, 2, "row_major", "0..31"),     # 8 f16 per element
+])
+def test_a_constant_block_outside_a_shared_array_is_a_compile_error(n, elem, off, stride, layout, reach):
+    """A shared array's length is known while tracing: a matrix store (or load) whose constant
+    offset and stride reach past it is refused at the line, with the emulator's rule id."""
+    with pytest.raises(pycoop.CompileError, match=f"store of elements {reach} of a shared array of {n} elements") as ei:
+        k_shared_block.compile(N=n, ELEM=elem, OFF=off, STRIDE=stride, LAYOUT=layout)
+    assert ei.value.rule_id == "emulator.out-of-bounds" and ei.value.hint
+    assert ei.value.line == line_of(k_shared_block, "# BLOCK")
+    k_shared_block.compile(N=n + 1, ELEM=elem, OFF=0, STRIDE=16 if elem == f16 else 2, LAYOUT=layout)

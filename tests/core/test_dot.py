@@ -124,6 +124,19 @@ def test_signed_is_only_for_packed_operands():
     assert e.value.loc.line == line_of(vec_signed, "redundant signedness")
 
 
+@pytest.mark.parametrize("signed", [True, (True,), (True, False, True), "yes"], ids=repr)
+def test_signed_is_a_pair(signed):
+    """signed= of packed operands names each operand's signedness (it failed in the lowering,
+    unpacking a pair, for anything else)."""
+    @pc.kernel(workgroup_size=64)
+    def packed(A: pc.ReadBuffer[u32], O: pc.WriteBuffer[i32], S: pc.Const):
+        O[0] = pc.dot4x8(A[0], A[1], signed=S)                   # not a pair
+    with pytest.raises(pc.CompileError, match="a pair of bools") as e:
+        packed.compile(S=signed)
+    assert e.value.rule_id == "dot.signedness" and e.value.hint
+    assert e.value.loc.line == line_of(packed, "not a pair")
+
+
 @pytest.mark.vulkan
 @pytest.mark.parametrize("signs", SIGNS)
 @pytest.mark.parametrize("packed", [True, False])

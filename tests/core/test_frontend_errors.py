@@ -886,6 +886,18 @@ def k_int_min_by_minus_one(A: pc.Buffer[i32]):
     A[i] = i32(-2 ** 31) // -1                 # HERE
 
 
+@pc.kernel(workgroup_size=32)
+def k_vector_shift_by_the_width(A: pc.Buffer[pc.vec(u32, 2)]):
+    i = pc.global_invocation_id.x
+    A[i] = A[i] << pc.make_vector([u32(1), u32(32)])          # HERE
+
+
+@pc.kernel(workgroup_size=32)
+def k_matrix_divide_by_zero(A: pc.Buffer[i32]):
+    M = pc.coopmat[i32, pc.Subgroup, 16, 16, pc.Accumulator]
+    pc.store(A, 0, M.load(A, 0, 16) // M.fill(0), 16)        # HERE
+
+
 @pc.kernel(workgroup_size=32, subgroup_size=32)
 def k_broadcast_past_the_subgroup(A: pc.Buffer[u32]):
     i = pc.global_invocation_id.x
@@ -906,6 +918,8 @@ def k_shuffle_past_the_subgroup(A: pc.Buffer[u32]):
     (k_divide_by_zero, "`//` divides by zero"),
     (k_modulo_zero, "`%` divides by zero"),
     (k_int_min_by_minus_one, "`//` divides -2147483648, the least i32, by -1"),
+    (k_vector_shift_by_the_width, "`<< 32` shifts a 32-bit integer by its width or more (component 1)"),
+    (k_matrix_divide_by_zero, "`//` divides by zero"),
     (k_broadcast_past_the_subgroup, "subgroup.broadcast of lane 40 in subgroups of 32"),
     (k_shuffle_past_the_subgroup, "subgroup.shuffle of lane 16 in subgroups of 16"),
 ])

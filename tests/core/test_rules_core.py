@@ -74,6 +74,18 @@ def k_traceable_value(A: pc.Buffer[u32]):
     A[0] = A[1] + "one"  # HERE
 
 
+def k_traceable_complex(A: pc.Buffer[f32]):
+    A[0] = A[1] + 1j  # HERE
+
+
+def k_traceable_fma_argument(A: pc.Buffer[f32]):
+    A[0] = pc.fma(None, 2.0, 3.0)  # HERE
+
+
+def k_float_literal_beyond_every_float(A: pc.Buffer[f32]):
+    A[0] = A[1] + 10**400  # HERE
+
+
 def k_traceable_function_argument(A: pc.Buffer[u32]):
     A[0] = pc.abs("one")  # HERE
 
@@ -118,6 +130,10 @@ def k_select_matrix(A: pc.Buffer[f16]):
 
 def k_cast_types(A: pc.Buffer[u32], V: pc.Buffer[pc.vec(u32, 4)]):
     A[0] = pc.cast(V[0], f32)  # HERE
+
+
+def k_cast_python_number_to_a_string(A: pc.Buffer[u32]):
+    A[0] = pc.cast(1, "u32")  # HERE
 
 
 def k_cast_bool(A: pc.Buffer[u32]):
@@ -188,6 +204,10 @@ def k_array_length(A: pc.Buffer[u32]):
 def k_vector_size(A: pc.Buffer[u32]):
     v = pc.make_vector([])  # HERE
     A[1] = v[0]
+
+
+def k_vector_component(A: pc.Buffer[u32], V: pc.Buffer[pc.vec(f32, 4)]):
+    v = pc.make_vector([V[0], V[1]])  # HERE
 
 
 def k_index_range(A: pc.Buffer[u32]):
@@ -319,6 +339,10 @@ RULES = [
     ("core.traceable-value", k_traceable_value, "cannot use a Python str ('one') as a kernel value"),
     ("core.traceable-value", k_traceable_function_argument,
      "cannot use a Python str ('one') as a kernel value"),
+    ("core.traceable-value", k_traceable_complex, "cannot use a Python complex (1j)"),
+    ("core.traceable-value", k_traceable_fma_argument, "cannot use a Python NoneType (None)"),
+    ("core.float-literal-range", k_float_literal_beyond_every_float,
+     "the integer literal of 401 digits is outside the range of f32"),
     ("core.integer-true-division", k_integer_true_division, "`/` on integers is ambiguous"),
     ("core.glsl-float-type", k_glsl_float_type, "is not available for bf16"),
     ("core.compare-types", k_compare_types, "cannot compare u32 with f32"),
@@ -328,6 +352,7 @@ RULES = [
     ("core.select-types", k_select_types, "select branches have different types"),
     ("khr.select-matrix", k_select_matrix, "select on cooperative matrices"),
     ("core.cast-types", k_cast_types, "cannot cast"),
+    ("core.cast-types", k_cast_python_number_to_a_string, "cannot cast i32 to 'u32'"),
     ("core.cast-bool", k_cast_bool, "cannot cast between bool and u32"),
     ("core.indexable", k_indexable, "cannot index a value of type u32"),
     ("core.assignable", k_assignable, "cannot assign into a value of type u32"),
@@ -345,6 +370,7 @@ RULES = [
     ("composite.constituent-type", k_constituent_type, "element of type f32"),
     ("composite.array-length", k_array_length, "at least one element"),
     ("composite.vector-size", k_vector_size, "a vector has 2, 3, 4, 8 or 16 components, got 0"),
+    ("composite.vector-component", k_vector_component, "a vector holds scalars, not vec4<f32>"),
     ("composite.index-range", k_index_range, "index 2 is out of range"),
     ("composite.literal-index", k_literal_index, "compile-time ints"),
     ("khr.fill-type", k_fill_type, "fill value is bool"),

@@ -385,6 +385,12 @@ def test_wrong_types():
     assert e.rule_id == "subgroup.id-type"
     assert e.line == line_of(signed_lane, "# BAD")
 
+    def float_lane(X: pc.Buffer[f32]):
+        X[0] = pc.subgroup.broadcast(X[0], 1.0)            # BAD
+    e = _compile_error(float_lane)                         # as an index, even an integral float
+    assert "must be a u32, not f32" in e.message and e.rule_id == "subgroup.id-type"
+    assert e.line == line_of(float_lane, "# BAD")
+
     def ballot_of_int(X: pc.Buffer[u32]):
         X[0] = pc.subgroup.ballot_bit_count(pc.subgroup.ballot(X[0]))    # BAD
     e = _compile_error(ballot_of_int)
@@ -400,6 +406,27 @@ def test_wrong_types():
     e = _compile_error(unknown)
     assert "unknown subgroup operation 'nand'" in e.message and e.line == line_of(unknown, "# BAD")
     assert e.rule_id == "subgroup.operation"
+
+    def listed(X: pc.Buffer[u32]):
+        X[0] = pc.subgroup.inclusive_scan(X[0], ["add"])   # BAD
+    e = _compile_error(listed)
+    assert "unknown subgroup operation ['add']" in e.message and e.line == line_of(listed, "# BAD")
+    assert e.rule_id == "subgroup.operation"
+
+
+@pytest.mark.parametrize("kind,n,what", [("shuffle_xor", 16, "mask"), ("shuffle_up", 16, "delta"),
+                                         ("shuffle_down", 40, "delta")])
+def test_relative_shuffles_past_a_fixed_subgroup_are_compile_errors(kind, n, what):
+    """With the subgroup size fixed (16 here), a constant mask or delta at or past it names no
+    lane of the subgroup from any lane: undefined in every invocation, refused at the line (as
+    a constant lane of broadcast or shuffle is); one below it compiles."""
+    def k(X: pc.Buffer[u32], KIND: pc.Const, N: pc.Const):
+        X[0] = getattr(pc.subgroup, KIND)(X[pc.global_invocation_id.x], N)    # BAD
+    e = _compile_error(k, KIND=kind, N=n)
+    assert f"subgroup.{kind} with {what} {n} in subgroups of 16 invocations reads no lane" in e.message
+    assert e.rule_id == "emulator.undefined-behaviour" and "undefined" in e.rule and e.hint
+    assert e.line == line_of(k, "# BAD")
+    pc.kernel(workgroup_size=32, subgroup_size=16)(k).compile(KIND=kind, N=15)
 
 
 WAcc = pc.coopmat[f32, pc.Workgroup, 16, 16, pc.Accumulator]
@@ -480,3 +507,9 @@ def test_ballot_bit_count_misuse():
     assert "unknown ballot_bit_count mode 'prefix'" in e.message and "ExclusiveScan" in e.rule
     assert e.rule_id == "subgroup.ballot-mode"
     assert e.line == line_of(bad_mode, "# BAD")
+
+    def listed_mode(X: pc.Buffer[u32]):
+        X[0] = pc.subgroup.ballot_bit_count(pc.subgroup.ballot(X[0] > 1), ["reduce"])   # BAD
+    e = _compile_error(listed_mode)
+    assert "unknown ballot_bit_count mode ['reduce']" in e.message
+    assert e.rule_id == "subgroup.ballot-mode" and e.line == line_of(listed_mode, "# BAD")

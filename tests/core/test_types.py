@@ -207,6 +207,8 @@ BAD_KEYS = [
     ((f16, pycoop.Subgroup, True, 16, pycoop.UseA), "rows must be a compile-time int"),
     ((f16, pycoop.Subgroup, 0, 16, pycoop.UseA), "rows must be positive"),
     ((f16, pycoop.Subgroup, 16, -8, pycoop.UseA), "cols must be positive"),
+    ((f16, pycoop.Subgroup, 2**40, 16, pycoop.UseA), "rows must fit a 32-bit integer constant"),
+    ((f16, pycoop.Subgroup, 16, 2**32, pycoop.UseA), "cols must fit a 32-bit integer constant"),
     ((f16, "Subgroup", 16, 16, pycoop.UseA), "scope must be"),
     ((f16, pycoop.Use.A, 16, 16, pycoop.UseA), "scope must be"),
     ((f16, pycoop.Subgroup, 16, 16, "A"), "use must be"),
@@ -223,6 +225,7 @@ def test_coopmat_bad_construction_raises_compile_error_at_the_callers_line(key, 
     assert ei.value.loc.line == line
     assert ei.value.loc.file == __file__
     ids = {"component type": "component-type", "compile-time int": "dimension-constant",
+           "32-bit integer constant": "dimension-constant",
            "positive": "dimension-positive", "scope must be": "scope", "use must be": "use",
            "takes": "type-parameters"}
     assert ei.value.rule_id == "khr." + next(v for k, v in ids.items() if k in msg)

@@ -45,3 +45,23 @@ def test_collectives_and_atomics_in_opencl_kernels(what, message):
     out = np.zeros(2, np.uint32)
     k[1](np.zeros(32 * 8, np.uint16), out, 32, 8, backend="emulator")
     assert out[0] == {"subgroup": 0, "atomic": 16, "barrier": 0}[what]
+
+
+def test_matrix_times_scalar_in_opencl_kernels():
+    """OpMatrixTimesScalar needs the Matrix capability, which the OpenCL environment does not
+    allow (the module failed spirv-val): there a matrix times a scalar is an OpFMul by a filled
+    matrix, with the same result."""
+    Acc = pc.coopmat[pc.f32, pc.Subgroup, 8, 8, pc.Accumulator]
+    Acc16 = pc.coopmat[pc.bf16, pc.Subgroup, 8, 8, pc.Accumulator]
+
+    @pc.kernel(workgroup_size=16)
+    def k(src: pc.ReadBuffer[u16], y: pc.Buffer[pc.f32], z: pc.Buffer[pc.bf16], s: pc.f32):
+        pc.intel.block_prefetch(src, width=16, height=8, memory_width=64, memory_height=8,
+                                pitch=64, coord=(0, 0))
+        pc.store(y, 64, Acc.load(y, 0, 8) * s, 8)
+        pc.store(z, 64, Acc16.load(z, 0, 8) * pc.bf16(2.0), 8)
+    ck = k.compile()
+    assert ck.target == "opencl" and "OpMatrixTimesScalar" not in ck.spvasm   # validated
+    y, z = np.arange(128, dtype=np.float32), np.arange(128).astype(pc.bf16.dtype)
+    k[1](np.zeros(256, np.uint16), y, z, 1.5, backend="emulator")
+    assert (y[64:] == np.arange(64) * 1.5).all() and (z[64:] == z[:64] * 2).all()

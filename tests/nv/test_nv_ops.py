@@ -212,6 +212,24 @@ def test_component_and_use_conversion_rounds():
     np.testing.assert_array_equal(O, X.astype(np.float16))
 
 
+def test_use_conversion_to_integers_reports_out_of_range_floats():
+    """An accumulator of floats converted to an integer UseA matrix: NaN and values that do not
+    fit are undefined (OpConvertFToS), as for pycoop.convert (the emulator saturated them)."""
+    MatA8 = pc.coopmat[pc.i8, pc.Subgroup, 16, 16, pc.UseA]
+
+    @pc.kernel(workgroup_size=32)
+    def k(X: pc.Buffer[f32], O: pc.Buffer[pc.i8]):
+        pc.store(O, 0, pc.nv.convert(Acc.load(X, 0, 16), MatA8), 16)     # CONVERT
+    X, O = np.full(256, -3.7, np.float32), np.zeros(256, np.int8)
+    k[1](X, O, backend="emulator")
+    assert (O == -3).all()
+    X[7] = 128.0
+    with pytest.raises(pc.EmulatorError, match="out-of-range float to i8") as e:
+        k[1](X, O, backend="emulator")
+    assert e.value.loc.line == line_of("# CONVERT", k.fn)
+    assert e.value.rule_id == "emulator.undefined-behaviour"
+
+
 def test_capabilities_only_when_used():
     @pc.kernel(workgroup_size=32)
     def plain(X: pc.Buffer[f16], O: pc.Buffer[f16]):
@@ -306,6 +324,30 @@ def test_layout_rules():
     def mirror_one(X: pc.Buffer[f16]):
         pc.nv.tensor_layout(2, "mirror_repeat").dimension(1, 16)  # HERE
     _fails(mirror_one, "MirrorRepeat")
+
+
+def test_negative_python_offsets_and_clamp_values():
+    """A slice offset before the tensor may be a negative Python int (an i32 constant; it was
+    refused as a u32 that cannot hold it), and an int clamp value is its 32-bit pattern (-1 is
+    0xFFFFFFFF); a NumPy float clamp value is its f32 bits, as a Python float is."""
+    AccU = pc.coopmat[u32, pc.Subgroup, 16, 16, pc.Accumulator]
+
+    @pc.kernel(workgroup_size=32)
+    def k(X: pc.Buffer[f32], Y: pc.Buffer[f32], Z: pc.Buffer[u32], W: pc.Buffer[f32]):
+        whole = pc.nv.tensor_layout(2).dimension(16, 16)
+        edge = pc.nv.tensor_layout(2, "clamp_to_edge").dimension(16, 16).slice(0, 16, -2, 16)
+        pc.nv.store_tensor(Y, whole, pc.nv.load_tensor(X, edge, Acc))
+        const = pc.nv.tensor_layout(2, "constant").dimension(8, 8).slice(0, 16, 0, 16)
+        pc.nv.store_tensor(Z, whole, pc.nv.load_tensor(Z, const.clamp_value(-1), AccU))
+        pc.nv.store_tensor(W, whole, pc.nv.load_tensor(W, const.clamp_value(np.float32(2.5)), Acc))
+    SPV.append(k)
+    X = np.arange(256, dtype=np.float32)
+    Y, Z, W = np.zeros(256, np.float32), np.zeros(256, np.uint32), np.zeros(256, np.float32)
+    k[1](X, Y, Z, W, backend="emulator")
+    np.testing.assert_array_equal(Y.reshape(16, 16), X.reshape(16, 16)[:, np.clip(np.arange(16) - 2, 0, 15)])
+    outside = np.ones((16, 16), bool)
+    outside[:8, :8] = False
+    assert (Z.reshape(16, 16)[outside] == 0xFFFFFFFF).all() and (W.reshape(16, 16)[outside] == 2.5).all()
 
 
 def test_view_rules():

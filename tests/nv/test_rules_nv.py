@@ -54,6 +54,10 @@ def k_operand_type(X: pc.Buffer[f16], s: f32):
     pc.nv.tensor_layout(1).stride(s)  # HERE
 
 
+def k_operand_type_python_float(X: pc.Buffer[f16]):
+    pc.nv.tensor_layout(2).dimension(16, 16.0)  # HERE
+
+
 def k_clamp_value(X: pc.Buffer[f16], v: pc.f64):
     pc.nv.tensor_layout(2, "constant").clamp_value(v)  # HERE
 
@@ -64,6 +68,14 @@ def k_view_permutation_count(X: pc.Buffer[f16]):
 
 def k_view_permutation(X: pc.Buffer[f16]):
     pc.nv.tensor_view(2, False, (1, 1))  # HERE
+
+
+def k_view_permutation_of_bools(X: pc.Buffer[f16]):
+    pc.nv.tensor_view(2, False, (True, 0))  # HERE
+
+
+def k_dim_range_bool(X: pc.Buffer[f16]):
+    pc.nv.tensor_layout(True)  # HERE
 
 
 def k_view_has_dimensions(X: pc.Buffer[f16]):
@@ -107,6 +119,11 @@ def k_object_type(X: pc.Buffer[f16]):
     pc.nv.load_tensor(X, lay, Acc16, object=Acc.fill(0.0))  # HERE
 
 
+def k_object_python(X: pc.Buffer[f16]):
+    lay = pc.nv.tensor_layout(2).dimension(16, 16)
+    pc.nv.load_tensor(X, lay, Acc16, object=0.0)  # HERE
+
+
 def k_decode_needed(X: pc.Buffer[f32]):
     pc.nv.load_tensor(X, pc.nv.tensor_layout(2).dimension(16, 16), Acc16)  # HERE
 
@@ -141,6 +158,10 @@ def k_store_object(X: pc.Buffer[f16]):
     pc.nv.store_tensor(X, pc.nv.tensor_layout(2).dimension(16, 16), X[0])  # HERE
 
 
+def k_store_object_python(X: pc.Buffer[f16]):
+    pc.nv.store_tensor(X, pc.nv.tensor_layout(2).dimension(16, 16), 1.0)  # HERE
+
+
 def k_read_only_store(X: pc.ReadBuffer[f16]):
     pc.nv.store_tensor(X, pc.nv.tensor_layout(2).dimension(16, 16), Acc16.fill(0.0))  # HERE
 
@@ -160,6 +181,14 @@ def k_matrix_operand(X: pc.Buffer[f16]):
 
 def k_reduce_mode(X: pc.Buffer[f16]):
     pc.nv.reduce(Acc.fill(0.0), "diagonal", "add")  # HERE
+
+
+def k_reduce_2x2_odd(X: pc.Buffer[f16]):
+    pc.nv.reduce(Odd.fill(0.0), "2x2", "add")  # HERE
+
+
+def k_reduce_mode_list(X: pc.Buffer[f16]):
+    pc.nv.reduce(Acc.fill(0.0), ["row"], "add")  # HERE
 
 
 def k_reduce_result_type(X: pc.Buffer[f16]):
@@ -236,6 +265,10 @@ def k_transpose_shape(X: pc.Buffer[f16]):
     pc.nv.transpose(Acc16.fill(0.0), MatA)  # HERE
 
 
+def k_transpose_to_a_scalar_type(X: pc.Buffer[f16]):
+    pc.nv.transpose(Acc16.fill(0.0), f16)  # HERE
+
+
 # constant operands that the emulator would report at run time
 
 def k_store_block_size(X: pc.Buffer[f16], O: pc.Buffer[f16], n: u32):
@@ -268,12 +301,15 @@ def k_mirror_dimension_1(X: pc.Buffer[f16], n: u32):
 
 RULES = [
     ("nv.dim-range", k_dim_range, "from 1 to 5"),
+    ("nv.dim-range", k_dim_range_bool, "from 1 to 5, got True"),
     ("nv.clamp-mode", k_clamp_mode, "unknown clamp mode"),
     ("nv.operand-count", k_operand_count, "takes 2 values here"),
     ("nv.operand-type", k_operand_type, "32-bit integers"),
+    ("nv.operand-type", k_operand_type_python_float, "32-bit integers, got f32"),
     ("nv.clamp-value", k_clamp_value, "at most 32 bits"),
     ("nv.view-permutation-count", k_view_permutation_count, "needs 3 permutation values"),
     ("nv.view-permutation", k_view_permutation, "not a permutation"),
+    ("nv.view-permutation", k_view_permutation_of_bools, "[True, 0] is not a permutation"),
     ("nv.view-has-dimensions", k_view_has_dimensions, "compile-time bool"),
     ("nv.tensor-pointer", k_tensor_pointer, "needs a buffer parameter or a shared array"),
     ("nv.tensor-vector-array", k_tensor_vector_array, "through an array of"),
@@ -283,6 +319,7 @@ RULES = [
     ("nv.view-operand", k_view_operand_store, "must be a tensor view"),
     ("nv.load-result-type", k_load_result_type, "needs a coopmat type"),
     ("nv.object-type", k_object_type, "the object operand"),
+    ("nv.object-type", k_object_python, "must be a coopmat<f16, Subgroup, 16x16, Acc> value, got float"),
     ("nv.decode-needed", k_decode_needed, "needs a decode function"),
     ("nv.decode-shared-memory", k_decode_shared_memory, "not shared arrays"),
     ("nv.decode-vector-needs-decode", k_decode_vector_needs_decode, "needs a scalar decode function"),
@@ -290,16 +327,19 @@ RULES = [
     ("nv.store-no-decode", k_store_no_decode, "takes no decode function"),
     ("nv.store-no-decode-vector", k_store_no_decode_vector, "takes no decode_vector"),
     ("nv.store-object", k_store_object, "stores a cooperative matrix"),
+    ("nv.store-object", k_store_object_python, "stores a cooperative matrix, got float"),
     ("nv.read-only-store", k_read_only_store, "read-only"),
     ("nv.store-element-type", k_store_element_type, "cannot store f32 elements"),
     ("nv.view-dim-without-dimensions", k_view_dim_without_dimensions, "without dimensions"),
     ("nv.matrix-operand", k_matrix_operand, "must be a cooperative matrix"),
     ("nv.reduce-mode", k_reduce_mode, "unknown reduction"),
+    ("nv.reduce-mode", k_reduce_mode_list, "unknown reduction ['row']"),
     ("nv.reduce-result-type", k_reduce_result_type, "result_type must be a coopmat type, got 5"),
     ("nv.combine-function", k_combine_function, "unknown combine function"),
     ("nv.reduce-accumulator", k_reduce_accumulator, "accumulator"),
     ("nv.reduce-type", k_reduce_type, "must keep the component type"),
     ("nv.reduce-2x2-shape", k_reduce_2x2_shape, "2x2 reduction"),
+    ("nv.reduce-2x2-shape", k_reduce_2x2_odd, "needs an even number of rows and columns, not 16x15"),
     ("nv.reduce-row-shape", k_reduce_row_shape, "keeps the 16 rows"),
     ("nv.reduce-column-shape", k_reduce_column_shape, "keeps the 16 columns"),
     ("nv.per-element-operand", k_per_element_operand, "scalars or matrices"),
@@ -313,6 +353,7 @@ RULES = [
     ("nv.callback-return-type", k_callback_return_value, "returned 'max', not a value"),
     ("nv.transpose-use", k_transpose_use, "takes an accumulator"),
     ("nv.transpose-shape", k_transpose_shape, "is a UseB"),
+    ("nv.transpose-shape", k_transpose_to_a_scalar_type, "is a matrix type, not f16"),
     ("nv.store-block-size", k_store_block_size, "block size in dimension 0 is 2"),
     ("nv.block-size-zero", k_block_size_zero, "at least 1, got 0"),
     ("nv.undefined-out-of-bounds", k_undefined_out_of_bounds, "out of bounds with clamp mode Undefined"),

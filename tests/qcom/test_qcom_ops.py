@@ -554,6 +554,8 @@ RULES = [
      "subarray-range", "(-1 + 8)"),
     ("subarray-start-type", lambda F, H, U, I, B8, S16: pc.qcom.extract_subarray(_arr(F, 16), F[0], 8),
      "subarray-start-type", "32-bit integer, got float32"),
+    ("subarray-start-float", lambda F, H, U, I, B8, S16: pc.qcom.extract_subarray(_arr(F, 16), 8.0, 8),
+     "subarray-start-type", "not the Python float 8.0"),
     ("subarray-start-16bit", lambda F, H, U, I, B8, S16: pc.qcom.extract_subarray(_arr(F, 16), S16[0], 8),
      "subarray-start-type", "got int16"),
     ("subarray-source", lambda F, H, U, I, B8, S16: pc.qcom.extract_subarray(_arr(S16, 16), 0, 8),

@@ -20,7 +20,6 @@ import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ...errors import EmulatorError
 from ...ir.core import Block, Op, Value
@@ -28,7 +27,7 @@ from ...ir.registry import get
 from ...ops.khr import check_addressing
 from ...ops.khr_layout import matrix_layout
 from ...types import BufferType, CoopMatType, Scope
-from ..lazy import LazyBlocks, Product, as_blocks, materialized
+from ..lazy import LazyBlocks, Product, as_blocks, materialized, strided
 
 # Ops the fused body may contain besides pure ops and the mul_add chains: loads of buffers.
 _LOADS = ("khr.load", "load")
@@ -222,7 +221,7 @@ class _FusedCtx:
         self.memory_of = ctx.memory_of
         self._wg_name = ctx._wg_name
 
-    def check_ub(self, bad, op, message, rule_id=None):
+    def check_ub(self, bad, op, message, rule_id=None, hint=None):
         if np.asarray(bad).any():
             raise _Abort
 
@@ -463,9 +462,9 @@ class _Window:
         ext = (rows - 1) * si + (cols - 1) * sj          # bounds: checked block by block
         src, count, el = (data[int(bases[0]):], n, d * isz) if even else (data, data.shape[0] - ext, isz)
         if use == "A":
-            win = as_strided(src, (count, rows, cols), (el, si * isz, sj * isz), writeable=False)
+            win = strided(src, (count, rows, cols), (el, si * isz, sj * isz), writeable=False)
             return np.asarray(win if even else win[bases], wide).reshape(n * rows, cols)
-        win = as_strided(src, (rows, count, cols), (si * isz, el, sj * isz), writeable=False)
+        win = strided(src, (rows, count, cols), (si * isz, el, sj * isz), writeable=False)
         return np.asarray(win if even else win[:, bases], wide).reshape(rows, n * cols)
 
 

@@ -98,6 +98,7 @@ def _check_base(base: Value, mode: str, loc: Loc) -> BufferType:
             raise CompileError(f"block IO needs a buffer of numeric scalars, got {t}", loc,
                                rule="SPV_INTEL_2d_block_io: the Base Pointer points to the block elements "
                                     "(numeric scalars of Element Size bytes)",
+                               hint="pass a Buffer of the block's element type (u8, u16, f16, u32, ...)",
                                rule_id="intel.base-element-type")
         return t
     got = ("a workgroup-shared array (Workgroup storage class)" if isinstance(t, SharedArrayType)
@@ -119,7 +120,8 @@ def _check_static(mode: str, attrs: dict, loc: Loc) -> None:
                 "[transform-element-size": "the transform (VNNI packing) exists for 1- and 2-byte "
                                             "elements; use block_load for 4/8-byte data",
                 "[block-operand": "use a positive int below 2**31"}.get(tag)
-        raise CompileError(text, loc, rule=f"{SPEC} ({tag[1:]})", hint=hint, rule_id=RULE_IDS.get(tag[1:]))
+        raise CompileError(text, loc, rule=f"{SPEC} ({tag[1:]})", hint=hint,
+        rule_id=RULE_IDS.get(tag[1:]))
     sgs = attrs["subgroup_size"]
     if attrs["strict"]:
         if sgs != INTEL_SUBGROUP_SIZE:
@@ -256,6 +258,7 @@ def _const_int(v, what: str, loc: Loc) -> int:
     if not -(1 << 31) <= v < (1 << 32):
         raise CompileError(f"{what} = {v} does not fit in a 32-bit integer constant", loc,
                            rule=f"{SPEC}: the block operands are scalar 32-bit integer constants",
+                           hint="use a positive int below 2**31",
                            rule_id="intel.block-operand-constant")
     return v
 
@@ -267,6 +270,7 @@ def _int_operand(x, what: str, loc: Loc) -> Value:
         return as_value(int(x), i32)
     raise CompileError(f"{what} must be an integer, got {x!r}", loc,
                        rule=f"{SPEC}: Memory Width, Memory Height and Memory Pitch must be integer scalars",
+                       hint="pass a Python int or a 32-bit integer value",
                        rule_id="intel.memory-operand-type")
 
 
@@ -318,6 +322,7 @@ def _default_elem(mode: str, base: Value, e: int, dtype, loc: Loc) -> ScalarType
             raise CompileError(f"dtype must be a pycoop numeric scalar type, got {dtype!r}", loc,
                                rule="SPV_INTEL_2d_block_io: the Dst Pointer points to a numeric scalar "
                                     "type",
+                               hint="pass a scalar type, e.g. dtype=pycoop.u16",
                                rule_id="intel.destination-type")
         return dtype
     if mode == "load_transform":
@@ -528,6 +533,7 @@ def _need_opencl(ctx, op):
                            "pointers); lower this module with pycoop.codegen.opencl", op.loc,
                            rule="SPV_INTEL_2d_block_io: the Dst/Src Base Pointer must be a pointer to the "
                                 "CrossWorkgroup storage class (OpenCL environment)",
+                           hint="compile the kernel (kernel.compile()): it picks the OpenCL target",
                            rule_id="intel.opencl-only")
 
 

@@ -41,6 +41,7 @@ def check_block_type(block, loc: Loc) -> None:
                            rule=f"{SPEC}: DecodeVectorFunc's first parameter is a pointer in the "
                                 "PhysicalStorageBuffer storage class (its pointee may differ from "
                                 "DecodeFunc's)",
+                           hint="pass a pycoop.struct(...) or a scalar type such as pycoop.u16",
                            rule_id="nv.decode-vector-block-type")
 
 
@@ -59,23 +60,27 @@ def check_vector_function(fn, mat_type: CoopMatType, dim: int, loc: Loc) -> int:
         raise CompileError(f"the decode_vector function returns {rt.count} components; V must be "
                            "2, 4 or 8", loc,
                            rule=f"{SPEC}: the return vector has 2, 4, or 8 components",
+                           hint="return pycoop.make_vector([...]) of 2, 4 or 8 elements",
                            rule_id="nv.decode-vector-length")
     params = [p.type for p in fn.params]
     coord = ArrayType(_u32(), dim)
     if len(params) != 3:
         raise CompileError(f"the decode_vector function takes {len(params)} parameters, not 3", loc,
                            rule=f"{SPEC}: same parameters as DecodeFunc",
+                           hint="take (block_ptr, block_coord, coord_in_block), as the decode function",
                            rule_id="nv.decode-vector-params")
     p0 = params[0]
     if not (isinstance(p0, PointerType) and p0.storage == StorageClass.PhysicalStorageBuffer):
         raise CompileError(f"the decode_vector function's first parameter is {p0}", loc,
                            rule=f"{SPEC}: first parameter must be pointer to PhysicalStorageBuffer",
+                           hint="take the block pointer first: fv(block_ptr, block_coord, coord_in_block)",
                            rule_id="nv.decode-vector-pointer")
     for i, p in enumerate(params[1:], 2):
         if p != coord:
             raise CompileError(f"parameter {i} of the decode_vector function is {p}, expected {coord}",
                                loc, rule=f"{SPEC}: second and third parameters are arrays of 32-bit "
                                          "integers whose length equals the tensor layout dimension",
+                               hint="take the coordinates as the decode function does (u32 arrays)",
                                rule_id="nv.decode-vector-coord-params")
     return rt.count
 

@@ -16,7 +16,7 @@ from .. import core
 from ..core import as_value, convert_array
 from ...ir.registry import define, emulation, lowering
 from .tangled import check_untangled
-from ..khr import convert as khr_convert
+from ..khr import convert as khr_convert, report_out_of_range
 
 CM2 = "SPV_NV_cooperative_matrix2"
 REDUCE_MODES = {"row": ("Row",), "column": ("Column",), "row_column": ("Row", "Column"),
@@ -31,6 +31,7 @@ def _mat(v, what: str, loc: Loc) -> CoopMatType:
                            f"{getattr(v, 'type', type(v).__name__)}", loc,
                            rule="SPV_NV_cooperative_matrix2: the Matrix operand must be an "
                                 "OpTypeCooperativeMatrixKHR",
+                           hint="pass a cooperative matrix (T.load(...), T.fill(...), pycoop.mul_add(...))",
                            rule_id="nv.matrix-operand")
     return v.type
 
@@ -50,19 +51,27 @@ def _infer_reduce(operands, attrs, regions, loc):
     if r.component != t.component or r.scope != t.scope:
         raise CompileError(f"reduce result {r} must keep the component type and scope of {t}", loc,
                            rule=f"{rule}: same Component Type and Scope",
+                           hint="leave result_type out, or give it the matrix's component type and scope",
                            rule_id="nv.reduce-type")
     check_untangled(attrs["combine"], "combine function", loc)
-    if mode == "2x2" and (t.rows % 2 or t.cols % 2 or r.shape != (t.rows // 2, t.cols // 2)):
+    if mode == "2x2" and (t.rows % 2 or t.cols % 2):
+        raise CompileError(f"a 2x2 reduction needs an even number of rows and columns, not "
+                           f"{t.rows}x{t.cols}", loc, rule=f"{rule}: 2x2 halves both dimensions",
+                           hint="reduce a matrix of even dimensions", rule_id="nv.reduce-2x2-shape")
+    if mode == "2x2" and r.shape != (t.rows // 2, t.cols // 2):
         raise CompileError(f"a 2x2 reduction of {t.rows}x{t.cols} gives {t.rows // 2}x{t.cols // 2}, "
                            f"not {r.rows}x{r.cols}", loc, rule=f"{rule}: 2x2 halves both dimensions",
+                           hint="leave result_type out: it follows from the matrix",
                            rule_id="nv.reduce-2x2-shape")
     if mode == "row" and r.rows != t.rows:
         raise CompileError(f"a row reduction keeps the {t.rows} rows, the result has {r.rows}", loc,
                            rule=f"{rule}: Row keeps the number of rows",
+                           hint="leave result_type out, or give it the matrix's rows",
                            rule_id="nv.reduce-row-shape")
     if mode == "column" and r.cols != t.cols:
         raise CompileError(f"a column reduction keeps the {t.cols} columns, the result has {r.cols}",
                            loc, rule=f"{rule}: Column keeps the number of columns",
+                           hint="leave result_type out, or give it the matrix's columns",
                            rule_id="nv.reduce-column-shape")
     return [r]
 
@@ -78,7 +87,7 @@ def reduce(mat: Value, mode: str, combine, result_type: CoopMatType | None = Non
     the source's shape (halved for 2x2) unless `result_type` says otherwise."""
     loc = current_loc()
     t = _mat(mat, "the reduced value", loc)
-    if mode not in REDUCE_MODES:
+    if not isinstance(mode, str) or mode not in REDUCE_MODES:
         raise CompileError(f"unknown reduction {mode!r}", loc,
                            hint=f"use one of {', '.join(REDUCE_MODES)}",
                            rule="SPV_NV_cooperative_matrix2: Reduce must be Row, Column, Row|Column, or "
@@ -150,6 +159,7 @@ def _infer_per_element(operands, attrs, regions, loc):
             raise CompileError(f"extra matrix operand {v.type} must have the type of the matrix {t}",
                                loc, rule=f"{CM2}: OpCooperativeMatrixPerElementOpNV: additional "
                                          "matrix operands match Matrix's type",
+                               hint="convert the extra matrix to the matrix's type, or pass a scalar",
                                rule_id="nv.per-element-matrix-type")
     return [t]
 
@@ -173,6 +183,7 @@ def per_element(mat: Value, fn, *extra) -> Value:
             raise CompileError(f"extra operands are scalars or matrices, got {e.type}", loc,
                                rule="SPV_NV_cooperative_matrix2: PerElementOp's additional operands are "
                                     "scalars or matrices of Matrix's type",
+                               hint="pass scalars, or matrices of the matrix's type",
                                rule_id="nv.per-element-operand")
     # values the function captures from the kernel are passed like extra operands
     f, captured = trace_closure(fn, ptypes, "per-element function", loc, t.component)
@@ -216,6 +227,7 @@ def _infer_convert(operands, attrs, regions, loc):
     if src.use != dst.use and not (src.use == Use.Accumulator and dst.use in (Use.A, Use.B)):
         raise CompileError(f"cannot change the use from {src.use.short} to {dst.use.short}", loc,
                            rule=f"{rule}: only an accumulator converts to a UseA or UseB matrix",
+                           hint="convert an accumulator to UseA or UseB; store and load other matrices",
                            rule_id="nv.convert-use")
     return [dst]
 
@@ -233,6 +245,7 @@ def convert(mat: Value, to: CoopMatType) -> Value:
         raise CompileError(f"convert target must be a coopmat type, got {to!r}", loc,
                            rule="SPV_NV_cooperative_matrix2: Result Type must be an "
                                 "OpTypeCooperativeMatrixKHR",
+                           hint="pass a coopmat type, e.g. pycoop.coopmat[f16, scope, m, n, pycoop.UseA]",
                            rule_id="nv.convert-result-type")
     if to == t:
         return mat
@@ -244,6 +257,8 @@ def convert(mat: Value, to: CoopMatType) -> Value:
 @emulation("nv.convert")
 def _emu_convert(ctx, op, m):
     src, dst = op.operands[0].type.component, op.attrs["type"].component
+    if src.is_float and dst.is_int:      # undefined out of range, as for khr.convert
+        report_out_of_range(ctx, op, m, dst)
     return convert_array(m, src, dst)
 
 
@@ -263,11 +278,13 @@ def _infer_transpose(operands, attrs, regions, loc):
     if src.use != Use.Accumulator:
         raise CompileError(f"transpose takes an accumulator, got use {src.use.short}", loc,
                            rule=f"{rule}: Matrix has Use MatrixAccumulatorKHR",
+                           hint="transpose an accumulator (pycoop.nv.convert it first)",
                            rule_id="nv.transpose-use")
     if dst.use != Use.B or dst.shape != (src.cols, src.rows) or dst.scope != src.scope \
             or dst.component != src.component:
         raise CompileError(f"the transpose of {src} is a UseB {src.cols}x{src.rows} matrix, not {dst}",
                            loc, rule=f"{rule}: Result is MatrixBKHR with Rows and Columns swapped",
+                           hint="leave `to` out: the result type follows from the matrix",
                            rule_id="nv.transpose-shape")
     return [dst]
 
@@ -281,6 +298,12 @@ def transpose(mat: Value, to: CoopMatType | None = None) -> Value:
     loc = current_loc()
     t = _mat(mat, "the transposed value", loc)
     to = to or t.with_(rows=t.cols, cols=t.rows, use=Use.B)
+    if not isinstance(to, CoopMatType):
+        raise CompileError(f"the transpose of {t} is a matrix type, not {to!r}", loc,
+                           rule=f"{CM2}: OpCooperativeMatrixTransposeNV: Result is MatrixBKHR with "
+                                "Rows and Columns swapped",
+                           hint="leave `to` out: the result type follows from the matrix",
+                           rule_id="nv.transpose-shape")
     return emit1("nv.transpose", [mat], {"type": to}, loc)
 
 

@@ -21,10 +21,10 @@ from ...errors import CompileError, EmulatorError, Loc, current_loc
 from ...ir.builder import emit, emit1, trace_function
 from ...ir.core import Value
 from ...types import (CLAMP_MODES, ArrayType, BufferType, CoopMatType, PointerType, ScalarType,
-                      SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, u8, u16, u32,
+                      SharedArrayType, StorageClass, TensorLayoutType, TensorViewType, i32, u8, u16, u32,
                       Layout, VectorType, alignment)
 from .. import core
-from ..core import TYPE_METHODS, as_value, constant_value
+from ..core import TYPE_METHODS, as_value, constant_value, default_type
 from ...ir.registry import define, emulation, lowering
 from . import addressing as A
 from . import decode_vector as DV
@@ -36,9 +36,10 @@ TA_CAPS = ("TensorAddressingNV",)
 
 
 def _dims(n, what: str, loc: Loc) -> int:
-    if isinstance(n, Value) or not isinstance(n, numbers.Integral) or not 1 <= n <= 5:
+    if isinstance(n, (Value, bool)) or not isinstance(n, numbers.Integral) or not 1 <= n <= 5:
         raise CompileError(f"{what} must be a compile-time int from 1 to 5, got {n!r}", loc,
                            rule=f"{SPEC}: 'Dim' must be greater than zero and at most 5",
+                           hint="pass the number of dimensions as a Python int",
                            rule_id="nv.dim-range")
     return int(n)
 
@@ -47,12 +48,18 @@ def _u32s(values, n: int, what: str, loc: Loc, rule: str) -> list[Value]:
     values = list(values)
     if len(values) != n:
         raise CompileError(f"{what} takes {n} values here, got {len(values)}", loc, rule=rule,
+                           hint=f"pass {n} values",
                            rule_id="nv.operand-count")
     out = []
     for v in values:
-        v = as_value(v, u32)
-        if not (isinstance(v.type, ScalarType) and v.type.is_int and v.type.bits == 32):
-            raise CompileError(f"{what} operands must be 32-bit integers, got {v.type}", loc, rule=rule,
+        if isinstance(v, (float, np.floating, bool, np.bool_)):
+            t = default_type(v)             # refused as the f32 or bool it would be, even 16.0
+        else:
+            v = as_value(v, u32)
+            t = v.type
+        if not (isinstance(t, ScalarType) and t.is_int and t.bits == 32):
+            raise CompileError(f"{what} operands must be 32-bit integers, got {t}", loc, rule=rule,
+                               hint="pass Python ints or 32-bit integer values (pycoop.i32(x))",
                                rule_id="nv.operand-type")
         out.append(v)
     return out
@@ -134,7 +141,10 @@ def _layout_stride(l: Value, *strides) -> Value:
 
 
 def _layout_slice(l: Value, *offsets_spans) -> Value:
-    """slice(off0, span0, off1, span1, ...): offsets add to the current offset."""
+    """slice(off0, span0, off1, span1, ...): offsets add to the current offset. A negative
+    Python int offset (before the tensor: clamped, or clipped) is an i32 constant."""
+    offsets_spans = [as_value(v, i32) if i % 2 == 0 and isinstance(v, numbers.Integral)
+                     and not isinstance(v, bool) and v < 0 else v for i, v in enumerate(offsets_spans)]
     return _state("nv.layout_slice", l, offsets_spans, "slice()", 2 * l.type.dim,
                   f"{SPEC}: OpTensorLayoutSliceNV takes 2*Dim operands (offset, span per dimension)")
 
@@ -161,13 +171,16 @@ def _layout_clamp_value(l: Value, value) -> Value:
             raise CompileError(f"the clamp value must be a scalar of at most 32 bits, got {t}", loc,
                                rule="SPV_NV_tensor_addressing: the clamp Value must be a scalar 32-bit "
                                     "integer type",
+                               hint="pass a Python number or a scalar of 32 bits or fewer",
                                rule_id="nv.clamp-value")
         if t.is_float:
             value = core.bitcast(value, {8: u8, 16: u16, 32: u32}[t.bits])
         if value.type != u32:
             value = core.cast(value, u32)
-    elif isinstance(value, float):
+    elif isinstance(value, (float, np.floating)):
         value = int(np.float32(value).view(np.uint32))
+    elif isinstance(value, numbers.Integral) and -2**31 <= value < 0:
+        value = int(value) & 0xFFFFFFFF     # the 32-bit pattern of a negative int
     return emit1("nv.layout_clamp_value", [l, as_value(value, u32)], {}, loc)
 
 
@@ -187,15 +200,20 @@ def tensor_view(dim: int, has_dimensions: bool = False, permutation=None) -> Val
     if len(perm) != d:
         raise CompileError(f"a {d}-dimensional view needs {d} permutation values, got {len(perm)}", loc,
                            rule=f"{SPEC}: OpTypeTensorViewNV has exactly Dim permutation operands",
+                           hint=f"give one permutation value per dimension ({d})",
                            rule_id="nv.view-permutation-count")
-    if any(not isinstance(p, numbers.Integral) for p in perm) or sorted(perm) != list(range(d)):
+    # bools are ints to Python, not to SPIR-V: True would be emitted as OpConstantTrue
+    if any(not isinstance(p, numbers.Integral) or isinstance(p, bool) for p in perm) \
+            or sorted(perm) != list(range(d)):
         raise CompileError(f"{list(perm)} is not a permutation of 0..{d - 1}", loc,
                            rule=f"{SPEC}: the permutation values must form a valid permutation",
+                           hint=f"give each of the Python ints 0..{d - 1} once",
                            rule_id="nv.view-permutation")
     if not isinstance(has_dimensions, bool):
         raise CompileError("has_dimensions must be a compile-time bool", loc,
                            rule="SPV_NV_tensor_addressing: HasDimensions must be a constant instruction "
                                 "with scalar Boolean type",
+                           hint="pass has_dimensions=True or False",
                            rule_id="nv.view-has-dimensions")
     return emit1("nv.create_view", [], {"type": TensorViewType(d, has_dimensions, perm)}, loc)
 
@@ -326,6 +344,7 @@ def _check_tensor_mem(mem, loc, what):
                            f"{getattr(mem, 'type', type(mem).__name__)}", loc,
                            rule=f"{CM2}: 'Pointer' points into StorageBuffer, PhysicalStorageBuffer "
                                 "or Workgroup memory",
+                           hint="pass a Buffer[...] parameter or a pycoop.shared(...) array",
                            rule_id="nv.tensor-pointer")
     if isinstance(mem.type.elem, VectorType):
         raise CompileError(f"{what} through an array of {mem.type.elem}", loc,
@@ -444,15 +463,18 @@ def _infer_load_tensor(operands, attrs, regions, loc):
     if not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"load_tensor needs a tensor layout, got {layout.type}", loc,
                            rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           hint="pass a layout (pycoop.nv.tensor_layout(...)); a view goes in view=",
                            rule_id="nv.layout-operand")
     if obj.type != t:
         raise CompileError(f"the object operand is {obj.type}, the result is {t}", loc,
                            rule=f"{CM2}: Object's type must match Result Type",
+                           hint="give object the result type (MatT.fill(v))",
                            rule_id="nv.object-type")
     if attrs.get("view") and not isinstance(operands[3].type, TensorViewType):
         raise CompileError(f"view must be a tensor view, got {operands[3].type}", loc,
                            rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
                                 "view type",
+                           hint="pass a view made by pycoop.nv.tensor_view(...)",
                            rule_id="nv.view-operand")
     if attrs.get("decode") is None and isinstance(mem.type.elem, ScalarType) \
             and mem.type.elem.size != t.component.size:
@@ -465,6 +487,7 @@ def _infer_load_tensor(operands, attrs, regions, loc):
     if attrs.get("decode") is None and not isinstance(mem.type.elem, ScalarType):
         raise CompileError(f"a buffer of {mem.type.elem} blocks needs a decode function", loc,
                            rule=f"{CM2}: without DecodeFunc, elements are read as the component type",
+                           hint="pass decode=fn(block_ptr, block_coord, coord_in_block)",
                            rule_id="nv.decode-needed")
     if attrs.get("decode") is not None:
         check_untangled(attrs["decode"], "decode function", loc)
@@ -473,6 +496,7 @@ def _infer_load_tensor(operands, attrs, regions, loc):
         if attrs.get("decode") is None:
             raise CompileError("decode_vector needs a scalar decode function too", loc,
                                rule=f"{DV.SPEC}: DecodeFunc must also be present",
+                               hint="pass decode=f as well: the implementation may call either",
                                rule_id="nv.decode-vector-needs-decode")
         v = DV.check_vector_function(attrs["decode_vector"], t, layout.type.dim, loc)
         DV.check_static_block_size(layout, v, loc)
@@ -489,14 +513,17 @@ def _infer_store_tensor(operands, attrs, regions, loc):
         raise CompileError(f"store_tensor stores a cooperative matrix, got {mat.type}", loc,
                            rule="SPV_NV_cooperative_matrix2: Object's type must be an "
                                 "OpTypeCooperativeMatrixKHR",
+                           hint="pass the matrix value to store",
                            rule_id="nv.store-object")
     if not isinstance(layout.type, TensorLayoutType):
         raise CompileError(f"store_tensor needs a tensor layout, got {layout.type}", loc,
                            rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           hint="pass a layout (pycoop.nv.tensor_layout(...)); a view goes in view=",
                            rule_id="nv.layout-operand")
     if isinstance(mem.type, BufferType) and mem.type.access == "read":
         raise CompileError("cannot store into a read-only buffer", loc,
                            rule="SPIR-V: NonWritable memory (a ReadBuffer) is not stored to",
+                           hint="annotate the parameter pycoop.Buffer[...] to store into it",
                            rule_id="nv.read-only-store")
     if not isinstance(mem.type.elem, ScalarType) or mem.type.elem.size != mat.type.component.size:
         raise CompileError(f"cannot store {mat.type.component} elements into an array of "
@@ -509,7 +536,8 @@ def _infer_store_tensor(operands, attrs, regions, loc):
         if c is not None and c != 1:
             rule, hint = _FAULT_RULES[A.Outcome.FAULT_STORE_BLOCK_SIZE]
             raise CompileError(f"store_tensor through a layout whose block size in dimension {i} is {c}",
-                               loc, rule=rule, hint=hint, rule_id=RULE_IDS[A.Outcome.FAULT_STORE_BLOCK_SIZE])
+                               loc, rule=rule, hint=hint,
+                               rule_id=RULE_IDS[A.Outcome.FAULT_STORE_BLOCK_SIZE])
     view = operands[3] if attrs.get("view") else None
     _check_view_dim(layout, view, loc)
     _check_constant_access("store_tensor", layout, view, mat.type, True, loc)
@@ -551,11 +579,13 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
                            "is missing", loc,
                            rule="SPV_NV_cooperative_matrix_decode_vector: DecodeVectorFunc's first "
                                 "parameter points to the block it decodes",
+                           hint="pass decode_vector= as well, or drop decode_vector_block=",
                            rule_id="nv.decode-vector-block")
     if not isinstance(mat_type, CoopMatType):
         raise CompileError(f"load_tensor needs a coopmat type, got {mat_type!r}", loc,
                            rule="SPV_NV_cooperative_matrix2: Result Type of "
                                 "OpCooperativeMatrixLoadTensorNV must be a cooperative matrix type",
+                           hint="pass the matrix type, e.g. pycoop.coopmat[f16, scope, m, n, pycoop.UseA]",
                            rule_id="nv.load-result-type")
     _check_tensor_mem(mem, loc, "load_tensor")
     if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
@@ -563,6 +593,12 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
                            loc, rule=f"{CM2}: TensorLayout must have a tensor layout type",
                            hint="a view goes in view=, the layout is required",
                            rule_id="nv.layout-operand")
+    if object is not None and not isinstance(object, Value):
+        raise CompileError(f"the object operand must be a {mat_type} value, got "
+                           f"{type(object).__name__}", loc,
+                           rule=f"{CM2}: Object's type must match Result Type",
+                           hint=f"pass a matrix, e.g. object={mat_type}.fill(v)",
+                           rule_id="nv.object-type")
     obj = object if object is not None else emit1("nv.null", [], {"type": mat_type}, loc)
     operands = [mem, obj, layout]
     attrs = {"type": mat_type, "view": view is not None, "decode": None}
@@ -571,6 +607,7 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
             raise CompileError(f"view must be a tensor view, got {getattr(view, 'type', view)!r}", loc,
                                rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
                                     "view type",
+                               hint="pass a view made by pycoop.nv.tensor_view(...)",
                                rule_id="nv.view-operand")
         operands.append(view)
     if decode is not None:
@@ -578,6 +615,7 @@ def load_tensor(mem: Value, layout: Value, mat_type: CoopMatType, *, view: Value
             raise CompileError("decode functions read PhysicalStorageBuffer memory, not shared arrays",
                                loc, rule=f"{CM2}: DecodeFunc's first parameter is a "
                                          "PhysicalStorageBuffer pointer",
+                               hint="decode from a Buffer[...] parameter (a PhysicalStorageBuffer pointer)",
                                rule_id="nv.decode-shared-memory")
         d = layout.type.dim
         coord = ArrayType(u32, d)
@@ -602,21 +640,30 @@ def store_tensor(mem: Value, layout: Value, mat: Value, *, view: Value | None = 
         raise CompileError("store_tensor takes no decode_vector function", loc,
                            rule=f"{DV.SPEC}: DecodeVectorFunc is not allowed on "
                                 "OpCooperativeMatrixStoreTensorNV",
+                           hint="drop decode_vector=: stores encode nothing",
                            rule_id="nv.store-no-decode-vector")
     if decode is not None:
         raise CompileError("store_tensor takes no decode function", loc,
                            rule=f"{CM2}: DecodeFunc is not allowed on OpCooperativeMatrixStoreTensorNV",
+                           hint="drop decode=: stores encode nothing",
                            rule_id="nv.store-no-decode")
     _check_tensor_mem(mem, loc, "store_tensor")
+    if not isinstance(mat, Value):
+        raise CompileError(f"store_tensor stores a cooperative matrix, got {type(mat).__name__}", loc,
+                           rule="SPV_NV_cooperative_matrix2: Object's type must be an "
+                                "OpTypeCooperativeMatrixKHR",
+                           hint="pass the matrix value to store", rule_id="nv.store-object")
     if not isinstance(layout, Value) or not isinstance(layout.type, TensorLayoutType):
         raise CompileError("store_tensor needs a tensor layout", loc,
                            rule=f"{CM2}: TensorLayout must have a tensor layout type",
+                           hint="pass a layout (pycoop.nv.tensor_layout(...)); a view goes in view=",
                            rule_id="nv.layout-operand")
     operands = [mem, mat, layout] + ([view] if view is not None else [])
     if view is not None and not (isinstance(view, Value) and isinstance(view.type, TensorViewType)):
         raise CompileError("view must be a tensor view", loc,
                            rule="SPV_NV_cooperative_matrix2: the TensorView operand must have a tensor "
                                 "view type",
+                           hint="pass a view made by pycoop.nv.tensor_view(...)",
                            rule_id="nv.view-operand")
     emit("nv.store_tensor", operands, {"view": view is not None}, None, loc)
 
@@ -648,6 +695,7 @@ def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
         raise EmulatorError(str(e), op.loc,
                             rule="SPV_NV_cooperative_matrix2: matrixCoordToTensorElementWithView (a view "
                                  "without dimensions uses the layout span)",
+                            hint="create the view with has_dimensions=True and set its dimensions",
                             rule_id="nv.view-dim-without-dimensions") from None
     active = ctx.scope_active(t.scope, op)
     fault = plan.fault if active is None else plan.fault & active[..., None, None]
@@ -656,7 +704,8 @@ def _plan(ctx, op, layout, view, t: CoopMatType, store: bool):
             plan.check()
         except A.TensorAddressingError as e:
             rule, hint = _FAULT_RULES[e.outcome]
-            raise EmulatorError(str(e), op.loc, rule=rule, hint=hint, rule_id=RULE_IDS[e.outcome]) from None
+            raise EmulatorError(str(e), op.loc, rule=rule, hint=hint,
+            rule_id=RULE_IDS[e.outcome]) from None
     return plan, active
 
 
@@ -728,6 +777,7 @@ def _emu_store_tensor(ctx, op, mem, mat, layout, *rest):
         if (ei >= memory.data.shape[0]).any():
             raise EmulatorError(f"store_tensor writes past the end of {memory._describe()}", op.loc,
                                 rule="Vulkan: accesses outside the bound buffer are undefined",
+                                hint="give the layout the buffer's dimensions (or a larger buffer)",
                                 rule_id="nv.buffer-extent")
         vals = np.broadcast_to(mat, plan.shape)[where].reshape(-1)
         check_write_race(op, ei, vals, "store_tensor")

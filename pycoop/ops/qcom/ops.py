@@ -166,6 +166,7 @@ def bitcast_array(arr: Value, elem_type) -> Value:
         raise CompileError(f"bitcast_array takes a scalar or array type, got {elem_type!r}", loc,
                            rule="SPV_QCOM_cooperative_matrix_conversion: OpBitCastArrayQCOM's Result Type "
                                 "is an OpTypeArray",
+                           hint="pass a scalar type (pycoop.u32) or pycoop.array(T, n)",
                            rule_id="qcom.bitcast-result")
     return emit1("qcom.bitcast_array", [arr], {"type": res}, loc)
 
@@ -205,6 +206,7 @@ def _check_subgroup(ctx, op) -> int:
     if not conversion._is_pow2(d.sgs):
         raise EmulatorError(f"the subgroup size {d.sgs} is not a power of two", op.loc,
                             rule=f"{SPEC}: SubgroupSize must be a power of 2 (undefined otherwise)",
+                            hint="launch with a power-of-two subgroup_size",
                             rule_id="qcom.subgroup-size")
     return d.sgs
 
@@ -316,6 +318,7 @@ def extract(mat: Value, elem_type=None) -> Value:
         raise CompileError(f"extract takes a scalar or array element type, got {elem_type!r}", loc,
                            rule="SPV_QCOM_cooperative_matrix_conversion: OpCompositeExtractCoopMatQCOM's "
                                 "Result Type is an OpTypeArray",
+                           hint="pass a scalar type (pycoop.u32 for the packed form) or leave T out",
                            rule_id="qcom.extract-result")
     return emit1("qcom.extract", [mat], {"type": res, "subgroup_size": tracer().subgroup_size}, loc)
 
@@ -330,6 +333,7 @@ def _infer_subarray(operands, attrs, regions, loc):
     if st is None:
         raise CompileError(f"Start Index must be a 32-bit integer scalar, got {start.type}", loc,
                            rule=f"{SPEC}: OpExtractSubArrayQCOM [subarray-start-type]",
+                           hint="pass a Python int or an i32/u32 value",
                            rule_id="qcom.subarray-start-type")
     c = _const_value(start)
     _raise(conversion.static_checks("extract_subarray", array_dtype=_dtype(src.elem), array_length=src.length,
@@ -373,8 +377,12 @@ def extract_subarray(arr: Value, start, length) -> Value:
             or length <= 0:
         raise CompileError(f"the sub-array length must be a positive compile-time int, got {length!r}", loc,
                            rule=f"{SPEC}: OpExtractSubArrayQCOM: the result is an OpTypeArray of fixed length",
+                           hint="pass a positive Python int",
                            rule_id="qcom.subarray-length")
-    if isinstance(start, numbers.Integral) and not isinstance(start, bool):
+    if isinstance(start, (float, np.floating, bool, np.bool_)):      # even 8.0, as an index
+        _raise([f"[subarray-start-type] Start Index must be a 32-bit integer, not the Python "
+                f"{type(start).__name__} {start!r}"], "extract_subarray", loc)
+    if isinstance(start, numbers.Integral):
         if not -2**31 <= int(start) < 2**31:
             _raise([f"[subarray-range] Start Index {start} does not fit a 32-bit int"], "extract_subarray", loc)
     start = as_value(start, i32)
