@@ -366,6 +366,9 @@ VECTOR_SIZES = (2, 3, 4, 8, 16)       # components a vector may have
 
 
 def vec(elem: ScalarType, count: int) -> VectorType:
+    if not isinstance(elem, ScalarType):
+        raise TypeError(f"vector components are a scalar type (bool, an integer or a float "
+                        f"type), got {elem!r}")
     if count not in VECTOR_SIZES:
         raise TypeError(f"vector size must be 2, 3, 4, 8 or 16, got {count}")
     return VectorType(elem, count)

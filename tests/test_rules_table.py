@@ -17,7 +17,7 @@ DOC = ROOT / "docs" / "rules.md"
 # Where every rule must carry an id (a package or file, relative to the repository root).
 ID_REQUIRED = ("pycoop",)
 # Where every error must also say what to do (hint=): the ops and what runs them.
-HINT_REQUIRED = ("pycoop/ops", "pycoop/ir", "pycoop/codegen", "pycoop/emulator")
+HINT_REQUIRED = ("pycoop/frontend", "pycoop/ops", "pycoop/ir", "pycoop/codegen", "pycoop/emulator")
 CHECKED = {"compile time", "emulator", "checked launch", "spirv-val", "by construction"}
 ERRORS = ("CompileError", "EmulatorError", "KernelFault")
 CHECKLIST_CANDIDATES = [ROOT.parent / "shared", ROOT.parent.parent / "shared", Path("/work/shared")]

@@ -499,7 +499,10 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
             else:
                 raise CompileError(f"a variable holding {a!r} is reassigned inside a runtime loop", loc,
                                    rule="only numbers and pycoop values can be carried through "
-                                        "a loop with a runtime bound", rule_id="control.loop-carried-value")
+                                        "a loop with a runtime bound",
+                                   hint="keep the Python object out of the loop, or carry numbers "
+                                        "or pycoop values (lists of them keep their length)",
+                                   rule_id="control.loop-carried-value")
         same = {i for k, i in enumerate(carried)
                 if i in passed and out_leaves[i] is body_blk.args[len(extra) + k]}
         if changed or same:
@@ -518,7 +521,10 @@ def _runtime_loop(vals: tuple, loc: Loc, make_cond: Callable, run_body: Callable
                         raise CompileError("a loop-carried variable has no value at the end of the "
                                            "loop body", loc,
                                            rule="SPIR-V: a loop-carried variable (an OpPhi) has a value on "
-                                                "every back edge", rule_id="control.loop-carried-undefined")
+                                                "every back edge",
+                                           hint="assign it on every path through the loop body "
+                                                "(also before a `continue`)",
+                                           rule_id="control.loop-carried-undefined")
                     v = as_value(v, want)
                 if v.type != want:
                     raise CompileError(f"a loop-carried variable changes type from {want} to {v.type}",
@@ -814,14 +820,20 @@ def kernel_range(*args, unroll: bool | int | None = None):
                             "@pycoop.func", rule_id="control.range-in-for")
 
 
-# Python's rules for range() that kernel loops keep, by rule id
-_RANGE_RULES = {"control.range-arity": "Python: range() takes 1 to 3 arguments",
-                "control.range-integer-bounds": "Python: range() takes integer bounds",
-                "control.range-step-zero": "Python: range() arg 3 must not be zero"}
+# Python's rules for range() that kernel loops keep, by rule id: (rule, hint)
+_RANGE_RULES = {"control.range-arity": ("Python: range() takes 1 to 3 arguments",
+                                        "range(stop), range(start, stop) or "
+                                        "range(start, stop, step)"),
+                "control.range-integer-bounds": ("Python: range() takes integer bounds",
+                                                 "convert the bound, e.g. range(u32(n)) or "
+                                                 "range(int(x))"),
+                "control.range-step-zero": ("Python: range() arg 3 must not be zero",
+                                            "step by a nonzero amount")}
 
 
 def _range_error(message: str, loc, rule_id: str) -> CompileError:
-    return CompileError(message, loc, rule=_RANGE_RULES[rule_id], rule_id=rule_id)
+    rule, hint = _RANGE_RULES[rule_id]
+    return CompileError(message, loc, rule=rule, hint=hint, rule_id=rule_id)
 
 
 def _python_range(args: tuple, loc) -> range:
@@ -860,7 +872,8 @@ def _kernel_range(args: tuple, kwargs: dict, loc: Loc) -> tuple[tuple, dict]:
         raise CompileError(f"pycoop.range(unroll={unroll!r}): expected True, False, None or an "
                            "integer > 1", loc,
                            rule="SPIR-V: LoopControl Unroll, DontUnroll or PartialCount with a count > 1",
-                           rule_id="control.unroll-value")
+                           hint="unroll=True (all), False (none), None (the driver decides) or "
+                                "a count such as 4", rule_id="control.unroll-value")
     if not any(isinstance(a, Value) for a in args):
         for a in args:
             if not isinstance(a, numbers.Integral) or isinstance(a, bool):

@@ -166,6 +166,7 @@ def _trace(fn, param_types: list[Type], role: str, loc: Loc, result_type: Type |
                            f"({', '.join(map(str, param_types))})", loc,
                            rule="SPV_NV_cooperative_matrix2: the function has one parameter per operand it "
                                 "is called with",
+                           hint=f"define it with {len(param_types)} parameters",
                            rule_id="nv.callback-arity")
     params = [Value(pt, name=f"p{i}") for i, pt in enumerate(param_types)]
     body = Block(list(params))
@@ -179,7 +180,8 @@ def _trace(fn, param_types: list[Type], role: str, loc: Loc, result_type: Type |
                 raise CompileError(f"the {role} returned {out!r}, not a value", loc,
                                    rule="SPV_NV_cooperative_matrix2: the function's return type must match "
                                         "the matrix component type",
-                                   rule_id="nv.callback-return-type") from None
+                                   hint="return a value computed from the parameters, e.g. "
+                                        "f16(x)", rule_id="nv.callback-return-type") from None
         if result_type is not None and out.type != result_type:
             raise CompileError(f"the {role} returns {out.type}, expected {result_type}", loc,
                                hint=f"convert the result, e.g. {result_type}(x)",

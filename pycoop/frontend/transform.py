@@ -814,7 +814,9 @@ def transform(fn: types.FunctionType, *, returns_value: bool = True) -> types.Fu
         raise CompileError(f"{fn.__qualname__} is not a plain function definition",
                            Loc(file, fdef.lineno, fdef.col_offset + 1),
                            rule="pycoop: a kernel or @pycoop.func is a plain `def` (its source is "
-                                "transformed)", rule_id="frontend.plain-def")
+                                "transformed)",
+                           hint="decorate a `def` statement (not a lambda, an async def or a "
+                                "callable object)", rule_id="frontend.plain-def")
     fdef.decorator_list = []
     _check_statements(fdef, file)
     _check_walrus(fdef, file)

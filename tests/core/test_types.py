@@ -91,6 +91,10 @@ def test_vector_and_array_reprs_and_sizes():
     assert pycoop.vec(u8, 16).size == 16
     with pytest.raises(TypeError, match="vector size"):
         pycoop.vec(f32, 5)
+    for elem in (pycoop.coopmat[f32, pycoop.Subgroup, 16, 16, pycoop.Accumulator],
+                 pycoop.vec(f32, 4), "f32"):
+        with pytest.raises(TypeError, match="vector components are a scalar type"):
+            pycoop.vec(elem, 2)
 
 
 def test_std430_vec3_aligns_like_vec4_but_scalar_layout_does_not():
