@@ -578,3 +578,19 @@ def test_unroll_counts_need_spirv_1_4_which_opencl_modules_are_not():
     assert e.value.rule_id == "control.partial-count-version"
     for unroll in (True, False, None):
         check_spv(k.compile(unroll=unroll))
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(width="16", height=8), "width must be an int, got '16'"),
+    (dict(width=16, height=8, count=-1), r"\[block-operand\] Block Count must be a positive"),
+    (dict(width=3, height=8), r"\[block-width-multiple\] Block Width must be a multiple of 2"),
+    (dict(width=16, height=0), r"\[block-operand\] Block Height"),
+    (dict(width=16, height=8, subgroup_size=12), "subgroup_size must be a power of two"),
+    (dict(width=16, height=8, elem_size=4, transform=True), r"\[transform-element-size\]"),
+    (dict(width=16, height=8, transform=True, transpose=True), "transformed or transposed"),
+])
+def test_block_length_refuses_shapes_the_extension_leaves_undefined(kw, message):
+    """The plain-Python helper names the rule (it returned lengths for width 3 or height 0,
+    and raised NumPy's or Python's own errors for a string or a negative count)."""
+    with pytest.raises(ValueError, match="block_length: .*" + message):
+        intel.block_length(**kw)

@@ -409,8 +409,23 @@ def block_store(base: Value, value: Value, *, width: int, height: int, memory_wi
 
 def block_length(*, width: int, height: int, count: int = 1, elem_size: int = 2, transform: bool = False,
                  transpose: bool = False, subgroup_size: int = INTEL_SUBGROUP_SIZE) -> int:
-    """Length of each invocation's array for a block shape (plain Python; usable anywhere)."""
+    """Length of each invocation's array for a block shape (plain Python; usable anywhere).
+    A shape the extension leaves undefined is a ValueError naming its rule, as a kernel's
+    block op would be a CompileError."""
+    ints = {"width": width, "height": height, "count": count, "elem_size": elem_size,
+            "subgroup_size": subgroup_size}
+    for name, v in ints.items():
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"block_length: {name} must be an int, got {v!r}")
+    if transform and transpose:
+        raise ValueError("block_length: a block load is transformed or transposed, not both")
+    if subgroup_size < 1 or subgroup_size & (subgroup_size - 1):
+        raise ValueError(f"block_length: subgroup_size must be a power of two, got "
+                         f"{subgroup_size}")
     mode = "load_transform" if transform else "load_transpose" if transpose else "load"
+    errors = blockio.static_checks(elem_size, width, height, count, mode)
+    if errors:
+        raise ValueError(f"block_length: {'; '.join(errors)} ({SPEC})")
     return dest_length(elem_size, width, height, count, subgroup_size, mode)
 
 
