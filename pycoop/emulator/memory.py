@@ -191,7 +191,9 @@ class Memory:
             f"invocation {int(writer[w, i]) % wgs} of the same workgroup stored with no "
             "pc.barrier(memory='device') between them (pc.barrier() orders shared memory, "
             "not buffers): the load may see the old value or the new one"),
-            rule_id="emulator.buffer-race")
+            rule_id="emulator.buffer-race",
+            hint="put pc.barrier(memory='device') between the store and the load, or share "
+                 "the value through a pc.shared array (pc.barrier() orders those)")
         if ctx.mask is not None:
             e, who = e[ctx.mask], who[ctx.mask]
         cur, R = ctx.barrier_epoch, ctx.dispatch.nwg * wgs + 1     # R > any invocation index
@@ -231,8 +233,9 @@ class Memory:
                     f"which invocation {int(other[k]) % wgs} of the same workgroup {what}",
                     op.loc, rule="reported by the pycoop emulator",
                     hint="order the two accesses with a barrier (pc.barrier(memory='device') "
-                         "after a store), or let one invocation update the element (pc.atomic "
-                         "ops for a counter or a sum)", rule_id="emulator.buffer-race")
+                         "after a store), let one invocation update the element (pc.atomic "
+                         "ops for a counter or a sum), or share values through a pc.shared "
+                         "array", rule_id="emulator.buffer-race")
 
     def _check_unordered_read(self, ctx, op, flat) -> None:
         shape = ctx.dispatch.shape
