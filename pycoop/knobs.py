@@ -56,15 +56,38 @@ def cache_max_bytes() -> int:
     return int(mb * 2**20)
 
 
+_ON, _OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
+
+
+def _switch(name: str, default: bool, meaning: str) -> bool:
+    """An on/off setting: 1/on/true/yes or 0/off/false/no in any case, empty for `default`;
+    anything else raises SettingError (`meaning`: what on does)."""
+    v = os.environ.get(name, "").strip().lower()
+    if v == "":
+        return default
+    if v not in _ON + _OFF:
+        raise SettingError(f"{name}={os.environ[name]!r}: expected 1 ({meaning}) or 0 (also "
+                           f"on/off, true/false, yes/no)")
+    return v in _ON
+
+
 def show_internal_frames() -> bool:
-    """PYCOOP_TRACEBACK=1: keep pycoop's own frames in the tracebacks of pycoop's errors."""
-    return os.environ.get("PYCOOP_TRACEBACK", "") not in ("", "0")
+    """PYCOOP_TRACEBACK=1: keep pycoop's own frames in the tracebacks of pycoop's errors. Read
+    while an error is being raised, so it never raises itself: any value but empty, 0, off,
+    false or no is on (a SettingError there would hide the error being shown)."""
+    return os.environ.get("PYCOOP_TRACEBACK", "").strip().lower() not in ("",) + _OFF
 
 
 def emulator_memo() -> bool:
     """PYCOOP_EMULATOR_MEMO=0: the emulator recomputes everything at every launch instead of
     reusing what depends only on the launch's configuration (see pycoop.emulator.memo)."""
-    return os.environ.get("PYCOOP_EMULATOR_MEMO", "1").strip().lower() not in ("0", "off")
+    return _switch("PYCOOP_EMULATOR_MEMO", True, "reuse what depends only on the configuration")
+
+
+def vk_validation() -> bool:
+    """PYCOOP_VK_VALIDATION=1: Vulkan instances enable the Khronos validation layer where it
+    is installed."""
+    return _switch("PYCOOP_VK_VALIDATION", False, "the Khronos validation layer")
 
 
 def emulator_max_iterations() -> int:
@@ -116,7 +139,7 @@ def check_decode_vector_enabled() -> bool:
     used, and reports any element where they disagree."""
     if _check_decode_vector_override:
         return _check_decode_vector_override[-1]
-    return os.environ.get("PYCOOP_CHECK_DECODE_VECTOR", "") not in ("", "0")
+    return _switch("PYCOOP_CHECK_DECODE_VECTOR", False, "compare decode and decode_vector")
 
 
 class check_decode_vector:
@@ -159,10 +182,7 @@ def checked() -> bool:
     """PYCOOP_CHECKED=0: Vulkan launches run the unchecked kernel by default (production,
     benchmarks); default 1: bounds-checked (see docs/gpu.md "Checked launches"). A launch's
     `checked=` argument overrides it."""
-    v = os.environ.get("PYCOOP_CHECKED", "1").strip().lower()
-    if v not in ("0", "1", "on", "off", "true", "false", ""):
-        raise SettingError(f"PYCOOP_CHECKED={v!r}: expected 1 (bounds-checked launches) or 0")
-    return v in ("1", "on", "true", "")
+    return _switch("PYCOOP_CHECKED", True, "bounds-checked launches")
 
 
 def torch_sync() -> str:

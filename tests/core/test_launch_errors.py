@@ -76,11 +76,18 @@ def test_an_empty_backend_name_is_refused_not_read_as_auto(call):
     ("PYCOOP_CACHE_MAX_MB", "nan", "a finite size"),        # was "cannot convert float NaN"
     ("PYCOOP_CACHE_MAX_MB", "inf", "a finite size"),
     ("PYCOOP_VK_TRANSFER", "bogus", "auto, direct or staged"),
+    ("PYCOOP_EMULATOR_MEMO", "nope", "1"),                  # was on (anything but 0/off)
+    ("PYCOOP_VK_VALIDATION", "maybe", "1"),                 # was off (anything but "1")
+    ("PYCOOP_CHECK_DECODE_VECTOR", "sometimes", "1"),
+    ("PYCOOP_CHECKED", "2", "1"),
 ])
 def test_settings_refuse_a_value_naming_the_variable(monkeypatch, var, value, takes):
     from pycoop import knobs
     read = {"PYCOOP_SUBGROUP_SIZE": knobs.subgroup_size, "PYCOOP_CACHE_MAX_MB": knobs.cache_max_bytes,
-            "PYCOOP_VK_TRANSFER": knobs.vk_transfer}[var]
+            "PYCOOP_VK_TRANSFER": knobs.vk_transfer, "PYCOOP_EMULATOR_MEMO": knobs.emulator_memo,
+            "PYCOOP_VK_VALIDATION": knobs.vk_validation,
+            "PYCOOP_CHECK_DECODE_VECTOR": knobs.check_decode_vector_enabled,
+            "PYCOOP_CHECKED": knobs.checked}[var]
     monkeypatch.setenv(var, value)
     with pytest.raises(knobs.SettingError, match=f"{var}='{value}': expected {takes}"):
         read()
@@ -98,6 +105,19 @@ def test_settings_read_empty_as_the_default_and_ignore_case(monkeypatch):
     monkeypatch.setenv("PYCOOP_VK_TRANSFER", "Staged")
     monkeypatch.setenv("PYCOOP_SUBGROUP_SIZE", " 16 ")
     assert knobs.vk_transfer() == "staged" and knobs.subgroup_size() == 16
+    for on, off in (("ON", "Off"), ("True", "FALSE"), ("yes", "No"), ("1", "0")):
+        monkeypatch.setenv("PYCOOP_VK_VALIDATION", on)
+        monkeypatch.setenv("PYCOOP_EMULATOR_MEMO", off)
+        assert knobs.vk_validation() and not knobs.emulator_memo()
+
+
+def test_the_traceback_setting_never_raises(monkeypatch):
+    """PYCOOP_TRACEBACK is read while an error is shown: a word it does not know turns it on
+    rather than raising over the error."""
+    from pycoop import knobs
+    for value, on in (("", False), ("0", False), ("off", False), ("1", True), ("full", True)):
+        monkeypatch.setenv("PYCOOP_TRACEBACK", value)
+        assert knobs.show_internal_frames() is on
 
 
 def test_use_backend_context_nests_and_restores(monkeypatch):

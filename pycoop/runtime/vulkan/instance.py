@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ... import knobs
 from .errors import VulkanUnavailable, check
 from .ext import API_VERSION_1_3, ffi, lib, vk
 
@@ -35,7 +36,7 @@ class Instance:
 
     def __init__(self) -> None:
         self._keep: list[Any] = []
-        layers = [VALIDATION_LAYER] if (os.environ.get("PYCOOP_VK_VALIDATION") == "1"
+        layers = [VALIDATION_LAYER] if (knobs.vk_validation()
                                         and VALIDATION_LAYER in _available_layers()) else []
         self.layers = layers
         app_name = ffi.new("char[]", b"pycoop")
