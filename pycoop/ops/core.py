@@ -141,6 +141,13 @@ class Undefined:
         return "<undefined>"
 
 
+def provable_ub(message: str, loc: Loc, rule: str, hint: str) -> CompileError:
+    """The error for undefined behaviour the trace proves (constant operands): what the
+    emulator would report in every invocation, raised at the line instead, under the
+    emulator's rule id (docs/rules.md: compile time, emulator)."""
+    return CompileError(message, loc, rule=rule, hint=hint, rule_id="emulator.undefined-behaviour")
+
+
 def note_python_ints(v: Value, where: str) -> None:
     """Remember that `v` holds Python ints merged by control flow (`where`), typed i32 as
     default_type types them: the user wrote no i32, so a type error on `v` says where it
@@ -435,20 +442,18 @@ def _check_constant_operands(kind: str, a: Value, b: Value, loc: Loc) -> None:
         if kind in ("div", "rem") and (d == 0 or (e.signed and d == -1 and x == e.min_max()[0])):
             sym = "//" if kind == "div" else "%"
             what = "by zero" if d == 0 else f"{x}, the least {e}, by -1"
-            raise CompileError(f"`{sym}` divides {what}{where}: the result is undefined", loc,
+            raise provable_ub(f"`{sym}` divides {what}{where}: the result is undefined", loc,
                                rule="SPIR-V: OpUDiv, OpSDiv, OpUMod and OpSRem are undefined if "
                                     "Operand 2 is 0 (the signed ones also for the minimum value by -1)",
-                               hint="guard the division, or divide by a value that cannot be 0",
-                               rule_id="emulator.undefined-behaviour")
+                               hint="guard the division, or divide by a value that cannot be 0")
         if kind in ("shl", "shr") and not 0 <= d < e.bits:
             sym = "<<" if kind == "shl" else ">>"
             by = "a negative amount" if d < 0 else "its width or more"
-            raise CompileError(f"`{sym} {d}` shifts a {e.bits}-bit integer by {by}{where}: the "
+            raise provable_ub(f"`{sym} {d}` shifts a {e.bits}-bit integer by {by}{where}: the "
                                f"result is undefined", loc,
                                rule="SPIR-V: the result of a shift is undefined if Shift is greater "
                                     "than or equal to the bit width of Base's components",
-                               hint=f"shift by 0 to {e.bits - 1} (a wider type holds more bits)",
-                               rule_id="emulator.undefined-behaviour")
+                               hint=f"shift by 0 to {e.bits - 1} (a wider type holds more bits)")
 
 
 def _constants(v: Value) -> list[int | None] | None:
@@ -1103,12 +1108,11 @@ def _infer_cast(operands, attrs, regions, loc):
         v = float(np.asarray(c, np.float64).astype(src.dtype))
         lo, hi = dst.min_max()
         if not (math.isfinite(v) and lo <= math.trunc(v) <= hi):
-            raise CompileError(f"converting the constant {v!r} to {dst}: the result is undefined",
+            raise provable_ub(f"converting the constant {v!r} to {dst}: the result is undefined",
                                loc, rule="SPIR-V: OpConvertFToS/OpConvertFToU are undefined when "
                                          "the value rounded toward zero does not fit the result "
                                          "type (NaN and infinities included)",
-                               hint=f"write a value from {lo} to {hi}, or convert to a wider type",
-                               rule_id="emulator.undefined-behaviour")
+                               hint=f"write a value from {lo} to {hi}, or convert to a wider type")
     return [dst]
 
 
@@ -1452,12 +1456,11 @@ def check_shared_index(mem: Value, idx: Value, loc: Loc) -> None:
     undefined behaviour in every invocation, reported at the line."""
     i = exact(idx) if isinstance(mem.type, SharedArrayType) else None
     if i is not None and not 0 <= i < mem.type.length:
-        raise CompileError(f"index {i} is outside the shared array of {mem.type.length} "
+        raise provable_ub(f"index {i} is outside the shared array of {mem.type.length} "
                            f"elements", loc,
                            rule="Vulkan: an access outside a Workgroup variable is undefined "
                                 "(robust buffer access does not cover shared memory)",
-                           hint=f"index 0 to {mem.type.length - 1}, or make the array longer",
-                           rule_id="emulator.undefined-behaviour")
+                           hint=f"index 0 to {mem.type.length - 1}, or make the array longer")
 
 
 def _check_indexable(mem: Value, idx: Value, loc: Loc):

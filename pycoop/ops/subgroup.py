@@ -26,7 +26,7 @@ from ..ir.builder import emit1, tracer
 from ..ir.core import Value
 from ..spirv import grammar
 from ..types import ScalarType, VectorType, bool_, u32
-from .core import as_value, default_type
+from .core import as_value, default_type, provable_ub
 from .known_bits import exact
 from ..ir.registry import define, emulation, lowering
 
@@ -485,12 +485,11 @@ def _lane(lane, what: str, loc: Loc) -> Value:
     v = _lane_operand(lane, "lane", loc)
     t, k = tracer(), exact(v)
     if k is not None and t.subgroup_size_explicit and k >= t.subgroup_size:
-        raise CompileError(f"subgroup.{what} of lane {k} in subgroups of {t.subgroup_size} "
+        raise provable_ub(f"subgroup.{what} of lane {k} in subgroups of {t.subgroup_size} "
                            f"invocations: the result is undefined", loc,
                            rule="SPIR-V: the result of OpGroupNonUniformBroadcast/Shuffle is "
                                 "undefined if Id is greater than or equal to the size of the group",
-                           hint=f"name a lane from 0 to {t.subgroup_size - 1}",
-                           rule_id="emulator.undefined-behaviour")
+                           hint=f"name a lane from 0 to {t.subgroup_size - 1}")
     return v
 
 
@@ -508,14 +507,13 @@ def _relative(kind: str, k, what: str, loc: Loc) -> Value:
     v = _lane_operand(k, what, loc)
     t, c = tracer(), exact(v)
     if c is not None and t.subgroup_size_explicit and c >= t.subgroup_size:
-        raise CompileError(f"subgroup.shuffle_{kind} with {what} {c} in subgroups of "
+        raise provable_ub(f"subgroup.shuffle_{kind} with {what} {c} in subgroups of "
                            f"{t.subgroup_size} invocations reads no lane of the subgroup: the "
                            f"result is undefined", loc,
                            rule=f"SPIR-V: the result of OpGroupNonUniformShuffle"
                                 f"{kind.capitalize()} is undefined where the invocation it "
                                 f"names is not an active invocation of the group",
-                           hint=f"use a {what} from {int(kind != 'xor')} to {t.subgroup_size - 1}",
-                           rule_id="emulator.undefined-behaviour")
+                           hint=f"use a {what} from {int(kind != 'xor')} to {t.subgroup_size - 1}")
     return v
 
 
