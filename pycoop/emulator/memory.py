@@ -87,6 +87,30 @@ def _at(values: np.ndarray, shape: tuple, w: int, i: int) -> int:
     return int(np.ravel(np.broadcast_to(values, np.broadcast_shapes(values.shape, shape))[w, i])[0])
 
 
+class EpochReaders:
+    """Per element, the smallest and largest reader id in the current barrier epoch, kept as
+    keys that order by epoch first (max of epoch * R + id, min of -epoch * R + id, ids shifted
+    by `shift` to 0 <= id < R): a newer epoch's reads win both, so nothing is reset at a
+    barrier."""
+
+    def __init__(self, length: int, ids: int, shift: int = 0):
+        self.shift, self.R = shift, ids + shift + 1
+        self.max_key = np.full(length, -(1 << 62), np.int64)        # never read
+        self.min_key = np.full(length, 1 << 62, np.int64)
+
+    def note(self, epoch, idx: np.ndarray, who: np.ndarray, who_max=None) -> None:
+        """Readers `who` of elements `idx` in `epoch` (`who_max`: the largest reader of each
+        entry where an entry stands for several, `who` then the smallest)."""
+        np.minimum.at(self.min_key, idx, who + (self.shift - epoch * self.R))
+        np.maximum.at(self.max_key, idx, (who if who_max is None else who_max)
+                      + (self.shift + epoch * self.R))
+
+    def readers(self, epoch, e: np.ndarray):
+        """(read in `epoch`, smallest reader, largest reader) of elements e."""
+        hi = self.max_key[e] - (self.shift + epoch * self.R)
+        return hi >= -self.shift, self.min_key[e] + (epoch * self.R - self.shift), hi
+
+
 class Memory:
     """A kernel buffer: a flat view of the user's array."""
 
@@ -105,12 +129,10 @@ class Memory:
     _wrote: np.ndarray | None = None
     _sync = None
     # With _writer, per element: the barrier epoch of its last store (-1: none), and its
-    # smallest and largest reader in the current barrier epoch as keys ordered by epoch first
-    # (SharedMemory's scheme over global invocation indices): accesses by invocations of one
-    # workgroup with no barrier between them are checked against each other
+    # readers in the current barrier epoch (global invocation indices): accesses by
+    # invocations of one workgroup with no barrier between them are checked against each other
     _wepoch: np.ndarray | None = None
-    _rmin_key: np.ndarray | None = None
-    _rmax_key: np.ndarray | None = None
+    _readers: EpochReaders | None = None
 
     def __init__(self, name: str, array: np.ndarray, elem):
         self.name = name
@@ -165,8 +187,7 @@ class Memory:
         self._wrote = np.full(self.length, -1, np.int64)
         self._sync = sync
         self._wepoch = np.full(self.length, -1, np.int64)
-        self._rmax_key = np.full(self.length, -(1 << 62), np.int64)       # never read
-        self._rmin_key = np.full(self.length, 1 << 62, np.int64)
+        self._readers = EpochReaders(self.length, sync.release.size)
 
     def _store_epoch(self, ctx, who) -> np.ndarray:
         """The epoch of stores by invocations `who` (global indices): their workgroup's last
@@ -196,9 +217,7 @@ class Memory:
                  "the value through a pc.shared array (pc.barrier() orders those)")
         if ctx.mask is not None:
             e, who = e[ctx.mask], who[ctx.mask]
-        cur, R = ctx.barrier_epoch, ctx.dispatch.nwg * wgs + 1     # R > any invocation index
-        np.minimum.at(self._rmin_key, e.reshape(-1), who.reshape(-1) - cur * R)
-        np.maximum.at(self._rmax_key, e.reshape(-1), who.reshape(-1) + cur * R)
+        self._readers.note(ctx.barrier_epoch, e.reshape(-1), who.reshape(-1))
 
     def _check_workgroup_write(self, ctx, op, e, val, who) -> None:
         """A store changing an element that another invocation of the same workgroup stored
@@ -209,11 +228,10 @@ class Memory:
         writer = self._writer[e]
         wrote = (self._wepoch[e] == self._store_epoch(ctx, who)) & (writer >= 0) & \
             (writer != who) & (writer // wgs == who // wgs)
-        cur, R = ctx.barrier_epoch, ctx.dispatch.nwg * wgs + 1
-        hi, lo = self._rmax_key[e] - cur * R, self._rmin_key[e] + cur * R
+        was_read, lo, hi = self._readers.readers(ctx.barrier_epoch, e)
         # every reader since the barrier in the storer's workgroup (readers in others are the
         # cross-workgroup checks' concern), and not only the storer itself
-        read = (hi >= 0) & ((lo != who) | (hi != who)) & (lo // wgs == who // wgs) & \
+        read = was_read & ((lo != who) | (hi != who)) & (lo // wgs == who // wgs) & \
             (hi // wgs == who // wgs)
         if not (wrote | read).any():
             return
@@ -510,14 +528,9 @@ class SharedMemory(Memory):
         # the barrier epoch of each element's last atomic access (-1: none); its `writer` is
         # then the one invocation that accessed it atomically in that epoch, or ATOMIC_MANY
         self.atomic_epoch = np.full(dispatch.nwg * length, -1, dtype=np.int64)
-        # The smallest and largest reader of each element in the current barrier epoch, as
-        # keys that order by epoch first: max of epoch * R + id and min of -epoch * R + id
-        # (id shifted to 0 <= id < R). A newer epoch's reads win both, so nothing is reset at
-        # a barrier.
-        self.rid_shift = dispatch.nsg + 2               # instance ids go down to -1 - nsg
-        self.R = dispatch.wgs + self.rid_shift + 1
-        self.rmax_key = np.full(dispatch.nwg * length, -(1 << 62), dtype=np.int64)   # never read
-        self.rmin_key = np.full(dispatch.nwg * length, 1 << 62, dtype=np.int64)
+        # each element's readers in the current barrier epoch: invocations, and scope
+        # instances as ids down to -1 - nsg
+        self.reads = EpochReaders(dispatch.nwg * length, dispatch.wgs, shift=dispatch.nsg + 2)
         self.ctx = ctx
 
     def _describe(self) -> str:
@@ -588,17 +601,11 @@ class SharedMemory(Memory):
         """Remember who read each element in this barrier epoch (the smallest and largest
         reader id: equal when one invocation read it). `who_max`: the largest reader of each
         entry when an entry stands for several readers (`who` then the smallest)."""
-        cur, R = ctx.barrier_epoch, self.R
-        idx = self._el(idx)
-        np.minimum.at(self.rmin_key, idx, who + (self.rid_shift - cur * R))
-        np.maximum.at(self.rmax_key, idx, (who if who_max is None else who_max)
-                      + (self.rid_shift + cur * R))
+        self.reads.note(ctx.barrier_epoch, self._el(idx), who, who_max)
 
     def _readers(self, ctx, e: np.ndarray):
         """(read in this epoch, smallest reader, largest reader) of elements e."""
-        cur, R = ctx.barrier_epoch, self.R
-        hi = self.rmax_key[e] - (self.rid_shift + cur * R)
-        return hi >= -self.rid_shift, self.rmin_key[e] + (cur * R - self.rid_shift), hi
+        return self.reads.readers(ctx.barrier_epoch, e)
 
     def _record_write(self, ctx, op, flat, vals):
         who = np.broadcast_to(self._who(ctx), ctx.dispatch.shape)
