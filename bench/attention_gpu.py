@@ -154,8 +154,8 @@ DECODE_VARIANTS = {
 
 
 def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4, prefetch=False,
-          merge="launch", width=4, columns=1):
-    return {"decode_kernel": "vector", "decode_merge_columns": columns,
+          merge="launch", width=4, columns=1, reduce="auto"):
+    return {"decode_kernel": "vector", "decode_merge_columns": columns, "decode_reduce": reduce,
             "decode_subgroups": subgroups, "decode_unroll": unroll,
             "splits": splits, "decode_lanes": lanes, "merge_unroll": merge_unroll,
             "decode_prefetch": prefetch, "decode_merge": merge, "decode_width": width}
@@ -168,7 +168,8 @@ def _dvec(subgroups=None, unroll=4, splits=None, lanes=None, merge_unroll=4, pre
 # ("pN": N iterations ahead), "w" the chunks merged by the last workgroup of each head (one
 # launch), "ph" both steps in one kernel dispatched twice (one pipeline), "cN" its merge
 # dispatch with each row's dimensions over N workgroups, "x8" 16-byte K and V loads (8
-# halves). "vec p u2 x8 ph m2" are the defaults.
+# halves), "bf" the scores summed by a butterfly in every lane (not the reduce-scatter).
+# "vec p u2 x8 ph m2" are the defaults.
 DECODE_VARIANTS.update({
     "vec": _dvec(),
     "vec s16": _dvec(splits=16),
@@ -244,11 +245,15 @@ DECODE_VARIANTS.update({
        for n in (4, 8) for u in (1, 2)},
     "vec p2 u2 x8 ph m2": _dvec(prefetch=2, unroll=2, width=8, merge="phase", merge_unroll=2),
     "vec p u4 x8 ph m2": _dvec(prefetch=True, unroll=4, width=8, merge="phase", merge_unroll=2),
+    "vec p u1 x8 ph m2": _dvec(prefetch=True, unroll=1, width=8, merge="phase", merge_unroll=2),
     "vec p u1 x8 ph": _dvec(prefetch=True, unroll=1, width=8, merge="phase"),
     "vec p u2 ph": _dvec(prefetch=True, unroll=2, merge="phase"),
     "vec p u2 x8 ph": _dvec(prefetch=True, unroll=2, width=8, merge="phase"),
     "vec p u2 ph m2": _dvec(prefetch=True, unroll=2, merge="phase", merge_unroll=2),
     "vec p u2 ph m8": _dvec(prefetch=True, unroll=2, merge="phase", merge_unroll=8),
+    **{f"vec p{a} u{u} x8 ph m2 bf": _dvec(prefetch=a, unroll=u, width=8, merge="phase",
+                                          merge_unroll=2, reduce="butterfly")
+       for a in (1, 2) for u in (1, 2, 4)},
 })
 QUICK_DECODE = ["wg r32 Bc64/128", "sg r16 Bc32/128 all", "vec"]
 VECTOR_DECODE = [k for k in DECODE_VARIANTS if k.startswith("vec")]

@@ -40,7 +40,7 @@ from pycoop.runtime.backend import vulkan_missing
 from . import attention_blocks as online
 from .attention_blocks import EXP2_SCALES, Softmax, tuned_softmax
 from .attention_decode import (DECODE_MERGES, MAX_ROWS, MERGE_INVOCATIONS, VECTOR_HEAD_DIMS,
-                               WIDTHS, DecodeConfig,
+                               WIDTHS, REDUCES, DecodeConfig,
                                attention_decode_vector, attention_merge, check_merge_columns,
                                chunk_of, default_lanes,
                                default_splits, default_subgroups, fits_shared, streams_of)
@@ -544,7 +544,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
               decode_prefetch: bool | int = DecodeConfig.prefetch,
               decode_merge: str = DecodeConfig.merge,
               decode_width: int | None = None,
-              decode_merge_columns: int | None = None,
+              decode_merge_columns: int | None = None, decode_reduce: str = "auto",
               subgroup_size: int = 32, merge_unroll: int | None = None,
               mask_loads: str = "auto", mask_blocks: bool = True) -> AttentionResult:
     """softmax(Q Kᵀ · scale + mask) V with f32 accumulation; scale defaults to 1/sqrt(head_dim).
@@ -589,6 +589,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     aligned; None, the default: 8 where it applies, else 4), `decode_merge_columns` (with
     decode_merge="phase": the merge dispatch splits each row's dimensions over that many
     workgroups, a power of two dividing head_dim / 4; None, the default, is 1),
+    `decode_reduce` (how a key's score is summed over the lanes that hold its slices:
+    "scatter", "butterfly" or "auto", the default: scatter where it fits; see
+    `attention_decode_vector`),
     `subgroup_size`, `merge_unroll` (default 2); `splits` by default about two workgroups per
     SM of a 132-SM GPU, up to twice that where chunks would be longer than 512 keys),
     "coopmat" with the cooperative-matrix kernels above, "auto" (the default) with "vector"
@@ -647,6 +650,9 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                                                                               bool)):
         raise ValueError(f"attention: decode_width (halves per K and V load) must be one of "
                          f"{WIDTHS} or None, got {decode_width!r}")
+    if not isinstance(decode_reduce, str) or decode_reduce not in REDUCES:
+        raise ValueError(f"attention: decode_reduce must be one of {REDUCES}, got "
+                         f"{decode_reduce!r}")
     device = isinstance(Q, pc.Array)
     if device:
         be = Q.backend
@@ -700,7 +706,7 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                               splits, decode_subgroups, decode_unroll, decode_lanes,
                               subgroup_size, merge_unroll or DecodeConfig.merge_unroll,
                               decode_prefetch, decode_merge, decode_width,
-                              decode_merge_columns, misaligned(8))
+                              decode_merge_columns, decode_reduce, misaligned(8))
     off16 = misaligned(8, ("Q", "K", "V", "the mask"))
     if off16:
         raise ValueError(f"attention: the cooperative-matrix kernels need Q, K, V and the mask "
@@ -805,7 +811,7 @@ def _staged_for(D: int, causal: bool, mask: bool, el: str, out: str, fp: str) ->
 
 def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, scale, splits,
                    subgroups, unroll, lanes, subgroup_size, merge_unroll,
-                   prefetch, merge, width, merge_columns: int,
+                   prefetch, merge, width, merge_columns: int, reduce: str,
                    misaligned: list[str]) -> AttentionResult:
     """The vector decode: chunks of keys per K/V head, merged by the last workgroup of each
     head (merge="workgroup"), by a second launch (merge="launch") or by a second dispatch of
@@ -824,7 +830,7 @@ def _decode_vector(Q, K, V, O, LSE, new, run, B, H, Hkv, Sq, Skv, D, el, out, sc
     fused = merge == "workgroup"
     kernel = attention_decode_vector(D, n, subgroups, lanes, unroll, subgroup_size, el, prefetch,
                                      fused, out, merge_unroll, width, merge == "phase",
-                                     merge_columns)
+                                     merge_columns, reduce)
     if width == 8:                  # 16-byte loads: K and V bound as uvec4
         K, V = K.view(np.uint32), V.view(np.uint32)
     T = streams_of(subgroups, subgroup_size, lanes or default_lanes(D, subgroup_size))

@@ -49,6 +49,7 @@ MERGE_INVOCATIONS = 256
 MAX_PREFETCH = 4                  # iterations of K/V rows a stream may load ahead
 DECODE_MERGES = ("workgroup", "launch", "phase")     # where the chunks of a head are merged
 WIDTHS = (4, 8)                   # halves per K and V load of the vector decode
+REDUCES = ("auto", "scatter", "butterfly")      # how a cluster sums its lanes' scores
 
 
 class DecodeConfig:
@@ -116,6 +117,16 @@ def _check(name: str, head_dim: int, rows: int, subgroups: int, lanes: int, unro
                          "use fewer subgroups or rows")
 
 
+def pow2_ceil(x: int) -> int:
+    return 1 << (x - 1).bit_length()
+
+
+def scatter_fits(rows: int, unroll: int, lanes: int) -> bool:
+    """Whether the reduce-scatter of the scores applies: one padded (row, key) score per
+    group of lanes of a cluster."""
+    return pow2_ceil(rows) * pow2_ceil(unroll) <= lanes
+
+
 def fits_shared(head_dim: int, rows: int, subgroups: int) -> bool:
     """Whether the merge of `subgroups` subgroups' outputs fits `SHARED_BYTES`."""
     return subgroups * rows * (head_dim + 2) * 4 <= SHARED_BYTES
@@ -138,7 +149,8 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                             subgroup_size: int = 32, dtype: str = "f16",
                             prefetch: bool | int = DecodeConfig.prefetch, merge: bool = False,
                             out: str = "f16", merge_unroll: int = 4,
-                            width: int = 4, phases: bool = False, merge_columns: int = 1):
+                            width: int = 4, phases: bool = False, merge_columns: int = 1,
+                            reduce: str = "auto"):
     """The chunk kernel. Parameters: Q (batch · kv_heads · rows, head_dim) — for each K/V head
     its `rows` query rows, as (batch, heads, queries, head_dim) lays them out —, K and V
     (batch · kv_heads · keys, head_dim) of `dtype`; Part (splits, batch · kv_heads · rows,
@@ -169,7 +181,16 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
     Each phase leaves the other's outputs unwritten. `merge_columns` (phases): phase 1 runs on
     the grid (R, merge_columns), each workgroup merging head_dim / merge_columns dimensions of
     its row with more groups of invocations sharing the chunks (a power of two up to
-    head_dim / 4): with few rows one workgroup per row leaves most SMs idle."""
+    head_dim / 4): with few rows one workgroup per row leaves most SMs idle.
+
+    `reduce`: how a cluster sums its lanes' slices of the scores. "butterfly": every lane sums
+    all rows x unroll scores over the cluster (an xor butterfly each, log2(lanes) shuffles per
+    score) and runs the online softmax of every row. "scatter": a reduce-scatter leaves each
+    lane the sum of one (row, key) score (rows and keys padded to powers of two, np x up <=
+    lanes: np · up shuffles in all), the lane runs the softmax of that one score, and the
+    cluster gathers the probabilities and rescale factors back (np · up + np shuffles): about
+    half the shuffles and a row's softmax once per lane instead of once per row, the
+    same arithmetic otherwise. "auto" (the default): "scatter" where it fits."""
     lanes = default_lanes(head_dim, subgroup_size) if lanes is None else lanes
     _check("attention_decode_vector", head_dim, rows, subgroups, lanes, unroll, subgroup_size,
            dtype, width)
@@ -190,6 +211,15 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         raise ValueError(f"attention_decode_vector: merge_columns splits the rows of phase 1 "
                          f"(phases=True) over workgroups; got {merge_columns} without phases")
     D, n, LK, U, S = head_dim, rows, lanes, unroll, subgroup_size
+    scatter = scatter_fits(n, U, LK)
+    if reduce not in REDUCES:
+        raise ValueError(f"attention_decode_vector: reduce must be one of {REDUCES}, got "
+                         f"{reduce!r}")
+    if reduce == "scatter" and not scatter:
+        raise ValueError(f"attention_decode_vector: reduce='scatter' needs rows x unroll, "
+                         f"each rounded up to a power of two, of at most the lanes per key "
+                         f"({LK}); got {n} x {U}: use reduce='butterfly' or 'auto'")
+    scatter = scatter and reduce != "butterfly"
     ahead = int(prefetch)
     el = ELEMENT[dtype]
     V4 = pc.vec(el, 4)
@@ -218,6 +248,53 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
             x = x + pc.subgroup.shuffle_xor(x, off)
             off //= 2
         return x
+
+    def dot(qj, kvu):
+        d = qj[0] * kvu[0]
+        for e in range(1, W * vpl):
+            d = pc.fma(qj[e], kvu[e], d)
+        return d
+
+    def pv_row(acc, alpha, p, vs):
+        """One output dimension of a row: rescaled, plus the keys' probabilities times V."""
+        a = acc * alpha
+        for pu, vu in zip(p, vs):
+            a = pc.fma(pu, vu, a)
+        return a
+
+    # the reduce-scatter: scores padded to Np rows x Up keys, v = row · Up + key; the halving
+    # step over lane offset LK / 2 ... LK / P sets bit log2(P) - 1 ... 0 of the v a lane keeps,
+    # so lane `sub` of a cluster ends with v = sub // (LK / P), which lanes holder[v] hold
+    Np, Up = pow2_ceil(n), pow2_ceil(U)
+    P = Np * Up
+    spread = max(1, LK // P)               # lanes of a cluster holding one v
+    holder = [v * spread for v in range(P)]
+
+    def scatter_sum(vals, sub):
+        off = LK // 2
+        while off >= 1:
+            if len(vals) > 1:
+                half = len(vals) // 2
+                upper = (sub & u32(off)) != u32(0)
+                vals = [pc.select(upper, vals[half + i], vals[i])
+                        + pc.subgroup.shuffle_xor(pc.select(upper, vals[i], vals[half + i]),
+                                                  off)
+                        for i in range(half)]
+            else:
+                vals = [vals[0] + pc.subgroup.shuffle_xor(vals[0], off)]
+            off //= 2
+        return vals[0]
+
+    def over_keys(x, op):
+        """`op` over the Up keys of the lane's row (v's low bits: lane offsets spread ...)."""
+        off = spread
+        while off < spread * Up:
+            x = op(x, pc.subgroup.shuffle_xor(x, off))
+            off *= 2
+        return x
+
+    def add(a, b):
+        return a + b
 
     F4 = pc.vec(f32, 4)
     G = max(1, min(WG // D4, subgroups))               # merge groups (the shared arrays' rows)
@@ -255,6 +332,12 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         m = [f32(NEG_BIG)] * n
         l = [f32(0.0)] * n
         o = [[f32(0.0)] * (W * vpl) for _ in range(n)]
+        # reduce-scatter: this lane's row of m_l and l_l (and key u_l of the scores), and the
+        # first lane of its cluster
+        m_l, l_l = f32(NEG_BIG), f32(0.0)
+        u_l = sub // u32(spread) % u32(Up)
+        base_lane = lane - sub
+
         def load(k0):
             """The raw K and V vectors of the stream's `U` keys from k0 (rows clamped)."""
             rws = [(base + pc.min(k0 + u * T + t, Skv - 1)) * DW + sub for u in range(U)]
@@ -283,30 +366,48 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                 ck, cv = load(k0)
             kv = [[x for c in range(vpl) for x in kv_halves(ck[u][c])] for u in range(U)]
             vv = [[x for c in range(vpl) for x in kv_halves(cv[u][c])] for u in range(U)]
-            for j in range(n):
-                s = []
-                for u in range(U):
-                    d = q[j][0] * kv[u][0]
-                    for e in range(1, W * vpl):
-                        d = pc.fma(q[j][e], kv[u][e], d)
-                    s.append(pc.select(keys[u] < ke, cluster_sum(d), f32(float("-inf"))))
-                m_new = m[j]
-                for x in s:
-                    m_new = pc.max(m_new, x)
-                alpha = pc.exp2(m[j] - m_new)
-                p = [pc.exp2(x - m_new) for x in s]
-                tot = p[0]
-                for x in p[1:]:
-                    tot = tot + x
-                l[j] = pc.fma(l[j], alpha, tot)
-                row = []
-                for e in range(W * vpl):
-                    a = o[j][e] * alpha
+            if scatter:
+                dots = [[dot(q[j], kv[u]) if j < n and u < U else f32(0.0) for u in range(Up)]
+                        for j in range(Np)]
+                sc = scatter_sum([x for r in dots for x in r], sub)
+                # this lane's (row, key): masked where the key is past the chunk or padding
+                ok = k0 + u_l * T + t < ke
+                if Up != U:
+                    ok = ok & (u_l < U)
+                sc = pc.select(ok, sc, f32(float("-inf")))
+                mx = over_keys(sc, pc.max)
+                m_new = pc.max(m_l, mx)
+                alpha = pc.exp2(m_l - m_new)
+                p_l = pc.exp2(sc - m_new)
+                l_l = pc.fma(l_l, alpha, over_keys(p_l, add))
+                m_l = m_new
+                for j in range(n):
+                    a_j = pc.subgroup.shuffle(alpha, base_lane + holder[j * Up])
+                    p = [pc.subgroup.shuffle(p_l, base_lane + holder[j * Up + u])
+                         for u in range(U)]
+                    o[j] = [pv_row(o[j][e], a_j, p, [vv[u][e] for u in range(U)])
+                            for e in range(W * vpl)]
+            else:
+                for j in range(n):
+                    s = []
                     for u in range(U):
-                        a = pc.fma(p[u], vv[u][e], a)
-                    row.append(a)
-                o[j] = row
-                m[j] = m_new
+                        s.append(pc.select(keys[u] < ke, cluster_sum(dot(q[j], kv[u])),
+                                           f32(float("-inf"))))
+                    m_new = m[j]
+                    for x in s:
+                        m_new = pc.max(m_new, x)
+                    alpha = pc.exp2(m[j] - m_new)
+                    p = [pc.exp2(x - m_new) for x in s]
+                    tot = p[0]
+                    for x in p[1:]:
+                        tot = tot + x
+                    l[j] = pc.fma(l[j], alpha, tot)
+                    o[j] = [pv_row(o[j][e], alpha, p, [vv[u][e] for u in range(U)])
+                            for e in range(W * vpl)]
+                    m[j] = m_new
+        if scatter:             # every lane takes each row's running maximum and sum
+            m = [pc.subgroup.shuffle(m_l, base_lane + holder[j * Up]) for j in range(n)]
+            l = [pc.subgroup.shuffle(l_l, base_lane + holder[j * Up]) for j in range(n)]
         # merge the streams of each subgroup by shuffles (xor over the cluster bits: every
         # lane gets the same bits), then the subgroups through shared memory; each merge
         # rescales to the larger maximum
@@ -316,9 +417,6 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                 x = op(x, pc.subgroup.shuffle_xor(x, off))
                 off *= 2
             return x
-
-        def add(a, b):
-            return a + b
 
         for j in range(n):
             b = across_streams(m[j], pc.max)

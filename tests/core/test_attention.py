@@ -777,17 +777,18 @@ def test_dtype_errors():
                                (32, 1, 2, 8), (16, 2, 2, 16), (8, 4, 1, 4)]),
        prefetch=st.sampled_from([False, True, 2, 3]),
        merge=st.sampled_from(["workgroup", "launch", "phase", "phase2", "phase8"]),
-       width=st.sampled_from([4, 8]), seed=st.integers(0, 2 ** 16))
+       width=st.sampled_from([4, 8]), reduce=st.sampled_from(["auto", "butterfly"]),
+       seed=st.integers(0, 2 ** 16))
 def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch, merge, width,
-                                     seed):
+                                     reduce, seed):
     """GQA ratios, one or two queries, key counts that are no multiple of a chunk (the last
     iteration's keys past the chunk masked), head dims 64/128/256, subgroups of 8, 16 or 32
     lanes (workgroups of fewer invocations than head_dim / 4 too: the merge then takes
     several column groups per invocation), lanes per key, streams and unrolling, 8- and
     16-byte loads of K and V, the chunks merged by the last workgroup of each head, by a
     second launch or by a second dispatch of the same kernel ("phaseN": its rows' dimensions
-    split over N workgroups); f32 scores and probabilities: far tighter than the f16-P
-    kernels."""
+    split over N workgroups); scores summed by the reduce-scatter (where it fits) or a
+    butterfly; f32 scores and probabilities: far tighter than the f16-P kernels."""
     S, subgroups, unroll, lanes = config
     merge, columns = ("phase", int(merge[5:])) if merge[5:].isdigit() else (merge, 1)
     while not fits_shared(D, G * min(Sq, 8 // G), subgroups):   # as the default does
@@ -801,7 +802,8 @@ def test_vector_decode_matches_numpy(B, G, Sq, Skv, D, splits, config, prefetch,
     r = attention(Q, K, V, out="f32", backend="emulator", splits=splits,
                   decode_kernel="vector", decode_subgroups=subgroups, decode_unroll=unroll,
                   decode_lanes=lanes, subgroup_size=S, decode_prefetch=prefetch,
-                  decode_merge=merge, decode_width=width, decode_merge_columns=columns)
+                  decode_merge=merge, decode_width=width, decode_merge_columns=columns,
+                  decode_reduce=reduce)
     check(r, Q, K, V, tol=2e-5)
     ref, lse = attention_reference(Q, K, V)
     np.testing.assert_allclose(r.lse, lse, rtol=0, atol=2e-5)
@@ -817,6 +819,41 @@ def test_the_merge_dispatch_splits_rows_over_workgroups(columns):
                   subgroup_size=8, decode_merge="phase", decode_merge_columns=columns)
     check(r, Q, K, V, tol=2e-5)
     np.testing.assert_allclose(r.lse, attention_reference(Q, K, V)[1], rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("G,Sq,unroll,S,D", [(4, 1, 2, 32, 128), (1, 1, 2, 32, 128),
+                                             (3, 1, 3, 32, 128), (8, 1, 2, 32, 128),
+                                             (2, 2, 1, 8, 64), (1, 1, 1, 32, 256),
+                                             (2, 1, 4, 16, 128)])
+def test_reduce_scatter_agrees_with_the_butterfly(G, Sq, unroll, S, D):
+    """The reduce-scatter of the scores (rows and keys padded to powers of two: 3 rows x 3
+    keys as 4 x 4; one (row, key) per lane or per group of up to 16 lanes) gives the
+    butterfly's results to f32 rounding, at ragged key counts (keys past the chunk masked in
+    the lane that holds them)."""
+    Q, K, V, _ = operands(1, 2 * G, 2, Sq, 301, D, seed=G * 10 + unroll)
+    runs = [attention(Q, K, V, out="f32", backend="emulator", splits=5, decode_kernel="vector",
+                      subgroup_size=S, decode_unroll=unroll, decode_reduce=red)
+            for red in ("scatter", "butterfly")]
+    for r in runs:
+        check(r, Q, K, V, tol=2e-6)
+    np.testing.assert_allclose(runs[0].out, runs[1].out, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(runs[0].lse, runs[1].lse, rtol=0, atol=1e-6)
+
+
+def test_reduce_auto_scatters_where_it_fits():
+    """"auto" is the reduce-scatter where padded rows x keys fit the lanes of a key (same
+    module), else the butterfly; an explicit "scatter" that does not fit is an error."""
+    from pycoop.kernels.attention_decode import scatter_fits
+    assert scatter_fits(4, 2, 16) and scatter_fits(3, 3, 16) and scatter_fits(1, 1, 1)
+    assert not scatter_fits(8, 4, 16) and not scatter_fits(5, 2, 8)
+    spv = [attention_decode_vector(128, 4, reduce=r).compile().spv
+           for r in ("auto", "scatter", "butterfly")]
+    assert spv[0] == spv[1] != spv[2]
+    assert attention_decode_vector(128, 8, unroll=4).compile().spv == \
+        attention_decode_vector(128, 8, unroll=4, reduce="butterfly").compile().spv
+    with pytest.raises(ValueError, match="decode_reduce must be one of"):
+        attention(*operands(1, 4, 2, 1, 64, 128, seed=0)[:3], backend="emulator",
+                  decode_reduce="tree")
 
 
 def test_prefetching_changes_no_bit():
@@ -922,6 +959,8 @@ def test_vector_decode_chunks_past_the_keys(Skv, splits):
         64, 1, 2, None, 2, 32, width=8, phases=True, out="f32"),     # phase 1: more groups
     attention_decode_vector(128, 4, 8, phases=True, merge_columns=8),
     attention_decode_vector(64, 1, 1, None, 1, 8, phases=True, merge_columns=16),
+    attention_decode_vector(128, 4, reduce="butterfly"),
+    attention_decode_vector(128, 3, unroll=3, width=8, phases=True),    # scatter, padded
 ], ids=lambda k: "")
 def test_vector_decode_modules_pass_spirv_val(kernel):
     assert len(kernel.compile().spv) > 1000
@@ -958,6 +997,11 @@ def test_vector_decode_modules_pass_spirv_val(kernel):
      r"dividing head_dim / 4 = 16, got 32"),
     (lambda: attention_decode_vector(128, 4, phases=True, merge_columns=True), "got True"),
     (lambda: attention_decode_vector(128, 4, merge_columns=2), "without phases"),
+    (lambda: attention_decode_vector(128, 4, reduce="tree"), "reduce must be one of"),
+    (lambda: attention_decode_vector(128, 8, unroll=4, reduce="scatter"),
+     r"rows x unroll, .* at most the lanes per key \(16\); got 8 x 4"),
+    (lambda: attention_decode_vector(64, 3, unroll=3, lanes=8, reduce="scatter"),
+     r"lanes per key \(8\); got 3 x 3"),
     (lambda: attention(*[np.zeros((1, 4, 1, 64), np.float16)] * 3, decode_merge="launch",
                        decode_merge_columns=2), "decode_merge='launch'"),
     (lambda: attention(*[np.zeros((1, 4, 1, 64), np.float16)] * 3, decode_merge_columns=3),

@@ -154,16 +154,19 @@ def test_attention_options_on_gpu(kwargs):
     (1, 8, 2, 1, 777, 128, "bfloat16"),
 ])
 @pytest.mark.parametrize("merge,width", [("workgroup", 4), ("launch", 4), ("phase", 4),
-                                         ("launch", 8), ("phase", 8), ("phase4", 8)])
+                                         ("launch", 8), ("phase", 8), ("phase4", 8),
+                                         ("phase-butterfly", 8)])
 def test_vector_decode_on_gpu(B, H, Hkv, Sq, Skv, D, dtype, merge, width):
     """The vector decode (the default for these shapes) against the f64 reference: f32
     probabilities, so well inside torch's f16 kernel's error; the chunks merged by the last
     workgroup of each head (device-scope barrier and acquire-release counter: a stale
     partial would show as a wrong row), by a second launch or by a second dispatch of the
     same kernel ("phase4": each row's dimensions over 4 workgroups); K and V read 8 or 16
-    bytes at a time. The merged kernel runs 3 times on the same arrays (its counters must be
+    bytes at a time; the scores summed by the reduce-scatter (where it fits, the default)
+    or the butterfly. The merged kernel runs 3 times on the same arrays (its counters must be
     back at zero after each)."""
     merge, columns = ("phase", 4) if merge == "phase4" else (merge, 1)
+    merge, _, reduce = merge.partition("-")
     import ml_dtypes
     dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
     rng = np.random.default_rng(10)
@@ -173,7 +176,7 @@ def test_vector_decode_on_gpu(B, H, Hkv, Sq, Skv, D, dtype, merge, width):
     ref, lse = attention_reference(Q, K, V)
     r = attention(Q, K, V, out="f32", backend="vulkan", decode_kernel="vector",
                   decode_merge=merge, decode_width=width, decode_merge_columns=columns,
-                  repeat=3)
+                  decode_reduce=reduce or "auto", repeat=3)
     assert r.backend == "vulkan" and len(r.kernel_ms) == (1 if merge == "workgroup" else 2)
     err = float(np.abs(r.out - ref).max())
     assert err < 1e-4, err
