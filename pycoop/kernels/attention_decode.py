@@ -10,9 +10,12 @@ query rows of a K/V head, consecutive rows of Q). Two kernels:
   lanes of its dimensions as vector loads of `width` halves (4: 8 bytes; 8: 16 bytes, a
   uvec4 whose words are read as half pairs; the clusters of a subgroup read consecutive key
   rows, so a load instruction reads consecutive bytes). A lane keeps its slice
-  of every query row in f32 registers (pre-scaled by scale · log2(e)), multiplies it with its
-  slice of the key, and an xor butterfly of shuffles sums the slices within the cluster (every
-  lane of the cluster gets the same bits: each step adds the same two values in either order).
+  of every query row in f32 registers (pre-scaled by scale · log2(e)) and multiplies it with
+  its slice of the key; a reduce-scatter of shuffles over the cluster leaves each lane the
+  score of one (row, key), whose softmax step it runs before the cluster gathers the
+  probabilities back (`reduce="scatter"`, where it fits), or an xor butterfly gives every
+  lane every score (`reduce="butterfly"`: every lane of the cluster gets the same bits,
+  each step adds the same two values in either order).
   Each cluster is a stream of keys: per iteration it takes `unroll` keys, `streams` apart
   (the workgroup reads `streams · unroll` consecutive rows), loads their K and V rows before
   any arithmetic (with `prefetch`, the default, it issues the next iteration's loads before
