@@ -299,13 +299,19 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
     # the variables first assigned inside the branches that every branch going on assigned
     everywhere = [isinstance(v0, Undefined) and all(
         o is None or not isinstance(o[j], Undefined) for o in outs) for j, v0 in enumerate(vals)]
+    returned = range(0)         # the leaves of the return value (of the first live branch)
     for k, out in enumerate(outs):
         if out is None:
             flat.append(None)
             continue
         lv: list = []
-        tr = [_flatten(v if not isinstance(v0, Undefined) else _merge_local(v, everywhere[j]), lv)
-              for j, (v, v0) in enumerate(zip(out, vals))]
+        tr = []
+        for j, (v, v0) in enumerate(zip(out, vals)):
+            start = len(lv)
+            tr.append(_flatten(v if not isinstance(v0, Undefined) else
+                               _merge_local(v, everywhere[j]), lv))
+            if names[j] == RETURN_VALUE and not returned:
+                returned = range(start, len(lv))
         flat.append((tr, lv))
     live = [f for f in flat if f is not None]
     ref_tree, _ = live[0]
@@ -362,6 +368,14 @@ def if_(cond, then_fn: Callable, else_fn: Callable, vals: tuple, names: tuple, p
             if ta == i32 and isinstance(a, int) and isinstance(b, int):
                 python_ints.add(len(merge_idx))
         if ta is not None and tb is not None and ta != tb:
+            if i in returned:
+                raise CompileError(f"the function returns {ta} on one path and {tb} on another "
+                                   f"(the `if` at line {loc.line})", loc,
+                                   hint=f"convert the returned values to one type, e.g. "
+                                        f"return {ta}(...) on both paths",
+                                   rule="pycoop: a @pycoop.func returns one type on every path "
+                                        "(SPIR-V: one OpFunction result type)",
+                                   rule_id="control.func-return-type")
             results[i] = Undefined(f"it is {ta} in one branch and {tb} in the other (line {loc.line})")
             continue
         merge_idx.append(i)

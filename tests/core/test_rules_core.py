@@ -300,6 +300,17 @@ def k_return_in_if(A: pc.Buffer[u32]):
 
 
 @pc.func
+def _return_types(A):
+    if A[0] > u32(0):  # HERE return-types
+        return f32(A[0])
+    return A[1]
+
+
+def k_return_types(A: pc.Buffer[u32]):
+    A[0] = u32(_return_types(A))
+
+
+@pc.func
 def _return_in_loop(A, n):
     for _ in range(1):
         for i in range(n):  # HERE return-in-loop
@@ -390,6 +401,8 @@ RULES = [
      "# HERE return-in-if"),
     ("control.func-return-in-control-flow", k_return_in_loop, "from inside a runtime loop",
      "# HERE return-in-loop"),
+    ("control.func-return-type", k_return_types, "returns f32 on one path and u32 on another",
+     "# HERE return-types"),
     ("frontend.runtime-int", k_runtime_int, "where Python needs a plain int"),
     ("frontend.runtime-round", k_runtime_round, "round() of a runtime value"),
     ("frontend.runtime-float", k_runtime_float, "float() of a runtime value"),
