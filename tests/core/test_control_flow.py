@@ -1086,11 +1086,13 @@ def k_bad_after_return(A: pycoop.Buffer[i32], n: i32):
 def test_errors_after_a_rewritten_return_name_the_users_line():
     """The statements a single-exit rewrite adds stand at the lines of those they replace
     (they took the function's first line): the code after `if c: return a` runs in the
-    if's other branch, so the two returns merge at the `if`."""
+    if's other branch, so the two returns merge at the `if`, whose line the error names."""
     with pytest.raises(pycoop.CompileError) as ei:
         k_bad_after_return.compile()
     line = line_of(bad_after_return, "if i > n:")
-    assert f"(line {line})" in str(ei.value), str(ei.value)
+    assert f":{line}:" in str(ei.value).splitlines()[0], str(ei.value)
+    assert f"returns i32 on one path and f32 on another (the `if` at line {line})" in \
+        str(ei.value)
 
 
 @pycoop.kernel(workgroup_size=WG)
