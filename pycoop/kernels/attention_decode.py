@@ -245,11 +245,16 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
             return halves(v)
         return [f32(pc.bitcast(v[c], pc.vec(el, 2))[h]) for c in range(4) for h in range(2)]
 
-    def cluster_sum(x):
-        off = LK // 2
-        while off >= 1:
-            x = x + pc.subgroup.shuffle_xor(x, off)
-            off //= 2
+    def add(a, b):
+        return a + b
+
+    def xor_fold(x, op, lo: int, hi: int, down: bool = False):
+        """`op` of x over the lanes lo, 2 lo, ... < hi apart (from the largest with `down`):
+        an xor butterfly, every lane of a group gets the same bits (each step combines the
+        same two values in either order)."""
+        offs = [lo << b for b in range(max(0, (hi // lo).bit_length() - 1))]
+        for off in (offs[::-1] if down else offs):
+            x = op(x, pc.subgroup.shuffle_xor(x, off))
         return x
 
     def dot(qj, kvu):
@@ -288,16 +293,6 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
             off //= 2
         return vals[0]
 
-    def over_keys(x, op):
-        """`op` over the Up keys of the lane's row (v's low bits: lane offsets spread ...)."""
-        off = spread
-        while off < spread * Up:
-            x = op(x, pc.subgroup.shuffle_xor(x, off))
-            off *= 2
-        return x
-
-    def add(a, b):
-        return a + b
 
     F4 = pc.vec(f32, 4)
     G = max(1, min(WG // D4, subgroups))               # merge groups (the shared arrays' rows)
@@ -335,11 +330,10 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         m = [f32(NEG_BIG)] * n
         l = [f32(0.0)] * n
         o = [[f32(0.0)] * (W * vpl) for _ in range(n)]
-        # reduce-scatter: this lane's row of m_l and l_l (and key u_l of the scores), and the
-        # first lane of its cluster
-        m_l, l_l = f32(NEG_BIG), f32(0.0)
-        u_l = sub // u32(spread) % u32(Up)
-        base_lane = lane - sub
+        if scatter:     # this lane's row's m_l and l_l (and its key u_l), its cluster's lane 0
+            m_l, l_l = f32(NEG_BIG), f32(0.0)
+            u_l = sub // u32(spread) % u32(Up)
+            base_lane = lane - sub
 
         def load(k0):
             """The raw K and V vectors of the stream's `U` keys from k0 (rows clamped)."""
@@ -354,7 +348,6 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
             ahead_k.append(ak)
             ahead_v.append(av)
         for k0 in pc.range(kb, ke, T * U):
-            keys = [k0 + u * T + t for u in range(U)]
             if ahead:           # this iteration's vectors were loaded `ahead` iterations ago;
                 ck = [list(r) for r in ahead_k[0]]   # the next ones are issued before any math
                 cv = [list(r) for r in ahead_v[0]]
@@ -378,11 +371,11 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                 if Up != U:
                     ok = ok & (u_l < U)
                 sc = pc.select(ok, sc, f32(float("-inf")))
-                mx = over_keys(sc, pc.max)
+                mx = xor_fold(sc, pc.max, spread, spread * Up)     # over the row's keys
                 m_new = pc.max(m_l, mx)
                 alpha = pc.exp2(m_l - m_new)
                 p_l = pc.exp2(sc - m_new)
-                l_l = pc.fma(l_l, alpha, over_keys(p_l, add))
+                l_l = pc.fma(l_l, alpha, xor_fold(p_l, add, spread, spread * Up))
                 m_l = m_new
                 for j in range(n):
                     a_j = pc.subgroup.shuffle(alpha, base_lane + holder[j * Up])
@@ -394,7 +387,8 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
                 for j in range(n):
                     s = []
                     for u in range(U):
-                        s.append(pc.select(keys[u] < ke, cluster_sum(dot(q[j], kv[u])),
+                        s.append(pc.select(k0 + u * T + t < ke,
+                                           xor_fold(dot(q[j], kv[u]), add, 1, LK, down=True),
                                            f32(float("-inf"))))
                     m_new = m[j]
                     for x in s:
@@ -411,15 +405,10 @@ def attention_decode_vector(head_dim: int = 128, rows: int = 4, subgroups: int =
         if scatter:             # every lane takes each row's running maximum and sum
             m = [pc.subgroup.shuffle(m_l, base_lane + holder[j * Up]) for j in range(n)]
             l = [pc.subgroup.shuffle(l_l, base_lane + holder[j * Up]) for j in range(n)]
-        # merge the streams of each subgroup by shuffles (xor over the cluster bits: every
-        # lane gets the same bits), then the subgroups through shared memory; each merge
-        # rescales to the larger maximum
+        # merge the streams of each subgroup by shuffles (xor over the cluster bits), then the
+        # subgroups through shared memory; each merge rescales to the larger maximum
         def across_streams(x, op):
-            off = LK
-            while off < S:
-                x = op(x, pc.subgroup.shuffle_xor(x, off))
-                off *= 2
-            return x
+            return xor_fold(x, op, LK, S)
 
         for j in range(n):
             b = across_streams(m[j], pc.max)
