@@ -28,13 +28,18 @@ f32 reference on the first two heads (torch's own f16 kernel's error beside it).
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 
 import numpy as np
 
-import pycoop as pc
-from pycoop.kernels import Softmax, attention
-from warmup import warm_gpu
+# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode, as the other
+# benchmarks); the cost of checked launches is measured by bench/checked_overhead.py.
+os.environ["PYCOOP_CHECKED"] = "0"
+
+import pycoop as pc  # noqa: E402
+from pycoop.kernels import Softmax, attention  # noqa: E402
+from warmup import warm_gpu  # noqa: E402
 
 _ALL = Softmax(exp2=True, lazy_sum=True, prefetch=True)
 _TUNED_PREFETCH = Softmax(exp2=True, row_width=32, prefetch=True)   # the default, prefetching

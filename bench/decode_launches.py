@@ -15,14 +15,19 @@ subgroups of 32.
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 
-import pycoop as pc
-from pycoop.kernels.attention_decode import (DecodeConfig, attention_decode_vector,
-                                             attention_merge, chunk_of, default_lanes,
-                                             default_splits, default_subgroups, streams_of)
-from warmup import vulkan_or_skip, warm_gpu
+# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode, as the other
+# benchmarks); the cost of checked launches is measured by bench/checked_overhead.py.
+os.environ["PYCOOP_CHECKED"] = "0"
+
+import pycoop as pc  # noqa: E402
+from pycoop.kernels.attention_decode import (  # noqa: E402
+    DecodeConfig, attention_decode_vector, attention_merge, chunk_of, default_lanes,
+    default_splits, default_subgroups, streams_of)
+from warmup import vulkan_or_skip, warm_gpu  # noqa: E402
 
 H, HKV, D = 32, 8, 128
 WARM_S = 0.3        # the GPU kept busy before each measurement, so that its clocks are up

@@ -14,12 +14,17 @@ device that runs the prefill (cooperative matrices of workgroup scope).
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 
-import pycoop as pc
-from pycoop.kernels import attention
-from warmup import vulkan_or_skip, warm_gpu
+# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode, as the other
+# benchmarks); the cost of checked launches is measured by bench/checked_overhead.py.
+os.environ["PYCOOP_CHECKED"] = "0"
+
+import pycoop as pc  # noqa: E402
+from pycoop.kernels import attention  # noqa: E402
+from warmup import vulkan_or_skip, warm_gpu  # noqa: E402
 
 
 def prefill_us(Q, K, V, causal: bool) -> float:

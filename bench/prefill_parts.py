@@ -44,15 +44,20 @@ first use) and with the GPU kept busy before each one (`warmup.warm_gpu`).
 from __future__ import annotations
 
 import argparse
+import os
 import importlib
 import time
 
 import numpy as np
 
-import pycoop as pc
-from pycoop.kernels import Softmax, attention_prefill
-from pycoop.kernels import attention_blocks as A    # the online softmax's parts
-from warmup import vulkan_or_skip, warm_gpu
+# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode, as the other
+# benchmarks); the cost of checked launches is measured by bench/checked_overhead.py.
+os.environ["PYCOOP_CHECKED"] = "0"
+
+import pycoop as pc  # noqa: E402
+from pycoop.kernels import Softmax, attention_prefill  # noqa: E402
+from pycoop.kernels import attention_blocks as A    # the online softmax's parts  # noqa: E402
+from warmup import vulkan_or_skip, warm_gpu  # noqa: E402
 
 ATT = importlib.import_module("pycoop.kernels.attention")   # the module (the package exports
                                                              # the function of that name)
