@@ -647,12 +647,18 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
         return _count_down(lo, hi, step, body_fn, vals, names, k, attrs, prior, loc)
     neg = step.op is not None and step.op.name == "const" and step.op.attrs["value"] < 0
 
+    # A runtime step of 0 runs no iteration (Python raises; a kernel cannot, and testing only
+    # i < hi or i > hi would loop forever, a lost device, where the bounds are in order)
+    constant_step = step.op is not None and step.op.name == "const"
+
     def in_range(i):
         if neg:
             return i > hi
-        if step.op is not None and step.op.name == "const" or not it_t.signed:
+        if constant_step:
             return i < hi
-        return select(step > 0, i < hi, i > hi)
+        if not it_t.signed:
+            return (step != 0) & (i < hi)
+        return select(step > 0, i < hi, (step < 0) & (i > hi))
 
     def cond(extra, user):
         c = in_range(extra[0])

@@ -798,6 +798,19 @@ def test_runtime_range_with_unsigned_runtime_step(lo, hi, step):
     assert (a == sum(range(lo, hi, step))).all()
 
 
+@SETTINGS
+@given(st.integers(-30, 30), st.integers(-30, 30))
+def test_a_runtime_step_of_zero_runs_no_iteration(lo, hi):
+    """Python raises for range(lo, hi, 0); a kernel cannot, and testing only i < hi (or
+    i > hi) would never end where the bounds are in order: no iteration, signed or not."""
+    out = np.full(WG, 7, np.int32)
+    emu(k_range3, 1, out, lo, hi, 0)
+    assert (out == 0).all()
+    a = np.full(WG, 7, np.uint32)
+    emu(k_unsigned_step, 1, a, abs(lo), abs(hi), 0)
+    assert (a == 0).all()
+
+
 @pycoop.func
 def relu_with_returns(x):
     if x > 0.0:
