@@ -18,6 +18,7 @@ from numerics_cases import IEEE, INTS, cast_kernel, int_ties, narrowing_ties  # 
 # the integer tests run unchanged on the GPU (collected here under the gpu mark)
 from test_vulkan_numerics import (_both, _contraction_kernel, f64_math, fma32, min_max32,  # noqa: E402,F401
                                   test_float_to_int64_whole_and_narrowed,
+                                  test_runtime_range_steps_as_python_and_zero_steps_run_nothing,
                                   test_float_to_u64_then_narrowed, test_integer_ops_at_the_extremes,
                                   test_narrow_results_wrap)
 

@@ -40,6 +40,42 @@ def test_narrow_results_wrap(t):
     assert run_narrow(t, "vulkan") == narrow_expected(t)
 
 
+@pc.kernel(workgroup_size=64)
+def range_steps(Lo: pc.ReadBuffer[pc.i32], Hi: pc.ReadBuffer[pc.i32], St: pc.ReadBuffer[pc.i32],
+                Out: pc.WriteBuffer[pc.i32], n: u32):
+    """Per invocation, sum and count of range(lo, hi, step) over i32 bounds, and over u32
+    bounds (|lo|, |hi|, |step|), with runtime steps, 0 included."""
+    i = pc.global_invocation_id.x
+    if i < n:
+        s, c = pc.i32(0), pc.i32(0)
+        for j in range(Lo[i], Hi[i], St[i]):
+            s += j
+            c += 1
+        su, cu = u32(0), u32(0)
+        for j in range(u32(abs(Lo[i])), u32(abs(Hi[i])), u32(abs(St[i]))):
+            su += j
+            cu += 1
+        Out[4 * i], Out[4 * i + 1], Out[4 * i + 2], Out[4 * i + 3] = s, c, pc.i32(su), pc.i32(cu)
+
+
+def test_runtime_range_steps_as_python_and_zero_steps_run_nothing():
+    """Runtime range() on the device as in Python, and a step of 0 (Python raises) runs no
+    iteration: over bounds in order it looped forever (a lost device)."""
+    rng = np.random.default_rng(3)
+    n = 256
+    lo, hi = (rng.integers(-20, 21, n).astype(np.int32) for _ in range(2))
+    st = rng.integers(-4, 5, n).astype(np.int32)
+    out = np.zeros(4 * n, np.int32)
+    range_steps[(n // 64,)](lo, hi, st, out, n, backend="vulkan")
+    want = []
+    for a, b, d in zip(lo.tolist(), hi.tolist(), st.tolist()):
+        r = range(a, b, d) if d else ()
+        ru = range(abs(a), abs(b), abs(d)) if d else ()
+        want += [sum(r), len(r), sum(ru), len(ru)]
+    assert out.tolist() == want
+    assert (st == 0).sum() > 10
+
+
 def _both(kernel, grid, *args):
     gpu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     emu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
