@@ -35,10 +35,15 @@ def test_prefill_parts_steps_build_modules_of_their_own(causal):
     undone timed the full kernel five times), and every replaced function is the real one
     again afterwards."""
     sys.path.insert(0, str(BENCH))
+    checked = os.environ.get("PYCOOP_CHECKED")
     try:
         import prefill_parts as pp
-    finally:
+    finally:        # the script turns checked launches off for the process: not for the suite
         sys.path.remove(str(BENCH))
+        if checked is None:
+            os.environ.pop("PYCOOP_CHECKED", None)
+        else:
+            os.environ["PYCOOP_CHECKED"] = checked
     steps = pp.CAUSAL_STEPS if causal else pp.STEPS
     spv = {step: pp.build(64, 32, 32, 64, causal, step).compile().spv for step in steps}
     assert len(set(spv.values())) == len(spv)
