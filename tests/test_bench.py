@@ -7,6 +7,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
@@ -35,15 +36,12 @@ def test_prefill_parts_steps_build_modules_of_their_own(causal):
     undone timed the full kernel five times), and every replaced function is the real one
     again afterwards."""
     sys.path.insert(0, str(BENCH))
-    checked = os.environ.get("PYCOOP_CHECKED")
     try:
-        import prefill_parts as pp
-    finally:        # the script turns checked launches off for the process: not for the suite
+        # the script turns checked launches off for the process when imported: not the suite's
+        with mock.patch.dict(os.environ):
+            import prefill_parts as pp
+    finally:
         sys.path.remove(str(BENCH))
-        if checked is None:
-            os.environ.pop("PYCOOP_CHECKED", None)
-        else:
-            os.environ["PYCOOP_CHECKED"] = checked
     steps = pp.CAUSAL_STEPS if causal else pp.STEPS
     spv = {step: pp.build(64, 32, 32, 64, causal, step).compile().spv for step in steps}
     assert len(set(spv.values())) == len(spv)

@@ -645,12 +645,11 @@ def for_range(args: tuple, body_fn: Callable, vals: tuple, names: tuple, pos=Non
         return Result((prior, *vals))
     if down:
         return _count_down(lo, hi, step, body_fn, vals, names, k, attrs, prior, loc)
-    neg = step.op is not None and step.op.name == "const" and step.op.attrs["value"] < 0
+    constant_step = step.op is not None and step.op.name == "const"
+    neg = constant_step and step.op.attrs["value"] < 0
 
     # A runtime step of 0 runs no iteration (Python raises; a kernel cannot, and testing only
     # i < hi or i > hi would loop forever, a lost device, where the bounds are in order)
-    constant_step = step.op is not None and step.op.name == "const"
-
     def in_range(i):
         if neg:
             return i > hi
