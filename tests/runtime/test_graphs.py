@@ -5,6 +5,7 @@ copy_from), what cannot be captured raises CaptureError at the user's line, chec
 report each replay's faults, timing, and teardown without leaks."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import threading
@@ -12,6 +13,8 @@ import traceback
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pycoop as pc
 from pycoop import f32, i32, u32
@@ -472,3 +475,99 @@ def test_replay_times_cover_the_graph_and_a_lost_device_drops_it(monkeypatch):
         g.launch()
     del g
     assert rt.stats()["graph_count"] == 0
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+@pytest.mark.parametrize("held", [False, True])
+def test_each_of_many_queued_checked_replays_reports_its_own_fault_as_the_ring_wraps(
+        monkeypatch, held):
+    """More replays queued than the ring has slots (16 here), some with an out-of-bounds
+    index: exactly those replays fail, each with its own fault, inside one held batch (the
+    ring's room is made by submitting and retiring) or submitted as the runtime likes."""
+    from pycoop.runtime.vulkan import faults
+    monkeypatch.setattr(faults, "RING_BYTES", 1)        # the fewest slots: 16
+    n = 96
+    good, bad = np.arange(n, dtype=np.int32), np.arange(n, dtype=np.int32)
+    bad[40] = -3
+    idx = pc.asarray(good, backend="vulkan")
+    x = pc.asarray(np.arange(n, dtype=np.float32), backend="vulkan")
+    y = pc.zeros(n, backend="vulkan")
+    with pc.capture(backend="vulkan") as g:
+        gather[groups(n)](idx, x, y, n, checked=True)
+        axpy[groups(n)](x, y, 1.0, n, checked=True)
+    faulty = {3, 17, 18, 40, 49}
+    results = []
+    rt = pc.get_runtime("vulkan")
+    with (rt.batch() if held else contextlib.nullcontext()):
+        for i in range(50):
+            idx.copy_from(bad if i in faulty else good)
+            results.append(g.launch())
+    with pytest.raises(pc.KernelFault) as first:
+        pc.synchronize()
+    assert first.value.index == -3
+    for i, r in enumerate(results):
+        if i in faulty:
+            with pytest.raises(pc.KernelFault) as info:
+                r.times_ms
+            assert info.value.index == -3 and info.value.invocation == 40 % WG
+        else:
+            assert len(r.times_ms) == 1
+    idx.copy_from(good)
+    g.launch()
+    pc.synchronize()                                   # the records and slots were reset
+
+
+@pytest.mark.vulkan
+@pytest.mark.skipif(not VULKAN, reason="no Vulkan device")
+def test_a_fault_in_the_second_slab_of_records_names_its_launch():
+    """A graph of more checked launches than one slab of fault records holds (256): the
+    fault of a launch in the second slab is reported with that launch's grid."""
+    from pycoop.runtime.vulkan import faults
+    n = 64
+    idx = pc.asarray(np.arange(n, dtype=np.int32), backend="vulkan")
+    wrong = pc.asarray(np.full(n, n + 7, dtype=np.int32), backend="vulkan")
+    x = pc.asarray(np.ones(n, dtype=np.float32), backend="vulkan")
+    y = pc.zeros(n, backend="vulkan")
+    with pc.capture(backend="vulkan") as g:
+        for _ in range(faults.SLAB_RECORDS + 3):
+            gather[1](idx, x, y, n, checked=True)
+        gather[(1, 2, 1)](wrong, x, y, n, checked=True)   # the 260th record
+    for _ in range(2):
+        g.launch()
+    with pytest.raises(pc.KernelFault) as info:
+        pc.synchronize()
+    assert info.value.index == n + 7 and "grid (1, 2, 1)" in str(info.value)
+    np.testing.assert_array_equal(y.numpy(), 0)         # the last launch's loads suppressed
+
+
+@given(count=st.integers(1, 150), slots=st.sampled_from([16, 32, 64]),
+       seq=st.one_of(st.integers(0, 100), st.integers(2**32 - 70, 2**32 - 1)),
+       data=st.data())
+@settings(max_examples=25)
+def test_the_fault_harvest_moves_faulted_records_into_the_replays_slot(count, slots, seq, data):
+    """The graphs' fault harvest (run on the emulator) against NumPy: the records holding a
+    fault (word 0 set) go to slot seq mod slots of the ring and are zeroed, the counter after
+    the records advances (wrapping at 2^32), nothing else changes."""
+    from pycoop.runtime.vulkan.harvest import RECORD_WORDS, harvest_faults
+    faulted = data.draw(st.sets(st.integers(0, count - 1), max_size=5))
+    rng = np.random.default_rng(count * 7 + seq % 1000)
+    records = np.zeros((count, RECORD_WORDS), np.uint32)
+    for r in faulted:
+        records[r] = rng.integers(1, 2**32, RECORD_WORDS, dtype=np.uint32)
+    buf = np.append(records.reshape(-1), np.uint32(seq))
+    ring = rng.integers(0, 2**32, (slots, count, RECORD_WORDS), dtype=np.uint32)
+    want = ring.copy()
+    want[seq % slots][sorted(faulted)] = records[sorted(faulted)]
+    harvest_faults[1](buf, ring.reshape(-1), count, slots, backend="emulator")
+    np.testing.assert_array_equal(ring, want)
+    assert not buf[:-1].any() and buf[-1] == (seq + 1) % 2**32
+
+
+def test_ring_slots_are_powers_of_two_within_bounds():
+    from pycoop.runtime.vulkan import faults
+    for records in (1, 2, 3, 5, 64, 255, 256):
+        slots = faults.ring_slots(records)
+        assert slots & (slots - 1) == 0
+        assert faults.RING_SLOTS[0] <= slots <= faults.RING_SLOTS[1]
+        assert slots == faults.RING_SLOTS[0] or slots * records * faults.FAULT_BYTES <= faults.RING_BYTES

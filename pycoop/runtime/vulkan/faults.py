@@ -15,12 +15,14 @@ from ...errors import KernelFault, Loc
 
 RULE = "checked launch: every buffer and shared-array access stays within its memory"
 SLAB_RECORDS = 256                    # fault records allocated together (one per launch)
+RING_BYTES = 1 << 18                  # a graph's ring of replay slots (harvest.py), about
+RING_SLOTS = (16, 4096)               # (fewest and most slots, powers of two)
 RED_ZONE_BYTES = 64                   # guard bytes after each staged buffer
 RED_ZONE_WORD = 0xC0DEFA17            # their pattern (u32): unlikely as real data
 RED_ZONE_RULE = "checked launch: nothing is written past the end of a buffer"
 
 __all__ = ["FAULT_BYTES", "RED_ZONE_BYTES", "SLAB_RECORDS", "RED_ZONE_WORD", "check_red_zone", "read_fault",
-           "red_zone_offset"]
+           "red_zone_offset", "ring_slots"]
 
 
 def read_fault(record: np.ndarray, ops: list[dict], grid: tuple[int, int, int],
@@ -48,6 +50,14 @@ def read_fault(record: np.ndarray, ops: list[dict], grid: tuple[int, int, int],
                             "need an `if i < n:` guard)",
                        buffer=op["memory"], index=index, count=w["count"], workgroup=wg,
                        invocation=w["invocation"])
+
+
+def ring_slots(records: int) -> int:
+    """Slots of the ring of a graph whose largest slab holds `records` fault records: replays
+    queued at once before the host must wait for the oldest one's faults to be read. A power
+    of two (the device's u32 replay counter wraps onto the host's slot), about RING_BYTES."""
+    fit = max(1, RING_BYTES // (records * FAULT_BYTES))
+    return min(max(1 << (fit.bit_length() - 1), RING_SLOTS[0]), RING_SLOTS[1])
 
 
 def red_zone_offset(nbytes: int) -> int:

@@ -12,8 +12,9 @@ and before later work that depends on it.
 What the replays use lives as long as the graph: the command buffer, its descriptor sets (one
 set per descriptor-ABI launch, written at capture), argument buffers of `arg_buffer` kernels
 and the fault records of checked launches. A checked launch writes its first out-of-bounds
-access into its own record; each replay copies the records out (then zeroes them) in the same
-batch, so every replay's faults are read from its own copy, whatever runs next.
+access into its own record; the graph ends with a fault harvest (harvest.py) that moves the
+records holding a fault into the replay's own slot of a host-visible ring, so every replay's
+faults are read from its own copy, whatever runs next.
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from typing import Any
 from .batch import Barrier, DescriptorSets, Hazards
 from .errors import check
 from .ext import ffi, lib, vk
-from .faults import FAULT_BYTES, SLAB_RECORDS
 
 
 class GraphRecording(DescriptorSets):
@@ -64,6 +64,10 @@ class GraphRecording(DescriptorSets):
         self.slab = None                  # the fault slab being filled, and its records used
         self.slab_used = 0
         self.records: list[tuple[Any, int, dict, tuple, str]] = []  # (slab, offset, ops, grid, label)
+        self.rings: list[tuple[Any, int]] = []  # per slab: its ring (slots x records x words
+        self.slots = 0                    # u32, host-mapped) and its first record's index
+        self.replays = 0                  # replays queued, and those whose faults were read
+        self.harvested = 0
         self.touches: tuple = ()
         self.ended = False
         self.destroyed = False
@@ -81,36 +85,17 @@ class GraphRecording(DescriptorSets):
         for key, lo, hi, write in accesses:
             ranges[(key, lo, hi)] = ranges.get((key, lo, hi), False) or write
 
-    def fault_record(self, ops: dict, grid: tuple, label: str) -> tuple[int, Any]:
-        """Device address and mapping of a zeroed fault record for a checked launch of the
-        graph (slabs of SLAB_RECORDS records, host-visible, owned by the graph)."""
-        ctx = self.ctx
-        if self.slab is None or self.slab_used == SLAB_RECORDS:
-            self.slab = ctx.memory.acquire("unified" if ctx.direct else "host",
-                                           SLAB_RECORDS * FAULT_BYTES)
-            self.allocations.append(self.slab)
-            ffi.memmove(self.slab.mapped, bytes(SLAB_RECORDS * FAULT_BYTES),
-                        SLAB_RECORDS * FAULT_BYTES)
-            self.slab_used = 0
-        at = self.slab_used * FAULT_BYTES
-        self.slab_used += 1
-        self.records.append((self.slab, at, ops, grid, label))
-        return self.slab.address + at, self.slab.mapped + at
-
     def end(self) -> None:
         """Finish recording: the graph can be replayed from now on."""
         check(lib.vkEndCommandBuffer(self.cmd), "vkEndCommandBuffer")
-        for slab in {id(s): s for s, *_ in self.records}.values():   # written by the kernels
-            self.note(((id(slab), 0, SLAB_RECORDS * FAULT_BYTES, True),))
         self.touches = tuple((key, lo, hi, write) for (key, lo, hi), write in self.ranges.items())
         self.ended = True
 
     def slabs(self) -> list[tuple[Any, int]]:
-        """(slab, bytes in use) of every fault slab, in record order."""
+        """(slab, records in use) of every fault slab, in record order."""
         used: dict[int, list] = {}
-        for slab, at, *_ in self.records:
-            entry = used.setdefault(id(slab), [slab, 0])
-            entry[1] = max(entry[1], at + FAULT_BYTES)
+        for slab, *_ in self.records:
+            used.setdefault(id(slab), [slab, 0])[1] += 1
         return [tuple(v) for v in used.values()]
 
     # ------------------------------------------------------------------ teardown

@@ -424,20 +424,24 @@ class VulkanRuntime:
                 raise ArgumentError("the launch was prepared on a device that has since been "
                                     "lost or closed")
             push, checked = prepared.push, prepared.checked
-            if checked is not None:             # its own fault record, read at each replay
-                address, _ = graph.fault_record(checked["ops"], prepared.grid, label)
+            accesses = prepared.accesses
+            if checked is not None:             # its own fault record, harvested at each replay
+                slab, offset = self._graph_fault_record(ctx, graph, checked["ops"],
+                                                        prepared.grid, label)
+                address = (slab.address + offset).to_bytes(8, "little")
                 at = checked["fault_offset"]
                 if push is None:
-                    prepared.bound.block[at:at + 8] = address.to_bytes(8, "little")
+                    prepared.bound.block[at:at + 8] = address
                 else:
-                    push = push[:at] + address.to_bytes(8, "little") + push[at + 8:]
+                    push = push[:at] + address + push[at + 8:]
+                # noted as written, so that the harvest after the launches waits for them
+                accesses = (*accesses, (id(slab), offset, offset + faults.FAULT_BYTES, True))
             if push is None:        # arg_buffer ABI: the argument block in a buffer of the graph
                 block = bytes(prepared.bound.block)
                 arguments = ctx.memory.acquire("unified" if ctx.direct else "host", len(block))
                 graph.allocations.append(arguments)
                 ffi.memmove(arguments.mapped, block, len(block))
                 push = arguments.address.to_bytes(8, "little")
-            accesses = prepared.accesses
             self._touch(ctx, graph, accesses)
             pipeline, cmd = prepared.pipeline, graph.cmd
             if not pipeline.dispatched:
@@ -480,19 +484,66 @@ class VulkanRuntime:
                                                      dst_offset, nbytes,
                                                      graph.allocations.append)
 
+    def _graph_fault_record(self, ctx: _Context, graph: GraphRecording, ops: dict,
+                            grid: tuple, label: str) -> tuple[Allocation, int]:
+        """A fault record for a checked launch of `graph`: the slab and byte offset of the next
+        record of the graph's slab, a new zeroed slab (device memory, with room for the
+        harvest's replay counter after its records) when the last one is full."""
+        if graph.slab is None or graph.slab_used == faults.SLAB_RECORDS:
+            size = faults.SLAB_RECORDS * faults.FAULT_BYTES + 4
+            slab = ctx.memory.acquire("unified" if ctx.direct else "device", size)
+            graph.allocations.append(slab)
+            if slab.mapped is not None:
+                ffi.memmove(slab.mapped, bytes(slab.size), slab.size)
+            else:                   # zeroed in the open batch, before any replay
+                sub = self._open(ctx)
+                self._touch(ctx, sub, ((id(slab), 0, slab.size, True),))
+                lib.vkCmdFillBuffer(sub.cmd, slab.buffer, 0, slab.size, 0)
+            graph.slab, graph.slab_used = slab, 0
+        offset = graph.slab_used * faults.FAULT_BYTES
+        graph.slab_used += 1
+        graph.records.append((graph.slab, offset, ops, grid, label))
+        return graph.slab, offset
+
     def end_graph(self, graph: GraphRecording) -> None:
+        """Finish recording `graph`: after checked launches, the fault harvest (harvest.py),
+        one per slab of records, each with its ring of slots in host-visible memory."""
         with self._lock:
-            self._graph_context(graph)
+            ctx = self._graph_context(graph)
+            if graph.records:
+                from .harvest import RECORD_WORDS, harvest_faults   # (imports the DSL)
+                harvest = harvest_faults.compile(debug_info=False)
+                slabs = graph.slabs()
+                slots = faults.ring_slots(max(count for _, count in slabs))
+                u32 = np.dtype(np.uint32)
+                first = 0
+                for slab, count in slabs:
+                    nbytes = slots * count * faults.FAULT_BYTES
+                    ring = ctx.memory.acquire("unified" if ctx.direct else "host", nbytes)
+                    graph.allocations.append(ring)
+                    words = np.frombuffer(ffi.buffer(ring.mapped, nbytes), np.uint32)
+                    words[:] = 0
+                    graph.rings.append((words.reshape(slots, count, RECORD_WORDS), first))
+                    first += count
+                    prepared = self.prepare(
+                        harvest.spv, "main", (1, 1, 1), harvest.abi,
+                        [DeviceView(slab, 0, (count * RECORD_WORDS + 1) * 4, u32),
+                         DeviceView(ring, 0, nbytes, u32), count, slots])
+                    self.capture_launch(graph, prepared, "the graph's fault harvest")
+                graph.slots = slots
             graph.end()
 
     def replay(self, graph: GraphRecording, label: str) -> PendingTimes:
         """Queue one run of a recorded graph into the open batch, in order with the other
         work: a barrier first where it depends on earlier work (the batch's tracker sees the
         union of its ranges), the graph between two timestamps (its PendingTimes has one
-        time: first command's start to last one's end), then, for checked launches, a copy of
-        its fault records for this replay and their reset. Returns without waiting."""
+        time: first command's start to last one's end). With checked launches the graph ends
+        with its fault harvest, and the replay's slot of the ring is read when the batch is
+        done. Returns without waiting (unless every slot of the ring is still unread)."""
         with self._lock:
             ctx = self._graph_context(graph)
+            if graph.rings:
+                self._ring_room(ctx, graph)
             pending = PendingTimes(label)
             sub = self._open(ctx, 2)
             self._touch(ctx, sub, graph.touches)
@@ -507,31 +558,40 @@ class VulkanRuntime:
             sub.dispatches += max(1, graph.dispatches)
             pending._batch, pending._first, pending._count = sub.times, first, 1
             sub.launches.append(pending)
-            if graph.records:
-                self._replay_faults(ctx, sub, graph, pending, label)
+            if graph.rings:
+                sub.after.append(self._replay_faults(ctx, graph, pending, label))
             if self._should_submit(ctx):
                 self._flush(ctx)
         return pending
 
-    def _replay_faults(self, ctx: _Context, sub: Submission, graph: GraphRecording,
-                       pending: PendingTimes, label: str) -> None:
-        """After a replay: copy the graph's fault records into host memory of this replay,
-        zero them for the next one, and read the copies once the batch is done."""
-        copies = {}
-        for slab, used in graph.slabs():
-            host, at = self._fault_slots(ctx, sub, used // faults.FAULT_BYTES)
-            self._copy(ctx, sub, slab, 0, host, at, used)
-            self._touch(ctx, sub, ((id(slab), 0, used, True),))
-            lib.vkCmdFillBuffer(sub.cmd, slab.buffer, 0, used, 0)
-            copies[id(slab)] = host.mapped + at
+    def _ring_room(self, ctx: _Context, graph: GraphRecording) -> None:
+        """Wait until the ring slot the next replay's harvest writes has been read: the
+        oldest replays' batches are submitted and retired until it has."""
+        while graph.replays - graph.harvested >= graph.slots:
+            self._flush(ctx)
+            if not ctx.in_flight:       # (a failed batch: nothing left to read)
+                return
+            self._retire(ctx, ctx.in_flight[0])
+
+    def _replay_faults(self, ctx: _Context, graph: GraphRecording, pending: PendingTimes,
+                       label: str):
+        """What reads the faults of the replay being queued, once its batch is done: its
+        slot of each ring, zeroed again for the replay that will reuse it."""
+        seq = graph.replays
+        graph.replays += 1
+        slot = seq % graph.slots
 
         def read():
-            for slab, at, ops, grid, launch in graph.records:
-                record = np.frombuffer(ffi.buffer(copies[id(slab)] + at, faults.FAULT_BYTES),
-                                       np.uint32)
-                self._fault(ctx, pending, faults.read_fault(record, ops, grid,
-                                                            f"{launch}; {label}"))
-        sub.after.append(read)
+            graph.harvested = seq + 1
+            for ring, first in graph.rings:
+                found = ring[slot]
+                if not found[:, 0].any():
+                    continue
+                for record, (_, _, ops, grid, launch) in zip(found, graph.records[first:]):
+                    self._fault(ctx, pending, faults.read_fault(record, ops, grid,
+                                                                f"{launch}; {label}"))
+                found[:] = 0
+        return read
 
     def free_graph(self, graph: GraphRecording) -> None:
         """Destroy a graph's command buffer, descriptor sets and memory once every queued
