@@ -28,9 +28,9 @@ __all__ = ["FAULT_BYTES", "RED_ZONE_BYTES", "SLAB_RECORDS", "RED_ZONE_WORD", "ch
 def read_fault(record: np.ndarray, ops: list[dict], grid: tuple[int, int, int],
                kernel: str) -> KernelFault | None:
     """The KernelFault a fault record holds (u32 words, FAULT_WORDS order), or None."""
-    w = dict(zip(FAULT_WORDS, (int(x) for x in record[:len(FAULT_WORDS)])))
-    if not w["op"]:
+    if not record[0]:           # the op word: no fault (every launch's record is read)
         return None
+    w = dict(zip(FAULT_WORDS, (int(x) for x in record[:len(FAULT_WORDS)])))
     op = ops[w["op"] - 1]
     index = w["index_lo"] | (w["index_hi"] << 32)
     if w["signed"] and index >= 1 << 63:     # a 32-bit index's high word is its sign
