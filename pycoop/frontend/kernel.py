@@ -39,6 +39,8 @@ from ..runtime.results import KernelStatistics, LaunchResult
 from ..runtime.backend import _local, choose, requested_backend, vulkan_missing
 from ..runtime.vulkan.abi import Binder, check_repeat, float_as
 from ..runtime.vulkan.errors import PipelineError
+from ..runtime.vulkan.harvest import WG as HARVEST_WG
+from ..runtime.vulkan.harvest import harvest_faults
 from ..types import (SCALARS, BufferType, CoopMatType, ScalarType, SpecType, StructType, Type,
                      VectorType, memory_element)
 from . import functions
@@ -396,6 +398,14 @@ def kernel(fn=None, *, workgroup_size=64, subgroup_size: int | None = None, stri
     make = entry_point(lambda f: Kernel(f, workgroup_size, subgroup_size, scope, strict_intel_shapes,
                                         fp, requires))
     return make if fn is None else make(fn)
+
+
+@functools.cache
+def _fault_harvest() -> "CompiledKernel":
+    """The kernel that ends a launch graph of checked launches on Vulkan (its source and why:
+    pycoop.runtime.vulkan.harvest), compiled once."""
+    return Kernel(harvest_faults, HARVEST_WG, None, {}, True, DEFAULT_FP, None).compile(
+        debug_info=False)
 
 
 def _kernel_in_kernel(name: str) -> CompileError:
@@ -1061,7 +1071,8 @@ class CompiledKernel:
             prepared = vulkan_runtime().prepare(
                 self.spv, "main", grid, self._binder(spec),
                 [a.kernel_argument() if isinstance(a, Array) else a for a in arrays])
-            graph.add_launch(device_arrays, written, prepared=prepared, label=label)
+            graph.add_launch(device_arrays, written, prepared=prepared, label=label,
+                             harvest=_fault_harvest() if self.checked else None)
         return graphs.captured(graph.backend, label)
 
     def _spec_values(self, spec: dict | None) -> dict:

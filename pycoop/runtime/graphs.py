@@ -64,6 +64,7 @@ class Graph:
         self._written: dict[int, list[tuple[int, int]]] = {}    # storage -> byte ranges
         self._steps: list = []              # emulator: the recorded work, in order
         self._recording = None              # Vulkan: the GraphRecording
+        self._harvest = None                # and the fault harvest that ends it (checked)
         self._runtime = None
         self._label = ""
         if backend == "vulkan":
@@ -94,11 +95,14 @@ class Graph:
                 f"(pycoop.capture(backend={backend!r}))", self)
 
     def add_launch(self, arrays: list, written: list, *, prepared=None, label: str = "",
-                   step=None) -> None:
+                   step=None, harvest=None) -> None:
         """Record a checked launch: `prepared` (Vulkan, see VulkanRuntime.prepare) or `step`
-        (emulator: a callable that runs it); `arrays` are kept alive, `written` noted."""
+        (emulator: a callable that runs it); `arrays` are kept alive, `written` noted.
+        `harvest`: with a bounds-checked Vulkan launch, the compiled fault harvest that will
+        end the graph (pycoop.runtime.vulkan.harvest)."""
         if self._recording is not None:
             self._runtime.capture_launch(self._recording, prepared, label)
+            self._harvest = harvest or self._harvest
         else:
             self._steps.append(step)
         self._keep(arrays, written)
@@ -142,7 +146,7 @@ class Graph:
 
     def _finish(self) -> None:
         if self._recording is not None:
-            self._runtime.end_graph(self._recording)
+            self._runtime.end_graph(self._recording, self._harvest)
         self.state = "ready"
         self._label = (f"launch graph captured at {self.site} ({self.launches} launch"
                        f"{'es' if self.launches != 1 else ''})")

@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import inspect
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pycoop as pc
 from pycoop import f32, i32, u32
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+# the fault harvest's tests run unchanged on the GPU (collected here under the gpu mark)
+from test_graphs import (  # noqa: E402,F401
+    test_a_fault_in_the_second_slab_of_records_names_its_launch,
+    test_each_of_many_queued_checked_replays_reports_its_own_fault_as_the_ring_wraps)
 
 pytestmark = pytest.mark.gpu
 WG = 256

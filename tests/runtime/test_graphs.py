@@ -549,7 +549,8 @@ def test_the_fault_harvest_moves_faulted_records_into_the_replays_slot(count, sl
     """The graphs' fault harvest (run on the emulator) against NumPy: the records holding a
     fault (word 0 set) go to slot seq mod slots of the ring and are zeroed, the counter after
     the records advances (wrapping at 2^32), nothing else changes."""
-    from pycoop.runtime.vulkan.harvest import RECORD_WORDS, harvest_faults
+    from pycoop.runtime.vulkan.harvest import RECORD_WORDS, WG, harvest_faults
+    harvest = pc.kernel(harvest_faults, workgroup_size=WG)
     faulted = data.draw(st.sets(st.integers(0, count - 1), max_size=5))
     rng = np.random.default_rng(count * 7 + seq % 1000)
     records = np.zeros((count, RECORD_WORDS), np.uint32)
@@ -559,7 +560,7 @@ def test_the_fault_harvest_moves_faulted_records_into_the_replays_slot(count, sl
     ring = rng.integers(0, 2**32, (slots, count, RECORD_WORDS), dtype=np.uint32)
     want = ring.copy()
     want[seq % slots][sorted(faulted)] = records[sorted(faulted)]
-    harvest_faults[1](buf, ring.reshape(-1), count, slots, backend="emulator")
+    harvest[1](buf, ring.reshape(-1), count, slots, backend="emulator")
     np.testing.assert_array_equal(ring, want)
     assert not buf[:-1].any() and buf[-1] == (seq + 1) % 2**32
 

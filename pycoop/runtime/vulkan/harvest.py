@@ -12,32 +12,34 @@ replay's slot when its batch completes (`VulkanRuntime.replay`).
 Without a fault the harvest reads one word per record and writes the counter: the only cost a
 checked replay adds is this one-workgroup dispatch and the barrier before it, and the host
 does nothing per replay but note which slot to read.
+
+The kernel's source lives here, by the runtime that records it; the front end compiles it
+(`pycoop.frontend.kernel`, with `workgroup_size=WG`) and hands it to the graph with its first
+checked launch.
 """
 from __future__ import annotations
 
-import pycoop as pc
-from pycoop import u32
-
+from ...ops.core import barrier, local_invocation_id
+from ...types import Buffer, WriteBuffer, u32
 from .faults import FAULT_BYTES
 
 RECORD_WORDS = FAULT_BYTES // 4
 WG = 64
 
 
-@pc.kernel(workgroup_size=WG)
-def harvest_faults(records: pc.Buffer[u32], ring: pc.WriteBuffer[u32], count: u32, slots: u32):
+def harvest_faults(records: Buffer[u32], ring: WriteBuffer[u32], count: u32, slots: u32):
     """`records`: `count` fault records, then the replay counter. `ring`: `slots` slots of
     `count` records each (slots a power of two, so the u32 counter wraps onto the same slot as
     the host's count)."""
-    lane = pc.local_invocation_id.x
+    lane = local_invocation_id.x
     words = count * RECORD_WORDS
     seq = records[words]
-    pc.barrier()            # every lane has read the counter before lane 0 advances it
+    barrier()               # every lane has read the counter before lane 0 advances it
     if lane == 0:
         records[words] = seq + 1
     slot = (seq & (slots - 1)) * words
-    for at in pc.range(lane * RECORD_WORDS, words, WG * RECORD_WORDS):
+    for at in range(lane * RECORD_WORDS, words, WG * RECORD_WORDS):
         if records[at] != 0:
-            for w in pc.range(RECORD_WORDS):
+            for w in range(RECORD_WORDS):
                 ring[slot + at + w] = records[at + w]
                 records[at + w] = 0

@@ -42,6 +42,7 @@ from .errors import (ArgumentError, DeviceLost, OutOfDeviceMemory, OutOfHostMemo
                      VulkanError, VulkanTimeout, check)
 from .ext import ffi, lib, vk
 from .graph import GraphRecording
+from .harvest import RECORD_WORDS
 from .instance import Instance
 from .memory import Allocation, Memory
 from .pipeline import Pipelines
@@ -505,14 +506,16 @@ class VulkanRuntime:
         graph.records.append((graph.slab, offset, ops, grid, label))
         return graph.slab, offset
 
-    def end_graph(self, graph: GraphRecording) -> None:
-        """Finish recording `graph`: after checked launches, the fault harvest (harvest.py),
-        one per slab of records, each with its ring of slots in host-visible memory."""
+    def end_graph(self, graph: GraphRecording, harvest: Any = None) -> None:
+        """Finish recording `graph`: after checked launches, the fault harvest (harvest.py;
+        `harvest`: its compiled module, with `spv` and `abi`), one per slab of records, each
+        with its ring of slots in host-visible memory."""
         with self._lock:
             ctx = self._graph_context(graph)
             if graph.records:
-                from .harvest import RECORD_WORDS, harvest_faults   # (imports the DSL)
-                harvest = harvest_faults.compile(debug_info=False)
+                if harvest is None:
+                    raise ArgumentError("a launch graph of checked launches needs the fault "
+                                        "harvest's module to end it (harvest.py)")
                 slabs = graph.slabs()
                 slots = faults.ring_slots(max(count for _, count in slabs))
                 u32 = np.dtype(np.uint32)
