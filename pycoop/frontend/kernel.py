@@ -39,8 +39,7 @@ from ..runtime.results import KernelStatistics, LaunchResult
 from ..runtime.backend import _local, choose, requested_backend, vulkan_missing
 from ..runtime.vulkan.abi import Binder, check_repeat, float_as
 from ..runtime.vulkan.errors import PipelineError
-from ..runtime.vulkan.harvest import WG as HARVEST_WG
-from ..runtime.vulkan.harvest import harvest_faults
+from ..runtime.vulkan.harvest import WG as HARVEST_WG, harvest_faults
 from ..types import (SCALARS, BufferType, CoopMatType, ScalarType, SpecType, StructType, Type,
                      VectorType, memory_element)
 from . import functions

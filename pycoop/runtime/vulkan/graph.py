@@ -64,9 +64,11 @@ class GraphRecording(DescriptorSets):
         self.slab = None                  # the fault slab being filled, and its records used
         self.slab_used = 0
         self.records: list[tuple[Any, int, dict, tuple, str]] = []  # (slab, offset, ops, grid, label)
-        self.rings: list[tuple[Any, int]] = []  # per slab: its ring (slots x records x words
-        self.slots = 0                    # u32, host-mapped) and its first record's index
-        self.replays = 0                  # replays queued, and those whose faults were read
+        # per slab of records: its ring (u32, slots x records x words, host-mapped) and the
+        # index of its first record; the ring's slots, the replays queued and those read
+        self.rings: list[tuple[Any, int]] = []
+        self.slots = 0
+        self.replays = 0
         self.harvested = 0
         self.touches: tuple = ()
         self.ended = False
