@@ -918,13 +918,18 @@ class CompiledKernel:
     def _launch(self, grid: tuple[int, int, int], args: list, backend: str | None, repeat: int,
                 site: str | None, *, spec: dict | None = None,
                 checked: bool | None = None) -> LaunchResult:
-        """`launch` with `grid` and `repeat` already checked (the launcher's hot path)."""
+        """`launch` with `grid` and `repeat` already checked (the launcher's hot path): the
+        variant `checked` asks for runs it."""
         if self.kernel.requires is not None:
             self._check_requires(args)
         checked = self._checked(checked)
-        if checked is not self.checked:
-            return self.variant(self.debug_info, self.abi_kind, bool(checked))._launch(
-                grid, args, backend, repeat, site, spec=spec, checked=bool(checked))
+        ck = self if checked is self.checked else self.variant(self.debug_info, self.abi_kind,
+                                                                checked)
+        return ck._run(grid, args, backend, repeat, site, spec)
+
+    def _run(self, grid: tuple[int, int, int], args: list, backend: str | None, repeat: int,
+             site: str | None, spec: dict | None) -> LaunchResult:
+        """`_launch` of this variant, its arguments' preconditions checked."""
         spec = self._spec_values(spec) if spec or self.spec else {}
         if capturing.active:
             graph = capturing.current()

@@ -260,8 +260,9 @@ class Submission(DescriptorSets):
         self.releases: list[Any] = []                 # allocations to give back to the pool
         self.held = 0                                 # their bytes
         self.bound_pipeline = None
-        self.fault_slab = None                        # fault records of checked launches
-        self.fault_slots = 0                          # records of the slab handed out
+        self.fault_slab = None                        # fault records of checked launches,
+        self.fault_words = None                       # as u32 (records x words, mapped),
+        self.fault_slots = 0                          # and the records handed out
         self.hazards.clear()
 
     def reserve_queries(self, count: int) -> None:

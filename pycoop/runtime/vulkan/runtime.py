@@ -364,10 +364,10 @@ class VulkanRuntime:
             checked = prepared.checked
             try:
                 push = prepared.push
+                sub = self._open(ctx, 2 * prepared.repeat)      # the launch's submission
                 if checked is not None:     # a fresh fault record per launch
-                    sub = self._open(ctx, 2 * prepared.repeat)      # the launch's submission
-                    record, mapped = self._fault_record(ctx, sub)
-                    at, address = checked["fault_offset"], record.to_bytes(8, "little")
+                    records, index, address = self._fault_record(ctx, sub)
+                    at = checked["fault_offset"]
                     if host:
                         prepared.bound.block[at:at + 8] = address
                     else:
@@ -377,15 +377,14 @@ class VulkanRuntime:
                                         prepared.bound, prepared.repeat, pending,
                                         None if checked is None else label)
                 else:
-                    self._record_dispatch(ctx, self._open(ctx, 2 * prepared.repeat),
-                                          prepared.pipeline, prepared.grid, push,
+                    self._record_dispatch(ctx, sub, prepared.pipeline, prepared.grid, push,
                                           prepared.accesses, prepared.repeat, pending,
                                           prepared.descriptors)
                 if checked is not None:
                     assert ctx.recording is sub
-                    sub.after.append(lambda: self._fault(ctx, pending, faults.read_fault(
-                        np.frombuffer(ffi.buffer(mapped, faults.FAULT_BYTES), np.uint32),
-                        checked["ops"], prepared.grid, label)))
+                    sub.after.append(lambda: records[index, 0] and self._fault(
+                        ctx, pending, faults.read_fault(records[index], checked["ops"],
+                                                        prepared.grid, label)))
             except (DeviceLost, VulkanTimeout):
                 self._abandon()
                 raise
@@ -613,25 +612,23 @@ class VulkanRuntime:
                 graph.destroy()
 
     @staticmethod
-    def _fault_slots(ctx: _Context, sub: Submission, count: int) -> tuple[Allocation, int]:
-        """`count` (at most SLAB_RECORDS) consecutive fault records of the submission's slab
-        (one pooled allocation for its launches): the allocation and their byte offset."""
-        if sub.fault_slab is None or sub.fault_slots + count > faults.SLAB_RECORDS:
-            sub.fault_slab = ctx.memory.acquire("unified" if ctx.direct else "host",
-                                                faults.SLAB_RECORDS * faults.FAULT_BYTES)
-            sub.fault_slots = 0
-            sub.hold(sub.fault_slab)
-        at = sub.fault_slots * faults.FAULT_BYTES
-        sub.fault_slots += count
-        return sub.fault_slab, at
-
-    @staticmethod
-    def _fault_record(ctx: _Context, sub: Submission) -> tuple[int, Any]:
-        """Device address and mapping of a zeroed fault record for a checked launch recorded
-        into `sub`: the next of the submission's slab."""
-        slab, at = VulkanRuntime._fault_slots(ctx, sub, 1)
-        ffi.memmove(slab.mapped + at, bytes(faults.FAULT_BYTES), faults.FAULT_BYTES)
-        return slab.address + at, slab.mapped + at
+    def _fault_record(ctx: _Context, sub: Submission) -> tuple[np.ndarray, int, bytes]:
+        """A zeroed fault record for a checked launch recorded into `sub`, the next of the
+        submission's slab (SLAB_RECORDS records in host-visible memory, zeroed when taken):
+        the slab's records (u32, host-mapped), the record's index and its device address
+        (8 bytes, as the argument block holds it)."""
+        if sub.fault_slab is None or sub.fault_slots == faults.SLAB_RECORDS:
+            nbytes = faults.SLAB_RECORDS * faults.FAULT_BYTES
+            slab = ctx.memory.acquire("unified" if ctx.direct else "host", nbytes)
+            sub.hold(slab)
+            words = np.frombuffer(ffi.buffer(slab.mapped, nbytes), np.uint32)
+            words[:] = 0
+            sub.fault_slab, sub.fault_slots = slab, 0
+            sub.fault_words = words.reshape(faults.SLAB_RECORDS, RECORD_WORDS)
+        index = sub.fault_slots
+        sub.fault_slots += 1
+        address = sub.fault_slab.address + index * faults.FAULT_BYTES
+        return sub.fault_words, index, address.to_bytes(8, "little")
 
     @staticmethod
     def _fault(ctx: _Context, pending: PendingTimes, fault) -> None:
