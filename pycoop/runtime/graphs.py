@@ -102,7 +102,8 @@ class Graph:
         end the graph (pycoop.runtime.vulkan.harvest)."""
         if self._recording is not None:
             self._runtime.capture_launch(self._recording, prepared, label)
-            self._harvest = harvest or self._harvest
+            if harvest is not None:
+                self._harvest = harvest
         else:
             self._steps.append(step)
         self._keep(arrays, written)

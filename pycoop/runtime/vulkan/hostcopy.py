@@ -24,6 +24,14 @@ def _mapped(pointer: Any, nbytes: int) -> np.ndarray:
     return np.frombuffer(ffi.buffer(pointer, nbytes), np.uint8)
 
 
+def zeroed_words(pointer: Any, nbytes: int) -> np.ndarray:
+    """Host-visible memory at `pointer` as u32 words (a view, not a copy), zeroed first: the
+    fault records of checked launches and a graph's ring of them."""
+    words = np.frombuffer(ffi.buffer(pointer, nbytes), np.uint32)
+    words[:] = 0
+    return words
+
+
 def to_mapped(pointer: Any, array: np.ndarray) -> None:
     """Copy C-contiguous `array` to host-visible memory at `pointer`."""
     _copy(_mapped(pointer, array.nbytes), _bytes(array))

@@ -494,7 +494,7 @@ class VulkanRuntime:
             slab = ctx.memory.acquire("unified" if ctx.direct else "device", size)
             graph.allocations.append(slab)
             if slab.mapped is not None:
-                ffi.memmove(slab.mapped, bytes(slab.size), slab.size)
+                hostcopy.zeroed_words(slab.mapped, slab.size)
             else:                   # zeroed in the open batch, before any replay
                 sub = self._open(ctx)
                 self._touch(ctx, sub, ((id(slab), 0, slab.size, True),))
@@ -523,8 +523,7 @@ class VulkanRuntime:
                     nbytes = slots * count * faults.FAULT_BYTES
                     ring = ctx.memory.acquire("unified" if ctx.direct else "host", nbytes)
                     graph.allocations.append(ring)
-                    words = np.frombuffer(ffi.buffer(ring.mapped, nbytes), np.uint32)
-                    words[:] = 0
+                    words = hostcopy.zeroed_words(ring.mapped, nbytes)
                     graph.rings.append((words.reshape(slots, count, RECORD_WORDS), first))
                     first += count
                     prepared = self.prepare(
@@ -621,10 +620,9 @@ class VulkanRuntime:
             nbytes = faults.SLAB_RECORDS * faults.FAULT_BYTES
             slab = ctx.memory.acquire("unified" if ctx.direct else "host", nbytes)
             sub.hold(slab)
-            words = np.frombuffer(ffi.buffer(slab.mapped, nbytes), np.uint32)
-            words[:] = 0
             sub.fault_slab, sub.fault_slots = slab, 0
-            sub.fault_words = words.reshape(faults.SLAB_RECORDS, RECORD_WORDS)
+            sub.fault_words = hostcopy.zeroed_words(slab.mapped, nbytes).reshape(
+                faults.SLAB_RECORDS, RECORD_WORDS)
         index = sub.fault_slots
         sub.fault_slots += 1
         address = sub.fault_slab.address + index * faults.FAULT_BYTES
