@@ -631,6 +631,14 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
                          f"mask, and there is none (leave mask_loads at 'auto')")
     scale = _scale_arg("attention", scale, D)
     sm = online.as_softmax("attention", softmax)
+    # both paths' tiles are checked, whichever this call takes: a wrong option fails now,
+    # not at the first call whose shape takes the other path
+    _check_config("attention (the prefill's Br, Bc, scope, invocations)", D, Br, Bc, el, out,
+                  scope, prefill_invocations(D, causal, scope, Br, Bc)
+                  if invocations is None else invocations, fp)
+    _check_config("attention (the decode's decode_rows, decode_Bc, decode_scope, "
+                  "decode_invocations)", D, decode_rows, decode_Bc, el, out, decode_scope,
+                  decode_invocations, fp)
     if isinstance(splits, numbers.Integral) and not isinstance(splits, bool):
         splits = int(splits)                       # a NumPy integer is an int here
     if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool)

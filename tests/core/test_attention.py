@@ -484,6 +484,17 @@ def _dev(a):
      r"decode_width \(halves per K and V load\) must be one of \(4, 8\) or None, got 6"),
     (lambda Q: (Q, Q, Q, {"decode_merge": "kernel", "decode": False}),
      "decode_merge must be one of .* got 'kernel'"),
+    # and so are the prefill's tiles where the decode runs, and the decode's where the prefill does
+    (lambda Q: (Q[:, :, :1], Q, Q, {"scope": "thread"}),
+     r"the prefill's Br, Bc, scope, invocations\): scope must be one of .* got 'thread'"),
+    (lambda Q: (Q[:, :, :1], Q, Q, {"Br": 7}), r"query block must be a multiple of 16 .* got 7"),
+    (lambda Q: (Q[:, :, :1], Q, Q, {"invocations": 3}),
+     "invocations must be a multiple of 32 .* got 3"),
+    (lambda Q: (Q, Q, Q, {"causal": True, "decode_Bc": 24}),
+     r"the decode's decode_rows, decode_Bc, .*: the key block Bc must be a multiple of 16 .* "
+     r"got 24"),
+    (lambda Q: (Q, Q, Q, {"decode": False, "decode_scope": "x"}),
+     "scope must be one of .* got 'x'"),
     (lambda Q: (Q, Q, Q, {"splits": 0}), "splits must be a positive int, got 0"),
     (lambda Q: (Q, Q, Q, {"splits": 2.0}), "splits must be a positive int, got 2.0"),
     (lambda Q: (Q, Q, Q, {"splits": 2, "decode": False, "scope": "staged", "Br": 128,
@@ -590,6 +601,28 @@ def test_extreme_scales_stay_finite():
         attention(q, K, V, scale=1e30, decode_kernel="vector", backend="emulator")
     with pytest.raises(ValueError, match="scale must be a finite number that f32 holds"):
         attention(Q, K, V, scale=1e39, backend="emulator")
+
+
+def test_large_scores_in_base_2_and_base_e():
+    """Base 2 subtracts the row maximum times k = scale · log2(e) rounded to f32 (the
+    exponentials' multiply-add): exact to f16's rounding while |m·k| < 2^13, as documented
+    (here scaled scores up to about 4,000, so that one dominant key per row decides little);
+    at any size base e keeps the maximum's exponential exactly 1 (scores near 10^10 pick each
+    row's largest key, as the f64 reference does)."""
+    rng = np.random.default_rng(5)
+    Q = rng.uniform(-1, 1, (1, 1, 16, 64)).astype(np.float16)
+    K = rng.uniform(-1, 1, (1, 1, 130, 64)).astype(np.float16)
+    V = rng.standard_normal((1, 1, 130, 64)).astype(np.float16)
+    scale = 4000.0 / float(np.abs(Q[0, 0].astype(np.float32) @ K[0, 0].T.astype(np.float32)).max())
+    r = attention(Q, K, V, scale=scale, out="f32", backend="emulator", decode=False, **TILE)
+    np.testing.assert_allclose(r.out, attention_reference(Q, K, V, scale=scale)[0], rtol=0,
+                               atol=2e-3)
+    Qb, Kb = (x * np.float16(3e4) for x in (Q, K))
+    r = attention(Qb, Kb, V, out="f32", softmax=Softmax(), backend="emulator", decode=False,
+                  **TILE)
+    ref, lse = attention_reference(Qb, Kb, V)
+    np.testing.assert_allclose(r.out, ref, rtol=0, atol=OUT_TOL)
+    np.testing.assert_allclose(r.lse, lse, rtol=1e-6)
 
 
 @pytest.mark.parametrize("kw", [dict(decode=False, **TILE),
