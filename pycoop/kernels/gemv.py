@@ -495,6 +495,27 @@ class GGMLWeights:
     data: np.ndarray
     _arrays: dict = dataclasses.field(default_factory=dict, repr=False)
 
+    def __post_init__(self):
+        # made by hand, the fields could disagree with the bytes: the kernels would read past
+        # them or take them for another shape (a wrong result, no error)
+        if self.fmt not in BLOCKS:
+            raise ValueError(f"GGMLWeights: fmt must be one of {FORMATS}, got {self.fmt!r}")
+        qk, size = BLOCKS[self.fmt]
+        if not (is_int(self.M) and is_int(self.K) and self.M >= 1 and self.K >= 1
+                and self.K % qk == 0):
+            raise ValueError(f"GGMLWeights: M and K are ints >= 1, K a multiple of {qk} "
+                             f"({self.fmt}'s block), got M={self.M!r}, K={self.K!r}")
+        dtype, cols = (np.float16, self.K) if self.fmt == "f16" else \
+            (np.uint8, self.K // qk * size)
+        d = self.data
+        if not (isinstance(d, np.ndarray) and d.dtype == dtype and d.shape == (self.M, cols)
+                and d.flags.c_contiguous):
+            raise ValueError(f"GGMLWeights: {self.M} x {self.K} {self.fmt} weights are a "
+                             f"contiguous {self.M} x {cols} {np.dtype(dtype).name} array, got "
+                             + (f"{d.shape} {d.dtype}" if isinstance(d, np.ndarray) else
+                                type(d).__name__)
+                             + "; make them with pycoop.kernels.weights(...)")
+
     @property
     def nbytes(self) -> int:
         return self.M * self.K // BLOCKS[self.fmt][0] * BLOCKS[self.fmt][1]

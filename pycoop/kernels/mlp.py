@@ -358,9 +358,10 @@ class MLPBlock:
         if not (np.issubdtype(nw.dtype, np.floating) or np.issubdtype(nw.dtype, np.integer)):
             raise ValueError(f"MLPBlock: norm_weight must be H = {self.H} real numbers, got "
                              f"dtype {nw.dtype}")
-        nw = np.ascontiguousarray(nw.astype(np.float32).reshape(-1))
-        if nw.size != self.H:
-            raise ValueError(f"MLPBlock: norm_weight has {nw.size} values, not H = {self.H}")
+        if nw.shape != (self.H,):
+            raise ValueError(f"MLPBlock: norm_weight is a vector of H = {self.H} values, got "
+                             f"shape {nw.shape}")
+        nw = np.ascontiguousarray(nw.astype(np.float32))
         _check_sg(subgroup_size)
         if not isinstance(small_t, numbers.Integral) or isinstance(small_t, bool) or small_t < 0:
             raise ValueError(f"MLPBlock: small_t (the largest T of the token paths) must be an "

@@ -306,6 +306,28 @@ def test_quantisers_refuse_non_finite_weights(quantize, width, value):
         quantize(w)
 
 
+@pytest.mark.parametrize("quantize,width", [(quantize_q8_0, 32), (quantize_q4_k, 256)])
+@pytest.mark.parametrize("w", [np.ones((1, 256), complex), np.ones((1, 256), bool),
+                               np.array([["1.0"] * 256])], ids=["complex", "bool", "str"])
+def test_quantisers_take_real_weights_only(quantize, width, w):
+    """Converting to f32 would drop an imaginary part with a warning only, read bools as 0
+    and 1, or fail inside NumPy."""
+    with pytest.raises(ValueError, match=f"{quantize.__name__} takes real weights .* got dtype"):
+        quantize(w[:, :width])
+
+
+@pytest.mark.parametrize("a", [1e-3, 1e-4, 4e-5, 1e-5])
+def test_q4_k_scales_round_up_so_tiny_weights_keep_their_offsets(a):
+    """d and dmin below f16's normal range, rounded to nearest, could become 0 (a sub-block
+    lost its offset: errors of twice its largest weight); rounded up, 63 multiples still
+    cover the sub-block and the error stays the format's."""
+    u = np.random.default_rng(3).uniform(-1, 1, (16, 512))
+    u[:, ::32] = 1.0                                # every block's largest |w| is a
+    w = (u * a).astype(np.float32)
+    err = np.abs(dequantize_q4_k(quantize_q4_k(w), 16, 512) - w).max()
+    assert err <= 0.07 * a, err / a
+
+
 def test_q8_0_blocks_check_the_planes():
     q = quantize_q8_0(np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32))
     Q, D = q8_0_planes(q, 4, 64)                      # 8 blocks: Q 16 x 4 u32, D 8 f16

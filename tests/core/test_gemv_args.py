@@ -220,6 +220,26 @@ class _Tensor:
         self.shape = np.array([data.shape[1] // 18 * 32, data.shape[0]])
 
 
+@pytest.mark.parametrize("fields,message", [
+    (("q8_0", 40, 32), r"40 x 32 q8_0 weights are a contiguous 40 x 34 uint8 array, got "
+                       r"\(40, 68\) uint8"),
+    (("q8_0", 20, 64), r"20 x 64 q8_0 weights are a contiguous 20 x 68 uint8 array, got "
+                       r"\(40, 68\)"),
+    (("q5_0", 40, 64), "fmt must be one of"),
+    (("q8_0", 40, 48), "K a multiple of 32"),
+    (("f16", 40, 34), r"contiguous 40 x 34 float16 array, got \(40, 68\) uint8"),
+])
+def test_ggml_weights_made_by_hand_must_match_their_bytes(fields, message):
+    """GGMLWeights whose fields disagree with their bytes would have the kernels read past
+    them or as another shape: refused when made, naming `weights(...)`."""
+    raw = np.zeros((40, 68), np.uint8)
+    with pytest.raises(ValueError, match=message + ".*pycoop.kernels.weights" if "array" in
+                       message else message):
+        GGMLWeights(*fields, raw)
+    w = GGMLWeights("q8_0", 40, 64, raw)
+    assert (w.M, w.K, w.nbytes) == (40, 64, 40 * 68)
+
+
 def test_weights_refuses_a_k_that_contradicts_the_weights():
     Wq = weights(q4_0(), "q4_0")
     assert weights(Wq, K=K) is Wq and weights(Wq, "q4_0", np.int64(K)) is Wq

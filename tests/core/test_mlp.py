@@ -338,5 +338,8 @@ def test_block_one_vector_and_errors(gguf):
             MLPBlock(*W, nw, "q4_0", backend=EMU, eps=eps)
     with pytest.raises(ValueError, match="norm_weight must be H = 64 real numbers, got dtype"):
         MLPBlock(*W, np.array(["ones"] * H), "q4_0", backend=EMU)
+    with pytest.raises(ValueError, match=r"norm_weight is a vector of H = 64 values, got shape "
+                                         r"\(8, 8\)"):
+        MLPBlock(*W, np.ones((8, 8), np.float32), "q4_0", backend=EMU)
     with pytest.raises(ValueError, match="T x 64"):
         blk(arr(np.float32(1)))                                  # a 0-d array
