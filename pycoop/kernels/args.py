@@ -61,6 +61,13 @@ def check_ints(name: str, minimum: int = 1, **values) -> list[int]:
     return [check_int(name, arg, v, minimum) for arg, v in values.items()]
 
 
+def real_dtype(a: np.ndarray) -> bool:
+    """Whether `a` holds real numbers: floats (ml_dtypes' bfloat16 too) or integers, not
+    bools, complex numbers, strings or objects (converting those to f32 would read bools as
+    0 and 1, drop imaginary parts with a warning only, or fail inside NumPy)."""
+    return a.dtype.kind in "fiu" or a.dtype.name == "bfloat16"
+
+
 def numeric_array(name: str, arg: str, value, what: str) -> np.ndarray:
     """`value` as a NumPy array of numbers (bools, ints or floats): the helpers reinterpret
     its bytes, which objects or strings do not have as numbers."""

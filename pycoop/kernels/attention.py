@@ -633,9 +633,10 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
     sm = online.as_softmax("attention", softmax)
     # both paths' tiles are checked, whichever this call takes: a wrong option fails now,
     # not at the first call whose shape takes the other path
+    if invocations is None:
+        invocations = prefill_invocations(D, causal, scope, Br, Bc)
     _check_config("attention (the prefill's Br, Bc, scope, invocations)", D, Br, Bc, el, out,
-                  scope, prefill_invocations(D, causal, scope, Br, Bc)
-                  if invocations is None else invocations, fp)
+                  scope, invocations, fp)
     _check_config("attention (the decode's decode_rows, decode_Bc, decode_scope, "
                   "decode_invocations)", D, decode_rows, decode_Bc, el, out, decode_scope,
                   decode_invocations, fp)
@@ -745,8 +746,6 @@ def attention(Q, K, V, *, mask=None, causal: bool = False, scale: float | None =
         return _result(O, LSE, r1, r2)
     if sm is None and scope != "staged":
         sm = tuned_softmax(Bc, scale)
-    if invocations is None:
-        invocations = prefill_invocations(D, causal, scope, Br, Bc)
     unmet = [] if mask is None or mask_loads == "layout" else _words_unmet(
         scope, Br, Bc, invocations) + ([] if Skv % 8 == 0 else
                                        [f"keys a multiple of 8 (got {Skv})"])

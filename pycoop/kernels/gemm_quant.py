@@ -22,7 +22,7 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .args import check_ints, kernel_cache, numeric_array
+from .args import check_ints, kernel_cache, numeric_array, real_dtype
 from .gemm import decoded_gemm, planes_gemm, rows_of_blocks
 
 Q8_0 = pc.struct("Q8_0", d=f16, qs=pc.array(pc.u16, 16))       # 34 bytes: scale, 32 int8
@@ -183,10 +183,9 @@ def gemm_q4_k_planes(BM: int = 128, BN: int = 128, BK: int = 64, SGM: int = 2, S
 
 def _real_matrix(name: str, w, qk: int) -> np.ndarray:
     """w as an f32 M x K matrix (K a multiple of qk), refused before the conversion where it
-    holds no real numbers (it would drop the imaginary part of complex values with a warning
-    only, read bools as 0 and 1, or fail inside NumPy on strings)."""
+    holds no real numbers (`real_dtype`)."""
     a = np.asarray(w)
-    if not (a.dtype.kind in "fiu" or a.dtype.name == "bfloat16"):
+    if not real_dtype(a):
         raise ValueError(f"{name} takes real weights (floats or integers), got dtype {a.dtype}")
     a = np.asarray(a, np.float32)
     if a.ndim != 2 or a.shape[1] % qk or a.size == 0:

@@ -30,7 +30,7 @@ import numpy as np
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-from .args import check_int, check_invocations, check_unroll, is_int
+from .args import check_int, check_invocations, check_unroll, is_int, real_dtype
 from .dequant import dot, fields_as_f32
 from .gemm import gemm_q4_0, gemm_q4_0_planes, sum_splits
 from .gemm_quant import (_f16_at, _q4_k_scales, gemm_q4_k, gemm_q4_k_planes, gemm_q8_0,
@@ -651,8 +651,7 @@ def _numpy_x(X) -> np.ndarray:
     other real numbers as f32, checked before the conversion, which would drop the imaginary
     part of complex values (a warning only), parse strings and make a 0-d X 1-d."""
     a = np.asarray(X)
-    real = a.dtype.kind in "fiu" or a.dtype.name == "bfloat16"      # ml_dtypes' bfloat16
-    if not real:
+    if not real_dtype(a):
         what = f"{X!r}" if a.ndim == 0 else f"an array of {a.dtype}"
         raise ValueError(f"matmul_q: X holds real numbers (float16, float32, float64, bfloat16 "
                          f"or integers), got {what}")
