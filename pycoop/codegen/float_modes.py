@@ -16,7 +16,9 @@ keep that environment's defaults, since NoContraction needs the Shader capabilit
 
 The emulator computes IEEE results (one rounding per operation, to nearest even, signed zeros
 and subnormals kept) in every mode: in "exact" mode the GPU must agree with it bit for bit on
-+ - * fma, conversions, min/max and floor/ceil/trunc, subnormals aside.
++ - * fma, conversions, min/max and floor/ceil/trunc, subnormals aside, and bf16 results
+aside (SPV_KHR_bfloat16 lets a device round them toward zero, and no execution mode chooses:
+docs/numerics.md).
 """
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ docs/numerics.md and exact mode, against the independent references and bit for 
 the emulator."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 import pycoop as pc
-from pycoop import f16, f32, f64, u32
+from pycoop import bf16, f16, f32, f64, i32, u32, u64
 from pycoop.ops.core import fma_array
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
@@ -177,3 +178,133 @@ def test_nv_inner_stride_driver_defect_is_as_documented(monkeypatch):
     sources = [np.flatnonzero(x.view(np.uint16) == v).tolist()[:3] for v in out[0].view(np.uint16)]
     print("row 0 read from elements:", sources)
     assert out.tobytes() != spec.tobytes()
+
+
+
+def _matrix_narrowing(scope: str, use: str, dst, rows: int, cols: int, invocations: int):
+    """A kernel that converts f32 accumulators (rows x cols tiles of X, one per workgroup) to
+    `dst` matrices of `use` ("acc": the KHR conversion, "A": the NV use change that the
+    attention kernels use for P) and stores them."""
+    sc = pc.Workgroup if scope == "workgroup" else pc.Subgroup
+    Acc = pc.coopmat[f32, sc, rows, cols, pc.Accumulator]
+    To = pc.coopmat[dst, sc, rows, cols, pc.Accumulator if use == "acc" else pc.UseA]
+    n = rows * cols
+
+    @pc.kernel(workgroup_size=invocations)
+    def narrow(X: pc.Buffer[f32], Y: pc.Buffer[dst]):
+        base = pc.workgroup_id.x * n
+        m = Acc.load(X, base, cols)
+        y = pc.convert(m, dst) if use == "acc" else pc.nv.convert(m, To)
+        pc.store(Y, base, y, cols)
+    return narrow
+
+
+# (scope, use, rows, cols, invocations): the KHR conversion, the NV use change, and the
+# attention kernels' f32 -> UseA conversion of P at workgroup scope
+MATRIX_CONVERSIONS = [("subgroup", "acc", 16, 16, 32), ("subgroup", "A", 16, 16, 32),
+                      ("workgroup", "A", 128, 64, 256)]
+MATRIX_IDS = ["khr", "nv-use", "nv-workgroup"]
+
+
+def _f16_ties() -> np.ndarray:
+    """f32 values halfway between two neighbouring f16 values, the f32 values either side,
+    and values past f16's range and in its subnormals."""
+    edges = np.array([65504.0, 65519.99, 65520.0, 70000.0, 2.0 ** -24, 2.0 ** -25,
+                      1.5 * 2.0 ** -25, 2.0 ** -26, 3e-6, 1e-7], np.float32)
+    return np.concatenate([narrowing_ties(f32, f16), edges, -edges]).astype(np.float32)
+
+
+def _run_matrix_conversion(dst, case, x: np.ndarray):
+    scope, use, rows, cols, invocations = case
+    n = rows * cols
+    X = np.resize(x, -(-len(x) // n) * n).astype(np.float32)
+    kern = _matrix_narrowing(scope, use, dst, rows, cols, invocations)
+    try:
+        gpu, emu = _both(kern, len(X) // n, X, np.zeros(len(X), dst.dtype))
+    except pc.BackendUnavailable as e:           # a matrix type the device does not list
+        pytest.skip(str(e))
+    return X, gpu[1], emu[1]
+
+
+@pytest.mark.parametrize("case", MATRIX_CONVERSIONS, ids=MATRIX_IDS)
+def test_matrix_f16_narrowing_at_ties(case):
+    """Matrix conversions to f16 round as scalar ones do (to nearest even): every f32 tie
+    between two f16 values and its neighbours, bit for bit against the emulator."""
+    X, got, emu = _run_matrix_conversion(f16, case, _f16_ties())
+    with np.errstate(over="ignore"):         # NumPy rounds to nearest even
+        assert emu.tobytes() == X.astype(np.float16).tobytes()
+    g, e = got.view(np.uint16), emu.view(np.uint16)
+    bad = np.flatnonzero(g != e)
+    assert not len(bad), (f"{len(bad)} of {len(X)} differ; first: "
+                          f"{[(float(X[i]), hex(g[i]), hex(e[i])) for i in bad[:6]]}")
+
+
+def _bf16_ties() -> np.ndarray:
+    """Normal f32 values halfway between two neighbouring bf16 values and the f32 values
+    either side of each (subnormals left out: the driver flushes f32 subnormals), with values
+    past bf16's range."""
+    rng = np.random.default_rng(16)
+    hi = rng.integers(0x0080, 0x7F7F, 400, dtype=np.uint32) << np.uint32(16)
+    hi |= rng.integers(0, 2, 400, dtype=np.uint32) << np.uint32(31)
+    mid = (hi | np.uint32(0x8000)).view(np.float32)
+    edges = np.array([3.3895e38, 3.392e38, 3.3962e38, 3.4e38], np.float32)
+    return np.concatenate([mid, np.nextafter(mid, np.float32(np.inf)),
+                           np.nextafter(mid, np.float32(-np.inf)), edges, -edges])
+
+
+def _toward_zero_bf16(x) -> np.ndarray:
+    """The bits of each value rounded toward zero to bf16 (an exact model in Python numbers:
+    8 significant bits kept, finite values past the range give the largest bf16)."""
+    out = []
+    for v in x.tolist():
+        if isinstance(v, int):
+            b = abs(v).bit_length()
+            t = float((abs(v) >> max(b - 8, 0)) << max(b - 8, 0)) * (1 if v >= 0 else -1)
+        else:
+            m, e = math.frexp(v)
+            t = math.ldexp(math.trunc(m * 256) / 256, e)
+        t = math.copysign(min(abs(t), 3.3895313892515355e38), t)
+        out.append(t)
+    return np.array(out, np.float32).astype(bf16.dtype).view(np.uint16)
+
+
+def _bf16_cases():
+    rng = np.random.default_rng(5)
+    x32 = _bf16_ties()
+    return [(f32, x32), (f64, x32.astype(np.float64) * (1 + 2.0 ** -30)),
+            (f16, (rng.standard_normal(2000) * 100).astype(np.float16)),
+            (i32, rng.integers(-2 ** 31, 2 ** 31 - 1, 2000).astype(np.int32)),
+            (u64, rng.integers(0, 2 ** 63, 2000).astype(np.uint64))]
+
+
+@pytest.mark.parametrize("kind", ["scalar", *MATRIX_IDS])
+def test_bf16_rounding_is_one_the_spec_allows(kind):
+    """SPV_KHR_bfloat16 lets a device round bf16 results to nearest even or toward zero, and
+    no execution mode selects one (docs/numerics.md): the device's bits must be the
+    emulator's (to nearest even) everywhere or the model of rounding toward zero everywhere,
+    the same for scalar conversions from f32, f64, f16, i32 and u64 and for every matrix
+    conversion. NVIDIA 580.159.04 (H200, 2026-11-28) rounds toward zero."""
+    seen = set()
+    if kind == "scalar":
+        runs = []
+        for src, x in _bf16_cases():
+            gpu, emu = _both(cast_kernel(src, bf16), -(-len(x) // 64), x,
+                             np.zeros(len(x), bf16.dtype), len(x))
+            runs.append((str(src), x, gpu[1], emu[1]))
+    else:
+        case = MATRIX_CONVERSIONS[MATRIX_IDS.index(kind)]
+        X, got, emu = _run_matrix_conversion(bf16, case, _bf16_ties())
+        runs = [("f32 matrix", X, got, emu)]
+    for name, x, got, emu in runs:
+        g = got.view(np.uint16)
+        if np.array_equal(g, emu.view(np.uint16)):
+            seen.add("to nearest even")
+            continue
+        rtz = _toward_zero_bf16(x)
+        bad = np.flatnonzero(g != rtz)
+        assert not len(bad), (f"{name} -> bf16: {len(bad)} of {len(x)} results are neither "
+                              f"rounding; first {[(x[i].item(), hex(g[i]), hex(rtz[i])) for i in bad[:4]]}")
+        seen.add("toward zero")
+    print(f"{kind}: bf16 conversions round {seen}")
+    assert len(seen) == 1, f"the device rounds some bf16 conversions one way and some the other: {seen}"
+
