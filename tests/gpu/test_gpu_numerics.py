@@ -308,3 +308,53 @@ def test_bf16_rounding_is_one_the_spec_allows(kind):
     print(f"{kind}: bf16 conversions round {seen}")
     assert len(seen) == 1, f"the device rounds some bf16 conversions one way and some the other: {seen}"
 
+
+
+def _matrix_arithmetic(el, scope: str, rows: int, cols: int, invocations: int):
+    """a + b, a - b, a * b, a * s, -a and a * b + c (two roundings) of `el` accumulators, each
+    stored to its own slice of O (6 results per element)."""
+    sc = pc.Workgroup if scope == "workgroup" else pc.Subgroup
+    M = pc.coopmat[el, sc, rows, cols, pc.Accumulator]
+    n = rows * cols
+
+    @pc.kernel(workgroup_size=invocations)
+    def arith(A: pc.Buffer[el], B: pc.Buffer[el], C: pc.Buffer[el], O: pc.Buffer[el], s: el,
+              total: u32):
+        base = pc.workgroup_id.x * n
+        a = M.load(A, base, cols)
+        b = M.load(B, base, cols)
+        c = M.load(C, base, cols)
+        for k, r in enumerate((a + b, a - b, a * b, a * s, -a, a * b + c)):
+            pc.store(O, total * k + base, r, cols)
+    return arith
+
+
+@pytest.mark.parametrize("el", [f16, f32], ids=str)
+@pytest.mark.parametrize("case", [("subgroup", 16, 16, 32), ("workgroup", 64, 64, 128)],
+                         ids=["subgroup", "workgroup"])
+def test_matrix_arithmetic_bit_for_bit(el, case):
+    """Element-wise matrix arithmetic in exact mode rounds each operation once, to nearest even,
+    as the emulator does: random operands over many binades, including a * b + c, which
+    must not be fused. (The fuzzer's matrix kernels keep every value exact, so this is where
+    the rounding of matrix arithmetic is compared.)"""
+    scope, rows, cols, inv = case
+    rng = np.random.default_rng(11)
+    n = rows * cols * 8
+    lim = 6 if el == f16 else 30
+
+    def draw():
+        return (rng.standard_normal(n) * 2.0 ** rng.integers(-lim, lim, n)).astype(el.dtype)
+    A, B, C = draw(), draw(), draw()
+    s = el.dtype.type(1.0 + 2.0 ** -5 + 2.0 ** -9)
+    try:
+        gpu, emu = _both(_matrix_arithmetic(el, scope, rows, cols, inv), 8, A, B, C,
+                         np.zeros(6 * n, el.dtype), s, n)
+    except pc.BackendUnavailable as e:
+        pytest.skip(str(e))
+    g = gpu[3].reshape(6, n)
+    e = emu[3].reshape(6, n)
+    for k, name in enumerate(("a + b", "a - b", "a * b", "a * s", "-a", "a * b + c")):
+        same = (g[k] == e[k]) & (np.signbit(g[k]) == np.signbit(e[k]))
+        bad = np.flatnonzero(~(same | np.isnan(g[k]) & np.isnan(e[k])))
+        assert not len(bad), (f"{name}: {len(bad)} of {n} differ; first "
+                              f"{[(A[i], B[i], C[i], g[k][i], e[k][i]) for i in bad[:3]]}")
