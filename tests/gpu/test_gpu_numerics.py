@@ -358,3 +358,41 @@ def test_matrix_arithmetic_bit_for_bit(el, case):
         bad = np.flatnonzero(~(same | np.isnan(g[k]) & np.isnan(e[k])))
         assert not len(bad), (f"{name}: {len(bad)} of {n} differ; first "
                               f"{[(A[i], B[i], C[i], g[k][i], e[k][i]) for i in bad[:3]]}")
+
+
+@pytest.mark.parametrize("src,dst", [(i32, f32), (i32, f16), (u32, f32), (f32, i32), (f16, i32),
+                                     (f32, u32)], ids=str)
+def test_matrix_integer_conversions_bit_for_bit(src, dst):
+    """Matrix conversions between integers and floats (KHR, 16 x 16 accumulators): integers
+    past 2^24 (f32) or 2^11 (f16) round to nearest even, past 65520 to infinity in f16;
+    floats truncate toward zero (values in range: out of range is undefined)."""
+    rng = np.random.default_rng(src.bits * 7 + dst.bits)
+    n = 256 * 8
+    if src.is_int:
+        lo, hi = src.min_max()
+        x = rng.integers(lo, hi, n, dtype=np.int64, endpoint=True)
+        if dst == f16:             # most of i32 / u32 is past f16's range: keep a half inside
+            x[::2] //= 2 ** 17
+        # every third value at a tie of the target's rounding, or one either side
+        bits = 24 if dst == f32 else 11
+        for i in range(0, n, 3):
+            step = 1 << max(abs(int(x[i])).bit_length() - bits, 0)
+            x[i] = min(max(int(x[i]) // step * step + step // 2 + int(rng.integers(-1, 2)), lo), hi)
+        X = x.astype(src.dtype)
+    else:
+        lo, hi = dst.min_max()
+        span = min(float(hi), 60000.0 if src == f16 else 2.0 ** 31)
+        X = rng.uniform(max(float(lo), -span), span, n).astype(src.dtype)
+    Mi = pc.coopmat[src, pc.Subgroup, 16, 16, pc.Accumulator]
+
+    @pc.kernel(workgroup_size=32)
+    def conv(X: pc.Buffer[src], Y: pc.Buffer[dst]):
+        base = pc.workgroup_id.x * 256
+        pc.store(Y, base, pc.convert(Mi.load(X, base, 16), dst), 16)
+    try:
+        gpu, emu = _both(conv, 8, X, np.zeros(n, dst.dtype))
+    except pc.BackendUnavailable as e:
+        pytest.skip(str(e))
+    bad = np.flatnonzero(gpu[1].view(f"u{dst.bits // 8}") != emu[1].view(f"u{dst.bits // 8}"))
+    assert not len(bad), (f"{len(bad)} of {n} differ; first "
+                          f"{[(X[i].item(), gpu[1][i].item(), emu[1][i].item()) for i in bad[:4]]}")
