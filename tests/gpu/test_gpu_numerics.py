@@ -180,7 +180,6 @@ def test_nv_inner_stride_driver_defect_is_as_documented(monkeypatch):
     assert out.tobytes() != spec.tobytes()
 
 
-
 def _matrix_narrowing(scope: str, use: str, dst, rows: int, cols: int, invocations: int):
     """A kernel that converts f32 accumulators (rows x cols tiles of X, one per workgroup) to
     `dst` matrices of `use` ("acc": the KHR conversion, "A": the NV use change that the
@@ -282,8 +281,8 @@ def test_bf16_rounding_is_one_the_spec_allows(kind):
     """SPV_KHR_bfloat16 lets a device round bf16 results to nearest even or toward zero, and
     no execution mode selects one (docs/numerics.md): the device's bits must be the
     emulator's (to nearest even) everywhere or the model of rounding toward zero everywhere,
-    the same for scalar conversions from f32, f64, f16, i32 and u64 and for every matrix
-    conversion. NVIDIA 580.159.04 (H200, 2026-11-28) rounds toward zero."""
+    one way for all the scalar conversions (from f32, f64, f16, i32 and u64), and for each
+    matrix conversion. NVIDIA 580.159.04 (H200, 2026-11-28) rounds all of them toward zero."""
     seen = set()
     if kind == "scalar":
         runs = []
