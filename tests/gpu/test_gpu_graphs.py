@@ -4,6 +4,7 @@ queued), checked launches report each replay's fault, descriptor-ABI kernels, no
 timing against direct launches, and a replay between torch ops on shared CUDA tensors."""
 from __future__ import annotations
 
+import gc
 import inspect
 import statistics
 import sys
@@ -111,6 +112,7 @@ def test_a_thousand_queued_replays_then_one_synchronize_without_leaking():
     for _ in range(1000):
         g.launch()
     pc.synchronize()
+    gc.collect()            # earlier tests' garbage must not be freed inside the window
     before = rt_.stats()
     results = [g.launch() for _ in range(1000)]
     for _ in range(2000):

@@ -2,6 +2,7 @@
 error recovery, leaks. Kernels are hand-written SPIR-V assembly, so this needs no compiler."""
 from __future__ import annotations
 
+import gc
 import shutil
 import subprocess
 import sys
@@ -326,6 +327,7 @@ def test_2000_launches_do_not_leak(runtime, axpy, scale):
     for _ in range(20):
         runtime.launch(axpy, "main", (5, 1, 1), AXPY_ABI, [a, b, c, 1.0, 300])
         runtime.launch(scale, "main", (5, 1, 1), SCALE_ABI, [x, 1, 300])
+    gc.collect()            # earlier tests' garbage must not be freed inside the window
     before = runtime.stats()
     for i in range(1000):
         runtime.launch(axpy, "main", (5, 1, 1), AXPY_ABI, [a, b, c, float(i), 300])
