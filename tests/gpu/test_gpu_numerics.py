@@ -287,8 +287,11 @@ def test_bf16_rounding_is_one_the_spec_allows(kind):
     if kind == "scalar":
         runs = []
         for src, x in _bf16_cases():
-            gpu, emu = _both(cast_kernel(src, bf16), -(-len(x) // 64), x,
-                             np.zeros(len(x), bf16.dtype), len(x))
+            try:
+                gpu, emu = _both(cast_kernel(src, bf16), -(-len(x) // 64), x,
+                                 np.zeros(len(x), bf16.dtype), len(x))
+            except pc.BackendUnavailable as e:       # no bf16 scalars (or f64) on the device
+                pytest.skip(str(e))
             runs.append((str(src), x, gpu[1], emu[1]))
     else:
         case = MATRIX_CONVERSIONS[MATRIX_IDS.index(kind)]
