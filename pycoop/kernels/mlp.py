@@ -48,7 +48,7 @@ import numpy as np
 import pycoop as pc
 from pycoop import f32, i32, u32
 
-from .args import check_bool
+from .args import check_bool, real_dtype
 from .gemm import gemm_q4_0_planes, pack_f16
 from .gemm_quant import gemm_q4_k_planes
 from .gemv import (GemvConfig, GGMLWeights, choose_kernel, coopmat_kernel, matmul_q,
@@ -355,7 +355,7 @@ class MLPBlock:
                              f"{g.M}x{g.K}, up {u.M}x{u.K}, down {d.M}x{d.K}")
         self.fmt, self.I, self.H = g.fmt, g.M, g.K
         nw = np.asarray(norm_weight)
-        if not (np.issubdtype(nw.dtype, np.floating) or np.issubdtype(nw.dtype, np.integer)):
+        if not real_dtype(nw):
             raise ValueError(f"MLPBlock: norm_weight must be H = {self.H} real numbers, got "
                              f"dtype {nw.dtype}")
         if nw.shape != (self.H,):

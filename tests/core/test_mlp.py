@@ -6,6 +6,7 @@ weights on the GEMM path (2^-10 relative to sum |w x| for Q4_0; for Q4_K the pla
 within `q4_k_planes`' documented bound), f32 rounding on the float GEMV path."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given
@@ -336,8 +337,11 @@ def test_block_one_vector_and_errors(gguf):
     for eps in (None, -1.0, "1e-5", 1e300, np.array([1e-5]), True):
         with pytest.raises(ValueError, match="eps .* must be a number >= 0 that f32 holds"):
             MLPBlock(*W, nw, "q4_0", backend=EMU, eps=eps)
-    with pytest.raises(ValueError, match="norm_weight must be H = 64 real numbers, got dtype"):
-        MLPBlock(*W, np.array(["ones"] * H), "q4_0", backend=EMU)
+    for bad in (np.array(["ones"] * H), np.ones(H, bool), np.ones(H, np.complex64)):
+        with pytest.raises(ValueError, match="norm_weight must be H = 64 real numbers, got "
+                                             "dtype"):
+            MLPBlock(*W, bad, "q4_0", backend=EMU)
+    MLPBlock(*W, np.ones(H, ml_dtypes.bfloat16), "q4_0", backend=EMU)    # bf16 is real
     with pytest.raises(ValueError, match=r"norm_weight is a vector of H = 64 values, got shape "
                                          r"\(8, 8\)"):
         MLPBlock(*W, np.ones((8, 8), np.float32), "q4_0", backend=EMU)
