@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 
 import numpy as np
 
 import pycoop as pc
 from pycoop import f16, f32, u32
 
-# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
-# launches is measured by bench/checked_overhead.py.
-os.environ["PYCOOP_CHECKED"] = "0"
+# before pycoop: the benchmark times the unchecked kernels (bench/unchecked.py)
+import unchecked  # noqa: E402,F401
 
 MODES = ("fast", "exact", "strict")
 WG = 256

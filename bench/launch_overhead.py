@@ -36,9 +36,8 @@ from pycoop import f32, u32
 from pycoop.kernels import gemm_nv
 from warmup import warm_gpu
 
-# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
-# launches is measured by bench/checked_overhead.py.
-os.environ["PYCOOP_CHECKED"] = "0"
+# before pycoop: the benchmark times the unchecked kernels (bench/unchecked.py)
+import unchecked  # noqa: E402,F401
 
 
 @pc.kernel(workgroup_size=256)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import sys
 import time
@@ -54,9 +53,8 @@ from pycoop.kernels.gemv_planes import (PlanesGemvConfig, fits_shared, gemv_oper
                                         planes_gemv_config, planes_gemv_reference,
                                         planes_weights)
 
-# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
-# launches is measured by bench/checked_overhead.py.
-os.environ["PYCOOP_CHECKED"] = "0"
+# before pycoop: the benchmark times the unchecked kernels (bench/unchecked.py)
+import unchecked  # noqa: E402,F401
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 NS = [1, 2, 4, 8, 16, 32, 64]

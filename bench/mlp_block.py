@@ -8,15 +8,13 @@ time), and pycoop's output checked against torch's. Unchecked launches (the prod
 
 Skips (exit 0) without torch or CUDA or a Vulkan device."""
 import argparse
-import os
 import sys
 import time
 
 import numpy as np
 
-# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
-# launches is measured by bench/checked_overhead.py.
-os.environ["PYCOOP_CHECKED"] = "0"
+# before pycoop: the benchmark times the unchecked kernels (bench/unchecked.py)
+import unchecked  # noqa: E402,F401
 
 import pycoop as pc  # noqa: E402
 from pycoop.kernels import MLPBlock, dequantize_q4_k, quantize_q4_k  # noqa: E402

@@ -14,13 +14,11 @@ device that runs the prefill (cooperative matrices of workgroup scope).
 from __future__ import annotations
 
 import argparse
-import os
 
 import numpy as np
 
-# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode, as the other
-# benchmarks); the cost of checked launches is measured by bench/checked_overhead.py.
-os.environ["PYCOOP_CHECKED"] = "0"
+# before pycoop: the benchmark times the unchecked kernels (bench/unchecked.py)
+import unchecked  # noqa: E402,F401
 
 import pycoop as pc  # noqa: E402
 from pycoop.kernels import attention  # noqa: E402

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -33,9 +32,8 @@ from pycoop.kernels import gemm_khr_staged, gemm_q4_0_planes, gemm_reference, q4
 sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
 from q4_0_gemm import dequantize_q4_0, quantize_q4_0  # noqa: E402
 
-# Times the unchecked kernels (PYCOOP_CHECKED=0, the production mode); the cost of checked
-# launches is measured by bench/checked_overhead.py.
-os.environ["PYCOOP_CHECKED"] = "0"
+# before pycoop: the benchmark times the unchecked kernels (bench/unchecked.py)
+import unchecked  # noqa: E402,F401
 
 CONFIGS = [(128, 128, 64, 2, 2), (128, 128, 32, 2, 2), (128, 128, 64, 2, 4)]   # BM BN BK SGM SGN
 SPLIT_K = [2, 4, 8]
