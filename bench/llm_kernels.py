@@ -10,9 +10,12 @@ Y (N x M) = X (N x K) @ W.T at llama-8B's projection shapes M x K = 4096 x 4096,
   50 MB, so each launch reads its weights from memory); "warm": every launch on the same
   buffer (L2 holds what fits, the figure llama.cpp's own benchmark reports). The median of
   --repeat launches recorded into one submission (no idle gaps, so the GPU stays at full
-  clock), after unmeasured warm-up launches. Each row tries the dispatcher's configuration
-  (`choose_kernel`) and a few others (rows per subgroup, vectors per tile, subgroups per
-  workgroup, driver unrolling) and reports the fastest, and which it was.
+  clock), after unmeasured warm-up launches. Each row tries its kernel's default
+  configuration and a few others (rows per subgroup, vectors per tile, subgroups per
+  workgroup, driver unrolling) and reports the fastest, and which it was. The dispatcher's
+  (`choose_kernel`) kernels are the "planes" rows (N >= 2, Q4_0, Q8_0, Q4_K) and, at N = 1,
+  `--paths gemv_planes`; the default path's other rows time the GGUF-block float kernel
+  (`gemv`, its configuration `gemv_config`).
 - torch: f16 `x @ W.T` as GPU time of a CUDA graph of --repeat matmuls (rotated through as
   many weight copies, and on one buffer), divided by the count.
 - GB/s: weight bytes per second, against the memory's peak (H100 3.35 TB/s, H200 4.8 TB/s;
@@ -46,7 +49,7 @@ import pycoop as pc
 from pycoop.kernels import (GemvConfig, choose_kernel, gemm_nv, gemm_q4_0, gemv, gemv_grid, matmul_q,
                             gemv_q8_1, q8_1_error_bound, quantize_grid, quantize_q8_1,
                             quantize_q8_1_reference, weights)
-from pycoop.kernels.gemv import BLOCKS, PARTS, q8_1_config
+from pycoop.kernels.gemv import BLOCKS, PARTS, gemv_config, q8_1_config
 from pycoop.kernels.gemvq import FORMATS_Q8_1
 from warmup import warm_gpu
 from pycoop.kernels.gemv_planes import (PlanesGemvConfig, fits_shared, gemv_operands,
@@ -90,8 +93,10 @@ def random_weights(fmt: str, M: int, K: int, seed: int = 0) -> np.ndarray:
 
 
 def configs(fmt: str, N: int, quick: bool) -> list[GemvConfig]:
-    """The dispatcher's choice first, then the variants tried."""
-    first = choose_kernel(fmt, N)
+    """The GGUF-block float kernel's default first (`gemv_config`: the dispatcher takes
+    gemv_planes at N = 1 and the planes GEMM from 2 vectors where the shape fits, timed in
+    their own rows), then the variants tried."""
+    first = gemv_config(fmt, N)
     if quick:
         return [first]
     if N == 1:
@@ -635,7 +640,7 @@ def check_q8_1(fmt: str, W: np.ndarray, X: np.ndarray, y: np.ndarray) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="dispatcher's configuration only, N = 1, 16, 64")
+    p.add_argument("--quick", action="store_true", help="each kernel's default configuration only, N = 1, 16, 64")
     p.add_argument("--formats", nargs="+", default=FORMATS, choices=FORMATS)
     p.add_argument("--paths", nargs="+", default=["f32"], choices=["f32", "q8_1", "gemv_planes"],
                    help="f32: the float kernels (every format); q8_1: the integer path (Q8_0, "
@@ -676,12 +681,12 @@ def main() -> None:
         for n in sorted({1, max(args.ns)}):
             try:
                 if "f32" in args.paths:
-                    mix.append(instruction_mix(fmt, choose_kernel(fmt, n)))
+                    mix.append(instruction_mix(fmt, gemv_config(fmt, n)))
                 if "q8_1" in args.paths and fmt in FORMATS_Q8_1:
-                    mix.append(instruction_mix(fmt, choose_kernel(fmt, n, activations="q8_1")))
+                    mix.append(instruction_mix(fmt, q8_1_config(n)))
             except Exception as e:                          # noqa: BLE001
                 mix.append(f"{fmt}: instruction mix failed: {type(e).__name__}: {e}")
-    print("SPIR-V instruction mix of the dispatcher's kernels:\n  " + "\n  ".join(mix))
+    print("SPIR-V instruction mix of the GGUF-block GEMV kernels:\n  " + "\n  ".join(mix))
     warm_gpu()
     print("\n".join(head), flush=True)
     lines: list[str] = []

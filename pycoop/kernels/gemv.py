@@ -441,10 +441,19 @@ def choose_kernel(fmt: str, N: int, large_n: int = MAX_SMALL_N,
     if N > large_n and fmt in LARGE_N_GEMMS:
         bm = next(t for t in (16, 32, 64, 128) if N <= t or t == 128)    # vectors per tile
         return GemvConfig("coopmat", tile=(bm, 128, 32))
-    if N == 1:           # quantised: 2 rows share each x value (x is 7x the weight bytes)
+    return gemv_config(fmt, N)
+
+
+def gemv_config(fmt: str, N: int) -> GemvConfig:
+    """The GGUF-block float kernel's configuration (`gemv`) for N vectors: tiles of up to 8
+    vectors sharing each decoded weight, 2 rows per subgroup (at N = 1 one row for f16 and 2
+    for the quantised formats, whose x values are 7x their weights' bytes: two rows share
+    each). `choose_kernel` falls back to it where no other kernel fits."""
+    _check_fmt("gemv_config", fmt)
+    N = check_int("gemv_config", "N", N)
+    if N == 1:
         return GemvConfig("gemv", rows=1 if fmt == "f16" else 2, nt=1)
-    nt = 2 if N == 2 else 4 if N <= 4 else 8
-    return GemvConfig("gemv", rows=2, nt=nt)
+    return GemvConfig("gemv", rows=2, nt=2 if N == 2 else 4 if N <= 4 else 8)
 
 
 def q8_1_config(N: int) -> GemvConfig:

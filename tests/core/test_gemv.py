@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import pycoop as pc
 from pycoop.kernels import (GemvConfig, choose_kernel, gemv, gemv_grid, matmul_q, quantize_q4_k,
                             quantize_q8_0, weights)
+from pycoop.kernels.gemv import gemv_config
 
 from core_helpers import FEW
 from gemv_cases import QK, qtype, check, gguf, make_weights, reference  # noqa: F401 (fixture)
@@ -161,6 +162,18 @@ def test_choose_kernel_by_shape_and_format():
     for fmt in ("q8_0", "q4_0", "q4_k"):
         assert choose_kernel(fmt, 512).kind == "coopmat"
     assert gemv_grid(4096, 16, rows=2, nt=8, subgroups=4) == (2, 512)
+
+
+def test_gemv_config_is_the_gguf_block_kernels_own():
+    """The float GGUF-block kernel's defaults, which the dispatcher falls back to (and which
+    bench/llm_kernels.py times as that kernel's rows): not gemv_planes' at N = 1."""
+    assert gemv_config("f16", 1) == GemvConfig("gemv", 1, 1) == choose_kernel("f16", 1, K=100)
+    assert gemv_config("q4_0", 1) == GemvConfig("gemv", 2, 1)
+    assert [gemv_config("q8_0", n).nt for n in (2, 3, 4, 5, 64)] == [2, 4, 4, 8, 8]
+    assert gemv_config("f16", 512) == choose_kernel("f16", 512)
+    for bad, match in ((("q5_0", 1), "q5_0"), (("q4_0", 0), "N")):
+        with pytest.raises(ValueError, match=match):
+            gemv_config(*bad)
 
 
 def test_gguf_file_round_trip(gguf, tmp_path):
